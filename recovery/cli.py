@@ -1,0 +1,81 @@
+"""Command-line plumbing shared by the spark-submit entry points.
+
+Exit codes (the contract with schedulers): 0 success; 2 invalid config or arguments;
+1 anything else (Redis unreachable, login refused, Spark failure, failure threshold).
+Errors are one line on stderr; the last line of stdout is always a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from recovery.config import Settings, load_settings
+from recovery.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, RecoveryError
+from recovery.job import run
+from recovery.report import RunSummary
+
+log = logging.getLogger("recovery")
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so bad arguments get our one-line error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _BadArguments(f"{self.prog}: {message} (see --help)")
+
+
+class _BadArguments(RecoveryError):
+    exit_code = EXIT_BAD_INPUT
+
+
+def recover_parser() -> argparse.ArgumentParser:
+    parser = _ArgumentParser(prog="recover", description=__doc__)
+    parser.add_argument("--config", type=Path, help="TOML config file (see conf/recovery.toml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="SECTION.FIELD=VALUE", help="override one setting (repeatable)")
+    parser.add_argument("--run-id", help="run id (default: UTC time plus random suffix)")
+    parser.add_argument("--log-level", default="INFO", help="log level of the job's own logs")
+    return parser
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("recovery").setLevel(level.upper())
+
+
+def run_recovery(argv: list[str] | None,
+                 session: Callable[[Settings], SparkSession]) -> int:
+    """Parse, load, run, report; return the exit code. `session` builds the SparkSession."""
+    summary: RunSummary | None = None
+    try:
+        args = recover_parser().parse_args(argv)
+        setup_logging(args.log_level)
+        settings = load_settings(args.config, args.overrides)
+        summary = run(session(settings), settings, args.run_id)
+        summary.check_failure_threshold(settings.handler.max_failed_ratio)
+        code = EXIT_OK
+    except RecoveryError as exc:
+        code = exc.exit_code
+        _print_error(exc, summary, code)
+    except KeyboardInterrupt:
+        code = EXIT_FAILURE
+        _print_error(RecoveryError("interrupted; re-run the job to finish"), summary, code)
+    if summary is not None:
+        print(summary.json_line(), flush=True)
+    return code
+
+
+def _print_error(exc: Exception, summary: RunSummary | None, code: int) -> None:
+    print(f"error: {exc}", file=sys.stderr, flush=True)
+    if summary is None:
+        print(json.dumps({"status": "error", "exit_code": code, "error": str(exc)}), flush=True)
+    else:
+        summary.status, summary.error = "failed", str(exc)

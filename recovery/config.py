@@ -1,0 +1,301 @@
+"""Settings of a recovery run: one pydantic model, validated on the driver.
+
+Sources, lowest to highest precedence:
+
+1. defaults in this module;
+2. the TOML file given with ``--config``;
+3. environment variables ``RECOVERY_<SECTION>__<FIELD>`` (e.g. ``RECOVERY_CLAIM__MIN_IDLE_MS``);
+4. ``--set section.field=value`` on the command line.
+
+The Redis password may come from ``redis.password`` (better: ``RECOVERY_REDIS__PASSWORD``),
+from ``redis.password_file``, or from the URL; it is held as a ``SecretStr`` and never printed.
+What travels to executors is :class:`JobParams`, a small frozen dataclass.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from recovery.errors import ConfigError
+
+HANDLER_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RedisSettings(_Section):
+    """Where Redis is and how to log in."""
+
+    url: str = "redis://127.0.0.1:6379/0"
+    username: str | None = None
+    password: SecretStr | None = None
+    password_file: Path | None = None
+    connect_timeout_s: float = Field(5.0, gt=0, le=300)
+    socket_timeout_s: float = Field(30.0, gt=0, le=3600)
+    tls_ca_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_check_hostname: bool = True
+
+    @model_validator(mode="after")
+    def _parse_url(self) -> RedisSettings:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+            raise ValueError(
+                "redis.url must look like redis://host:port/db or rediss://host:port/db"
+            )
+        try:
+            _ = parts.port
+        except ValueError as exc:
+            raise ValueError("redis.url has a port that is not a number") from exc
+        if parts.password is not None:
+            # Keep secrets out of the plain-text URL: move them into the SecretStr field.
+            if self.password is None:
+                object.__setattr__(self, "password", SecretStr(unquote(parts.password)))
+            if self.username is None and parts.username:
+                object.__setattr__(self, "username", unquote(parts.username))
+            object.__setattr__(self, "url", _strip_userinfo(self.url))
+        if self.password_file is not None and self.password is None:
+            object.__setattr__(self, "password", SecretStr(_read_password(self.password_file)))
+        return self
+
+
+class StreamsSettings(_Section):
+    """Which streams and groups to recover."""
+
+    keys: list[str] = Field(default_factory=list)
+    match: str | None = None
+    groups: list[str] = Field(default_factory=list)
+    scan_count: int = Field(1000, ge=1, le=100_000)
+
+    @model_validator(mode="after")
+    def _something_selected(self) -> StreamsSettings:
+        if not self.keys and not self.match:
+            raise ValueError("select streams: set streams.keys and/or streams.match")
+        return self
+
+
+class ClaimSettings(_Section):
+    """How entries are claimed."""
+
+    min_idle_ms: int = Field(60_000, ge=1)
+    count: int = Field(1000, ge=1, le=10_000)
+    max_deliveries: int = Field(5, ge=1)
+    consumer_prefix: str = Field("recovery", pattern=r"^[\w.:-]+$")
+    max_entries_per_s: float | None = Field(None, gt=0)
+
+
+class DeadLetterSettings(_Section):
+    """Where dead letters go: ``<source><suffix>``, kept in the source's hash slot."""
+
+    suffix: str = Field(":dlq", min_length=1, pattern=r"^[^{}]+$")
+    batch_size: int = Field(200, ge=1, le=5000)
+
+
+class HandlerSettings(_Section):
+    """The re-processing handler: ``package.module:function`` over batches of messages."""
+
+    path: str = Field("recovery.handlers:example_handler", pattern=HANDLER_PATH.pattern)
+    batch_size: int = Field(100, ge=1, le=100_000)
+    max_failed_ratio: float | None = Field(None, ge=0, le=1)
+
+
+class ReportSettings(_Section):
+    """Where the per-entry Parquet report goes (a directory, local or any Hadoop path)."""
+
+    path: str = Field("reports", min_length=1)
+
+
+class SparkSettings(_Section):
+    """How the work is spread."""
+
+    partitions: int = Field(2, ge=1, le=10_000)
+
+
+class Settings(BaseSettings):
+    """All settings of a run."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RECOVERY_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    redis: RedisSettings = Field(default_factory=RedisSettings)
+    streams: StreamsSettings
+    claim: ClaimSettings = Field(default_factory=ClaimSettings)
+    dead_letter: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
+    handler: HandlerSettings = Field(default_factory=HandlerSettings)
+    report: ReportSettings = Field(default_factory=ReportSettings)
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+
+    _toml_file: Path | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if _TOML_FILE.path is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=_TOML_FILE.path))
+        return tuple(sources)
+
+
+@dataclass
+class _TomlFile:
+    path: Path | None = None
+
+
+_TOML_FILE = _TomlFile()
+
+
+@dataclass(frozen=True)
+class RedisParams:
+    """Connection parameters shipped to executors; ``repr`` never shows the password."""
+
+    url: str
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    connect_timeout_s: float = 5.0
+    socket_timeout_s: float = 30.0
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_check_hostname: bool = True
+
+
+@dataclass(frozen=True)
+class JobParams:
+    """Everything an executor needs for one run (no settings object, no secrets in repr)."""
+
+    run_id: str
+    redis: RedisParams
+    min_idle_ms: int
+    count: int
+    max_deliveries: int
+    dlq_suffix: str
+    dlq_batch_size: int
+    handler_path: str
+    handler_batch_size: int
+    max_entries_per_s_per_partition: float | None = None
+
+
+def load_settings(config_file: Path | None, overrides: list[str] | None = None) -> Settings:
+    """Build settings from file, environment and ``section.field=value`` overrides.
+
+    Raises ConfigError with one line naming the field and the fix.
+    """
+    if config_file is not None and not config_file.is_file():
+        raise ConfigError(f"config file {config_file} does not exist: pass an existing --config")
+    init = _overrides_to_dict(overrides or [])
+    _TOML_FILE.path = config_file
+    try:
+        return Settings(**init)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc)) from None
+    except ValueError as exc:  # TOML syntax errors and unreadable password files
+        raise ConfigError(f"config: {exc}") from None
+    finally:
+        _TOML_FILE.path = None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line naming every bad field, what is wrong, and where to fix it."""
+    problems = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "config"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown setting (check the spelling against conf/recovery.toml)"
+        elif err["type"] == "missing":
+            msg = "required; set it in the config file or the environment"
+        problems.append(f"{loc}: {msg}")
+    env_hint = "fix it in the --config file, the RECOVERY_<SECTION>__<FIELD> variable or --set"
+    return "invalid config: " + "; ".join(problems) + f" ({env_hint})"
+
+
+def executor_params(settings: Settings, run_id: str) -> JobParams:
+    """The frozen, picklable subset of settings that executors need."""
+    r = settings.redis
+    rate = settings.claim.max_entries_per_s
+    return JobParams(
+        run_id=run_id,
+        redis=RedisParams(
+            url=r.url,
+            username=r.username,
+            password=r.password.get_secret_value() if r.password else None,
+            connect_timeout_s=r.connect_timeout_s,
+            socket_timeout_s=r.socket_timeout_s,
+            tls_ca_file=str(r.tls_ca_file) if r.tls_ca_file else None,
+            tls_cert_file=str(r.tls_cert_file) if r.tls_cert_file else None,
+            tls_key_file=str(r.tls_key_file) if r.tls_key_file else None,
+            tls_check_hostname=r.tls_check_hostname,
+        ),
+        min_idle_ms=settings.claim.min_idle_ms,
+        count=settings.claim.count,
+        max_deliveries=settings.claim.max_deliveries,
+        dlq_suffix=settings.dead_letter.suffix,
+        dlq_batch_size=settings.dead_letter.batch_size,
+        handler_path=settings.handler.path,
+        handler_batch_size=settings.handler.batch_size,
+        max_entries_per_s_per_partition=(rate / settings.spark.partitions) if rate else None,
+    )
+
+
+def _overrides_to_dict(overrides: list[str]) -> dict[str, Any]:
+    """``["claim.count=10"]`` -> ``{"claim": {"count": "10"}}`` (pydantic coerces types)."""
+    result: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        path = key.strip().split(".")
+        if not sep or len(path) != 2 or not all(path):
+            raise ConfigError(f"--set {item!r}: write it as section.field=value, e.g. claim.count=500")
+        section, name = path
+        parsed: Any = [v for v in value.split(",") if v] if name in ("keys", "groups") else value
+        result.setdefault(section, {})[name] = parsed
+    return result
+
+
+def _strip_userinfo(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def _read_password(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8").rstrip("\r\n")
+    except OSError as exc:
+        raise ValueError(
+            f"redis.password_file {path} cannot be read ({exc.strerror}): fix the path or its mode"
+        ) from None
+
+
+def redacted_url(url: str) -> str:
+    """The URL with any password replaced by ``***`` (safe for logs)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = quote(parts.username or "")
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, ""))

@@ -1,0 +1,178 @@
+"""Driver-side Redis work: find the (stream, group) units, spread them, tidy up after.
+
+Only counts and names cross here, never messages.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import redis
+
+from recovery.config import RedisParams, Settings
+from recovery.dlq_names import dead_letter_key, is_dead_letter_key
+from recovery.errors import DeadLetterNameError, StreamUnitError, UnsupportedServerError
+from recovery.redis_conn import redis_errors
+from recovery.scripts import delete_empty_consumer
+from recovery.streams import (
+    consumer_names,
+    group_names,
+    key_type,
+    pending_count,
+    scan_keys,
+    server_version,
+)
+
+log = logging.getLogger(__name__)
+MIN_VERSION = (6, 2, 0)
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """One stream and group to recover, with its PEL size when discovered."""
+
+    stream: str
+    group: str
+    pending: int
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A key or group the run leaves alone, and why (shown in the summary)."""
+
+    stream: str
+    group: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A unit placed on a partition, with the job consumer that claims for it."""
+
+    stream: str
+    group: str
+    consumer: str
+    part: int
+
+
+def check_server(client: redis.Redis, params: RedisParams) -> tuple[int, int, int]:
+    """PING and version check; XAUTOCLAIM needs Redis 6.2+ (or Valkey)."""
+    with redis_errors(params):
+        client.ping()
+        version = server_version(client)
+    if version < MIN_VERSION:
+        raise UnsupportedServerError(
+            f"Redis {'.'.join(map(str, version))} has no XAUTOCLAIM: "
+            "upgrade the server to Redis 6.2 or newer (or Valkey)"
+        )
+    return version
+
+
+def discover(client: redis.Redis, settings: Settings, params: RedisParams
+             ) -> tuple[list[WorkUnit], list[Skipped]]:
+    """Units with something pending, and the keys or groups skipped (with reasons)."""
+    units: list[WorkUnit] = []
+    skipped: list[Skipped] = []
+    for stream in _candidate_streams(client, settings, params, skipped):
+        try:
+            dead_letter_key(stream, settings.dead_letter.suffix)
+            with redis_errors(params, stream):
+                units += _units_of(client, stream, settings.streams.groups, skipped)
+        except (StreamUnitError, DeadLetterNameError) as exc:
+            skipped.append(Skipped(stream, getattr(exc, "group", None), str(exc)))
+    return units, skipped
+
+
+def _candidate_streams(client: redis.Redis, settings: Settings, params: RedisParams,
+                       skipped: list[Skipped]) -> list[str]:
+    """Explicit keys plus SCAN MATCH hits, each checked to be a stream, de-duplicated."""
+    sel = settings.streams
+    names = list(sel.keys)
+    if sel.match:
+        with redis_errors(params):
+            names += sorted(_decode(k, skipped) for k in scan_keys(client, sel.match, sel.scan_count))
+    streams: list[str] = []
+    for name in dict.fromkeys(n for n in names if n):
+        with redis_errors(params):
+            kind = key_type(client, name)
+        if kind == "none":
+            skipped.append(Skipped(name, None, "no such key: fix streams.keys"))
+        elif kind != "stream":
+            skipped.append(Skipped(name, None, f"not a stream (type {kind}): left alone"))
+        elif is_dead_letter_key(name, settings.dead_letter.suffix):
+            log.info("skip %s: it is a dead-letter stream", name)
+        else:
+            streams.append(name)
+    return streams
+
+
+def _decode(key: bytes, skipped: list[Skipped]) -> str:
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError:
+        skipped.append(Skipped(repr(key), None, "key name is not UTF-8: not supported"))
+        return ""
+
+
+def _units_of(client: redis.Redis, stream: str, wanted: list[str], skipped: list[Skipped]
+              ) -> list[WorkUnit]:
+    existing = group_names(client, stream)
+    if wanted:
+        for group in wanted:
+            if group not in existing:
+                skipped.append(Skipped(stream, group, "no such consumer group: fix streams.groups"))
+        groups = [g for g in wanted if g in existing]
+    else:
+        groups = existing
+    units = []
+    for group in groups:
+        count = pending_count(client, stream, group)
+        if count:
+            units.append(WorkUnit(stream, group, count))
+    return units
+
+
+def assign(units: list[WorkUnit], partitions: int, consumer_prefix: str, run_id: str
+           ) -> list[Assignment]:
+    """Spread units over at most `partitions` parts, biggest PEL first to the lightest part.
+
+    The consumer name depends only on run and part, so a retried task claims as the same
+    consumer and takes back what its failed attempt claimed.
+    """
+    parts = min(partitions, len(units))
+    load = [(0, p) for p in range(parts)]
+    result = []
+    for unit in sorted(units, key=lambda u: (-u.pending, u.stream, u.group)):
+        size, part = heapq.heappop(load)
+        result.append(Assignment(unit.stream, unit.group,
+                                 job_consumer(consumer_prefix, run_id, part), part))
+        heapq.heappush(load, (size + unit.pending, part))
+    return result
+
+
+def job_consumer(prefix: str, run_id: str, part: int) -> str:
+    """The consumer name the job claims with for one part of one run."""
+    return f"{prefix}-{run_id}-{part}"
+
+
+def remove_empty_job_consumers(client: redis.Redis, units: Iterable[WorkUnit], prefix: str,
+                               params: RedisParams) -> int:
+    """Delete the job's own consumers (this run's and earlier ones) that own nothing.
+
+    Consumers of the application are never touched, and a consumer that still owns
+    pending entries is never deleted (the script checks atomically).
+    """
+    removed = 0
+    for unit in units:
+        try:
+            with redis_errors(params, unit.stream, unit.group):
+                for name in consumer_names(client, unit.stream, unit.group):
+                    if name.startswith(prefix + "-") and delete_empty_consumer(
+                            client, unit.stream, unit.group, name):
+                        removed += 1
+        except StreamUnitError as exc:
+            log.warning("consumer clean-up skipped: %s", exc)
+    return removed

@@ -1,0 +1,131 @@
+"""The re-processing handler contract, its loader, and the example handlers.
+
+A handler is a plain callable named in the config as ``package.module:function``::
+
+    def handle(messages: list[Message]) -> Sequence[Result | bool]
+
+It runs on executors over batches of messages and returns one result per message, in order.
+``True`` / ``Result.success()`` acks the message; ``False`` / ``Result.failure(msg)`` leaves it
+pending (the next run claims it again until it crosses ``max_deliveries``). A handler that
+raises fails its whole batch with the exception as the error; a reply of the wrong length or
+type fails the batch as "garbage". Handlers must be idempotent: delivery is at-least-once.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from recovery.errors import HandlerError
+
+log = logging.getLogger(__name__)
+MAX_ERROR_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class Message:
+    """One pending entry handed to a handler. Field names and values are raw bytes."""
+
+    stream: str
+    group: str
+    id: str
+    fields: list[tuple[bytes, bytes]]
+    delivery_count: int
+
+    def field(self, name: bytes) -> bytes | None:
+        """The value of the first field called `name`, or None."""
+        return next((v for k, v in self.fields if k == name), None)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a handler says about one message."""
+
+    ok: bool
+    error: str | None = None
+
+    @classmethod
+    def success(cls) -> Result:
+        return cls(True)
+
+    @classmethod
+    def failure(cls, error: str) -> Result:
+        return cls(False, error)
+
+
+Handler = Callable[[list[Message]], Sequence["Result | bool"]]
+_CACHE: dict[str, Handler] = {}
+
+
+def load_handler(path: str) -> Handler:
+    """Import ``package.module:function``. Raises HandlerError (exit 2) naming the fix."""
+    if path in _CACHE:
+        return _CACHE[path]
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any import-time failure is the user's handler's problem
+        raise HandlerError(
+            f"handler.path {path!r}: module {module_name!r} does not import "
+            f"({type(exc).__name__}: {exc}); install it on driver and executors or fix the path"
+        ) from None
+    handler = getattr(module, attr, None)
+    if not callable(handler):
+        raise HandlerError(
+            f"handler.path {path!r}: {attr!r} is not a callable in {module_name!r}; "
+            "name a function as package.module:function"
+        )
+    _CACHE[path] = handler
+    return handler
+
+
+def run_handler(handler: Handler, messages: list[Message]) -> list[Result]:
+    """Call `handler` on a batch and normalise its reply to one Result per message."""
+    try:
+        reply = handler(messages)
+    except Exception as exc:
+        error = _clip(f"{type(exc).__name__}: {exc}")
+        return [Result.failure(error)] * len(messages)
+    return normalise_reply(reply, len(messages))
+
+
+def normalise_reply(reply: object, expected: int) -> list[Result]:
+    """Results from a handler's reply; anything malformed fails the whole batch."""
+    if isinstance(reply, (list, tuple)) and len(reply) == expected:
+        results = [_as_result(r) for r in reply]
+        if all(r is not None for r in results):
+            return results  # type: ignore[return-value]
+    shape = type(reply).__name__ + (f" of {len(reply)}" if hasattr(reply, "__len__") else "")
+    error = f"handler returned garbage: expected a list of {expected} Result or bool, got {shape}"
+    return [Result.failure(error)] * expected
+
+
+def _as_result(item: object) -> Result | None:
+    if isinstance(item, Result):
+        return Result(item.ok, _clip(item.error) if item.error else None)
+    if isinstance(item, bool):
+        return Result.success() if item else Result.failure("handler returned False")
+    return None
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
+
+
+def example_handler(messages: list[Message]) -> list[Result]:
+    """The demo's handler: logs each message; one with a field ``poison`` fails."""
+    results = []
+    for m in messages:
+        if m.field(b"poison") is not None:
+            results.append(Result.failure(f"cannot parse {m.stream} {m.id}: poison payload"))
+        else:
+            log.info("reprocessed %s %s %s", m.stream, m.group, m.id)
+            results.append(Result.success())
+    return results
+
+
+def noop(messages: list[Message]) -> list[bool]:
+    """Succeeds on every message without looking at it (benchmarks)."""
+    return [True] * len(messages)

@@ -1,0 +1,201 @@
+"""Where Spark partitions meet Redis: the mapInArrow functions of a run.
+
+Each function factory takes the frozen :class:`JobParams` and returns the function Spark
+runs per partition. One Redis client per partition; the driver never sees messages.
+
+- ``claim_partition``: UNIT rows -> CLAIMED rows, XAUTOCLAIM cursor loops (a side effect:
+  the driver materialises its output exactly once);
+- ``pending_partition``: UNIT rows -> PENDING rows, the job consumer's PEL after the claim;
+- ``apply_partition``: ROUTED rows -> REPORT rows, dead-letter moves, handler and acks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import redis
+
+from recovery.apply import apply_rows
+from recovery.config import JobParams
+from recovery.errors import StreamUnitError
+from recovery.faults import maybe_fail
+from recovery.redis_conn import connect, redis_errors
+from recovery.schemas import CLAIMED, PENDING, REPORT, arrow
+from recovery.streams import END_CURSOR, ClaimBatch, claim_batch, pending_of_consumer
+from recovery.throttle import Throttle
+
+log = logging.getLogger(__name__)
+
+ArrowFn = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+PENDING_PAGE = 10_000
+PROGRESS_EVERY = 100_000
+CLAIMED_ARROW = arrow(CLAIMED)
+PENDING_ARROW = arrow(PENDING)
+REPORT_ARROW = arrow(REPORT)
+FIELDS_ARROW = CLAIMED_ARROW.field("fields").type
+
+
+def _units(batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
+    for batch in batches:
+        yield from batch.to_pylist()
+
+
+class _LazyClient:
+    """Opens the partition's one client on first use (empty partitions open none)."""
+
+    def __init__(self, params: JobParams) -> None:
+        self.params = params
+        self._client: redis.Redis | None = None
+
+    def get(self) -> redis.Redis:
+        if self._client is None:
+            with redis_errors(self.params.redis):
+                self._client = connect(self.params.redis)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def claim_partition(params: JobParams) -> ArrowFn:
+    """UNIT batches -> CLAIMED batches: claim every idle entry of each unit."""
+
+    def claim(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        client = _LazyClient(params)
+        throttle = Throttle(params.max_entries_per_s_per_partition)
+        try:
+            for unit in _units(batches):
+                yield from _skip_vanished(unit, _claim_unit(client.get(), params, unit, throttle))
+        finally:
+            client.close()
+
+    return claim
+
+
+def _claim_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any],
+                throttle: Throttle) -> Iterator[pa.RecordBatch]:
+    """XAUTOCLAIM from 0-0, passing the cursor back unchanged, until it returns 0-0."""
+    stream, group, consumer = unit["stream"], unit["group"], unit["consumer"]
+    cursor, step, claimed = "0-0", 0, 0
+    while True:
+        with redis_errors(params.redis, stream, group):
+            batch = claim_batch(client, stream, group, consumer, params.min_idle_ms, cursor,
+                                params.count)
+        step += 1
+        seen = len(batch.entries) + len(batch.deleted)
+        if seen:
+            yield _claimed_batch(unit, batch)
+        claimed, before = claimed + seen, claimed
+        if claimed // PROGRESS_EVERY > before // PROGRESS_EVERY:
+            log.info("claim %s / %s: %d entries so far", stream, group, claimed)
+        maybe_fail("claim", step)
+        throttle.take(seen)
+        cursor = batch.next_cursor
+        if cursor == END_CURSOR:
+            return
+
+
+def _claimed_batch(unit: dict[str, Any], batch: ClaimBatch) -> pa.RecordBatch:
+    """Arrow columns built directly (flat name/value arrays plus offsets): fast and exact."""
+    ids = [e[0] for e in batch.entries] + batch.deleted
+    offsets, names, values = [0], [], []
+    for _, fields in batch.entries:
+        names += [k for k, _ in fields]
+        values += [v for _, v in fields]
+        offsets.append(len(names))
+    struct = pa.StructArray.from_arrays(
+        [pa.array(names, pa.binary()), pa.array(values, pa.binary())],
+        fields=list(FIELDS_ARROW.value_type),
+    )
+    fields_col = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), struct,
+                                          type=FIELDS_ARROW)
+    n_deleted = len(batch.deleted)
+    if n_deleted:
+        nulls = pa.nulls(n_deleted, FIELDS_ARROW)
+        fields_col = pa.concat_arrays([fields_col, nulls])
+    before = [batch.before.get(i) for i in ids]
+    n = len(ids)
+    columns = [
+        pa.array([unit["stream"]] * n, pa.string()),
+        pa.array([unit["group"]] * n, pa.string()),
+        pa.array([unit["consumer"]] * n, pa.string()),
+        pa.array(ids, pa.string()),
+        pa.array([False] * len(batch.entries) + [True] * n_deleted, pa.bool_()),
+        pa.array([b.consumer if b else None for b in before], pa.string()),
+        pa.array([b.idle_ms if b else None for b in before], pa.int64()),
+        fields_col,
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=CLAIMED_ARROW)
+
+
+def pending_partition(params: JobParams) -> ArrowFn:
+    """UNIT batches -> PENDING batches: every entry the unit's job consumer owns now."""
+
+    def pending(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        client = _LazyClient(params)
+        try:
+            for unit in _units(batches):
+                yield from _skip_vanished(unit, _pending_unit(client.get(), params, unit))
+        finally:
+            client.close()
+
+    return pending
+
+
+def _pending_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any]
+                  ) -> Iterator[pa.RecordBatch]:
+    stream, group, consumer = unit["stream"], unit["group"], unit["consumer"]
+    rows: list[Any] = []
+    with redis_errors(params.redis, stream, group):
+        for entry in pending_of_consumer(client, stream, group, consumer, PENDING_PAGE):
+            rows.append(entry)
+            if len(rows) == PENDING_PAGE:
+                yield _pending_batch(unit, rows)
+                rows = []
+    if rows:
+        yield _pending_batch(unit, rows)
+
+
+def _pending_batch(unit: dict[str, Any], rows: list[Any]) -> pa.RecordBatch:
+    n = len(rows)
+    columns = [
+        pa.array([unit["stream"]] * n, pa.string()),
+        pa.array([unit["group"]] * n, pa.string()),
+        pa.array([unit["consumer"]] * n, pa.string()),
+        pa.array([r.id for r in rows], pa.string()),
+        pa.array([r.delivery_count for r in rows], pa.int64()),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=PENDING_ARROW)
+
+
+def _skip_vanished(unit: dict[str, Any], batches: Iterator[pa.RecordBatch]
+                   ) -> Iterator[pa.RecordBatch]:
+    """Pass `batches` on; a unit whose stream or group vanished mid-run ends quietly.
+
+    Its entries already claimed are still reported; other units go on.
+    """
+    try:
+        yield from batches
+    except StreamUnitError as exc:
+        log.warning("stopped %s / %s early: %s", unit["stream"], unit["group"], exc)
+
+
+def apply_partition(params: JobParams) -> ArrowFn:
+    """ROUTED batches -> REPORT batches: dead-letter, handle and ack, then report."""
+
+    def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        client = _LazyClient(params)
+        try:
+            for step, batch in enumerate(batches, start=1):
+                with redis_errors(params.redis):
+                    rows = apply_rows(client.get(), params, batch.to_pylist())
+                maybe_fail("apply", step)
+                yield pa.RecordBatch.from_pylist(rows, schema=REPORT_ARROW)
+        finally:
+            client.close()
+
+    return apply

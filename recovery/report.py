@@ -1,0 +1,96 @@
+"""The run's report: per-entry Parquet rows, a per-stream table, a one-line JSON summary."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from recovery.discovery import Skipped
+from recovery.errors import FailureThresholdError
+from recovery.schemas import ACTION_FAILED, ACTION_REPROCESSED, ACTIONS, REPORT
+from recovery.transforms import summarise
+
+
+@dataclass
+class RunSummary:
+    """What one run did: totals per action, a row per (stream, group), what it skipped."""
+
+    run_id: str
+    status: str = "ok"
+    report_path: str | None = None
+    totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ACTIONS, 0))
+    units: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    duration_s: float = 0.0
+    error: str | None = None
+
+    def failed_ratio(self) -> float:
+        """Failed handler messages over all messages given to the handler (0 when none)."""
+        handled = self.totals[ACTION_FAILED] + self.totals[ACTION_REPROCESSED]
+        return self.totals[ACTION_FAILED] / handled if handled else 0.0
+
+    def check_failure_threshold(self, max_failed_ratio: float | None) -> None:
+        """Raise FailureThresholdError (exit 1) when too many handled messages failed."""
+        if max_failed_ratio is None or self.failed_ratio() <= max_failed_ratio:
+            return
+        self.status = "failed"
+        raise FailureThresholdError(
+            f"{self.failed_ratio():.1%} of handled messages failed, above "
+            f"handler.max_failed_ratio {max_failed_ratio:.1%}: see the report at "
+            f"{self.report_path}"
+        )
+
+    def json_line(self) -> str:
+        """The last line of stdout, for schedulers (Airflow XCom)."""
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+
+def run_path(base: str, run_id: str) -> str:
+    """Where one run's Parquet files go (Hive-style partition by run)."""
+    return f"{base.rstrip('/')}/run_id={run_id}"
+
+
+def write_report(report: DataFrame, base: str) -> None:
+    """Write report rows under `base`, partitioned by run (append: runs accumulate)."""
+    report.write.mode("append").partitionBy("run_id").parquet(base)
+
+
+def read_run(spark: SparkSession, base: str, run_id: str) -> DataFrame:
+    """The report rows of one run (without the partition column)."""
+    schema = REPORT.fieldNames()[1:]
+    return spark.read.parquet(run_path(base, run_id)).select(*schema)
+
+
+def fill_summary(summary: RunSummary, per_unit: DataFrame, skipped: list[Skipped]) -> None:
+    """Totals and unit rows from the summarised report (a few rows reach the driver)."""
+    for row in per_unit.collect():
+        unit = row.asDict()
+        summary.units.append(unit)
+        for action in ACTIONS:
+            summary.totals[action] += int(unit[action])
+    summary.skipped = [asdict(s) for s in skipped]
+    if skipped and summary.status == "ok":
+        summary.status = "partial"
+
+
+def summarise_run(spark: SparkSession, base: str, run_id: str) -> DataFrame:
+    """Per (stream, group) counts of one run, read back from what was written."""
+    return read_run(spark, base, run_id).transform(summarise())
+
+
+def format_table(summary: RunSummary) -> str:
+    """A fixed-width table of the per-unit counts, for the log."""
+    headers = ["stream", "group", *ACTIONS, "total"]
+    rows = [[str(u.get(h, "")) for h in headers] for u in summary.units]
+    rows.append(["TOTAL", "", *(str(summary.totals[a]) for a in ACTIONS),
+                 str(sum(summary.totals.values()))])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    for s in summary.skipped:
+        lines.append(f"skipped {s['stream']}" + (f" / {s['group']}" if s["group"] else "")
+                     + f": {s['reason']}")
+    return "\n".join(lines)

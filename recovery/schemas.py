@@ -1,0 +1,116 @@
+"""Spark schemas of every DataFrame the job builds, with nullability stated.
+
+IDs are strings ``"<ms>-<seq>"``; field names and values are binary and survive byte for
+byte; times are milliseconds (``idle_ms``) or epoch milliseconds.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+FIELD = StructType(
+    [StructField("name", BinaryType(), False), StructField("value", BinaryType(), False)]
+)
+FIELDS = ArrayType(FIELD, containsNull=False)
+
+# One (stream, group) work unit, built on the driver; `consumer` is the job's consumer name,
+# derived from run id and partition so a retried task takes back what its first attempt claimed.
+UNIT = StructType(
+    [
+        StructField("stream", StringType(), False),
+        StructField("group", StringType(), False),
+        StructField("consumer", StringType(), False),
+        StructField("part", IntegerType(), False),
+    ]
+)
+
+# What the XAUTOCLAIM loops returned. `fields` is null for entries deleted upstream
+# (`deleted` true); `previous_consumer` and `idle_ms` are the PEL state just before the claim,
+# null where unknown.
+CLAIMED = StructType(
+    [
+        StructField("stream", StringType(), False),
+        StructField("group", StringType(), False),
+        StructField("consumer", StringType(), False),
+        StructField("id", StringType(), False),
+        StructField("deleted", BooleanType(), False),
+        StructField("previous_consumer", StringType(), True),
+        StructField("idle_ms", LongType(), True),
+        StructField("fields", FIELDS, True),
+    ]
+)
+
+# The job consumer's PEL after the claim (XPENDING): the delivery count includes this claim.
+PENDING = StructType(
+    [
+        StructField("stream", StringType(), False),
+        StructField("group", StringType(), False),
+        StructField("consumer", StringType(), False),
+        StructField("id", StringType(), False),
+        StructField("delivery_count", LongType(), False),
+    ]
+)
+
+# Claimed joined with pending, plus the route each entry takes.
+ROUTED = StructType(
+    [
+        StructField("stream", StringType(), False),
+        StructField("group", StringType(), False),
+        StructField("consumer", StringType(), False),
+        StructField("id", StringType(), False),
+        StructField("deleted", BooleanType(), False),
+        StructField("previous_consumer", StringType(), True),
+        StructField("idle_ms", LongType(), True),
+        StructField("fields", FIELDS, True),
+        StructField("delivery_count", LongType(), True),
+        StructField("route", StringType(), False),
+    ]
+)
+
+# One row per entry the run touched.
+REPORT = StructType(
+    [
+        StructField("run_id", StringType(), False),
+        StructField("stream", StringType(), False),
+        StructField("group", StringType(), False),
+        StructField("id", StringType(), False),
+        StructField("previous_consumer", StringType(), True),
+        StructField("delivery_count", LongType(), True),
+        StructField("idle_ms", LongType(), True),
+        StructField("action", StringType(), False),
+        StructField("reason", StringType(), True),
+        StructField("error", StringType(), True),
+        StructField("dead_letter_id", StringType(), True),
+    ]
+)
+
+
+def arrow(schema: StructType) -> pa.Schema:
+    """The Arrow schema mapInArrow batches must have for a Spark schema."""
+    return to_arrow_schema(schema)
+
+
+# Routes (ROUTED.route) and actions (REPORT.action).
+ROUTE_HANDLE = "handle"
+ROUTE_DEAD_LETTER = "dead_letter"
+ROUTE_DELETED = "deleted"
+ROUTE_GONE = "gone"
+
+ACTION_REPROCESSED = "reprocessed"
+ACTION_DEAD_LETTERED = "dead_lettered"
+ACTION_FAILED = "failed"
+ACTION_DELETED = "deleted"
+ACTION_SKIPPED = "skipped"
+ACTIONS = (ACTION_REPROCESSED, ACTION_DEAD_LETTERED, ACTION_FAILED, ACTION_DELETED,
+           ACTION_SKIPPED)

@@ -1,0 +1,89 @@
+"""Server-side Lua scripts of the job (recovery/lua/*.lua), registered once per client.
+
+Each call goes through EVALSHA (redis-py's Script falls back to loading the script on
+NOSCRIPT). Every write helper takes an optional pipeline so callers can batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+SCRIPT_NAMES = ("dead_letter", "ack_owned", "delete_empty_consumer")
+
+
+def _source(name: str) -> str:
+    return resources.files("recovery").joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
+def scripts_for(client: redis.Redis) -> dict[str, Script]:
+    """The job's scripts registered on `client` (cached on the client object)."""
+    cached: dict[str, Script] | None = getattr(client, "_recovery_scripts", None)
+    if cached is None:
+        cached = {name: client.register_script(_source(name)) for name in SCRIPT_NAMES}
+        client._recovery_scripts = cached  # type: ignore[attr-defined]
+    return cached
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One entry to dead-letter, with the metadata written next to its fields."""
+
+    id: str
+    delivery_count: int
+    idle_ms: int
+    last_owner: str | None
+    reason: str
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class DeadLetterContext:
+    """What is the same for every entry of one dead-letter batch."""
+
+    stream: str
+    group: str
+    consumer: str
+    dlq: str
+    run_id: str
+    delivery_limit: int
+    death_time_ms: int
+
+
+MOVED_NOT_OURS = 0
+MOVED_DELETED = -1
+
+
+def dead_letter_batch(client: redis.Redis, ctx: DeadLetterContext,
+                      entries: Sequence[DeadLetter], pipe: Any = None) -> list[Any]:
+    """Move `entries` to `ctx.dlq` in one atomic call; only entries pending and owned by
+    `ctx.consumer` move.
+
+    Reply (without pipe): one element per entry, in order: the dead-letter ID (bytes) if
+    moved, ``MOVED_NOT_OURS`` (0) if left alone, ``MOVED_DELETED`` (-1) if it was deleted
+    upstream (then only acked).
+    """
+    args: list[Any] = [ctx.group, ctx.consumer, ctx.run_id, ctx.delivery_limit,
+                       ctx.death_time_ms, ctx.stream]
+    for e in entries:
+        args += [e.id, e.delivery_count, e.idle_ms, e.last_owner or "", e.reason, e.error or ""]
+    script = scripts_for(client)["dead_letter"]
+    return script(keys=[ctx.stream, ctx.dlq], args=args, client=pipe)  # type: ignore[no-any-return]
+
+
+def ack_owned(client: redis.Redis, stream: str, group: str, consumer: str,
+              ids: Sequence[str], pipe: Any = None) -> list[int]:
+    """XACK the `ids` still pending and owned by `consumer`. Reply: 1 acked / 0 left, per ID."""
+    script = scripts_for(client)["ack_owned"]
+    return script(keys=[stream], args=[group, consumer, *ids], client=pipe)  # type: ignore[no-any-return]
+
+
+def delete_empty_consumer(client: redis.Redis, stream: str, group: str, consumer: str) -> bool:
+    """Delete `consumer` from the group if it owns no pending entry. True when deleted."""
+    script = scripts_for(client)["delete_empty_consumer"]
+    return bool(script(keys=[stream], args=[group, consumer]))

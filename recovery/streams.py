@@ -1,0 +1,156 @@
+"""Redis Streams commands the job uses, one function per command.
+
+Times are milliseconds. IDs are ``str`` (``"<ms>-<seq>"``); field names and values stay
+``bytes``, in stream order, duplicates kept. All functions expect a client from
+``recovery.redis_conn.connect`` (raw replies for stream commands).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import redis
+
+Fields = list[tuple[bytes, bytes]]
+END_CURSOR = "0-0"
+
+
+@dataclass(frozen=True)
+class PendingEntry:
+    """One XPENDING extended-form row."""
+
+    id: str
+    consumer: str
+    idle_ms: int
+    delivery_count: int
+
+
+@dataclass(frozen=True)
+class ClaimBatch:
+    """One XAUTOCLAIM step.
+
+    `entries`: claimed (id, fields); `deleted`: IDs found in the PEL but gone from the stream
+    (7.0+: the third reply element; 6.2: entries returned as nil); `before`: the PEL rows of
+    the same range read atomically just before the claim (last owner, idle time, count).
+    """
+
+    next_cursor: str
+    entries: list[tuple[str, Fields]]
+    deleted: list[str]
+    before: dict[str, PendingEntry]
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def pairs(flat: Sequence[bytes]) -> Fields:
+    """``[f1, v1, f2, v2]`` -> ``[(f1, v1), (f2, v2)]``."""
+    return [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+
+
+def server_version(client: redis.Redis) -> tuple[int, int, int]:
+    """(major, minor, patch) of the server (INFO server, ``redis_version``)."""
+    text = str(client.info("server").get("redis_version", "0.0.0"))
+    parts = [int(p) for p in text.split(".")[:3] if p.isdigit()]
+    return (parts + [0, 0, 0])[0], (parts + [0, 0])[1], (parts + [0, 0, 0])[2]
+
+
+def scan_keys(client: redis.Redis, match: str, count: int) -> Iterator[bytes]:
+    """Every key matching `match`, whatever its type (SCAN MATCH .. COUNT ..)."""
+    yield from client.scan_iter(match=match, count=count)
+
+
+def key_type(client: redis.Redis, key: str) -> str:
+    """TYPE of `key`: ``stream``, ``none``, ``hash`` ..."""
+    return _s(client.type(key))
+
+
+def group_names(client: redis.Redis, stream: str) -> list[str]:
+    """Names of the consumer groups of `stream` (XINFO GROUPS)."""
+    reply = client.execute_command("XINFO GROUPS", stream)
+    return [_s(_info_dict(row)[b"name"]) for row in reply]
+
+
+def consumer_names(client: redis.Redis, stream: str, group: str) -> list[str]:
+    """Names of the consumers of `group` (XINFO CONSUMERS)."""
+    reply = client.execute_command("XINFO CONSUMERS", stream, group)
+    return [_s(_info_dict(row)[b"name"]) for row in reply]
+
+
+def _info_dict(row: Sequence[object]) -> dict[bytes, object]:
+    return {row[i]: row[i + 1] for i in range(0, len(row), 2)}  # type: ignore[misc]
+
+
+def pending_count(client: redis.Redis, stream: str, group: str) -> int:
+    """Number of entries in the group's PEL (XPENDING summary form)."""
+    return int(client.execute_command("XPENDING", stream, group)[0])
+
+
+def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
+                min_idle_ms: int, cursor: str, count: int) -> ClaimBatch:
+    """One XAUTOCLAIM step from `cursor`, with an atomic XPENDING read of the same range.
+
+    MULTI/EXEC makes the two see the same PEL, so the last owner and idle time of each
+    claimed entry are known (except where deleted entries shift the XPENDING page).
+    """
+    pipe = client.pipeline(transaction=True)
+    pipe.execute_command("XPENDING", stream, group, "IDLE", min_idle_ms, cursor, "+", count)
+    pipe.execute_command("XAUTOCLAIM", stream, group, consumer, min_idle_ms, cursor,
+                         "COUNT", count)
+    before_rows, reply = pipe.execute()
+    before = {p.id: p for p in map(_pending_row, before_rows)}
+    entries: list[tuple[str, Fields]] = []
+    deleted = [_s(i) for i in reply[2]] if len(reply) > 2 else []
+    for item in reply[1]:
+        if item is None:
+            continue
+        entry_id, flat = item
+        if flat is None:  # Redis 6.2 returns entries deleted from the stream as nil
+            deleted.append(_s(entry_id))
+        else:
+            entries.append((_s(entry_id), pairs(flat)))
+    return ClaimBatch(_s(reply[0]), entries, deleted, before)
+
+
+def _pending_row(row: Sequence[object]) -> PendingEntry:
+    entry_id, consumer, idle, count = row
+    return PendingEntry(_s(entry_id), _s(consumer), int(idle), int(count))  # type: ignore[arg-type, call-overload]
+
+
+def pending_range(client: redis.Redis, stream: str, group: str, start: str, end: str,
+                  count: int, consumer: str | None = None,
+                  min_idle_ms: int | None = None) -> list[PendingEntry]:
+    """XPENDING extended form: up to `count` PEL rows with start <= id <= end."""
+    args: list[object] = ["XPENDING", stream, group]
+    if min_idle_ms is not None:
+        args += ["IDLE", min_idle_ms]
+    args += [start, end, count]
+    if consumer is not None:
+        args.append(consumer)
+    return [_pending_row(r) for r in client.execute_command(*args)]
+
+
+def pending_of_consumer(client: redis.Redis, stream: str, group: str, consumer: str,
+                        page: int) -> Iterator[PendingEntry]:
+    """Every PEL row owned by `consumer`, in ID order, `page` rows per XPENDING call."""
+    start = "-"
+    while True:
+        rows = pending_range(client, stream, group, start, "+", page, consumer)
+        yield from rows
+        if len(rows) < page:
+            return
+        start = "(" + rows[-1].id
+
+
+def fetch_entries(client: redis.Redis, stream: str, ids: Sequence[str]
+                  ) -> dict[str, Fields | None]:
+    """Fields of each ID (pipelined XRANGE id id); None for IDs gone from the stream."""
+    pipe = client.pipeline(transaction=False)
+    for entry_id in ids:
+        pipe.execute_command("XRANGE", stream, entry_id, entry_id)
+    result: dict[str, Fields | None] = {}
+    for entry_id, reply in zip(ids, pipe.execute(), strict=True):
+        result[entry_id] = pairs(reply[0][1]) if reply else None
+    return result

@@ -1,0 +1,79 @@
+"""Pure DataFrame logic of a run: join, route, summarise. No I/O here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from recovery.schemas import (
+    ACTIONS,
+    ROUTE_DEAD_LETTER,
+    ROUTE_DELETED,
+    ROUTE_GONE,
+    ROUTE_HANDLE,
+)
+
+Transform = Callable[[DataFrame], DataFrame]
+JOIN_KEYS = ["stream", "group", "id"]
+
+
+def join_pending(pending: DataFrame) -> Transform:
+    """Full outer join of claimed entries with the job consumer's PEL on (stream, group, id).
+
+    - claimed and pending: the normal case, the count includes this run's claim;
+    - claimed only: deleted upstream, or taken by someone else since the claim;
+    - pending only: claimed by an earlier attempt of a retried task or through a lost reply;
+      the apply stage fetches their fields.
+    A full outer join never broadcasts; the hint keeps it a shuffled hash join with the
+    narrow PEL side as the build side, since Spark under-estimates mapInArrow output.
+    """
+
+    def _join(claimed: DataFrame) -> DataFrame:
+        owned = pending.withColumnRenamed("consumer", "owner").hint("shuffle_hash")
+        joined = claimed.join(owned, on=JOIN_KEYS, how="full")
+        return joined.select(
+            "stream",
+            "group",
+            F.coalesce("consumer", "owner").alias("consumer"),
+            "id",
+            F.coalesce("deleted", F.lit(False)).alias("deleted"),
+            "previous_consumer",
+            "idle_ms",
+            "fields",
+            "delivery_count",
+        )
+
+    return _join
+
+
+def route_column(max_deliveries: int) -> Column:
+    """Where an entry goes: deleted upstream, gone from our PEL, dead letter, or handler."""
+    return (
+        F.when(F.col("deleted"), F.lit(ROUTE_DELETED))
+        .when(F.col("delivery_count").isNull(), F.lit(ROUTE_GONE))
+        .when(F.col("delivery_count") > max_deliveries, F.lit(ROUTE_DEAD_LETTER))
+        .otherwise(F.lit(ROUTE_HANDLE))
+    )
+
+
+def route(max_deliveries: int) -> Transform:
+    """Add the `route` column: delivery count above `max_deliveries` -> dead letter."""
+
+    def _route(df: DataFrame) -> DataFrame:
+        return df.withColumn("route", route_column(max_deliveries))
+
+    return _route
+
+
+def summarise() -> Transform:
+    """Report rows -> one row per (stream, group) with a count per action and a total."""
+
+    def _summarise(report: DataFrame) -> DataFrame:
+        counts = report.groupBy("stream", "group").pivot("action", list(ACTIONS)).count()
+        filled = counts.na.fill(0, list(ACTIONS))
+        total = sum((F.col(a) for a in ACTIONS), F.lit(0))
+        return filled.withColumn("total", total.cast("long")).orderBy("stream", "group")
+
+    return _summarise
