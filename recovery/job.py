@@ -96,7 +96,7 @@ def _recover(spark: SparkSession, settings: Settings, params: JobParams, units: 
     routed = claimed.transform(join_pending(pending)).transform(
         route(settings.claim.max_deliveries))
     report = routed.mapInArrow(apply_partition(params), REPORT)
-    write_report(report, settings.report.path)
+    write_report(report, settings.report.path, params.run_id)
 
 
 def materialise_once(claimed: DataFrame) -> DataFrame:

@@ -193,7 +193,7 @@ def apply_partition(params: JobParams) -> ArrowFn:
             for step, batch in enumerate(batches, start=1):
                 with redis_errors(params.redis):
                     rows = apply_rows(client.get(), params, batch.to_pylist())
-                maybe_fail("apply", step)
+                maybe_fail("apply", step)  # after the side effects: the worst moment
                 yield pa.RecordBatch.from_pylist(rows, schema=REPORT_ARROW)
         finally:
             client.close()

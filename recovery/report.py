@@ -53,15 +53,15 @@ def run_path(base: str, run_id: str) -> str:
     return f"{base.rstrip('/')}/run_id={run_id}"
 
 
-def write_report(report: DataFrame, base: str) -> None:
-    """Write report rows under `base`, partitioned by run (append: runs accumulate)."""
-    report.write.mode("append").partitionBy("run_id").parquet(base)
+def write_report(report: DataFrame, base: str, run_id: str) -> None:
+    """Write one run's rows to ``<base>/run_id=<run id>/`` (Hive-style, so reading `base`
+    gives every run with a run_id column). An empty run still gets its directory."""
+    report.drop("run_id").write.mode("append").parquet(run_path(base, run_id))
 
 
 def read_run(spark: SparkSession, base: str, run_id: str) -> DataFrame:
-    """The report rows of one run (without the partition column)."""
-    schema = REPORT.fieldNames()[1:]
-    return spark.read.parquet(run_path(base, run_id)).select(*schema)
+    """The report rows of one run (without the run_id column)."""
+    return spark.read.parquet(run_path(base, run_id)).select(*REPORT.fieldNames()[1:])
 
 
 def fill_summary(summary: RunSummary, per_unit: DataFrame, skipped: list[Skipped]) -> None:

