@@ -39,6 +39,7 @@ from pydantic_settings import (
 
 from recovery.errors import ConfigError
 
+MISSING_HINTS = {"streams": "select streams: set streams.keys and/or streams.match"}
 HANDLER_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -287,7 +288,7 @@ def describe_validation_error(exc: ValidationError) -> str:
         if err["type"] == "extra_forbidden":
             msg = "unknown setting (check the spelling against conf/recovery.toml)"
         elif err["type"] == "missing":
-            msg = "required; set it in the config file or the environment"
+            msg = MISSING_HINTS.get(loc, "required; set it in the config file or the environment")
         problems.append(f"{loc}: {msg}")
     env_hint = "fix it in the --config file, the RECOVERY_<SECTION>__<FIELD> variable or --set"
     return "invalid config: " + "; ".join(problems) + f" ({env_hint})"

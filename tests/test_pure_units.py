@@ -1,0 +1,99 @@
+"""Small pure pieces: dead-letter names, settings, handler replies, the throttle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from redis.crc import key_slot
+
+from recovery.config import executor_params, load_settings, redacted_url
+from recovery.discovery import WorkUnit, assign
+from recovery.dlq_names import dead_letter_key
+from recovery.errors import ConfigError, DeadLetterNameError
+from recovery.handlers import Result, normalise_reply
+from recovery.throttle import Throttle
+
+
+@pytest.mark.parametrize(("source", "dlq"), [
+    ("orders", "{orders}:dlq"),
+    ("orders{eu}", "orders{eu}:dlq"),
+    ("a{b}c{d}", "a{b}c{d}:dlq"),
+    ("x{}y", None),          # empty tag: the whole key hashes, and it has a '}'
+    ("a}b", None),
+    ("a{b", "{a{b}:dlq"),
+])
+def test_dead_letter_key_shares_the_slot(source, dlq):
+    if dlq is None:
+        with pytest.raises(DeadLetterNameError):
+            dead_letter_key(source, ":dlq")
+    else:
+        assert dead_letter_key(source, ":dlq") == dlq
+        assert key_slot(dlq.encode()) == key_slot(source.encode())
+
+
+def test_settings_precedence_file_then_env_then_cli(tmp_path: Path, monkeypatch):
+    conf = tmp_path / "c.toml"
+    conf.write_text('[streams]\nkeys = ["a"]\n[claim]\ncount = 10\nmax_deliveries = 3\n'
+                    'min_idle_ms = 5\n')
+    monkeypatch.setenv("RECOVERY_CLAIM__COUNT", "20")
+    monkeypatch.setenv("RECOVERY_CLAIM__MAX_DELIVERIES", "4")
+    s = load_settings(conf, ["claim.max_deliveries=7"])
+    assert (s.claim.min_idle_ms, s.claim.count, s.claim.max_deliveries) == (5, 20, 7)
+
+
+def test_password_in_url_moves_into_secret(tmp_path: Path):
+    s = load_settings(None, ["streams.keys=a", "redis.url=redis://bob:p%40ss@h:7000/2"])
+    assert s.redis.url == "redis://h:7000/2"
+    assert s.redis.username == "bob"
+    assert "p@ss" not in repr(s) and "p@ss" not in repr(executor_params(s, "r"))
+    assert executor_params(s, "r").redis.password == "p@ss"
+    assert redacted_url("redis://bob:p%40ss@h:7000/2") == "redis://bob:***@h:7000/2"
+
+
+@pytest.mark.parametrize(("override", "names"), [
+    ("claim.min_idle_ms=0", "claim.min_idle_ms"),
+    ("claim.count=abc", "claim.count"),
+    ("claim.bogus=1", "claim.bogus: unknown setting"),
+    ("handler.path=not-a-path", "handler.path"),
+    ("redis.url=http://x", "redis.url must look like"),
+])
+def test_bad_settings_name_the_field(override, names):
+    with pytest.raises(ConfigError) as err:
+        load_settings(None, ["streams.keys=a", override])
+    assert names in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_empty_stream_selection_is_refused():
+    with pytest.raises(ConfigError, match="set streams.keys and/or streams.match"):
+        load_settings(None, [])
+
+
+def test_handler_replies_are_normalised():
+    assert normalise_reply([True, Result.failure("x")], 2) == [Result(True), Result(False, "x")]
+    garbage = normalise_reply([True], 2)
+    assert [r.ok for r in garbage] == [False, False]
+    assert "garbage" in (garbage[0].error or "")
+    assert [r.ok for r in normalise_reply([1, 2], 2)] == [False, False]
+
+
+def test_assign_balances_biggest_first_and_names_consumers_by_part():
+    units = [WorkUnit("a", "g", 100), WorkUnit("b", "g", 60), WorkUnit("c", "g", 50)]
+    parts = assign(units, 2, "rec", "run1")
+    assert [(a.stream, a.part, a.consumer) for a in parts] == [
+        ("a", 0, "rec-run1-0"), ("b", 1, "rec-run1-1"), ("c", 1, "rec-run1-1")]
+
+
+def test_throttle_sleeps_to_the_cap():
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    throttle = Throttle(100.0, clock=lambda: now[0], sleep=sleep)
+    throttle.take(50)
+    throttle.take(50)
+    assert now[0] == pytest.approx(1.0)
