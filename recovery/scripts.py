@@ -14,7 +14,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-SCRIPT_NAMES = ("dead_letter", "ack_owned", "delete_empty_consumer")
+SCRIPT_NAMES = ("dead_letter", "ack_owned", "delete_empty_consumer", "redrive")
 
 
 def _source(name: str) -> str:

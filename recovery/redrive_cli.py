@@ -1,0 +1,60 @@
+"""Command line of ``jobs/redrive.py``: the same options and exit codes as ``jobs/recover.py``
+(0 success, 2 invalid config or arguments, 1 anything else), plus ``--dry-run``.
+
+Errors are one line on stderr; the last line of stdout is always a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+
+from recovery.cli import recover_parser, setup_logging
+from recovery.config import load_settings
+from recovery.errors import EXIT_FAILURE, EXIT_OK, RecoveryError
+from recovery.job import new_run_id
+from recovery.redrive import RedriveSummary, run_redrive
+
+
+def redrive_parser() -> argparse.ArgumentParser:
+    """recover's parser (--config, --set, --run-id, --log-level) plus --dry-run."""
+    parser = recover_parser()
+    parser.prog, parser.description = "redrive", __doc__
+    parser.conflict_handler = "resolve"  # should recover's parser gain a --dry-run, ours wins
+    parser.add_argument("--dry-run", action="store_true",
+                        help="count what would be redriven; change nothing")
+    return parser
+
+
+def redrive_main(argv: list[str] | None, on_start: Callable[[], None] = lambda: None) -> int:
+    """Parse, load, redrive, report; return the exit code. `on_start` runs after the config
+    is valid and before any Redis call (the entry point starts Spark there)."""
+    summary: RedriveSummary | None = None
+    try:
+        args = redrive_parser().parse_args(argv)
+        setup_logging(args.log_level)
+        overrides = args.overrides + (["redrive.dry_run=true"] if args.dry_run else [])
+        settings = load_settings(args.config, overrides)
+        on_start()
+        summary = RedriveSummary(args.run_id or new_run_id())
+        run_redrive(settings, summary)
+        code = EXIT_OK
+    except RecoveryError as exc:
+        code = _fail(exc, summary, exc.exit_code)
+    except KeyboardInterrupt:
+        code = _fail(RecoveryError("interrupted; re-run the redrive to finish"), summary,
+                     EXIT_FAILURE)
+    if summary is not None:
+        print(summary.json_line(), flush=True)
+    return code
+
+
+def _fail(exc: RecoveryError, summary: RedriveSummary | None, code: int) -> int:
+    print(f"error: {exc}", file=sys.stderr, flush=True)
+    if summary is None:
+        print(json.dumps({"status": "error", "exit_code": code, "error": str(exc)}), flush=True)
+    else:
+        summary.status, summary.error = "failed", str(exc)
+    return code
