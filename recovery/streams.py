@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import redis
 
 Fields = list[tuple[bytes, bytes]]
+FlatFields = list[bytes]  # [name1, value1, name2, value2, ...] as Redis replies
 END_CURSOR = "0-0"
 
 
@@ -30,13 +31,13 @@ class PendingEntry:
 class ClaimBatch:
     """One XAUTOCLAIM step.
 
-    `entries`: claimed (id, fields); `deleted`: IDs found in the PEL but gone from the stream
+    `entries`: claimed (id, flat fields); `deleted`: IDs found in the PEL but gone from the stream
     (7.0+: the third reply element; 6.2: entries returned as nil); `before`: the PEL rows of
     the same range read atomically just before the claim (last owner, idle time, count).
     """
 
     next_cursor: str
-    entries: list[tuple[str, Fields]]
+    entries: list[tuple[str, FlatFields]]
     deleted: list[str]
     before: dict[str, PendingEntry]
 
@@ -101,7 +102,7 @@ def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
                          "COUNT", count)
     before_rows, reply = pipe.execute()
     before = {p.id: p for p in map(_pending_row, before_rows)}
-    entries: list[tuple[str, Fields]] = []
+    entries: list[tuple[str, FlatFields]] = []
     deleted = [_s(i) for i in reply[2]] if len(reply) > 2 else []
     for item in reply[1]:
         if item is None:
@@ -110,7 +111,7 @@ def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
         if flat is None:  # Redis 6.2 returns entries deleted from the stream as nil
             deleted.append(_s(entry_id))
         else:
-            entries.append((_s(entry_id), pairs(flat)))
+            entries.append((entry_id.decode(), flat))
     return ClaimBatch(_s(reply[0]), entries, deleted, before)
 
 
