@@ -19,7 +19,7 @@ import logging
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import redis
@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 EXAMINE_PER_MOVE = 10  # entries one script call may examine per entry it may move
 MAX_EXAMINE = 10_000  # bound on one call's work, so the script never blocks Redis for long
 MAX_SEQ = 2**64 - 1
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass
@@ -105,7 +106,8 @@ def id_range(r: RedriveSettings) -> tuple[str, str]:
 
 
 def _epoch_ms(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
+    """Milliseconds since the epoch, floored exactly (no float rounding)."""
+    return (moment - EPOCH) // timedelta(milliseconds=1)
 
 
 def _bound_key(bound: str, is_end: bool) -> tuple[int, int]:
