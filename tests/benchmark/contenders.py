@@ -1,0 +1,136 @@
+"""One measured run of one contender: fresh server, fresh seed, run, counters, verification.
+
+Every contender runs in its own process (the loops through ``python -m
+tests.benchmark.loops``, the job through spark-submit), so its wall time includes its own
+start-up and its memory is its own. The Redis counters are read right before the process
+starts and right after it exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recovery.local_redis import LocalServer, any_server_binary
+from tests.benchmark.loops import LOOPS, Tally
+from tests.benchmark.measure import idle_cpu_rate, redis_counters
+from tests.benchmark.seed import BacklogSpec, seed_backlog
+from tests.benchmark.spark_job import ROOT, JobOptions, run_job
+from tests.benchmark.verify import verify_recovered
+
+JOB = "job"
+CONTENDERS = (*LOOPS, JOB)
+SERVER_ARGS = ("--appendonly", "no")
+
+
+class ContenderFailed(RuntimeError):
+    """A contender exited non-zero or recovered something else than what was seeded."""
+
+
+@dataclass
+class RunRecord:
+    """One run. Seconds, bytes, counts; `steady_s` is the loop's own timer (None for the job,
+    whose steady part is its wall time minus the fixed cost measured by the probe runs)."""
+
+    contender: str
+    size: str
+    messages: int
+    repeat: int
+    wall_s: float
+    steady_s: float | None
+    round_trips: int | None
+    peak_rss_bytes: int
+    redis_cpu_s: float
+    redis_idle_cpu_per_s: float
+    redis_commands: int
+    redis_reads: int
+    per_command: dict[str, tuple[int, int]]
+    acked: int
+    dead_lettered: int
+    seed_s: float
+    load_avg_1m: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def run_loop_process(name: str, spec: BacklogSpec, url: str) -> tuple[float, Tally]:
+    """Run loop `name` in a fresh interpreter; (wall seconds, what it reported)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "tests.benchmark.loops", name,
+                           json.dumps(asdict(spec)), url],
+                          cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise ContenderFailed(f"{name} loop exited {done.returncode}: {done.stderr[-2000:]}")
+    return wall, Tally(**json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@dataclass
+class Measured:
+    """What running one contender gave, before the counters and the verification."""
+
+    wall_s: float
+    steady_s: float | None
+    round_trips: int | None
+    peak_rss_bytes: int
+    said_acked: int  # what the contender says it did, to compare with Redis
+    said_dead_lettered: int
+    details: dict[str, Any]
+
+
+def _measure_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions) -> Measured:
+    job = run_job(spec, url, workdir, options)
+    if job.exit_code != 0 or "totals" not in job.summary:
+        raise ContenderFailed(f"spark-submit exited {job.exit_code}: see {workdir}")
+    totals = job.summary["totals"]
+    details = {"phases": job.phases, "peak_rss": job.peak_rss,
+               "log": [asdict(line) for line in job.log],
+               "actions": [asdict(a) for a in job.actions],
+               "python_tasks_ms": job.python_tasks_ms, "totals": totals}
+    return Measured(job.wall_s, None, None, job.peak_rss.get("driver", 0),
+                    int(totals["reprocessed"]), int(totals["dead_lettered"]), details)
+
+
+def _measure_loop(name: str, spec: BacklogSpec, url: str) -> Measured:
+    wall, tally = run_loop_process(name, spec, url)
+    return Measured(wall, tally.seconds, tally.round_trips, tally.maxrss_bytes, tally.acked,
+                    tally.dead_lettered, {"claimed": tally.claimed})
+
+
+def run_contender(name: str, spec: BacklogSpec, repeat: int, workdir: Path,
+                  options: JobOptions, idle_probe_s: float = 1.0) -> RunRecord:
+    """Seed `spec` into a fresh server, measure its idle CPU rate for `idle_probe_s`
+    seconds, run contender `name` on it, measure, verify."""
+    _flavor, binary = any_server_binary()
+    with LocalServer(binary, args=SERVER_ARGS) as server:
+        client = server.client()
+        seeded = seed_backlog(client, spec)
+        idle = idle_cpu_rate(client, idle_probe_s)
+        load = os.getloadavg()[0]
+        before = redis_counters(client)
+        if name == JOB:
+            measured = _measure_job(spec, server.url, workdir, options)
+        else:
+            measured = _measure_loop(name, spec, server.url)
+        delta = redis_counters(client) - before
+        outcome = verify_recovered(client, seeded)
+    said = (measured.said_acked, measured.said_dead_lettered)
+    if said != (outcome.acked, outcome.dead_lettered):
+        raise ContenderFailed(f"{name} says it acked and dead-lettered {said}, Redis shows "
+                              f"{(outcome.acked, outcome.dead_lettered)}")
+    return RunRecord(
+        contender=name, size=spec.label, messages=spec.messages, repeat=repeat,
+        wall_s=measured.wall_s, steady_s=measured.steady_s, round_trips=measured.round_trips,
+        peak_rss_bytes=measured.peak_rss_bytes, redis_cpu_s=delta.cpu_s,
+        redis_idle_cpu_per_s=idle,
+        redis_commands=delta.commands, redis_reads=delta.reads,
+        per_command=delta.per_command, acked=outcome.acked,
+        dead_lettered=outcome.dead_lettered, seed_s=seeded.seconds, load_avg_1m=load,
+        details=measured.details)

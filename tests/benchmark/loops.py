@@ -1,0 +1,240 @@
+"""The two single-process contenders: the naive tutorial loop and the best redis-py loop.
+
+Both recover every stream of a :class:`BacklogSpec` as the job does: claim idle entries with an
+XAUTOCLAIM cursor loop, read delivery counts, dead-letter entries delivered more than
+``max_deliveries`` times, hand the rest to ``recovery.handlers.noop`` and ack them.
+
+Run one in its own process (clean memory and import costs)::
+
+    python -m tests.benchmark.loops raw '<BacklogSpec as JSON>' redis://127.0.0.1:6379/0
+
+It prints one JSON line: loop seconds, round trips counted on the client, what it did, and
+``ru_maxrss`` in bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from typing import Any
+
+import redis
+
+from recovery.dlq_names import dead_letter_key
+from recovery.handlers import Message, noop
+from tests.benchmark.seed import BacklogSpec
+
+DLQ_SUFFIX = ":dlq"
+NAIVE_COUNT = 100
+RAW_COUNT = 5000
+DLQ_BATCH = 200
+NAIVE_CONSUMER = "naive-recovery"
+RAW_CONSUMER = "raw-recovery"
+END = b"0-0"
+
+
+class CountingConnection(redis.Connection):
+    """A connection that counts what it sends: one send per command or per pipeline, so
+    ``sent`` is the number of round trips (this process only; the loops are one thread)."""
+
+    sent = 0
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        CountingConnection.sent += 1
+        super().send_packed_command(command, check_health)
+
+
+def counting_client(url: str, protocol: int = 3) -> redis.Redis:
+    """A client whose round trips are counted in ``CountingConnection.sent``."""
+    pool = redis.ConnectionPool.from_url(url, connection_class=CountingConnection,
+                                         protocol=protocol)
+    return redis.Redis(connection_pool=pool)
+
+
+@dataclass
+class Tally:
+    """What a loop did, entry by entry, counted from the replies of Redis."""
+
+    claimed: int = 0
+    acked: int = 0
+    dead_lettered: int = 0
+    seconds: float = 0.0
+    round_trips: int = 0
+    maxrss_bytes: int = 0
+
+
+# --- the naive loop, as many tutorials show it --------------------------------------------
+
+def naive_recover(client: redis.Redis, spec: BacklogSpec) -> Tally:
+    """XAUTOCLAIM COUNT 100; per claimed entry one XPENDING, then XADD + XACK or XACK."""
+    tally = Tally()
+    for stream in spec.stream_names():
+        dlq = dead_letter_key(stream, DLQ_SUFFIX)
+        cursor: Any = "0-0"
+        while True:
+            cursor, entries, *_ = client.xautoclaim(stream, spec.group, NAIVE_CONSUMER,
+                                                    spec.min_idle_ms, cursor, count=NAIVE_COUNT)
+            for entry_id, fields in entries:
+                tally.claimed += 1
+                _naive_one(client, spec, stream, dlq, entry_id, fields, tally)
+            if cursor == END:
+                break
+    return tally
+
+
+def _naive_one(client: redis.Redis, spec: BacklogSpec, stream: str, dlq: str,
+               entry_id: bytes, fields: dict[bytes, bytes], tally: Tally) -> None:
+    info = client.xpending_range(stream, spec.group, entry_id, entry_id, 1)
+    deliveries = info[0]["times_delivered"]
+    if deliveries > spec.max_deliveries:
+        client.xadd(dlq, {**fields, "x-original-stream": stream,  # type: ignore[dict-item]
+                          "x-original-group": spec.group, "x-original-id": entry_id,
+                          "x-delivery-count": deliveries})
+        tally.dead_lettered += client.xack(stream, spec.group, entry_id)
+        return
+    message = Message(stream, spec.group, entry_id.decode(), list(fields.items()), deliveries)
+    if noop([message])[0]:
+        tally.acked += client.xack(stream, spec.group, entry_id)
+
+
+# --- the best single-process loop -----------------------------------------------------------
+
+@dataclass
+class Writes:
+    """Acks and dead-letter moves of one claimed batch, sent with the next round trip."""
+
+    acks: dict[str, list[bytes]] = field(default_factory=dict)
+    moves: list[tuple[str, list[Any]]] = field(default_factory=list)  # (stream, script args)
+
+    def queue(self, pipe: Any, spec: BacklogSpec, sha: str) -> list[str]:
+        """Queue everything on `pipe`; returns the kind of each queued reply, in order."""
+        kinds = []
+        for stream, ids in self.acks.items():
+            pipe.execute_command("XACK", stream, spec.group, *ids)
+            kinds.append("ack")
+        for stream, args in self.moves:
+            pipe.execute_command("EVALSHA", sha, 2, stream, dead_letter_key(stream, DLQ_SUFFIX),
+                                 *args)
+            kinds.append("move")
+        return kinds
+
+
+def raw_recover(client: redis.Redis, spec: BacklogSpec, count: int = RAW_COUNT) -> Tally:
+    """One round trip per claimed batch, one MULTI/EXEC: [the previous batch's XACK and
+    dead-letter script calls, XPENDING IDLE of the range about to be claimed (last owner, idle
+    ms, delivery count before the claim), XAUTOCLAIM COUNT `count`]."""
+    sha = client.script_load(_dead_letter_source())
+    tally, writes = Tally(), Writes()
+    for stream in spec.stream_names():
+        cursor = b"0-0"
+        while True:
+            before, claim = _round_trip(client, spec, sha, writes, tally, [
+                ("XPENDING", stream, spec.group, "IDLE", spec.min_idle_ms, cursor, "+", count),
+                ("XAUTOCLAIM", stream, spec.group, RAW_CONSUMER, spec.min_idle_ms, cursor,
+                 "COUNT", count),
+            ])
+            writes = _route(spec, stream, claim[1], before, tally)
+            cursor = claim[0]
+            if cursor == END:
+                break
+    _round_trip(client, spec, sha, writes, tally, [])
+    return tally
+
+
+def _round_trip(client: redis.Redis, spec: BacklogSpec, sha: str, writes: Writes,
+                tally: Tally, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """Send `writes` then `commands` in one MULTI/EXEC pipeline; count the writes; return the
+    replies of `commands`."""
+    pipe = client.pipeline(transaction=True)
+    kinds = writes.queue(pipe, spec, sha)
+    for command in commands:
+        pipe.execute_command(*command)
+    replies = pipe.execute()
+    for kind, reply in zip(kinds, replies, strict=False):
+        if kind == "ack":
+            tally.acked += int(reply)
+        else:
+            tally.dead_lettered += sum(1 for r in reply if isinstance(r, bytes))
+    return replies[len(kinds):]
+
+
+def _route(spec: BacklogSpec, stream: str, entries: list[Any], before: list[Any],
+           tally: Tally) -> Writes:
+    """Split one claimed batch: over the limit -> dead-letter script args; the rest -> the
+    handler, then ack. `before` holds the XPENDING rows read atomically before the claim
+    ([id, owner, idle ms, count]); the claim added one delivery."""
+    known = {row[0]: row for row in before}
+    handled: list[tuple[bytes, Message]] = []
+    header: list[Any] = [spec.group, RAW_CONSUMER, "raw-loop", spec.max_deliveries,
+                         int(time.time() * 1000), stream]
+    move_args = list(header)
+    moves: list[tuple[str, list[Any]]] = []
+    for entry_id, flat in entries:
+        row = known.get(entry_id)
+        if flat is None or row is None:
+            continue  # deleted upstream, or outside the page read before (not in this run)
+        tally.claimed += 1
+        deliveries = int(row[3]) + 1
+        if deliveries > spec.max_deliveries:
+            move_args += [entry_id, deliveries, row[2], row[1], "max-deliveries-exceeded", ""]
+            if len(move_args) >= len(header) + 6 * DLQ_BATCH:
+                moves.append((stream, move_args))
+                move_args = list(header)
+        else:
+            pairs = list(zip(flat[::2], flat[1::2], strict=True))
+            handled.append((entry_id, Message(stream, spec.group, entry_id.decode(), pairs,
+                                              deliveries)))
+    if len(move_args) > len(header):
+        moves.append((stream, move_args))
+    results = noop([m for _, m in handled])
+    acks = [entry_id for (entry_id, _), ok in zip(handled, results, strict=True) if ok]
+    return Writes({stream: acks} if acks else {}, moves)
+
+
+def _dead_letter_source() -> str:
+    """The job's own atomic dead-letter script (same Redis work per moved entry)."""
+    return resources.files("recovery").joinpath("lua", "dead_letter.lua").read_text("utf-8")
+
+
+def raw_client(url: str) -> redis.Redis:
+    """RESP2 with unparsed stream replies: the cheapest decoding redis-py offers."""
+    client = counting_client(url, protocol=2)
+    for command in ("XAUTOCLAIM", "XPENDING"):
+        client.set_response_callback(command, lambda response, **_: response)
+    return client
+
+
+LOOPS: dict[str, tuple[Callable[[str], redis.Redis], Callable[..., Tally]]] = {
+    "naive": (counting_client, naive_recover),
+    "raw": (raw_client, raw_recover),
+}
+
+
+def run_loop(name: str, spec: BacklogSpec, url: str) -> Tally:
+    """Connect, run loop `name` over `spec`, time it (s) and count its round trips."""
+    make_client, recover = LOOPS[name]
+    client = make_client(url)
+    client.ping()  # connect outside the timed part, as the job's start-up is timed apart
+    CountingConnection.sent = 0
+    started = time.perf_counter()
+    tally = recover(client, spec)
+    tally.seconds = time.perf_counter() - started
+    tally.round_trips = CountingConnection.sent
+    tally.maxrss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return tally
+
+
+def main(argv: list[str] | None = None) -> int:
+    name, spec_json, url = (argv if argv is not None else sys.argv[1:])[:3]
+    tally = run_loop(name, BacklogSpec(**json.loads(spec_json)), url)
+    print(json.dumps(asdict(tally)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+-- Seed one stream with a stuck backlog, all server-side (one call per stream).
+-- KEYS[1]: stream (must not exist). ARGV[1]: group; ARGV[2]: consumer that never acks;
+-- ARGV[3]: number of entries; ARGV[4]: idle time to give them (ms);
+-- ARGV[5]: delivery count of ordinary entries; ARGV[6]: delivery count of over-limit entries;
+-- ARGV[7]: over-limit fraction (0..1); ARGV[8]: payload padding (a string of ~140 bytes).
+-- Entry i (1-based) is over the limit when floor(i * f) > floor((i - 1) * f): exactly
+-- floor(n * f) of them, evenly spread.
+-- Reply: the IDs of the over-limit entries, in stream order.
+local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
+local n, idle = tonumber(ARGV[3]), ARGV[4]
+local fraction, pad = tonumber(ARGV[7]), ARGV[8]
+local chunk = 1000
+local normal, over = {}, {}
+for i = 1, n do
+  local id = redis.call('XADD', stream, '*',
+    'order_id', stream .. '-' .. i, 'amount_cents', tostring(1000 + i % 997),
+    'currency', 'EUR', 'payload', pad)
+  if math.floor(i * fraction) > math.floor((i - 1) * fraction) then
+    over[#over + 1] = id
+  else
+    normal[#normal + 1] = id
+  end
+end
+redis.call('XGROUP', 'CREATE', stream, group, '0')
+-- Deliver everything to the consumer (it becomes pending), as a crashed worker leaves it.
+local delivered = 0
+while delivered < n do
+  local reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT',
+    math.min(chunk, n - delivered), 'STREAMS', stream, '>')
+  delivered = delivered + #reply[1][2]
+end
+-- Age them and set their delivery counts exactly (JUSTID: no count increment).
+local function age(ids, count)
+  for start = 1, #ids, chunk do
+    local args = {stream, group, consumer, 0}
+    for j = start, math.min(#ids, start + chunk - 1) do args[#args + 1] = ids[j] end
+    args[#args + 1] = 'IDLE'; args[#args + 1] = idle
+    args[#args + 1] = 'RETRYCOUNT'; args[#args + 1] = count
+    args[#args + 1] = 'JUSTID'
+    redis.call('XCLAIM', unpack(args))
+  end
+end
+age(normal, ARGV[5])
+age(over, ARGV[6])
+return over

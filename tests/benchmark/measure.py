@@ -1,0 +1,144 @@
+"""What the benchmark measures besides wall time: Redis server counters and process memory.
+
+- Redis CPU: INFO ``used_cpu_sys + used_cpu_user`` (seconds) before and after a run.
+- Commands: INFO ``total_commands_processed`` (counts commands run inside Lua scripts and
+  MULTI too) and the per-command ``cmdstat_*`` calls and usec.
+- Round trips, server side: INFO ``total_reads_processed``, one per read event on a client
+  socket. A pipeline counts once unless its request is bigger than Redis' 16 KB read buffer,
+  so it slightly over-counts big pipelines; the loops also count their round trips exactly.
+- Memory: peak RSS (bytes) of a process tree, polled with psutil.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import psutil
+import redis
+
+POLL_S = 0.05
+SETTLE_S = 0.2
+
+
+@dataclass(frozen=True)
+class RedisCounters:
+    """One INFO snapshot: CPU seconds, commands, read events, per-command (calls, usec)."""
+
+    cpu_s: float
+    commands: int
+    reads: int
+    per_command: dict[str, tuple[int, int]]
+
+    def __sub__(self, before: RedisCounters) -> RedisCounters:
+        """What happened between two snapshots, without the snapshots' own INFO call (one
+        command and one read event; its CPU, a few hundred us, stays in)."""
+        names = (set(self.per_command) | set(before.per_command)) - {"info"}
+        per_command = {}
+        for name in names:
+            calls, usec = self.per_command.get(name, (0, 0))
+            calls0, usec0 = before.per_command.get(name, (0, 0))
+            if calls - calls0:
+                per_command[name] = (calls - calls0, usec - usec0)
+        return RedisCounters(self.cpu_s - before.cpu_s, self.commands - before.commands - 1,
+                             self.reads - before.reads - 1, per_command)
+
+
+def redis_counters(client: redis.Redis) -> RedisCounters:
+    """Snapshot the server's counters (one INFO call; it counts itself as one command)."""
+    info = client.info("all")
+    per_command = {
+        key.removeprefix("cmdstat_"): (int(value["calls"]), int(value["usec"]))
+        for key, value in info.items() if key.startswith("cmdstat_")
+    }
+    return RedisCounters(
+        cpu_s=float(info["used_cpu_sys"]) + float(info["used_cpu_user"]),
+        commands=int(info["total_commands_processed"]),
+        reads=int(info["total_reads_processed"]),
+        per_command=per_command,
+    )
+
+
+def idle_cpu_rate(client: redis.Redis, seconds: float = 1.0) -> float:
+    """Redis CPU seconds per wall second while nobody talks to it (its cron jobs), measured
+    over `seconds` after a short pause that lets the work of earlier commands settle."""
+    time.sleep(SETTLE_S)
+    before = redis_counters(client)
+    time.sleep(seconds)
+    return max(0.0, (redis_counters(client) - before).cpu_s / seconds)
+
+
+class PeakRss:
+    """Polls a process tree while it runs; keeps the peak RSS (bytes) of each role.
+
+    `classify` names a process' role from its command line (None: not counted). RSS is
+    summed per role, and per combination of roles in `combos`, at each poll before taking
+    the peak: ``peak["driver"]`` with ``combos={"driver": ("jvm", "driver_python")}`` is the
+    largest total RSS the JVM and the driver's Python had at one moment.
+    """
+
+    def __init__(self, pid: int, classify: Callable[[list[str]], str | None],
+                 combos: dict[str, tuple[str, ...]] | None = None) -> None:
+        self.pid = pid
+        self.classify = classify
+        self.combos = combos or {}
+        self.peak: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _poll(self) -> None:
+        try:
+            root = psutil.Process(self.pid)
+        except psutil.NoSuchProcess:
+            return
+        while not self._stop.is_set():
+            now = self._sample([root, *_children(root)])
+            for combo, roles in self.combos.items():
+                now[combo] = sum(now.get(role, 0) for role in roles)
+            for role, rss in now.items():
+                self.peak[role] = max(self.peak.get(role, 0), rss)
+            self._stop.wait(POLL_S)
+
+    def _sample(self, processes: Iterable[psutil.Process]) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for proc in processes:
+            try:
+                role = self.classify(proc.cmdline())
+                if role is not None:
+                    totals[role] = totals.get(role, 0) + proc.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        return totals
+
+
+def _children(root: psutil.Process) -> list[psutil.Process]:
+    try:
+        return root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+@dataclass
+class Samples:
+    """Repeated measurements of one number; the table shows the median."""
+
+    values: list[float] = field(default_factory=list)
+
+    def add(self, value: float | None) -> None:
+        if value is not None:
+            self.values.append(value)
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.values) if self.values else None

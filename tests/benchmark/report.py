@@ -1,0 +1,243 @@
+"""Turning run records into the benchmark's tables (markdown, printed and written to a file).
+
+Medians over repeats. Per contender and size:
+
+- wall: end to end, process start to exit (s); msg/s = messages / median wall;
+- fixed / steady (s): loops: the interpreter start-up vs the loop's own timer; the job: the
+  median wall time of spark-submit on a near-empty backlog (the probe runs) vs the rest;
+- Redis CPU per message (us): INFO used_cpu_sys + used_cpu_user delta, net of the server's
+  idle rate (its cron, measured on the seeded server just before the run) over the wall time;
+- commands per message (server: INFO total_commands_processed, counts commands inside Lua
+  scripts and MULTI), read events per message (server: total_reads_processed, about one per
+  round trip), round trips per message counted in the loops' own client;
+- driver peak RSS (MB): loops: ru_maxrss; the job: the largest sum of the driver JVM (in
+  local mode also the executor) and the driver's Python, polled every 50 ms.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from tests.benchmark.contenders import JOB, RunRecord
+from tests.benchmark.measure import Samples
+
+PROBE = "job-startup"
+MB = 1 << 20
+TOP_COMMANDS = 8
+
+
+@dataclass
+class Row:
+    """One line of the main table (medians); None where a number does not apply."""
+
+    contender: str
+    size: str
+    messages: int
+    runs: int
+    wall_s: float
+    fixed_s: float | None
+    steady_s: float | None
+    cpu_us_per_msg: float | None
+    commands_per_msg: float | None
+    reads_per_msg: float | None
+    round_trips_per_msg: float | None
+    peak_rss_mb: float | None
+    note: str = ""
+    extras: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def msg_per_s(self) -> float:
+        return self.messages / self.wall_s
+
+    @property
+    def steady_msg_per_s(self) -> float | None:
+        return self.messages / self.steady_s if self.steady_s else None
+
+
+def _median(records: Iterable[RunRecord], value: Callable[[RunRecord], float | None]
+            ) -> float | None:
+    samples = Samples()
+    for record in records:
+        samples.add(value(record))
+    return samples.median
+
+
+def _per_msg(records: list[RunRecord], value: Callable[[RunRecord], float | None],
+             scale: float = 1.0) -> float | None:
+    median = _median(records, value)
+    return None if median is None else median * scale / records[0].messages
+
+
+def make_row(records: list[RunRecord], probe_wall_s: float | None = None) -> Row:
+    """Medians of one contender at one size; `probe_wall_s` is the job's fixed cost."""
+    first = records[0]
+    wall = _median(records, lambda r: r.wall_s) or 0.0
+    if first.contender == JOB:
+        fixed = probe_wall_s
+        steady = wall - probe_wall_s if probe_wall_s is not None else None
+    else:
+        fixed = _median(records, lambda r: r.wall_s - (r.steady_s or 0.0))
+        steady = _median(records, lambda r: r.steady_s)
+    phases = {name: _median(records, lambda r, n=name: r.details.get("phases", {}).get(n))
+              for name in ("session_s", "run_s", "exit_s")} if first.contender == JOB else {}
+    return Row(
+        contender=first.contender, size=first.size, messages=first.messages,
+        runs=len(records), wall_s=wall, fixed_s=fixed, steady_s=steady,
+        cpu_us_per_msg=_per_msg(records, _net_cpu_s, 1e6),
+        commands_per_msg=_per_msg(records, lambda r: r.redis_commands),
+        reads_per_msg=_per_msg(records, lambda r: r.redis_reads),
+        round_trips_per_msg=_per_msg(records, lambda r: r.round_trips),
+        peak_rss_mb=(_median(records, lambda r: r.peak_rss_bytes) or 0) / MB,
+        extras=phases,
+    )
+
+
+def _net_cpu_s(record: RunRecord) -> float:
+    """Redis CPU seconds of a run without what the idle server would have used meanwhile."""
+    return record.redis_cpu_s - record.redis_idle_cpu_per_s * record.wall_s
+
+
+def extrapolate(row: Row, size: str, messages: int) -> Row:
+    """`row`'s per-message rates applied to a bigger backlog it was not run on."""
+    rate = row.steady_msg_per_s or row.msg_per_s
+    steady = messages / rate
+    return Row(
+        contender=row.contender, size=size, messages=messages, runs=0,
+        wall_s=steady + (row.fixed_s or 0.0), fixed_s=row.fixed_s, steady_s=steady,
+        cpu_us_per_msg=row.cpu_us_per_msg, commands_per_msg=row.commands_per_msg,
+        reads_per_msg=row.reads_per_msg, round_trips_per_msg=row.round_trips_per_msg,
+        peak_rss_mb=None, note=f"extrapolated from {row.size}",
+    )
+
+
+def build_rows(records: list[RunRecord]) -> list[Row]:
+    """One Row per (contender, size) measured, job rows using the probe of the same size."""
+    groups: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
+    for record in records:
+        groups[(record.contender, record.size)].append(record)
+    rows = []
+    for (contender, size), group in groups.items():
+        if contender == PROBE:
+            continue
+        probe = groups.get((PROBE, size))
+        probe_wall = _median(probe, lambda r: r.wall_s) if probe else None
+        rows.append(make_row(group, probe_wall))
+    return rows
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+MAIN_HEADER = ("contender", "size", "runs", "msg/s (end to end)", "wall s", "fixed start-up s",
+               "steady s", "steady msg/s", "Redis CPU us/msg", "Redis cmds/msg",
+               "Redis reads/msg", "client round trips/msg", "driver peak RSS MB")
+
+
+def main_table(rows: list[Row]) -> list[list[str]]:
+    """The main table: one line per contender and size."""
+    lines = []
+    for row in rows:
+        name = row.contender + (f" ({row.note})" if row.note else "")
+        lines.append([name, row.size, str(row.runs), _fmt(row.msg_per_s, 0), _fmt(row.wall_s),
+                      _fmt(row.fixed_s), _fmt(row.steady_s, 2), _fmt(row.steady_msg_per_s, 0),
+                      _fmt(row.cpu_us_per_msg, 2), _fmt(row.commands_per_msg, 2),
+                      _fmt(row.reads_per_msg, 4), _fmt(row.round_trips_per_msg, 4),
+                      _fmt(row.peak_rss_mb, 0)])
+    return lines
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+RATIO_HEADER = ("size", "versus", "end-to-end msg/s", "steady msg/s", "Redis CPU per msg",
+                "Redis cmds per msg")
+
+
+def ratio_table(rows: list[Row]) -> list[list[str]]:
+    """job/raw and job/naive per size (msg/s: above 1 means the job is faster)."""
+    by_key = {(r.contender, r.size): r for r in rows}
+    lines = []
+    for job in (r for r in rows if r.contender == JOB):
+        for other in ("raw", "naive"):
+            base = by_key.get((other, job.size))
+            if base is None:
+                continue
+            lines.append([job.size, f"job/{other}" + (" (extrapolated)" if base.note else ""),
+                          _fmt(_ratio(job.msg_per_s, base.msg_per_s), 2),
+                          _fmt(_ratio(job.steady_msg_per_s, base.steady_msg_per_s), 2),
+                          _fmt(_ratio(job.cpu_us_per_msg, base.cpu_us_per_msg), 2),
+                          _fmt(_ratio(job.commands_per_msg, base.commands_per_msg), 2)])
+    return lines
+
+
+PHASE_HEADER = ("size", "session start s", "run() s", "exit s", "fixed start-up s (probe)",
+                "JVM peak MB", "driver Python peak MB", "Python workers peak MB")
+
+
+def phase_table(rows: list[Row], records: list[RunRecord]) -> list[list[str]]:
+    """The job's wall time split by its own log, and its memory by process role."""
+    lines = []
+    for row in (r for r in rows if r.contender == JOB):
+        runs = [r for r in records if r.contender == JOB and r.size == row.size]
+        rss = {role: _median(runs, lambda r, n=role: r.details.get("peak_rss", {}).get(n))
+               for role in ("jvm", "driver_python", "python_workers")}
+        lines.append([row.size, _fmt(row.extras.get("session_s")), _fmt(row.extras.get("run_s")),
+                      _fmt(row.extras.get("exit_s")), _fmt(row.fixed_s),
+                      *(_fmt(v / MB if v else None, 0) for v in rss.values())])
+    return lines
+
+
+COMMAND_HEADER = ("contender", "size", "command", "calls/msg", "usec/call", "usec/msg")
+
+
+def command_table(records: list[RunRecord], contenders: Iterable[str]) -> list[list[str]]:
+    """Where Redis spends its time (INFO commandstats), largest size, median run."""
+    lines = []
+    for contender in contenders:
+        runs = [r for r in records if r.contender == contender]
+        if not runs:
+            continue
+        largest = max(r.messages for r in runs)
+        runs = sorted((r for r in runs if r.messages == largest), key=lambda r: r.wall_s)
+        median_run = runs[len(runs) // 2]
+        top = sorted(median_run.per_command.items(), key=lambda kv: -kv[1][1])[:TOP_COMMANDS]
+        for name, (calls, usec) in top:
+            lines.append([contender, median_run.size, name, _fmt(calls / largest, 4),
+                          _fmt(usec / calls, 2), _fmt(usec / largest, 3)])
+    return lines
+
+
+def markdown(header: Iterable[str], lines: list[list[str]]) -> str:
+    """A GitHub markdown table."""
+    head = list(header)
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(line) + " |" for line in lines]
+    return "\n".join(out)
+
+
+def targets(rows: list[Row]) -> list[str]:
+    """The issue's targets, each with the measured value (informational, never asserted)."""
+    jobs = sorted((r for r in rows if r.contender == JOB), key=lambda r: r.messages)
+    raw = {r.size: r for r in rows if r.contender == "raw"}
+    out = []
+    for job in jobs:
+        base = raw.get(job.size)
+        if base is not None:
+            out.append(f"- {job.size}: job steady {_fmt(job.steady_msg_per_s, 0)} msg/s vs raw "
+                       f"{_fmt(base.steady_msg_per_s, 0)} (target: job >= raw, aim 200k); "
+                       f"Redis CPU/msg job/raw "
+                       f"{_fmt(_ratio(job.cpu_us_per_msg, base.cpu_us_per_msg), 2)}x "
+                       "(target <= 1.2x)")
+        if job.messages >= 1_000_000:
+            out.append(f"- {job.size}: end to end {_fmt(job.wall_s)} s (target < 25 s)")
+    if len(jobs) > 1 and jobs[0].peak_rss_mb and jobs[-1].peak_rss_mb:
+        growth = jobs[-1].peak_rss_mb / jobs[0].peak_rss_mb
+        out.append(f"- driver peak RSS {jobs[-1].size} / {jobs[0].size}: {growth:.2f}x "
+                   "(target <= 1.10x)")
+    return out

@@ -1,0 +1,214 @@
+"""Benchmark: recover S streams x N stuck entries with the naive loop, the best redis-py loop
+and the Spark job, on fresh seeds, verified in Redis after every run.
+
+    .venv/bin/python -m tests.benchmark.run [--sizes 100x1000,1000x1000] [--repeats 3]
+        [--contenders naive,raw,job] [--naive-max-messages 100000]
+        [--job-set claim.count=5000] [--spark-conf spark.eventLog.enabled=true]
+
+Prints markdown tables and writes them to ``.bench/results.md`` (git-ignored), every run's
+raw numbers to ``.bench/results.json`` and the job's logs under ``.bench/runs/``. The naive
+loop runs only up to ``--naive-max-messages``; bigger sizes show it extrapolated (labelled).
+Exit code 0, or 1 when a contender failed or Redis did not hold what an exactly-once
+recovery leaves behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import redis.utils
+
+from recovery.local_redis import any_server_binary
+from tests.benchmark import report
+from tests.benchmark.contenders import CONTENDERS, JOB, ContenderFailed, RunRecord, run_contender
+from tests.benchmark.seed import BacklogSpec, parse_size
+from tests.benchmark.spark_job import ROOT, JobOptions
+from tests.benchmark.verify import VerificationError
+
+log = logging.getLogger("tests.benchmark")
+PROBE_SPEC = (2, 20)  # the job's fixed cost: 2 streams (one per partition) x 20 entries
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tests.benchmark.run",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="100x1000,1000x1000",
+                        help="comma-separated <streams>x<entries per stream>")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per contender and size")
+    parser.add_argument("--contenders", default=",".join(CONTENDERS),
+                        help=f"comma-separated subset of {','.join(CONTENDERS)}")
+    parser.add_argument("--over-limit", type=float, default=0.05,
+                        help="fraction of entries delivered more than the limit")
+    parser.add_argument("--naive-max-messages", type=int, default=100_000,
+                        help="run the naive loop only up to this size; extrapolate above")
+    parser.add_argument("--master", default="local[2]", help="spark-submit --master")
+    parser.add_argument("--job-set", action="append", default=[], metavar="SECTION.FIELD=V",
+                        help="extra --set for the job (repeatable)")
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra spark-submit --conf (repeatable)")
+    parser.add_argument("--idle-probe-s", type=float, default=1.0,
+                        help="seconds to measure the seeded, idle server's own CPU use")
+    parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "results.md")
+    parser.add_argument("--json", type=Path, default=ROOT / ".bench" / "results.json")
+    args = parser.parse_args(argv)
+    args.specs = [BacklogSpec(*parse_size(s), over_limit_fraction=args.over_limit)
+                  for s in args.sizes.split(",") if s]
+    args.contender_list = [c for c in args.contenders.split(",") if c]
+    unknown = set(args.contender_list) - set(CONTENDERS)
+    if unknown or args.repeats < 1 or not args.specs:
+        parser.error(f"unknown contenders {sorted(unknown)}" if unknown
+                     else "need at least one size and one repeat")
+    return args
+
+
+def _runs_for(args: argparse.Namespace, spec: BacklogSpec, repeat: int) -> list[str]:
+    """Contenders of one repeat, order rotated per repeat so none always goes first."""
+    names = [c for c in args.contender_list
+             if c != "naive" or spec.messages <= args.naive_max_messages]
+    shift = repeat % len(names) if names else 0
+    return names[shift:] + names[:shift]
+
+
+def _run_one(args: argparse.Namespace, name: str, spec: BacklogSpec, repeat: int,
+             probe: bool = False) -> RunRecord:
+    options = JobOptions(args.master, tuple(args.job_set), tuple(args.spark_conf))
+    label = report.PROBE if probe else name
+    workdir = ROOT / ".bench" / "runs" / f"{spec.label}-{repeat}-{label}"
+    run_spec = BacklogSpec(*PROBE_SPEC, over_limit_fraction=0.05) if probe else spec
+    record = run_contender(name, run_spec, repeat, workdir, options, args.idle_probe_s)
+    shutil.rmtree(workdir / "reports", ignore_errors=True)
+    if probe:
+        record = replace(record, contender=report.PROBE, size=spec.label)
+    log.info("%-11s %-10s #%d: %8.2f s wall, %9.0f msg/s, verified: %d acked, %d "
+             "dead-lettered (load %.1f)", label, spec.label, repeat + 1, record.wall_s,
+             record.messages / record.wall_s, record.acked, record.dead_lettered,
+             record.load_avg_1m)
+    return record
+
+
+def run_all(args: argparse.Namespace) -> list[RunRecord]:
+    """Every size, repeat and contender (plus the job's probe), each on a fresh seed."""
+    records = []
+    for spec in args.specs:
+        for repeat in range(args.repeats):
+            for name in _runs_for(args, spec, repeat):
+                records.append(_run_one(args, name, spec, repeat))
+            if JOB in args.contender_list:
+                records.append(_run_one(args, JOB, spec, repeat, probe=True))
+    return records
+
+
+def with_extrapolations(rows: list[report.Row], args: argparse.Namespace) -> list[report.Row]:
+    """Add the naive loop, extrapolated, for sizes it was not run on."""
+    naive = [r for r in rows if r.contender == "naive"]
+    if not naive:
+        return rows
+    base = max(naive, key=lambda r: r.messages)
+    measured = {r.size for r in naive}
+    extra = [report.extrapolate(base, s.label, s.messages) for s in args.specs
+             if s.label not in measured]
+    order = {s.label: i for i, s in enumerate(args.specs)}
+    return sorted(rows + extra, key=lambda r: (order.get(r.size, 0), r.contender))
+
+
+def server_version() -> str:
+    _flavor, binary = any_server_binary()
+    done = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)
+    return done.stdout.strip()
+
+
+def code_version() -> str:
+    """The commit measured, and the files of the job changed on top of it (shared tree)."""
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              check=False)
+        return done.stdout.rstrip("\n")
+
+    changed = git("status", "--porcelain", "--", "recovery", "jobs").splitlines()
+    dirty = ", ".join(line[3:] for line in changed) if changed else "none"
+    return f"commit {git('rev-parse', '--short', 'HEAD')}; uncommitted changes in: {dirty}"
+
+
+def conditions(args: argparse.Namespace, argv: list[str], records: list[RunRecord]
+               ) -> list[str]:
+    """How the numbers were taken, for the reader of the table."""
+    loads = sorted(r.load_avg_1m for r in records)
+    idle = sorted(r.redis_idle_cpu_per_s for r in records)
+    return [
+        f"- command: `.venv/bin/python -m tests.benchmark.run {shlex.join(argv)}`",
+        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; host: {os.cpu_count()} "
+        f"CPUs, {platform.platform()}; Python {platform.python_version()}; redis-py "
+        f"{redis.__version__}, hiredis parser: {'yes' if redis.utils.HIREDIS_AVAILABLE else 'no'}",
+        f"- code: {code_version()}",
+        f"- server: {server_version()}, a fresh one per run, no persistence; its idle CPU "
+        f"(measured before each run, subtracted): median {idle[len(idle) // 2] * 1000:.2f} "
+        "ms/s",
+        f"- job: spark-submit --master {args.master}, handler recovery.handlers:noop, "
+        f"--set {' '.join(args.job_set) or '(defaults)'}; conf {' '.join(args.spark_conf) or '-'}"
+        f"; fixed start-up = median wall of spark-submit on {PROBE_SPEC[0]}x{PROBE_SPEC[1]}",
+        f"- backlog: {args.over_limit:.0%} of entries over max_deliveries=5, 4 fields, ~200 "
+        f"bytes each; medians of {args.repeats} runs; 1-min load average at run start: "
+        f"min {loads[0]:.1f}, median {loads[len(loads) // 2]:.1f}, max {loads[-1]:.1f} "
+        "(other work shared the machine)",
+    ]
+
+
+def render(args: argparse.Namespace, argv: list[str], records: list[RunRecord]) -> str:
+    """All tables as one markdown document."""
+    rows = with_extrapolations(report.build_rows(records), args)
+    parts = ["## Benchmark results", *conditions(args, argv, records), "",
+             report.markdown(report.MAIN_HEADER, report.main_table(rows))]
+    sections = [
+        ("Ratios (job / other; msg/s above 1 = job faster, CPU below 1 = job cheaper)",
+         report.RATIO_HEADER, report.ratio_table(rows)),
+        ("The job's wall time by its log, and its memory by process",
+         report.PHASE_HEADER, report.phase_table(rows, records)),
+        ("Redis time by command (INFO commandstats; largest size, median run)",
+         report.COMMAND_HEADER, report.command_table(records, args.contender_list)),
+    ]
+    for title, header, lines in sections:
+        if lines:
+            parts += ["", f"### {title}", "", report.markdown(header, lines)]
+    checks = report.targets(rows)
+    if checks:
+        parts += ["", "### Targets of issue 3 (measured, not asserted)", "", *checks]
+    return "\n".join(parts) + "\n"
+
+
+def write_outputs(args: argparse.Namespace, text: str, records: list[RunRecord]) -> None:
+    """The tables (markdown) and every run's numbers (JSON)."""
+    for path in (args.out, args.json):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    args.json.write_text(json.dumps({"records": [asdict(r) for r in records]}, indent=1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    try:
+        records = run_all(args)
+    except (ContenderFailed, VerificationError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    text = render(args, argv, records)
+    write_outputs(args, text, records)
+    print(text)
+    print(f"written: {args.out}, {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""The job contender: ``spark-submit --master local[2] jobs/recover.py`` on a seeded backlog.
+
+Writes a TOML config for the backlog, runs spark-submit with the no-op handler, polls the
+process tree's memory, and reads the JSON summary (last stdout line) and the logs
+(``tests.benchmark.spark_log``) to split the wall time into session start, ``run()`` and exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.benchmark import spark_log
+from tests.benchmark.measure import PeakRss
+from tests.benchmark.seed import BacklogSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+SPARK_SUBMIT = ROOT / ".venv" / "bin" / "spark-submit"
+VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
+HANDLER = "recovery.handlers:noop"
+DRIVER = {"driver": ("jvm", "driver_python")}
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """How to submit: the master, extra ``--set`` overrides and ``--conf`` Spark settings."""
+
+    master: str = "local[2]"
+    overrides: tuple[str, ...] = ()
+    spark_conf: tuple[str, ...] = ()
+
+
+@dataclass
+class JobRun:
+    """One spark-submit: wall seconds, exit code, the JSON summary, phases (s), peak RSS per
+    role (bytes), the job's log lines, Spark's actions and Python task times (ms)."""
+
+    wall_s: float
+    exit_code: int
+    summary: dict[str, Any]
+    phases: dict[str, float] = field(default_factory=dict)
+    peak_rss: dict[str, int] = field(default_factory=dict)
+    log: list[spark_log.LogLine] = field(default_factory=list)
+    actions: list[spark_log.SparkAction] = field(default_factory=list)
+    python_tasks_ms: dict[str, int] = field(default_factory=dict)
+
+
+def config_text(spec: BacklogSpec, url: str, report_dir: Path) -> str:
+    """The TOML config of a benchmark run: the seeded streams, the no-op handler."""
+    return "\n".join([
+        "[redis]", f'url = "{url}"',
+        "[streams]", f'match = "{spec.match}"',
+        "[claim]", f"min_idle_ms = {spec.min_idle_ms}", f"max_deliveries = {spec.max_deliveries}",
+        "[dead_letter]", 'suffix = ":dlq"',
+        "[handler]", f'path = "{HANDLER}"',
+        "[report]", f'path = "{report_dir}"',
+        "",
+    ])
+
+
+def submit_command(config: Path, options: JobOptions) -> list[str]:
+    """The exact spark-submit command line."""
+    command = [str(SPARK_SUBMIT), "--master", options.master]
+    for conf in options.spark_conf:
+        command += ["--conf", conf]
+    command += [str(ROOT / "jobs" / "recover.py"), "--config", str(config), "--log-level", "INFO"]
+    for override in options.overrides:
+        command += ["--set", override]
+    return command
+
+
+def driver_role(cmdline: list[str]) -> str | None:
+    """Role of a process in the spark-submit tree: the driver JVM (in local mode also the
+    executor), the driver's Python (jobs/recover.py), or a Python worker."""
+    if not cmdline:
+        return None
+    program = Path(cmdline[0]).name
+    if program == "java":
+        return "jvm"
+    if program.startswith("python"):
+        if any(arg.endswith("recover.py") for arg in cmdline):
+            return "driver_python"
+        return "python_workers"
+    return None
+
+
+def run_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions) -> JobRun:
+    """Submit the job against `url`, wait for it, and measure it."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = workdir / "bench.toml"
+    config.write_text(config_text(spec, url, workdir / "reports"))
+    env = {**os.environ, "PYSPARK_PYTHON": str(VENV_PYTHON if VENV_PYTHON.exists()
+                                               else sys.executable)}
+    stdout, stderr = workdir / "stdout.txt", workdir / "stderr.txt"
+    with stdout.open("wb") as out, stderr.open("wb") as err:
+        started_epoch, started = time.time(), time.perf_counter()
+        process = subprocess.Popen(submit_command(config, options), cwd=ROOT, env=env,
+                                   stdout=out, stderr=err)
+        with PeakRss(process.pid, driver_role, DRIVER) as rss:
+            code = process.wait()
+        wall = time.perf_counter() - started
+    summary = _summary(stdout)
+    text = stdout.read_text(errors="replace") + stderr.read_text(errors="replace")
+    lines = spark_log.job_lines(text, started_epoch)
+    return JobRun(wall, code, summary, spark_log.phases(lines, summary.get("duration_s"), wall),
+                  rss.peak, lines, spark_log.spark_actions(text), spark_log.python_task_ms(text))
+
+
+def _summary(stdout: Path) -> dict[str, Any]:
+    """The job's last stdout line (its JSON summary); {} when there is none."""
+    lines = [line for line in stdout.read_text(errors="replace").splitlines() if line.strip()]
+    try:
+        return dict(json.loads(lines[-1])) if lines else {}
+    except json.JSONDecodeError:
+        return {}
