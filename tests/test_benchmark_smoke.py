@@ -48,7 +48,7 @@ def test_verification_fails_on_pending_and_doubled_entries(redis_server: LocalSe
 
     stream = SPEC.stream_names()[0]
     dlq = dead_letter_key(stream, DLQ_SUFFIX)
-    _, first = client.xrange(dlq, count=1)[0]
-    client.xadd(dlq, first)  # the same entry dead-lettered a second time
+    [(_, first)] = client.xrange(dlq, count=1)  # type: ignore[misc]
+    client.xadd(dlq, first)  # type: ignore[arg-type]  # the same entry dead-lettered twice
     with pytest.raises(VerificationError, match="dead-lettered 2 times"):
         verify_recovered(client, seeded)

@@ -93,7 +93,8 @@ def _measure_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions
     details = {"phases": job.phases, "peak_rss": job.peak_rss,
                "log": [asdict(line) for line in job.log],
                "actions": [asdict(a) for a in job.actions],
-               "python_tasks_ms": job.python_tasks_ms, "totals": totals}
+               "python_tasks_ms": job.python_tasks_ms, "totals": totals,
+               "py_spy": job.profile}
     return Measured(job.wall_s, None, None, job.peak_rss.get("driver", 0),
                     int(totals["reprocessed"]), int(totals["dead_lettered"]), details)
 

@@ -90,7 +90,7 @@ def naive_recover(client: redis.Redis, spec: BacklogSpec) -> Tally:
 def _naive_one(client: redis.Redis, spec: BacklogSpec, stream: str, dlq: str,
                entry_id: bytes, fields: dict[bytes, bytes], tally: Tally) -> None:
     info = client.xpending_range(stream, spec.group, entry_id, entry_id, 1)
-    deliveries = info[0]["times_delivered"]
+    deliveries = int(info[0]["times_delivered"])
     if deliveries > spec.max_deliveries:
         client.xadd(dlq, {**fields, "x-original-stream": stream,  # type: ignore[dict-item]
                           "x-original-group": spec.group, "x-original-id": entry_id,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import psutil
@@ -81,10 +81,10 @@ class PeakRss:
     """
 
     def __init__(self, pid: int, classify: Callable[[list[str]], str | None],
-                 combos: dict[str, tuple[str, ...]] | None = None) -> None:
+                 combos: Mapping[str, tuple[str, ...]] | None = None) -> None:
         self.pid = pid
         self.classify = classify
-        self.combos = combos or {}
+        self.combos = dict(combos or {})
         self.peak: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)

@@ -64,6 +64,16 @@ def _median(records: Iterable[RunRecord], value: Callable[[RunRecord], float | N
     return samples.median
 
 
+def _detail(section: str, name: str) -> Callable[[RunRecord], float | None]:
+    """Reads ``record.details[section][name]`` (the job's phases, its RSS per role)."""
+
+    def read(record: RunRecord) -> float | None:
+        value = record.details.get(section, {}).get(name)
+        return None if value is None else float(value)
+
+    return read
+
+
 def _per_msg(records: list[RunRecord], value: Callable[[RunRecord], float | None],
              scale: float = 1.0) -> float | None:
     median = _median(records, value)
@@ -80,7 +90,7 @@ def make_row(records: list[RunRecord], probe_wall_s: float | None = None) -> Row
     else:
         fixed = _median(records, lambda r: r.wall_s - (r.steady_s or 0.0))
         steady = _median(records, lambda r: r.steady_s)
-    phases = {name: _median(records, lambda r, n=name: r.details.get("phases", {}).get(n))
+    phases = {name: _median(records, _detail("phases", name))
               for name in ("session_s", "run_s", "exit_s")} if first.contender == JOB else {}
     return Row(
         contender=first.contender, size=first.size, messages=first.messages,
@@ -185,7 +195,7 @@ def phase_table(rows: list[Row], records: list[RunRecord]) -> list[list[str]]:
     lines = []
     for row in (r for r in rows if r.contender == JOB):
         runs = [r for r in records if r.contender == JOB and r.size == row.size]
-        rss = {role: _median(runs, lambda r, n=role: r.details.get("peak_rss", {}).get(n))
+        rss = {role: _median(runs, _detail("peak_rss", role))
                for role in ("jvm", "driver_python", "python_workers")}
         lines.append([row.size, _fmt(row.extras.get("session_s")), _fmt(row.extras.get("run_s")),
                       _fmt(row.extras.get("exit_s")), _fmt(row.fixed_s),
@@ -241,3 +251,25 @@ def targets(rows: list[Row]) -> list[str]:
         out.append(f"- driver peak RSS {jobs[-1].size} / {jobs[0].size}: {growth:.2f}x "
                    "(target <= 1.10x)")
     return out
+
+
+PROFILE_HEADER = ("rank", "function, inclusive", "% inclusive", "function, as leaf", "% leaf")
+PROFILE_ROWS = 15
+
+
+def profile_table(records: list[RunRecord]) -> list[list[str]]:
+    """The py-spy summary of the first profiled job run at the largest size."""
+    profiled = [r for r in records if r.contender == JOB and r.details.get("py_spy")]
+    if not profiled:
+        return []
+    largest = max(r.messages for r in profiled)
+    profile = next(r for r in profiled if r.messages == largest).details["py_spy"]
+    total = profile["samples"] or 1
+    inclusive, leaf = profile["inclusive"], profile["leaf"]
+    lines = []
+    for rank in range(min(PROFILE_ROWS, max(len(inclusive), len(leaf)))):
+        inc = inclusive[rank] if rank < len(inclusive) else ("", 0)
+        lf = leaf[rank] if rank < len(leaf) else ("", 0)
+        lines.append([str(rank + 1), f"`{inc[0]}`", _fmt(100 * inc[1] / total),
+                      f"`{lf[0]}`", _fmt(100 * lf[1] / total)])
+    return lines

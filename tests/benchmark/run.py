@@ -23,6 +23,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -57,6 +58,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="extra --set for the job (repeatable)")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra spark-submit --conf (repeatable)")
+    parser.add_argument("--py-spy", metavar="PATH",
+                        help="profile the job's Python processes with this py-spy binary "
+                             "(slows the job; the profile table shows where its time goes)")
+    parser.add_argument("--wait-for-load", type=float, metavar="LOAD",
+                        help="before each run, wait up to 5 min for the 1-min load average "
+                             "to drop below LOAD (a shared machine)")
     parser.add_argument("--idle-probe-s", type=float, default=1.0,
                         help="seconds to measure the seeded, idle server's own CPU use")
     parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "results.md")
@@ -80,9 +87,19 @@ def _runs_for(args: argparse.Namespace, spec: BacklogSpec, repeat: int) -> list[
     return names[shift:] + names[:shift]
 
 
+def wait_for_load(limit: float, timeout_s: float = 300.0) -> None:
+    """Sleep until the 1-min load average is below `limit`, at most `timeout_s` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while os.getloadavg()[0] >= limit and time.monotonic() < deadline:
+        time.sleep(5)
+
+
 def _run_one(args: argparse.Namespace, name: str, spec: BacklogSpec, repeat: int,
              probe: bool = False) -> RunRecord:
-    options = JobOptions(args.master, tuple(args.job_set), tuple(args.spark_conf))
+    options = JobOptions(args.master, tuple(args.job_set), tuple(args.spark_conf),
+                         args.py_spy)
+    if args.wait_for_load is not None:
+        wait_for_load(args.wait_for_load)
     label = report.PROBE if probe else name
     workdir = ROOT / ".bench" / "runs" / f"{spec.label}-{repeat}-{label}"
     run_spec = BacklogSpec(*PROBE_SPEC, over_limit_fraction=0.05) if probe else spec
@@ -156,7 +173,8 @@ def conditions(args: argparse.Namespace, argv: list[str], records: list[RunRecor
         "ms/s",
         f"- job: spark-submit --master {args.master}, handler recovery.handlers:noop, "
         f"--set {' '.join(args.job_set) or '(defaults)'}; conf {' '.join(args.spark_conf) or '-'}"
-        f"; fixed start-up = median wall of spark-submit on {PROBE_SPEC[0]}x{PROBE_SPEC[1]}",
+        f"; fixed start-up = median wall of spark-submit on {PROBE_SPEC[0]}x{PROBE_SPEC[1]}"
+        + ("; profiled with py-spy (slower)" if args.py_spy else ""),
         f"- backlog: {args.over_limit:.0%} of entries over max_deliveries=5, 4 fields, ~200 "
         f"bytes each; medians of {args.repeats} runs; 1-min load average at run start: "
         f"min {loads[0]:.1f}, median {loads[len(loads) // 2]:.1f}, max {loads[-1]:.1f} "
@@ -180,6 +198,11 @@ def render(args: argparse.Namespace, argv: list[str], records: list[RunRecord]) 
     for title, header, lines in sections:
         if lines:
             parts += ["", f"### {title}", "", report.markdown(header, lines)]
+    profile = report.profile_table(records)
+    if profile:
+        parts += ["", "### py-spy: the job's Python processes (largest size, first run; % of "
+                  "samples of running threads)", "", report.markdown(report.PROFILE_HEADER,
+                                                                     profile)]
     checks = report.targets(rows)
     if checks:
         parts += ["", "### Targets of issue 3 (measured, not asserted)", "", *checks]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.benchmark import spark_log
+from tests.benchmark import pyspy, spark_log
 from tests.benchmark.measure import PeakRss
 from tests.benchmark.seed import BacklogSpec
 
@@ -29,11 +29,13 @@ DRIVER = {"driver": ("jvm", "driver_python")}
 
 @dataclass(frozen=True)
 class JobOptions:
-    """How to submit: the master, extra ``--set`` overrides and ``--conf`` Spark settings."""
+    """How to submit: the master, extra ``--set`` overrides and ``--conf`` Spark settings;
+    `py_spy`: path of a py-spy binary to profile the Python processes with (slows them)."""
 
     master: str = "local[2]"
     overrides: tuple[str, ...] = ()
     spark_conf: tuple[str, ...] = ()
+    py_spy: str | None = None
 
 
 @dataclass
@@ -49,6 +51,7 @@ class JobRun:
     log: list[spark_log.LogLine] = field(default_factory=list)
     actions: list[spark_log.SparkAction] = field(default_factory=list)
     python_tasks_ms: dict[str, int] = field(default_factory=dict)
+    profile: dict[str, object] = field(default_factory=dict)
 
 
 def config_text(spec: BacklogSpec, url: str, report_dir: Path) -> str:
@@ -98,18 +101,24 @@ def run_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions) -> 
     env = {**os.environ, "PYSPARK_PYTHON": str(VENV_PYTHON if VENV_PYTHON.exists()
                                                else sys.executable)}
     stdout, stderr = workdir / "stdout.txt", workdir / "stderr.txt"
+    stacks = workdir / "py-spy.txt"
+    command = submit_command(config, options)
+    if options.py_spy:
+        command = pyspy.wrap(command, options.py_spy, stacks)
     with stdout.open("wb") as out, stderr.open("wb") as err:
         started_epoch, started = time.time(), time.perf_counter()
-        process = subprocess.Popen(submit_command(config, options), cwd=ROOT, env=env,
-                                   stdout=out, stderr=err)
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=err)
         with PeakRss(process.pid, driver_role, DRIVER) as rss:
             code = process.wait()
         wall = time.perf_counter() - started
     summary = _summary(stdout)
     text = stdout.read_text(errors="replace") + stderr.read_text(errors="replace")
     lines = spark_log.job_lines(text, started_epoch)
+    profiled = options.py_spy and stacks.exists()
+    profile = pyspy.top(pyspy.summarise(stacks.read_text())) if profiled else {}
     return JobRun(wall, code, summary, spark_log.phases(lines, summary.get("duration_s"), wall),
-                  rss.peak, lines, spark_log.spark_actions(text), spark_log.python_task_ms(text))
+                  rss.peak, lines, spark_log.spark_actions(text), spark_log.python_task_ms(text),
+                  profile)
 
 
 def _summary(stdout: Path) -> dict[str, Any]:
