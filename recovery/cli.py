@@ -42,6 +42,8 @@ def recover_parser() -> argparse.ArgumentParser:
                         metavar="SECTION.FIELD=VALUE", help="override one setting (repeatable)")
     parser.add_argument("--run-id", help="run id (default: UTC time plus random suffix)")
     parser.add_argument("--log-level", default="INFO", help="log level of the job's own logs")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="plan only: read XPENDING and XRANGE, claim and change nothing")
     return parser
 
 
@@ -59,7 +61,7 @@ def run_recovery(argv: list[str] | None,
         args = recover_parser().parse_args(argv)
         setup_logging(args.log_level)
         settings = load_settings(args.config, args.overrides)
-        summary = run(session(settings), settings, args.run_id)
+        summary = run(session(settings), settings, args.run_id, dry_run=args.dry_run)
         summary.check_failure_threshold(settings.handler.max_failed_ratio)
         code = EXIT_OK
     except RecoveryError as exc:

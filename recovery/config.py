@@ -128,6 +128,13 @@ class ReportSettings(_Section):
     """Where the per-entry Parquet report goes (a directory, local or any Hadoop path)."""
 
     path: str = Field("reports", min_length=1)
+    pel_histograms: bool = True  # read each group's whole PEL once for the health histograms
+
+
+class HousekeepingSettings(_Section):
+    """Optional clean-up of the groups (off by default)."""
+
+    remove_idle_consumers_ms: int | None = Field(None, ge=1)
 
 
 class SparkSettings(_Section):
@@ -201,6 +208,7 @@ class Settings(BaseSettings):
     dead_letter: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
     handler: HandlerSettings = Field(default_factory=HandlerSettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
+    housekeeping: HousekeepingSettings = Field(default_factory=HousekeepingSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
     redrive: RedriveSettings = Field(default_factory=RedriveSettings)
 

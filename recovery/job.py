@@ -18,11 +18,13 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
+import redis
 from pyspark.sql import DataFrame, SparkSession
 
 from recovery import errors
 from recovery.config import JobParams, Settings, executor_params
 from recovery.discovery import (
+    WorkUnit,
     assign,
     check_server,
     discover,
@@ -30,17 +32,30 @@ from recovery.discovery import (
 )
 from recovery.errors import ConfigError, RecoveryError
 from recovery.handlers import load_handler
+from recovery.health import collect_health, format_health, remove_idle_consumers
 from recovery.partitions import apply_partition, claim_partition, pending_partition
 from recovery.redis_conn import connect
 from recovery.report import (
     RunSummary,
     fill_summary,
     format_table,
+    health_path,
+    health_totals,
     run_path,
     summarise_run,
+    write_health,
     write_report,
 )
-from recovery.schemas import CLAIMED, PENDING, REPORT, UNIT
+from recovery.schemas import (
+    ACTIONS,
+    CLAIMED,
+    PEL_HISTOGRAM,
+    PENDING,
+    PLAN_ACTIONS,
+    REPORT,
+    UNIT,
+)
+from recovery.survey import histogram_partition, plan_partition
 from recovery.transforms import join_pending, route
 
 log = logging.getLogger(__name__)
@@ -53,8 +68,12 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
-def run(spark: SparkSession, settings: Settings, run_id: str | None = None) -> RunSummary:
-    """One recovery run. Raises RecoveryError subclasses for what it cannot do."""
+def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
+        dry_run: bool = False) -> RunSummary:
+    """One recovery run (or, with `dry_run`, its plan: nothing is written to Redis).
+
+    Raises RecoveryError subclasses for what it cannot do.
+    """
     started = time.monotonic()
     params = executor_params(settings, run_id or new_run_id())
     load_handler(settings.handler.path)
@@ -63,20 +82,19 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None) -> R
     try:
         check_server(client, params.redis)
         units, skipped = discover(client, settings, params.redis)
-        summary = RunSummary(params.run_id, report_path=run_path(settings.report.path,
-                                                                 params.run_id))
-        log.info("run %s: %d units with pending entries, %d skipped", params.run_id,
-                 len(units), len(skipped))
-        if units:
-            with spark_errors():
-                _recover(spark, settings, params, units)
-                fill_summary(summary, summarise_run(spark, settings.report.path, params.run_id),
-                             skipped)
-            remove_empty_job_consumers(client, units, settings.claim.consumer_prefix,
-                                       params.redis)
-        else:
-            fill_summary(summary, spark.createDataFrame([], "stream string"), skipped)
-            summary.report_path = None
+        log.info("run %s: %d units with pending entries, %d skipped%s", params.run_id,
+                 len(units), len(skipped), " (dry run)" if dry_run else "")
+        summary = RunSummary(params.run_id, dry_run=dry_run,
+                             report_path=run_path(settings.report.path, params.run_id))
+        actions = PLAN_ACTIONS if dry_run else ACTIONS
+        with spark_errors():
+            if units:
+                _run_units(spark, client, settings, params, units, summary, dry_run)
+                per_unit = summarise_run(spark, settings.report.path, params.run_id, actions)
+            else:
+                summary.report_path = None
+                per_unit = spark.createDataFrame([], "stream string")
+            fill_summary(summary, per_unit, skipped, actions)
     finally:
         client.close()
     summary.duration_s = round(time.monotonic() - started, 3)
@@ -84,13 +102,51 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None) -> R
     return summary
 
 
-def _recover(spark: SparkSession, settings: Settings, params: JobParams, units: list) -> None:
+def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
+               units: list[WorkUnit], summary: RunSummary, dry_run: bool) -> None:
+    """Health first (as found), then the plan or the recovery, then housekeeping."""
+    unit_df = _unit_frame(spark, settings, params, units)
+    health = _health(spark, client, settings, params, units, unit_df)
+    summary.health = health_totals(health)
+    summary.health_path = health_path(settings.report.path, params.run_id) if health else None
+    if dry_run:
+        report = unit_df.mapInArrow(plan_partition(params), REPORT)
+        write_report(report, settings.report.path, params.run_id)
+        return
+    _recover(spark, settings, params, unit_df)
+    remove_empty_job_consumers(client, units, settings.claim.consumer_prefix, params.redis)
+    idle_ms = settings.housekeeping.remove_idle_consumers_ms
+    if idle_ms is not None:
+        remove_idle_consumers(client, health, idle_ms, params.redis)
+
+
+def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
+                units: list[WorkUnit]) -> DataFrame:
+    """The units as a small DataFrame, one Spark partition per part."""
     parts = assign(units, settings.spark.partitions, settings.claim.consumer_prefix,
                    params.run_id)
     n = max(a.part for a in parts) + 1
     spark.conf.set("spark.sql.shuffle.partitions", str(n))
     unit_df = spark.createDataFrame([tuple(vars(a).values()) for a in parts], UNIT)
-    unit_df = unit_df.repartitionByRange(n, "part")
+    return unit_df.repartitionByRange(n, "part")
+
+
+def _health(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
+            units: list[WorkUnit], unit_df: DataFrame) -> list[dict]:
+    """Group health as found; PEL histograms from an executor pass unless switched off."""
+    histograms: list[dict] = []
+    if settings.report.pel_histograms:
+        hist_df = unit_df.mapInArrow(histogram_partition(params), PEL_HISTOGRAM)
+        histograms = [r.asDict() for r in hist_df.collect()]  # one small row per unit
+    health = collect_health(client, units, params.redis, histograms)
+    write_health(spark, health, settings.report.path, params.run_id)
+    log.info("run %s group health\n%s", params.run_id, format_health(health))
+    return health
+
+
+def _recover(spark: SparkSession, settings: Settings, params: JobParams,
+             unit_df: DataFrame) -> None:
+    n = int(spark.conf.get("spark.sql.shuffle.partitions") or 1)  # set by _unit_frame
     started = time.monotonic()
     claimed = materialise_once(unit_df.mapInArrow(claim_partition(params), CLAIMED))
     log.info("run %s: claim done in %.1f s", params.run_id, time.monotonic() - started)

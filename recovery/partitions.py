@@ -38,12 +38,12 @@ REPORT_ARROW = arrow(REPORT)
 FIELDS_ARROW = CLAIMED_ARROW.field("fields").type
 
 
-def _units(batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
+def unit_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
     for batch in batches:
         yield from batch.to_pylist()
 
 
-class _LazyClient:
+class PartitionClient:
     """Opens the partition's one client on first use (empty partitions open none)."""
 
     def __init__(self, params: JobParams) -> None:
@@ -65,11 +65,11 @@ def claim_partition(params: JobParams) -> ArrowFn:
     """UNIT batches -> CLAIMED batches: claim every idle entry of each unit."""
 
     def claim(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        client = _LazyClient(params)
+        client = PartitionClient(params)
         throttle = Throttle(params.max_entries_per_s_per_partition)
         try:
-            for unit in _units(batches):
-                yield from _skip_vanished(unit, _claim_unit(client.get(), params, unit, throttle))
+            for unit in unit_rows(batches):
+                yield from skip_vanished(unit, _claim_unit(client.get(), params, unit, throttle))
         finally:
             client.close()
 
@@ -136,10 +136,10 @@ def pending_partition(params: JobParams) -> ArrowFn:
     """UNIT batches -> PENDING batches: every entry the unit's job consumer owns now."""
 
     def pending(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        client = _LazyClient(params)
+        client = PartitionClient(params)
         try:
-            for unit in _units(batches):
-                yield from _skip_vanished(unit, _pending_unit(client.get(), params, unit))
+            for unit in unit_rows(batches):
+                yield from skip_vanished(unit, _pending_unit(client.get(), params, unit))
         finally:
             client.close()
 
@@ -172,7 +172,7 @@ def _pending_batch(unit: dict[str, Any], rows: list[Any]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=PENDING_ARROW)
 
 
-def _skip_vanished(unit: dict[str, Any], batches: Iterator[pa.RecordBatch]
+def skip_vanished(unit: dict[str, Any], batches: Iterator[pa.RecordBatch]
                    ) -> Iterator[pa.RecordBatch]:
     """Pass `batches` on; a unit whose stream or group vanished mid-run ends quietly.
 
@@ -188,7 +188,7 @@ def apply_partition(params: JobParams) -> ArrowFn:
     """ROUTED batches -> REPORT batches: dead-letter, handle and ack, then report."""
 
     def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        client = _LazyClient(params)
+        client = PartitionClient(params)
         try:
             for step, batch in enumerate(batches, start=1):
                 with redis_errors(params.redis):

@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from recovery.discovery import Skipped
 from recovery.errors import FailureThresholdError
-from recovery.schemas import ACTION_FAILED, ACTION_REPROCESSED, ACTIONS, REPORT
+from recovery.schemas import ACTION_FAILED, ACTION_REPROCESSED, ACTIONS, HEALTH, REPORT
 from recovery.transforms import summarise
 
 
@@ -26,6 +26,9 @@ class RunSummary:
     skipped: list[dict[str, Any]] = field(default_factory=list)
     duration_s: float = 0.0
     error: str | None = None
+    dry_run: bool = False
+    health: dict[str, Any] = field(default_factory=dict)
+    health_path: str | None = None
 
     def failed_ratio(self) -> float:
         """Failed handler messages over all messages given to the handler (0 when none)."""
@@ -49,8 +52,13 @@ class RunSummary:
 
 
 def run_path(base: str, run_id: str) -> str:
-    """Where one run's Parquet files go (Hive-style partition by run)."""
-    return f"{base.rstrip('/')}/run_id={run_id}"
+    """Where one run's per-entry Parquet files go (Hive-style partition by run)."""
+    return f"{base.rstrip('/')}/entries/run_id={run_id}"
+
+
+def health_path(base: str, run_id: str) -> str:
+    """Where one run's group health (one row per stream and group) goes."""
+    return f"{base.rstrip('/')}/health/run_id={run_id}"
 
 
 def write_report(report: DataFrame, base: str, run_id: str) -> None:
@@ -64,28 +72,51 @@ def read_run(spark: SparkSession, base: str, run_id: str) -> DataFrame:
     return spark.read.parquet(run_path(base, run_id)).select(*REPORT.fieldNames()[1:])
 
 
-def fill_summary(summary: RunSummary, per_unit: DataFrame, skipped: list[Skipped]) -> None:
+def fill_summary(summary: RunSummary, per_unit: DataFrame, skipped: list[Skipped],
+                 actions: tuple[str, ...] = ACTIONS) -> None:
     """Totals and unit rows from the summarised report (a few rows reach the driver)."""
+    summary.totals = dict.fromkeys(actions, 0)
     for row in per_unit.collect():
         unit = row.asDict()
         summary.units.append(unit)
-        for action in ACTIONS:
+        for action in actions:
             summary.totals[action] += int(unit[action])
     summary.skipped = [asdict(s) for s in skipped]
     if skipped and summary.status == "ok":
         summary.status = "partial"
 
 
-def summarise_run(spark: SparkSession, base: str, run_id: str) -> DataFrame:
+def summarise_run(spark: SparkSession, base: str, run_id: str,
+                  actions: tuple[str, ...] = ACTIONS) -> DataFrame:
     """Per (stream, group) counts of one run, read back from what was written."""
-    return read_run(spark, base, run_id).transform(summarise())
+    return read_run(spark, base, run_id).transform(summarise(actions))
+
+
+def write_health(spark: SparkSession, health: list[dict[str, Any]], base: str,
+                 run_id: str) -> None:
+    """Group health rows as Parquet (a few rows: one per stream and group)."""
+    if health:
+        spark.createDataFrame(health, HEALTH).write.mode("append").parquet(
+            health_path(base, run_id))
+
+
+def health_totals(health: list[dict[str, Any]]) -> dict[str, Any]:
+    """The health headline for the JSON summary: units, pending, oldest idle, stalest unit."""
+    oldest = max(health, key=lambda h: h["oldest_idle_ms"] or -1, default=None)
+    return {
+        "units": len(health),
+        "pending": sum(h["pending"] for h in health),
+        "oldest_idle_ms": oldest["oldest_idle_ms"] if oldest else None,
+        "oldest_unit": f"{oldest['stream']}/{oldest['group']}" if oldest else None,
+    }
 
 
 def format_table(summary: RunSummary) -> str:
     """A fixed-width table of the per-unit counts, for the log."""
-    headers = ["stream", "group", *ACTIONS, "total"]
+    actions = tuple(summary.totals)
+    headers = ["stream", "group", *actions, "total"]
     rows = [[str(u.get(h, "")) for h in headers] for u in summary.units]
-    rows.append(["TOTAL", "", *(str(summary.totals[a]) for a in ACTIONS),
+    rows.append(["TOTAL", "", *(str(summary.totals[a]) for a in actions),
                  str(sum(summary.totals.values()))])
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]

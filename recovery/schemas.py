@@ -14,6 +14,7 @@ from pyspark.sql.types import (
     BooleanType,
     IntegerType,
     LongType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -96,6 +97,42 @@ REPORT = StructType(
 )
 
 
+# Group health as found before the run, one row per (stream, group). Histogram keys are the
+# bucket labels of recovery.survey (delivery counts; idle ages); `oldest_idle_ms` is the
+# largest idle time in the PEL; consumers come from XINFO CONSUMERS (`inactive_ms` needs
+# Redis 7.2+ / Valkey, else null).
+CONSUMER = StructType(
+    [
+        StructField("name", StringType(), False),
+        StructField("pending", LongType(), False),
+        StructField("idle_ms", LongType(), False),
+        StructField("inactive_ms", LongType(), True),
+    ]
+)
+HEALTH = StructType(
+    [
+        StructField("stream", StringType(), False),
+        StructField("group", StringType(), False),
+        StructField("length", LongType(), False),
+        StructField("lag", LongType(), True),
+        StructField("pending", LongType(), False),
+        StructField("consumers", ArrayType(CONSUMER, containsNull=False), False),
+        StructField("oldest_idle_ms", LongType(), True),
+        StructField("deliveries", MapType(StringType(), LongType(), False), False),
+        StructField("idle_ages", MapType(StringType(), LongType(), False), False),
+    ]
+)
+PEL_HISTOGRAM = StructType(
+    [
+        StructField("stream", StringType(), False),
+        StructField("group", StringType(), False),
+        StructField("deliveries", MapType(StringType(), LongType(), False), False),
+        StructField("idle_ages", MapType(StringType(), LongType(), False), False),
+        StructField("oldest_idle_ms", LongType(), True),
+    ]
+)
+
+
 def arrow(schema: StructType) -> pa.Schema:
     """The Arrow schema mapInArrow batches must have for a Spark schema."""
     return to_arrow_schema(schema)
@@ -114,3 +151,8 @@ ACTION_DELETED = "deleted"
 ACTION_SKIPPED = "skipped"
 ACTIONS = (ACTION_REPROCESSED, ACTION_DEAD_LETTERED, ACTION_FAILED, ACTION_DELETED,
            ACTION_SKIPPED)
+
+# What a dry run reports instead: what a real run would do.
+PLAN_REPROCESS = "would_reprocess"
+PLAN_DEAD_LETTER = "would_dead_letter"
+PLAN_ACTIONS = (PLAN_REPROCESS, PLAN_DEAD_LETTER, ACTION_DELETED)

@@ -54,8 +54,8 @@ def pairs(flat: Sequence[bytes]) -> Fields:
 def server_version(client: redis.Redis) -> tuple[int, int, int]:
     """(major, minor, patch) of the server (INFO server, ``redis_version``)."""
     text = str(client.info("server").get("redis_version", "0.0.0"))
-    parts = [int(p) for p in text.split(".")[:3] if p.isdigit()]
-    return (parts + [0, 0, 0])[0], (parts + [0, 0])[1], (parts + [0, 0, 0])[2]
+    major, minor, patch, *_ = [*(int(p) for p in text.split(".")[:3] if p.isdigit()), 0, 0, 0]
+    return major, minor, patch
 
 
 def scan_keys(client: redis.Redis, match: str, count: int) -> Iterator[bytes]:
@@ -68,20 +68,37 @@ def key_type(client: redis.Redis, key: str) -> str:
     return _s(client.type(key))
 
 
+def group_info(client: redis.Redis, stream: str) -> list[dict[str, object]]:
+    """XINFO GROUPS: one dict per group with ``name``, ``consumers``, ``pending``,
+    ``last-delivered-id``, and on 7.0+ ``entries-read`` and ``lag`` (None when unknown)."""
+    return [_info_dict(row) for row in client.execute_command("XINFO GROUPS", stream)]
+
+
 def group_names(client: redis.Redis, stream: str) -> list[str]:
     """Names of the consumer groups of `stream` (XINFO GROUPS)."""
-    reply = client.execute_command("XINFO GROUPS", stream)
-    return [_s(_info_dict(row)[b"name"]) for row in reply]
+    return [str(g["name"]) for g in group_info(client, stream)]
+
+
+def consumer_info(client: redis.Redis, stream: str, group: str) -> list[dict[str, object]]:
+    """XINFO CONSUMERS: one dict per consumer with ``name``, ``pending``, ``idle`` (ms) and,
+    on Redis 7.2+ / Valkey, ``inactive`` (ms, -1 if it never read)."""
+    return [_info_dict(row) for row in client.execute_command("XINFO CONSUMERS", stream, group)]
 
 
 def consumer_names(client: redis.Redis, stream: str, group: str) -> list[str]:
     """Names of the consumers of `group` (XINFO CONSUMERS)."""
-    reply = client.execute_command("XINFO CONSUMERS", stream, group)
-    return [_s(_info_dict(row)[b"name"]) for row in reply]
+    return [str(c["name"]) for c in consumer_info(client, stream, group)]
 
 
-def _info_dict(row: Sequence[object]) -> dict[bytes, object]:
-    return {row[i]: row[i + 1] for i in range(0, len(row), 2)}  # type: ignore[misc]
+def _info_dict(row: Sequence[object]) -> dict[str, object]:
+    """Flat XINFO reply -> dict with str keys; bytes values decoded to str."""
+    return {_s(row[i]): (_s(v) if isinstance(v := row[i + 1], bytes) else v)  # type: ignore[arg-type]
+            for i in range(0, len(row), 2)}
+
+
+def stream_length(client: redis.Redis, stream: str) -> int:
+    """XLEN: entries in the stream."""
+    return int(client.xlen(stream))
 
 
 def pending_count(client: redis.Redis, stream: str, group: str) -> int:

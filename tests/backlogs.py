@@ -20,6 +20,7 @@ class Seeded:
 
     action: dict[tuple[str, str, str], str] = field(default_factory=dict)
     state: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    kind: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
 
 def binary_fields(i: int, kind: str) -> dict[bytes, bytes]:
@@ -64,6 +65,7 @@ def seed(client: Redis, streams: list[str], groups: list[str]) -> Seeded:
                 for entry_id in ids:
                     key = (stream, group, entry_id)
                     seeded.state[key] = state
+                    seeded.kind[key] = kind
                     if action:
                         seeded.action[key] = action
         client.xdel(stream, *ids_by_kind["deleted"])

@@ -1,0 +1,81 @@
+"""Dry run (Redis unchanged) and group health in every report, on Redis and Valkey."""
+
+from __future__ import annotations
+
+from redis import Redis
+
+from recovery.job import run
+from recovery.report import health_path, read_run
+from tests.backlogs import DEAD, LIVE, seed
+
+STREAMS = ["orders", "bin{tag}"]
+
+
+def redis_snapshot(client: Redis) -> dict:
+    """Everything a run could change: PEL rows (owner, count, idle), stream contents, consumers."""
+    snap: dict = {}
+    for stream in STREAMS:
+        snap[stream] = client.xrange(stream)
+        for group in ("billing",):
+            seconds, micros = client.time()
+            now_ms = seconds * 1000 + micros // 1000
+            rows = client.xpending_range(stream, group, "-", "+", 100_000)
+            snap[(stream, group)] = [(r["message_id"], r["consumer"], r["times_delivered"])
+                                     for r in rows]
+            # The last delivery time (now - idle) is what a claim would reset.
+            snap[(stream, group, "delivered_at")] = [now_ms - r["time_since_delivered"]
+                                                     for r in rows]
+            snap[(stream, group, "consumers")] = sorted(
+                c["name"] for c in client.xinfo_consumers(stream, group))
+    snap["keys"] = sorted(client.keys("*"))
+    return snap
+
+
+PLAN = {"ok": "would_reprocess", "fail": "would_reprocess",
+        "fail_at_limit": "would_reprocess",  # 4 deliveries + the claim = 5: not above 5
+        "poison": "would_dead_letter", "deleted": "deleted"}
+
+
+def test_dry_run_plans_without_changing_redis(spark, client, make_settings):
+    seeded = seed(client, STREAMS, ["billing"])
+    settings = make_settings("streams.match=*", "claim.max_deliveries=5")
+    before = redis_snapshot(client)
+    summary = run(spark, settings, dry_run=True)
+    after = redis_snapshot(client)
+    times = [k for k in before if isinstance(k, tuple) and k[-1] == "delivered_at"]
+    for key in times:  # equal up to the clock rounding between TIME and XPENDING
+        assert max(abs(a - b) for a, b in zip(after.pop(key), before.pop(key))) <= 5
+    assert after == before
+    plan = {(r.stream, r.group, r.id): r.action
+            for r in read_run(spark, settings.report.path, summary.run_id).collect()}
+    expected = {k: PLAN[kind] for k, kind in seeded.kind.items() if kind in PLAN}
+    assert plan == expected  # fresh entries (not idle) are not in the plan
+    assert summary.dry_run and summary.totals["would_dead_letter"] == 24
+
+
+def test_health_is_reported_as_found_before_the_run(spark, client, make_settings):
+    seed(client, ["orders"], ["billing"])
+    settings = make_settings("streams.keys=orders")
+    summary = run(spark, settings)
+    health = spark.read.parquet(health_path(settings.report.path, summary.run_id)).collect()
+    assert len(health) == 1
+    h = health[0].asDict(recursive=True)
+    assert (h["stream"], h["group"], h["length"], h["pending"]) == ("orders", "billing", 158, 166)
+    assert h["deliveries"] == {"1": 148, "4-5": 6, "6-10": 12}
+    assert h["idle_ages"] == {"<1m": 10, "1h-1d": 156}
+    assert h["oldest_idle_ms"] >= 3_600_000
+    consumers = {c["name"]: c["pending"] for c in h["consumers"]}
+    assert consumers == {DEAD: 156, LIVE: 10}
+    assert summary.health["pending"] == 166 and summary.health["oldest_unit"] == "orders/billing"
+
+
+def test_idle_empty_consumers_removed_only_on_request(spark, client, make_settings):
+    seed(client, ["orders"], ["billing"])
+    client.xgroup_createconsumer("orders", "billing", "idle-empty")
+    run(spark, make_settings("streams.keys=orders"))
+    names = {c["name"] for c in client.xinfo_consumers("orders", "billing")}
+    assert b"idle-empty" in names  # not asked to remove anything
+    run(spark, make_settings("streams.keys=orders", "housekeeping.remove_idle_consumers_ms=1"))
+    names = {c["name"] for c in client.xinfo_consumers("orders", "billing")}
+    assert b"idle-empty" not in names
+    assert LIVE.encode() in names  # it still owns pending entries: never removed
