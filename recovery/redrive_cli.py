@@ -22,9 +22,12 @@ def redrive_parser() -> argparse.ArgumentParser:
     """recover's parser (--config, --set, --run-id, --log-level) plus --dry-run."""
     parser = recover_parser()
     parser.prog, parser.description = "redrive", __doc__
-    parser.conflict_handler = "resolve"  # should recover's parser gain a --dry-run, ours wins
-    parser.add_argument("--dry-run", action="store_true",
-                        help="count what would be redriven; change nothing")
+    help_text = "count what would be redriven; change nothing"
+    shared = parser._option_string_actions.get("--dry-run")  # recover's own dry run, if any
+    if shared is None:
+        parser.add_argument("--dry-run", action="store_true", help=help_text)
+    else:
+        shared.help = help_text
     return parser
 
 
