@@ -253,7 +253,8 @@ def targets(rows: list[Row]) -> list[str]:
     return out
 
 
-PROFILE_HEADER = ("rank", "function, inclusive", "% inclusive", "function, as leaf", "% leaf")
+PROFILE_HEADER = ("rank", "process or job function (recovery/), inclusive", "% of samples",
+                  "any function, as leaf (self time)", "% of samples")
 PROFILE_ROWS = 15
 
 

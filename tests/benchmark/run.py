@@ -200,9 +200,9 @@ def render(args: argparse.Namespace, argv: list[str], records: list[RunRecord]) 
             parts += ["", f"### {title}", "", report.markdown(header, lines)]
     profile = report.profile_table(records)
     if profile:
-        parts += ["", "### py-spy: the job's Python processes (largest size, first run; % of "
-                  "samples of running threads)", "", report.markdown(report.PROFILE_HEADER,
-                                                                     profile)]
+        title = ("### py-spy: the job's Python processes (largest size, first profiled run; "
+                 "samples of running threads, all processes together)")
+        parts += ["", title, "", report.markdown(report.PROFILE_HEADER, profile)]
     checks = report.targets(rows)
     if checks:
         parts += ["", "### Targets of issue 3 (measured, not asserted)", "", *checks]

@@ -102,15 +102,16 @@ def run_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions) -> 
                                                else sys.executable)}
     stdout, stderr = workdir / "stdout.txt", workdir / "stderr.txt"
     stacks = workdir / "py-spy.txt"
-    command = submit_command(config, options)
-    if options.py_spy:
-        command = pyspy.wrap(command, options.py_spy, stacks)
     with stdout.open("wb") as out, stderr.open("wb") as err:
         started_epoch, started = time.time(), time.perf_counter()
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=err)
+        process = subprocess.Popen(submit_command(config, options), cwd=ROOT, env=env,
+                                   stdout=out, stderr=err)
         with PeakRss(process.pid, driver_role, DRIVER) as rss:
+            spy = pyspy.attach(process.pid, options.py_spy, stacks) if options.py_spy else None
             code = process.wait()
         wall = time.perf_counter() - started
+    if spy is not None:
+        spy.wait(timeout=60)  # it writes its output once the JVM is gone
     summary = _summary(stdout)
     text = stdout.read_text(errors="replace") + stderr.read_text(errors="replace")
     lines = spark_log.job_lines(text, started_epoch)
