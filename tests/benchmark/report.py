@@ -4,7 +4,8 @@ Medians over repeats. Per contender and size:
 
 - wall: end to end, process start to exit (s); msg/s = messages / median wall;
 - fixed / steady (s): loops: the interpreter start-up vs the loop's own timer; the job: the
-  median wall time of spark-submit on a near-empty backlog (the probe runs) vs the rest;
+  wall time of spark-submit on a near-empty backlog (the probe run right after each job run)
+  vs the rest: steady = median over repeats of (job wall - its probe's wall);
 - Redis CPU per message (us): INFO used_cpu_sys + used_cpu_user delta, net of the server's
   idle rate (its cron, measured on the seeded server just before the run) over the wall time;
 - commands per message (server: INFO total_commands_processed, counts commands inside Lua
@@ -80,13 +81,16 @@ def _per_msg(records: list[RunRecord], value: Callable[[RunRecord], float | None
     return None if median is None else median * scale / records[0].messages
 
 
-def make_row(records: list[RunRecord], probe_wall_s: float | None = None) -> Row:
-    """Medians of one contender at one size; `probe_wall_s` is the job's fixed cost."""
+def make_row(records: list[RunRecord], probes: list[RunRecord] | None = None) -> Row:
+    """Medians of one contender at one size; `probes`: the job's probe runs (fixed cost),
+    paired with the job's runs by repeat."""
     first = records[0]
     wall = _median(records, lambda r: r.wall_s) or 0.0
     if first.contender == JOB:
-        fixed = probe_wall_s
-        steady = wall - probe_wall_s if probe_wall_s is not None else None
+        probe_wall = {p.repeat: p.wall_s for p in probes or []}
+        fixed = _median(probes or [], lambda r: r.wall_s)
+        steady = _median(records, lambda r: r.wall_s - probe_wall[r.repeat]
+                         if r.repeat in probe_wall else None)
     else:
         fixed = _median(records, lambda r: r.wall_s - (r.steady_s or 0.0))
         steady = _median(records, lambda r: r.steady_s)
@@ -123,7 +127,7 @@ def extrapolate(row: Row, size: str, messages: int) -> Row:
 
 
 def build_rows(records: list[RunRecord]) -> list[Row]:
-    """One Row per (contender, size) measured, job rows using the probe of the same size."""
+    """One Row per (contender, size) measured, job rows using the probes of the same size."""
     groups: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
     for record in records:
         groups[(record.contender, record.size)].append(record)
@@ -131,9 +135,7 @@ def build_rows(records: list[RunRecord]) -> list[Row]:
     for (contender, size), group in groups.items():
         if contender == PROBE:
             continue
-        probe = groups.get((PROBE, size))
-        probe_wall = _median(probe, lambda r: r.wall_s) if probe else None
-        rows.append(make_row(group, probe_wall))
+        rows.append(make_row(group, groups.get((PROBE, size))))
     return rows
 
 

@@ -173,7 +173,8 @@ def conditions(args: argparse.Namespace, argv: list[str], records: list[RunRecor
         "ms/s",
         f"- job: spark-submit --master {args.master}, handler recovery.handlers:noop, "
         f"--set {' '.join(args.job_set) or '(defaults)'}; conf {' '.join(args.spark_conf) or '-'}"
-        f"; fixed start-up = median wall of spark-submit on {PROBE_SPEC[0]}x{PROBE_SPEC[1]}"
+        f"; fixed start-up = wall of spark-submit on {PROBE_SPEC[0]}x{PROBE_SPEC[1]} run "
+        "right after each job run, steady = job wall - that"
         + ("; profiled with py-spy (slower)" if args.py_spy else ""),
         f"- backlog: {args.over_limit:.0%} of entries over max_deliveries=5, 4 fields, ~200 "
         f"bytes each; medians of {args.repeats} runs; 1-min load average at run start: "
