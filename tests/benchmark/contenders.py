@@ -54,7 +54,8 @@ class RunRecord:
     acked: int
     dead_lettered: int
     seed_s: float
-    load_avg_1m: float
+    load_avg_1m: float  # at the start of the run
+    load_avg_1m_end: float
     details: dict[str, Any] = field(default_factory=dict)
 
 
@@ -121,6 +122,7 @@ def run_contender(name: str, spec: BacklogSpec, repeat: int, workdir: Path,
         else:
             measured = _measure_loop(name, spec, server.url)
         delta = redis_counters(client) - before
+        load_end = os.getloadavg()[0]
         outcome = verify_recovered(client, seeded)
     said = (measured.said_acked, measured.said_dead_lettered)
     if said != (outcome.acked, outcome.dead_lettered):
@@ -134,4 +136,4 @@ def run_contender(name: str, spec: BacklogSpec, repeat: int, workdir: Path,
         redis_commands=delta.commands, redis_reads=delta.reads,
         per_command=delta.per_command, acked=outcome.acked,
         dead_lettered=outcome.dead_lettered, seed_s=seeded.seconds, load_avg_1m=load,
-        details=measured.details)
+        load_avg_1m_end=load_end, details=measured.details)

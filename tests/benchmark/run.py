@@ -108,9 +108,9 @@ def _run_one(args: argparse.Namespace, name: str, spec: BacklogSpec, repeat: int
     if probe:
         record = replace(record, contender=report.PROBE, size=spec.label)
     log.info("%-11s %-10s #%d: %8.2f s wall, %9.0f msg/s, verified: %d acked, %d "
-             "dead-lettered (load %.1f)", label, spec.label, repeat + 1, record.wall_s,
+             "dead-lettered (load %.1f -> %.1f)", label, spec.label, repeat + 1, record.wall_s,
              record.messages / record.wall_s, record.acked, record.dead_lettered,
-             record.load_avg_1m)
+             record.load_avg_1m, record.load_avg_1m_end)
     return record
 
 
@@ -160,7 +160,7 @@ def code_version() -> str:
 def conditions(args: argparse.Namespace, argv: list[str], records: list[RunRecord]
                ) -> list[str]:
     """How the numbers were taken, for the reader of the table."""
-    loads = sorted(r.load_avg_1m for r in records)
+    loads = sorted([r.load_avg_1m for r in records] + [r.load_avg_1m_end for r in records])
     idle = sorted(r.redis_idle_cpu_per_s for r in records)
     return [
         f"- command: `.venv/bin/python -m tests.benchmark.run {shlex.join(argv)}`",
@@ -177,7 +177,7 @@ def conditions(args: argparse.Namespace, argv: list[str], records: list[RunRecor
         "right after each job run, steady = job wall - that"
         + ("; profiled with py-spy (slower)" if args.py_spy else ""),
         f"- backlog: {args.over_limit:.0%} of entries over max_deliveries=5, 4 fields, ~200 "
-        f"bytes each; medians of {args.repeats} runs; 1-min load average at run start: "
+        f"bytes each; medians of {args.repeats} runs; 1-min load average at run starts/ends: "
         f"min {loads[0]:.1f}, median {loads[len(loads) // 2]:.1f}, max {loads[-1]:.1f} "
         "(other work shared the machine)",
     ]
