@@ -51,17 +51,24 @@ def any_server_binary() -> tuple[str, str]:
 
 @dataclass
 class LocalServer:
-    """A server process we started; `args` are extra ``--name value`` options."""
+    """A server process we started; `args` are extra ``--name value`` options.
+
+    `client_options` are redis-py keyword arguments for talking to it (e.g. ``ssl=True`` and
+    certificates for a server whose `port` is its ``--tls-port``): used by the readiness check,
+    by ``client()``, and to pick the ``rediss://`` scheme of ``url``.
+    """
 
     binary: str
     port: int = field(default_factory=free_port)
     args: tuple[str, ...] = ()
     directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="redis-")))
     process: subprocess.Popen[bytes] | None = None
+    client_options: dict[str, object] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        scheme = "rediss" if self.client_options.get("ssl") else "redis"
+        return f"{scheme}://127.0.0.1:{self.port}/0"
 
     def start(self, timeout_s: float = 10.0) -> LocalServer:
         """Start the process and wait until it answers PING (ready for commands)."""
@@ -82,18 +89,18 @@ class LocalServer:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
                     pass
-                redis.Redis(port=self.port, socket_timeout=1).ping()
+                self.client(socket_timeout=1).ping()
                 return
+            except (redis.AuthenticationError, redis.ResponseError):
+                return  # a server with a password answers (NOAUTH): it is up
             except (OSError, redis.ConnectionError):
                 time.sleep(0.05)
-            except redis.AuthenticationError:
-                return  # a server with a password answers: it is up
-            except redis.ResponseError:
-                return
         raise RuntimeError(f"{self.binary} did not answer on port {self.port} in {timeout_s}s")
 
     def client(self, **kwargs: object) -> redis.Redis:
-        return redis.Redis(port=self.port, **kwargs)  # type: ignore[arg-type]
+        """A redis-py client for this server (`client_options`, then `kwargs`)."""
+        options = {**self.client_options, **kwargs}
+        return redis.Redis(port=self.port, **options)  # type: ignore[arg-type]
 
     def kill(self) -> None:
         """SIGKILL the process (data not on disk is lost unless AOF is on)."""
