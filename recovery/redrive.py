@@ -181,8 +181,8 @@ def run_redrive(settings: Settings, summary: RedriveSummary) -> RedriveSummary:
 def _redrive_one(client: redis.Redis, params: RedisParams, flt: RedriveFilter,
                  bounds: tuple[str, str], budget: _Budget, summary: RedriveSummary) -> None:
     """Walk one dead-letter stream with script calls until the range or the budget ends."""
-    unit = {"stream": flt.source, "dead_letter_stream": flt.dead_letter_stream,
-            "examined": 0, "matched": 0, "redriven": 0}
+    unit: dict[str, Any] = {"stream": flt.source, "dead_letter_stream": flt.dead_letter_stream,
+                            "examined": 0, "matched": 0, "redriven": 0}
     start, end = bounds
     try:
         while (moves := budget.moves_for_next_call()) > 0:

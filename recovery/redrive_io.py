@@ -45,8 +45,8 @@ def redrive_step(client: redis.Redis, flt: RedriveFilter, start: str, end: str,
 
     Raises ResponseError ``WRONGTYPE`` (before any write) when a key is not a stream.
     """
-    args: list[object] = [flt.source, start, end, examine, max_moves, "1" if dry_run else "0",
-                          len(flt.groups), *flt.groups, len(flt.reasons), *flt.reasons]
+    args: list[str | int] = [flt.source, start, end, examine, max_moves, "1" if dry_run else "0",
+                             len(flt.groups), *flt.groups, len(flt.reasons), *flt.reasons]
     script = scripts_for(client)["redrive"]
     cursor, examined, flat = script(keys=[flt.dead_letter_stream, flt.source], args=args)
     pairs = [(_s(flat[i]), _s(flat[i + 1]) or None) for i in range(0, len(flat), 2)]
