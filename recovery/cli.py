@@ -16,9 +16,12 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from recovery.config import Settings, load_settings
+from recovery.config import Settings, load_settings, redis_params
+from recovery.discovery import check_server
 from recovery.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, RecoveryError
+from recovery.handlers import load_handler
 from recovery.job import run
+from recovery.redis_conn import connect
 from recovery.report import RunSummary
 
 log = logging.getLogger("recovery")
@@ -61,6 +64,7 @@ def run_recovery(argv: list[str] | None,
         args = recover_parser().parse_args(argv)
         setup_logging(args.log_level)
         settings = load_settings(args.config, args.overrides)
+        preflight(settings)
         summary = run(session(settings), settings, args.run_id, dry_run=args.dry_run)
         summary.check_failure_threshold(settings.handler.max_failed_ratio)
         code = EXIT_OK
@@ -73,6 +77,18 @@ def run_recovery(argv: list[str] | None,
     if summary is not None:
         print(summary.json_line(), flush=True)
     return code
+
+
+def preflight(settings: Settings) -> None:
+    """Fail fast, before Spark starts (10 s or more): the handler must import and Redis must
+    answer (reachable, login accepted, version 6.2 or newer). The run checks both again."""
+    load_handler(settings.handler.path)
+    params = redis_params(settings)
+    client = connect(params)
+    try:
+        check_server(client, params)
+    finally:
+        client.close()
 
 
 def _print_error(exc: Exception, summary: RunSummary | None, code: int) -> None:

@@ -71,7 +71,15 @@ class RedisSettings(_Section):
         try:
             _ = parts.port
         except ValueError as exc:
-            raise ValueError("redis.url has a port that is not a number") from exc
+            raise ValueError(
+                "redis.url has a port that is not a number from 1 to 65535, e.g. "
+                "redis://host:6379/0"
+            ) from exc
+        db = parts.path.strip("/")
+        if db and not db.isdigit():
+            raise ValueError(
+                f"redis.url names database {db!r}: it must be a number, e.g. redis://host:6379/0"
+            )
         if parts.password is not None:
             # Keep secrets out of the plain-text URL: move them into the SecretStr field.
             if self.password is None:
@@ -119,9 +127,20 @@ class DeadLetterSettings(_Section):
 class HandlerSettings(_Section):
     """The re-processing handler: ``package.module:function`` over batches of messages."""
 
-    path: str = Field("recovery.handlers:example_handler", pattern=HANDLER_PATH.pattern)
+    path: str = "recovery.handlers:example_handler"
     batch_size: int = Field(100, ge=1, le=100_000)
     max_failed_ratio: float | None = Field(None, ge=0, le=1)
+    timeout_s: float | None = Field(None, gt=0, le=86_400)
+
+    @field_validator("path")
+    @classmethod
+    def _path_shape(cls, path: str) -> str:
+        if not HANDLER_PATH.match(path):
+            raise ValueError(
+                f"{path!r} is not a handler path: write it as package.module:function, "
+                "e.g. recovery.handlers:example_handler"
+            )
+        return path
 
 
 class ReportSettings(_Section):
@@ -214,6 +233,19 @@ class Settings(BaseSettings):
 
     _toml_file: Path | None = None
 
+    @model_validator(mode="after")
+    def _lease_outlasts_handler(self) -> Settings:
+        # The lease renewed before each handler call lasts claim.min_idle_ms: a slower call
+        # lets another run claim (and handle) the same entries.
+        timeout_s = self.handler.timeout_s
+        if timeout_s is not None and timeout_s * 1000 >= self.claim.min_idle_ms:
+            raise ValueError(
+                f"handler.timeout_s ({timeout_s:g} s) must be shorter than claim.min_idle_ms "
+                f"({self.claim.min_idle_ms} ms), or another run may claim entries while the "
+                "handler still works on them: lower the timeout or raise min_idle_ms"
+            )
+        return self
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -266,6 +298,7 @@ class JobParams:
     handler_path: str
     handler_batch_size: int
     max_entries_per_s_per_partition: float | None = None
+    handler_timeout_s: float | None = None
 
 
 def load_settings(config_file: Path | None, overrides: list[str] | None = None) -> Settings:
@@ -304,21 +337,10 @@ def describe_validation_error(exc: ValidationError) -> str:
 
 def executor_params(settings: Settings, run_id: str) -> JobParams:
     """The frozen, picklable subset of settings that executors need."""
-    r = settings.redis
     rate = settings.claim.max_entries_per_s
     return JobParams(
         run_id=run_id,
-        redis=RedisParams(
-            url=r.url,
-            username=r.username,
-            password=r.password.get_secret_value() if r.password else None,
-            connect_timeout_s=r.connect_timeout_s,
-            socket_timeout_s=r.socket_timeout_s,
-            tls_ca_file=str(r.tls_ca_file) if r.tls_ca_file else None,
-            tls_cert_file=str(r.tls_cert_file) if r.tls_cert_file else None,
-            tls_key_file=str(r.tls_key_file) if r.tls_key_file else None,
-            tls_check_hostname=r.tls_check_hostname,
-        ),
+        redis=redis_params(settings),
         min_idle_ms=settings.claim.min_idle_ms,
         count=settings.claim.count,
         max_deliveries=settings.claim.max_deliveries,
@@ -326,7 +348,24 @@ def executor_params(settings: Settings, run_id: str) -> JobParams:
         dlq_batch_size=settings.dead_letter.batch_size,
         handler_path=settings.handler.path,
         handler_batch_size=settings.handler.batch_size,
+        handler_timeout_s=settings.handler.timeout_s,
         max_entries_per_s_per_partition=(rate / settings.spark.partitions) if rate else None,
+    )
+
+
+def redis_params(settings: Settings) -> RedisParams:
+    """The connection parameters of `settings` (the password in plain text: never log it)."""
+    r = settings.redis
+    return RedisParams(
+        url=r.url,
+        username=r.username,
+        password=r.password.get_secret_value() if r.password else None,
+        connect_timeout_s=r.connect_timeout_s,
+        socket_timeout_s=r.socket_timeout_s,
+        tls_ca_file=str(r.tls_ca_file) if r.tls_ca_file else None,
+        tls_cert_file=str(r.tls_cert_file) if r.tls_cert_file else None,
+        tls_key_file=str(r.tls_key_file) if r.tls_key_file else None,
+        tls_check_hostname=r.tls_check_hostname,
     )
 
 
@@ -337,7 +376,8 @@ def _overrides_to_dict(overrides: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         path = key.strip().split(".")
         if not sep or len(path) != 2 or not all(path):
-            raise ConfigError(f"--set {item!r}: write it as section.field=value, e.g. claim.count=500")
+            raise ConfigError(
+                f"--set {item!r}: write it as section.field=value, e.g. claim.count=500")
         section, name = path
         parsed: Any = [v for v in value.split(",") if v] if name in ("keys", "groups") else value
         result.setdefault(section, {})[name] = parsed

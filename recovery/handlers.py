@@ -8,13 +8,16 @@ It runs on executors over batches of messages and returns one result per message
 ``True`` / ``Result.success()`` acks the message; ``False`` / ``Result.failure(msg)`` leaves it
 pending (the next run claims it again until it crosses ``max_deliveries``). A handler that
 raises fails its whole batch with the exception as the error; a reply of the wrong length or
-type fails the batch as "garbage". Handlers must be idempotent: delivery is at-least-once.
+type fails the batch as "garbage". With ``handler.timeout_s``, a call that has not returned in
+time fails its batch as "timed out" (the messages stay pending). Handlers must be idempotent:
+delivery is at-least-once.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -81,14 +84,54 @@ def load_handler(path: str) -> Handler:
     return handler
 
 
-def run_handler(handler: Handler, messages: list[Message]) -> list[Result]:
-    """Call `handler` on a batch and normalise its reply to one Result per message."""
+class HandlerTimedOut(Exception):
+    """A handler call did not return within ``handler.timeout_s``."""
+
+
+def run_handler(handler: Handler, messages: list[Message], timeout_s: float | None = None
+                ) -> list[Result]:
+    """Call `handler` on a batch and normalise its reply to one Result per message.
+
+    Raises HandlerTimedOut when the call takes longer than `timeout_s` seconds.
+    """
     try:
-        reply = handler(messages)
+        reply = _call(handler, messages, timeout_s)
+    except HandlerTimedOut:
+        raise
     except Exception as exc:
         error = _clip(f"{type(exc).__name__}: {exc}")
         return [Result.failure(error)] * len(messages)
     return normalise_reply(reply, len(messages))
+
+
+def _call(handler: Handler, messages: list[Message], timeout_s: float | None) -> object:
+    """`handler(messages)`, in a daemon thread when there is a timeout.
+
+    Python cannot stop a thread: a call that times out is abandoned, not killed. If it
+    returns later its reply is ignored; its messages stay pending and are delivered again
+    (at-least-once), and the thread never keeps the worker process from exiting.
+    """
+    if timeout_s is None:
+        return handler(messages)
+    outcome: dict[str, object] = {}
+
+    def call() -> None:
+        try:
+            outcome["reply"] = handler(messages)
+        except Exception as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=call, name="recovery-handler", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise HandlerTimedOut(
+            f"handler timed out after {timeout_s:g} s (handler.timeout_s) on a batch of "
+            f"{len(messages)}; the call was abandoned"
+        )
+    if "error" in outcome:
+        raise outcome["error"]  # type: ignore[misc]
+    return outcome.get("reply")
 
 
 def normalise_reply(reply: object, expected: int) -> list[Result]:

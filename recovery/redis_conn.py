@@ -10,7 +10,9 @@ connection errors are allowed, with a bounded backoff, and never the default 10.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -18,6 +20,7 @@ from redis.exceptions import (
     AuthenticationError,
     AuthorizationError,
     NoPermissionError,
+    NoScriptError,
     ResponseError,
 )
 from redis.retry import Retry
@@ -33,6 +36,13 @@ from recovery.errors import (
 
 RETRIES = 3
 RAW_REPLY_COMMANDS = ("XAUTOCLAIM", "XPENDING", "XRANGE", "XINFO GROUPS", "XINFO CONSUMERS")
+VANISHED = "vanished"  # reply element of a script call whose stream or group no longer exists
+UNIT_GONE_CODES = ("NOGROUP", "WRONGTYPE")
+PIPELINE_PREFIX = re.compile(r"^Command # \d+ \((.*?)\) of pipeline caused error: ", re.DOTALL)
+DENIED_COMMAND = re.compile(r"run the '([\w|]+)' command")
+
+# (items, queue): `queue(pipe)` queues one script call replying one element per item.
+ScriptCall = tuple[Sequence[Any], Callable[[Any], object]]
 
 
 def connect(params: RedisParams) -> redis.Redis:
@@ -84,16 +94,18 @@ def redis_errors(params: RedisParams, stream: str | None = None, group: str | No
             "redis.username and the password (RECOVERY_REDIS__PASSWORD or redis.password_file)"
         ) from None
     except NoPermissionError as exc:
-        raise RedisPermissionError(
-            f"the Redis user may not run a command the job needs ({exc}): grant it in the "
-            "user's ACL rule (see README, 'ACL')"
-        ) from None
+        raise permission_error(exc, params) from None
     except ResponseError as exc:
         raise _response_error(exc, params, stream, group) from None
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
         raise RedisUnavailableError(
             f"cannot reach Redis at {where(params)} ({type(exc).__name__}: {exc}): "
             "check redis.url, that the server runs, and the network"
+        ) from None
+    except redis.RedisError as exc:  # e.g. InvalidResponse: something else answered
+        raise RedisUnavailableError(
+            f"Redis at {where(params)} gave an unexpected reply ({type(exc).__name__}: {exc}): "
+            "check that redis.url points at a Redis server"
         ) from None
 
 
@@ -112,13 +124,68 @@ def _response_error(exc: ResponseError, params: RedisParams, stream: str | None,
             "and the password (RECOVERY_REDIS__PASSWORD or redis.password_file)"
         )
     if code == "NOPERM":
-        return RedisPermissionError(
-            f"the Redis user may not run a command the job needs ({text}): grant it in the "
-            "user's ACL rule (see README, 'ACL')"
-        )
+        return permission_error(exc, params)
     return RecoveryError(f"Redis at {where(params)} answered an error: {text}")
 
 
+def permission_error(exc: ResponseError, params: RedisParams) -> RedisPermissionError:
+    """A one-line error naming the command (or key) the ACL user may not use, and the fix."""
+    text = server_text(exc)
+    user = params.username or "default"
+    denied = DENIED_COMMAND.search(text)
+    if denied:
+        command = denied.group(1).upper().replace("|", " ")
+        return RedisPermissionError(
+            f"the Redis user {user!r} may not run {command}, which the job needs: grant it, "
+            f"e.g. ACL SETUSER {user} +{denied.group(1)} (see README, 'ACL')"
+        )
+    return RedisPermissionError(
+        f"the Redis user {user!r} was refused ({text}): grant it the job's commands and "
+        "access to the stream and dead-letter keys in its ACL rule (see README, 'ACL')"
+    )
+
+
+def server_text(exc: Exception) -> str:
+    """The server's error text, without redis-py's "Command # n (...) of pipeline" prefix."""
+    return PIPELINE_PREFIX.sub("", str(exc)).strip()
+
+
 def _first_word(exc: Exception) -> str:
-    text = str(exc).strip()
+    text = server_text(exc)
     return text.split(" ", 1)[0].upper() if text else type(exc).__name__
+
+
+def unit_vanished(exc: Exception) -> bool:
+    """True for NOGROUP / WRONGTYPE: the stream or its group is gone (or was replaced)."""
+    return isinstance(exc, ResponseError) and _first_word(exc) in UNIT_GONE_CODES
+
+
+def run_script_calls(client: redis.Redis, calls: Sequence[ScriptCall]) -> list[tuple[Any, Any]]:
+    """Send script calls in one pipeline; return (item, reply element) pairs in call order.
+
+    A call whose stream or group vanished mid-run (NOGROUP, WRONGTYPE) yields ``VANISHED`` for
+    each of its items, so other units go on. Calls that met NOSCRIPT (the server restarted
+    between the script load and the call and lost its script cache) did not run: they are sent
+    once more. Any other error reply is raised.
+    """
+    replies = _execute_calls(client, calls)
+    again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+    if again:
+        for i, reply in zip(again, _execute_calls(client, [calls[i] for i in again]),
+                            strict=True):
+            replies[i] = reply
+    pairs: list[tuple[Any, Any]] = []
+    for (items, _), reply in zip(calls, replies, strict=True):
+        if isinstance(reply, Exception):
+            if not unit_vanished(reply):
+                raise reply
+            reply = [VANISHED] * len(items)
+        pairs += zip(items, reply, strict=True)
+    return pairs
+
+
+def _execute_calls(client: redis.Redis, calls: Sequence[ScriptCall]) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    for _, queue in calls:
+        queue(pipe)
+    return pipe.execute(raise_on_error=False)

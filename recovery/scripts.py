@@ -14,7 +14,8 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-SCRIPT_NAMES = ("dead_letter", "ack_owned", "delete_empty_consumer", "redrive")
+SCRIPT_NAMES = ("dead_letter", "ack_owned", "lease_owned", "delete_empty_consumer",
+                "redrive")
 
 
 def _source(name: str) -> str:
@@ -57,6 +58,7 @@ class DeadLetterContext:
 
 MOVED_NOT_OURS = 0
 MOVED_DELETED = -1
+MOVED_TOO_BIG = -2
 
 
 def dead_letter_batch(client: redis.Redis, ctx: DeadLetterContext,
@@ -66,7 +68,8 @@ def dead_letter_batch(client: redis.Redis, ctx: DeadLetterContext,
 
     Reply (without pipe): one element per entry, in order: the dead-letter ID (bytes) if
     moved, ``MOVED_NOT_OURS`` (0) if left alone, ``MOVED_DELETED`` (-1) if it was deleted
-    upstream (then only acked).
+    upstream (then only acked), ``MOVED_TOO_BIG`` (-2) if it has too many fields (~3950) to be
+    re-added from a script (left pending).
     """
     args: list[Any] = [ctx.group, ctx.consumer, ctx.run_id, ctx.delivery_limit,
                        ctx.death_time_ms, ctx.stream]
@@ -76,10 +79,38 @@ def dead_letter_batch(client: redis.Redis, ctx: DeadLetterContext,
     return script(keys=[ctx.stream, ctx.dlq], args=args, client=pipe)  # type: ignore[no-any-return]
 
 
+def stream_id_key(entry_id: str) -> tuple[int, int]:
+    """Sort key of a stream ID ``"<ms>-<seq>"``: numeric, not lexical."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
 def ack_owned(client: redis.Redis, stream: str, group: str, consumer: str,
               ids: Sequence[str], pipe: Any = None) -> list[int]:
-    """XACK the `ids` still pending and owned by `consumer`. Reply: 1 acked / 0 left, per ID."""
+    """XACK the `ids` still pending and owned by `consumer`.
+
+    `ids` must be in ascending ID order (see ``stream_id_key``). Reply (without pipe): one
+    integer per ID, in order: 1 acked, 0 left alone.
+    """
     script = scripts_for(client)["ack_owned"]
+    return script(keys=[stream], args=[group, consumer, *ids], client=pipe)  # type: ignore[no-any-return]
+
+
+LEASE_RENEWED = 1
+LEASE_LOST = 0
+LEASE_DELETED = -1
+
+
+def renew_lease(client: redis.Redis, stream: str, group: str, consumer: str,
+                ids: Sequence[str], pipe: Any = None) -> list[int]:
+    """Reset the idle time (to 0 ms) of the `ids` still pending and owned by `consumer`,
+    keeping their delivery counts; ack those deleted from the stream.
+
+    `ids` must be in ascending ID order (see ``stream_id_key``). Reply (without pipe): one
+    integer per ID, in order: ``LEASE_RENEWED`` (1), ``LEASE_LOST`` (0: no longer pending or
+    another owner), ``LEASE_DELETED`` (-1: deleted upstream, now acked).
+    """
+    script = scripts_for(client)["lease_owned"]
     return script(keys=[stream], args=[group, consumer, *ids], client=pipe)  # type: ignore[no-any-return]
 
 

@@ -6,7 +6,10 @@
 -- last owner ('' if unknown), reason, handler error ('' if none).
 -- Reply: one element per entry: the new dead-letter ID if moved; 0 if the entry is no longer
 -- pending or owned by ARGV[2] (someone acked or claimed it: left alone); -1 if the entry was
--- deleted from the stream upstream (it is acked, so it leaves the PEL, and nothing is written).
+-- deleted from the stream upstream (it is acked, so it leaves the PEL, and nothing is written);
+-- -2 if the entry has too many fields to be re-added from a script (Lua's unpack() takes at
+-- most ~8000 values, i.e. ~3950 fields): left pending, nothing is written.
+local MAX_VALUES = 7900
 local group, consumer = ARGV[1], ARGV[2]
 local reply = {}
 for i = 7, #ARGV, 6 do
@@ -19,6 +22,8 @@ for i = 7, #ARGV, 6 do
     if #found == 0 then
       redis.call('XACK', KEYS[1], group, id)
       reply[#reply + 1] = -1
+    elseif #found[1][2] + 26 > MAX_VALUES then
+      reply[#reply + 1] = -2
     else
       local args = {KEYS[2], '*'}
       for _, v in ipairs(found[1][2]) do args[#args + 1] = v end
