@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from pydantic import (
@@ -60,6 +60,8 @@ class RedisSettings(_Section):
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_check_hostname: bool = True
+    # Redis Cluster: "auto" asks the server (INFO cluster) when a client opens.
+    cluster: bool | Literal["auto"] = "auto"
 
     @model_validator(mode="after")
     def _parse_url(self) -> RedisSettings:
@@ -282,6 +284,7 @@ class RedisParams:
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_check_hostname: bool = True
+    cluster: bool | str = "auto"  # True, False or "auto"
 
 
 @dataclass(frozen=True)
@@ -366,6 +369,7 @@ def redis_params(settings: Settings) -> RedisParams:
         tls_cert_file=str(r.tls_cert_file) if r.tls_cert_file else None,
         tls_key_file=str(r.tls_key_file) if r.tls_key_file else None,
         tls_check_hostname=r.tls_check_hostname,
+        cluster=r.cluster,
     )
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import redis
 
+from recovery.cluster import groups_by_node, node_of
 from recovery.config import RedisParams, Settings
 from recovery.dlq_names import dead_letter_key, is_dead_letter_key
 from recovery.errors import DeadLetterNameError, StreamUnitError, UnsupportedServerError
@@ -32,11 +33,13 @@ MIN_VERSION = (6, 2, 0)
 
 @dataclass(frozen=True)
 class WorkUnit:
-    """One stream and group to recover, with its PEL size when discovered."""
+    """One stream and group to recover, with its PEL size when discovered, and the primary
+    that owns the stream on a Redis Cluster (``host:port``; "" on a standalone server)."""
 
     stream: str
     group: str
     pending: int
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,7 @@ def _units_of(client: redis.Redis, stream: str, wanted: list[str], skipped: list
     for group in groups:
         count = pending_count(client, stream, group)
         if count:
-            units.append(WorkUnit(stream, group, count))
+            units.append(WorkUnit(stream, group, count, node_of(client, stream)))
     return units
 
 
@@ -139,17 +142,23 @@ def assign(units: list[WorkUnit], partitions: int, consumer_prefix: str, run_id:
            ) -> list[Assignment]:
     """Spread units over at most `partitions` parts, biggest PEL first to the lightest part.
 
-    The consumer name depends only on run and part, so a retried task claims as the same
-    consumer and takes back what its failed attempt claimed.
+    On a Redis Cluster each part holds the units of one primary (parts per primary in
+    proportion to its pending entries; see ``recovery.cluster.groups_by_node``), so a
+    partition talks to the node that owns its keys. The consumer name depends only on run
+    and part, so a retried task claims as the same consumer and takes back what its failed
+    attempt claimed.
     """
-    parts = min(partitions, len(units))
-    load = [(0, p) for p in range(parts)]
-    result = []
-    for unit in sorted(units, key=lambda u: (-u.pending, u.stream, u.group)):
-        size, part = heapq.heappop(load)
-        result.append(Assignment(unit.stream, unit.group,
-                                 job_consumer(consumer_prefix, run_id, part), part))
-        heapq.heappush(load, (size + unit.pending, part))
+    result: list[Assignment] = []
+    first = 0
+    for group, parts in groups_by_node(units, partitions, lambda u: u.node,
+                                       lambda u: u.pending):
+        load = [(0, p) for p in range(first, first + parts)]
+        for unit in sorted(group, key=lambda u: (-u.pending, u.stream, u.group)):
+            size, part = heapq.heappop(load)
+            result.append(Assignment(unit.stream, unit.group,
+                                     job_consumer(consumer_prefix, run_id, part), part))
+            heapq.heappush(load, (size + unit.pending, part))
+        first += parts
     return result
 
 

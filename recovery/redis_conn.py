@@ -17,6 +17,7 @@ from typing import Any
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
+    AskError,
     AuthenticationError,
     AuthorizationError,
     NoPermissionError,
@@ -25,6 +26,7 @@ from redis.exceptions import (
 )
 from redis.retry import Retry
 
+from recovery.cluster import open_client, redirected_error
 from recovery.config import RedisParams
 from recovery.errors import (
     RecoveryError,
@@ -62,9 +64,12 @@ def connect(params: RedisParams) -> redis.Redis:
             ssl_certfile=params.tls_cert_file,
             ssl_keyfile=params.tls_key_file,
             ssl_check_hostname=params.tls_check_hostname,
-            ssl_cert_reqs="required" if params.tls_check_hostname else "optional",
+            # The chain is always verified; tls_check_hostname only drops the name match.
+            ssl_cert_reqs="required",
         )
-    client = redis.Redis.from_url(params.url, **kwargs)
+    with redis_errors(params):  # "auto" asks the server whether it is a cluster
+        # A StreamCluster answers like redis.Redis for everything the job sends.
+        client: redis.Redis = open_client(params.url, kwargs, params.cluster)  # type: ignore[assignment]
     for command in RAW_REPLY_COMMANDS:
         client.set_response_callback(command, _raw_reply)
     return client
@@ -95,6 +100,8 @@ def redis_errors(params: RedisParams, stream: str | None = None, group: str | No
         ) from None
     except NoPermissionError as exc:
         raise permission_error(exc, params) from None
+    except AskError as exc:  # MOVED or ASK: a cluster node, and redis.cluster = false
+        raise redirected_error(exc, where(params)) from None
     except ResponseError as exc:
         raise _response_error(exc, params, stream, group) from None
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
