@@ -62,8 +62,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="profile the job's Python processes with this py-spy binary "
                              "(slows the job; the profile table shows where its time goes)")
     parser.add_argument("--wait-for-load", type=float, metavar="LOAD",
-                        help="before each run, wait up to 5 min for the 1-min load average "
-                             "to drop below LOAD (a shared machine)")
+                        help="before each run, wait up to --wait-max-s for the 1-min load "
+                             "average to drop below LOAD (a shared machine)")
+    parser.add_argument("--wait-max-s", type=float, default=300.0,
+                        help="longest wait for --wait-for-load, seconds")
     parser.add_argument("--idle-probe-s", type=float, default=1.0,
                         help="seconds to measure the seeded, idle server's own CPU use")
     parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "results.md")
@@ -99,7 +101,7 @@ def _run_one(args: argparse.Namespace, name: str, spec: BacklogSpec, repeat: int
     options = JobOptions(args.master, tuple(args.job_set), tuple(args.spark_conf),
                          args.py_spy)
     if args.wait_for_load is not None:
-        wait_for_load(args.wait_for_load)
+        wait_for_load(args.wait_for_load, args.wait_max_s)
     label = report.PROBE if probe else name
     workdir = ROOT / ".bench" / "runs" / f"{spec.label}-{repeat}-{label}"
     run_spec = BacklogSpec(*PROBE_SPEC, over_limit_fraction=0.05) if probe else spec
