@@ -15,7 +15,7 @@ from recovery.cli import recover_parser, setup_logging
 from recovery.config import load_settings
 from recovery.errors import EXIT_FAILURE, EXIT_OK, RecoveryError
 from recovery.job import new_run_id
-from recovery.redrive import RedriveSummary, run_redrive
+from recovery.redrive import RedriveSummary, id_range, run_redrive
 
 
 def redrive_parser() -> argparse.ArgumentParser:
@@ -40,6 +40,7 @@ def redrive_main(argv: list[str] | None, on_start: Callable[[], None] = lambda: 
         setup_logging(args.log_level)
         overrides = args.overrides + (["redrive.dry_run=true"] if args.dry_run else [])
         settings = load_settings(args.config, overrides)
+        id_range(settings.redrive)  # an empty range is a config error: exit 2 before anything
         on_start()
         summary = RedriveSummary(args.run_id or new_run_id())
         run_redrive(settings, summary)

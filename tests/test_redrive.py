@@ -297,6 +297,10 @@ def test_exit_codes_and_json_summary(redis_server):
     assert (code, summary["status"]) == (2, "error")
     assert err.startswith("error: invalid config: redrive.since")
     code, summary, err = finish(run_job("--set", "streams.keys=orders", "--set",
+                                        "redrive.from_id=200", "--set", "redrive.to_id=100-5"))
+    assert (code, summary["status"]) == (2, "error")
+    assert err.startswith("error: redrive range is empty (from 200 to 100-5)")
+    code, summary, err = finish(run_job("--set", "streams.keys=orders", "--set",
                                         "redis.url=redis://127.0.0.1:1/0"))
     assert (code, summary["status"]) == (1, "failed")
     assert "cannot reach Redis at 127.0.0.1:1" in err
