@@ -128,16 +128,10 @@ def select_units(client: redis.Redis, settings: Settings, params: RedisParams
     (XADD re-creates the source); ``streams.match`` finds existing keys that have a
     dead-letter stream. A dead-letter key of another type is skipped with a reason.
     """
-    sel, r = settings.streams, settings.redrive
-    suffix = settings.dead_letter.suffix
-    names = [(k, True) for k in sel.keys]
-    if sel.match:
-        with redis_errors(params):
-            found = sorted(scan_keys(client, sel.match, sel.scan_count))
-        names += [(k.decode("utf-8", "replace"), False) for k in found]
-    units: list[RedriveFilter] = []
+    r, suffix = settings.redrive, settings.dead_letter.suffix
     skipped: list[Skipped] = []
-    for name, explicit in dict.fromkeys(n for n in names if not is_dead_letter_key(n[0], suffix)):
+    units: list[RedriveFilter] = []
+    for name, explicit in _candidates(client, settings, params, skipped).items():
         try:
             dlq = dead_letter_key(name, suffix)
         except DeadLetterNameError as exc:
@@ -150,6 +144,23 @@ def select_units(client: redis.Redis, settings: Settings, params: RedisParams
         elif kind == "stream" or explicit:
             units.append(RedriveFilter(name, dlq, tuple(r.groups), tuple(r.reasons)))
     return units, skipped
+
+
+def _candidates(client: redis.Redis, settings: Settings, params: RedisParams,
+                skipped: list[Skipped]) -> dict[str, bool]:
+    """Source names -> whether named explicitly; SCAN MATCH hits after the explicit keys,
+    dead-letter streams left out, non-UTF-8 names skipped."""
+    sel, suffix = settings.streams, settings.dead_letter.suffix
+    names = dict.fromkeys(sel.keys, True)
+    if sel.match:
+        with redis_errors(params):
+            found = sorted(scan_keys(client, sel.match, sel.scan_count))
+        for key in found:
+            try:
+                names.setdefault(key.decode("utf-8"), False)
+            except UnicodeDecodeError:
+                skipped.append(Skipped(repr(key), None, "key name is not UTF-8: not supported"))
+    return {n: e for n, e in names.items() if n and not is_dead_letter_key(n, suffix)}
 
 
 def run_redrive(settings: Settings, summary: RedriveSummary) -> RedriveSummary:

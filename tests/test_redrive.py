@@ -243,6 +243,17 @@ def test_limit_and_the_other_source_of_a_shared_dead_letter_stream(client, serve
     assert [dict(f)[b"n"] for f in back] == [b"0", b"1"]
 
 
+def test_match_selects_each_source_with_a_dead_letter_stream_once(client, server):
+    new_group(client, "orders", "billing")
+    dead_letter(client, "orders", "billing", [{b"n": b"1"}, {b"n": b"2"}], [R_LIMIT] * 2)
+    client.xadd("payments", {"n": "3"})  # a stream without a dead-letter stream
+
+    summary = redrive(server, "streams.match=*", "streams.keys=orders")
+
+    assert [(u["stream"], u["redriven"]) for u in summary.units] == [("orders", 2)]
+    assert (summary.status, summary.skipped) == ("ok", [])
+
+
 # --- Dry run --------------------------------------------------------------------------------
 
 def dump_all(client: redis.Redis) -> dict[bytes, bytes]:
