@@ -30,6 +30,7 @@ from recovery.throttle import Throttle
 log = logging.getLogger(__name__)
 
 ArrowFn = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+UnitFn = Callable[[redis.Redis, dict[str, Any]], Iterator[pa.RecordBatch]]
 PENDING_PAGE = 10_000
 PROGRESS_EVERY = 100_000
 CLAIMED_ARROW = arrow(CLAIMED)
@@ -61,19 +62,34 @@ class PartitionClient:
             self._client.close()
 
 
-def claim_partition(params: JobParams) -> ArrowFn:
-    """UNIT batches -> CLAIMED batches: claim every idle entry of each unit."""
+def per_unit(params: JobParams, make_unit_fn: Callable[[], UnitFn]) -> ArrowFn:
+    """A partition function that runs `unit_fn(client, unit)` for each UNIT row.
 
-    def claim(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    One client per partition (opened on first use, closed at the end); `make_unit_fn` is
+    called once per partition, for per-partition state such as a throttle. A unit whose
+    stream or group vanished mid-run ends quietly; other units go on.
+    """
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         client = PartitionClient(params)
-        throttle = Throttle(params.max_entries_per_s_per_partition)
+        unit_fn = make_unit_fn()
         try:
             for unit in unit_rows(batches):
-                yield from skip_vanished(unit, _claim_unit(client.get(), params, unit, throttle))
+                yield from skip_vanished(unit, unit_fn(client.get(), unit))
         finally:
             client.close()
 
-    return claim
+    return run
+
+
+def claim_partition(params: JobParams) -> ArrowFn:
+    """UNIT batches -> CLAIMED batches: claim every idle entry of each unit."""
+
+    def make() -> UnitFn:
+        throttle = Throttle(params.max_entries_per_s_per_partition)
+        return lambda client, unit: _claim_unit(client, params, unit, throttle)
+
+    return per_unit(params, make)
 
 
 def _claim_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any],
@@ -118,11 +134,8 @@ def _claimed_batch(unit: dict[str, Any], batch: ClaimBatch) -> pa.RecordBatch:
         nulls = pa.nulls(n_deleted, FIELDS_ARROW)
         fields_col = pa.concat_arrays([fields_col, nulls])
     before = [batch.before.get(i) for i in ids]
-    n = len(ids)
     columns = [
-        pa.array([unit["stream"]] * n, pa.string()),
-        pa.array([unit["group"]] * n, pa.string()),
-        pa.array([unit["consumer"]] * n, pa.string()),
+        *_unit_columns(unit, len(ids)),
         pa.array(ids, pa.string()),
         pa.array([False] * len(batch.entries) + [True] * n_deleted, pa.bool_()),
         pa.array([b.consumer if b else None for b in before], pa.string()),
@@ -134,16 +147,7 @@ def _claimed_batch(unit: dict[str, Any], batch: ClaimBatch) -> pa.RecordBatch:
 
 def pending_partition(params: JobParams) -> ArrowFn:
     """UNIT batches -> PENDING batches: every entry the unit's job consumer owns now."""
-
-    def pending(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        client = PartitionClient(params)
-        try:
-            for unit in unit_rows(batches):
-                yield from skip_vanished(unit, _pending_unit(client.get(), params, unit))
-        finally:
-            client.close()
-
-    return pending
+    return per_unit(params, lambda: lambda client, unit: _pending_unit(client, params, unit))
 
 
 def _pending_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any]
@@ -160,12 +164,14 @@ def _pending_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any]
         yield _pending_batch(unit, rows)
 
 
+def _unit_columns(unit: dict[str, Any], n: int) -> list[pa.Array]:
+    """The stream, group and consumer columns of `n` rows of one unit."""
+    return [pa.array([unit[k]] * n, pa.string()) for k in ("stream", "group", "consumer")]
+
+
 def _pending_batch(unit: dict[str, Any], rows: list[Any]) -> pa.RecordBatch:
-    n = len(rows)
     columns = [
-        pa.array([unit["stream"]] * n, pa.string()),
-        pa.array([unit["group"]] * n, pa.string()),
-        pa.array([unit["consumer"]] * n, pa.string()),
+        *_unit_columns(unit, len(rows)),
         pa.array([r.id for r in rows], pa.string()),
         pa.array([r.delivery_count for r in rows], pa.int64()),
     ]

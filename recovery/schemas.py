@@ -20,6 +20,12 @@ from pyspark.sql.types import (
     StructType,
 )
 
+STREAM = StructField("stream", StringType(), False)
+GROUP = StructField("group", StringType(), False)
+CONSUMER_NAME = StructField("consumer", StringType(), False)
+ENTRY_ID = StructField("id", StringType(), False)
+UNIT_KEY = [STREAM, GROUP, CONSUMER_NAME]  # a unit and the job consumer that claims for it
+
 FIELD = StructType(
     [StructField("name", BinaryType(), False), StructField("value", BinaryType(), False)]
 )
@@ -27,24 +33,15 @@ FIELDS = ArrayType(FIELD, containsNull=False)
 
 # One (stream, group) work unit, built on the driver; `consumer` is the job's consumer name,
 # derived from run id and partition so a retried task takes back what its first attempt claimed.
-UNIT = StructType(
-    [
-        StructField("stream", StringType(), False),
-        StructField("group", StringType(), False),
-        StructField("consumer", StringType(), False),
-        StructField("part", IntegerType(), False),
-    ]
-)
+UNIT = StructType([*UNIT_KEY, StructField("part", IntegerType(), False)])
 
 # What the XAUTOCLAIM loops returned. `fields` is null for entries deleted upstream
 # (`deleted` true); `previous_consumer` and `idle_ms` are the PEL state just before the claim,
 # null where unknown.
 CLAIMED = StructType(
     [
-        StructField("stream", StringType(), False),
-        StructField("group", StringType(), False),
-        StructField("consumer", StringType(), False),
-        StructField("id", StringType(), False),
+        *UNIT_KEY,
+        ENTRY_ID,
         StructField("deleted", BooleanType(), False),
         StructField("previous_consumer", StringType(), True),
         StructField("idle_ms", LongType(), True),
@@ -53,27 +50,12 @@ CLAIMED = StructType(
 )
 
 # The job consumer's PEL after the claim (XPENDING): the delivery count includes this claim.
-PENDING = StructType(
-    [
-        StructField("stream", StringType(), False),
-        StructField("group", StringType(), False),
-        StructField("consumer", StringType(), False),
-        StructField("id", StringType(), False),
-        StructField("delivery_count", LongType(), False),
-    ]
-)
+PENDING = StructType([*UNIT_KEY, ENTRY_ID, StructField("delivery_count", LongType(), False)])
 
 # Claimed joined with pending, plus the route each entry takes.
 ROUTED = StructType(
     [
-        StructField("stream", StringType(), False),
-        StructField("group", StringType(), False),
-        StructField("consumer", StringType(), False),
-        StructField("id", StringType(), False),
-        StructField("deleted", BooleanType(), False),
-        StructField("previous_consumer", StringType(), True),
-        StructField("idle_ms", LongType(), True),
-        StructField("fields", FIELDS, True),
+        *CLAIMED.fields,
         StructField("delivery_count", LongType(), True),
         StructField("route", StringType(), False),
     ]
@@ -83,9 +65,9 @@ ROUTED = StructType(
 REPORT = StructType(
     [
         StructField("run_id", StringType(), False),
-        StructField("stream", StringType(), False),
-        StructField("group", StringType(), False),
-        StructField("id", StringType(), False),
+        STREAM,
+        GROUP,
+        ENTRY_ID,
         StructField("previous_consumer", StringType(), True),
         StructField("delivery_count", LongType(), True),
         StructField("idle_ms", LongType(), True),
@@ -111,8 +93,8 @@ CONSUMER = StructType(
 )
 HEALTH = StructType(
     [
-        StructField("stream", StringType(), False),
-        StructField("group", StringType(), False),
+        STREAM,
+        GROUP,
         StructField("length", LongType(), False),
         StructField("lag", LongType(), True),
         StructField("pending", LongType(), False),
@@ -124,8 +106,8 @@ HEALTH = StructType(
 )
 PEL_HISTOGRAM = StructType(
     [
-        StructField("stream", StringType(), False),
-        StructField("group", StringType(), False),
+        STREAM,
+        GROUP,
         StructField("deliveries", MapType(StringType(), LongType(), False), False),
         StructField("idle_ages", MapType(StringType(), LongType(), False), False),
         StructField("oldest_idle_ms", LongType(), True),

@@ -14,7 +14,7 @@ import pyarrow as pa
 import redis
 
 from recovery.config import JobParams
-from recovery.partitions import ArrowFn, PartitionClient, skip_vanished, unit_rows
+from recovery.partitions import ArrowFn, per_unit
 from recovery.redis_conn import redis_errors
 from recovery.schemas import (
     ACTION_DELETED,
@@ -58,16 +58,7 @@ def pel_pages(client: redis.Redis, stream: str, group: str, min_idle_ms: int | N
 
 def histogram_partition(params: JobParams) -> ArrowFn:
     """UNIT batches -> PEL_HISTOGRAM batches: one row of counts per unit."""
-
-    def histograms(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        client = PartitionClient(params)
-        try:
-            for unit in unit_rows(batches):
-                yield from skip_vanished(unit, _histogram_unit(client.get(), params, unit))
-        finally:
-            client.close()
-
-    return histograms
+    return per_unit(params, lambda: lambda client, unit: _histogram_unit(client, params, unit))
 
 
 def _histogram_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any]
@@ -89,16 +80,7 @@ def _histogram_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any]
 
 def plan_partition(params: JobParams) -> ArrowFn:
     """UNIT batches -> REPORT batches of what a real run would do (dry run, no claim)."""
-
-    def plan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        client = PartitionClient(params)
-        try:
-            for unit in unit_rows(batches):
-                yield from skip_vanished(unit, _plan_unit(client.get(), params, unit))
-        finally:
-            client.close()
-
-    return plan
+    return per_unit(params, lambda: lambda client, unit: _plan_unit(client, params, unit))
 
 
 def _plan_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any]
