@@ -19,7 +19,7 @@ from typing import Any
 
 from recovery.local_redis import LocalServer, any_server_binary
 from tests.benchmark.loops import LOOPS, Tally
-from tests.benchmark.measure import idle_cpu_rate, redis_counters
+from tests.benchmark.measure import children_cpu_s, idle_cpu_rate, redis_counters
 from tests.benchmark.seed import BacklogSpec, seed_backlog
 from tests.benchmark.spark_job import ROOT, JobOptions, run_job
 from tests.benchmark.verify import verify_recovered
@@ -46,6 +46,7 @@ class RunRecord:
     steady_s: float | None
     round_trips: int | None
     peak_rss_bytes: int
+    client_cpu_s: float  # the contender's whole process tree, user + sys
     redis_cpu_s: float
     redis_idle_cpu_per_s: float
     redis_commands: int
@@ -116,12 +117,12 @@ def run_contender(name: str, spec: BacklogSpec, repeat: int, workdir: Path,
         seeded = seed_backlog(client, spec)
         idle = idle_cpu_rate(client, idle_probe_s)
         load = os.getloadavg()[0]
-        before = redis_counters(client)
+        before, cpu_before = redis_counters(client), children_cpu_s()
         if name == JOB:
             measured = _measure_job(spec, server.url, workdir, options)
         else:
             measured = _measure_loop(name, spec, server.url)
-        delta = redis_counters(client) - before
+        delta, client_cpu = redis_counters(client) - before, children_cpu_s() - cpu_before
         load_end = os.getloadavg()[0]
         outcome = verify_recovered(client, seeded)
     said = (measured.said_acked, measured.said_dead_lettered)
@@ -131,7 +132,8 @@ def run_contender(name: str, spec: BacklogSpec, repeat: int, workdir: Path,
     return RunRecord(
         contender=name, size=spec.label, messages=spec.messages, repeat=repeat,
         wall_s=measured.wall_s, steady_s=measured.steady_s, round_trips=measured.round_trips,
-        peak_rss_bytes=measured.peak_rss_bytes, redis_cpu_s=delta.cpu_s,
+        peak_rss_bytes=measured.peak_rss_bytes, client_cpu_s=client_cpu,
+        redis_cpu_s=delta.cpu_s,
         redis_idle_cpu_per_s=idle,
         redis_commands=delta.commands, redis_reads=delta.reads,
         per_command=delta.per_command, acked=outcome.acked,

@@ -6,11 +6,16 @@
 - Round trips, server side: INFO ``total_reads_processed``, one per read event on a client
   socket. A pipeline counts once unless its request is bigger than Redis' 16 KB read buffer,
   so it slightly over-counts big pipelines; the loops also count their round trips exactly.
+- Client CPU: user + sys seconds of this process' finished children (RUSAGE_CHILDREN), so
+  of a contender's whole process tree once it exited (Spark's JVM waits for its Python
+  processes, the PySpark daemon for its workers). Less sensitive to a busy machine than wall
+  time.
 - Memory: peak RSS (bytes) of a process tree, polled with psutil.
 """
 
 from __future__ import annotations
 
+import resource
 import statistics
 import threading
 import time
@@ -60,6 +65,12 @@ def redis_counters(client: redis.Redis) -> RedisCounters:
         reads=int(info["total_reads_processed"]),
         per_command=per_command,
     )
+
+
+def children_cpu_s() -> float:
+    """User + sys CPU seconds of all finished, waited-for children of this process so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def idle_cpu_rate(client: redis.Redis, seconds: float = 1.0) -> float:

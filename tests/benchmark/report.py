@@ -6,6 +6,9 @@ Medians over repeats. Per contender and size:
 - fixed / steady (s): loops: the interpreter start-up vs the loop's own timer; the job: the
   wall time of spark-submit on a near-empty backlog (the probe run right after each job run)
   vs the rest: steady = median over repeats of (job wall - its probe's wall);
+- client CPU per message (us): user + sys time of the contender's whole process tree (for
+  the job: JVM, driver Python, workers; with --py-spy also py-spy), the cost that a busy
+  machine distorts least;
 - Redis CPU per message (us): INFO used_cpu_sys + used_cpu_user delta, net of the server's
   idle rate (its cron, measured on the seeded server just before the run) over the wall time;
 - commands per message (server: INFO total_commands_processed, counts commands inside Lua
@@ -45,6 +48,7 @@ class Row:
     reads_per_msg: float | None
     round_trips_per_msg: float | None
     peak_rss_mb: float | None
+    client_cpu_us_per_msg: float | None = None
     note: str = ""
     extras: dict[str, float | None] = field(default_factory=dict)
 
@@ -104,6 +108,7 @@ def make_row(records: list[RunRecord], probes: list[RunRecord] | None = None) ->
         reads_per_msg=_per_msg(records, lambda r: r.redis_reads),
         round_trips_per_msg=_per_msg(records, lambda r: r.round_trips),
         peak_rss_mb=(_median(records, lambda r: r.peak_rss_bytes) or 0) / MB,
+        client_cpu_us_per_msg=_per_msg(records, lambda r: r.client_cpu_s, 1e6),
         extras=phases,
     )
 
@@ -122,7 +127,8 @@ def extrapolate(row: Row, size: str, messages: int) -> Row:
         wall_s=steady + (row.fixed_s or 0.0), fixed_s=row.fixed_s, steady_s=steady,
         cpu_us_per_msg=row.cpu_us_per_msg, commands_per_msg=row.commands_per_msg,
         reads_per_msg=row.reads_per_msg, round_trips_per_msg=row.round_trips_per_msg,
-        peak_rss_mb=None, note=f"extrapolated from {row.size}",
+        peak_rss_mb=None, client_cpu_us_per_msg=row.client_cpu_us_per_msg,
+        note=f"extrapolated from {row.size}",
     )
 
 
@@ -146,7 +152,8 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 
 MAIN_HEADER = ("contender", "size", "runs", "msg/s (end to end)", "wall s", "fixed start-up s",
-               "steady s", "steady msg/s", "Redis CPU us/msg", "Redis cmds/msg",
+               "steady s", "steady msg/s", "client CPU us/msg", "Redis CPU us/msg",
+               "Redis cmds/msg",
                "Redis reads/msg", "client round trips/msg", "driver peak RSS MB")
 
 
@@ -157,9 +164,9 @@ def main_table(rows: list[Row]) -> list[list[str]]:
         name = row.contender + (f" ({row.note})" if row.note else "")
         lines.append([name, row.size, str(row.runs), _fmt(row.msg_per_s, 0), _fmt(row.wall_s),
                       _fmt(row.fixed_s), _fmt(row.steady_s, 2), _fmt(row.steady_msg_per_s, 0),
-                      _fmt(row.cpu_us_per_msg, 2), _fmt(row.commands_per_msg, 2),
-                      _fmt(row.reads_per_msg, 4), _fmt(row.round_trips_per_msg, 4),
-                      _fmt(row.peak_rss_mb, 0)])
+                      _fmt(row.client_cpu_us_per_msg, 1), _fmt(row.cpu_us_per_msg, 2),
+                      _fmt(row.commands_per_msg, 2), _fmt(row.reads_per_msg, 4),
+                      _fmt(row.round_trips_per_msg, 4), _fmt(row.peak_rss_mb, 0)])
     return lines
 
 
@@ -167,8 +174,8 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-RATIO_HEADER = ("size", "versus", "end-to-end msg/s", "steady msg/s", "Redis CPU per msg",
-                "Redis cmds per msg")
+RATIO_HEADER = ("size", "versus", "end-to-end msg/s", "steady msg/s", "client CPU per msg",
+                "Redis CPU per msg", "Redis cmds per msg")
 
 
 def ratio_table(rows: list[Row]) -> list[list[str]]:
@@ -183,6 +190,7 @@ def ratio_table(rows: list[Row]) -> list[list[str]]:
             lines.append([job.size, f"job/{other}" + (" (extrapolated)" if base.note else ""),
                           _fmt(_ratio(job.msg_per_s, base.msg_per_s), 2),
                           _fmt(_ratio(job.steady_msg_per_s, base.steady_msg_per_s), 2),
+                          _fmt(_ratio(job.client_cpu_us_per_msg, base.client_cpu_us_per_msg), 2),
                           _fmt(_ratio(job.cpu_us_per_msg, base.cpu_us_per_msg), 2),
                           _fmt(_ratio(job.commands_per_msg, base.commands_per_msg), 2)])
     return lines
