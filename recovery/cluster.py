@@ -115,12 +115,24 @@ def open_client(url: str, options: Mapping[str, Any], mode: ClusterMode
     try:
         return StreamCluster.from_url(url, **options)
     except RedisClusterException as exc:
-        if isinstance(exc.__cause__, (redis.ConnectionError, redis.ResponseError)):
-            raise exc.__cause__ from None  # refused login, unreachable: mapped as usual
+        cause = _redis_cause(exc)
+        if cause is not None:  # refused login, unreachable, NOPERM: mapped as usual
+            raise cause from None
         raise RedisUnavailableError(
             f"cannot read the Redis Cluster's slot map from {host_port(url)} ({exc}): "
             "check redis.url, that every node runs, and redis.cluster"
         ) from None
+
+
+def _redis_cause(exc: BaseException) -> redis.RedisError | None:
+    """The server's or the network's error behind a RedisClusterException, if any (e.g. the
+    NOPERM for CLUSTER SLOTS that redis-py reports as "Cluster mode is not enabled")."""
+    seen: BaseException | None = exc.__cause__ or exc.__context__
+    while seen is not None:
+        if isinstance(seen, (redis.ConnectionError, redis.ResponseError)):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _probe_cluster(url: str, options: Mapping[str, Any]) -> bool:

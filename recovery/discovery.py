@@ -11,12 +11,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import redis
+from redis.exceptions import NoPermissionError
 
+from recovery.acl_errors import denied_command
 from recovery.cluster import groups_by_node, node_of
 from recovery.config import RedisParams, Settings
 from recovery.dlq_names import dead_letter_key, is_dead_letter_key
 from recovery.errors import DeadLetterNameError, StreamUnitError, UnsupportedServerError
-from recovery.redis_conn import redis_errors
+from recovery.redis_conn import redis_errors, server_text
 from recovery.scripts import delete_empty_consumer
 from recovery.streams import (
     consumer_names,
@@ -96,20 +98,37 @@ def _candidate_streams(client: redis.Redis, settings: Settings, params: RedisPar
     names = list(sel.keys)
     if sel.match:
         with redis_errors(params):
-            names += sorted(_decode(k, skipped) for k in scan_keys(client, sel.match, sel.scan_count))
+            found = scan_keys(client, sel.match, sel.scan_count)
+            names += sorted(_decode(k, skipped) for k in found)
     streams: list[str] = []
     for name in dict.fromkeys(n for n in names if n):
+        if is_dead_letter_key(name, settings.dead_letter.suffix):
+            # Checked before TYPE: the job's ACL user needs no read access to DLQ keys.
+            log.info("skip %s: it is a dead-letter stream", name)
+            continue
         with redis_errors(params):
-            kind = key_type(client, name)
-        if kind == "none":
+            kind = _type_unless_denied(client, name)
+        if kind is None:
+            skipped.append(Skipped(name, None, "the Redis user may not access this key (ACL "
+                                   "key patterns): left alone"))
+        elif kind == "none":
             skipped.append(Skipped(name, None, "no such key: fix streams.keys"))
         elif kind != "stream":
             skipped.append(Skipped(name, None, f"not a stream (type {kind}): left alone"))
-        elif is_dead_letter_key(name, settings.dead_letter.suffix):
-            log.info("skip %s: it is a dead-letter stream", name)
         else:
             streams.append(name)
     return streams
+
+
+def _type_unless_denied(client: redis.Redis, name: str) -> str | None:
+    """TYPE of `name`; None when the ACL user may not access that key (SCAN lists every
+    key, whatever the user's key patterns). A denied *command* still raises."""
+    try:
+        return key_type(client, name)
+    except NoPermissionError as exc:
+        if denied_command(server_text(exc)):
+            raise
+        return None
 
 
 def _decode(key: bytes, skipped: list[Skipped]) -> str:

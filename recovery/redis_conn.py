@@ -26,6 +26,7 @@ from redis.exceptions import (
 )
 from redis.retry import Retry
 
+from recovery.acl_errors import denied_command, is_script_denial
 from recovery.cluster import open_client, redirected_error
 from recovery.config import RedisParams
 from recovery.errors import (
@@ -41,7 +42,6 @@ RAW_REPLY_COMMANDS = ("XAUTOCLAIM", "XPENDING", "XRANGE", "XINFO GROUPS", "XINFO
 VANISHED = "vanished"  # reply element of a script call whose stream or group no longer exists
 UNIT_GONE_CODES = ("NOGROUP", "WRONGTYPE")
 PIPELINE_PREFIX = re.compile(r"^Command # \d+ \((.*?)\) of pipeline caused error: ", re.DOTALL)
-DENIED_COMMAND = re.compile(r"run the '([\w|]+)' command")
 
 # (items, queue): `queue(pipe)` queues one script call replying one element per item.
 ScriptCall = tuple[Sequence[Any], Callable[[Any], object]]
@@ -130,7 +130,7 @@ def _response_error(exc: ResponseError, params: RedisParams, stream: str | None,
             f"Redis at {where(params)} refused the login ({code}): check redis.username "
             "and the password (RECOVERY_REDIS__PASSWORD or redis.password_file)"
         )
-    if code == "NOPERM":
+    if code == "NOPERM" or is_script_denial(text):  # scripts: no NOPERM code, see acl_errors
         return permission_error(exc, params)
     return RecoveryError(f"Redis at {where(params)} answered an error: {text}")
 
@@ -139,12 +139,12 @@ def permission_error(exc: ResponseError, params: RedisParams) -> RedisPermission
     """A one-line error naming the command (or key) the ACL user may not use, and the fix."""
     text = server_text(exc)
     user = params.username or "default"
-    denied = DENIED_COMMAND.search(text)
+    denied = denied_command(text)
     if denied:
-        command = denied.group(1).upper().replace("|", " ")
+        command = denied.upper().replace("|", " ")
         return RedisPermissionError(
             f"the Redis user {user!r} may not run {command}, which the job needs: grant it, "
-            f"e.g. ACL SETUSER {user} +{denied.group(1)} (see README, 'ACL')"
+            f"e.g. ACL SETUSER {user} +{denied} (see README, 'ACL')"
         )
     return RedisPermissionError(
         f"the Redis user {user!r} was refused ({text}): grant it the job's commands and "

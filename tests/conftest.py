@@ -22,6 +22,7 @@ from redis import Redis  # noqa: E402
 
 from recovery.config import Settings, load_settings  # noqa: E402
 from recovery.local_redis import LocalServer, server_binary  # noqa: E402
+from tests.cluster_fixtures import LocalCluster  # noqa: E402
 
 FLAVORS = ("redis", "valkey")
 
@@ -63,6 +64,15 @@ def redis_server() -> Iterator[LocalServer]:
     srv = start_server("redis")
     yield srv
     srv.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[LocalCluster]:
+    """A real Redis Cluster (3 primaries, a replica of the first), shared by the session:
+    about 10 s to start. Tests flush it (``LocalCluster.flush``) and restore what they change."""
+    started = LocalCluster().start()
+    yield started
+    started.stop()
 
 
 @pytest.fixture

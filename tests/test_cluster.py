@@ -34,12 +34,9 @@ ACTION_SCHEMA = StructType([StructField(n, StringType(), False)
 NO_SAME_SLOT_NAME = "bad}name"
 
 
-@pytest.fixture(scope="session")
-def cluster() -> Iterator[LocalCluster]:
-    """One cluster for the module's tests (about 10 s to start); each test flushes it."""
-    started = LocalCluster().start()
-    yield started
-    started.stop()
+@pytest.fixture
+def cluster(redis_cluster: LocalCluster) -> LocalCluster:
+    return redis_cluster
 
 
 @pytest.fixture

@@ -1,0 +1,163 @@
+"""The least-privilege ACL rules of docs/ACL.md, applied to real servers.
+
+The rules are read from docs/ACL.md itself, so the documentation cannot drift from what the
+job needs: the job runs end to end (dry run, run, a second run that removes its empty
+consumer, redrive) as those users on Redis 7.0, Valkey 8.1 and a Redis Cluster, and the
+servers' ACL LOG shows no refusal but the ones expected. With one permission taken away, the
+job stops with one line naming it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from redis import Redis
+
+from recovery.cli import run_recovery
+from recovery.local_redis import LocalServer
+from recovery.redrive_cli import redrive_main
+from tests.backlogs import Seeded, seed
+from tests.cluster_fixtures import LocalCluster
+from tests.invariants import dead_letters, final_states, pel
+
+ACL_DOC = Path(__file__).resolve().parent.parent / "docs" / "ACL.md"
+PASSWORD = "acl-test-9d41"
+STREAMS = ["events:orders", "events:{eu}:pay"]
+OUTSIDE = "other"  # a stream the users may not touch
+DOC_RULE = re.compile(r"<!-- acl-rule: (\w+) -->\s*```\n(.*?)```", re.DOTALL)
+
+
+def documented_rules() -> dict[str, list[list[str]]]:
+    """user -> the argument lists of its documented ``ACL SETUSER <user> ...`` lines."""
+    rules: dict[str, list[list[str]]] = {}
+    for name, block in DOC_RULE.findall(ACL_DOC.read_text()):
+        lines = [line.split() for line in block.strip().splitlines()]
+        assert all(line[:3] == ["ACL", "SETUSER", name] for line in lines), block
+        rules[name] = [[t.replace(">CHANGE-ME", f">{PASSWORD}") for t in line[2:]]
+                       for line in lines]
+    assert set(rules) == {"recovery", "redrive"}
+    return rules
+
+
+def create_users(nodes: list[Redis], *extra: str) -> None:
+    """The documented users on every node (ACLs are per node), `extra` added to recovery."""
+    for node in nodes:
+        for lines in documented_rules().values():
+            for args in lines:
+                node.execute_command("ACL", "SETUSER", *args)
+        if extra:
+            node.execute_command("ACL", "SETUSER", "recovery", *extra)
+        node.execute_command("ACL", "LOG", "RESET")
+
+
+def refusals(nodes: list[Redis]) -> set[tuple[str, str, str]]:
+    """(user, reason, object) of every ACL LOG entry on `nodes`."""
+    return {(e["username"], e["reason"], e["object"]) for n in nodes for e in n.acl_log()}
+
+
+def job_args(url: str, user: str, tmp_path: Path, *extra: str) -> list[str]:
+    sets = [f"redis.url={url}", f"redis.username={user}", f"redis.password={PASSWORD}",
+            f"report.path={tmp_path / 'reports'}", "claim.count=7",
+            "claim.min_idle_ms=600000", "handler.path=tests.handlers:verify_or_fail", *extra]
+    return [arg for s in sets for arg in ("--set", s)]
+
+
+def seed_with_outsider(client: Redis) -> Seeded:
+    seeded = seed(client, STREAMS, ["billing"])
+    seed(client, [OUTSIDE], ["billing"])
+    return seeded
+
+
+def run_as_documented_users(spark, url: str, client: Redis, nodes: list[Redis],
+                            tmp_path: Path, capsys) -> None:
+    """Dry run, run, second run, redrive: all exit 0; Redis as expected after each."""
+    seeded = seed_with_outsider(client)
+    recover = job_args(url, "recovery", tmp_path, "streams.match=*")
+    assert run_recovery([*recover, "--dry-run"], lambda s: spark) == 0, capsys.readouterr()
+    assert run_recovery(recover, lambda s: spark) == 0, capsys.readouterr()
+    assert '"reason":"the Redis user may not access this key' in capsys.readouterr().out
+    expected = {k: v for k, v in seeded.state.items() if v != "gone"}
+    states = {k: "pending:job" if v.startswith("pending:recovery-") else v
+              for k, v in final_states(client, expected).items()}
+    assert states == expected
+    assert len(pel(client, OUTSIDE, "billing")) == 166  # left alone
+
+    assert run_recovery(recover, lambda s: spark) == 0, capsys.readouterr()
+    for stream in STREAMS:  # the 2nd run's consumer owned nothing: removed (a script)
+        names = {c["name"].decode() for c in client.xinfo_consumers(stream, "billing")}
+        assert len([n for n in names if n.startswith("recovery-")]) == 1, names
+
+    redrive = job_args(url, "redrive", tmp_path, "streams.match=events:*")
+    assert redrive_main(redrive) == 0, capsys.readouterr()
+    assert all(dead_letters(client, s) == [] for s in STREAMS)
+    allowed = {("recovery", "key", OUTSIDE)} | {(u, "command", "client|setinfo")
+                                                for u in ("recovery", "redrive")}
+    assert refusals(nodes) <= allowed
+
+
+@pytest.fixture
+def acl_server(server: LocalServer) -> Iterator[LocalServer]:
+    create_users([server.client()])
+    yield server
+
+
+def test_documented_users_run_everything_on_one_server(spark, acl_server, tmp_path, capsys):
+    client = acl_server.client()
+    run_as_documented_users(spark, acl_server.url, client, [client], tmp_path, capsys)
+
+
+def test_documented_users_run_everything_on_a_cluster(spark, redis_cluster: LocalCluster,
+                                                      tmp_path, capsys):
+    redis_cluster.wait_healthy()
+    redis_cluster.flush()
+    nodes = [n.client() for n in redis_cluster.nodes]
+    create_users(nodes)
+    try:
+        run_as_documented_users(spark, redis_cluster.url, redis_cluster.client(), nodes,
+                                tmp_path, capsys)
+    finally:
+        for node in nodes:
+            node.acl_deluser("recovery", "redrive")
+
+
+@pytest.mark.parametrize(("taken_away", "message"), [
+    (["-xautoclaim"], "may not run XAUTOCLAIM, which the job needs"),  # claim, on executors
+    (["-xadd"], "may not run XADD, which the job needs"),  # inside the dead-letter script
+    (["-xinfo|groups"], "may not run XINFO GROUPS, which the job needs"),  # discovery
+    (["resetkeys", "~events:*"], "access to the stream and dead-letter keys"),  # no DLQ keys
+])
+def test_one_missing_permission_is_named_in_one_line(taken_away, message, spark, redis_server,
+                                                     tmp_path, capsys):
+    client = redis_server.client()
+    create_users([client], *taken_away)
+    seed(client, STREAMS, ["billing"])
+    code = run_recovery(job_args(redis_server.url, "recovery", tmp_path,
+                                 "streams.match=events:*"), lambda s: spark)
+    out, err = capsys.readouterr()
+    assert code == 1
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and message in errors[0], err[-3000:]
+    assert "Traceback" not in err
+    assert '"status": "error"' in out.splitlines()[-1] or '"status":"failed"' in out
+
+
+def test_a_refused_slot_map_is_named_not_mistaken_for_a_plain_server(spark, redis_cluster,
+                                                                      tmp_path, capsys):
+    """redis-py reports a NOPERM on CLUSTER SLOTS as "Cluster mode is not enabled"."""
+    redis_cluster.wait_healthy()
+    nodes = [n.client() for n in redis_cluster.nodes]
+    create_users(nodes, "-cluster|slots")
+    try:
+        code = run_recovery(job_args(redis_cluster.url, "recovery", tmp_path,
+                                     "streams.match=events:*"), lambda s: spark)
+    finally:
+        for node in nodes:
+            node.acl_deluser("recovery", "redrive")
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert code == 1
+    assert errors == ["error: the Redis user 'recovery' may not run CLUSTER SLOTS, which the job "
+                      "needs: grant it, e.g. ACL SETUSER recovery +cluster|slots (see README, "
+                      "'ACL')"]
