@@ -318,6 +318,10 @@ def load_settings(config_file: Path | None, overrides: list[str] | None = None) 
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc)) from None
     except ValueError as exc:  # TOML syntax errors and unreadable password files
+        if type(exc).__name__ == "TOMLDecodeError":  # tomllib (3.11+) or tomli (3.10)
+            raise ConfigError(
+                f"config file {config_file} is not valid TOML ({exc}): fix its syntax"
+            ) from None
         raise ConfigError(f"config: {exc}") from None
     finally:
         _TOML_FILE.path = None

@@ -125,6 +125,8 @@ def _response_error(exc: ResponseError, params: RedisParams, stream: str | None,
                                "the stream or its consumer group does not exist")
     if code == "WRONGTYPE" and stream is not None:
         return StreamUnitError("wrong-type", stream, group, "the key is not a stream")
+    if server_text(exc).lower() == "no such key" and stream is not None:  # XINFO ("ERR ...")
+        return StreamUnitError("no-key", stream, group, "the stream does not exist (any more)")
     if code in ("NOAUTH", "WRONGPASS"):
         return RedisAuthError(
             f"Redis at {where(params)} refused the login ({code}): check redis.username "
