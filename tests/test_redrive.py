@@ -31,6 +31,7 @@ from recovery.redrive import RedriveSummary, run_redrive
 from recovery.scripts import DeadLetter, DeadLetterContext, dead_letter_batch
 from recovery.streams import Fields, pairs
 from tests.backlogs import seed
+from tests.cluster_fixtures import keys_on_every_primary
 from tests.handlers import CHECKSUM, checksum
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -252,6 +253,30 @@ def test_match_selects_each_source_with_a_dead_letter_stream_once(client, server
 
     assert [(u["stream"], u["redriven"]) for u in summary.units] == [("orders", 2)]
     assert (summary.status, summary.skipped) == ("ok", [])
+
+
+def test_redrive_on_a_redis_cluster(redis_cluster):
+    """Each dead-letter stream shares its source's hash slot, so every script call runs on
+    the one primary that owns both; sources sit on all three primaries."""
+    redis_cluster.wait_healthy()
+    redis_cluster.flush()
+    rc = redis_cluster.client()
+    sources = [*keys_on_every_primary(rc, 1, prefix="rd"), "orders{eu}"]
+    for stream in sources:
+        new_group(rc, stream, "billing")
+        dead_letter(rc, stream, "billing", [{b"n": b"1", b"\xff": b""}, {b"n": b"2"}],
+                    [R_LIMIT, R_FAILED])
+
+    summary = run_redrive(load_settings(None, [f"redis.url={redis_cluster.url}",
+                                               "streams.match=*"]), RedriveSummary("c"))
+
+    assert sorted(u["stream"] for u in summary.units) == sorted(sources)
+    assert summary.totals["redriven"] == 2 * len(sources)
+    for stream in sources:
+        assert rc.xlen(dead_letter_key(stream, ":dlq")) == 0
+        back = [f for _, f in rc.xrange(stream)][2:]
+        assert back == [{b"n": b"1", b"\xff": b"", COUNTER: b"1"}, {b"n": b"2", COUNTER: b"1"}]
+    rc.close()
 
 
 # --- Dry run --------------------------------------------------------------------------------
