@@ -85,6 +85,7 @@ class Measured:
     said_acked: int  # what the contender says it did, to compare with Redis
     said_dead_lettered: int
     details: dict[str, Any]
+    own_redis_calls: int = 0  # commands (and reads) the harness sent meanwhile
 
 
 def _measure_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions) -> Measured:
@@ -96,9 +97,10 @@ def _measure_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions
                "log": [asdict(line) for line in job.log],
                "actions": [asdict(a) for a in job.actions],
                "python_tasks_ms": job.python_tasks_ms, "totals": totals,
-               "py_spy": job.profile}
+               "py_spy": job.profile, "segments": [asdict(s) for s in job.segments]}
     return Measured(job.wall_s, None, None, job.peak_rss.get("driver", 0),
-                    int(totals["reprocessed"]), int(totals["dead_lettered"]), details)
+                    int(totals["reprocessed"]), int(totals["dead_lettered"]), details,
+                    job.sampler_calls)
 
 
 def _measure_loop(name: str, spec: BacklogSpec, url: str) -> Measured:
@@ -135,7 +137,8 @@ def run_contender(name: str, spec: BacklogSpec, repeat: int, workdir: Path,
         peak_rss_bytes=measured.peak_rss_bytes, client_cpu_s=client_cpu,
         redis_cpu_s=delta.cpu_s,
         redis_idle_cpu_per_s=idle,
-        redis_commands=delta.commands, redis_reads=delta.reads,
+        redis_commands=delta.commands - measured.own_redis_calls,
+        redis_reads=delta.reads - measured.own_redis_calls,
         per_command=delta.per_command, acked=outcome.acked,
         dead_lettered=outcome.dead_lettered, seed_s=seeded.seconds, load_avg_1m=load,
         load_avg_1m_end=load_end, details=measured.details)

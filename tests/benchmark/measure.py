@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 import redis
@@ -55,16 +56,61 @@ class RedisCounters:
 def redis_counters(client: redis.Redis) -> RedisCounters:
     """Snapshot the server's counters (one INFO call; it counts itself as one command)."""
     info = client.info("all")
-    per_command = {
-        key.removeprefix("cmdstat_"): (int(value["calls"]), int(value["usec"]))
-        for key, value in info.items() if key.startswith("cmdstat_")
-    }
     return RedisCounters(
-        cpu_s=float(info["used_cpu_sys"]) + float(info["used_cpu_user"]),
+        cpu_s=_cpu_s(info),
         commands=int(info["total_commands_processed"]),
         reads=int(info["total_reads_processed"]),
-        per_command=per_command,
+        per_command=_per_command(info),
     )
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Redis counters at one moment (``time.time()`` seconds): CPU s, per-command totals."""
+
+    at: float
+    cpu_s: float
+    per_command: dict[str, tuple[int, int]]
+
+
+class RedisSampler:
+    """Polls INFO cpu and commandstats every `interval_s` seconds on its own connection while
+    a contender runs, so Redis' work can be laid over the contender's timeline. ``calls`` is
+    the number of INFO calls it made (to take out of the run's command and read counts)."""
+
+    def __init__(self, client: redis.Redis, interval_s: float = 0.5) -> None:
+        self.client = client
+        self.interval_s = interval_s
+        self.samples: list[Sample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    @property
+    def calls(self) -> int:
+        return len(self.samples)
+
+    def __enter__(self) -> RedisSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            info = self.client.info("cpu", "commandstats")
+            self.samples.append(Sample(time.time(), _cpu_s(info), _per_command(info)))
+            self._stop.wait(self.interval_s)
+
+
+def _cpu_s(info: dict[str, Any]) -> float:
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
+def _per_command(info: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    return {key.removeprefix("cmdstat_"): (int(value["calls"]), int(value["usec"]))
+            for key, value in info.items() if key.startswith("cmdstat_")}
 
 
 def children_cpu_s() -> float:

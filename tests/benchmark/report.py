@@ -284,3 +284,28 @@ def profile_table(records: list[RunRecord]) -> list[list[str]]:
         lines.append([str(rank + 1), f"`{inc[0]}`", _fmt(100 * inc[1] / total),
                       f"`{lf[0]}`", _fmt(100 * lf[1] / total)])
     return lines
+
+
+TIMELINE_HEADER = ("segment, ended by the job's log line", "starts at s", "seconds",
+                   "Redis CPU s", "Redis CPU us/msg", "most Redis time: command (calls)")
+
+
+def _median_run(records: list[RunRecord]) -> RunRecord:
+    return sorted(records, key=lambda r: r.wall_s)[len(records) // 2]
+
+
+def timeline_table(records: list[RunRecord]) -> tuple[str, list[list[str]]]:
+    """The job's median-wall run at the largest size cut at its log lines, with Redis' CPU
+    per segment. Returns (the run's size and repeat, table lines)."""
+    runs = [r for r in records if r.contender == JOB and r.details.get("segments")]
+    if not runs:
+        return "", []
+    largest = max(r.messages for r in runs)
+    run = _median_run([r for r in runs if r.messages == largest])
+    lines = []
+    for seg in run.details["segments"]:
+        top = ", ".join(f"{name} ({calls})" for name, calls, _usec in seg["top_commands"])
+        lines.append([seg["label"] or "-", _fmt(seg["start_s"]), _fmt(seg["seconds"]),
+                      _fmt(seg["redis_cpu_s"], 2),
+                      _fmt(seg["redis_cpu_s"] * 1e6 / run.messages, 2), top or "-"])
+    return f"{run.size}, run #{run.repeat + 1}", lines

@@ -201,6 +201,10 @@ def render(args: argparse.Namespace, argv: list[str], records: list[RunRecord]) 
     for title, header, lines in sections:
         if lines:
             parts += ["", f"### {title}", "", report.markdown(header, lines)]
+    which, segments = report.timeline_table(records)
+    if segments:
+        parts += ["", f"### The job's timeline ({which}; Redis sampled every 0.5 s)", "",
+                  report.markdown(report.TIMELINE_HEADER, segments)]
     profile = report.profile_table(records)
     if profile:
         title = ("### py-spy: the job's Python processes (largest size, first profiled run; "

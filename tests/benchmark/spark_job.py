@@ -1,8 +1,9 @@
 """The job contender: ``spark-submit --master local[2] jobs/recover.py`` on a seeded backlog.
 
 Writes a TOML config for the backlog, runs spark-submit with the no-op handler, polls the
-process tree's memory, and reads the JSON summary (last stdout line) and the logs
-(``tests.benchmark.spark_log``) to split the wall time into session start, ``run()`` and exit.
+process tree's memory and Redis' counters, and reads the JSON summary (last stdout line) and
+the logs (``tests.benchmark.spark_log``) to split the wall time into session start, ``run()``
+and exit, and into segments between the job's log lines (``tests.benchmark.timeline``).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.benchmark import pyspy, spark_log
-from tests.benchmark.measure import PeakRss
+import redis
+
+from tests.benchmark import pyspy, spark_log, timeline
+from tests.benchmark.measure import PeakRss, RedisSampler
 from tests.benchmark.seed import BacklogSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +55,8 @@ class JobRun:
     actions: list[spark_log.SparkAction] = field(default_factory=list)
     python_tasks_ms: dict[str, int] = field(default_factory=dict)
     profile: dict[str, object] = field(default_factory=dict)
+    segments: list[timeline.Segment] = field(default_factory=list)
+    sampler_calls: int = 0  # INFO calls made to sample Redis during the run
 
 
 def config_text(spec: BacklogSpec, url: str, report_dir: Path) -> str:
@@ -106,7 +111,8 @@ def run_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions) -> 
         started_epoch, started = time.time(), time.perf_counter()
         process = subprocess.Popen(submit_command(config, options), cwd=ROOT, env=env,
                                    stdout=out, stderr=err)
-        with PeakRss(process.pid, driver_role, DRIVER) as rss:
+        with PeakRss(process.pid, driver_role, DRIVER) as rss, \
+                RedisSampler(redis.Redis.from_url(url)) as sampler:
             spy = pyspy.attach(process.pid, options.py_spy, stacks) if options.py_spy else None
             code = process.wait()
         wall = time.perf_counter() - started
@@ -119,7 +125,8 @@ def run_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions) -> 
     profile = pyspy.top(pyspy.summarise(stacks.read_text())) if profiled else {}
     return JobRun(wall, code, summary, spark_log.phases(lines, summary.get("duration_s"), wall),
                   rss.peak, lines, spark_log.spark_actions(text), spark_log.python_task_ms(text),
-                  profile)
+                  profile, timeline.segments(lines, started_epoch, wall, sampler.samples),
+                  sampler.calls)
 
 
 def _summary(stdout: Path) -> dict[str, Any]:
