@@ -26,6 +26,11 @@ def tagged(nb: nbformat.NotebookNode, tag: str) -> nbformat.NotebookNode:
     return next(c for c in nb.cells if tag in c.get("metadata", {}).get("tags", []))
 
 
+def last_json_line(cell: nbformat.NotebookNode) -> dict:
+    printed = "".join(o.get("text", "") for o in cell.outputs)
+    return json.loads(printed.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
 def test_notebook_runs_top_to_bottom_and_draws_three_pictures(monkeypatch):
     monkeypatch.delenv("RECOVERY_NOTEBOOK_REDIS_URL", raising=False)
     monkeypatch.setenv("RECOVERY_NOTEBOOK_PER_STREAM", "200")  # small: the test stays fast
@@ -38,10 +43,9 @@ def test_notebook_runs_top_to_bottom_and_draws_three_pictures(monkeypatch):
     images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if "image/png" in o.get("data", {})]
     assert len(images) == 3  # delivery counts, pending age, outcomes
-    printed = "".join(o.get("text", "") for o in tagged(nb, "real-run").outputs)
-    summary = json.loads(printed.strip().splitlines()[-1])
-    assert summary["status"] == "ok"
+    plan, summary = (last_json_line(tagged(nb, tag)) for tag in ("dry-run", "real-run"))
+    assert (plan["status"], plan["dry_run"], summary["status"]) == ("ok", True, "ok")
     # 3 streams x 2 groups; every 40th of the 150 stuck entries per group is poison (9 deliveries).
-    assert summary["totals"]["dead_lettered"] == 3 * 2 * 4
+    assert summary["totals"]["dead_lettered"] == plan["totals"]["would_dead_letter"] == 3 * 2 * 4
     assert summary["totals"]["reprocessed"] > 0
     assert os.environ.get("RECOVERY_NOTEBOOK_REDIS_URL") is None
