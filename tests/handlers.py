@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import time
+
+import redis
 
 from recovery.handlers import Message, Result
 
@@ -41,3 +46,68 @@ def garbage(messages: list[Message]) -> object:
 
 
 NOT_CALLABLE = 42
+
+
+# --- A recording handler for the fault tests (tests/test_faults.py, tests/test_bad_input.py).
+# It runs on executors, so it is steered through a JSON control file named by an environment
+# variable that the test process sets before Spark starts (tests/fault_tools.py).
+
+CONTROL_ENV = "RECOVERY_TEST_HANDLER_FILE"
+HANDLED = "test:handled"            # hash: "<stream> <group> <id>" -> times handed over
+LIVE_ACKED = "test:live-acked"      # set: entries a test's live consumer acked
+VIOLATIONS = "test:violations"      # set: entries handed over after a live consumer acked them
+FIRST_CALL = "test:first-call-done"
+FIRST_CALL_ENTRIES = "test:first-call-entries"  # set: the entries of that first call
+_RECORD = """
+for i = 1, #ARGV do
+  redis.call('HINCRBY', KEYS[1], ARGV[i], 1)
+  if redis.call('SISMEMBER', KEYS[2], ARGV[i]) == 1 then redis.call('SADD', KEYS[3], ARGV[i]) end
+end
+return #ARGV
+"""
+_CLIENTS: dict[str, redis.Redis] = {}
+
+
+def entry_key(stream: str, group: str, entry_id: str) -> str:
+    """How the recording handler names an entry in HANDLED, LIVE_ACKED and VIOLATIONS."""
+    return f"{stream} {group} {entry_id}"
+
+
+def _control() -> dict:
+    path = os.environ.get(CONTROL_ENV)
+    if not path or not os.path.exists(path):
+        raise RuntimeError(f"recording handler: no control file ({CONTROL_ENV}={path!r})")
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _client(url: str) -> redis.Redis:
+    if url not in _CLIENTS:
+        _CLIENTS[url] = redis.Redis.from_url(url, socket_timeout=5)
+    return _CLIENTS[url]
+
+
+def recording(messages: list[Message]) -> object:
+    """Record each hand-over in Redis (HINCRBY, so a second one shows), then act as told.
+
+    Control keys: ``url`` (where to record), ``delay_s`` (sleep per call), ``on_first_call``
+    (Redis commands run once per test, on the first call anywhere), and fields that change
+    the behaviour of the whole call when a message carries them: ``raise``, ``garbage``,
+    ``hang`` (sleeps ``hang_s``). Otherwise it answers like verify_or_fail.
+    """
+    control = _control()
+    client = _client(control["url"])
+    keys = [entry_key(m.stream, m.group, m.id) for m in messages]
+    client.eval(_RECORD, 3, HANDLED, LIVE_ACKED, VIOLATIONS, *keys)
+    if control.get("on_first_call") and client.set(FIRST_CALL, 1, nx=True):
+        client.sadd(FIRST_CALL_ENTRIES, *keys)
+        for command in control["on_first_call"]:
+            client.execute_command(*command)
+    time.sleep(control.get("delay_s", 0))
+    if any(m.field(b"hang") is not None for m in messages):
+        time.sleep(control.get("hang_s", 30))
+    if any(m.field(b"raise") is not None for m in messages):
+        raise ValueError("boom: the handler raised")
+    if any(m.field(b"garbage") is not None for m in messages):
+        return {"not": "a list"}
+    return verify_or_fail(messages)

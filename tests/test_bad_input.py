@@ -1,0 +1,407 @@
+"""Bad input: config, Redis and data. Each case gets one ``error:`` line that names the
+problem and the fix, with the documented exit code (2 bad config or arguments, 1 anything
+else); nothing pending is lost, and the other streams are still processed.
+
+The job runs in-process (``recovery.cli.run_recovery`` on the suite's session); a config
+error must fail before a SparkSession is even asked for. Redis older than 6.2 cannot be
+started here, so the version gate (discovery.check_server) has no test against a real server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from redis import Redis
+
+from recovery.backlog import add_entries, create_group, deliver, make_stuck
+from recovery.local_redis import LocalServer, free_port
+from tests.backlogs import DEAD, HOUR_MS, binary_fields
+from tests.conftest import start_server
+from tests.fault_tools import (
+    GROUP,
+    JobResult,
+    Key,
+    dead_letter_index,
+    handed_over,
+    job_args,
+    report_rows,
+    rows_by_key,
+    run_in_process,
+    seed_kinds,
+    write_control,
+)
+from tests.handlers import CHECKSUM, FIRST_CALL_ENTRIES, checksum
+from tests.invariants import final_states, pel
+
+
+def assert_one_error_line(result: JobResult, code: int, *fragments: str) -> str:
+    """Exit `code`, exactly one ``error:`` line on stderr containing `fragments`, and the
+    JSON summary as the last stdout line."""
+    assert result.code == code, (result.code, result.stderr)
+    lines = result.error_lines()
+    assert len(lines) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    assert result.summary["exit_code"] == code
+    assert result.summary["status"] in ("error", "failed")
+    return lines[0]
+
+
+# --- config: exit 2 before Spark or Redis -------------------------------------------------
+
+FIX = "fix it in the --config file, the RECOVERY_<SECTION>__<FIELD> variable or --set"
+
+
+@pytest.mark.parametrize(("overrides", "fragments"), [
+    (["claim.bogus=1"], ["claim.bogus: unknown setting", "conf/recovery.toml"]),
+    (["bogus.field=1"], ["bogus: unknown setting"]),
+    (["claim.count=abc"], ["claim.count: Input should be a valid integer", FIX]),
+    (["claim.min_idle_ms=0"], ["claim.min_idle_ms: Input should be greater than or equal to 1"]),
+    (["claim.min_idle_ms=-5"], ["claim.min_idle_ms: Input should be greater than or equal"]),
+    (["claim.count=0"], ["claim.count: Input should be greater than or equal to 1"]),
+    (["claim.count=20000"], ["claim.count: Input should be less than or equal to 10000"]),
+    (["claim.max_deliveries=0"], ["claim.max_deliveries: Input should be greater than or"]),
+    (["claim.max_entries_per_s=0"], ["claim.max_entries_per_s: Input should be greater than 0"]),
+    (["dead_letter.batch_size=0"], ["dead_letter.batch_size: Input should be greater than"]),
+    (["handler.batch_size=-1"], ["handler.batch_size: Input should be greater than or"]),
+    (["handler.timeout_s=0"], ["handler.timeout_s: Input should be greater than 0"]),
+    (["spark.partitions=0"], ["spark.partitions: Input should be greater than or equal to 1"]),
+    (["handler.timeout_s=60"], ["handler.timeout_s (60 s) must be shorter than "
+                                "claim.min_idle_ms (60000 ms)", "lower the timeout"]),
+    (["streams.keys="], ["select streams: set streams.keys and/or streams.match", FIX]),
+    (["handler.path=nope"], ["handler.path: 'nope' is not a handler path",
+                             "package.module:function"]),
+    (["redis.url=http://x"], ["redis.url must look like redis://host:port/db"]),
+    (["redis.url=not a url"], ["redis.url must look like redis://host:port/db"]),
+    (["redis.url=redis://h:abc/0"], ["redis.url has a port that is not a number from 1"]),
+    (["redis.url=redis://h:70000/0"], ["redis.url has a port that is not a number from 1"]),
+    (["redis.url=redis://h:6379/zero"], ["redis.url names database 'zero'", "must be a number"]),
+    (["claim.count"], ["--set 'claim.count': write it as section.field=value"]),
+], ids=lambda v: v[0] if isinstance(v, list) else None)
+def test_bad_setting_exits_2_naming_field_and_fix(overrides, fragments, tmp_path):
+    argv = ["--set", "streams.keys=orders", "--set", f"report.path={tmp_path}"]
+    argv += [a for o in overrides for a in ("--set", o)]
+    assert_one_error_line(run_in_process(None, argv), 2, "error: ", *fragments)
+
+
+@pytest.mark.parametrize(("toml", "fragments"), [
+    ('[streams]\nkeys = ["o"]\n[bogus]\nx = 1\n', ["bogus: unknown setting"]),
+    ('[streams]\nkeys = "o"\n', ["streams.keys: Input should be a valid list"]),
+    ('[streams]\nkeys = ["o"]\n[claim]\nmin_idle_ms = "soon"\n', ["claim.min_idle_ms"]),
+    ('[streams]\nkeys = ["o"\n', ["recovery.toml is not valid TOML (Unclosed array",
+                                  "fix its syntax"]),
+], ids=["unknown-section", "wrong-type-list", "wrong-type-int", "syntax"])
+def test_bad_config_file_exits_2(toml, fragments, tmp_path):
+    conf = tmp_path / "recovery.toml"
+    conf.write_text(toml)
+    result = run_in_process(None, ["--config", str(conf)])
+    assert_one_error_line(result, 2, *fragments)
+
+
+def test_bad_environment_variable_and_missing_file_and_unknown_option(tmp_path, monkeypatch):
+    monkeypatch.setenv("RECOVERY_CLAIM__COUNT", "many")
+    result = run_in_process(None, ["--set", "streams.keys=o"])
+    assert_one_error_line(result, 2, "claim.count: Input should be a valid integer", FIX)
+    monkeypatch.delenv("RECOVERY_CLAIM__COUNT")
+    result = run_in_process(None, ["--config", str(tmp_path / "nope.toml")])
+    assert_one_error_line(result, 2, "does not exist: pass an existing --config")
+    result = run_in_process(None, ["--bogus"])
+    assert_one_error_line(result, 2, "unrecognized arguments: --bogus", "(see --help)")
+
+
+@pytest.mark.parametrize(("path", "fragments"), [
+    ("no_such_module:handle", ["handler.path 'no_such_module:handle'", "does not import",
+                               "install it on driver and executors or fix the path"]),
+    ("tests.handlers:NOT_CALLABLE", ["'NOT_CALLABLE' is not a callable",
+                                     "name a function as package.module:function"]),
+    ("tests.handlers:no_such_function", ["'no_such_function' is not a callable"]),
+])
+def test_handler_that_does_not_import_or_call_exits_2(path, fragments, tmp_path):
+    """Checked before Redis is contacted (the URL here leads nowhere) and before Spark."""
+    argv = job_args(f"redis://127.0.0.1:{free_port()}/0", tmp_path, ["o"], f"handler.path={path}")
+    assert_one_error_line(run_in_process(None, argv), 2, *fragments)
+
+
+def test_report_location_not_writable_exits_2(spark, redis_server, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    client = redis_server.client()
+    seed_kinds(client, ["o"], {"ok": (3, 1)})
+    before = pel(client, "o", GROUP)
+    result = run_in_process(spark, job_args(redis_server.url, blocker / "reports", ["o"]))
+    assert_one_error_line(result, 2, f"report.path {blocker}/reports",
+                          "is not a writable directory", "point report.path at a directory")
+    assert pel(client, "o", GROUP) == before, "nothing was claimed"
+
+
+# --- Redis: exit 1, one line, nothing pending lost -----------------------------------------
+
+def test_unreachable_redis_exits_1(spark, tmp_path):
+    port = free_port()
+    result = run_in_process(spark, job_args(f"redis://127.0.0.1:{port}/0", tmp_path, ["o"]))
+    assert_one_error_line(result, 1, f"cannot reach Redis at 127.0.0.1:{port}",
+                          "Connection refused", "check redis.url, that the server runs")
+    assert result.seconds < 10, result.seconds
+
+
+@pytest.fixture
+def http_port() -> Iterator[int]:
+    """Something that is not Redis: answers every connection with an HTTP error."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    stop = threading.Event()
+
+    def serve() -> None:
+        sock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield sock.getsockname()[1]
+    stop.set()
+    thread.join(2)
+    sock.close()
+
+
+def test_url_that_is_not_redis_exits_1(spark, tmp_path, http_port):
+    result = run_in_process(spark, job_args(f"redis://127.0.0.1:{http_port}/0", tmp_path, ["o"]))
+    line = assert_one_error_line(result, 1, f"127.0.0.1:{http_port}")
+    assert "points at a Redis server" in line or "cannot reach Redis" in line, line
+
+
+@pytest.fixture
+def password_server() -> Iterator[LocalServer]:
+    srv = start_server("redis", "--requirepass", "s3cret-pw")
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize("password", ["wrong", None])
+def test_wrong_or_missing_password_exits_1(spark, password_server, tmp_path, password):
+    extra = [f"redis.password={password}"] if password else []
+    result = run_in_process(spark, job_args(password_server.url, tmp_path, ["o"], *extra))
+    line = assert_one_error_line(result, 1, f"Redis at 127.0.0.1:{password_server.port} "
+                                 "refused the login", "check redis.username and the password")
+    assert "s3cret" not in result.stderr + str(result.summary)
+    assert password is None or password not in line
+
+
+def _acl_user(client: Redis, name: str, *rules: str) -> list[str]:
+    client.execute_command("ACL", "SETUSER", name, "on", ">pw", "~*", "&*", "+@all", *rules)
+    return [f"redis.username={name}", "redis.password=pw"]
+
+
+def test_user_without_xautoclaim_gets_the_command_named_and_nothing_moves(
+        spark, redis_server, tmp_path):
+    client = redis_server.client()
+    seeded = seed_kinds(client, ["p-a", "p-b"])
+    before = {s: pel(client, s, GROUP) for s in ("p-a", "p-b")}
+    login = _acl_user(client, "limited", "-xautoclaim")
+    result = run_in_process(spark, job_args(redis_server.url, tmp_path, ["p-a", "p-b"], *login))
+    assert_one_error_line(result, 1, "the Redis user 'limited' may not run XAUTOCLAIM",
+                          "ACL SETUSER limited +xautoclaim")
+    assert {s: pel(client, s, GROUP) for s in ("p-a", "p-b")} == before
+    assert not dead_letter_index(client, ["p-a", "p-b"]) and not handed_over(client)
+    assert len(seeded) == 2 * 57
+
+
+def test_user_without_evalsha_fails_after_claiming_and_a_rerun_finishes(
+        spark, redis_server, tmp_path):
+    """The claims succeed, the first dead-letter move is refused: everything the run claimed
+    stays pending on its consumer, and a run with the right user finishes the work."""
+    client = redis_server.client()
+    streams = ["q-a", "q-b"]
+    seeded = seed_kinds(client, streams)
+    write_control(redis_server.url)
+    login = _acl_user(client, "noscripts", "-evalsha", "-eval")
+    result = run_in_process(spark, job_args(redis_server.url, tmp_path, streams,
+                                            "claim.min_idle_ms=1000", *login))
+    assert_one_error_line(result, 1, "the Redis user 'noscripts' may not run EVALSHA")
+    live = {k: v for k, v in seeded.items() if v != "deleted"}
+    assert all(s.startswith("pending:recovery-") for s in final_states(client, live).values())
+    assert not dead_letter_index(client, streams)
+    time.sleep(1.1)
+    rerun = run_in_process(spark, job_args(redis_server.url, tmp_path, streams,
+                                           "claim.min_idle_ms=1000", run_id="fixed"))
+    assert rerun.code == 0, rerun.stderr
+    states = final_states(client, live)
+    for key, kind in live.items():
+        want = {"ok": "acked", "fail": "pending:recovery-fixed-"}.get(kind, "dead_lettered")
+        assert states[key].startswith(want), (key, kind, states[key])
+
+
+def test_other_type_key_and_missing_group_are_skipped_and_the_rest_processed(
+        spark, server, tmp_path):
+    client = server.client()
+    seeded = seed_kinds(client, ["t-ok"], {"ok": (5, 1)})
+    client.set("t-string", "not a stream")
+    seed_kinds(client, ["t-other-group"], {"ok": (3, 1)}, group="someone-else")
+    write_control(server.url)
+    result = run_in_process(spark, job_args(
+        server.url, tmp_path, ["t-ok", "t-string", "t-missing", "t-other-group"],
+        f"streams.groups={GROUP}"))
+    assert result.code == 0, result.stderr
+    assert result.summary["status"] == "partial"
+    skipped = {(s["stream"], s["group"]): s["reason"] for s in result.summary["skipped"]}
+    assert skipped == {
+        ("t-string", None): "not a stream (type string): left alone",
+        ("t-missing", None): "no such key: fix streams.keys",
+        ("t-other-group", GROUP): "no such consumer group: fix streams.groups",
+    }
+    assert set(final_states(client, seeded).values()) == {"acked"}
+    assert len(pel(client, "t-other-group", "someone-else")) == 3, "left alone"
+
+
+# --- streams, groups and entries that vanish while the job runs ---------------------------
+
+def test_streams_groups_and_entries_vanishing_mid_run_cost_only_themselves(
+        spark, server, tmp_path):
+    """The handler's first call (after every claim, before most hand-overs) deletes one
+    stream, destroys one group, replaces one stream by a string and XDELs the entries of a
+    fourth. The run still succeeds, the untouched stream is fully processed, and every entry
+    of the others is reported once, never handed over after it vanished."""
+    client = server.client()
+    healthy, gone = ["v-ok"], ["v-del", "v-grp", "v-type", "v-xdel"]
+    kinds = {"ok": (12, 1), "poison": (3, 9)}
+    seeded = seed_kinds(client, healthy + gone, kinds)
+    xdel_ids = [k[2] for k in seeded if k[0] == "v-xdel"]
+    write_control(server.url, on_first_call=[
+        ["DEL", "v-del"], ["XGROUP", "DESTROY", "v-grp", GROUP], ["DEL", "v-type"],
+        ["SET", "v-type", "now a string"], ["XDEL", "v-xdel", *xdel_ids]])
+    result = run_in_process(spark, job_args(server.url, tmp_path, healthy + gone,
+                                            "handler.batch_size=3", run_id="vanish"))
+    assert result.code == 0, result.stderr
+
+    ok = {k: v for k, v in seeded.items() if k[0] in healthy}
+    assert final_states(client, ok) == {
+        k: "acked" if v == "ok" else "dead_lettered" for k, v in ok.items()}
+    rows = rows_by_key(report_rows(spark, tmp_path, "vanish"))
+    handed = handed_over(client)
+    first_call = {tuple(e.decode().split(" ")) for e in client.smembers(FIRST_CALL_ENTRIES)}
+    letters = dead_letter_index(client, gone)
+    for key in (k for k in seeded if k[0] in gone):
+        (row,) = rows[key]
+        if row["action"] == "dead_lettered":
+            assert letters[key][0] == row["dead_letter_id"]
+        elif row["action"] == "reprocessed":
+            assert key in first_call, f"{key} handled after its stream vanished"
+        elif row["action"] == "skipped":
+            assert "vanished" in row["reason"] or "no longer pending" in row["reason"], row
+        else:
+            assert row["action"] == "deleted" and key[0] == "v-xdel", row
+        assert handed[key] <= 1 and (handed[key] == 0 or key in first_call), key
+    assert client.xlen("v-xdel") == 0 and not pel(client, "v-xdel", GROUP)
+
+
+# --- data -----------------------------------------------------------------------------------
+
+def _with_checksum(fields: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    return {**fields, CHECKSUM: checksum(list(fields.items()))}
+
+
+DATA = {  # stream -> fields of its entries (one handled, one dead-lettered)
+    "d-big": lambda i: _with_checksum({b"blob": hashlib.sha256(b"%d" % i).digest() * 327_680}),
+    "d-wide": lambda i: _with_checksum({b"f%04d" % n: b"v%d" % (n * i) for n in range(500)}),
+    "d-huge": lambda i: _with_checksum({b"f%05d" % n: b"v" for n in range(4100)}),
+    "d-empty": lambda i: _with_checksum({b"": b"", b"e": b""}),
+    "d-bin": lambda i: binary_fields(i, "ok"),
+}
+
+
+ODD_KEY = b"d-\xff\xfe-not-utf8"  # matches d-*, but is not UTF-8: skipped, left alone
+
+
+def _seed_data(client: Redis) -> dict[Key, str]:
+    seeded: dict[Key, str] = {}
+    for stream, make in DATA.items():
+        create_group(client, stream, GROUP)
+        ids = add_entries(client, stream, 2, make)  # type: ignore[arg-type]
+        deliver(client, stream, GROUP, DEAD, 2)
+        make_stuck(client, stream, GROUP, DEAD, ids[:1], HOUR_MS, 1)
+        make_stuck(client, stream, GROUP, DEAD, ids[1:], HOUR_MS, 9)
+        seeded.update({(stream, GROUP, ids[0]): "ok", (stream, GROUP, ids[1]): "poison"})
+    client.xadd(ODD_KEY, {"a": "1"})
+    client.xgroup_create(ODD_KEY, GROUP, id="0")
+    client.xreadgroup(GROUP, DEAD, {ODD_KEY: ">"})
+    return seeded
+
+
+def test_big_wide_empty_and_binary_entries_survive_byte_for_byte(spark, server, tmp_path):
+    client = server.client()
+    seeded = _seed_data(client)
+    assert len(client.xrange("d-big")[0][1][b"blob"]) == 10 * 1024 * 1024
+    write_control(server.url)
+    result = run_in_process(spark, job_args(server.url, tmp_path, [], "streams.match=d-*",
+                                            run_id="data"))
+    assert result.code == 0, result.stderr
+    assert result.summary["status"] == "partial"
+    (skip,) = result.summary["skipped"]
+    assert "not UTF-8" in skip["reason"]
+    assert len(pel(client, ODD_KEY, GROUP)) == 1, "left alone, still pending"
+
+    states = final_states(client, seeded)
+    letters = dead_letter_index(client, list(DATA))
+    rows = rows_by_key(report_rows(spark, tmp_path, "data"))
+    handed = handed_over(client)
+    for key, kind in seeded.items():
+        (row,) = rows[key]
+        if kind == "ok":  # the handler verified the checksum, so the bytes arrived intact
+            assert (states[key], row["action"], handed[key]) == ("acked", "reprocessed", 1)
+        elif key[0] == "d-huge":  # too many fields for a server-side move: stays pending
+            assert states[key].startswith("pending:recovery-data-"), states[key]
+            assert row["action"] == "failed" and "too many fields" in row["reason"]
+        else:
+            assert states[key] == "dead_lettered", (key, states[key])
+            fields = letters[key][1]
+            original = [(k, v) for k, v in fields.items() if not k.startswith(b"x-")]
+            assert fields[CHECKSUM] == checksum(original), f"{key}: bytes changed in the DLQ"
+
+
+def test_handler_that_raises_returns_garbage_or_hangs(spark, redis_server, tmp_path):
+    """batch_size 1: every message is its own call. Failures stay pending (or go to the DLQ
+    at the limit, with the error); a hang costs handler.timeout_s, not the hang."""
+    client = redis_server.client()
+    kinds = {"ok": (3, 1), "fail": (2, 1), "fail_at_limit": (1, 4)}
+    seeded: dict[Key, str] = {}
+    for behaviour in ("raise", "garbage", "hang"):  # a field on every entry of the stream
+        seeded.update(seed_kinds(client, [f"h-{behaviour}"], kinds, flag=behaviour))
+    seeded.update(seed_kinds(client, ["h-ok"], {"ok": (4, 1)}))
+    write_control(redis_server.url, hang_s=120)
+    streams = sorted({k[0] for k in seeded})
+    result = run_in_process(spark, job_args(redis_server.url, tmp_path, streams,
+                                            "handler.batch_size=1", "handler.timeout_s=1",
+                                            run_id="misbehave"))
+    assert result.code == 0, result.stderr
+    assert result.seconds < 100, "a hang must cost the timeout, not the hang"
+    states = final_states(client, seeded)
+    letters = dead_letter_index(client, streams)
+    rows = rows_by_key(report_rows(spark, tmp_path, "misbehave"))
+    errors = {"raise": "ValueError: boom", "garbage": "handler returned garbage",
+              "hang": "timed out after 1 s"}
+    for key in seeded:
+        behaviour = key[0][2:]
+        (row,) = rows[key]
+        if behaviour == "ok":
+            assert states[key] == "acked"
+        elif states[key] == "dead_lettered":
+            assert errors[behaviour] in letters[key][1][b"x-exception-message"].decode()
+        else:
+            assert states[key].startswith("pending:recovery-misbehave-"), (key, states[key])
+            assert row["action"] == "failed", row
+            assert errors[behaviour] in row["error"] or (
+                behaviour == "hang" and "not handed to the handler" in row["error"]), row
+    assert {r["action"] for k, (r,) in rows.items() if k[0] == "h-hang"} <= {
+        "failed", "dead_lettered"}
+    assert any("timed out" in (r["error"] or "") for (r,) in rows.values())
+
