@@ -36,6 +36,7 @@ from recovery.errors import (
     RedisUnavailableError,
     StreamUnitError,
 )
+from recovery.tls_errors import tls_hint
 
 RETRIES = 3
 RAW_REPLY_COMMANDS = ("XAUTOCLAIM", "XPENDING", "XRANGE", "XINFO GROUPS", "XINFO CONSUMERS")
@@ -107,7 +108,8 @@ def redis_errors(params: RedisParams, stream: str | None = None, group: str | No
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
         raise RedisUnavailableError(
             f"cannot reach Redis at {where(params)} ({type(exc).__name__}: {exc}): "
-            "check redis.url, that the server runs, and the network"
+            + (tls_hint(str(exc), params.url)
+               or "check redis.url, that the server runs, and the network")
         ) from None
     except redis.RedisError as exc:  # e.g. InvalidResponse: something else answered
         raise RedisUnavailableError(
