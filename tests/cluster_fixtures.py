@@ -2,7 +2,8 @@
 
 Started with ``redis-server --cluster-enabled yes`` and joined with ``redis-cli --cluster
 create`` / ``add-node --cluster-slave``, exactly as an operator would. The first primary
-(`primaries[0]`) has the replica.
+(`primaries[0]`) has the replica. With `tls`, every node speaks TLS only, to clients and on
+the cluster bus, and asks clients for a certificate.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from redis.cluster import RedisCluster
 
 from recovery.local_redis import LocalServer, server_binary
+from tests.tls_fixtures import TlsFiles, tls_client_options, tls_server_args
 
 NODE_TIMEOUT_MS = 2000
 
@@ -37,21 +39,26 @@ def _free(port: int) -> bool:
         return True
 
 
-def cluster_node(*extra: str, client_options: dict[str, object] | None = None
-                 ) -> LocalServer:
+def cluster_node(tls: TlsFiles | None = None) -> LocalServer:
     """One cluster-enabled redis-server (not yet part of a cluster)."""
     binary = server_binary("redis")
     if binary is None:
         raise RuntimeError("no redis-server on the PATH: apt-get install redis-server")
-    args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-            "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--appendonly", "no", *extra)
-    return LocalServer(binary, port=cluster_port(), args=args,
-                       client_options=dict(client_options or {})).start()
+    port = cluster_port()
+    args: tuple[str, ...] = (
+        "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+        "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--appendonly", "no")
+    if tls is not None:
+        args += (*tls_server_args(tls, port), "--tls-cluster", "yes", "--tls-replication", "yes")
+    options = tls_client_options(tls) if tls is not None else {}
+    return LocalServer(binary, port=port, args=args, client_options=options).start()
 
 
-def redis_cli(*args: str, timeout_s: float = 60) -> str:
-    """Run redis-cli; raise with its output when it fails."""
-    proc = subprocess.run(["redis-cli", *args], capture_output=True, text=True,
+def redis_cli(*args: str, tls: TlsFiles | None = None, timeout_s: float = 60) -> str:
+    """Run redis-cli (over TLS with the client certificate when `tls`); raise on failure."""
+    tls_args = ["--tls", "--cacert", str(tls.ca), "--cert", str(tls.client_cert),
+                "--key", str(tls.client_key)] if tls is not None else []
+    proc = subprocess.run(["redis-cli", *tls_args, *args], capture_output=True, text=True,
                           timeout=timeout_s, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"redis-cli {' '.join(args)} failed: {proc.stdout}{proc.stderr}")
@@ -62,6 +69,8 @@ def redis_cli(*args: str, timeout_s: float = 60) -> str:
 class LocalCluster:
     """Three primaries (16384 slots spread by redis-cli) and a replica of the first."""
 
+    tls: TlsFiles | None = None
+    with_replica: bool = True
     primaries: list[LocalServer] = field(default_factory=list)
     replica: LocalServer | None = None
 
@@ -75,14 +84,14 @@ class LocalCluster:
         return self.primaries[0].url
 
     def start(self) -> LocalCluster:
-        self.primaries = [cluster_node() for _ in range(3)]
-        self.replica = cluster_node()
+        self.primaries = [cluster_node(self.tls) for _ in range(3)]
         redis_cli("--cluster", "create", *(self._addr(n) for n in self.primaries),
-                  "--cluster-yes")
-        first_id = self.node_id(self.primaries[0])
-        redis_cli("--cluster", "add-node", self._addr(self.replica),
-                  self._addr(self.primaries[0]), "--cluster-slave",
-                  "--cluster-master-id", first_id)
+                  "--cluster-yes", tls=self.tls)
+        if self.with_replica:
+            self.replica = cluster_node(self.tls)
+            redis_cli("--cluster", "add-node", self._addr(self.replica),
+                      self._addr(self.primaries[0]), "--cluster-slave",
+                      "--cluster-master-id", self.node_id(self.primaries[0]), tls=self.tls)
         self.wait_healthy()
         return self
 
@@ -95,7 +104,7 @@ class LocalCluster:
         return str(node.client().execute_command("CLUSTER MYID").decode())
 
     def wait_healthy(self, timeout_s: float = 60) -> None:
-        """Until every node says cluster_state:ok, sees 4 nodes, and the replica is synced."""
+        """Until every node says cluster_state:ok, knows every node, and replicas are synced."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if all(self._healthy(n) for n in self.nodes):
@@ -107,7 +116,8 @@ class LocalCluster:
     def _healthy(self, node: LocalServer) -> bool:
         client = node.client()
         info = client.cluster("info")
-        if info.get("cluster_state") != "ok" or int(info.get("cluster_known_nodes", 0)) != 4:
+        if info.get("cluster_state") != "ok" or int(info.get("cluster_known_nodes", 0)) != len(
+                self.nodes):
             return False
         replication = client.info("replication")
         return replication.get("role") != "slave" or (
@@ -116,7 +126,8 @@ class LocalCluster:
 
     def client(self) -> RedisCluster:
         """A plain redis-py cluster client (for seeding and checks)."""
-        return RedisCluster(host="127.0.0.1", port=self.primaries[0].port)
+        options = tls_client_options(self.tls) if self.tls is not None else {}
+        return RedisCluster(host="127.0.0.1", port=self.primaries[0].port, **options)
 
     def flush(self) -> None:
         """Empty every primary (replicas follow) and forget loaded scripts."""
@@ -126,7 +137,7 @@ class LocalCluster:
                 client.flushall()
                 client.script_flush()
 
-    def primary_of_slot_zero_replica(self) -> tuple[LocalServer, LocalServer]:
+    def replicated_shard(self) -> tuple[LocalServer, LocalServer]:
         """(current primary, current replica) of the replicated shard."""
         pair = [self.primaries[0], self.replica]
         assert self.replica is not None

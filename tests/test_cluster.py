@@ -144,7 +144,7 @@ class FailoverDuringRun:
 
     def __init__(self, cluster: LocalCluster, watched: list[str]) -> None:
         self.cluster = cluster
-        self.primary, self.replica = cluster.primary_of_slot_zero_replica()
+        self.primary, self.replica = cluster.replicated_shard()
         self.watched = watched
         self.fired_at: float | None = None
         self.done_at: float | None = None
@@ -176,7 +176,7 @@ class FailoverDuringRun:
 
 def test_failover_during_a_run_loses_nothing(spark, cluster, rc, tmp_path):
     streams, seeded = seed_everywhere(rc)
-    shard = cluster.primary_of_slot_zero_replica()[0]
+    shard = cluster.replicated_shard()[0]
     on_shard = [s for s in streams if rc.get_node_from_key(s).port == shard.port]
     settings = cluster_settings(cluster, tmp_path)
     failover = FailoverDuringRun(cluster, on_shard)
@@ -191,7 +191,7 @@ def test_failover_during_a_run_loses_nothing(spark, cluster, rc, tmp_path):
     print(f"first run: {outcome}; failover fired {finished_at - failover.fired_at:.1f} s "
           f"before the run ended")
     assert failover.fired_at is not None and failover.fired_at < finished_at, "not during the run"
-    assert cluster.primary_of_slot_zero_replica()[0] is failover.replica, "no failover happened"
+    assert cluster.replicated_shard()[0] is failover.replica, "no failover happened"
 
     # Time passes (the job's leftovers become idle), then the next run finishes the work.
     for stream, group in {(k[0], k[1]) for k in seeded.state}:

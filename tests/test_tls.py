@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 
 from recovery.cli import preflight, run_recovery
+from recovery.cluster import StreamCluster
 from recovery.config import load_settings, redis_params
 from recovery.errors import RedisUnavailableError
 from recovery.job import run
 from recovery.local_redis import LocalServer
 from recovery.redis_conn import connect
 from tests.backlogs import seed
+from tests.cluster_fixtures import LocalCluster, keys_on_every_primary
 from tests.invariants import final_states
 from tests.tls_fixtures import TlsFiles, make_tls_files, tls_server
 
@@ -124,3 +126,30 @@ def test_connect_hands_the_tls_settings_to_redis_py(tls_files, tls_redis):
     assert kwargs["ssl_check_hostname"] is True and kwargs["ssl_cert_reqs"] == "required"
     assert client.ping()
 
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(tls_files: TlsFiles) -> Iterator[LocalCluster]:
+    """Three primaries speaking TLS only, to clients and on the cluster bus."""
+    cluster = LocalCluster(tls=tls_files, with_replica=False).start()
+    yield cluster
+    cluster.stop()
+
+
+def test_the_job_runs_on_a_tls_cluster(spark, tls_files, tls_cluster, tmp_path):
+    rc = tls_cluster.client()
+    streams = ["orders", *keys_on_every_primary(rc, 1)]
+    seeded = seed(rc, streams, ["billing"])
+    settings = load_settings(None, [
+        *tls_settings(tls_files, tls_cluster.url), "streams.match=*",
+        f"report.path={tmp_path / 'r'}", "claim.min_idle_ms=600000",
+        "handler.path=tests.handlers:verify_or_fail"])
+    client = connect(redis_params(settings))
+    assert isinstance(client, StreamCluster)
+    assert {n.port for n in client.get_primaries()} == {n.port for n in tls_cluster.primaries}
+    summary = run(spark, settings)
+    expected = {k: v for k, v in seeded.state.items() if v != "gone"}
+    states = {k: "pending:job" if v.startswith("pending:recovery-") else v
+              for k, v in final_states(rc, expected).items()}
+    assert states == expected
+    assert summary.totals["reprocessed"] == 120 * len(streams)

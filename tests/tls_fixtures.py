@@ -65,8 +65,9 @@ def make_tls_files(directory: Path) -> TlsFiles:
     directory.mkdir(parents=True, exist_ok=True)
     ca = _ca(directory, "ca")
     other_ca, _ = _ca(directory, "other-ca")
+    # Cluster nodes also present their certificate as clients (cluster bus, replication).
     server = _signed(directory, "server", ca, "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                     "extendedKeyUsage=serverAuth\n")
+                     "extendedKeyUsage=serverAuth,clientAuth\n")
     wrong = _signed(directory, "wrong-name", ca, "subjectAltName=DNS:wrong.example\n"
                     "extendedKeyUsage=serverAuth\n")
     client = _signed(directory, "client", ca, "extendedKeyUsage=clientAuth\n")
@@ -74,20 +75,30 @@ def make_tls_files(directory: Path) -> TlsFiles:
                     client[1])
 
 
-def tls_server(files: TlsFiles, *, wrong_name: bool = False, client_certs: bool = True,
-               extra: tuple[str, ...] = ()) -> LocalServer:
-    """A redis-server listening with TLS only (``--port 0 --tls-port``); with `client_certs`
-    it asks clients for a certificate signed by the CA (``--tls-auth-clients yes``)."""
+def tls_server_args(files: TlsFiles, port: int, wrong_name: bool = False,
+                    client_certs: bool = True) -> tuple[str, ...]:
+    """redis-server options for TLS only on `port` (``--port 0``); with `client_certs` the
+    server asks clients for a certificate signed by the CA (``--tls-auth-clients yes``)."""
+    cert, key = ((files.wrong_name_cert, files.wrong_name_key) if wrong_name
+                 else (files.server_cert, files.server_key))
+    return ("--port", "0", "--tls-port", str(port), "--tls-cert-file", str(cert),
+            "--tls-key-file", str(key), "--tls-ca-cert-file", str(files.ca),
+            "--tls-auth-clients", "yes" if client_certs else "no")
+
+
+def tls_client_options(files: TlsFiles) -> dict[str, object]:
+    """redis-py options of the tests' own clients (seeding, checks): the client certificate."""
+    return {"ssl": True, "ssl_ca_certs": str(files.ca), "ssl_certfile": str(files.client_cert),
+            "ssl_keyfile": str(files.client_key), "ssl_check_hostname": False}
+
+
+def tls_server(files: TlsFiles, *, wrong_name: bool = False, client_certs: bool = True
+               ) -> LocalServer:
+    """A started redis-server listening with TLS only."""
     binary = server_binary("redis")
     if binary is None:
         raise RuntimeError("no redis-server on the PATH: apt-get install redis-server")
     port = free_port()
-    cert, key = ((files.wrong_name_cert, files.wrong_name_key) if wrong_name
-                 else (files.server_cert, files.server_key))
-    args = ("--port", "0", "--tls-port", str(port), "--tls-cert-file", str(cert),
-            "--tls-key-file", str(key), "--tls-ca-cert-file", str(files.ca),
-            "--tls-auth-clients", "yes" if client_certs else "no", *extra)
-    options: dict[str, object] = {
-        "ssl": True, "ssl_ca_certs": str(files.ca), "ssl_certfile": str(files.client_cert),
-        "ssl_keyfile": str(files.client_key), "ssl_check_hostname": False}
-    return LocalServer(binary, port=port, args=args, client_options=options).start()
+    return LocalServer(binary, port=port,
+                       args=tls_server_args(files, port, wrong_name, client_certs),
+                       client_options=tls_client_options(files)).start()
