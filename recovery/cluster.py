@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 import redis
 from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.exceptions import AskError, MovedError, RedisClusterException
+from redis.typing import ScriptTextT
 
 from recovery.errors import ConfigError, RecoveryError, RedisUnavailableError
 
@@ -45,7 +46,7 @@ class StreamCluster(RedisCluster):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._node_callbacks: dict[str, ReplyCallback] = {}
-        self._script_sources: dict[str, str | bytes] = {}
+        self._script_sources: dict[str, ScriptTextT] = {}
         super().__init__(*args, **kwargs)
 
     def set_response_callback(self, command: str, callback: ReplyCallback) -> None:
@@ -60,7 +61,7 @@ class StreamCluster(RedisCluster):
         client.response_callbacks.update(self._node_callbacks)
         return client
 
-    def register_script(self, script: str | bytes) -> Any:
+    def register_script(self, script: ScriptTextT) -> Any:
         """A Script, whose source pipelines can send as EVAL."""
         registered = super().register_script(script)
         self._script_sources[registered.sha] = script
@@ -113,7 +114,7 @@ def open_client(url: str, options: Mapping[str, Any], mode: ClusterMode
         return redis.Redis.from_url(url, **options)
     _check_database_zero(url)
     try:
-        return StreamCluster.from_url(url, **options)
+        return cast(StreamCluster, StreamCluster.from_url(url, **options))
     except RedisClusterException as exc:
         cause = _redis_cause(exc)
         if cause is not None:  # refused login, unreachable, NOPERM: mapped as usual
