@@ -45,11 +45,12 @@ SUBMIT_TIMEOUT_S = 240
 
 @dataclass
 class ProcessWatch:
-    """Samples the command lines (argv) of `root` and all its descendants until stopped:
-    every distinct (pid, command line) seen, as a pid's argv changes with exec."""
+    """Samples the command lines (argv) and environments of `root` and all its descendants
+    until stopped: every distinct (pid, bytes) seen, as a pid's argv changes with exec."""
 
     root: int
     cmdlines: set[tuple[int, bytes]] = field(default_factory=set)
+    environs: set[tuple[int, bytes]] = field(default_factory=set)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -61,6 +62,7 @@ class ProcessWatch:
             for pid in _descendants(self.root):
                 with contextlib.suppress(OSError):  # exited meanwhile
                     self.cmdlines.add((pid, Path(f"/proc/{pid}/cmdline").read_bytes()))
+                    self.environs.add((pid, Path(f"/proc/{pid}/environ").read_bytes()))
             time.sleep(0.05)
 
     def stop(self) -> None:
@@ -92,6 +94,7 @@ class Submitted:
     stdout: str
     stderr: str
     cmdlines: set[tuple[int, bytes]]
+    environs: set[tuple[int, bytes]]
     event_log: bytes
     report: bytes
 
@@ -99,14 +102,18 @@ class Submitted:
     def summary(self) -> dict:
         return json.loads(self.stdout.strip().splitlines()[-1])
 
-    def places_holding(self, secret: str) -> list[str]:
-        """Names of the outputs that contain `secret` (empty: none leaks it)."""
+    def places_holding(self, secret: str, environments: bool = False) -> list[str]:
+        """Names of the outputs that contain `secret` (empty: none leaks it); with
+        `environments`, the processes' environments count too."""
         needle = secret.encode()
         places = [name for name, blob in (
             ("stdout", self.stdout.encode()), ("stderr", self.stderr.encode()),
             ("event log", self.event_log), ("report", self.report)) if needle in blob]
         places += [f"cmdline of pid {pid}: {cmd[:120]!r}"
                    for pid, cmd in sorted(self.cmdlines) if needle in cmd]
+        if environments:
+            places += [f"environment of pid {pid}" for pid, env in sorted(self.environs)
+                       if needle in env]
         return places
 
 
@@ -133,7 +140,7 @@ def spark_submit(tmp: Path, config: str, env: dict[str, str]) -> Submitted:
         watch.stop()
         if proc.poll() is None:
             proc.kill()
-    return Submitted(proc.returncode, stdout, stderr, watch.cmdlines,
+    return Submitted(proc.returncode, stdout, stderr, watch.cmdlines, watch.environs,
                      _read_event_logs(events), _read_report(reports))
 
 
@@ -158,8 +165,11 @@ def _read_report(directory: Path) -> bytes:
     return b"\n".join(blobs)
 
 
-def job_config(url: str, username: str | None = None) -> str:
+def job_config(url: str, username: str | None = None, password_file: Path | None = None
+               ) -> str:
     user = f'username = "{username}"\n' if username else ""
+    if password_file is not None:
+        user += f'password_file = "{password_file}"\n'
     return (f'[redis]\nurl = "{url}"\n{user}connect_timeout_s = 2\n'
             '[streams]\nkeys = ["orders"]\n'
             '[claim]\ncount = 50\nmin_idle_ms = 1800000\n'
@@ -198,15 +208,21 @@ def test_a_full_run_leaks_the_password_nowhere(locked_server, tmp_path):
 
 @pytest.mark.parametrize("case", ["wrong password", "unreachable", "permission missing"])
 def test_a_failing_run_leaks_the_password_nowhere(case, locked_server, tmp_path):
+    """The wrong password comes from redis.password_file: then it is not even in the
+    environment of any process."""
     seed(locked_server.client(password=PASSWORD), ["orders"], ["billing"])
     url, user, secret = locked_server.url, None, PASSWORD
+    env, password_file = {"RECOVERY_REDIS__PASSWORD": secret}, None
     if case == "wrong password":
-        secret = WRONG_PASSWORD
+        secret, env = WRONG_PASSWORD, {}
+        password_file = tmp_path / "secret" / "redis-password"
+        password_file.parent.mkdir()
+        password_file.write_text(WRONG_PASSWORD + "\n")
     elif case == "unreachable":
         url = f"redis://127.0.0.1:{free_port()}/0"
     else:
         user = "recovery"
-    ran = spark_submit(tmp_path, job_config(url, user), {"RECOVERY_REDIS__PASSWORD": secret})
+    ran = spark_submit(tmp_path, job_config(url, user, password_file), env)
 
     assert ran.code == 1, ran.stderr[-3000:]
     # PySpark's PythonRunner merges the Python driver's stderr into stdout.
@@ -217,5 +233,5 @@ def test_a_failing_run_leaks_the_password_nowhere(case, locked_server, tmp_path)
                 "permission missing": "may not run XAUTOCLAIM"}[case]
     assert len(errors) == 1 and expected in errors[0], output[-3000:]
     assert ran.summary["status"] in ("error", "failed")
-    assert ran.places_holding(secret) == []
+    assert ran.places_holding(secret, environments=password_file is not None) == []
     assert ran.places_holding(PASSWORD) == []
