@@ -47,6 +47,7 @@ class RunRecord:
     round_trips: int | None
     peak_rss_bytes: int
     client_cpu_s: float  # the contender's whole process tree, user + sys
+    steady_client_cpu_s: float | None  # the loop's own CPU while it ran (None for the job)
     redis_cpu_s: float
     redis_idle_cpu_per_s: float
     redis_commands: int
@@ -82,6 +83,7 @@ class Measured:
     steady_s: float | None
     round_trips: int | None
     peak_rss_bytes: int
+    steady_cpu_s: float | None
     said_acked: int  # what the contender says it did, to compare with Redis
     said_dead_lettered: int
     details: dict[str, Any]
@@ -98,15 +100,15 @@ def _measure_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions
                "actions": [asdict(a) for a in job.actions],
                "python_tasks_ms": job.python_tasks_ms, "totals": totals,
                "py_spy": job.profile, "segments": [asdict(s) for s in job.segments]}
-    return Measured(job.wall_s, None, None, job.peak_rss.get("driver", 0),
+    return Measured(job.wall_s, None, None, job.peak_rss.get("driver", 0), None,
                     int(totals["reprocessed"]), int(totals["dead_lettered"]), details,
                     job.sampler_calls)
 
 
 def _measure_loop(name: str, spec: BacklogSpec, url: str) -> Measured:
     wall, tally = run_loop_process(name, spec, url)
-    return Measured(wall, tally.seconds, tally.round_trips, tally.maxrss_bytes, tally.acked,
-                    tally.dead_lettered, {"claimed": tally.claimed})
+    return Measured(wall, tally.seconds, tally.round_trips, tally.maxrss_bytes, tally.cpu_s,
+                    tally.acked, tally.dead_lettered, {"claimed": tally.claimed})
 
 
 def run_contender(name: str, spec: BacklogSpec, repeat: int, workdir: Path,
@@ -135,6 +137,7 @@ def run_contender(name: str, spec: BacklogSpec, repeat: int, workdir: Path,
         contender=name, size=spec.label, messages=spec.messages, repeat=repeat,
         wall_s=measured.wall_s, steady_s=measured.steady_s, round_trips=measured.round_trips,
         peak_rss_bytes=measured.peak_rss_bytes, client_cpu_s=client_cpu,
+        steady_client_cpu_s=measured.steady_cpu_s,
         redis_cpu_s=delta.cpu_s,
         redis_idle_cpu_per_s=idle,
         redis_commands=delta.commands - measured.own_redis_calls,

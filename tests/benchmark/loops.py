@@ -8,8 +8,8 @@ Run one in its own process (clean memory and import costs)::
 
     python -m tests.benchmark.loops raw '<BacklogSpec as JSON>' redis://127.0.0.1:6379/0
 
-It prints one JSON line: loop seconds, round trips counted on the client, what it did, and
-``ru_maxrss`` in bytes.
+It prints one JSON line: the loop's seconds and CPU seconds, round trips counted on the
+client, what it did, and ``ru_maxrss`` in bytes.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ class Tally:
     acked: int = 0
     dead_lettered: int = 0
     seconds: float = 0.0
+    cpu_s: float = 0.0  # user + sys of this process during the loop
     round_trips: int = 0
     maxrss_bytes: int = 0
 
@@ -215,15 +216,20 @@ LOOPS: dict[str, tuple[Callable[[str], redis.Redis], Callable[..., Tally]]] = {
 }
 
 
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_loop(name: str, spec: BacklogSpec, url: str) -> Tally:
     """Connect, run loop `name` over `spec`, time it (s) and count its round trips."""
     make_client, recover = LOOPS[name]
     client = make_client(url)
     client.ping()  # connect outside the timed part, as the job's start-up is timed apart
     CountingConnection.sent = 0
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _cpu_s()
     tally = recover(client, spec)
-    tally.seconds = time.perf_counter() - started
+    tally.seconds, tally.cpu_s = time.perf_counter() - started, _cpu_s() - cpu
     tally.round_trips = CountingConnection.sent
     tally.maxrss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return tally

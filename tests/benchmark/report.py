@@ -8,7 +8,8 @@ Medians over repeats. Per contender and size:
   vs the rest: steady = median over repeats of (job wall - its probe's wall);
 - client CPU per message (us): user + sys time of the contender's whole process tree (for
   the job: JVM, driver Python, workers; with --py-spy also py-spy), the cost that a busy
-  machine distorts least;
+  machine distorts least; "steady": the loop's own CPU while it ran, or the job's minus
+  its probe's;
 - Redis CPU per message (us): INFO used_cpu_sys + used_cpu_user delta, net of the server's
   idle rate (its cron, measured on the seeded server just before the run) over the wall time;
 - commands per message (server: INFO total_commands_processed, counts commands inside Lua
@@ -49,6 +50,7 @@ class Row:
     round_trips_per_msg: float | None
     peak_rss_mb: float | None
     client_cpu_us_per_msg: float | None = None
+    steady_client_cpu_us_per_msg: float | None = None
     note: str = ""
     extras: dict[str, float | None] = field(default_factory=dict)
 
@@ -85,30 +87,50 @@ def _per_msg(records: list[RunRecord], value: Callable[[RunRecord], float | None
     return None if median is None else median * scale / records[0].messages
 
 
+def _minus_probe(probes: list[RunRecord] | None, value: Callable[[RunRecord], float]
+                 ) -> Callable[[RunRecord], float | None]:
+    """`value` of a job run minus that of the probe run of the same repeat."""
+    by_repeat = {p.repeat: value(p) for p in probes or []}
+
+    def steady(record: RunRecord) -> float | None:
+        probe = by_repeat.get(record.repeat)
+        return None if probe is None else value(record) - probe
+
+    return steady
+
+
+def _steady(records: list[RunRecord], probes: list[RunRecord] | None
+            ) -> tuple[float | None, float | None, float | None]:
+    """(fixed s, steady s, steady client CPU s): loops time and measure themselves; the job
+    is paired with its probes."""
+    if records[0].contender == JOB:
+        return (_median(probes or [], lambda r: r.wall_s),
+                _median(records, _minus_probe(probes, lambda r: r.wall_s)),
+                _median(records, _minus_probe(probes, lambda r: r.client_cpu_s)))
+    return (_median(records, lambda r: r.wall_s - (r.steady_s or 0.0)),
+            _median(records, lambda r: r.steady_s),
+            _median(records, lambda r: r.steady_client_cpu_s))
+
+
 def make_row(records: list[RunRecord], probes: list[RunRecord] | None = None) -> Row:
     """Medians of one contender at one size; `probes`: the job's probe runs (fixed cost),
     paired with the job's runs by repeat."""
     first = records[0]
-    wall = _median(records, lambda r: r.wall_s) or 0.0
-    if first.contender == JOB:
-        probe_wall = {p.repeat: p.wall_s for p in probes or []}
-        fixed = _median(probes or [], lambda r: r.wall_s)
-        steady = _median(records, lambda r: r.wall_s - probe_wall[r.repeat]
-                         if r.repeat in probe_wall else None)
-    else:
-        fixed = _median(records, lambda r: r.wall_s - (r.steady_s or 0.0))
-        steady = _median(records, lambda r: r.steady_s)
+    fixed, steady, steady_cpu = _steady(records, probes)
     phases = {name: _median(records, _detail("phases", name))
               for name in ("session_s", "run_s", "exit_s")} if first.contender == JOB else {}
     return Row(
         contender=first.contender, size=first.size, messages=first.messages,
-        runs=len(records), wall_s=wall, fixed_s=fixed, steady_s=steady,
+        runs=len(records), wall_s=_median(records, lambda r: r.wall_s) or 0.0,
+        fixed_s=fixed, steady_s=steady,
         cpu_us_per_msg=_per_msg(records, _net_cpu_s, 1e6),
         commands_per_msg=_per_msg(records, lambda r: r.redis_commands),
         reads_per_msg=_per_msg(records, lambda r: r.redis_reads),
         round_trips_per_msg=_per_msg(records, lambda r: r.round_trips),
         peak_rss_mb=(_median(records, lambda r: r.peak_rss_bytes) or 0) / MB,
         client_cpu_us_per_msg=_per_msg(records, lambda r: r.client_cpu_s, 1e6),
+        steady_client_cpu_us_per_msg=None if steady_cpu is None
+        else steady_cpu * 1e6 / first.messages,
         extras=phases,
     )
 
@@ -128,6 +150,7 @@ def extrapolate(row: Row, size: str, messages: int) -> Row:
         cpu_us_per_msg=row.cpu_us_per_msg, commands_per_msg=row.commands_per_msg,
         reads_per_msg=row.reads_per_msg, round_trips_per_msg=row.round_trips_per_msg,
         peak_rss_mb=None, client_cpu_us_per_msg=row.client_cpu_us_per_msg,
+        steady_client_cpu_us_per_msg=row.steady_client_cpu_us_per_msg,
         note=f"extrapolated from {row.size}",
     )
 
@@ -152,7 +175,8 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 
 MAIN_HEADER = ("contender", "size", "runs", "msg/s (end to end)", "wall s", "fixed start-up s",
-               "steady s", "steady msg/s", "client CPU us/msg", "Redis CPU us/msg",
+               "steady s", "steady msg/s", "client CPU us/msg: all / steady",
+               "Redis CPU us/msg",
                "Redis cmds/msg",
                "Redis reads/msg", "client round trips/msg", "driver peak RSS MB")
 
@@ -164,7 +188,8 @@ def main_table(rows: list[Row]) -> list[list[str]]:
         name = row.contender + (f" ({row.note})" if row.note else "")
         lines.append([name, row.size, str(row.runs), _fmt(row.msg_per_s, 0), _fmt(row.wall_s),
                       _fmt(row.fixed_s), _fmt(row.steady_s, 2), _fmt(row.steady_msg_per_s, 0),
-                      _fmt(row.client_cpu_us_per_msg, 1), _fmt(row.cpu_us_per_msg, 2),
+                      _fmt(row.client_cpu_us_per_msg, 1) + " / "
+                      + _fmt(row.steady_client_cpu_us_per_msg, 1), _fmt(row.cpu_us_per_msg, 2),
                       _fmt(row.commands_per_msg, 2), _fmt(row.reads_per_msg, 4),
                       _fmt(row.round_trips_per_msg, 4), _fmt(row.peak_rss_mb, 0)])
     return lines
@@ -174,7 +199,8 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-RATIO_HEADER = ("size", "versus", "end-to-end msg/s", "steady msg/s", "client CPU per msg",
+RATIO_HEADER = ("size", "versus", "end-to-end msg/s", "steady msg/s",
+                "steady client CPU per msg",
                 "Redis CPU per msg", "Redis cmds per msg")
 
 
@@ -190,7 +216,8 @@ def ratio_table(rows: list[Row]) -> list[list[str]]:
             lines.append([job.size, f"job/{other}" + (" (extrapolated)" if base.note else ""),
                           _fmt(_ratio(job.msg_per_s, base.msg_per_s), 2),
                           _fmt(_ratio(job.steady_msg_per_s, base.steady_msg_per_s), 2),
-                          _fmt(_ratio(job.client_cpu_us_per_msg, base.client_cpu_us_per_msg), 2),
+                          _fmt(_ratio(job.steady_client_cpu_us_per_msg,
+                                      base.steady_client_cpu_us_per_msg), 2),
                           _fmt(_ratio(job.cpu_us_per_msg, base.cpu_us_per_msg), 2),
                           _fmt(_ratio(job.commands_per_msg, base.commands_per_msg), 2)])
     return lines

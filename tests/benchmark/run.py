@@ -58,6 +58,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="extra --set for the job (repeatable)")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra spark-submit --conf (repeatable)")
+    parser.add_argument("--no-probe", action="store_true",
+                        help="skip the job's probe runs on a near-empty backlog (no fixed / "
+                             "steady split; for quick experiments)")
     parser.add_argument("--py-spy", metavar="PATH",
                         help="profile the job's Python processes with this py-spy binary "
                              "(slows the job; the profile table shows where its time goes)")
@@ -123,7 +126,7 @@ def run_all(args: argparse.Namespace) -> list[RunRecord]:
         for repeat in range(args.repeats):
             for name in _runs_for(args, spec, repeat):
                 records.append(_run_one(args, name, spec, repeat))
-            if JOB in args.contender_list:
+            if JOB in args.contender_list and not args.no_probe:
                 records.append(_run_one(args, JOB, spec, repeat, probe=True))
     return records
 
@@ -137,8 +140,14 @@ def with_extrapolations(rows: list[report.Row], args: argparse.Namespace) -> lis
     measured = {r.size for r in naive}
     extra = [report.extrapolate(base, s.label, s.messages) for s in args.specs
              if s.label not in measured]
-    order = {s.label: i for i, s in enumerate(args.specs)}
-    return sorted(rows + extra, key=lambda r: (order.get(r.size, 0), r.contender))
+    return rows + extra
+
+
+def in_order(rows: list[report.Row], args: argparse.Namespace) -> list[report.Row]:
+    """By size as given, then naive, raw, job."""
+    size = {s.label: i for i, s in enumerate(args.specs)}
+    rank = {c: i for i, c in enumerate(CONTENDERS)}
+    return sorted(rows, key=lambda r: (size.get(r.size, 0), rank.get(r.contender, 0)))
 
 
 def server_version() -> str:
@@ -187,7 +196,7 @@ def conditions(args: argparse.Namespace, argv: list[str], records: list[RunRecor
 
 def render(args: argparse.Namespace, argv: list[str], records: list[RunRecord]) -> str:
     """All tables as one markdown document."""
-    rows = with_extrapolations(report.build_rows(records), args)
+    rows = in_order(with_extrapolations(report.build_rows(records), args), args)
     parts = ["## Benchmark results", *conditions(args, argv, records), "",
              report.markdown(report.MAIN_HEADER, report.main_table(rows))]
     sections = [
