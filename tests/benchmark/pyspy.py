@@ -26,10 +26,12 @@ TOP = 25
 
 
 def _python_parent(root: psutil.Process) -> psutil.Process | None:
-    """The process of `root`'s tree that has started a Python child (the driver JVM)."""
+    """The JVM of `root`'s tree once it has started a Python child (the driver's Python).
+    Only a JVM: the spark-submit script itself runs a short-lived Python to find Spark."""
     for proc in [root, *root.children(recursive=True)]:
         try:
-            if any(c.name().startswith("python") for c in proc.children()):
+            if proc.name() == "java" and any(c.name().startswith("python")
+                                             for c in proc.children()):
                 return proc
         except psutil.NoSuchProcess:
             continue
