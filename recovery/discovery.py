@@ -21,10 +21,8 @@ from recovery.errors import DeadLetterNameError, StreamUnitError, UnsupportedSer
 from recovery.redis_conn import redis_errors, server_text
 from recovery.scripts import delete_empty_consumer
 from recovery.streams import (
-    consumer_names,
-    group_names,
-    key_type,
-    pending_count,
+    each,
+    info_rows,
     scan_keys,
     server_version,
 )
@@ -78,17 +76,38 @@ def check_server(client: redis.Redis, params: RedisParams) -> tuple[int, int, in
 
 def discover(client: redis.Redis, settings: Settings, params: RedisParams
              ) -> tuple[list[WorkUnit], list[Skipped]]:
-    """Units with something pending, and the keys or groups skipped (with reasons)."""
-    units: list[WorkUnit] = []
+    """Units with something pending, and the keys or groups skipped (with reasons).
+
+    Round trips are per 1000 keys (pipelined TYPE, then XINFO GROUPS), not per key.
+    """
     skipped: list[Skipped] = []
+    streams = []
     for stream in _candidate_streams(client, settings, params, skipped):
         try:
             dead_letter_key(stream, settings.dead_letter.suffix)
-            with redis_errors(params, stream):
-                units += _units_of(client, stream, settings.streams.groups, skipped)
-        except (StreamUnitError, DeadLetterNameError) as exc:
-            skipped.append(Skipped(stream, getattr(exc, "group", None), str(exc)))
+            streams.append(stream)
+        except DeadLetterNameError as exc:
+            skipped.append(Skipped(stream, None, str(exc)))
+    with redis_errors(params):
+        replies = each(client, [("XINFO GROUPS", s) for s in streams])
+    units: list[WorkUnit] = []
+    for stream, reply in zip(streams, replies, strict=True):
+        try:
+            groups = info_rows(_reply_or_raise(reply, params, stream))  # type: ignore[arg-type]
+        except StreamUnitError as exc:
+            skipped.append(Skipped(stream, exc.group, str(exc)))
+            continue
+        units += _units_of(client, stream, groups, settings.streams.groups, skipped)
     return units, skipped
+
+
+def _reply_or_raise(reply: object, params: RedisParams, stream: str | None = None,
+                    group: str | None = None) -> object:
+    """The reply, or its error raised as the job's typed error for that stream and group."""
+    if isinstance(reply, Exception):
+        with redis_errors(params, stream, group):
+            raise reply
+    return reply
 
 
 def _candidate_streams(client: redis.Redis, settings: Settings, params: RedisParams,
@@ -100,14 +119,18 @@ def _candidate_streams(client: redis.Redis, settings: Settings, params: RedisPar
         with redis_errors(params):
             found = scan_keys(client, sel.match, sel.scan_count)
             names += sorted(_decode(k, skipped) for k in found)
-    streams: list[str] = []
+    candidates = []
     for name in dict.fromkeys(n for n in names if n):
         if is_dead_letter_key(name, settings.dead_letter.suffix):
             # Checked before TYPE: the job's ACL user needs no read access to DLQ keys.
             log.info("skip %s: it is a dead-letter stream", name)
-            continue
-        with redis_errors(params):
-            kind = _type_unless_denied(client, name)
+        else:
+            candidates.append(name)
+    with redis_errors(params):
+        kinds = each(client, [("TYPE", n) for n in candidates])
+    streams: list[str] = []
+    for name, kind in zip(candidates, kinds, strict=True):
+        kind = _type_unless_denied(kind, params)
         if kind is None:
             skipped.append(Skipped(name, None, "the Redis user may not access this key (ACL "
                                    "key patterns): left alone"))
@@ -120,15 +143,13 @@ def _candidate_streams(client: redis.Redis, settings: Settings, params: RedisPar
     return streams
 
 
-def _type_unless_denied(client: redis.Redis, name: str) -> str | None:
-    """TYPE of `name`; None when the ACL user may not access that key (SCAN lists every
+def _type_unless_denied(reply: object, params: RedisParams) -> str | None:
+    """A TYPE reply as text; None when the ACL user may not access that key (SCAN lists every
     key, whatever the user's key patterns). A denied *command* still raises."""
-    try:
-        return key_type(client, name)
-    except NoPermissionError as exc:
-        if denied_command(server_text(exc)):
-            raise
+    if isinstance(reply, NoPermissionError) and not denied_command(server_text(reply)):
         return None
+    kind = _reply_or_raise(reply, params)
+    return kind.decode() if isinstance(kind, bytes) else str(kind)
 
 
 def _decode(key: bytes, skipped: list[Skipped]) -> str:
@@ -139,22 +160,16 @@ def _decode(key: bytes, skipped: list[Skipped]) -> str:
         return ""
 
 
-def _units_of(client: redis.Redis, stream: str, wanted: list[str], skipped: list[Skipped]
-              ) -> list[WorkUnit]:
-    existing = group_names(client, stream)
-    if wanted:
-        for group in wanted:
-            if group not in existing:
-                skipped.append(Skipped(stream, group, "no such consumer group: fix streams.groups"))
-        groups = [g for g in wanted if g in existing]
-    else:
-        groups = existing
-    units = []
-    for group in groups:
-        count = pending_count(client, stream, group)
-        if count:
-            units.append(WorkUnit(stream, group, count, node_of(client, stream)))
-    return units
+def _units_of(client: redis.Redis, stream: str, groups: list[dict[str, object]],
+              wanted: list[str], skipped: list[Skipped]) -> list[WorkUnit]:
+    """The stream's groups (all, or the `wanted` ones) with pending entries (XINFO GROUPS)."""
+    pending = {str(g["name"]): int(g["pending"]) for g in groups}  # type: ignore[call-overload]
+    for group in wanted:
+        if group not in pending:
+            skipped.append(Skipped(stream, group, "no such consumer group: fix streams.groups"))
+    names = [g for g in wanted if g in pending] if wanted else list(pending)
+    node = node_of(client, stream)
+    return [WorkUnit(stream, g, pending[g], node) for g in names if pending[g]]
 
 
 def assign(units: list[WorkUnit], partitions: int, consumer_prefix: str, run_id: str
@@ -191,16 +206,32 @@ def remove_empty_job_consumers(client: redis.Redis, units: Iterable[WorkUnit], p
     """Delete the job's own consumers (this run's and earlier ones) that own nothing.
 
     Consumers of the application are never touched, and a consumer that still owns
-    pending entries is never deleted (the script checks atomically).
+    pending entries is never deleted (the script checks atomically). Pipelined: a few round
+    trips per 1000 units.
     """
+    units = list(units)
+    with redis_errors(params):
+        replies = each(client, [("XINFO CONSUMERS", u.stream, u.group) for u in units])
+    targets = []
+    for unit, reply in zip(units, replies, strict=True):
+        if isinstance(reply, Exception):
+            log.warning("consumer clean-up skipped for %s / %s: %s", unit.stream, unit.group,
+                        reply)
+            continue
+        targets += [(unit.stream, unit.group, str(c["name"])) for c in info_rows(reply)  # type: ignore[arg-type]
+                    if str(c["name"]).startswith(prefix + "-") and not c["pending"]]
+    return remove_consumers(client, targets, params)
+
+
+def remove_consumers(client: redis.Redis, targets: list[tuple[str, str, str]],
+                     params: RedisParams) -> int:
+    """Run the delete-if-empty script for each (stream, group, consumer), pipelined.
+    Returns how many were deleted."""
     removed = 0
-    for unit in units:
-        try:
-            with redis_errors(params, unit.stream, unit.group):
-                for name in consumer_names(client, unit.stream, unit.group):
-                    if name.startswith(prefix + "-") and delete_empty_consumer(
-                            client, unit.stream, unit.group, name):
-                        removed += 1
-        except StreamUnitError as exc:
-            log.warning("consumer clean-up skipped: %s", exc)
+    for start in range(0, len(targets), 1000):
+        pipe = client.pipeline(transaction=False)
+        for stream, group, consumer in targets[start : start + 1000]:
+            delete_empty_consumer(client, stream, group, consumer, pipe=pipe)
+        with redis_errors(params):
+            removed += sum(1 for r in pipe.execute(raise_on_error=False) if r == 1)
     return removed

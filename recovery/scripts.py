@@ -114,7 +114,11 @@ def renew_lease(client: redis.Redis, stream: str, group: str, consumer: str,
     return script(keys=[stream], args=[group, consumer, *ids], client=pipe)  # type: ignore[no-any-return]
 
 
-def delete_empty_consumer(client: redis.Redis, stream: str, group: str, consumer: str) -> bool:
-    """Delete `consumer` from the group if it owns no pending entry. True when deleted."""
+def delete_empty_consumer(client: redis.Redis, stream: str, group: str, consumer: str,
+                          pipe: Any = None) -> Any:
+    """Delete `consumer` from the group if it owns no pending entry.
+
+    Reply (without pipe): True when deleted, False when kept."""
     script = scripts_for(client)["delete_empty_consumer"]
-    return bool(script(keys=[stream], args=[group, consumer]))
+    reply = script(keys=[stream], args=[group, consumer], client=pipe)
+    return reply if pipe is not None else bool(reply)

@@ -68,37 +68,31 @@ def key_type(client: redis.Redis, key: str) -> str:
     return _s(client.type(key))
 
 
-def group_info(client: redis.Redis, stream: str) -> list[dict[str, object]]:
-    """XINFO GROUPS: one dict per group with ``name``, ``consumers``, ``pending``,
-    ``last-delivered-id``, and on 7.0+ ``entries-read`` and ``lag`` (None when unknown)."""
-    return [_info_dict(row) for row in client.execute_command("XINFO GROUPS", stream)]
+PIPELINE_CHUNK = 1000
 
 
-def group_names(client: redis.Redis, stream: str) -> list[str]:
-    """Names of the consumer groups of `stream` (XINFO GROUPS)."""
-    return [str(g["name"]) for g in group_info(client, stream)]
+def each(client: redis.Redis, commands: Sequence[Sequence[object]]) -> list[object]:
+    """Send `commands` in pipelines of ``PIPELINE_CHUNK`` (no transaction): one round trip per
+    chunk instead of one per command. Returns each raw reply in order, or the exception the
+    server answered for that command (returned, not raised: callers decide per command)."""
+    replies: list[object] = []
+    for start in range(0, len(commands), PIPELINE_CHUNK):
+        pipe = client.pipeline(transaction=False)
+        for command in commands[start : start + PIPELINE_CHUNK]:
+            pipe.execute_command(*command)
+        replies += pipe.execute(raise_on_error=False)
+    return replies
 
 
-def consumer_info(client: redis.Redis, stream: str, group: str) -> list[dict[str, object]]:
-    """XINFO CONSUMERS: one dict per consumer with ``name``, ``pending``, ``idle`` (ms) and,
-    on Redis 7.2+ / Valkey, ``inactive`` (ms, -1 if it never read)."""
-    return [_info_dict(row) for row in client.execute_command("XINFO CONSUMERS", stream, group)]
-
-
-def consumer_names(client: redis.Redis, stream: str, group: str) -> list[str]:
-    """Names of the consumers of `group` (XINFO CONSUMERS)."""
-    return [str(c["name"]) for c in consumer_info(client, stream, group)]
+def info_rows(reply: Sequence[Sequence[object]]) -> list[dict[str, object]]:
+    """An XINFO GROUPS / XINFO CONSUMERS reply as dicts (see ``group_info``)."""
+    return [_info_dict(row) for row in reply]
 
 
 def _info_dict(row: Sequence[object]) -> dict[str, object]:
     """Flat XINFO reply -> dict with str keys; bytes values decoded to str."""
     return {_s(row[i]): (_s(v) if isinstance(v := row[i + 1], bytes) else v)  # type: ignore[arg-type]
             for i in range(0, len(row), 2)}
-
-
-def stream_length(client: redis.Redis, stream: str) -> int:
-    """XLEN: entries in the stream."""
-    return int(client.xlen(stream))
 
 
 def pending_count(client: redis.Redis, stream: str, group: str) -> int:
