@@ -58,6 +58,7 @@ from recovery.scripts import (
     DeadLetterContext,
     ack_owned,
     dead_letter_batch,
+    fresh_lease_ms,
     renew_lease,
     stream_id_key,
 )
@@ -168,16 +169,18 @@ def _handle(client: redis.Redis, params: JobParams, rows: list[Row], out: Outcom
     calls = HandlerCalls(load_handler(params.handler_path), params.handler_timeout_s)
     size = params.handler_batch_size
     for start in range(0, len(rows), size):
-        leased = _lease(client, calls.admit(rows[start : start + size], out), out)
+        leased = _lease(client, params, calls.admit(rows[start : start + size], out), out)
         if leased:
             results = calls.run(leased)
             _ack_succeeded(client, leased, results, out)
             _dead_letter(client, params, _failed(params, leased, results, out), out)
 
 
-def _lease(client: redis.Redis, rows: list[Row], out: Outcomes) -> list[Row]:
+def _lease(client: redis.Redis, params: JobParams, rows: list[Row], out: Outcomes
+           ) -> list[Row]:
     """Renew the job's lease on `rows`: return those to hand over; report the others."""
-    status = _per_unit(client, rows, renew_lease)
+    fresh_ms = fresh_lease_ms(params.min_idle_ms, params.handler_timeout_s)
+    status = _per_unit(client, rows, partial(renew_lease, fresh_ms=fresh_ms))
     leased = []
     for row in rows:
         reply = status[id(row)]

@@ -102,16 +102,25 @@ LEASE_DELETED = -1
 
 
 def renew_lease(client: redis.Redis, stream: str, group: str, consumer: str,
-                ids: Sequence[str], pipe: Any = None) -> list[int]:
-    """Reset the idle time (to 0 ms) of the `ids` still pending and owned by `consumer`,
-    keeping their delivery counts; ack those deleted from the stream.
+                ids: Sequence[str], pipe: Any = None, fresh_ms: int = 0) -> list[int]:
+    """Make sure the `ids` still pending and owned by `consumer` hold a lease: those idle
+    `fresh_ms` ms or longer get their idle time reset to 0 (keeping their delivery counts);
+    younger ones already hold one. Acks those deleted from the stream (found on renewal).
 
     `ids` must be in ascending ID order (see ``stream_id_key``). Reply (without pipe): one
     integer per ID, in order: ``LEASE_RENEWED`` (1), ``LEASE_LOST`` (0: no longer pending or
     another owner), ``LEASE_DELETED`` (-1: deleted upstream, now acked).
     """
     script = scripts_for(client)["lease_owned"]
-    return script(keys=[stream], args=[group, consumer, *ids], client=pipe)  # type: ignore[no-any-return]
+    return script(keys=[stream], args=[group, consumer, fresh_ms, *ids], client=pipe)  # type: ignore[no-any-return]
+
+
+def fresh_lease_ms(min_idle_ms: int, handler_timeout_s: float | None) -> int:
+    """How long after a claim or renewal an entry needs no renewal before a handler call:
+    the call must end before the entry has been idle `min_idle_ms` (when another run may
+    claim it). With a timeout that leaves min_idle minus the timeout; without one, half."""
+    budget_ms = handler_timeout_s * 1000 if handler_timeout_s is not None else min_idle_ms / 2
+    return max(0, int(min_idle_ms - budget_ms))
 
 
 def delete_empty_consumer(client: redis.Redis, stream: str, group: str, consumer: str,
