@@ -21,7 +21,7 @@ from recovery.local_redis import LocalServer, any_server_binary
 from tests.benchmark.loops import LOOPS, Tally
 from tests.benchmark.measure import children_cpu_s, idle_cpu_rate, redis_counters
 from tests.benchmark.seed import BacklogSpec, seed_backlog
-from tests.benchmark.spark_job import ROOT, JobOptions, run_job
+from tests.benchmark.spark_job import ROOT, JobOptions, python_path, run_job
 from tests.benchmark.verify import verify_recovered
 
 JOB = "job"
@@ -61,14 +61,16 @@ class RunRecord:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def run_loop_process(name: str, spec: BacklogSpec, url: str) -> tuple[float, Tally]:
-    """Run loop `name` in a fresh interpreter; (wall seconds, what it reported)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+def run_loop_process(name: str, spec: BacklogSpec, url: str, code_root: Path | None = None
+                     ) -> tuple[float, Tally]:
+    """Run loop `name` in a fresh interpreter (with `code_root`'s ``recovery`` if given);
+    (wall seconds, what it reported)."""
+    env = {**os.environ, "PYTHONPATH": python_path(code_root)}
     started = time.perf_counter()
+    # with `-m` the cwd comes first on sys.path: it decides which `recovery` is imported
     done = subprocess.run([sys.executable, "-m", "tests.benchmark.loops", name,
-                           json.dumps(asdict(spec)), url],
-                          cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+                           json.dumps(asdict(spec)), url], cwd=code_root or ROOT, env=env,
+                          capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise ContenderFailed(f"{name} loop exited {done.returncode}: {done.stderr[-2000:]}")
@@ -105,8 +107,9 @@ def _measure_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions
                     job.sampler_calls)
 
 
-def _measure_loop(name: str, spec: BacklogSpec, url: str) -> Measured:
-    wall, tally = run_loop_process(name, spec, url)
+def _measure_loop(name: str, spec: BacklogSpec, url: str, code_root: Path | None
+                  ) -> Measured:
+    wall, tally = run_loop_process(name, spec, url, code_root)
     return Measured(wall, tally.seconds, tally.round_trips, tally.maxrss_bytes, tally.cpu_s,
                     tally.acked, tally.dead_lettered, {"claimed": tally.claimed})
 
@@ -125,7 +128,7 @@ def run_contender(name: str, spec: BacklogSpec, repeat: int, workdir: Path,
         if name == JOB:
             measured = _measure_job(spec, server.url, workdir, options)
         else:
-            measured = _measure_loop(name, spec, server.url)
+            measured = _measure_loop(name, spec, server.url, options.code_root)
         delta, client_cpu = redis_counters(client) - before, children_cpu_s() - cpu_before
         load_end = os.getloadavg()[0]
         outcome = verify_recovered(client, seeded)

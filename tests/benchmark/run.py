@@ -15,6 +15,7 @@ recovery leaves behind.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from dataclasses import asdict, replace
 from datetime import datetime, timezone
@@ -58,6 +60,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="extra --set for the job (repeatable)")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra spark-submit --conf (repeatable)")
+    parser.add_argument("--code", metavar="GIT_REF",
+                        help="run the job (and the loops' imports of recovery) from a pristine "
+                             "export of this commit instead of the shared working tree")
     parser.add_argument("--no-probe", action="store_true",
                         help="skip the job's probe runs on a near-empty backlog (no fixed / "
                              "steady split; for quick experiments)")
@@ -77,6 +82,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.specs = [BacklogSpec(*parse_size(s), over_limit_fraction=args.over_limit)
                   for s in args.sizes.split(",") if s]
     args.contender_list = [c for c in args.contenders.split(",") if c]
+    args.code_root, args.code_sha = export_code(args.code) if args.code else (None, None)
     unknown = set(args.contender_list) - set(CONTENDERS)
     if unknown or args.repeats < 1 or not args.specs:
         parser.error(f"unknown contenders {sorted(unknown)}" if unknown
@@ -102,7 +108,7 @@ def wait_for_load(limit: float, timeout_s: float = 300.0) -> None:
 def _run_one(args: argparse.Namespace, name: str, spec: BacklogSpec, repeat: int,
              probe: bool = False) -> RunRecord:
     options = JobOptions(args.master, tuple(args.job_set), tuple(args.spark_conf),
-                         args.py_spy)
+                         args.py_spy, args.code_root)
     if args.wait_for_load is not None:
         wait_for_load(args.wait_for_load, args.wait_max_s)
     label = report.PROBE if probe else name
@@ -156,16 +162,31 @@ def server_version() -> str:
     return done.stdout.strip()
 
 
-def code_version() -> str:
-    """The commit measured, and the files of the job changed on top of it (shared tree)."""
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                              check=False)
-        return done.stdout.rstrip("\n")
+def git(*args: str) -> bytes:
+    """Output of a read-only git command in the repository."""
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, check=True).stdout
 
-    changed = git("status", "--porcelain", "--", "recovery", "jobs").splitlines()
+
+def export_code(ref: str) -> tuple[Path, str]:
+    """``recovery/`` and ``jobs/`` of commit `ref`, extracted once under .bench/code/<sha>
+    (git archive: nothing in the repository changes). Returns (directory, short sha)."""
+    sha = git("rev-parse", "--short", f"{ref}^{{commit}}").decode().strip()
+    target = ROOT / ".bench" / "code" / sha
+    if not (target / "jobs").is_dir():
+        archive = git("archive", "--format=tar", sha, "recovery", "jobs")
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(target, filter="data")
+    return target, sha
+
+
+def code_version(args: argparse.Namespace) -> str:
+    """The commit measured, and the files of the job changed on top of it (shared tree)."""
+    if args.code_root is not None:
+        return f"commit {args.code_sha} (a pristine export: {args.code_root})"
+    changed = git("status", "--porcelain", "--", "recovery", "jobs").decode().splitlines()
     dirty = ", ".join(line[3:] for line in changed) if changed else "none"
-    return f"commit {git('rev-parse', '--short', 'HEAD')}; uncommitted changes in: {dirty}"
+    head = git("rev-parse", "--short", "HEAD").decode().strip()
+    return f"commit {head} plus uncommitted changes in: {dirty}"
 
 
 def conditions(args: argparse.Namespace, argv: list[str], records: list[RunRecord]
@@ -178,7 +199,7 @@ def conditions(args: argparse.Namespace, argv: list[str], records: list[RunRecor
         f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; host: {os.cpu_count()} "
         f"CPUs, {platform.platform()}; Python {platform.python_version()}; redis-py "
         f"{redis.__version__}, hiredis parser: {'yes' if redis.utils.HIREDIS_AVAILABLE else 'no'}",
-        f"- code: {code_version()}",
+        f"- code: {code_version(args)}",
         f"- server: {server_version()}, a fresh one per run, no persistence; its idle CPU "
         f"(measured before each run, subtracted): median {idle[len(idle) // 2] * 1000:.2f} "
         "ms/s",

@@ -33,12 +33,15 @@ DRIVER = {"driver": ("jvm", "driver_python")}
 @dataclass(frozen=True)
 class JobOptions:
     """How to submit: the master, extra ``--set`` overrides and ``--conf`` Spark settings;
-    `py_spy`: path of a py-spy binary to profile the Python processes with (slows them)."""
+    `py_spy`: path of a py-spy binary to profile the Python processes with (slows them);
+    `code_root`: a directory with ``recovery/`` and ``jobs/`` to run instead of the working
+    tree (a pristine export of one commit)."""
 
     master: str = "local[2]"
     overrides: tuple[str, ...] = ()
     spark_conf: tuple[str, ...] = ()
     py_spy: str | None = None
+    code_root: Path | None = None
 
 
 @dataclass
@@ -72,12 +75,20 @@ def config_text(spec: BacklogSpec, url: str, report_dir: Path) -> str:
     ])
 
 
+def python_path(code_root: Path | None) -> str:
+    """PYTHONPATH for contenders: `code_root` first (its ``recovery`` wins over the editable
+    install of the working tree), then the repository (for ``tests.benchmark``)."""
+    parts = [str(code_root) if code_root else "", str(ROOT), os.environ.get("PYTHONPATH", "")]
+    return os.pathsep.join(p for p in parts if p)
+
+
 def submit_command(config: Path, options: JobOptions) -> list[str]:
     """The exact spark-submit command line."""
     command = [str(SPARK_SUBMIT), "--master", options.master]
     for conf in options.spark_conf:
         command += ["--conf", conf]
-    command += [str(ROOT / "jobs" / "recover.py"), "--config", str(config), "--log-level", "INFO"]
+    script = (options.code_root or ROOT) / "jobs" / "recover.py"
+    command += [str(script), "--config", str(config), "--log-level", "INFO"]
     for override in options.overrides:
         command += ["--set", override]
     return command
@@ -103,13 +114,15 @@ def run_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions) -> 
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "bench.toml"
     config.write_text(config_text(spec, url, workdir / "reports"))
-    env = {**os.environ, "PYSPARK_PYTHON": str(VENV_PYTHON if VENV_PYTHON.exists()
-                                               else sys.executable)}
+    env = {**os.environ, "PYTHONPATH": python_path(options.code_root),
+           "PYSPARK_PYTHON": str(VENV_PYTHON if VENV_PYTHON.exists() else sys.executable)}
     stdout, stderr = workdir / "stdout.txt", workdir / "stderr.txt"
     stacks = workdir / "py-spy.txt"
     with stdout.open("wb") as out, stderr.open("wb") as err:
         started_epoch, started = time.time(), time.perf_counter()
-        process = subprocess.Popen(submit_command(config, options), cwd=ROOT, env=env,
+        # cwd: `python -m pyspark.daemon` puts it first on the workers' sys.path, so it must
+        # not hold a `recovery` package other than the one chosen (and Spark's files go there)
+        process = subprocess.Popen(submit_command(config, options), cwd=workdir, env=env,
                                    stdout=out, stderr=err)
         with PeakRss(process.pid, driver_role, DRIVER) as rss, \
                 RedisSampler(redis.Redis.from_url(url)) as sampler:
