@@ -6,13 +6,16 @@ Timings are what the harness prints; they are never asserted here.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from recovery.dlq_names import dead_letter_key
 from recovery.local_redis import LocalServer
+from tests.benchmark import spark_log, timeline
 from tests.benchmark.loops import DLQ_SUFFIX, run_loop
+from tests.benchmark.measure import Sample
 from tests.benchmark.run import main
 from tests.benchmark.seed import BacklogSpec, seed_backlog
 from tests.benchmark.verify import VerificationError, verify_recovered
@@ -52,3 +55,37 @@ def test_verification_fails_on_pending_and_doubled_entries(redis_server: LocalSe
     client.xadd(dlq, first)  # type: ignore[arg-type]  # the same entry dead-lettered twice
     with pytest.raises(VerificationError, match="dead-lettered 2 times"):
         verify_recovered(client, seeded)
+
+
+JOB_LOG = """\
+2026-11-21 18:00:10,000 INFO recovery.job: run r1: 2 units with pending entries, 0 skipped
+26/11/21 18:00:12 INFO DAGScheduler: Job 0 finished: collect at job.py:140, took 1500.5 ms
+26/11/21 18:00:12 INFO PythonRunner: Times: total = 900, boot = 700, init = 150, finish = 50
+2026-11-21 18:00:20,500 INFO recovery.job: run r1: claim done in 10.5 s
+2026-11-21 18:00:30,000 INFO recovery.job: run r1 summary
+stream  group  reprocessed
+"""
+
+
+def test_job_log_parsing_and_timeline() -> None:
+    """The parsing the job contender relies on: if the job's log format changes, this says so
+    (the job itself is too slow for the smoke test)."""
+    started = datetime(2026, 11, 21, 18, 0, 0).timestamp()
+    lines = spark_log.job_lines(JOB_LOG, started)
+    assert [(ln.at_s, ln.logger) for ln in lines] == [
+        (10.0, "recovery.job"), (20.5, "recovery.job"), (30.0, "recovery.job")]
+    assert spark_log.phases(lines, duration_s=20.0, wall_s=31.0) == {
+        "session_s": 10.0, "run_s": 20.0, "exit_s": 1.0}
+    assert spark_log.spark_actions(JOB_LOG)[0].took_ms == 1500.5
+    assert spark_log.python_task_ms(JOB_LOG)["boot"] == 700
+
+    samples = [Sample(started + t, cpu, {"xautoclaim": (calls, calls * 100)})
+               for t, cpu, calls in ((0, 0.0, 0), (10, 0.1, 0), (20, 1.1, 50), (40, 1.2, 50))]
+    segments = timeline.segments(lines, started, 31.0, samples)
+    assert [s.label for s in segments] == [
+        "2 units with pending entries, 0 skipped", "claim done in 10.5 s", "summary",
+        "process exit"]
+    claim = segments[1]
+    assert (claim.start_s, claim.seconds) == (10.0, 10.5)
+    assert claim.redis_cpu_s == pytest.approx(1.1025 - 0.1)  # 1.1025: interpolated at 20.5 s
+    assert claim.top_commands == [("xautoclaim", 50, 5000)]
