@@ -20,6 +20,7 @@ from redis.exceptions import (
     AskError,
     AuthenticationError,
     AuthorizationError,
+    InvalidResponse,
     NoPermissionError,
     NoScriptError,
     ResponseError,
@@ -111,7 +112,7 @@ def redis_errors(params: RedisParams, stream: str | None = None, group: str | No
             + (tls_hint(str(exc), params.url)
                or "check redis.url, that the server runs, and the network")
         ) from None
-    except redis.RedisError as exc:  # e.g. InvalidResponse: something else answered
+    except InvalidResponse as exc:  # not the Redis protocol: something else answered
         raise RedisUnavailableError(
             f"Redis at {where(params)} gave an unexpected reply ({type(exc).__name__}: {exc}): "
             "check that redis.url points at a Redis server"

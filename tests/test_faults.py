@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import random
 import socket
+import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,22 @@ KILL_SEED = int(os.environ.get("RECOVERY_KILL_SEED", "4"))
 STAGES = ("claim", "dead_letter", "report", "handler")
 SMALL_BATCHES = "spark.sql.execution.arrow.maxRecordsPerBatch=20"
 PER_STREAM = {kind: count for kind, (count, _) in KINDS.items()}
+
+
+@pytest.fixture
+def submit() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """spark_submit, and SIGKILL of whatever is still running when the test ends (a failed
+    assertion or pytest-timeout must not leave a job behind)."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def _submit(*args: Any) -> subprocess.Popen[bytes]:
+        started.append(spark_submit(*args))
+        return started[-1]
+
+    yield _submit
+    for proc in started:
+        if proc.poll() is None:
+            kill_tree(proc)
 
 
 @pytest.fixture
@@ -169,7 +186,7 @@ def _kill_condition(stage: str, client: Redis, streams: list[str], run_id: str,
 
 
 def _kill_trial(spark: SparkSession, server: LocalServer, base: Path, trial: int,
-                stage: str, rng: random.Random) -> str:
+                stage: str, rng: random.Random, submit: Callable[..., Any]) -> str:
     client = server.client()
     client.delete(HANDLED)
     streams = [f"k{trial}-a", f"k{trial}-b{{t}}"]
@@ -178,7 +195,7 @@ def _kill_trial(spark: SparkSession, server: LocalServer, base: Path, trial: int
     killed = f"killed{trial}"
     slow = ["claim.min_idle_ms=1000", "claim.count=5", "claim.max_entries_per_s=40",
             "handler.batch_size=4"]
-    proc = spark_submit(job_args(server.url, base, streams, *slow, run_id=killed),
+    proc = submit(job_args(server.url, base, streams, *slow, run_id=killed),
                         base / f"logs-{trial}", SMALL_BATCHES)
     condition, what = _kill_condition(stage, client, streams, killed, rng)
     reached = wait_until(condition, proc, 180, what)
@@ -208,12 +225,15 @@ def _kill_trial(spark: SparkSession, server: LocalServer, base: Path, trial: int
             f"report {'readable' if killed in reports else 'lost'}; {sorted(tally.items())}")
 
 
-def test_sigkill_at_random_moments_then_rerun_loses_nothing(spark, redis_server, tmp_path):
+@pytest.mark.timeout(120 + 180 * KILL_TRIALS)
+def test_sigkill_at_random_moments_then_rerun_loses_nothing(spark, redis_server, tmp_path,
+                                                            submit):
     rng = random.Random(KILL_SEED)
     lines = []
     for trial in range(KILL_TRIALS):
         stage = STAGES[trial] if trial < len(STAGES) else rng.choice(STAGES)
-        lines.append(_kill_trial(spark, redis_server, tmp_path / "reports", trial, stage, rng))
+        lines.append(_kill_trial(spark, redis_server, tmp_path / "reports", trial, stage, rng,
+                                 submit))
         print(lines[-1], flush=True)
     assert len(lines) == KILL_TRIALS
 
@@ -264,13 +284,13 @@ def test_redis_restart_mid_run_then_rerun_loses_nothing(spark, aof_server, tmp_p
                      set() if first.code == 0 else {"restarted"})
 
 
-def test_unreachable_redis_fails_fast_with_one_line(tmp_path):
+def test_unreachable_redis_fails_fast_with_one_line(tmp_path, submit):
     """A real spark-submit: exit 1, one ``error:`` line naming the address (on stdout: see
     fault_tools.finished), then the JSON summary as the last line of stdout."""
     port = free_port()
     logs = tmp_path / "logs"
     started = time.monotonic()
-    proc = spark_submit(job_args(f"redis://127.0.0.1:{port}/0", tmp_path, ["orders"]), logs)
+    proc = submit(job_args(f"redis://127.0.0.1:{port}/0", tmp_path, ["orders"]), logs)
     result = finished(proc, logs, timeout_s=120)
     elapsed = time.monotonic() - started
     assert result.code == 1
@@ -304,7 +324,8 @@ def test_redis_that_never_answers_gives_up_in_bounded_time(spark, tmp_path, sile
 # --- (c) two runs at once ---------------------------------------------------------------------
 
 def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(spark, redis_server,
-                                                                      tmp_path, small_batches):
+                                                                      tmp_path, small_batches,
+                                                                      submit):
     """Run A (spark-submit) claims everything and hands over slowly; once A's claims are older
     than min_idle_ms, run B (in-process) claims what A has not leased yet. Only the lease
     renewed before each handler call keeps A from handing those entries over as well."""
@@ -316,8 +337,8 @@ def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(spark, redi
     common = ["claim.min_idle_ms=1500", "handler.timeout_s=1", "handler.batch_size=2"]
     logs = tmp_path / "logs"
     # One partition: A hands over 2 entries per 0.5 s, it would need ~22 s for its backlog.
-    proc = spark_submit(job_args(redis_server.url, tmp_path, streams, *common,
-                                 "spark.partitions=1", run_id="A"), logs, SMALL_BATCHES)
+    proc = submit(job_args(redis_server.url, tmp_path, streams, *common,
+                           "spark.partitions=1", run_id="A"), logs, SMALL_BATCHES)
     assert wait_until(lambda: owned_by(client, streams, DEAD) == 0, proc, 180,
                       "run A's claim"), "run A ended before its claim was seen"
     time.sleep(1.6)  # A's claims are now idle longer than min_idle_ms
@@ -378,24 +399,26 @@ return entry
 
 
 # Atomic: once hand-overs have begun (so the job's PEL read is over and only the lease can
-# notice), ack one random entry owned by a job consumer that the handler has not had yet and
-# that is idle for ARGV[2] ms or more, i.e. not leased just now for a handler call (the lease
-# resets the idle time; a call starts within milliseconds of its lease). The job must then
-# find it gone at the lease and never hand it over.
-# KEYS: the streams, then HANDLED, LIVE_ACKED. ARGV: group, min idle ms, a random number.
+# notice), ack an entry owned by a job consumer that the handler has not had yet, far from
+# the chunk being handed over right now: the last of a stream's unhandled entries while at
+# least ARGV[2] more come before it (a unit is handed over in ID order, a chunk at a time).
+# The job must find it gone at its lease and never hand it over.
+# KEYS: the streams, then HANDLED, LIVE_ACKED. ARGV: group, entries ahead, a random number.
 ACK_UNLEASED = """
 local n = #KEYS - 2
-local group, pick_at = ARGV[1], tonumber(ARGV[3])
-local candidates = {}
+local group, ahead, pick_at = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if redis.call('HLEN', KEYS[n + 1]) == 0 then return 'none' end
+local candidates = {}
 for i = 1, n do
-  for _, row in ipairs(redis.call('XPENDING', KEYS[i], group, 'IDLE', ARGV[2], '-', '+', 100)) do
+  local unhandled = {}
+  for _, row in ipairs(redis.call('XPENDING', KEYS[i], group, '-', '+', 1000)) do
     local entry = KEYS[i] .. ' ' .. group .. ' ' .. row[1]
     if string.sub(row[2], 1, 9) == 'recovery-' and redis.call('HEXISTS', KEYS[n + 1], entry) == 0
     then
-      candidates[#candidates + 1] = {KEYS[i], row[1], entry}
+      unhandled[#unhandled + 1] = {KEYS[i], row[1], entry}
     end
   end
+  if #unhandled > ahead then candidates[#candidates + 1] = unhandled[#unhandled] end
 end
 if #candidates == 0 then return 'none' end
 local pick = candidates[(pick_at % #candidates) + 1]
@@ -448,7 +471,7 @@ class LiveConsumers:
 
     def _ack_one_not_yet_leased(self) -> None:
         reply = self.ack_unleased(keys=[*self.streams, HANDLED, LIVE_ACKED],
-                                  args=[GROUP, 1000, self.rng.randrange(10**6)])
+                                  args=[GROUP, 12, self.rng.randrange(10**6)])
         if reply != b"none":
             self.acked_later.append(reply.decode())
 
@@ -460,7 +483,7 @@ def test_entries_acked_by_live_consumers_are_never_handed_over_or_dead_lettered(
     the claim must drop them) and during the hand-overs (the lease must find them gone)."""
     client = redis_server.client()
     streams = ["l-a", "l-b"]
-    kinds = {"ok": (40, 1), "poison": (10, 9)}
+    kinds = {"poison": (10, 9), "ok": (40, 1)}  # entries for the handler come last
     seeded = seed_kinds(client, streams, kinds)
     write_control(redis_server.url, delay_s=0.15)
     live = LiveConsumers(redis_server, streams)
