@@ -270,7 +270,9 @@ def test_streams_groups_and_entries_vanishing_mid_run_cost_only_themselves(
     """The handler's first call (after every claim, before most hand-overs) deletes one
     stream, destroys one group, replaces one stream by a string and XDELs the entries of a
     fourth. The run still succeeds, the untouched stream is fully processed, and every entry
-    of the others is reported once, never handed over after it vanished."""
+    of the others is reported once. Nothing of a vanished stream or group is handed over
+    afterwards; an XDELed entry whose content the job already holds may be (once), since
+    the lease checks existence only when it renews (see docs/GUARANTEES.md)."""
     client = server.client()
     healthy, gone = ["v-ok"], ["v-del", "v-grp", "v-type", "v-xdel"]
     kinds = {"ok": (12, 1), "poison": (3, 9)}
@@ -294,13 +296,15 @@ def test_streams_groups_and_entries_vanishing_mid_run_cost_only_themselves(
         (row,) = rows[key]
         if row["action"] == "dead_lettered":
             assert letters[key][0] == row["dead_letter_id"]
-        elif row["action"] == "reprocessed":
-            assert key in first_call, f"{key} handled after its stream vanished"
+        elif row["action"] == "reprocessed":  # only an ack on a group that still exists
+            assert key[0] == "v-xdel" and handed[key] == 1, (key, handed[key])
         elif row["action"] == "skipped":
             assert "vanished" in row["reason"] or "no longer pending" in row["reason"], row
         else:
             assert row["action"] == "deleted" and key[0] == "v-xdel", row
-        assert handed[key] <= 1 and (handed[key] == 0 or key in first_call), key
+        assert handed[key] <= 1, key
+        if key[0] != "v-xdel":
+            assert handed[key] == 0 or key in first_call, f"{key} handled after it vanished"
     assert client.xlen("v-xdel") == 0 and not pel(client, "v-xdel", GROUP)
 
 
