@@ -8,6 +8,7 @@ count exactly, so a backlog that looks hours old is seeded in milliseconds.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import redis
 
@@ -36,7 +37,8 @@ def deliver(client: redis.Redis, stream: str, group: str, consumer: str, count: 
     """XREADGROUP `count` new entries to `consumer` (they become pending); their IDs."""
     ids: list[str] = []
     while len(ids) < count:
-        reply = client.xreadgroup(group, consumer, {stream: ">"}, count=min(CHUNK, count - len(ids)))
+        reply: Any = client.xreadgroup(group, consumer, {stream: ">"},
+                                       count=min(CHUNK, count - len(ids)))
         if not reply:
             break
         ids += [e[0].decode() for e in reply[0][1]]
@@ -47,7 +49,7 @@ def make_stuck(client: redis.Redis, stream: str, group: str, consumer: str,
                ids: Sequence[str], idle_ms: int, delivery_count: int = 1) -> None:
     """Give pending `ids` to `consumer` with this idle time (ms) and delivery count."""
     for start in range(0, len(ids), CHUNK):
-        chunk = list(ids[start : start + CHUNK])
+        chunk: list[Any] = list(ids[start : start + CHUNK])
         client.xclaim(stream, group, consumer, 0, chunk, idle=idle_ms,
                       retrycount=delivery_count, justid=True)
 

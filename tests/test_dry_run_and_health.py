@@ -44,7 +44,7 @@ def test_dry_run_plans_without_changing_redis(spark, client, make_settings):
     after = redis_snapshot(client)
     times = [k for k in before if isinstance(k, tuple) and k[-1] == "delivered_at"]
     for key in times:  # equal up to the clock rounding between TIME and XPENDING
-        assert max(abs(a - b) for a, b in zip(after.pop(key), before.pop(key))) <= 5
+        assert max(abs(a - b) for a, b in zip(after.pop(key), before.pop(key), strict=True)) <= 5
     assert after == before
     plan = {(r.stream, r.group, r.id): r.action
             for r in read_run(spark, settings.report.path, summary.run_id).collect()}

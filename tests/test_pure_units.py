@@ -66,7 +66,7 @@ def test_bad_settings_name_the_field(override, names):
 
 
 def test_empty_stream_selection_is_refused():
-    with pytest.raises(ConfigError, match="set streams.keys and/or streams.match"):
+    with pytest.raises(ConfigError, match=r"set streams\.keys and/or streams\.match"):
         load_settings(None, [])
 
 
