@@ -13,6 +13,7 @@ import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from pyspark.sql import SparkSession
 
@@ -70,10 +71,10 @@ def run_recovery(argv: list[str] | None,
         code = EXIT_OK
     except RecoveryError as exc:
         code = exc.exit_code
-        _print_error(exc, summary, code)
+        report_error(exc, summary, code)
     except KeyboardInterrupt:
         code = EXIT_FAILURE
-        _print_error(RecoveryError("interrupted; re-run the job to finish"), summary, code)
+        report_error(RecoveryError("interrupted; re-run the job to finish"), summary, code)
     if summary is not None:
         print(summary.json_line(), flush=True)
     return code
@@ -91,9 +92,19 @@ def preflight(settings: Settings) -> None:
         client.close()
 
 
-def _print_error(exc: Exception, summary: RunSummary | None, code: int) -> None:
+class Outcome(Protocol):
+    """What an entry point's summary must have for ``report_error``."""
+
+    status: str
+    error: str | None
+
+
+def report_error(exc: Exception, summary: Outcome | None, code: int) -> int:
+    """Print the one-line error; mark the summary failed, or, without one, print the JSON
+    error line (stdout's last line). Returns `code`."""
     print(f"error: {exc}", file=sys.stderr, flush=True)
     if summary is None:
         print(json.dumps({"status": "error", "exit_code": code, "error": str(exc)}), flush=True)
     else:
         summary.status, summary.error = "failed", str(exc)
+    return code

@@ -7,11 +7,9 @@ Errors are one line on stderr; the last line of stdout is always a JSON summary.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from collections.abc import Callable
 
-from recovery.cli import recover_parser, setup_logging
+from recovery.cli import recover_parser, report_error, setup_logging
 from recovery.config import load_settings
 from recovery.errors import EXIT_FAILURE, EXIT_OK, RecoveryError
 from recovery.job import new_run_id
@@ -46,19 +44,10 @@ def redrive_main(argv: list[str] | None, on_start: Callable[[], None] = lambda: 
         run_redrive(settings, summary)
         code = EXIT_OK
     except RecoveryError as exc:
-        code = _fail(exc, summary, exc.exit_code)
+        code = report_error(exc, summary, exc.exit_code)
     except KeyboardInterrupt:
-        code = _fail(RecoveryError("interrupted; re-run the redrive to finish"), summary,
+        code = report_error(RecoveryError("interrupted; re-run the redrive to finish"), summary,
                      EXIT_FAILURE)
     if summary is not None:
         print(summary.json_line(), flush=True)
-    return code
-
-
-def _fail(exc: RecoveryError, summary: RedriveSummary | None, code: int) -> int:
-    print(f"error: {exc}", file=sys.stderr, flush=True)
-    if summary is None:
-        print(json.dumps({"status": "error", "exit_code": code, "error": str(exc)}), flush=True)
-    else:
-        summary.status, summary.error = "failed", str(exc)
     return code
