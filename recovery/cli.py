@@ -21,7 +21,7 @@ from recovery.config import Settings, load_settings, redis_params
 from recovery.discovery import check_server
 from recovery.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, RecoveryError
 from recovery.handlers import load_handler
-from recovery.job import run
+from recovery.job import check_report_location, run
 from recovery.redis_conn import connect
 from recovery.report import RunSummary
 
@@ -84,6 +84,7 @@ def preflight(settings: Settings) -> None:
     """Fail fast, before Spark starts (10 s or more): the handler must import and Redis must
     answer (reachable, login accepted, version 6.2 or newer). The run checks both again."""
     load_handler(settings.handler.path)
+    check_report_location(settings.report.path)
     params = redis_params(settings)
     client = connect(params)
     try:

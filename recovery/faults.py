@@ -1,7 +1,7 @@
 """Fault injection for tests: inert unless RECOVERY_FAULT_FILE names a file.
 
 The file holds lines ``<stage> <step> <attempt>``: raise InjectedFault at `stage`
-(``claim``, ``pending``, ``apply``) on the `step`-th step of a task whose attempt number is
+(``claim``, ``apply``) on the `step`-th step of a task whose attempt number is
 `attempt`. Spark task retries (``local[N,F]``) then run the task again, which is what the
 tests check. Production runs never set the variable.
 """

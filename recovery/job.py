@@ -77,7 +77,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
     started = time.monotonic()
     params = executor_params(settings, run_id or new_run_id())
     load_handler(settings.handler.path)
-    _check_report_location(settings.report.path)
+    check_report_location(settings.report.path)
     client = connect(params.redis)
     try:
         check_server(client, params.redis)
@@ -197,7 +197,7 @@ def from_spark_error(exc: Exception) -> RecoveryError:
     return RecoveryError(f"the Spark job failed: {detail[:500]}")
 
 
-def _check_report_location(path: str) -> None:
+def check_report_location(path: str) -> None:
     """Fail early (exit 2) when a local report directory cannot be written."""
     if "://" in path and not path.startswith("file://"):
         return  # remote file systems are checked by the write itself

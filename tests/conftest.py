@@ -86,7 +86,7 @@ def make_settings(server: LocalServer, tmp_path: Path) -> Callable[..., Settings
 
     def _make(*overrides: str) -> Settings:
         base = [f"redis.url={server.url}", f"report.path={tmp_path / 'reports'}",
-                "claim.min_idle_ms=60000"]
+                "claim.min_idle_ms=600000"]  # stuck entries are an hour old
         return load_settings(None, [*base, *overrides])
 
     return _make

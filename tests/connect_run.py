@@ -19,7 +19,7 @@ def main(url: str, reports: str) -> int:
     assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
     settings = load_settings(None, [
         f"redis.url={url}", f"report.path={reports}", "streams.match=*", "claim.count=7",
-        "claim.min_idle_ms=60000", "handler.path=tests.handlers:verify_or_fail"])
+        "claim.min_idle_ms=600000", "handler.path=tests.handlers:verify_or_fail"])
     summary = run(spark, settings)
     print(summary.json_line())
     spark.stop()
