@@ -105,7 +105,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
 def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
                units: list[WorkUnit], summary: RunSummary, dry_run: bool) -> None:
     """Health first (as found), then the plan or the recovery, then housekeeping."""
-    unit_df = _unit_frame(spark, settings, params, units)
+    unit_df, parts = _unit_frame(spark, settings, params, units)
     health = _health(spark, client, settings, params, units, unit_df)
     summary.health = health_totals(health)
     summary.health_path = health_path(settings.report.path, params.run_id) if health else None
@@ -113,7 +113,7 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
         report = unit_df.mapInArrow(plan_partition(params), REPORT)
         write_report(report, settings.report.path, params.run_id)
         return
-    _recover(spark, settings, params, unit_df)
+    _recover(spark, settings, params, unit_df, parts)
     remove_empty_job_consumers(client, units, settings.claim.consumer_prefix, params.redis)
     idle_ms = settings.housekeeping.remove_idle_consumers_ms
     if idle_ms is not None:
@@ -121,14 +121,14 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
 
 
 def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
-                units: list[WorkUnit]) -> DataFrame:
-    """The units as a small DataFrame, one Spark partition per part."""
+                units: list[WorkUnit]) -> tuple[DataFrame, int]:
+    """The units as a small DataFrame, one Spark partition per part; and the part count."""
     parts = assign(units, settings.spark.partitions, settings.claim.consumer_prefix,
                    params.run_id)
     n = max(a.part for a in parts) + 1
     spark.conf.set("spark.sql.shuffle.partitions", str(n))
     unit_df = spark.createDataFrame([tuple(vars(a).values()) for a in parts], UNIT)
-    return unit_df.repartitionByRange(n, "part")
+    return unit_df.repartitionByRange(n, "part"), n
 
 
 def _health(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
@@ -145,8 +145,7 @@ def _health(spark: SparkSession, client: redis.Redis, settings: Settings, params
 
 
 def _recover(spark: SparkSession, settings: Settings, params: JobParams,
-             unit_df: DataFrame) -> None:
-    n = int(spark.conf.get("spark.sql.shuffle.partitions") or 1)  # set by _unit_frame
+             unit_df: DataFrame, n: int) -> None:
     started = time.monotonic()
     claimed = materialise_once(unit_df.mapInArrow(claim_partition(params), CLAIMED))
     log.info("run %s: claim done in %.1f s", params.run_id, time.monotonic() - started)

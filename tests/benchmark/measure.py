@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import psutil
 import redis
@@ -64,6 +64,33 @@ def redis_counters(client: redis.Redis) -> RedisCounters:
     )
 
 
+class BackgroundPoller:
+    """Runs ``poll_once()`` every ``interval_s`` seconds in a daemon thread while the
+    ``with`` block runs; subclasses keep what they measure."""
+
+    interval_s: float = 0.5
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set() and self.poll_once():
+            self._stop.wait(self.interval_s)
+
+    def poll_once(self) -> bool:
+        """Take one measurement; False stops polling."""
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
 class Sample:
     """Redis counters at one moment (``time.time()`` seconds): CPU s, per-command totals."""
@@ -73,35 +100,25 @@ class Sample:
     per_command: dict[str, tuple[int, int]]
 
 
-class RedisSampler:
+class RedisSampler(BackgroundPoller):
     """Polls INFO cpu and commandstats every `interval_s` seconds on its own connection while
     a contender runs, so Redis' work can be laid over the contender's timeline. ``calls`` is
     the number of INFO calls it made (to take out of the run's command and read counts)."""
 
     def __init__(self, client: redis.Redis, interval_s: float = 0.5) -> None:
+        super().__init__()
         self.client = client
         self.interval_s = interval_s
         self.samples: list[Sample] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
 
     @property
     def calls(self) -> int:
         return len(self.samples)
 
-    def __enter__(self) -> RedisSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            info = self.client.info("cpu", "commandstats")
-            self.samples.append(Sample(time.time(), _cpu_s(info), _per_command(info)))
-            self._stop.wait(self.interval_s)
+    def poll_once(self) -> bool:
+        info = self.client.info("cpu", "commandstats")
+        self.samples.append(Sample(time.time(), _cpu_s(info), _per_command(info)))
+        return True
 
 
 def _cpu_s(info: dict[str, Any]) -> float:
@@ -128,7 +145,7 @@ def idle_cpu_rate(client: redis.Redis, seconds: float = 1.0) -> float:
     return max(0.0, (redis_counters(client) - before).cpu_s / seconds)
 
 
-class PeakRss:
+class PeakRss(BackgroundPoller):
     """Polls a process tree while it runs; keeps the peak RSS (bytes) of each role.
 
     `classify` names a process' role from its command line (None: not counted). RSS is
@@ -139,33 +156,24 @@ class PeakRss:
 
     def __init__(self, pid: int, classify: Callable[[list[str]], str | None],
                  combos: Mapping[str, tuple[str, ...]] | None = None) -> None:
+        super().__init__()
         self.pid = pid
         self.classify = classify
         self.combos = dict(combos or {})
         self.peak: dict[str, int] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self.interval_s = POLL_S
 
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _poll(self) -> None:
+    def poll_once(self) -> bool:
         try:
             root = psutil.Process(self.pid)
         except psutil.NoSuchProcess:
-            return
-        while not self._stop.is_set():
-            now = self._sample([root, *_children(root)])
-            for combo, roles in self.combos.items():
-                now[combo] = sum(now.get(role, 0) for role in roles)
-            for role, rss in now.items():
-                self.peak[role] = max(self.peak.get(role, 0), rss)
-            self._stop.wait(POLL_S)
+            return False
+        now = self._sample([root, *_children(root)])
+        for combo, roles in self.combos.items():
+            now[combo] = sum(now.get(role, 0) for role in roles)
+        for role, rss in now.items():
+            self.peak[role] = max(self.peak.get(role, 0), rss)
+        return True
 
     def _sample(self, processes: Iterable[psutil.Process]) -> dict[str, int]:
         totals: dict[str, int] = {}
