@@ -1,15 +1,23 @@
 """What happens to routed entries on an executor: dead-letter moves, handler calls, acks.
 
-Works on plain rows (dicts with the columns of ``schemas.ROUTED``) and returns report rows
-(dicts with the columns of ``schemas.REPORT``). Round trips are per step, not per entry:
-every script call of a step goes into one pipeline.
+Works column by column on one Arrow batch of ``schemas.ROUTED`` (rows are indices into the
+batch, no per-row dicts) and returns a ``schemas.REPORT`` batch with one row per input row,
+in input order. Round trips are per step, not per entry.
 
-Hand-over: the handler gets the rows in chunks of ``handler.batch_size``. Just before each
-call the job renews its lease on the chunk (``renew_lease``): only entries still pending and
-owned by the job's consumer are handed over, with their idle time reset, and they are acked
-right after the call. So an entry that a live consumer acked, or another run claimed, since
-the claim is never handed over afterwards; and no other run claims a chunk while the handler
-works on it, as long as the call ends within ``claim.min_idle_ms`` (``handler.timeout_s``).
+Hand-over, chunk by chunk (``handler.batch_size`` rows):
+
+1. the lease: one pipelined ``XPENDING <first> <last> <n> <job consumer>`` read per unit of
+   the chunk (sent together with the previous chunk's XACKs: one round trip per chunk). Only
+   entries still pending and owned by the job's consumer are handed over. Entries claimed or
+   renewed less than ``fresh_lease_ms`` ago already hold a fresh lease; older ones are renewed
+   atomically by ``lease_owned.lua`` (ownership checked again, idle time reset). So an entry a
+   live consumer acked, or another run claimed, since the claim is never handed over, and no
+   other run claims a chunk while the handler works on it (``handler.timeout_s``).
+2. the handler call;
+3. XACK of the entries it succeeded on. The ack is unconditional on purpose: the entry has
+   been processed, and only a claim with a shorter ``min_idle_ms`` than the call could have
+   moved it meanwhile. XACK's reply (a count) tells whether someone else acked some of them
+   during the call; those rows say so in their reason.
 
 A stream or group that vanishes during the run (NOGROUP, WRONGTYPE) costs only its own rows:
 they are reported skipped and the other units go on.
@@ -19,11 +27,12 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import pyarrow as pa
 import redis
 
 from recovery.config import JobParams
@@ -43,10 +52,12 @@ from recovery.schemas import (
     ACTION_FAILED,
     ACTION_REPROCESSED,
     ACTION_SKIPPED,
+    REPORT,
     ROUTE_DEAD_LETTER,
     ROUTE_DELETED,
     ROUTE_GONE,
     ROUTE_HANDLE,
+    arrow,
 )
 from recovery.scripts import (
     LEASE_DELETED,
@@ -56,18 +67,16 @@ from recovery.scripts import (
     MOVED_TOO_BIG,
     DeadLetter,
     DeadLetterContext,
-    ack_owned,
     dead_letter_batch,
     fresh_lease_ms,
     renew_lease,
     stream_id_key,
 )
-from recovery.streams import fetch_entries
+from recovery.streams import Fields, fetch_entries
 
-Row = dict[str, Any]
 Unit = tuple[str, str, str]  # stream, group, job consumer
-# ack_owned or renew_lease: (client, stream, group, consumer, ids, pipe) -> reply per ID
-UnitScript = Callable[..., Any]
+REPORT_ARROW = arrow(REPORT)
+LEASE_PAGE_SLACK = 64  # extra XPENDING rows per lease read (other entries of ours in range)
 
 REASON_OVER_LIMIT = "max-deliveries-exceeded"
 REASON_FAILED_AT_LIMIT = "handler-failed-at-limit"
@@ -81,13 +90,109 @@ REASON_HANDLER_FAILED = "handler failed; stays pending for the next run"
 NOT_CALLED = "not handed to the handler: an earlier call for its stream and group timed out"
 
 
-@dataclass
-class DeadLetterJob:
-    """A row waiting to be dead-lettered, with the reason and the handler's error."""
+class RoutedBatch:
+    """One ROUTED Arrow batch seen column by column, and the outcome of each row.
 
-    row: Row
-    reason: str
-    error: str | None = None
+    Rows are indices. ``fields(i)`` builds a row's (name, value) pairs only when asked (only
+    rows handed to the handler need them). Every row gets exactly one outcome (``set``);
+    ``report()`` turns the outcomes into a REPORT batch.
+    """
+
+    def __init__(self, batch: pa.RecordBatch, run_id: str) -> None:
+        self.batch, self.run_id = batch, run_id
+        column = batch.column
+        self.stream: list[str] = column("stream").to_pylist()
+        self.group: list[str] = column("group").to_pylist()
+        self.consumer: list[str] = column("consumer").to_pylist()
+        self.id: list[str] = column("id").to_pylist()
+        self.route: list[str] = column("route").to_pylist()
+        self.delivery_count: list[int | None] = column("delivery_count").to_pylist()
+        self.idle_ms: list[int | None] = column("idle_ms").to_pylist()
+        self.previous_consumer: list[str | None] = column("previous_consumer").to_pylist()
+        self.fetched: dict[int, Fields] = {}
+        self._claimed_fields: list[bool] = column("fields").is_valid().to_pylist()
+        self._flat: tuple[list[int], list[bytes], list[bytes]] | None = None
+        n = batch.num_rows
+        self.action: list[str | None] = [None] * n
+        self.reason: list[str | None] = [None] * n
+        self.error: list[str | None] = [None] * n
+        self.dead_letter_id: list[str | None] = [None] * n
+
+    def unit(self, i: int) -> Unit:
+        return self.stream[i], self.group[i], self.consumer[i]
+
+    def by_route(self) -> dict[str, list[int]]:
+        grouped: dict[str, list[int]] = defaultdict(list)
+        for i, route in enumerate(self.route):
+            grouped[route].append(i)
+        return grouped
+
+    def by_unit(self, rows: Iterable[int], ordered: bool = False) -> dict[Unit, list[int]]:
+        """`rows` grouped by unit; with `ordered`, each group in ascending stream-ID order."""
+        grouped: dict[Unit, list[int]] = defaultdict(list)
+        for i in rows:
+            grouped[self.unit(i)].append(i)
+        if ordered:
+            for unit_rows in grouped.values():
+                unit_rows.sort(key=lambda i: stream_id_key(self.id[i]))
+        return grouped
+
+    def id_range(self, rows: list[int]) -> tuple[str, str]:
+        """The smallest and the largest stream ID of `rows`."""
+        keys = [stream_id_key(self.id[i]) for i in rows]
+        return self.id[rows[keys.index(min(keys))]], self.id[rows[keys.index(max(keys))]]
+
+    def has_fields(self, i: int) -> bool:
+        return self._claimed_fields[i] or i in self.fetched
+
+    def fields(self, i: int) -> Fields:
+        """The entry's fields in stream order, as claimed (or fetched again)."""
+        if i in self.fetched:
+            return self.fetched[i]
+        offsets, names, values = self._flat_fields()
+        start, end = offsets[i], offsets[i + 1]
+        return list(zip(names[start:end], values[start:end], strict=True))
+
+    def _flat_fields(self) -> tuple[list[int], list[bytes], list[bytes]]:
+        """(offsets, names, values) of the batch's fields column, converted once: row i's
+        fields are names/values[offsets[i]:offsets[i + 1]]."""
+        if self._flat is None:
+            col = self.batch.column("fields")
+            offsets = col.offsets.to_pylist()  # into col.values, which ignores any slicing
+            base = offsets[0]
+            struct = col.values.slice(base, offsets[-1] - base)
+            self._flat = ([o - base for o in offsets], struct.field("name").to_pylist(),
+                          struct.field("value").to_pylist())
+        return self._flat
+
+    def message(self, i: int) -> Message:
+        return Message(self.stream[i], self.group[i], self.id[i], self.fields(i),
+                       int(self.delivery_count[i] or 0))
+
+    def set(self, i: int, action: str, reason: str | None = None, error: str | None = None,
+            dead_letter_id: str | None = None) -> None:
+        """Record row `i`'s outcome; a second outcome for the same row is a bug."""
+        if self.action[i] is not None:
+            raise RuntimeError(f"entry {self.stream[i]} {self.id[i]} reported twice")
+        self.action[i], self.reason[i], self.error[i] = action, reason, error
+        self.dead_letter_id[i] = dead_letter_id
+
+    def report(self) -> pa.RecordBatch:
+        """The REPORT batch: the row's own columns plus its outcome, in input order."""
+        missing = [i for i, a in enumerate(self.action) if a is None]
+        if missing:
+            i = missing[0]
+            raise RuntimeError(f"{len(missing)} entries got no outcome, e.g. "
+                               f"{self.stream[i]} {self.id[i]}")
+        column = self.batch.column
+        n = self.batch.num_rows
+        return pa.RecordBatch.from_arrays([
+            pa.array([self.run_id] * n, pa.string()), column("stream"), column("group"),
+            column("id"), column("previous_consumer"), column("delivery_count"),
+            column("idle_ms"), pa.array(self.action, pa.string()),
+            pa.array(self.reason, pa.string()), pa.array(self.error, pa.string()),
+            pa.array(self.dead_letter_id, pa.string()),
+        ], schema=REPORT_ARROW)
 
 
 @dataclass
@@ -103,196 +208,235 @@ class HandlerCalls:
     timeout_s: float | None
     blocked: set[Unit] = field(default_factory=set)
 
-    def admit(self, rows: list[Row], out: Outcomes) -> list[Row]:
+    def admit(self, rb: RoutedBatch, rows: list[int]) -> list[int]:
         """The rows that may be handed over; report the others (blocked units) as failed."""
         admitted = []
-        for row in rows:
-            if _unit(row) in self.blocked:
-                out.add(row, ACTION_FAILED, REASON_HANDLER_FAILED, NOT_CALLED)
+        for i in rows:
+            if rb.unit(i) in self.blocked:
+                rb.set(i, ACTION_FAILED, REASON_HANDLER_FAILED, NOT_CALLED)
             else:
-                admitted.append(row)
+                admitted.append(i)
         return admitted
 
-    def run(self, rows: list[Row]) -> list[Result]:
+    def run(self, rb: RoutedBatch, rows: list[int]) -> list[Result]:
         """Call the handler on `rows`: one Result per row, in order."""
         try:
-            return run_handler(self.handler, [_message(r) for r in rows], self.timeout_s)
+            return run_handler(self.handler, [rb.message(i) for i in rows], self.timeout_s)
         except HandlerTimedOut as exc:
-            self.blocked.update(_unit(r) for r in rows)
+            self.blocked.update(rb.unit(i) for i in rows)
             return [Result.failure(str(exc))] * len(rows)
 
 
 @dataclass
-class Outcomes:
-    """Report rows produced so far for one batch."""
+class DeadLetterJob:
+    """A row waiting to be dead-lettered, with the reason and the handler's error."""
 
-    run_id: str
-    rows: list[Row] = field(default_factory=list)
-
-    def add(self, row: Row, action: str, reason: str | None = None, error: str | None = None,
-            dead_letter_id: str | None = None) -> None:
-        self.rows.append({
-            "run_id": self.run_id, "stream": row["stream"], "group": row["group"],
-            "id": row["id"], "previous_consumer": row.get("previous_consumer"),
-            "delivery_count": row.get("delivery_count"), "idle_ms": row.get("idle_ms"),
-            "action": action, "reason": reason, "error": error,
-            "dead_letter_id": dead_letter_id,
-        })
+    row: int
+    reason: str
+    error: str | None = None
 
 
-def apply_rows(client: redis.Redis, params: JobParams, rows: list[Row]) -> list[Row]:
-    """Dead-letter, handle and ack one batch of routed rows; return their report rows."""
-    out = Outcomes(params.run_id)
-    by_route: dict[str, list[Row]] = defaultdict(list)
-    for row in rows:
-        by_route[row["route"]].append(row)
-    for row in by_route[ROUTE_GONE]:
-        out.add(row, ACTION_SKIPPED, REASON_GONE)
-    _clear_deleted(client, by_route[ROUTE_DELETED], out)
-    over_limit = [DeadLetterJob(r, REASON_OVER_LIMIT) for r in by_route[ROUTE_DEAD_LETTER]]
-    _dead_letter(client, params, over_limit, out)
-    _handle(client, params, by_route[ROUTE_HANDLE], out)
-    return out.rows
+def apply_batch(client: redis.Redis, params: JobParams, batch: pa.RecordBatch
+                ) -> pa.RecordBatch:
+    """Dead-letter, handle and ack one ROUTED batch; return its REPORT batch."""
+    rb = RoutedBatch(batch, params.run_id)
+    routes = rb.by_route()
+    for i in routes[ROUTE_GONE]:
+        rb.set(i, ACTION_SKIPPED, REASON_GONE)
+    _clear_deleted(client, rb, routes[ROUTE_DELETED])
+    over_limit = [DeadLetterJob(i, REASON_OVER_LIMIT) for i in routes[ROUTE_DEAD_LETTER]]
+    _dead_letter(client, params, rb, over_limit)
+    _handle(client, params, rb, routes[ROUTE_HANDLE])
+    return rb.report()
 
 
-def _clear_deleted(client: redis.Redis, rows: list[Row], out: Outcomes) -> None:
+def _clear_deleted(client: redis.Redis, rb: RoutedBatch, rows: list[int]) -> None:
     """Report entries deleted upstream; ack those still in our PEL (Redis 6.2 keeps them)."""
-    still_pending = [r for r in rows if r.get("delivery_count") is not None]
-    _ack(client, still_pending)
-    for row in rows:
-        out.add(row, ACTION_DELETED, REASON_DELETED)
+    still_pending = [i for i in rows if rb.delivery_count[i] is not None]
+    if still_pending:
+        _send(client, _xacks(rb, rb.by_unit(still_pending)))
+    for i in rows:
+        rb.set(i, ACTION_DELETED, REASON_DELETED)
 
 
-def _handle(client: redis.Redis, params: JobParams, rows: list[Row], out: Outcomes) -> None:
-    """Hand `rows` over chunk by chunk: renew the lease, call, ack, dead-letter at the limit."""
-    rows = _with_fields(client, rows, out)
+def _handle(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[int]) -> None:
+    """Hand `rows` over chunk by chunk: lease, call, ack; dead-letter failures at the limit.
+
+    Each chunk's XACKs travel with the next chunk's lease read (one round trip per chunk).
+    """
+    rows = _with_fields(client, rb, rows)
     calls = HandlerCalls(load_handler(params.handler_path), params.handler_timeout_s)
-    size = params.handler_batch_size
-    for start in range(0, len(rows), size):
-        leased = _lease(client, params, calls.admit(rows[start : start + size], out), out)
-        if leased:
-            results = calls.run(leased)
-            _ack_succeeded(client, leased, results, out)
-            _dead_letter(client, params, _failed(params, leased, results, out), out)
-
-
-def _lease(client: redis.Redis, params: JobParams, rows: list[Row], out: Outcomes
-           ) -> list[Row]:
-    """Renew the job's lease on `rows`: return those to hand over; report the others."""
     fresh_ms = fresh_lease_ms(params.min_idle_ms, params.handler_timeout_s)
-    status = _per_unit(client, rows, partial(renew_lease, fresh_ms=fresh_ms))
-    leased = []
-    for row in rows:
-        reply = status[id(row)]
+    size = params.handler_batch_size
+    succeeded: list[int] = []
+    for start in range(0, len(rows), size):
+        admitted = calls.admit(rb, rows[start : start + size])
+        leased = _ack_and_lease(client, rb, succeeded, admitted, fresh_ms)
+        succeeded = []
+        if leased:
+            results = calls.run(rb, leased)
+            succeeded = [i for i, res in zip(leased, results, strict=True) if res.ok]
+            _dead_letter(client, params, rb, _failed(params, rb, leased, results))
+    _ack_and_lease(client, rb, succeeded, [], fresh_ms)
+
+
+def _ack_and_lease(client: redis.Redis, rb: RoutedBatch, to_ack: list[int], to_lease: list[int],
+                   fresh_ms: int) -> list[int]:
+    """XACK `to_ack` (report them) and read the lease of `to_lease`, in one round trip.
+
+    Returns the rows of `to_lease` to hand over now; the others are reported.
+    """
+    acks = rb.by_unit(to_ack)
+    leases = rb.by_unit(to_lease)
+    replies = _send(client, _xacks(rb, acks) + [_lease_read(rb, u, r) for u, r in leases.items()])
+    for unit_rows, reply in zip(acks.values(), replies[: len(acks)], strict=True):
+        _report_ack(rb, unit_rows, reply)
+    leased, stale = [], []
+    for (unit, unit_rows), reply in zip(leases.items(), replies[len(acks):], strict=True):
+        owned = _owned_idle(client, rb, unit, unit_rows, reply)
+        for i in unit_rows:
+            idle = owned.get(rb.id[i]) if owned is not None else None
+            if owned is None:
+                rb.set(i, ACTION_SKIPPED, REASON_VANISHED)
+            elif idle is None:
+                rb.set(i, ACTION_SKIPPED, REASON_GONE)
+            elif idle < fresh_ms:
+                leased.append(i)
+            else:
+                stale.append(i)
+    return leased + _renew(client, rb, stale, fresh_ms)
+
+
+def _xacks(rb: RoutedBatch, by_unit: dict[Unit, list[int]]) -> list[tuple[object, ...]]:
+    return [("XACK", stream, group, *(rb.id[i] for i in unit_rows))
+            for (stream, group, _), unit_rows in by_unit.items()]
+
+
+def _lease_read(rb: RoutedBatch, unit: Unit, rows: list[int]) -> tuple[object, ...]:
+    stream, group, consumer = unit
+    first, last = rb.id_range(rows)
+    return ("XPENDING", stream, group, first, last, len(rows) + LEASE_PAGE_SLACK, consumer)
+
+
+def _owned_idle(client: redis.Redis, rb: RoutedBatch, unit: Unit, rows: list[int],
+                reply: Any) -> dict[str, int] | None:
+    """Entry ID -> idle ms of the job consumer's entries in the rows' ID range, reading more
+    pages while a page comes back full; None when the stream or group vanished.
+
+    `reply` is the first page (XPENDING extended form: [id, consumer, idle ms, count] rows).
+    """
+    stream, group, consumer = unit
+    page = len(rows) + LEASE_PAGE_SLACK
+    owned: dict[str, int] = {}
+    while True:
+        if isinstance(reply, Exception):
+            if unit_vanished(reply):
+                return None
+            raise reply
+        for entry_id, _, idle, _ in reply:
+            owned[entry_id.decode()] = int(idle)
+        if len(reply) < page:
+            return owned
+        after = "(" + reply[-1][0].decode()
+        reply = _send(client, [("XPENDING", stream, group, after, rb.id_range(rows)[1], page,
+                                consumer)])[0]
+
+
+def _renew(client: redis.Redis, rb: RoutedBatch, rows: list[int], fresh_ms: int) -> list[int]:
+    """Renew the lease of `rows` (owned, not fresh) atomically; return those renewed."""
+    if not rows:
+        return []
+    calls: list[ScriptCall] = [
+        (unit_rows, partial(renew_lease, client, stream, group, consumer,
+                            [rb.id[i] for i in unit_rows], fresh_ms=fresh_ms))
+        for (stream, group, consumer), unit_rows in rb.by_unit(rows, ordered=True).items()]
+    renewed = []
+    for i, reply in run_script_calls(client, calls):
         if reply == LEASE_RENEWED:
-            leased.append(row)
+            renewed.append(i)
         elif reply == LEASE_DELETED:
-            out.add(row, ACTION_DELETED, REASON_DELETED)
+            rb.set(i, ACTION_DELETED, REASON_DELETED)
         elif reply == VANISHED:
-            out.add(row, ACTION_SKIPPED, REASON_VANISHED)
+            rb.set(i, ACTION_SKIPPED, REASON_VANISHED)
         else:
-            out.add(row, ACTION_SKIPPED, REASON_GONE)
-    return leased
+            rb.set(i, ACTION_SKIPPED, REASON_GONE)
+    return renewed
 
 
-def _ack_succeeded(client: redis.Redis, rows: list[Row], results: list[Result],
-                   out: Outcomes) -> None:
-    """Ack the rows the handler succeeded on; report each."""
-    succeeded = [r for r, res in zip(rows, results, strict=True) if res.ok]
-    for row, reply in zip(succeeded, _ack(client, succeeded), strict=True):
-        if reply == 1:
-            out.add(row, ACTION_REPROCESSED)
-        elif reply == VANISHED:
-            out.add(row, ACTION_SKIPPED, "handled, but " + REASON_VANISHED + " before the ack")
-        else:
-            out.add(row, ACTION_SKIPPED, "handled, but " + REASON_GONE + " before the ack")
+def _report_ack(rb: RoutedBatch, rows: list[int], reply: Any) -> None:
+    """Report rows handled and acked; say so when someone else acked some of them first."""
+    if isinstance(reply, Exception):
+        if not unit_vanished(reply):
+            raise reply
+        for i in rows:
+            rb.set(i, ACTION_SKIPPED, "handled, but " + REASON_VANISHED + " before the ack")
+        return
+    reason = None
+    if int(reply) < len(rows):
+        reason = (f"handled; {len(rows) - int(reply)} of the {len(rows)} entries of its "
+                  "handler batch had been acked by another consumer during the call")
+    for i in rows:
+        rb.set(i, ACTION_REPROCESSED, reason)
 
 
-def _failed(params: JobParams, rows: list[Row], results: list[Result], out: Outcomes
+def _send(client: redis.Redis, commands: Sequence[Sequence[object]]) -> list[Any]:
+    """One pipeline (no transaction); error replies are returned in place, not raised."""
+    if not commands:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
+
+
+def _failed(params: JobParams, rb: RoutedBatch, rows: list[int], results: list[Result]
             ) -> list[DeadLetterJob]:
     """Report failures below the limit (they stay pending); return those at the limit."""
     at_limit: list[DeadLetterJob] = []
-    for row, res in zip(rows, results, strict=True):
+    for i, res in zip(rows, results, strict=True):
         if res.ok:
             continue
-        if row["delivery_count"] >= params.max_deliveries:
-            at_limit.append(DeadLetterJob(row, REASON_FAILED_AT_LIMIT, res.error))
+        if (rb.delivery_count[i] or 0) >= params.max_deliveries:
+            at_limit.append(DeadLetterJob(i, REASON_FAILED_AT_LIMIT, res.error))
         else:
-            out.add(row, ACTION_FAILED, REASON_HANDLER_FAILED, res.error)
+            rb.set(i, ACTION_FAILED, REASON_HANDLER_FAILED, res.error)
     return at_limit
 
 
-def _with_fields(client: redis.Redis, rows: list[Row], out: Outcomes) -> list[Row]:
+def _with_fields(client: redis.Redis, rb: RoutedBatch, rows: list[int]) -> list[int]:
     """Fetch fields of rows claimed by an earlier task attempt; report those deleted since."""
-    missing = [r for r in rows if r["fields"] is None]
+    missing = [i for i in rows if not rb.has_fields(i)]
     if not missing:
         return rows
-    fetched: dict[tuple[str, str], Any] = {}
-    for stream, ids in _ids_by_stream(missing).items():
+    gone = []
+    for stream, stream_rows in _rows_by_stream(rb, missing).items():
         try:
-            for entry_id, fields in fetch_entries(client, stream, ids).items():
-                fetched[(stream, entry_id)] = fields
+            found = fetch_entries(client, stream, [rb.id[i] for i in stream_rows])
         except redis.ResponseError as exc:
             if not unit_vanished(exc):
                 raise
-            fetched.update(((stream, i), VANISHED) for i in ids)
-    gone = []
-    for row in missing:
-        fields = fetched[(row["stream"], row["id"])]
-        if fields is None:
-            gone.append(row)
-        elif fields == VANISHED:
-            out.add(row, ACTION_SKIPPED, REASON_VANISHED)
-        else:
-            row["fields"] = [{"name": k, "value": v} for k, v in fields]
-    _clear_deleted(client, gone, out)
-    return [r for r in rows if r["fields"] is not None]
+            for i in stream_rows:
+                rb.set(i, ACTION_SKIPPED, REASON_VANISHED)
+            continue
+        for i in stream_rows:
+            fields = found[rb.id[i]]
+            if fields is None:
+                gone.append(i)
+            else:
+                rb.fetched[i] = fields
+    _clear_deleted(client, rb, gone)
+    return [i for i in rows if rb.has_fields(i)]
 
 
-def _ids_by_stream(rows: Iterable[Row]) -> dict[str, list[str]]:
-    grouped: dict[str, list[str]] = defaultdict(list)
-    for row in rows:
-        grouped[row["stream"]].append(row["id"])
+def _rows_by_stream(rb: RoutedBatch, rows: Iterable[int]) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = defaultdict(list)
+    for i in rows:
+        grouped[rb.stream[i]].append(i)
     return grouped
 
 
-def _message(row: Row) -> Message:
-    fields = [(f["name"], f["value"]) for f in row["fields"]]
-    return Message(row["stream"], row["group"], row["id"], fields, int(row["delivery_count"]))
-
-
-def _unit(row: Row) -> Unit:
-    return row["stream"], row["group"], row["consumer"]
-
-
-def _by_unit(rows: Iterable[Row]) -> dict[Unit, list[Row]]:
-    grouped: dict[Unit, list[Row]] = defaultdict(list)
-    for row in rows:
-        grouped[_unit(row)].append(row)
-    return grouped
-
-
-def _ack(client: redis.Redis, rows: list[Row]) -> list[Any]:
-    """Ack `rows` still pending and ours, one pipeline of script calls. Per row: 1 acked,
-    0 left alone, VANISHED (stream or group gone)."""
-    if not rows:
-        return []
-    replies = _per_unit(client, rows, ack_owned)
-    return [replies[id(r)] for r in rows]
-
-
-def _per_unit(client: redis.Redis, rows: list[Row], script: UnitScript) -> dict[int, Any]:
-    """Call `script` once per unit, IDs ascending, all in one pipeline: reply per id(row)."""
-    calls: list[ScriptCall] = []
-    for (stream, group, consumer), unit_rows in _by_unit(rows).items():
-        unit_rows.sort(key=lambda r: stream_id_key(r["id"]))
-        ids = [r["id"] for r in unit_rows]
-        calls.append((unit_rows, partial(script, client, stream, group, consumer, ids)))
-    return {id(row): reply for row, reply in run_script_calls(client, calls)}
-
-
-def _dead_letter(client: redis.Redis, params: JobParams, jobs: list[DeadLetterJob],
-                 out: Outcomes) -> None:
+def _dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
+                 jobs: list[DeadLetterJob]) -> None:
     """Move `jobs` to their dead-letter streams, one pipeline of batched script calls."""
     if not jobs:
         return
@@ -300,33 +444,35 @@ def _dead_letter(client: redis.Redis, params: JobParams, jobs: list[DeadLetterJo
     calls: list[ScriptCall] = []
     grouped: dict[Unit, list[DeadLetterJob]] = defaultdict(list)
     for job in jobs:
-        grouped[(job.row["stream"], job.row["group"], job.row["consumer"])].append(job)
+        grouped[rb.unit(job.row)].append(job)
     for (stream, group, consumer), unit_jobs in grouped.items():
         ctx = DeadLetterContext(stream, group, consumer, dead_letter_key(stream, params.dlq_suffix),
                                 params.run_id, params.max_deliveries, now_ms)
         for start in range(0, len(unit_jobs), params.dlq_batch_size):
             chunk = unit_jobs[start : start + params.dlq_batch_size]
-            entries = [_dead_letter_entry(j) for j in chunk]
+            entries = [_dead_letter_entry(rb, j) for j in chunk]
             calls.append((chunk, partial(dead_letter_batch, client, ctx, entries)))
     for job, status in run_script_calls(client, calls):
-        _report_dead_letter(job, status, out)
+        _report_dead_letter(rb, job, status)
 
 
-def _dead_letter_entry(job: DeadLetterJob) -> DeadLetter:
-    row = job.row
-    return DeadLetter(row["id"], int(row["delivery_count"]), int(row.get("idle_ms") or 0),
-                      row.get("previous_consumer"), job.reason, job.error)
+def _dead_letter_entry(rb: RoutedBatch, job: DeadLetterJob) -> DeadLetter:
+    i = job.row
+    return DeadLetter(rb.id[i], int(rb.delivery_count[i] or 0), int(rb.idle_ms[i] or 0),
+                      rb.previous_consumer[i], job.reason, job.error)
 
 
-def _report_dead_letter(job: DeadLetterJob, status: Any, out: Outcomes) -> None:
+def _report_dead_letter(rb: RoutedBatch, job: DeadLetterJob, status: Any) -> None:
+    i = job.row
     if status == VANISHED:
-        out.add(job.row, ACTION_SKIPPED, REASON_VANISHED, job.error)
+        rb.set(i, ACTION_SKIPPED, REASON_VANISHED, job.error)
     elif status == MOVED_TOO_BIG:
-        out.add(job.row, ACTION_FAILED, REASON_TOO_BIG, job.error)
+        rb.set(i, ACTION_FAILED, REASON_TOO_BIG, job.error)
     elif status == MOVED_NOT_OURS:
-        out.add(job.row, ACTION_SKIPPED, REASON_GONE, job.error)
+        rb.set(i, ACTION_SKIPPED, REASON_GONE, job.error)
     elif status == MOVED_DELETED:
-        out.add(job.row, ACTION_DELETED, REASON_DELETED, job.error)
+        rb.set(i, ACTION_DELETED, REASON_DELETED, job.error)
     else:
         dlq_id = status.decode() if isinstance(status, bytes) else str(status)
-        out.add(job.row, ACTION_DEAD_LETTERED, job.reason, job.error, dlq_id)
+        rb.set(i, ACTION_DEAD_LETTERED, job.reason, job.error, dlq_id)
+

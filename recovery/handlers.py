@@ -145,11 +145,19 @@ def normalise_reply(reply: object, expected: int) -> list[Result]:
     return [Result.failure(error)] * expected
 
 
+SUCCESS = Result(True)
+RETURNED_FALSE = Result(False, "handler returned False")
+
+
 def _as_result(item: object) -> Result | None:
+    if item is True:
+        return SUCCESS
+    if item is False:
+        return RETURNED_FALSE
     if isinstance(item, Result):
-        return Result(item.ok, _clip(item.error) if item.error else None)
-    if isinstance(item, bool):
-        return Result.success() if item else Result.failure("handler returned False")
+        if item.error is None or len(item.error) <= MAX_ERROR_CHARS:
+            return item  # frozen: safe to keep
+        return Result(item.ok, _clip(item.error))
     return None
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import redis
 
-from recovery.apply import apply_rows
+from recovery.apply import apply_batch
 from recovery.config import JobParams
 from recovery.errors import StreamUnitError
 from recovery.faults import maybe_fail
@@ -198,9 +198,9 @@ def apply_partition(params: JobParams) -> ArrowFn:
         try:
             for step, batch in enumerate(batches, start=1):
                 with redis_errors(params.redis):
-                    rows = apply_rows(client.get(), params, batch.to_pylist())
+                    report = apply_batch(client.get(), params, batch)
                 maybe_fail("apply", step)  # after the side effects: the worst moment
-                yield pa.RecordBatch.from_pylist(rows, schema=REPORT_ARROW)
+                yield report
         finally:
             client.close()
 

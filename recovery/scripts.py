@@ -14,8 +14,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-SCRIPT_NAMES = ("dead_letter", "ack_owned", "lease_owned", "delete_empty_consumer",
-                "redrive")
+SCRIPT_NAMES = ("dead_letter", "lease_owned", "delete_empty_consumer", "redrive")
 
 
 def _source(name: str) -> str:
@@ -83,17 +82,6 @@ def stream_id_key(entry_id: str) -> tuple[int, int]:
     """Sort key of a stream ID ``"<ms>-<seq>"``: numeric, not lexical."""
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
-
-
-def ack_owned(client: redis.Redis, stream: str, group: str, consumer: str,
-              ids: Sequence[str], pipe: Any = None) -> list[int]:
-    """XACK the `ids` still pending and owned by `consumer`.
-
-    `ids` must be in ascending ID order (see ``stream_id_key``). Reply (without pipe): one
-    integer per ID, in order: 1 acked, 0 left alone.
-    """
-    script = scripts_for(client)["ack_owned"]
-    return script(keys=[stream], args=[group, consumer, *ids], client=pipe)  # type: ignore[no-any-return]
 
 
 LEASE_RENEWED = 1
