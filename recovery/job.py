@@ -33,7 +33,12 @@ from recovery.discovery import (
 from recovery.errors import ConfigError, RecoveryError
 from recovery.handlers import load_handler
 from recovery.health import collect_health, format_health, remove_idle_consumers
-from recovery.partitions import apply_partition, claim_partition, pending_partition
+from recovery.partitions import (
+    apply_partition,
+    claim_partition,
+    pending_partition,
+    units_of_parts,
+)
 from recovery.redis_conn import connect
 from recovery.report import (
     RunSummary,
@@ -122,13 +127,16 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
 
 def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
                 units: list[WorkUnit]) -> tuple[DataFrame, int]:
-    """The units as a small DataFrame, one Spark partition per part; and the part count."""
+    """The units as a small DataFrame with exactly one Spark partition per part (so parts
+    never share a task, whatever the keys hash to); and the part count."""
     parts = assign(units, settings.spark.partitions, settings.claim.consumer_prefix,
                    params.run_id)
     n = max(a.part for a in parts) + 1
     spark.conf.set("spark.sql.shuffle.partitions", str(n))
-    unit_df = spark.createDataFrame([tuple(vars(a).values()) for a in parts], UNIT)
-    return unit_df.repartitionByRange(n, "part"), n
+    by_part: list[list[dict]] = [[] for _ in range(n)]
+    for a in parts:
+        by_part[a.part].append(vars(a))
+    return spark.range(0, n, 1, n).mapInArrow(units_of_parts(by_part), UNIT), n
 
 
 def _health(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,

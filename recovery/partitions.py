@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from itertools import accumulate, chain
 from typing import Any
 
 import pyarrow as pa
@@ -23,8 +24,17 @@ from recovery.config import JobParams
 from recovery.errors import StreamUnitError
 from recovery.faults import maybe_fail
 from recovery.redis_conn import connect, redis_errors
-from recovery.schemas import CLAIMED, PENDING, REPORT, arrow
-from recovery.streams import END_CURSOR, ClaimBatch, claim_batch, pending_of_consumer
+from recovery.schemas import CLAIMED, PENDING, UNIT, arrow
+from recovery.streams import (
+    COUNT,
+    END_CURSOR,
+    ID,
+    IDLE,
+    OWNER,
+    ClaimBatch,
+    claim_batch,
+    pending_pages,
+)
 from recovery.throttle import Throttle
 
 log = logging.getLogger(__name__)
@@ -35,8 +45,21 @@ PENDING_PAGE = 10_000
 PROGRESS_EVERY = 100_000
 CLAIMED_ARROW = arrow(CLAIMED)
 PENDING_ARROW = arrow(PENDING)
-REPORT_ARROW = arrow(REPORT)
+UNIT_ARROW = arrow(UNIT)
 FIELDS_ARROW = CLAIMED_ARROW.field("fields").type
+
+
+def units_of_parts(by_part: list[list[dict[str, Any]]]) -> ArrowFn:
+    """``spark.range(n, numPartitions=n)`` batches -> UNIT batches: part p's units, as rows
+    (each partition holds one part number, so each part's units land in its own task)."""
+
+    def units(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for part in batch.column(0).to_pylist():
+                if by_part[part]:
+                    yield pa.RecordBatch.from_pylist(by_part[part], schema=UNIT_ARROW)
+
+    return units
 
 
 def unit_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
@@ -102,7 +125,7 @@ def _claim_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any],
             batch = claim_batch(client, stream, group, consumer, params.min_idle_ms, cursor,
                                 params.count)
         step += 1
-        seen = len(batch.entries) + len(batch.deleted)
+        seen = len(batch.ids) + len(batch.deleted)
         if seen:
             yield _claimed_batch(unit, batch)
         claimed, before = claimed + seen, claimed
@@ -117,29 +140,25 @@ def _claim_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any],
 
 def _claimed_batch(unit: dict[str, Any], batch: ClaimBatch) -> pa.RecordBatch:
     """Arrow columns built directly (flat name/value arrays plus offsets): fast and exact."""
-    ids = [e[0] for e in batch.entries] + batch.deleted
-    offsets, names, values = [0], [], []
-    for _, flat in batch.entries:
-        names += flat[0::2]
-        values += flat[1::2]
-        offsets.append(len(names))
+    ids = batch.ids + batch.deleted
+    flat = list(chain.from_iterable(batch.flats))
+    offsets = [0, *accumulate(len(f) // 2 for f in batch.flats)]
     struct = pa.StructArray.from_arrays(
-        [pa.array(names, pa.binary()), pa.array(values, pa.binary())],
+        [pa.array(flat[0::2], pa.binary()), pa.array(flat[1::2], pa.binary())],
         fields=list(FIELDS_ARROW.value_type),
     )
     fields_col = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), struct,
                                           type=FIELDS_ARROW)
     n_deleted = len(batch.deleted)
     if n_deleted:
-        nulls = pa.nulls(n_deleted, FIELDS_ARROW)
-        fields_col = pa.concat_arrays([fields_col, nulls])
+        fields_col = pa.concat_arrays([fields_col, pa.nulls(n_deleted, FIELDS_ARROW)])
     before = [batch.before.get(i) for i in ids]
     columns = [
         *_unit_columns(unit, len(ids)),
         pa.array(ids, pa.string()),
-        pa.array([False] * len(batch.entries) + [True] * n_deleted, pa.bool_()),
-        pa.array([b.consumer if b else None for b in before], pa.string()),
-        pa.array([b.idle_ms if b else None for b in before], pa.int64()),
+        pa.array([False] * len(batch.ids) + [True] * n_deleted, pa.bool_()),
+        pa.array([b[OWNER] if b else None for b in before], pa.string()),
+        pa.array([b[IDLE] if b else None for b in before], pa.int64()),
         fields_col,
     ]
     return pa.RecordBatch.from_arrays(columns, schema=CLAIMED_ARROW)
@@ -153,29 +172,18 @@ def pending_partition(params: JobParams) -> ArrowFn:
 def _pending_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any]
                   ) -> Iterator[pa.RecordBatch]:
     stream, group, consumer = unit["stream"], unit["group"], unit["consumer"]
-    rows: list[Any] = []
     with redis_errors(params.redis, stream, group):
-        for entry in pending_of_consumer(client, stream, group, consumer, PENDING_PAGE):
-            rows.append(entry)
-            if len(rows) == PENDING_PAGE:
-                yield _pending_batch(unit, rows)
-                rows = []
-    if rows:
-        yield _pending_batch(unit, rows)
+        for rows in pending_pages(client, stream, group, PENDING_PAGE, consumer):
+            yield pa.RecordBatch.from_arrays([
+                *_unit_columns(unit, len(rows)),
+                pa.array([r[ID] for r in rows], pa.string()),
+                pa.array([r[COUNT] for r in rows], pa.int64()),
+            ], schema=PENDING_ARROW)
 
 
 def _unit_columns(unit: dict[str, Any], n: int) -> list[pa.Array]:
     """The stream, group and consumer columns of `n` rows of one unit."""
     return [pa.array([unit[k]] * n, pa.string()) for k in ("stream", "group", "consumer")]
-
-
-def _pending_batch(unit: dict[str, Any], rows: list[Any]) -> pa.RecordBatch:
-    columns = [
-        *_unit_columns(unit, len(rows)),
-        pa.array([r.id for r in rows], pa.string()),
-        pa.array([r.delivery_count for r in rows], pa.int64()),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=PENDING_ARROW)
 
 
 def skip_vanished(unit: dict[str, Any], batches: Iterator[pa.RecordBatch]

@@ -17,29 +17,27 @@ FlatFields = list[bytes]  # [name1, value1, name2, value2, ...] as Redis replies
 END_CURSOR = "0-0"
 
 
-@dataclass(frozen=True)
-class PendingEntry:
-    """One XPENDING extended-form row."""
-
-    id: str
-    consumer: str
-    idle_ms: int
-    delivery_count: int
+# One XPENDING extended-form row as Redis sends it: [id, consumer, idle ms, delivery count]
+# (id and consumer are bytes). Kept raw: a million rows are parsed by hiredis, not by Python.
+PendingRow = list
+ID, OWNER, IDLE, COUNT = range(4)  # positions in a PendingRow
 
 
 @dataclass(frozen=True)
 class ClaimBatch:
     """One XAUTOCLAIM step.
 
-    `entries`: claimed (id, flat fields); `deleted`: IDs found in the PEL but gone from the stream
-    (7.0+: the third reply element; 6.2: entries returned as nil); `before`: the PEL rows of
-    the same range read atomically just before the claim (last owner, idle time, count).
+    `ids` / `flats`: the claimed entries (ID as bytes, flat fields); `deleted`: IDs (bytes)
+    found in the PEL but gone from the stream (7.0+: the third reply element; 6.2: entries
+    returned as nil); `before`: ID -> the PendingRow of the same range read atomically just
+    before the claim (last owner, idle time, count).
     """
 
     next_cursor: str
-    entries: list[tuple[str, FlatFields]]
-    deleted: list[str]
-    before: dict[str, PendingEntry]
+    ids: list[bytes]
+    flats: list[FlatFields]
+    deleted: list[bytes]
+    before: dict[bytes, PendingRow]
 
 
 def _s(value: bytes | str) -> str:
@@ -112,48 +110,47 @@ def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
     pipe.execute_command("XAUTOCLAIM", stream, group, consumer, min_idle_ms, cursor,
                          "COUNT", count)
     before_rows, reply = pipe.execute()
-    before = {p.id: p for p in map(_pending_row, before_rows)}
-    entries: list[tuple[str, FlatFields]] = []
-    deleted = [_s(i) for i in reply[2]] if len(reply) > 2 else []
+    ids: list[bytes] = []
+    flats: list[FlatFields] = []
+    deleted = list(reply[2]) if len(reply) > 2 else []
     for item in reply[1]:
         if item is None:
             continue
         entry_id, flat = item
         if flat is None:  # Redis 6.2 returns entries deleted from the stream as nil
-            deleted.append(_s(entry_id))
+            deleted.append(entry_id)
         else:
-            entries.append((entry_id.decode(), flat))
-    return ClaimBatch(_s(reply[0]), entries, deleted, before)
+            ids.append(entry_id)
+            flats.append(flat)
+    return ClaimBatch(_s(reply[0]), ids, flats, deleted, {r[ID]: r for r in before_rows})
 
 
-def _pending_row(row: Sequence[object]) -> PendingEntry:
-    entry_id, consumer, idle, count = row
-    return PendingEntry(_s(entry_id), _s(consumer), int(idle), int(count))  # type: ignore[arg-type, call-overload]
-
-
-def pending_range(client: redis.Redis, stream: str, group: str, start: str, end: str,
-                  count: int, consumer: str | None = None,
-                  min_idle_ms: int | None = None) -> list[PendingEntry]:
-    """XPENDING extended form: up to `count` PEL rows with start <= id <= end."""
+def pending_page(client: redis.Redis, stream: str, group: str, start: str, end: str,
+                 count: int, consumer: str | None = None,
+                 min_idle_ms: int | None = None) -> list[PendingRow]:
+    """XPENDING extended form: up to `count` PEL rows with start <= id <= end (raw rows)."""
     args: list[object] = ["XPENDING", stream, group]
     if min_idle_ms is not None:
         args += ["IDLE", min_idle_ms]
     args += [start, end, count]
     if consumer is not None:
         args.append(consumer)
-    return [_pending_row(r) for r in client.execute_command(*args)]
+    return client.execute_command(*args)  # type: ignore[no-any-return]
 
 
-def pending_of_consumer(client: redis.Redis, stream: str, group: str, consumer: str,
-                        page: int) -> Iterator[PendingEntry]:
-    """Every PEL row owned by `consumer`, in ID order, `page` rows per XPENDING call."""
+def pending_pages(client: redis.Redis, stream: str, group: str, page: int,
+                  consumer: str | None = None, min_idle_ms: int | None = None
+                  ) -> Iterator[list[PendingRow]]:
+    """The whole PEL (or `consumer`'s part, or entries idle >= `min_idle_ms`) in ID order,
+    `page` raw rows per XPENDING call."""
     start = "-"
     while True:
-        rows = pending_range(client, stream, group, start, "+", page, consumer)
-        yield from rows
+        rows = pending_page(client, stream, group, start, "+", page, consumer, min_idle_ms)
+        if rows:
+            yield rows
         if len(rows) < page:
             return
-        start = "(" + rows[-1].id
+        start = "(" + _s(rows[-1][ID])
 
 
 def fetch_entries(client: redis.Redis, stream: str, ids: Sequence[str]

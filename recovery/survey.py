@@ -6,6 +6,7 @@ idle-age buckets have fixed labels so that runs compare.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -24,7 +25,15 @@ from recovery.schemas import (
     REPORT,
     arrow,
 )
-from recovery.streams import PendingEntry, fetch_entries, pending_range
+from recovery.streams import (
+    COUNT,
+    ID,
+    IDLE,
+    OWNER,
+    PendingRow,
+    fetch_entries,
+    pending_pages,
+)
 
 PAGE = 10_000
 # (exclusive upper bound, label)
@@ -43,19 +52,6 @@ def bucket(value: int, buckets: tuple[tuple[int, str], ...], overflow: str) -> s
     return overflow
 
 
-def pel_pages(client: redis.Redis, stream: str, group: str, min_idle_ms: int | None = None
-              ) -> Iterator[list[PendingEntry]]:
-    """The group's whole PEL in ID order, `PAGE` rows per XPENDING call."""
-    start = "-"
-    while True:
-        rows = pending_range(client, stream, group, start, "+", PAGE, min_idle_ms=min_idle_ms)
-        if rows:
-            yield rows
-        if len(rows) < PAGE:
-            return
-        start = "(" + rows[-1].id
-
-
 def histogram_partition(params: JobParams) -> ArrowFn:
     """UNIT batches -> PEL_HISTOGRAM batches: one row of counts per unit."""
     return per_unit(params, lambda: lambda client, unit: _histogram_unit(client, params, unit))
@@ -63,15 +59,20 @@ def histogram_partition(params: JobParams) -> ArrowFn:
 
 def _histogram_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any]
                     ) -> Iterator[pa.RecordBatch]:
-    deliveries: Counter[str] = Counter()
+    counts: Counter[int] = Counter()
     ages: Counter[str] = Counter()
     oldest: int | None = None
+    idle_bounds = [upper for upper, _ in IDLE_BUCKETS_MS]
+    idle_labels = [label for _, label in IDLE_BUCKETS_MS] + [">7d"]
     with redis_errors(params.redis, unit["stream"], unit["group"]):
-        for page in pel_pages(client, unit["stream"], unit["group"]):
-            for row in page:
-                deliveries[bucket(row.delivery_count, DELIVERY_BUCKETS, ">100")] += 1
-                ages[bucket(row.idle_ms, IDLE_BUCKETS_MS, ">7d")] += 1
-                oldest = row.idle_ms if oldest is None else max(oldest, row.idle_ms)
+        for page in pending_pages(client, unit["stream"], unit["group"], PAGE):
+            counts.update(r[COUNT] for r in page)
+            idles = [r[IDLE] for r in page]
+            ages.update(idle_labels[bisect_right(idle_bounds, i)] for i in idles)
+            oldest = max(idles) if oldest is None else max(oldest, max(idles))
+    deliveries: Counter[str] = Counter()
+    for count, n in counts.items():
+        deliveries[bucket(count, DELIVERY_BUCKETS, ">100")] += n
     yield pa.RecordBatch.from_pylist(
         [{"stream": unit["stream"], "group": unit["group"], "deliveries": list(deliveries.items()),
           "idle_ages": list(ages.items()), "oldest_idle_ms": oldest}],
@@ -87,23 +88,25 @@ def _plan_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any]
                ) -> Iterator[pa.RecordBatch]:
     stream, group = unit["stream"], unit["group"]
     with redis_errors(params.redis, stream, group):
-        for page in pel_pages(client, stream, group, min_idle_ms=params.min_idle_ms):
-            exists = fetch_entries(client, stream, [r.id for r in page])
-            rows = [_plan_row(params, stream, group, r, exists[r.id] is not None) for r in page]
+        for page in pending_pages(client, stream, group, PAGE, min_idle_ms=params.min_idle_ms):
+            ids = [r[ID].decode() for r in page]
+            exists = fetch_entries(client, stream, ids)
+            rows = [_plan_row(params, stream, group, i, r, exists[i] is not None)
+                    for i, r in zip(ids, page, strict=True)]
             yield pa.RecordBatch.from_pylist(rows, schema=REPORT_ARROW)
 
 
-def _plan_row(params: JobParams, stream: str, group: str, entry: PendingEntry, exists: bool
-              ) -> dict[str, Any]:
+def _plan_row(params: JobParams, stream: str, group: str, entry_id: str, row: PendingRow,
+              exists: bool) -> dict[str, Any]:
     """A real run's claim would add one delivery: route on that count, as the run would."""
-    count = entry.delivery_count + 1
+    count = row[COUNT] + 1
     if not exists:
         action, reason = ACTION_DELETED, "entry deleted from the stream upstream"
     elif count > params.max_deliveries:
         action, reason = PLAN_DEAD_LETTER, "max-deliveries-exceeded"
     else:
         action, reason = PLAN_REPROCESS, None
-    return {"run_id": params.run_id, "stream": stream, "group": group, "id": entry.id,
-            "previous_consumer": entry.consumer, "delivery_count": count,
-            "idle_ms": entry.idle_ms, "action": action, "reason": reason, "error": None,
+    return {"run_id": params.run_id, "stream": stream, "group": group, "id": entry_id,
+            "previous_consumer": row[OWNER].decode(), "delivery_count": count,
+            "idle_ms": row[IDLE], "action": action, "reason": reason, "error": None,
             "dead_letter_id": None}
