@@ -150,6 +150,9 @@ class ReportSettings(_Section):
 
     path: str = Field("reports", min_length=1)
     pel_histograms: bool = True  # read each group's whole PEL once for the health histograms
+    # Seconds between the driver's progress lines (totals, and the streams that changed),
+    # read from Redis while the stages run (recovery/progress.py); 0 = off.
+    progress_interval_s: float = Field(10.0, ge=0)
 
 
 class HousekeepingSettings(_Section):

@@ -1,0 +1,276 @@
+"""Driver-side progress: the reporter's numbers are checked against what Redis holds, on a
+real server; the test acts as the job's consumers would (XCLAIM, XACK, XADD to the DLQ)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from redis import Redis
+
+from recovery.backlog import add_entries, create_group, deliver
+from recovery.config import RedisParams
+from recovery.discovery import WorkUnit
+from recovery.local_redis import LocalServer
+from recovery.progress import MAX_STREAM_LINES, ProgressReporter
+from recovery.redis_conn import connect
+from tests.conftest import start_server
+
+PREFIX, RUN = "recovery", "run7"
+JOB = [f"{PREFIX}-{RUN}-{part}" for part in range(2)]
+OTHER_RUN = f"{PREFIX}-run70-0"  # an earlier run's consumer: never counted as this run's
+GROUP = "workers"
+DEAD = "worker-dead"
+TOTALS = re.compile(r"^progress (final )?\d+ s(?: \(as of the reading at \d+ s\))?: (.*)$")
+PASSWORD = "pw-never-in-a-log-9f3c"
+
+
+def seed(client: Redis, streams: list[str], per_stream: int, groups: tuple[str, ...] = (GROUP,)
+         ) -> dict[str, list[str]]:
+    """`per_stream` entries per stream, pending on a dead consumer in each group; their IDs."""
+    ids = {}
+    for stream in streams:
+        add_entries(client, stream, per_stream, lambda i: {"n": str(i)})
+        for group in groups:
+            create_group(client, stream, group)
+            ids[stream] = deliver(client, stream, group, DEAD, per_stream)
+    return ids
+
+
+def units_of(client: Redis, pairs: list[tuple[str, str]]) -> list[WorkUnit]:
+    """WorkUnits as discovery makes them (PEL size from XINFO GROUPS)."""
+    units = []
+    for stream, group in pairs:
+        info = next(g for g in client.xinfo_groups(stream) if g["name"].decode() == group)
+        units.append(WorkUnit(stream, group, int(info["pending"])))
+    return units
+
+
+def reporter(server: LocalServer, units: list[WorkUnit], interval_s: float,
+             params: RedisParams | None = None) -> ProgressReporter:
+    params = params or RedisParams(url=server.url)
+    return ProgressReporter(connect(params), units, ":dlq", PREFIX, RUN, interval_s, params)
+
+
+def progress_lines(caplog: pytest.LogCaptureFixture, level: int = logging.INFO) -> list[str]:
+    return [r.getMessage() for r in list(caplog.records)
+            if r.name == "recovery.progress" and r.levelno == level]
+
+
+def totals(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The totals part of every totals line so far (after ``progress <n> s: ``)."""
+    return [m.group(2) for line in progress_lines(caplog) if (m := TOTALS.match(line))]
+
+
+def unit_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [line for line in progress_lines(caplog)
+            if not TOTALS.match(line) and not line.startswith("progress start: ")]
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def expected(done: int, at_start: int, dead: int, held: int, still: int, finished: int,
+             units: int, vanished: int = 0) -> str:
+    line = (f"{done:,} of {at_start:,} pending entries done ({done * 100 // at_start}%), "
+            f"{dead:,} dead-lettered, {held:,} held by the job, {still:,} still pending; "
+            f"{finished} of {units} streams finished")
+    return line + (f" ({vanished} vanished)" if vanished else "")
+
+
+def claim(client: Redis, stream: str, consumer: str, ids: list[str]) -> None:
+    client.xclaim(stream, GROUP, consumer, 0, ids, justid=True)  # type: ignore[arg-type]
+
+
+def dead_letter(client: Redis, stream: str, dlq: str, ids: list[str]) -> None:
+    """The job's move, in one transaction: XADD each to the DLQ, then XACK."""
+    pipe = client.pipeline(transaction=True)
+    for entry_id in ids:
+        pipe.xadd(dlq, {"x-original-id": entry_id})
+    pipe.xack(stream, GROUP, *ids)
+    pipe.execute()
+
+
+@pytest.fixture
+def caplog_info(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.INFO, logger="recovery.progress")
+    return caplog
+
+
+def test_totals_and_stream_lines_match_redis(server, caplog_info):
+    caplog = caplog_info
+    client = server.client()
+    streams = ["orders", "payments", "shipments{eu}"]
+    ids = seed(client, streams, 50)
+    client.xadd("{payments}:dlq", {"earlier": "run"})  # dead letters of an earlier run
+    units = units_of(client, [(s, GROUP) for s in streams])
+    with reporter(server, units, 0.1) as rep:
+        assert rep.running
+        assert progress_lines(caplog)[0] == (
+            "progress start: 150 pending entries in 3 streams; a progress line every 0.1 s")
+        wait_for(lambda: len(totals(caplog)) >= 1)
+        assert totals(caplog)[-1] == expected(0, 150, 0, 0, 150, 0, 3)
+        claim(client, "orders", JOB[0], ids["orders"][:30])
+        client.xack("orders", GROUP, *ids["orders"][:20])
+        claim(client, "payments", JOB[1], ids["payments"][:10])
+        dead_letter(client, "payments", "{payments}:dlq", ids["payments"][:4])
+        claim(client, "shipments{eu}", OTHER_RUN, ids["shipments{eu}"][:5])
+        # done 20 + 4, held 10 + 6, dead 4 (the earlier run's dead letter is not counted)
+        want = expected(24, 150, 4, 16, 110, 0, 3)
+        wait_for(lambda: want in totals(caplog))
+        client.xack("orders", GROUP, *ids["orders"][20:30])  # the job is done with orders
+        want = expected(34, 150, 4, 6, 110, 1, 3)
+        wait_for(lambda: want in totals(caplog))
+    final = [line for line in progress_lines(caplog) if line.startswith("progress final ")]
+    assert len(final) == 1 and final[0].endswith(": " + want)
+    assert progress_lines(caplog)[-1] == final[0]
+    assert not rep.running
+    lines = unit_lines(caplog)
+    orders = [line for line in lines if line.startswith("progress orders / workers: ")]
+    payments = [line for line in lines if line.startswith("progress payments / workers: ")]
+    assert orders[-1].endswith(" -> 20 (job holds 0), finished")
+    assert re.search(r" -> 46 \(job holds 6\)(, dead-lettered \+4)?$", payments[-1])
+    assert any(", dead-lettered +4" in line for line in payments)
+    assert not [line for line in lines if "shipments" in line]  # another run's claim
+    assert not progress_lines(caplog, logging.WARNING)
+
+
+def test_stream_lines_largest_change_first_at_most_20(server, caplog_info):
+    caplog = caplog_info
+    client = server.client()
+    streams = [f"s{i:02d}" for i in range(MAX_STREAM_LINES + 5)]
+    ids = seed(client, streams, 30)
+    units = units_of(client, [(s, GROUP) for s in streams])
+    with reporter(server, units, 60) as rep:
+        changed = streams[: MAX_STREAM_LINES + 2]
+        for n, stream in enumerate(changed):  # s00 acks 1, s01 acks 2, ...
+            client.xack(stream, GROUP, *ids[stream][: n + 1])
+        caplog.clear()
+        rep.report()
+        lines = unit_lines(caplog)
+        assert len(lines) == MAX_STREAM_LINES + 1
+        assert lines[0] == "progress s21 / workers: pending 30 -> 8 (job holds 0), finished"
+        assert lines[1] == "progress s20 / workers: pending 30 -> 9 (job holds 0), finished"
+        assert [line.split(" ")[1] for line in lines[:-1]] == [
+            f"s{i:02d}" for i in range(21, 1, -1)]
+        assert lines[-1] == "progress ... and 2 more streams changed"
+        caplog.clear()
+        rep.report()  # nothing changed since
+        assert unit_lines(caplog) == []
+        assert totals(caplog) == [expected(253, 750, 0, 0, 497, 22, 25)]
+
+
+def test_groups_of_one_stream_share_its_dead_letter_stream(server, caplog_info):
+    caplog = caplog_info
+    client = server.client()
+    ids = seed(client, ["orders"], 10, groups=("workers", "audit"))
+    units = units_of(client, [("orders", "workers"), ("orders", "audit")])
+    with reporter(server, units, 60) as rep:
+        dead_letter(client, "orders", "{orders}:dlq", ids["orders"][:3])  # workers only
+        caplog.clear()
+        rep.report()
+    assert unit_lines(caplog) == [
+        "progress orders / workers: pending 10 -> 7 (job holds 0), dead-lettered +3 (the "
+        "stream's DLQ, shared by its 2 groups), finished",
+        "progress orders / audit: pending 10 -> 10 (job holds 0), dead-lettered +3 (the "
+        "stream's DLQ, shared by its 2 groups)",
+    ]
+    assert totals(caplog)[-1] == expected(3, 20, 3, 0, 17, 1, 2)  # counted once
+
+
+def test_vanished_units_warn_once_and_count_as_finished(server, caplog_info):
+    caplog = caplog_info
+    client = server.client()
+    streams = ["orders", "payments", "shipments{eu}", "invoices"]
+    seed(client, streams, 20)
+    units = units_of(client, [(s, GROUP) for s in streams])
+    with reporter(server, units, 0.1):
+        wait_for(lambda: len(totals(caplog)) >= 1)
+        pipe = client.pipeline(transaction=True)
+        pipe.delete("orders")                      # stream gone: NOGROUP
+        pipe.xgroup_destroy("payments", GROUP)     # group gone: NOGROUP
+        pipe.delete("shipments{eu}")
+        pipe.set("shipments{eu}", "not a stream")  # WRONGTYPE
+        pipe.execute()
+        want = expected(60, 80, 0, 0, 20, 3, 4, vanished=3)
+        wait_for(lambda: len([t for t in totals(caplog) if t == want]) >= 3)
+    warnings = progress_lines(caplog, logging.WARNING)
+    for name in ("orders / workers", "payments / workers", "shipments{eu} / workers"):
+        assert sum(name in w for w in warnings) == 1, warnings
+    assert all("vanished" in w for w in warnings)
+    assert "progress orders / workers: gone (stream or group deleted), counted as finished" in (
+        unit_lines(caplog))
+    assert not [line for line in unit_lines(caplog) if "invoices" in line]
+    assert totals(caplog)[-1] == want
+
+
+def test_redis_down_warns_once_per_tick_and_never_raises_or_logs_the_password(caplog_info):
+    caplog = caplog_info
+    server = start_server("redis")
+    try:
+        server.client().config_set("requirepass", PASSWORD)
+        client = server.client(password=PASSWORD)
+        seed(client, ["orders"], 10)
+        units = units_of(client, [("orders", GROUP)])
+        params = RedisParams(url=server.url, password=PASSWORD, connect_timeout_s=0.5)
+        with reporter(server, units, 0.1, params):
+            wait_for(lambda: len(totals(caplog)) >= 1)
+            server.kill()
+            wait_for(lambda: len(progress_lines(caplog, logging.WARNING)) >= 1)
+        ticks_after_kill = len(progress_lines(caplog, logging.WARNING))
+    finally:
+        server.stop()
+    warnings = progress_lines(caplog, logging.WARNING)
+    assert all("cannot read Redis" in w and "cannot reach Redis at 127.0.0.1:" in w
+               for w in warnings), warnings
+    assert len(warnings) <= ticks_after_kill + 1  # the ticks that failed, and the final read
+    final = progress_lines(caplog)[-1]
+    assert re.match(r"progress final \d+ s \(as of the reading at \d+ s\): ", final), final
+    assert final.endswith(expected(0, 10, 0, 0, 10, 0, 1))
+    assert not [r for r in caplog.records if PASSWORD in r.getMessage()]
+
+
+def test_interval_0_starts_no_thread_and_reads_nothing(server, caplog_info):
+    caplog = caplog_info
+    client = server.client()
+    seed(client, ["orders"], 5)
+    units = units_of(client, [("orders", GROUP)])
+    rep = reporter(server, units, 0)
+    client.config_resetstat()
+    threads = threading.active_count()
+    with rep:
+        assert not rep.running
+        assert threading.active_count() == threads
+        time.sleep(0.2)
+    stats = client.info("commandstats")
+    assert "cmdstat_xpending" not in stats and "cmdstat_xlen" not in stats, stats
+    assert progress_lines(caplog) == []
+
+
+def test_exit_is_prompt_with_a_long_interval_and_keeps_the_runs_error(server, caplog_info):
+    caplog = caplog_info
+    client = server.client()
+    seed(client, ["orders"], 5)
+    units = units_of(client, [("orders", GROUP)])
+    rep = reporter(server, units, 60)
+    with pytest.raises(RuntimeError, match="the stage failed"), rep:
+        assert rep.running
+        time.sleep(0.1)
+        started = time.monotonic()
+        raise RuntimeError("the stage failed")
+    took = time.monotonic() - started
+    assert took < 1.0, took
+    assert not rep.running
+    # No tick in 60 s: the start line and the final line, read at exit.
+    start, final = progress_lines(caplog)
+    assert start == "progress start: 5 pending entries in 1 stream; a progress line every 60 s"
+    assert final.startswith("progress final 0 s: ")
+    assert totals(caplog) == [expected(0, 5, 0, 0, 5, 0, 1)]
