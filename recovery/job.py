@@ -39,6 +39,7 @@ from recovery.partitions import (
     pending_partition,
     units_of_parts,
 )
+from recovery.progress import ProgressReporter
 from recovery.redis_conn import connect
 from recovery.report import (
     RunSummary,
@@ -118,7 +119,10 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
         report = unit_df.mapInArrow(plan_partition(params), REPORT)
         write_report(report, settings.report.path, params.run_id)
         return
-    _recover(spark, settings, params, unit_df, parts)
+    with ProgressReporter(client, units, settings.dead_letter.suffix,
+                          settings.claim.consumer_prefix, params.run_id,
+                          settings.report.progress_interval_s, params.redis):
+        _recover(spark, settings, params, unit_df, parts)
     remove_empty_job_consumers(client, units, settings.claim.consumer_prefix, params.redis)
     idle_ms = settings.housekeeping.remove_idle_consumers_ms
     if idle_ms is not None:

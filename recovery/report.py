@@ -6,11 +6,12 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from recovery.discovery import Skipped
 from recovery.errors import FailureThresholdError
-from recovery.schemas import ACTION_FAILED, ACTION_REPROCESSED, ACTIONS, HEALTH, REPORT
+from recovery.schemas import ACTION_FAILED, ACTION_REPROCESSED, ACTIONS, HEALTH, REPORT, arrow
 from recovery.transforms import summarise
 
 
@@ -76,7 +77,7 @@ def fill_summary(summary: RunSummary, per_unit: DataFrame, skipped: list[Skipped
                  actions: tuple[str, ...] = ACTIONS) -> None:
     """Totals and unit rows from the summarised report (a few rows reach the driver)."""
     summary.totals = dict.fromkeys(actions, 0)
-    for row in per_unit.collect():
+    for row in sorted(per_unit.collect(), key=lambda r: (r["stream"], r["group"])):
         unit = row.asDict()
         summary.units.append(unit)
         for action in actions:
@@ -94,10 +95,11 @@ def summarise_run(spark: SparkSession, base: str, run_id: str,
 
 def write_health(spark: SparkSession, health: list[dict[str, Any]], base: str,
                  run_id: str) -> None:
-    """Group health rows as Parquet (a few rows: one per stream and group)."""
+    """Group health rows as Parquet (one per stream and group), handed to Spark as one Arrow
+    table: no Python worker task just to turn dicts into rows."""
     if health:
-        spark.createDataFrame(health, HEALTH).write.mode("append").parquet(
-            health_path(base, run_id))
+        table = pa.Table.from_pylist(health, schema=arrow(HEALTH))
+        spark.createDataFrame(table).write.mode("append").parquet(health_path(base, run_id))
 
 
 def health_totals(health: list[dict[str, Any]]) -> dict[str, Any]:
