@@ -111,3 +111,18 @@ def recording(messages: list[Message]) -> object:
     if any(m.field(b"garbage") is not None for m in messages):
         return {"not": "a list"}
     return verify_or_fail(messages)
+
+
+# --- A handler that plays a live consumer acking during the call (tests/test_apply.py).
+LIVE_ACK_URL_ENV = "RECOVERY_TEST_LIVE_ACK_URL"
+SEEN = "test:seen"  # list: IDs handed to `ack_first_meanwhile`, in order
+
+
+def ack_first_meanwhile(messages: list[Message]) -> list[Result]:
+    """Records what it is handed; while it runs, "someone else" acks the first message."""
+    client = redis.Redis.from_url(os.environ[LIVE_ACK_URL_ENV])
+    client.rpush(SEEN, *(m.id for m in messages))
+    first = messages[0]
+    client.xack(first.stream, first.group, first.id)
+    client.close()
+    return [Result.success()] * len(messages)

@@ -1,0 +1,108 @@
+"""The hand-over stage on its own (recovery.apply.apply_batch), against real servers, no Spark.
+
+A ROUTED batch is built the way the join hands it over; what the handler saw, the report
+and the PEL are then checked against Redis itself. Fast: each test is a few round trips.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pytest
+from redis import Redis
+
+from recovery.apply import apply_batch
+from recovery.config import executor_params
+from recovery.redis_conn import connect
+from recovery.schemas import ROUTE_HANDLE, ROUTED, arrow
+from tests.handlers import LIVE_ACK_URL_ENV, SEEN
+
+GROUP, DEAD, JOB = "workers", "crashed", "recovery-r1-0"
+
+
+def claimed_entries(client: Redis, stream: str, n: int) -> list[tuple[str, dict]]:
+    """`n` entries delivered to a dead consumer, then claimed by the job's consumer."""
+    ids = [client.xadd(stream, {"n": str(i)}).decode() for i in range(n)]
+    client.xgroup_create(stream, GROUP, id="0")
+    client.xreadgroup(GROUP, DEAD, {stream: ">"})
+    client.xclaim(stream, GROUP, JOB, 0, ids)  # the job's claim: delivery count 2
+    return [(i, {"n": str(k)}) for k, i in enumerate(ids)]
+
+
+def routed(stream: str, entries: list[tuple[str, dict]]) -> pa.RecordBatch:
+    rows = [{"stream": stream, "group": GROUP, "consumer": JOB, "id": i, "deleted": False,
+             "previous_consumer": DEAD, "idle_ms": 3_600_000,
+             "fields": [{"name": k.encode(), "value": v.encode()} for k, v in f.items()],
+             "delivery_count": 2, "route": ROUTE_HANDLE} for i, f in entries]
+    return pa.RecordBatch.from_pylist(rows, schema=arrow(ROUTED))
+
+
+def run_apply(server, make_settings, batch: pa.RecordBatch, *extra: str) -> list[dict]:
+    settings = make_settings('streams.keys=["s"]',
+                             "handler.path=tests.handlers:ack_first_meanwhile",
+                             "handler.batch_size=4", *extra)
+    params = executor_params(settings, "r1")
+    client = connect(params.redis)
+    try:
+        return apply_batch(client, params, batch).to_pylist()
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def live_acks(server, monkeypatch):
+    monkeypatch.setenv(LIVE_ACK_URL_ENV, server.url)
+
+
+def test_acks_by_someone_else_during_a_call_are_reported_and_nothing_is_left(
+        server, client, make_settings, live_acks):
+    entries = claimed_entries(client, "s", 10)
+    report = run_apply(server, make_settings, routed("s", entries))
+
+    assert [r["id"] for r in report] == [i for i, _ in entries]
+    assert {r["action"] for r in report} == {"reprocessed"}
+    # Chunks of 4, 4, 2: in each, the handler's "live consumer" acked the first entry.
+    reasons = [r["reason"] for r in report]
+    assert reasons[:4] == ["handled; 1 of the 4 entries of its handler batch had been acked "
+                           "by another consumer during the call"] * 4
+    assert reasons[8:] == ["handled; 1 of the 2 entries of its handler batch had been acked "
+                           "by another consumer during the call"] * 2
+    assert client.xpending("s", GROUP)["pending"] == 0
+    assert [i.decode() for i in client.lrange(SEEN, 0, -1)] == [i for i, _ in entries]
+
+
+def test_entries_acked_or_taken_before_their_lease_are_never_handed_over(
+        server, client, make_settings, live_acks):
+    entries = claimed_entries(client, "s", 9)
+    ids = [i for i, _ in entries]
+    client.xack("s", GROUP, ids[5])            # a live consumer finished it after our claim
+    client.xclaim("s", GROUP, "other-run", 0, [ids[6]])  # another run took it
+    report = {r["id"]: r for r in run_apply(server, make_settings, routed("s", entries))}
+
+    seen = [i.decode() for i in client.lrange(SEEN, 0, -1)]
+    assert ids[5] not in seen and ids[6] not in seen
+    assert report[ids[5]]["action"] == report[ids[6]]["action"] == "skipped"
+    assert "no longer pending for the job's consumer" in report[ids[6]]["reason"]
+    assert sorted(seen) == sorted(set(ids) - {ids[5], ids[6]})
+    # The other run's entry is still its own; nothing of the job's is left pending.
+    rows = client.xpending_range("s", GROUP, "-", "+", 100)
+    assert [(r["message_id"].decode(), r["consumer"].decode()) for r in rows] == [
+        (ids[6], "other-run")]
+
+
+def test_an_old_lease_is_renewed_before_the_call(server, client, make_settings, live_acks):
+    """min_idle 400 ms, timeout 0.1 s: a claim older than 300 ms must be renewed (XCLAIM
+    resets its idle time) before the hand-over; the delivery count stays as it was."""
+    entries = claimed_entries(client, "s", 3)
+    time.sleep(0.5)
+    before = time.monotonic()
+    report = run_apply(server, make_settings, routed("s", entries), "claim.min_idle_ms=400",
+                       "handler.timeout_s=0.1", "handler.batch_size=100")
+    elapsed_ms = (time.monotonic() - before) * 1000
+    assert [r["action"] for r in report] == ["reprocessed"] * 3
+    # The first entry was acked by the handler's live consumer; the two others by the job.
+    # The renewal shows in XINFO CONSUMERS: the job's consumer was seen (XCLAIM) during
+    # apply_batch; without it, its last activity is the claim, 500 ms before.
+    consumers = {c["name"].decode(): c for c in client.xinfo_consumers("s", GROUP)}
+    assert consumers[JOB]["idle"] <= elapsed_ms + 50, (consumers[JOB], elapsed_ms)
