@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import redis
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from recovery import errors
@@ -183,8 +184,8 @@ def _recover(spark: SparkSession, settings: Settings, params: JobParams,
 def materialise_once(claimed: DataFrame) -> DataFrame:
     """Run the claim now, exactly once, and keep its output: later actions read the
     checkpoint instead of claiming again (a re-run claim would see its own entries as fresh
-    and skip them)."""
-    return claimed.localCheckpoint(eager=True)
+    and skip them). On disk, not in memory: the join's sort needs the executors' memory."""
+    return claimed.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
 
 
 @contextlib.contextmanager

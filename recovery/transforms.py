@@ -16,7 +16,16 @@ from recovery.schemas import (
 )
 
 Transform = Callable[[DataFrame], DataFrame]
-JOIN_KEYS = ["stream", "group", "id"]
+ORDER_KEY = "id_order"
+JOIN_KEYS = ["stream", "group", ORDER_KEY]
+
+
+def id_order(entry_id: Column) -> Column:
+    """A string that sorts like the stream ID ``<ms>-<seq>`` (both parts zero-padded to 20
+    digits, the width of an unsigned 64-bit number), so a sort on it is numeric."""
+    ms = F.substring_index(entry_id, "-", 1)
+    seq = F.substring_index(entry_id, "-", -1)
+    return F.concat(F.lpad(ms, 20, "0"), F.lit("-"), F.lpad(seq, 20, "0"))
 
 
 def join_pending(pending: DataFrame) -> Transform:
@@ -26,18 +35,22 @@ def join_pending(pending: DataFrame) -> Transform:
     - claimed only: deleted upstream, or taken by someone else since the claim;
     - pending only: claimed by an earlier attempt of a retried task or through a lost reply;
       the apply stage fetches their fields.
-    A full outer join never broadcasts; the hint keeps it a shuffled hash join with the
-    narrow PEL side as the build side, since Spark under-estimates mapInArrow output.
+    A sort-merge join on the numeric order of the IDs: it never broadcasts, it spills to disk
+    instead of running out of memory on a stream with millions of pending entries, and it
+    hands each (stream, group) over in stream-ID order (the lease reads ID ranges).
     """
 
     def _join(claimed: DataFrame) -> DataFrame:
-        owned = pending.withColumnRenamed("consumer", "owner").hint("shuffle_hash")
-        joined = claimed.join(owned, on=JOIN_KEYS, how="full")
+        owned = (pending.withColumnRenamed("consumer", "owner")
+                 .withColumnRenamed("id", "pending_id")
+                 .withColumn(ORDER_KEY, id_order(F.col("pending_id"))))
+        joined = claimed.withColumn(ORDER_KEY, id_order(F.col("id"))).join(
+            owned, on=JOIN_KEYS, how="full")
         return joined.select(
             "stream",
             "group",
             F.coalesce("consumer", "owner").alias("consumer"),
-            "id",
+            F.coalesce("id", "pending_id").alias("id"),
             F.coalesce("deleted", F.lit(False)).alias("deleted"),
             "previous_consumer",
             "idle_ms",

@@ -37,7 +37,19 @@ def test_join_plan_never_broadcasts_the_claimed_side(spark):
     plan = claimed.transform(join_pending(pending))._jdf.queryExecution().executedPlan()
     text = plan.toString()
     assert "Broadcast" not in text
-    assert "ShuffledHashJoin" in text
+    assert "SortMergeJoin" in text  # spills instead of failing on a huge PEL
+
+
+def test_join_hands_each_unit_over_in_numeric_id_order(spark):
+    """Lexical order would put 1-10 before 1-9 and 10-0 before 9-0; the lease reads ID
+    ranges, so each (stream, group) must come out in stream-ID order."""
+    ids = ["9-0", "1-10", "10-0", "1-9", "1-2", "18446744073709551615-0", "1-100"]
+    claimed = spark.createDataFrame(
+        [("s", "g", "c0", i, False, None, None, F1) for i in ids], CLAIMED)
+    pending = spark.createDataFrame([("s", "g", "c0", i, 2) for i in ids], PENDING)
+    joined = claimed.transform(join_pending(pending.repartition(2, "stream", "group")))
+    assert [r["id"] for r in joined.collect()] == [
+        "1-2", "1-9", "1-10", "1-100", "9-0", "10-0", "18446744073709551615-0"]
 
 
 def test_route_limit_is_exclusive(spark):
