@@ -120,7 +120,7 @@ def run_contender(name: str, spec: BacklogSpec, repeat: int, workdir: Path,
     seconds, run contender `name` on it, measure, verify."""
     _flavor, binary = any_server_binary()
     with LocalServer(binary, args=SERVER_ARGS) as server:
-        client = server.client()
+        client = server.client(socket_timeout=300)  # seeding a big stream takes seconds
         seeded = seed_backlog(client, spec)
         idle = idle_cpu_rate(client, idle_probe_s)
         load = os.getloadavg()[0]

@@ -1,17 +1,20 @@
--- Seed one stream with a stuck backlog, all server-side (one call per stream).
--- KEYS[1]: stream (must not exist). ARGV[1]: group; ARGV[2]: consumer that never acks;
--- ARGV[3]: number of entries; ARGV[4]: idle time to give them (ms);
--- ARGV[5]: delivery count of ordinary entries; ARGV[6]: delivery count of over-limit entries;
--- ARGV[7]: over-limit fraction (0..1); ARGV[8]: payload padding (a string of ~140 bytes).
--- Entry i (1-based) is over the limit when floor(i * f) > floor((i - 1) * f): exactly
--- floor(n * f) of them, evenly spread.
+-- Seed one slice of a stream's stuck backlog, all server-side (a few calls per big stream,
+-- so that no call keeps Redis busy for long).
+-- KEYS[1]: stream (must not exist before the first slice). ARGV[1]: group; ARGV[2]: consumer
+-- that never acks; ARGV[3]: number of entries in this slice; ARGV[4]: idle time to give them
+-- (ms); ARGV[5]: delivery count of ordinary entries; ARGV[6]: delivery count of over-limit
+-- entries; ARGV[7]: over-limit fraction (0..1); ARGV[8]: payload padding (a string of ~140
+-- bytes); ARGV[9]: the stream-wide number of the slice's first entry (1 for the first slice,
+-- which also creates the group).
+-- Entry i (1-based, stream-wide) is over the limit when floor(i * f) > floor((i - 1) * f):
+-- exactly floor(n * f) of them, evenly spread.
 -- Reply: the IDs of the over-limit entries, in stream order.
 local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
 local n, idle = tonumber(ARGV[3]), ARGV[4]
-local fraction, pad = tonumber(ARGV[7]), ARGV[8]
+local fraction, pad, first = tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
 local chunk = 1000
 local normal, over = {}, {}
-for i = 1, n do
+for i = first, first + n - 1 do
   local id = redis.call('XADD', stream, '*',
     'order_id', stream .. '-' .. i, 'amount_cents', tostring(1000 + i % 997),
     'currency', 'EUR', 'payload', pad)
@@ -21,7 +24,7 @@ for i = 1, n do
     normal[#normal + 1] = id
   end
 end
-redis.call('XGROUP', 'CREATE', stream, group, '0')
+if first == 1 then redis.call('XGROUP', 'CREATE', stream, group, '0') end
 -- Deliver everything to the consumer (it becomes pending), as a crashed worker leaves it.
 local delivered = 0
 while delivered < n do
