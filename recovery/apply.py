@@ -6,18 +6,21 @@ in input order. Round trips are per step, not per entry.
 
 Hand-over, chunk by chunk (``handler.batch_size`` rows):
 
-1. the lease: one pipelined ``XPENDING <first> <last> <n> <job consumer>`` read per unit of
-   the chunk (sent together with the previous chunk's XACKs: one round trip per chunk). Only
-   entries still pending and owned by the job's consumer are handed over. Entries claimed or
-   renewed less than ``fresh_lease_ms`` ago already hold a fresh lease; older ones are renewed
-   atomically by ``lease_owned.lua`` (ownership checked again, idle time reset). So an entry a
-   live consumer acked, or another run claimed, since the claim is never handed over, and no
-   other run claims a chunk while the handler works on it (``handler.timeout_s``).
+1. the lease: one pipelined ``XPENDING <first> <last> <n> <job consumer>`` read per unit,
+   for up to ``LEASE_ROWS`` rows at a time and again before a call whenever the last read
+   is older than ``LEASE_FRESH_S`` (sent together with the XACKs so far: a fast handler
+   costs one round trip per ``LEASE_ROWS`` rows). Only entries still pending and owned by
+   the job's consumer are handed over. Entries claimed or renewed less than
+   ``fresh_lease_ms`` ago already hold a fresh lease; older ones are renewed atomically by
+   ``lease_owned.lua`` (ownership checked again, idle time reset). So an entry a live
+   consumer acked, or another run claimed, since the claim is not handed over unless that
+   happened in the last ``LEASE_FRESH_S``, and no other run claims a chunk while the handler
+   works on it (``handler.timeout_s``).
 2. the handler call;
 3. XACK of the entries it succeeded on. The ack is unconditional on purpose: the entry has
    been processed, and only a claim with a shorter ``min_idle_ms`` than the call could have
    moved it meanwhile. XACK's reply (a count) tells whether someone else acked some of them
-   during the call; those rows say so in their reason.
+   since their lease; those rows say so in their reason.
 
 A stream or group that vanishes during the run (NOGROUP, WRONGTYPE) costs only its own rows:
 they are reported skipped and the other units go on.
@@ -77,6 +80,8 @@ from recovery.streams import Fields, fetch_entries
 Unit = tuple[str, str, str]  # stream, group, job consumer
 REPORT_ARROW = arrow(REPORT)
 LEASE_PAGE_SLACK = 64  # extra XPENDING rows per lease read (other entries of ours in range)
+LEASE_ROWS = 1000  # rows whose lease is read in one round trip (whole handler batches)
+LEASE_FRESH_S = 0.1  # a lease read older than this is read again before the next call
 
 REASON_OVER_LIMIT = "max-deliveries-exceeded"
 REASON_FAILED_AT_LIMIT = "handler-failed-at-limit"
@@ -260,24 +265,59 @@ def _clear_deleted(client: redis.Redis, rb: RoutedBatch, rows: list[int]) -> Non
 
 
 def _handle(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[int]) -> None:
-    """Hand `rows` over chunk by chunk: lease, call, ack; dead-letter failures at the limit.
+    """Hand `rows` over chunk by chunk (lease, call, ack); dead-letter failures at the limit.
 
-    Each chunk's XACKs travel with the next chunk's lease read (one round trip per chunk).
+    Leases are read for up to ``LEASE_ROWS`` rows at a time and read again before a call
+    whenever the last read is older than ``LEASE_FRESH_S``; acks travel with the next lease
+    read. A fast handler thus costs one round trip per ``LEASE_ROWS`` rows, a slow one a
+    lease read right before each call.
     """
     rows = _with_fields(client, rb, rows)
     calls = HandlerCalls(load_handler(params.handler_path), params.handler_timeout_s)
-    fresh_ms = fresh_lease_ms(params.min_idle_ms, params.handler_timeout_s)
+    hand_over = HandOver(client, rb, fresh_lease_ms(params.min_idle_ms, params.handler_timeout_s))
     size = params.handler_batch_size
-    succeeded: list[int] = []
-    for start in range(0, len(rows), size):
-        admitted = calls.admit(rb, rows[start : start + size])
-        leased = _ack_and_lease(client, rb, succeeded, admitted, fresh_ms)
-        succeeded = []
-        if leased:
-            results = calls.run(rb, leased)
-            succeeded = [i for i, res in zip(leased, results, strict=True) if res.ok]
-            _dead_letter(client, params, rb, _failed(params, rb, leased, results))
-    _ack_and_lease(client, rb, succeeded, [], fresh_ms)
+    window = max(size, LEASE_ROWS // size * size)
+    for start in range(0, len(rows), window):
+        window_rows = rows[start : start + window]
+        hand_over.lease(window_rows)
+        for first in range(0, len(window_rows), size):
+            chunk = hand_over.leased_now(window_rows[first:], size)
+            chunk = calls.admit(rb, chunk)
+            if chunk:
+                results = calls.run(rb, chunk)
+                hand_over.succeeded(chunk, results)
+                _dead_letter(client, params, rb, _failed(params, rb, chunk, results))
+    hand_over.lease([])
+
+
+@dataclass
+class HandOver:
+    """Lease reads and acks of one batch's hand-over, batched into few round trips."""
+
+    client: redis.Redis
+    rb: RoutedBatch
+    fresh_ms: int
+    leased: set[int] = field(default_factory=set)
+    read_at: float = 0.0
+    to_ack: list[int] = field(default_factory=list)
+
+    def lease(self, rows: list[int]) -> None:
+        """Send the acks so far and read the lease of `rows`, in one round trip."""
+        self.leased = set(_ack_and_lease(self.client, self.rb, self.to_ack, rows,
+                                         self.fresh_ms))
+        self.to_ack = []
+        self.read_at = time.monotonic()
+
+    def leased_now(self, rest: list[int], size: int) -> list[int]:
+        """The leased rows among the next `size` of `rest`, reading the lease of the leased
+        rows of `rest` again first when the last read is older than LEASE_FRESH_S."""
+        if time.monotonic() - self.read_at > LEASE_FRESH_S:
+            self.lease([i for i in rest if i in self.leased])
+        return [i for i in rest[:size] if i in self.leased]
+
+    def succeeded(self, rows: list[int], results: list[Result]) -> None:
+        """Queue the rows the handler succeeded on for the next round trip's XACK."""
+        self.to_ack += [i for i, res in zip(rows, results, strict=True) if res.ok]
 
 
 def _ack_and_lease(client: redis.Redis, rb: RoutedBatch, to_ack: list[int], to_lease: list[int],
@@ -373,8 +413,8 @@ def _report_ack(rb: RoutedBatch, rows: list[int], reply: Any) -> None:
         return
     reason = None
     if int(reply) < len(rows):
-        reason = (f"handled; {len(rows) - int(reply)} of the {len(rows)} entries of its "
-                  "handler batch had been acked by another consumer during the call")
+        reason = (f"handled; {len(rows) - int(reply)} of the {len(rows)} entries acked with it "
+                  "had been acked by another consumer since their lease")
     for i in rows:
         rb.set(i, ACTION_REPROCESSED, reason)
 
