@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import redis
@@ -75,9 +75,10 @@ from recovery.scripts import (
     renew_lease,
     stream_id_key,
 )
-from recovery.streams import Fields, fetch_entries
+from recovery.streams import ID, IDLE, Fields, each, fetch_entries, pending_command
 
 Unit = tuple[str, str, str]  # stream, group, job consumer
+K = TypeVar("K")
 REPORT_ARROW = arrow(REPORT)
 LEASE_PAGE_SLACK = 64  # extra XPENDING rows per lease read (other entries of ours in range)
 LEASE_ROWS = 1000  # rows whose lease is read in one round trip (whole handler batches)
@@ -127,16 +128,11 @@ class RoutedBatch:
         return self.stream[i], self.group[i], self.consumer[i]
 
     def by_route(self) -> dict[str, list[int]]:
-        grouped: dict[str, list[int]] = defaultdict(list)
-        for i, route in enumerate(self.route):
-            grouped[route].append(i)
-        return grouped
+        return _grouped(range(len(self.route)), self.route.__getitem__)
 
     def by_unit(self, rows: Iterable[int], ordered: bool = False) -> dict[Unit, list[int]]:
         """`rows` grouped by unit; with `ordered`, each group in ascending stream-ID order."""
-        grouped: dict[Unit, list[int]] = defaultdict(list)
-        for i in rows:
-            grouped[self.unit(i)].append(i)
+        grouped = _grouped(rows, self.unit)
         if ordered:
             for unit_rows in grouped.values():
                 unit_rows.sort(key=lambda i: stream_id_key(self.id[i]))
@@ -200,6 +196,14 @@ class RoutedBatch:
         ], schema=REPORT_ARROW)
 
 
+def _grouped(rows: Iterable[int], key: Callable[[int], K]) -> dict[K, list[int]]:
+    """`rows` grouped by `key(row)`, in first-seen order, each group in input order."""
+    grouped: dict[K, list[int]] = defaultdict(list)
+    for i in rows:
+        grouped[key(i)].append(i)
+    return grouped
+
+
 @dataclass
 class HandlerCalls:
     """The handler of one batch of rows, called chunk by chunk with its timeout.
@@ -259,7 +263,7 @@ def _clear_deleted(client: redis.Redis, rb: RoutedBatch, rows: list[int]) -> Non
     """Report entries deleted upstream; ack those still in our PEL (Redis 6.2 keeps them)."""
     still_pending = [i for i in rows if rb.delivery_count[i] is not None]
     if still_pending:
-        _send(client, _xacks(rb, rb.by_unit(still_pending)))
+        each(client, _xacks(rb, rb.by_unit(still_pending)))
     for i in rows:
         rb.set(i, ACTION_DELETED, REASON_DELETED)
 
@@ -297,23 +301,25 @@ class HandOver:
     client: redis.Redis
     rb: RoutedBatch
     fresh_ms: int
-    leased: set[int] = field(default_factory=set)
     read_at: float = 0.0
     to_ack: list[int] = field(default_factory=list)
 
     def lease(self, rows: list[int]) -> None:
-        """Send the acks so far and read the lease of `rows`, in one round trip."""
-        self.leased = set(_ack_and_lease(self.client, self.rb, self.to_ack, rows,
-                                         self.fresh_ms))
+        """Send the acks so far and read the lease of `rows`, in one round trip. The rows
+        not leased get their outcome; the leased ones are those still without one."""
+        _ack_and_lease(self.client, self.rb, self.to_ack, rows, self.fresh_ms)
         self.to_ack = []
         self.read_at = time.monotonic()
 
     def leased_now(self, rest: list[int], size: int) -> list[int]:
-        """The leased rows among the next `size` of `rest`, reading the lease of the leased
-        rows of `rest` again first when the last read is older than LEASE_FRESH_S."""
+        """The leased rows among the next `size` of `rest` (rows not handed over yet),
+        reading their lease again first when the last read is older than LEASE_FRESH_S."""
         if time.monotonic() - self.read_at > LEASE_FRESH_S:
-            self.lease([i for i in rest if i in self.leased])
-        return [i for i in rest[:size] if i in self.leased]
+            self.lease(self._open(rest))
+        return self._open(rest[:size])
+
+    def _open(self, rows: list[int]) -> list[int]:
+        return [i for i in rows if self.rb.action[i] is None]
 
     def succeeded(self, rows: list[int], results: list[Result]) -> None:
         """Queue the rows the handler succeeded on for the next round trip's XACK."""
@@ -321,17 +327,18 @@ class HandOver:
 
 
 def _ack_and_lease(client: redis.Redis, rb: RoutedBatch, to_ack: list[int], to_lease: list[int],
-                   fresh_ms: int) -> list[int]:
+                   fresh_ms: int) -> None:
     """XACK `to_ack` (report them) and read the lease of `to_lease`, in one round trip.
 
-    Returns the rows of `to_lease` to hand over now; the others are reported.
+    The rows of `to_lease` not to hand over get their outcome (skipped, deleted); the others
+    keep none until the handler has had them.
     """
     acks = rb.by_unit(to_ack)
     leases = rb.by_unit(to_lease)
-    replies = _send(client, _xacks(rb, acks) + [_lease_read(rb, u, r) for u, r in leases.items()])
+    replies = each(client, _xacks(rb, acks) + [_lease_read(rb, u, r) for u, r in leases.items()])
     for unit_rows, reply in zip(acks.values(), replies[: len(acks)], strict=True):
         _report_ack(rb, unit_rows, reply)
-    leased, stale = [], []
+    stale = []
     for (unit, unit_rows), reply in zip(leases.items(), replies[len(acks):], strict=True):
         owned = _owned_idle(client, rb, unit, unit_rows, reply)
         for i in unit_rows:
@@ -340,11 +347,9 @@ def _ack_and_lease(client: redis.Redis, rb: RoutedBatch, to_ack: list[int], to_l
                 rb.set(i, ACTION_SKIPPED, REASON_VANISHED)
             elif idle is None:
                 rb.set(i, ACTION_SKIPPED, REASON_GONE)
-            elif idle < fresh_ms:
-                leased.append(i)
-            else:
+            elif idle >= fresh_ms:
                 stale.append(i)
-    return leased + _renew(client, rb, stale, fresh_ms)
+    _renew(client, rb, stale, fresh_ms)
 
 
 def _xacks(rb: RoutedBatch, by_unit: dict[Unit, list[int]]) -> list[tuple[object, ...]]:
@@ -352,10 +357,13 @@ def _xacks(rb: RoutedBatch, by_unit: dict[Unit, list[int]]) -> list[tuple[object
             for (stream, group, _), unit_rows in by_unit.items()]
 
 
-def _lease_read(rb: RoutedBatch, unit: Unit, rows: list[int]) -> tuple[object, ...]:
+def _lease_read(rb: RoutedBatch, unit: Unit, rows: list[int], start: str | None = None
+                ) -> tuple[object, ...]:
+    """XPENDING of the job consumer's entries in the rows' ID range (from `start`, if given)."""
     stream, group, consumer = unit
     first, last = rb.id_range(rows)
-    return ("XPENDING", stream, group, first, last, len(rows) + LEASE_PAGE_SLACK, consumer)
+    return pending_command(stream, group, start or first, last, len(rows) + LEASE_PAGE_SLACK,
+                           consumer)
 
 
 def _owned_idle(client: redis.Redis, rb: RoutedBatch, unit: Unit, rows: list[int],
@@ -365,42 +373,35 @@ def _owned_idle(client: redis.Redis, rb: RoutedBatch, unit: Unit, rows: list[int
 
     `reply` is the first page (XPENDING extended form: [id, consumer, idle ms, count] rows).
     """
-    stream, group, consumer = unit
-    page = len(rows) + LEASE_PAGE_SLACK
     owned: dict[str, int] = {}
     while True:
         if isinstance(reply, Exception):
             if unit_vanished(reply):
                 return None
             raise reply
-        for entry_id, _, idle, _ in reply:
-            owned[entry_id.decode()] = int(idle)
-        if len(reply) < page:
+        for row in reply:
+            owned[row[ID].decode()] = int(row[IDLE])
+        if len(reply) < len(rows) + LEASE_PAGE_SLACK:
             return owned
-        after = "(" + reply[-1][0].decode()
-        reply = _send(client, [("XPENDING", stream, group, after, rb.id_range(rows)[1], page,
-                                consumer)])[0]
+        after = "(" + reply[-1][ID].decode()
+        reply = each(client, [_lease_read(rb, unit, rows, start=after)])[0]
 
 
-def _renew(client: redis.Redis, rb: RoutedBatch, rows: list[int], fresh_ms: int) -> list[int]:
-    """Renew the lease of `rows` (owned, not fresh) atomically; return those renewed."""
+def _renew(client: redis.Redis, rb: RoutedBatch, rows: list[int], fresh_ms: int) -> None:
+    """Renew the lease of `rows` (owned, not fresh) atomically; report those not renewed."""
     if not rows:
-        return []
+        return
     calls: list[ScriptCall] = [
         (unit_rows, partial(renew_lease, client, stream, group, consumer,
                             [rb.id[i] for i in unit_rows], fresh_ms=fresh_ms))
         for (stream, group, consumer), unit_rows in rb.by_unit(rows, ordered=True).items()]
-    renewed = []
     for i, reply in run_script_calls(client, calls):
-        if reply == LEASE_RENEWED:
-            renewed.append(i)
-        elif reply == LEASE_DELETED:
+        if reply == LEASE_DELETED:
             rb.set(i, ACTION_DELETED, REASON_DELETED)
         elif reply == VANISHED:
             rb.set(i, ACTION_SKIPPED, REASON_VANISHED)
-        else:
+        elif reply != LEASE_RENEWED:
             rb.set(i, ACTION_SKIPPED, REASON_GONE)
-    return renewed
 
 
 def _report_ack(rb: RoutedBatch, rows: list[int], reply: Any) -> None:
@@ -417,16 +418,6 @@ def _report_ack(rb: RoutedBatch, rows: list[int], reply: Any) -> None:
                   "had been acked by another consumer since their lease")
     for i in rows:
         rb.set(i, ACTION_REPROCESSED, reason)
-
-
-def _send(client: redis.Redis, commands: Sequence[Sequence[object]]) -> list[Any]:
-    """One pipeline (no transaction); error replies are returned in place, not raised."""
-    if not commands:
-        return []
-    pipe = client.pipeline(transaction=False)
-    for command in commands:
-        pipe.execute_command(*command)
-    return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
 
 def _failed(params: JobParams, rb: RoutedBatch, rows: list[int], results: list[Result]
@@ -449,7 +440,7 @@ def _with_fields(client: redis.Redis, rb: RoutedBatch, rows: list[int]) -> list[
     if not missing:
         return rows
     gone = []
-    for stream, stream_rows in _rows_by_stream(rb, missing).items():
+    for stream, stream_rows in _grouped(missing, rb.stream.__getitem__).items():
         try:
             found = fetch_entries(client, stream, [rb.id[i] for i in stream_rows])
         except redis.ResponseError as exc:
@@ -468,13 +459,6 @@ def _with_fields(client: redis.Redis, rb: RoutedBatch, rows: list[int]) -> list[
     return [i for i in rows if rb.has_fields(i)]
 
 
-def _rows_by_stream(rb: RoutedBatch, rows: Iterable[int]) -> dict[str, list[int]]:
-    grouped: dict[str, list[int]] = defaultdict(list)
-    for i in rows:
-        grouped[rb.stream[i]].append(i)
-    return grouped
-
-
 def _dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
                  jobs: list[DeadLetterJob]) -> None:
     """Move `jobs` to their dead-letter streams, one pipeline of batched script calls."""
@@ -482,10 +466,9 @@ def _dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
         return
     now_ms = int(time.time() * 1000)
     calls: list[ScriptCall] = []
-    grouped: dict[Unit, list[DeadLetterJob]] = defaultdict(list)
-    for job in jobs:
-        grouped[rb.unit(job.row)].append(job)
-    for (stream, group, consumer), unit_jobs in grouped.items():
+    job_of = {job.row: job for job in jobs}
+    for (stream, group, consumer), rows in rb.by_unit(job_of).items():
+        unit_jobs = [job_of[i] for i in rows]
         ctx = DeadLetterContext(stream, group, consumer, dead_letter_key(stream, params.dlq_suffix),
                                 params.run_id, params.max_deliveries, now_ms)
         for start in range(0, len(unit_jobs), params.dlq_batch_size):

@@ -198,7 +198,17 @@ def assign(units: list[WorkUnit], partitions: int, consumer_prefix: str, run_id:
 
 def job_consumer(prefix: str, run_id: str, part: int) -> str:
     """The consumer name the job claims with for one part of one run."""
-    return f"{prefix}-{run_id}-{part}"
+    return f"{job_consumer_stem(prefix, run_id)}{part}"
+
+
+def job_consumer_stem(prefix: str, run_id: str) -> str:
+    """``<prefix>-<run id>-``: one run's job consumers are the stem and a part number."""
+    return f"{prefix}-{run_id}-"
+
+
+def is_job_consumer(name: str, stem: str) -> bool:
+    """True for a consumer named `stem` (``job_consumer_stem``) followed by a part number."""
+    return name.startswith(stem) and name[len(stem):].isdigit()
 
 
 def remove_empty_job_consumers(client: redis.Redis, units: Iterable[WorkUnit], prefix: str,

@@ -69,7 +69,7 @@ from typing import Any, cast
 import redis
 
 from recovery.config import RedisParams
-from recovery.discovery import WorkUnit
+from recovery.discovery import WorkUnit, is_job_consumer, job_consumer_stem
 from recovery.dlq_names import dead_letter_key
 from recovery.errors import DeadLetterNameError, RecoveryError
 from recovery.redis_conn import redis_errors, server_text, unit_vanished
@@ -117,17 +117,6 @@ class Totals:
     finished: int
     units: int
     vanished: int
-
-
-def job_consumer_stem(prefix: str, run_id: str) -> str:
-    """``<prefix>-<run id>-``: this run's job consumers are the stem and a part number
-    (``recovery.discovery.job_consumer``)."""
-    return f"{prefix}-{run_id}-"
-
-
-def is_job_consumer(name: str, stem: str) -> bool:
-    """True for a consumer named `stem` followed by a part number."""
-    return name.startswith(stem) and name[len(stem):].isdigit()
 
 
 def parse_pending_summary(reply: object, stem: str) -> UnitState:

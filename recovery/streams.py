@@ -93,11 +93,6 @@ def _info_dict(row: Sequence[object]) -> dict[str, object]:
             for i in range(0, len(row), 2)}
 
 
-def pending_count(client: redis.Redis, stream: str, group: str) -> int:
-    """Number of entries in the group's PEL (XPENDING summary form)."""
-    return int(client.execute_command("XPENDING", stream, group)[0])
-
-
 def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
                 min_idle_ms: int, cursor: str, count: int) -> ClaimBatch:
     """One XAUTOCLAIM step from `cursor`, with an atomic XPENDING read of the same range.
@@ -106,7 +101,8 @@ def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
     claimed entry are known (except where deleted entries shift the XPENDING page).
     """
     pipe = client.pipeline(transaction=True)
-    pipe.execute_command("XPENDING", stream, group, "IDLE", min_idle_ms, cursor, "+", count)
+    pipe.execute_command(*pending_command(stream, group, cursor, "+", count,
+                                          min_idle_ms=min_idle_ms))
     pipe.execute_command("XAUTOCLAIM", stream, group, consumer, min_idle_ms, cursor,
                          "COUNT", count)
     before_rows, reply = pipe.execute()
@@ -125,17 +121,22 @@ def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
     return ClaimBatch(_s(reply[0]), ids, flats, deleted, {r[ID]: r for r in before_rows})
 
 
+def pending_command(stream: str, group: str, start: str, end: str, count: int,
+                    consumer: str | None = None, min_idle_ms: int | None = None
+                    ) -> tuple[object, ...]:
+    """The XPENDING extended-form command for up to `count` PEL rows with start <= id <= end,
+    only `consumer`'s and only those idle >= `min_idle_ms` ms when given (for pipelines)."""
+    idle = ("IDLE", min_idle_ms) if min_idle_ms is not None else ()
+    owner = (consumer,) if consumer is not None else ()
+    return ("XPENDING", stream, group, *idle, start, end, count, *owner)
+
+
 def pending_page(client: redis.Redis, stream: str, group: str, start: str, end: str,
                  count: int, consumer: str | None = None,
                  min_idle_ms: int | None = None) -> list[PendingRow]:
     """XPENDING extended form: up to `count` PEL rows with start <= id <= end (raw rows)."""
-    args: list[object] = ["XPENDING", stream, group]
-    if min_idle_ms is not None:
-        args += ["IDLE", min_idle_ms]
-    args += [start, end, count]
-    if consumer is not None:
-        args.append(consumer)
-    return client.execute_command(*args)  # type: ignore[no-any-return]
+    return client.execute_command(  # type: ignore[no-any-return]
+        *pending_command(stream, group, start, end, count, consumer, min_idle_ms))
 
 
 def pending_pages(client: redis.Redis, stream: str, group: str, page: int,

@@ -56,6 +56,13 @@ def reporter(server: LocalServer, units: list[WorkUnit], interval_s: float,
     return ProgressReporter(connect(params), units, ":dlq", PREFIX, RUN, interval_s, params)
 
 
+def one_stream_reporter(server: LocalServer, interval_s: float) -> tuple[Redis, ProgressReporter]:
+    """A client and a reporter for one stream ("orders") with 5 stuck entries."""
+    client = server.client()
+    seed(client, ["orders"], 5)
+    return client, reporter(server, units_of(client, [("orders", GROUP)]), interval_s)
+
+
 def progress_lines(caplog: pytest.LogCaptureFixture, level: int = logging.INFO) -> list[str]:
     return [r.getMessage() for r in list(caplog.records)
             if r.name == "recovery.progress" and r.levelno == level]
@@ -240,10 +247,7 @@ def test_redis_down_warns_once_per_tick_and_never_raises_or_logs_the_password(ca
 
 def test_interval_0_starts_no_thread_and_reads_nothing(server, caplog_info):
     caplog = caplog_info
-    client = server.client()
-    seed(client, ["orders"], 5)
-    units = units_of(client, [("orders", GROUP)])
-    rep = reporter(server, units, 0)
+    client, rep = one_stream_reporter(server, 0)
     client.config_resetstat()
     threads = threading.active_count()
     with rep:
@@ -257,10 +261,7 @@ def test_interval_0_starts_no_thread_and_reads_nothing(server, caplog_info):
 
 def test_exit_is_prompt_with_a_long_interval_and_keeps_the_runs_error(server, caplog_info):
     caplog = caplog_info
-    client = server.client()
-    seed(client, ["orders"], 5)
-    units = units_of(client, [("orders", GROUP)])
-    rep = reporter(server, units, 60)
+    _, rep = one_stream_reporter(server, 60)
     with pytest.raises(RuntimeError, match="the stage failed"), rep:
         assert rep.running
         time.sleep(0.1)
