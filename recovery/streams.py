@@ -93,6 +93,11 @@ def _info_dict(row: Sequence[object]) -> dict[str, object]:
             for i in range(0, len(row), 2)}
 
 
+def pending_count(client: redis.Redis, stream: str, group: str) -> int:
+    """Number of entries in the group's PEL (XPENDING summary form; the notebook uses it)."""
+    return int(client.execute_command("XPENDING", stream, group)[0])
+
+
 def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
                 min_idle_ms: int, cursor: str, count: int) -> ClaimBatch:
     """One XAUTOCLAIM step from `cursor`, with an atomic XPENDING read of the same range.
