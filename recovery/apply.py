@@ -336,8 +336,7 @@ def _ack_and_lease(client: redis.Redis, rb: RoutedBatch, to_ack: list[int], to_l
     acks = rb.by_unit(to_ack)
     leases = rb.by_unit(to_lease)
     replies = each(client, _xacks(rb, acks) + [_lease_read(rb, u, r) for u, r in leases.items()])
-    for unit_rows, reply in zip(acks.values(), replies[: len(acks)], strict=True):
-        _report_ack(rb, unit_rows, reply)
+    _report_acks(client, rb, acks, replies[: len(acks)])
     stale = []
     for (unit, unit_rows), reply in zip(leases.items(), replies[len(acks):], strict=True):
         owned = _owned_idle(client, rb, unit, unit_rows, reply)
@@ -404,20 +403,32 @@ def _renew(client: redis.Redis, rb: RoutedBatch, rows: list[int], fresh_ms: int)
             rb.set(i, ACTION_SKIPPED, REASON_GONE)
 
 
-def _report_ack(rb: RoutedBatch, rows: list[int], reply: Any) -> None:
-    """Report rows handled and acked; say so when someone else acked some of them first."""
-    if isinstance(reply, Exception):
-        if not unit_vanished(reply):
+def _report_acks(client: redis.Redis, rb: RoutedBatch, acks: dict[Unit, list[int]],
+                 replies: list[Any]) -> None:
+    """Report rows handled and acked, per unit, from XACK's replies (a count per unit).
+
+    XACK counts 0 for an entry someone else acked first, and also for a stream or group that
+    no longer exists. A short count is therefore told apart with one XPENDING summary per
+    such unit (NOGROUP: vanished), sent only then.
+    """
+    short = [unit for (unit, rows), reply in zip(acks.items(), replies, strict=True)
+             if not isinstance(reply, Exception) and int(reply) < len(rows)]
+    probes = each(client, [("XPENDING", stream, group) for stream, group, _ in short])
+    vanished = {unit for unit, probe in zip(short, probes, strict=True)
+                if isinstance(probe, Exception) and unit_vanished(probe)}
+    for (unit, rows), reply in zip(acks.items(), replies, strict=True):
+        if isinstance(reply, Exception) and not unit_vanished(reply):
             raise reply
+        if isinstance(reply, Exception) or unit in vanished:
+            for i in rows:
+                rb.set(i, ACTION_SKIPPED, "handled, but " + REASON_VANISHED + " before the ack")
+            continue
+        reason = None
+        if int(reply) < len(rows):
+            reason = (f"handled; {len(rows) - int(reply)} of the {len(rows)} entries acked "
+                      "with it had been acked by another consumer since their lease")
         for i in rows:
-            rb.set(i, ACTION_SKIPPED, "handled, but " + REASON_VANISHED + " before the ack")
-        return
-    reason = None
-    if int(reply) < len(rows):
-        reason = (f"handled; {len(rows) - int(reply)} of the {len(rows)} entries acked with it "
-                  "had been acked by another consumer since their lease")
-    for i in rows:
-        rb.set(i, ACTION_REPROCESSED, reason)
+            rb.set(i, ACTION_REPROCESSED, reason)
 
 
 def _failed(params: JobParams, rb: RoutedBatch, rows: list[int], results: list[Result]

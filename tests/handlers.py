@@ -126,3 +126,18 @@ def ack_first_meanwhile(messages: list[Message]) -> list[Result]:
     client.xack(first.stream, first.group, first.id)
     client.close()
     return [Result.success()] * len(messages)
+
+
+MEANWHILE_ENV = "RECOVERY_TEST_MEANWHILE"  # "del": delete the stream; "destroy": its group
+
+
+def make_unit_vanish_meanwhile(messages: list[Message]) -> list[Result]:
+    """Succeeds on every message; while it runs, the stream (or its group) vanishes."""
+    client = redis.Redis.from_url(os.environ[LIVE_ACK_URL_ENV])
+    first = messages[0]
+    if os.environ[MEANWHILE_ENV] == "del":
+        client.delete(first.stream)
+    else:
+        client.xgroup_destroy(first.stream, first.group)
+    client.close()
+    return [Result.success()] * len(messages)

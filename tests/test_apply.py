@@ -14,11 +14,11 @@ import pyarrow as pa
 import pytest
 from redis import Redis
 
-from recovery.apply import apply_batch
+from recovery.apply import REASON_VANISHED, apply_batch
 from recovery.config import executor_params
 from recovery.redis_conn import connect
 from recovery.schemas import ROUTE_HANDLE, ROUTED, arrow
-from tests.handlers import LIVE_ACK_URL_ENV, SEEN
+from tests.handlers import LIVE_ACK_URL_ENV, MEANWHILE_ENV, SEEN
 
 GROUP, DEAD, JOB = "workers", "crashed", "recovery-r1-0"
 
@@ -40,9 +40,9 @@ def routed(stream: str, entries: list[tuple[str, dict]]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(rows, schema=arrow(ROUTED))
 
 
-def run_apply(server, make_settings, batch: pa.RecordBatch, *extra: str) -> list[dict]:
-    settings = make_settings('streams.keys=["s"]',
-                             "handler.path=tests.handlers:ack_first_meanwhile",
+def run_apply(server, make_settings, batch: pa.RecordBatch, *extra: str,
+              handler: str = "ack_first_meanwhile") -> list[dict]:
+    settings = make_settings('streams.keys=["s"]', f"handler.path=tests.handlers:{handler}",
                              "handler.batch_size=4", *extra)
     params = executor_params(settings, "r1")
     client = connect(params.redis)
@@ -110,3 +110,16 @@ def test_an_old_lease_is_renewed_before_the_call(server, client, make_settings, 
     # apply_batch; without it, its last activity is the claim, 500 ms before.
     consumers = {c["name"].decode(): c for c in client.xinfo_consumers("s", GROUP)}
     assert consumers[JOB]["idle"] <= elapsed_ms + 50, (consumers[JOB], elapsed_ms)
+
+
+@pytest.mark.parametrize("meanwhile", ["del", "destroy"])
+def test_a_unit_that_vanishes_during_the_call_is_not_reported_acked(
+        server, client, make_settings, live_acks, monkeypatch, meanwhile):
+    """XACK answers 0 for a missing stream or group, as for entries someone else acked: the
+    report must say the stream or group vanished, not that the job acked them."""
+    monkeypatch.setenv(MEANWHILE_ENV, meanwhile)
+    entries = claimed_entries(client, "s", 3)
+    report = run_apply(server, make_settings, routed("s", entries),
+                       handler="make_unit_vanish_meanwhile")
+    assert [(r["action"], r["reason"]) for r in report] == [
+        ("skipped", "handled, but " + REASON_VANISHED + " before the ack")] * 3
