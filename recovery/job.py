@@ -1,9 +1,11 @@
 """The recovery run, orchestrated on the driver.
 
 1. validate settings and handler, check the server, discover and spread the units;
-2. claim on executors and materialise the claimed set exactly once (eager local checkpoint);
-3. read the job consumers' PEL (delivery counts), join, route;
-4. dead-letter, handle and ack on executors while writing the per-entry report;
+2. group health as found (PEL histograms from an executor pass);
+3. claim on executors, each entry joined with its PEL row (delivery count), and materialise
+   the claimed set exactly once (eager local checkpoint); route;
+4. dead-letter, handle and ack on executors, on the claim's own partitions (no shuffle),
+   while writing the per-entry report;
 5. read the report back, sum it up, remove the job's empty consumers.
 """
 
@@ -34,12 +36,7 @@ from recovery.discovery import (
 from recovery.errors import ConfigError, RecoveryError
 from recovery.handlers import load_handler
 from recovery.health import collect_health, format_health, remove_idle_consumers
-from recovery.partitions import (
-    apply_partition,
-    claim_partition,
-    pending_partition,
-    units_of_parts,
-)
+from recovery.partitions import apply_partition, claim_partition, units_of_parts
 from recovery.progress import ProgressReporter
 from recovery.redis_conn import connect
 from recovery.report import (
@@ -57,13 +54,12 @@ from recovery.schemas import (
     ACTIONS,
     CLAIMED,
     PEL_HISTOGRAM,
-    PENDING,
     PLAN_ACTIONS,
     REPORT,
     UNIT,
 )
 from recovery.survey import histogram_partition, plan_partition
-from recovery.transforms import join_pending, route
+from recovery.transforms import route
 
 log = logging.getLogger(__name__)
 TYPED_ERROR = re.compile(r"recovery\.errors\.(\w+): ([^\n]+)")
@@ -82,6 +78,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
     Raises RecoveryError subclasses for what it cannot do.
     """
     started = time.monotonic()
+    check_no_speculation(spark.conf.get("spark.speculation", "false"))
     params = executor_params(settings, run_id or new_run_id())
     load_handler(settings.handler.path)
     check_report_location(settings.report.path)
@@ -112,7 +109,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
 def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
                units: list[WorkUnit], summary: RunSummary, dry_run: bool) -> None:
     """Health first (as found), then the plan or the recovery, then housekeeping."""
-    unit_df, parts = _unit_frame(spark, settings, params, units)
+    unit_df = _unit_frame(spark, settings, params, units)
     health = _health(spark, client, settings, params, units, unit_df)
     summary.health = health_totals(health)
     summary.health_path = health_path(settings.report.path, params.run_id) if health else None
@@ -123,7 +120,7 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
     with ProgressReporter(client, units, settings.dead_letter.suffix,
                           settings.claim.consumer_prefix, params.run_id,
                           settings.report.progress_interval_s, params.redis):
-        _recover(spark, settings, params, unit_df, parts)
+        _recover(spark, settings, params, unit_df)
     remove_empty_job_consumers(client, units, settings.claim.consumer_prefix, params.redis)
     idle_ms = settings.housekeeping.remove_idle_consumers_ms
     if idle_ms is not None:
@@ -131,9 +128,9 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
 
 
 def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
-                units: list[WorkUnit]) -> tuple[DataFrame, int]:
+                units: list[WorkUnit]) -> DataFrame:
     """The units as a small DataFrame with exactly one Spark partition per part (so parts
-    never share a task, whatever the keys hash to); and the part count."""
+    never share a task, whatever the keys hash to)."""
     parts = assign(units, settings.spark.partitions, settings.claim.consumer_prefix,
                    params.run_id)
     n = max(a.part for a in parts) + 1
@@ -141,7 +138,7 @@ def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
     by_part: list[list[dict]] = [[] for _ in range(n)]
     for a in parts:
         by_part[a.part].append(vars(a))
-    return spark.range(0, n, 1, n).mapInArrow(units_of_parts(by_part), UNIT), n
+    return spark.range(0, n, 1, n).mapInArrow(units_of_parts(by_part), UNIT)
 
 
 def _health(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
@@ -158,22 +155,16 @@ def _health(spark: SparkSession, client: redis.Redis, settings: Settings, params
 
 
 def _recover(spark: SparkSession, settings: Settings, params: JobParams,
-             unit_df: DataFrame, n: int) -> None:
+             unit_df: DataFrame) -> None:
     started = time.monotonic()
     claimed = materialise_once(unit_df.mapInArrow(claim_partition(params), CLAIMED))
     log.info("run %s: claim done in %.1f s", params.run_id, time.monotonic() - started)
-    # Partition the PEL side by unit and let the join reuse that: the claimed side is then
-    # shuffled by (stream, group) only, so each unit reaches the apply stage in one task,
-    # contiguous and in ID order (cheap ranged ownership checks in the lease reads).
-    spark.conf.set("spark.sql.requireAllClusterKeysForCoPartition", "false")
     # Batches to Python are bounded by maxRecordsPerBatch (10,000 rows) alone: a byte limit
     # makes Spark measure the Arrow buffers after every row (~10% of the apply stage's JVM time
     # with the nested fields column); INT_MAX switches that check off.
     spark.conf.set("spark.sql.execution.arrow.maxBytesPerBatch", str(2**31 - 1))
-    pending = unit_df.mapInArrow(pending_partition(params), PENDING).repartition(
-        n, "stream", "group")
-    routed = claimed.transform(join_pending(pending)).transform(
-        route(settings.claim.max_deliveries))
+    # Narrow: each claim task's output, in claim order, goes to one apply task.
+    routed = claimed.transform(route(settings.claim.max_deliveries))
     report = routed.mapInArrow(apply_partition(params), REPORT)
     started = time.monotonic()
     write_report(report, settings.report.path, params.run_id)
@@ -184,7 +175,8 @@ def _recover(spark: SparkSession, settings: Settings, params: JobParams,
 def materialise_once(claimed: DataFrame) -> DataFrame:
     """Run the claim now, exactly once, and keep its output: later actions read the
     checkpoint instead of claiming again (a re-run claim would see its own entries as fresh
-    and skip them). On disk, not in memory: the join's sort needs the executors' memory."""
+    and skip them). On disk, not in memory: a backlog may be far bigger than the executors'
+    memory, and the hand-over streams it back batch by batch."""
     return claimed.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
 
 
@@ -211,6 +203,17 @@ def from_spark_error(exc: Exception) -> RecoveryError:
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
     detail = cause.group(0).strip() if cause else first
     return RecoveryError(f"the Spark job failed: {detail[:500]}")
+
+
+def check_no_speculation(value: str | None) -> None:
+    """Refuse speculative execution (exit 2): it runs a claim or hand-over task twice at once,
+    which would claim entries the kept attempt never sees (left pending until the next run)
+    and hand entries to the handler twice."""
+    if str(value).strip().lower() == "true":
+        raise ConfigError(
+            "spark.speculation is true: this job's tasks claim and ack in Redis and must not "
+            "run twice at once; submit it with --conf spark.speculation=false"
+        )
 
 
 def check_report_location(path: str) -> None:

@@ -5,7 +5,6 @@ runs per partition. One Redis client per partition; the driver never sees messag
 
 - ``claim_partition``: UNIT rows -> CLAIMED rows, XAUTOCLAIM cursor loops (a side effect:
   the driver materialises its output exactly once);
-- ``pending_partition``: UNIT rows -> PENDING rows, the job consumer's PEL after the claim;
 - ``apply_partition``: ROUTED rows -> REPORT rows, dead-letter moves, handler and acks.
 """
 
@@ -13,40 +12,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from itertools import accumulate, chain
 from typing import Any
 
 import pyarrow as pa
 import redis
 
 from recovery.apply import apply_batch
+from recovery.claim import claim_unit
 from recovery.config import JobParams
 from recovery.errors import StreamUnitError
 from recovery.faults import maybe_fail
 from recovery.redis_conn import connect, redis_errors
-from recovery.schemas import CLAIMED, PENDING, UNIT, arrow
-from recovery.streams import (
-    COUNT,
-    END_CURSOR,
-    ID,
-    IDLE,
-    OWNER,
-    ClaimBatch,
-    claim_batch,
-    pending_pages,
-)
+from recovery.schemas import UNIT, arrow
 from recovery.throttle import Throttle
 
 log = logging.getLogger(__name__)
 
 ArrowFn = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 UnitFn = Callable[[redis.Redis, dict[str, Any]], Iterator[pa.RecordBatch]]
-PENDING_PAGE = 10_000
-PROGRESS_EVERY = 100_000
-CLAIMED_ARROW = arrow(CLAIMED)
-PENDING_ARROW = arrow(PENDING)
 UNIT_ARROW = arrow(UNIT)
-FIELDS_ARROW = CLAIMED_ARROW.field("fields").type
 
 
 def units_of_parts(by_part: list[list[dict[str, Any]]]) -> ArrowFn:
@@ -110,80 +94,9 @@ def claim_partition(params: JobParams) -> ArrowFn:
 
     def make() -> UnitFn:
         throttle = Throttle(params.max_entries_per_s_per_partition)
-        return lambda client, unit: _claim_unit(client, params, unit, throttle)
+        return lambda client, unit: claim_unit(client, params, unit, throttle)
 
     return per_unit(params, make)
-
-
-def _claim_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any],
-                throttle: Throttle) -> Iterator[pa.RecordBatch]:
-    """XAUTOCLAIM from 0-0, passing the cursor back unchanged, until it returns 0-0."""
-    stream, group, consumer = unit["stream"], unit["group"], unit["consumer"]
-    cursor, step, claimed = "0-0", 0, 0
-    while True:
-        with redis_errors(params.redis, stream, group):
-            batch = claim_batch(client, stream, group, consumer, params.min_idle_ms, cursor,
-                                params.count)
-        step += 1
-        seen = len(batch.ids) + len(batch.deleted)
-        if seen:
-            yield _claimed_batch(unit, batch)
-        claimed, before = claimed + seen, claimed
-        if claimed // PROGRESS_EVERY > before // PROGRESS_EVERY:
-            log.info("claim %s / %s: %d entries so far", stream, group, claimed)
-        maybe_fail("claim", step)
-        throttle.take(seen)
-        cursor = batch.next_cursor
-        if cursor == END_CURSOR:
-            return
-
-
-def _claimed_batch(unit: dict[str, Any], batch: ClaimBatch) -> pa.RecordBatch:
-    """Arrow columns built directly (flat name/value arrays plus offsets): fast and exact."""
-    ids = batch.ids + batch.deleted
-    flat = list(chain.from_iterable(batch.flats))
-    offsets = [0, *accumulate(len(f) // 2 for f in batch.flats)]
-    struct = pa.StructArray.from_arrays(
-        [pa.array(flat[0::2], pa.binary()), pa.array(flat[1::2], pa.binary())],
-        fields=list(FIELDS_ARROW.value_type),
-    )
-    fields_col = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), struct,
-                                          type=FIELDS_ARROW)
-    n_deleted = len(batch.deleted)
-    if n_deleted:
-        fields_col = pa.concat_arrays([fields_col, pa.nulls(n_deleted, FIELDS_ARROW)])
-    before = [batch.before.get(i) for i in ids]
-    columns = [
-        *_unit_columns(unit, len(ids)),
-        pa.array(ids, pa.string()),
-        pa.array([False] * len(batch.ids) + [True] * n_deleted, pa.bool_()),
-        pa.array([b[OWNER] if b else None for b in before], pa.string()),
-        pa.array([b[IDLE] if b else None for b in before], pa.int64()),
-        fields_col,
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=CLAIMED_ARROW)
-
-
-def pending_partition(params: JobParams) -> ArrowFn:
-    """UNIT batches -> PENDING batches: every entry the unit's job consumer owns now."""
-    return per_unit(params, lambda: lambda client, unit: _pending_unit(client, params, unit))
-
-
-def _pending_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any]
-                  ) -> Iterator[pa.RecordBatch]:
-    stream, group, consumer = unit["stream"], unit["group"], unit["consumer"]
-    with redis_errors(params.redis, stream, group):
-        for rows in pending_pages(client, stream, group, PENDING_PAGE, consumer):
-            yield pa.RecordBatch.from_arrays([
-                *_unit_columns(unit, len(rows)),
-                pa.array([r[ID] for r in rows], pa.string()),
-                pa.array([r[COUNT] for r in rows], pa.int64()),
-            ], schema=PENDING_ARROW)
-
-
-def _unit_columns(unit: dict[str, Any], n: int) -> list[pa.Array]:
-    """The stream, group and consumer columns of `n` rows of one unit."""
-    return [pa.array([unit[k]] * n, pa.string()) for k in ("stream", "group", "consumer")]
 
 
 def skip_vanished(unit: dict[str, Any], batches: Iterator[pa.RecordBatch]

@@ -35,9 +35,11 @@ FIELDS = ArrayType(FIELD, containsNull=False)
 # derived from run id and partition so a retried task takes back what its first attempt claimed.
 UNIT = StructType([*UNIT_KEY, StructField("part", IntegerType(), False)])
 
-# What the XAUTOCLAIM loops returned. `fields` is null for entries deleted upstream
-# (`deleted` true); `previous_consumer` and `idle_ms` are the PEL state just before the claim,
-# null where unknown.
+# What the XAUTOCLAIM loops returned, each entry joined with its PEL row. `fields` is null
+# for entries deleted upstream (`deleted` true) and for entries an earlier task attempt claimed
+# (fetched at hand-over); `previous_consumer` and `idle_ms` are the PEL state just before the
+# claim, null where unknown; `delivery_count` includes this claim, null where the entry was
+# no longer the job's right after it.
 CLAIMED = StructType(
     [
         *UNIT_KEY,
@@ -46,20 +48,12 @@ CLAIMED = StructType(
         StructField("previous_consumer", StringType(), True),
         StructField("idle_ms", LongType(), True),
         StructField("fields", FIELDS, True),
-    ]
-)
-
-# The job consumer's PEL after the claim (XPENDING): the delivery count includes this claim.
-PENDING = StructType([*UNIT_KEY, ENTRY_ID, StructField("delivery_count", LongType(), False)])
-
-# Claimed joined with pending, plus the route each entry takes.
-ROUTED = StructType(
-    [
-        *CLAIMED.fields,
         StructField("delivery_count", LongType(), True),
-        StructField("route", StringType(), False),
     ]
 )
+
+# Claimed entries plus the route each takes.
+ROUTED = StructType([*CLAIMED.fields, StructField("route", StringType(), False)])
 
 # One row per entry the run touched.
 REPORT = StructType(

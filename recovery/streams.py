@@ -30,7 +30,8 @@ class ClaimBatch:
     `ids` / `flats`: the claimed entries (ID as bytes, flat fields); `deleted`: IDs (bytes)
     found in the PEL but gone from the stream (7.0+: the third reply element; 6.2: entries
     returned as nil); `before`: ID -> the PendingRow of the same range read atomically just
-    before the claim (last owner, idle time, count).
+    before the claim (last owner, idle time, count); `own_first`: the ID of the claiming
+    consumer's first own entry at or after the cursor just before the claim, if any.
     """
 
     next_cursor: str
@@ -38,6 +39,7 @@ class ClaimBatch:
     flats: list[FlatFields]
     deleted: list[bytes]
     before: dict[bytes, PendingRow]
+    own_first: bytes | None
 
 
 def _s(value: bytes | str) -> str:
@@ -100,17 +102,19 @@ def pending_count(client: redis.Redis, stream: str, group: str) -> int:
 
 def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
                 min_idle_ms: int, cursor: str, count: int) -> ClaimBatch:
-    """One XAUTOCLAIM step from `cursor`, with an atomic XPENDING read of the same range.
+    """One XAUTOCLAIM step from `cursor`, with atomic XPENDING reads just before it: the
+    idle entries of the same range, and `consumer`'s own first entry from `cursor` on.
 
-    MULTI/EXEC makes the two see the same PEL, so the last owner and idle time of each
-    claimed entry are known (except where deleted entries shift the XPENDING page).
+    MULTI/EXEC makes the three see the same PEL, so the last owner, idle time and count of
+    each claimed entry are known (except where deleted entries shift the XPENDING page).
     """
     pipe = client.pipeline(transaction=True)
     pipe.execute_command(*pending_command(stream, group, cursor, "+", count,
                                           min_idle_ms=min_idle_ms))
+    pipe.execute_command(*pending_command(stream, group, cursor, "+", 1, consumer))
     pipe.execute_command("XAUTOCLAIM", stream, group, consumer, min_idle_ms, cursor,
                          "COUNT", count)
-    before_rows, reply = pipe.execute()
+    before_rows, own_rows, reply = pipe.execute()
     ids: list[bytes] = []
     flats: list[FlatFields] = []
     deleted = list(reply[2]) if len(reply) > 2 else []
@@ -123,7 +127,8 @@ def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
         else:
             ids.append(entry_id)
             flats.append(flat)
-    return ClaimBatch(_s(reply[0]), ids, flats, deleted, {r[ID]: r for r in before_rows})
+    return ClaimBatch(_s(reply[0]), ids, flats, deleted, {r[ID]: r for r in before_rows},
+                      own_rows[0][ID] if own_rows else None)
 
 
 def pending_command(stream: str, group: str, start: str, end: str, count: int,
@@ -145,13 +150,12 @@ def pending_page(client: redis.Redis, stream: str, group: str, start: str, end: 
 
 
 def pending_pages(client: redis.Redis, stream: str, group: str, page: int,
-                  consumer: str | None = None, min_idle_ms: int | None = None
-                  ) -> Iterator[list[PendingRow]]:
-    """The whole PEL (or `consumer`'s part, or entries idle >= `min_idle_ms`) in ID order,
-    `page` raw rows per XPENDING call."""
-    start = "-"
+                  consumer: str | None = None, min_idle_ms: int | None = None,
+                  start: str = "-", end: str = "+") -> Iterator[list[PendingRow]]:
+    """The whole PEL (or `consumer`'s part, or entries idle >= `min_idle_ms`; or only IDs from
+    `start` to `end`, ``(`` for exclusive) in ID order, `page` raw rows per XPENDING call."""
     while True:
-        rows = pending_page(client, stream, group, start, "+", page, consumer, min_idle_ms)
+        rows = pending_page(client, stream, group, start, end, page, consumer, min_idle_ms)
         if rows:
             yield rows
         if len(rows) < page:

@@ -91,7 +91,8 @@ def recording(messages: list[Message]) -> object:
     """Record each hand-over in Redis (HINCRBY, so a second one shows), then act as told.
 
     Control keys: ``url`` (where to record), ``delay_s`` (sleep per call), ``on_first_call``
-    (Redis commands run once per test, on the first call anywhere), and fields that change
+    (Redis commands run once per test, on the first call anywhere, followed by a sleep of
+    ``after_first_call_s``), and fields that change
     the behaviour of the whole call when a message carries them: ``raise``, ``garbage``,
     ``hang`` (sleeps ``hang_s``). Otherwise it answers like verify_or_fail.
     """
@@ -103,6 +104,7 @@ def recording(messages: list[Message]) -> object:
         client.sadd(FIRST_CALL_ENTRIES, *keys)
         for command in control["on_first_call"]:
             client.execute_command(*command)
+        time.sleep(control.get("after_first_call_s", 0))
     time.sleep(control.get("delay_s", 0))
     if any(m.field(b"hang") is not None for m in messages):
         time.sleep(control.get("hang_s", 30))

@@ -1,6 +1,6 @@
 """The hand-over stage on its own (recovery.apply.apply_batch), against real servers, no Spark.
 
-A ROUTED batch is built the way the join hands it over; what the handler saw, the report
+A ROUTED batch is built the way the claim hands it over; what the handler saw, the report
 and the PEL are then checked against Redis itself. Fast: each test is a few round trips.
 """
 

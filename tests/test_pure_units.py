@@ -12,6 +12,7 @@ from recovery.discovery import WorkUnit, assign
 from recovery.dlq_names import dead_letter_key
 from recovery.errors import ConfigError, DeadLetterNameError
 from recovery.handlers import Result, normalise_reply
+from recovery.job import check_no_speculation
 from recovery.throttle import Throttle
 
 
@@ -97,3 +98,14 @@ def test_throttle_sleeps_to_the_cap():
     throttle.take(50)
     throttle.take(50)
     assert now[0] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("value", ["true", "TRUE", " true "])
+def test_speculation_is_refused_with_the_fix(value):
+    with pytest.raises(ConfigError, match=r"--conf spark\.speculation=false"):
+        check_no_speculation(value)
+
+
+@pytest.mark.parametrize("value", ["false", None, ""])
+def test_no_speculation_passes(value):
+    check_no_speculation(value)

@@ -1,0 +1,157 @@
+"""One unit's claim on an executor: the XAUTOCLAIM cursor loop, each claimed entry joined
+with its PEL row (last owner, idle time, delivery count), as CLAIMED Arrow batches.
+
+XAUTOCLAIM runs from ``0-0``, passing the cursor back unchanged until it is ``0-0`` again.
+Each step is one MULTI that reads, just before the claim,
+
+- the ``XPENDING ... IDLE`` rows of the same range: the PEL as found (a claimed entry's
+  delivery count is its row's plus one);
+- the job consumer's first own entry at or after the cursor. There is normally none: what
+  the loop claimed so far lies before the cursor. One there was claimed by an earlier attempt
+  of this task, or by an earlier send of this very step whose reply was lost (redis-py sends a
+  step again after a connection error; what the first send claimed is no longer idle, so the
+  second send skips it).
+
+Only after a step whose own-entry read found one (or, defensively, whose claimed entries are
+not all in its range read) does one more read of the job consumer's entries in the step's
+range follow: it takes those entries back (reported after the loop, their fields fetched at
+hand-over) and gives the claimed ones their counts. The steps' ranges tile the whole PEL, so
+every entry the job consumer owns when the loop ends is in the output exactly once, without a
+second pass over the PEL. The output is in claim order: the unit's entries contiguous,
+ascending by ID, entries taken back last.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from itertools import accumulate, chain
+from typing import Any
+
+import pyarrow as pa
+import redis
+
+from recovery.config import JobParams
+from recovery.faults import maybe_fail
+from recovery.redis_conn import redis_errors
+from recovery.schemas import CLAIMED, arrow
+from recovery.streams import (
+    COUNT,
+    END_CURSOR,
+    ID,
+    IDLE,
+    OWNER,
+    ClaimBatch,
+    PendingRow,
+    claim_batch,
+    pending_pages,
+)
+from recovery.throttle import Throttle
+
+log = logging.getLogger(__name__)
+
+OWN_PAGE = 10_000  # XPENDING rows per read of the job consumer's own entries
+PROGRESS_EVERY = 100_000  # entries between two progress lines of one unit
+CLAIMED_ARROW = arrow(CLAIMED)
+FIELDS_ARROW = CLAIMED_ARROW.field("fields").type
+
+
+def claim_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any],
+               throttle: Throttle) -> Iterator[pa.RecordBatch]:
+    """CLAIMED batches of one unit: everything its job consumer owns once the loop ends."""
+    stream, group, consumer = unit["stream"], unit["group"], unit["consumer"]
+    owned: dict[bytes, PendingRow] = {}  # taken back: the job consumer's, not claimed here
+    cursor, step, claimed = END_CURSOR, 0, 0
+    while True:
+        with redis_errors(params.redis, stream, group):
+            batch = claim_batch(client, stream, group, consumer, params.min_idle_ms, cursor,
+                                params.count)
+            counts = _counts_after(client, unit, batch, cursor, owned)
+        step += 1
+        seen = len(batch.ids) + len(batch.deleted)
+        if seen:
+            yield _claimed_batch(unit, batch, counts)
+        claimed, before = claimed + seen, claimed
+        if claimed // PROGRESS_EVERY > before // PROGRESS_EVERY:
+            log.info("claim %s / %s: %d entries so far", stream, group, claimed)
+        maybe_fail("claim", step)
+        throttle.take(seen)
+        cursor = batch.next_cursor
+        if cursor == END_CURSOR:
+            break
+    if owned:
+        log.info("claim %s / %s: %d entries taken back (claimed by an earlier attempt or "
+                 "through a lost reply)", stream, group, len(owned))
+        yield _owned_batch(unit, sorted(owned.values(), key=_id_order))
+
+
+def _counts_after(client: redis.Redis, unit: dict[str, Any], batch: ClaimBatch, cursor: str,
+                  owned: dict[bytes, PendingRow]) -> dict[bytes, int]:
+    """Delivery counts after the claim of the step's entries missing from its range read;
+    adds the job consumer's entries in the step's range that the step did not claim to
+    `owned`. No round trip unless the step found an own entry at or after its cursor."""
+    missing = [i for i in batch.ids if i not in batch.before]
+    if not missing and batch.own_first is None:
+        return {}
+    end = "+" if batch.next_cursor == END_CURSOR else "(" + batch.next_cursor
+    claimed_now = set(batch.ids) | set(batch.deleted)
+    counts: dict[bytes, int] = {}
+    for page in pending_pages(client, unit["stream"], unit["group"], OWN_PAGE, unit["consumer"],
+                              start=cursor, end=end):
+        for row in page:
+            if row[ID] in claimed_now:
+                counts[row[ID]] = int(row[COUNT])
+            elif row[ID] not in owned:
+                owned[row[ID]] = row
+    return counts
+
+
+def _id_order(row: PendingRow) -> tuple[int, int]:
+    ms, _, seq = row[ID].partition(b"-")
+    return int(ms), int(seq)
+
+
+def _claimed_batch(unit: dict[str, Any], batch: ClaimBatch, counts: dict[bytes, int]
+                   ) -> pa.RecordBatch:
+    """Arrow columns built directly (flat name/value arrays plus offsets): fast and exact."""
+    ids = batch.ids + batch.deleted
+    flat = list(chain.from_iterable(batch.flats))
+    offsets = [0, *accumulate(len(f) // 2 for f in batch.flats)]
+    struct = pa.StructArray.from_arrays(
+        [pa.array(flat[0::2], pa.binary()), pa.array(flat[1::2], pa.binary())],
+        fields=list(FIELDS_ARROW.value_type),
+    )
+    fields_col = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), struct,
+                                          type=FIELDS_ARROW)
+    n_deleted = len(batch.deleted)
+    if n_deleted:
+        fields_col = pa.concat_arrays([fields_col, pa.nulls(n_deleted, FIELDS_ARROW)])
+    before = [batch.before.get(i) for i in ids]
+    return _batch(unit, ids, [False] * len(batch.ids) + [True] * n_deleted,
+                  [b[OWNER] if b else None for b in before],
+                  [b[IDLE] if b else None for b in before],
+                  [b[COUNT] + 1 if b else counts.get(i) for i, b in zip(ids, before, strict=True)],
+                  fields_col)
+
+
+def _owned_batch(unit: dict[str, Any], rows: list[PendingRow]) -> pa.RecordBatch:
+    """Entries the job consumer owned without this loop's claim: no previous owner or idle
+    time known, no fields (fetched at hand-over), the PEL's delivery count."""
+    n = len(rows)
+    return _batch(unit, [r[ID] for r in rows], [False] * n, [None] * n, [None] * n,
+                  [int(r[COUNT]) for r in rows], pa.nulls(n, FIELDS_ARROW))
+
+
+def _batch(unit: dict[str, Any], ids: list[bytes], deleted: list[bool],
+           previous: list[bytes | None], idle: list[int | None], counts: list[int | None],
+           fields_col: pa.Array) -> pa.RecordBatch:
+    n = len(ids)
+    return pa.RecordBatch.from_arrays([
+        *(pa.array([unit[k]] * n, pa.string()) for k in ("stream", "group", "consumer")),
+        pa.array(ids, pa.string()),
+        pa.array(deleted, pa.bool_()),
+        pa.array(previous, pa.string()),
+        pa.array(idle, pa.int64()),
+        fields_col,
+        pa.array(counts, pa.int64()),
+    ], schema=CLAIMED_ARROW)

@@ -1,0 +1,88 @@
+"""A TCP proxy in front of a real server that loses one reply: the request reaches the
+server and runs, its reply is thrown away and the client's connection is closed. This is the
+network fault a client retry cannot see through (redis-py then sends the command again)."""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import threading
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ReplyDropper:
+    """Forwards 127.0.0.1:`port` to the server at `target_port`; drops the reply to the
+    `nth` request (1-based) whose bytes contain `marker`, once. `dropped` counts drops."""
+
+    target_port: int
+    marker: bytes
+    nth: int = 1
+    dropped: int = 0
+    _seen: int = 0
+    _listener: socket.socket = field(default_factory=socket.socket)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return int(self._listener.getsockname()[1])
+
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                downstream, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            threading.Thread(target=self._pump, args=(downstream, upstream), daemon=True).start()
+
+    def _pump(self, downstream: socket.socket, upstream: socket.socket) -> None:
+        try:
+            while True:
+                ready, _, _ = select.select([downstream, upstream], [], [])
+                if downstream in ready:
+                    data = downstream.recv(65536)
+                    if not data:
+                        return
+                    upstream.sendall(data)
+                    if self._drop_this(data):
+                        _swallow(upstream)
+                        return
+                if upstream in ready:
+                    data = upstream.recv(65536)
+                    if not data:
+                        return
+                    downstream.sendall(data)
+        finally:
+            downstream.close()
+            upstream.close()
+
+    def _drop_this(self, request: bytes) -> bool:
+        with self._lock:
+            if self.marker not in request:
+                return False
+            self._seen += 1
+            if self._seen != self.nth:
+                return False
+            self.dropped += 1
+            return True
+
+
+def _swallow(upstream: socket.socket) -> None:
+    """Read the server's reply (so the command surely ran) and throw it away."""
+    upstream.settimeout(2.0)
+    with contextlib.suppress(OSError):
+        upstream.recv(65536)
