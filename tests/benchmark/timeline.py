@@ -1,9 +1,10 @@
 """Laying Redis' work over the job's timeline: what each phase of a run costs Redis.
 
-The job's own log lines (``spark_log.job_lines``) cut its wall time into segments, each
-named after the line that ends it (the last one ends with the process). Redis counters
-sampled every half second (``measure.RedisSampler``) are read at the segment bounds: CPU
-interpolated linearly, per-command totals from the last sample before the bound.
+The job's own log lines (``spark_log.job_lines``; not the periodic progress lines) cut its
+wall time into segments, each named after the line that ends it (the last one ends with the
+process). Redis counters sampled every half second (``measure.RedisSampler``) are read at the
+segment bounds: CPU interpolated linearly, per-command totals from the last sample before the
+bound.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from tests.benchmark.spark_log import LogLine
 RUN_PREFIX = re.compile(r"^run \S+?:? ")
 LABEL_CHARS = 60
 TOP = 3
+PROGRESS_LOGGER = "recovery.progress"
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,8 @@ def segments(lines: list[LogLine], started_epoch: float, wall_s: float,
     """The run cut at each of the job's log lines, with Redis' share of each piece."""
     if len(samples) < 2:
         return []
-    bounds = [(0.0, "")] + [(ln.at_s, _label(ln.message)) for ln in lines]
+    marks = [ln for ln in lines if ln.logger != PROGRESS_LOGGER]  # periodic, not phases
+    bounds = [(0.0, "")] + [(ln.at_s, _label(ln.message)) for ln in marks]
     bounds.append((wall_s, "process exit"))
     result = []
     for (start, _), (end, label) in itertools.pairwise(bounds):
