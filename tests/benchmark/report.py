@@ -89,12 +89,14 @@ def _per_msg(records: list[RunRecord], value: Callable[[RunRecord], float | None
 
 def _minus_probe(probes: list[RunRecord] | None, value: Callable[[RunRecord], float]
                  ) -> Callable[[RunRecord], float | None]:
-    """`value` of a job run minus that of the probe run of the same repeat."""
+    """`value` of a job run minus that of the probe run of the same repeat; None where that
+    is not positive (the backlog's own share is below the noise of the fixed start-up)."""
     by_repeat = {p.repeat: value(p) for p in probes or []}
 
     def steady(record: RunRecord) -> float | None:
         probe = by_repeat.get(record.repeat)
-        return None if probe is None else value(record) - probe
+        rest = None if probe is None else value(record) - probe
+        return rest if rest is not None and rest > 0 else None
 
     return steady
 
