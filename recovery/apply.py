@@ -260,11 +260,11 @@ def apply_batch(client: redis.Redis, params: JobParams, batch: pa.RecordBatch
 
 
 def _clear_deleted(client: redis.Redis, rb: RoutedBatch, rows: list[int]) -> None:
-    """Report entries deleted upstream; ack those that may still be in our PEL (Redis 6.2
-    keeps them there; 7.0+ dropped them at the claim, and XACK then does nothing)."""
-    still_pending = [i for i in rows if rb.delivery_count[i] is not None]
-    if still_pending:
-        each(client, _xacks(rb, rb.by_unit(still_pending)))
+    """Report entries deleted upstream and ack their PEL slots: Redis 6.2 leaves them with the
+    job's consumer; 7.0+ dropped them at the claim (XACK then does nothing), and a deleted
+    entry can never be delivered to anyone again."""
+    if rows:
+        each(client, _xacks(rb, rb.by_unit(rows)))
     for i in rows:
         rb.set(i, ACTION_DELETED, REASON_DELETED)
 

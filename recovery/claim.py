@@ -12,13 +12,13 @@ Each step is one MULTI that reads, just before the claim,
   step again after a connection error; what the first send claimed is no longer idle, so the
   second send skips it).
 
-Only after a step whose own-entry read found one (or, defensively, whose claimed entries are
-not all in its range read) does one more read of the job consumer's entries in the step's
-range follow: it takes those entries back (reported after the loop, their fields fetched at
-hand-over) and gives the claimed ones their counts. The steps' ranges tile the whole PEL, so
-every entry the job consumer owns when the loop ends is in the output exactly once, without a
-second pass over the PEL. The output is in claim order: the unit's entries contiguous,
-ascending by ID, entries taken back last.
+Only after a step whose own-entry read found one (or, as a guard never seen to trigger on
+Redis 7.0 or Valkey 8.1, whose claimed entries are not all in its range read) does one more
+read of the job consumer's entries in the step's range follow: it takes those entries back
+(reported after the loop, their fields fetched at hand-over) and gives the claimed ones their
+counts. The steps' ranges tile the whole PEL, so every entry the job consumer owns when the
+loop ends is in the output exactly once, without a second pass over the PEL. The output is
+in claim order: the unit's entries contiguous, ascending by ID, entries taken back last.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from recovery.config import JobParams
 from recovery.faults import maybe_fail
 from recovery.redis_conn import redis_errors
 from recovery.schemas import CLAIMED, arrow
+from recovery.scripts import stream_id_key
 from recovery.streams import (
     COUNT,
     END_CURSOR,
@@ -66,7 +67,7 @@ def claim_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any],
         with redis_errors(params.redis, stream, group):
             batch = claim_batch(client, stream, group, consumer, params.min_idle_ms, cursor,
                                 params.count)
-            counts = _counts_after(client, unit, batch, cursor, owned)
+            counts = _read_own_range(client, unit, batch, cursor, owned)
         step += 1
         seen = len(batch.ids) + len(batch.deleted)
         if seen:
@@ -82,14 +83,16 @@ def claim_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any],
     if owned:
         log.info("claim %s / %s: %d entries taken back (claimed by an earlier attempt or "
                  "through a lost reply)", stream, group, len(owned))
-        yield _owned_batch(unit, sorted(owned.values(), key=_id_order))
+        rows = sorted(owned.values(), key=lambda r: stream_id_key(r[ID].decode()))
+        yield _owned_batch(unit, rows)
 
 
-def _counts_after(client: redis.Redis, unit: dict[str, Any], batch: ClaimBatch, cursor: str,
-                  owned: dict[bytes, PendingRow]) -> dict[bytes, int]:
-    """Delivery counts after the claim of the step's entries missing from its range read;
-    adds the job consumer's entries in the step's range that the step did not claim to
-    `owned`. No round trip unless the step found an own entry at or after its cursor."""
+def _read_own_range(client: redis.Redis, unit: dict[str, Any], batch: ClaimBatch,
+                    cursor: str, owned: dict[bytes, PendingRow]) -> dict[bytes, int]:
+    """Read the job consumer's entries in the step's range, only when the step found an own
+    entry at or after its cursor (or a claimed entry lacks its row in the range read): adds
+    those the step did not claim to `owned`; returns the delivery counts of the claimed ones
+    (empty without a read)."""
     missing = [i for i in batch.ids if i not in batch.before]
     if not missing and batch.own_first is None:
         return {}
@@ -104,11 +107,6 @@ def _counts_after(client: redis.Redis, unit: dict[str, Any], batch: ClaimBatch, 
             elif row[ID] not in owned:
                 owned[row[ID]] = row
     return counts
-
-
-def _id_order(row: PendingRow) -> tuple[int, int]:
-    ms, _, seq = row[ID].partition(b"-")
-    return int(ms), int(seq)
 
 
 def _claimed_batch(unit: dict[str, Any], batch: ClaimBatch, counts: dict[bytes, int]

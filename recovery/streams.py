@@ -106,7 +106,8 @@ def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
     idle entries of the same range, and `consumer`'s own first entry from `cursor` on.
 
     MULTI/EXEC makes the three see the same PEL, so the last owner, idle time and count of
-    each claimed entry are known (except where deleted entries shift the XPENDING page).
+    each claimed entry are known. (XAUTOCLAIM's COUNT counts entries deleted upstream just as
+    the XPENDING page does: measured on Redis 7.0 and Valkey 8.1.)
     """
     pipe = client.pipeline(transaction=True)
     pipe.execute_command(*pending_command(stream, group, cursor, "+", count,

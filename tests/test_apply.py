@@ -123,3 +123,21 @@ def test_a_unit_that_vanishes_during_the_call_is_not_reported_acked(
                        handler="make_unit_vanish_meanwhile")
     assert [(r["action"], r["reason"]) for r in report] == [
         ("skipped", "handled, but " + REASON_VANISHED + " before the ack")] * 3
+
+
+def test_an_entry_taken_back_and_deleted_since_is_reported_and_its_slot_cleared(
+        server, client, make_settings, live_acks):
+    """Rows an earlier task attempt claimed come without fields; one XDELed since then is
+    reported deleted, never handed over, and its PEL slot is acked (XDEL leaves it there)."""
+    entries = claimed_entries(client, "s", 3)
+    gone = entries[1][0]
+    client.xdel("s", gone)
+    batch = routed("s", entries)
+    batch = batch.set_column(batch.schema.get_field_index("fields"), "fields",
+                             pa.nulls(batch.num_rows, batch.schema.field("fields").type))
+    report = {r["id"]: r for r in run_apply(server, make_settings, batch)}
+
+    assert report[gone]["action"] == "deleted"
+    assert {report[i]["action"] for i, _ in entries if i != gone} == {"reprocessed"}
+    assert gone.encode() not in [i for i in client.lrange(SEEN, 0, -1)]
+    assert client.xpending("s", GROUP)["pending"] == 0
