@@ -24,12 +24,13 @@ from recovery.backlog import seed_demo_backlog  # noqa: E402
 from recovery.cli import run_recovery  # noqa: E402
 from recovery.config import Settings  # noqa: E402
 from recovery.local_redis import LocalServer, any_server_binary  # noqa: E402
+from recovery.pyspark_path import with_installed_pyspark  # noqa: E402
 
 
 def local_session(settings: Settings) -> SparkSession:
     """The demo's local Spark (the real job leaves the master to spark-submit)."""
     return (
-        SparkSession.builder.master(f"local[{settings.spark.partitions}]")
+        with_installed_pyspark(SparkSession.builder).master(f"local[{settings.spark.partitions}]")
         .appName("redis-stream-recovery-demo")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")

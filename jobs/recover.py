@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import sys
 
-from pyspark.sql import SparkSession
+from recovery.pyspark_path import prefer_installed_pyspark, with_installed_pyspark
 
-from recovery.cli import run_recovery
-from recovery.config import Settings
+prefer_installed_pyspark()  # before the first pyspark import
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+from recovery.cli import run_recovery  # noqa: E402
+from recovery.config import Settings  # noqa: E402
 
 
 def build_session(settings: Settings) -> SparkSession:
-    """The submitter decides the master; the job only names itself."""
-    return SparkSession.builder.appName("redis-stream-recovery").getOrCreate()
+    """The submitter decides the master; the job names itself and starts its Python
+    workers from the installed PySpark (``recovery.pyspark_path``)."""
+    builder = SparkSession.builder.appName("redis-stream-recovery")
+    return with_installed_pyspark(builder).getOrCreate()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,7 @@ from redis import Redis  # noqa: E402
 
 from recovery.config import Settings, load_settings  # noqa: E402
 from recovery.local_redis import LocalServer, server_binary  # noqa: E402
+from recovery.pyspark_path import with_installed_pyspark  # noqa: E402
 from tests.cluster_fixtures import LocalCluster  # noqa: E402
 
 FLAVORS = ("redis", "valkey")
@@ -31,7 +32,7 @@ FLAVORS = ("redis", "valkey")
 def spark() -> Iterator[SparkSession]:
     """local[2,3]: two cores, and a failed task is retried (up to 3 failures)."""
     session = (
-        SparkSession.builder.master("local[2,3]")
+        with_installed_pyspark(SparkSession.builder).master("local[2,3]")
         .appName("recovery-tests")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")

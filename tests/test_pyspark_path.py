@@ -1,0 +1,62 @@
+"""Spark's Python processes import the installed PySpark, not spark-submit's zip copy."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from recovery.pyspark_path import prefer_installed_pyspark, with_installed_pyspark
+
+
+def _installed_pyspark(site: Path) -> list[str]:
+    """A pip-style PySpark under `site` with spark-submit's two zips; returns the zips."""
+    lib = site / "pyspark" / "python" / "lib"
+    lib.mkdir(parents=True)
+    (site / "pyspark" / "__init__.py").write_text("")
+    zips = [lib / "pyspark.zip", lib / "py4j-0.10.9.9-src.zip"]
+    for z in zips:
+        z.write_bytes(b"")
+    return [str(z) for z in zips]
+
+
+def test_the_zips_of_the_installed_pyspark_go_behind_it(tmp_path: Path):
+    site = tmp_path / "site-packages"
+    zips = _installed_pyspark(site)
+    other = str(tmp_path / "opt" / "spark" / "python" / "lib" / "pyspark.zip")
+    path = [*zips, other, "/app", str(site)]
+    prefer_installed_pyspark(path)
+    assert path == [other, "/app", str(site), *zips]
+
+
+def test_zips_stay_first_when_their_package_is_not_on_the_path(tmp_path: Path):
+    zips = _installed_pyspark(tmp_path / "site-packages")
+    path = [*zips, "/app"]
+    prefer_installed_pyspark(path)
+    assert path == [*zips, "/app"]
+
+
+def _where_pyspark_comes_from(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    import pyspark
+
+    for _ in batches:
+        yield pa.RecordBatch.from_pylist([{"file": pyspark.__file__, "path": sys.path}])
+
+
+def test_python_workers_import_the_installed_pyspark(spark):
+    """The session (like the job's) starts its workers through recovery.pyspark_path: they
+    import PySpark from site-packages, with the zips still on the path behind it."""
+    rows = spark.range(2, numPartitions=2).mapInArrow(
+        _where_pyspark_comes_from, "file string, path array<string>").collect()
+    for row in rows:
+        assert ".zip" not in row["file"], row["file"]
+        assert any(p.endswith("pyspark.zip") for p in row["path"])
+
+
+def test_the_daemon_is_ours_when_recovery_is_installed(spark):
+    """(From a --py-files zip it is PySpark's own: tests/test_packaging.py runs that.)"""
+    builder = with_installed_pyspark(SparkSession.builder)
+    assert builder._options["spark.python.daemon.module"] == "recovery.pyspark_path"
