@@ -30,6 +30,7 @@ import pytest
 import zstandard
 
 from recovery.local_redis import LocalServer, free_port
+from recovery.pyspark_path import DAEMON_MODULE
 from tests.backlogs import seed
 from tests.conftest import start_server
 from tests.invariants import final_states
@@ -202,7 +203,7 @@ def test_a_full_run_leaks_the_password_nowhere(locked_server, tmp_path):
     assert b"RECOVERY_REDIS__PASSWORD" in ran.event_log  # the property is there, redacted
     commands = [cmd for _, cmd in ran.cmdlines]
     assert any(cmd.split(b"\0")[0].endswith(b"/java") for cmd in commands)  # after exec
-    assert any(b"pyspark.daemon" in cmd for cmd in commands)  # and the Python workers
+    assert any(DAEMON_MODULE.encode() in cmd for cmd in commands)  # and the Python workers
     assert ran.places_holding(PASSWORD) == []
 
 
