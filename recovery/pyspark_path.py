@@ -17,6 +17,7 @@ Must run before anything imports ``pyspark``: the driver's entry points call
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,8 +33,9 @@ DAEMON_MODULE = "recovery.pyspark_path"
 def shadowing_zips(path: list[str]) -> list[str]:
     """The entries of `path` that are zips inside an installed ``pyspark`` package
     (``<site>/pyspark/python/lib/*.zip``, next to ``<site>/pyspark/__init__.py``) while
-    ``<site>`` is itself on `path`."""
-    entries = set(path)
+    ``<site>`` is itself on `path` (compared as real paths: spark-submit finds the package
+    through symlinks resolved, the path may name it through a link)."""
+    entries = {os.path.realpath(entry) for entry in path}
     found = []
     for entry in path:
         zip_path = Path(entry)
@@ -41,7 +43,8 @@ def shadowing_zips(path: list[str]) -> list[str]:
             continue
         package = zip_path.parents[2]
         if (package.name == "pyspark" and zip_path.parent == package / "python" / "lib"
-                and (package / "__init__.py").is_file() and str(package.parent) in entries):
+                and (package / "__init__.py").is_file()
+                and os.path.realpath(package.parent) in entries):
             found.append(entry)
     return found
 

@@ -32,6 +32,17 @@ def test_the_zips_of_the_installed_pyspark_go_behind_it(tmp_path: Path):
     assert path == [other, "/app", str(site), *zips]
 
 
+def test_the_package_may_be_on_the_path_through_a_link(tmp_path: Path):
+    """spark-submit names the zips by their real path; a venv may be reached through a link."""
+    site = tmp_path / "real" / "site-packages"
+    zips = _installed_pyspark(site)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    linked_site = str(tmp_path / "link" / "site-packages")
+    path = [*zips, linked_site]
+    prefer_installed_pyspark(path)
+    assert path == [linked_site, *zips]
+
+
 def test_zips_stay_first_when_their_package_is_not_on_the_path(tmp_path: Path):
     zips = _installed_pyspark(tmp_path / "site-packages")
     path = [*zips, "/app"]
