@@ -27,9 +27,11 @@ def test_the_zips_of_the_installed_pyspark_go_behind_it(tmp_path: Path):
     site = tmp_path / "site-packages"
     zips = _installed_pyspark(site)
     other = str(tmp_path / "opt" / "spark" / "python" / "lib" / "pyspark.zip")
-    path = [*zips, other, "/app", str(site)]
+    not_spark_submits = [str(site / "pyspark" / "data" / "lib" / "extra.zip"),
+                         str(site / "pyspark" / "python" / "data" / "extra.zip")]
+    path = [*zips, other, *not_spark_submits, "/app", str(site)]
     prefer_installed_pyspark(path)
-    assert path == [other, "/app", str(site), *zips]
+    assert path == [other, *not_spark_submits, "/app", str(site), *zips]
 
 
 def test_the_package_may_be_on_the_path_through_a_link(tmp_path: Path):
@@ -67,7 +69,7 @@ def test_python_workers_import_the_installed_pyspark(spark):
         assert any(p.endswith("pyspark.zip") for p in row["path"])
 
 
-def test_the_daemon_is_ours_when_recovery_is_installed(spark):
+def test_the_daemon_is_ours_when_recovery_is_installed():
     """(From a --py-files zip it is PySpark's own: tests/test_packaging.py runs that.)"""
     builder = with_installed_pyspark(SparkSession.builder)
     assert builder._options["spark.python.daemon.module"] == "recovery.pyspark_path"
