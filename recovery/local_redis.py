@@ -49,6 +49,14 @@ def any_server_binary() -> tuple[str, str]:
     )
 
 
+PORT_ATTEMPTS = 5
+READY = "Ready to accept connections"  # logged by Redis and Valkey once they listen
+
+
+class PortTaken(RuntimeError):
+    """Another process listens on the port the server was to use."""
+
+
 @dataclass
 class LocalServer:
     """A server process we started; `args` are extra ``--name value`` options.
@@ -59,11 +67,16 @@ class LocalServer:
     """
 
     binary: str
-    port: int = field(default_factory=free_port)
+    port: int = 0  # 0: a free port, chosen again if another process takes it first
     args: tuple[str, ...] = ()
     directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="redis-")))
     process: subprocess.Popen[bytes] | None = None
     client_options: dict[str, object] = field(default_factory=dict)
+    pick_port: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        if not self.port:
+            self.pick_port, self.port = True, free_port()
 
     @property
     def url(self) -> str:
@@ -71,21 +84,46 @@ class LocalServer:
         return f"{scheme}://127.0.0.1:{self.port}/0"
 
     def start(self, timeout_s: float = 10.0) -> LocalServer:
-        """Start the process and wait until it answers PING (ready for commands)."""
+        """Start the process and wait until it answers PING (ready for commands). A port
+        of our own choosing that another process took in the meantime is chosen again."""
+        for _ in range(PORT_ATTEMPTS - 1):
+            try:
+                return self._start(timeout_s)
+            except PortTaken:
+                if not self.pick_port:
+                    raise
+                self.port = free_port()
+        return self._start(timeout_s)
+
+    def _start(self, timeout_s: float) -> LocalServer:
+        """One start on `port`; raises PortTaken if another process listens there."""
+        log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
         cmd = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
                "--dir", str(self.directory), "--save", "", "--logfile",
-               str(self.directory / "server.log"), *self.args]
+               str(self.log_path), *self.args]
         self.process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
-        self._wait_ready(timeout_s)
+        self._wait_ready(timeout_s, log_from)
         return self
 
-    def _wait_ready(self, timeout_s: float) -> None:
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "server.log"
+
+    def _wait_ready(self, timeout_s: float, log_from: int) -> None:
+        """Until our own process logs that it listens (past byte `log_from` of its log: a
+        server of someone else's on the same port must not pass for it), then answers."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            log_text = self._log_since(log_from)
             if self.process is not None and self.process.poll() is not None:
-                log_text = (self.directory / "server.log").read_text(errors="replace")
+                self.process = None
+                if "already in use" in log_text:
+                    raise PortTaken(f"port {self.port} is taken")
                 raise RuntimeError(f"{self.binary} exited at start: {log_text[-500:]}")
+            if READY not in log_text:
+                time.sleep(0.02)
+                continue
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
                     pass
@@ -96,6 +134,14 @@ class LocalServer:
             except (OSError, redis.ConnectionError):
                 time.sleep(0.05)
         raise RuntimeError(f"{self.binary} did not answer on port {self.port} in {timeout_s}s")
+
+    def _log_since(self, offset: int) -> str:
+        try:
+            with self.log_path.open("rb") as fh:
+                fh.seek(offset)
+                return fh.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     def client(self, **kwargs: object) -> redis.Redis:
         """A redis-py client for this server (`client_options`, then `kwargs`)."""
@@ -112,7 +158,7 @@ class LocalServer:
     def restart(self) -> None:
         """Kill and start again on the same port and directory (AOF survives)."""
         self.kill()
-        self.start()
+        self._start(10.0)
 
     def stop(self) -> None:
         """Stop the process and remove its directory."""

@@ -1,0 +1,39 @@
+"""Throwaway servers (recovery.local_redis): a port taken by someone else's server never
+passes for ours (test processes start servers side by side)."""
+
+from __future__ import annotations
+
+import pytest
+
+from recovery.local_redis import LocalServer, PortTaken
+from tests.conftest import start_server
+
+
+def served_by(server: LocalServer) -> int:
+    """The pid of the process that answers on `server`'s port."""
+    return int(server.client().info("server")["process_id"])
+
+
+def test_a_chosen_port_taken_meanwhile_is_chosen_again():
+    with start_server("redis") as other:
+        ours = LocalServer(other.binary)
+        ours.port = other.port  # as if another process took it between choice and start
+        with ours:
+            assert ours.port != other.port
+            assert ours.process is not None and served_by(ours) == ours.process.pid
+            assert served_by(other) == other.process.pid
+
+
+def test_a_given_port_that_is_taken_fails_instead_of_passing_for_ours():
+    with start_server("redis") as other:
+        ours = LocalServer(other.binary, port=other.port)
+        with pytest.raises(PortTaken, match=f"port {other.port} is taken"):
+            ours.start()
+        assert ours.process is None
+
+
+def test_restart_keeps_the_port():
+    with start_server("valkey") as server:
+        port, pid = server.port, served_by(server)
+        server.restart()
+        assert server.port == port and served_by(server) != pid
