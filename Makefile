@@ -26,8 +26,11 @@ setup: $(VENV)/.installed redis-server
 demo: setup
 	$(BIN)/python jobs/demo.py
 
+# Two pytest workers, each with its own local Spark session: the suite waits on
+# spark-submit processes and servers more than it computes (README "Tests").
+TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 lint: setup
 	$(BIN)/ruff check recovery jobs tests

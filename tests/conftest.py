@@ -28,6 +28,14 @@ from tests.cluster_fixtures import LocalCluster  # noqa: E402
 FLAVORS = ("redis", "valkey")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under ``pytest -n N --dist loadgroup`` (``make test``) all tests that use the cluster
+    run in one worker, so only one worker starts one (about 10 s)."""
+    for item in items:
+        if "redis_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("cluster"))
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """local[2,3]: two cores, and a failed task is retried (up to 3 failures)."""
