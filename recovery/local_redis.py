@@ -50,6 +50,7 @@ def any_server_binary() -> tuple[str, str]:
 
 
 PORT_ATTEMPTS = 5
+START_TIMEOUT_S = 10.0  # longest wait for a started server to answer
 READY = "Ready to accept connections"  # logged by Redis and Valkey once they listen
 
 
@@ -83,7 +84,7 @@ class LocalServer:
         scheme = "rediss" if self.client_options.get("ssl") else "redis"
         return f"{scheme}://127.0.0.1:{self.port}/0"
 
-    def start(self, timeout_s: float = 10.0) -> LocalServer:
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> LocalServer:
         """Start the process and wait until it answers PING (ready for commands). A port
         of our own choosing that another process took in the meantime is chosen again."""
         for _ in range(PORT_ATTEMPTS - 1):
@@ -156,9 +157,10 @@ class LocalServer:
             self.process = None
 
     def restart(self) -> None:
-        """Kill and start again on the same port and directory (AOF survives)."""
+        """Kill and start again on the same port and directory (AOF survives); raises
+        PortTaken if another process took the port meanwhile."""
         self.kill()
-        self._start(10.0)
+        self._start(START_TIMEOUT_S)
 
     def stop(self) -> None:
         """Stop the process and remove its directory."""

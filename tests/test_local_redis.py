@@ -32,8 +32,14 @@ def test_a_given_port_that_is_taken_fails_instead_of_passing_for_ours():
         assert ours.process is None
 
 
-def test_restart_keeps_the_port():
+def test_restart_keeps_the_port_and_never_takes_another_server_for_ours():
     with start_server("valkey") as server:
         port, pid = server.port, served_by(server)
         server.restart()
         assert server.port == port and served_by(server) != pid
+        server.kill()
+        # The log still says the first process was ready: only what the new one logs counts.
+        with LocalServer(server.binary, port=port) as squatter:
+            with pytest.raises(PortTaken, match=f"port {port} is taken"):
+                server.restart()
+            assert served_by(squatter) == squatter.process.pid
