@@ -36,7 +36,7 @@ from recovery.discovery import (
 from recovery.errors import ConfigError, RecoveryError
 from recovery.handlers import load_handler
 from recovery.health import collect_health, format_health, remove_idle_consumers
-from recovery.partitions import apply_partition, claim_partition, units_of_parts
+from recovery.partitions import apply_partition, claim_partition
 from recovery.progress import ProgressReporter
 from recovery.redis_conn import connect
 from recovery.report import (
@@ -56,10 +56,9 @@ from recovery.schemas import (
     PEL_HISTOGRAM,
     PLAN_ACTIONS,
     REPORT,
-    UNIT,
 )
 from recovery.survey import histogram_partition, plan_partition
-from recovery.transforms import route
+from recovery.transforms import route, units_of_parts
 
 log = logging.getLogger(__name__)
 TYPED_ERROR = re.compile(r"recovery\.errors\.(\w+): ([^\n]+)")
@@ -138,7 +137,7 @@ def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
     by_part: list[list[dict]] = [[] for _ in range(n)]
     for a in parts:
         by_part[a.part].append(vars(a))
-    return spark.range(0, n, 1, n).mapInArrow(units_of_parts(by_part), UNIT)
+    return spark.range(0, n, 1, n).transform(units_of_parts(by_part))
 
 
 def _health(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,

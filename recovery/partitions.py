@@ -23,27 +23,12 @@ from recovery.config import JobParams
 from recovery.errors import StreamUnitError
 from recovery.faults import maybe_fail
 from recovery.redis_conn import connect, redis_errors
-from recovery.schemas import UNIT, arrow
 from recovery.throttle import Throttle
 
 log = logging.getLogger(__name__)
 
 ArrowFn = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 UnitFn = Callable[[redis.Redis, dict[str, Any]], Iterator[pa.RecordBatch]]
-UNIT_ARROW = arrow(UNIT)
-
-
-def units_of_parts(by_part: list[list[dict[str, Any]]]) -> ArrowFn:
-    """``spark.range(n, numPartitions=n)`` batches -> UNIT batches: part p's units, as rows
-    (each partition holds one part number, so each part's units land in its own task)."""
-
-    def units(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for part in batch.column(0).to_pylist():
-                if by_part[part]:
-                    yield pa.RecordBatch.from_pylist(by_part[part], schema=UNIT_ARROW)
-
-    return units
 
 
 def unit_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, Any]]:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from chispa import assert_df_equality
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from recovery.schemas import ROUTED
-from recovery.transforms import route, summarise
+from recovery.schemas import ROUTED, UNIT
+from recovery.transforms import route, summarise, units_of_parts
 
 
 def test_route_limit_is_exclusive_deleted_first_unknown_count_gone(spark):
@@ -35,3 +36,18 @@ def test_summarise_counts_every_action_per_unit(spark):
                                      counts)
     assert_df_equality(report.transform(summarise()), expected, ignore_row_order=True,
                        ignore_nullable=True)
+
+
+def test_units_of_parts_puts_each_part_in_its_own_partition_verbatim(spark):
+    names = ["orders{eu}", 'quo"te\\back\nline', "ünï 流", "x"]
+    by_part = [[{"stream": names[0], "group": "g", "consumer": "c-0", "part": 0},
+                {"stream": names[1], "group": "g 2", "consumer": "c-0", "part": 0}],
+               [],
+               [{"stream": names[2], "group": "g", "consumer": "c-2", "part": 2},
+                {"stream": names[3], "group": "{g}", "consumer": "c-2", "part": 2}]]
+    units = spark.range(0, 3, 1, 3).transform(units_of_parts(by_part))
+    placed = units.withColumn("partition", F.spark_partition_id())
+    expected = spark.createDataFrame(
+        [(*u.values(), u["part"]) for part in by_part for u in part],
+        StructType([*UNIT.fields, StructField("partition", IntegerType())]))
+    assert_df_equality(placed, expected, ignore_row_order=True, ignore_nullable=True)
