@@ -1,4 +1,5 @@
-"""Pure DataFrame logic of a run: route, summarise. No I/O here."""
+"""Pure DataFrame logic of a run: spread the units over partitions, route, summarise. No I/O
+here."""
 
 from __future__ import annotations
 
