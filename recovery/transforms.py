@@ -56,7 +56,6 @@ def summarise(actions: tuple[str, ...] = ACTIONS) -> Transform:
     return _summarise
 
 
-
 def units_of_parts(by_part: list[list[dict[str, Any]]]) -> Transform:
     """``spark.range(0, n, 1, n)`` -> UNIT rows: the row with id p becomes part p's units, so
     each part's units land in its own partition whatever their keys hash to.
