@@ -24,18 +24,12 @@ from recovery.backlog import seed_demo_backlog  # noqa: E402
 from recovery.cli import run_recovery  # noqa: E402
 from recovery.config import Settings  # noqa: E402
 from recovery.local_redis import LocalServer, any_server_binary  # noqa: E402
-from recovery.pyspark_path import with_installed_pyspark  # noqa: E402
+from recovery.local_spark import local_session  # noqa: E402
 
 
-def local_session(settings: Settings) -> SparkSession:
+def demo_session(settings: Settings) -> SparkSession:
     """The demo's local Spark (the real job leaves the master to spark-submit)."""
-    return (
-        with_installed_pyspark(SparkSession.builder).master(f"local[{settings.spark.partitions}]")
-        .appName("redis-stream-recovery-demo")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
+    return local_session(f"local[{settings.spark.partitions}]", "redis-stream-recovery-demo")
 
 
 def show_redis_state(server: LocalServer) -> None:
@@ -57,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         args = ["--config", str(ROOT / "conf" / "demo.toml"),
                 "--set", f"redis.url={server.url}", "--set", f"report.path={reports}",
                 *(argv if argv is not None else sys.argv[1:])]
-        code = run_recovery(args, local_session)
+        code = run_recovery(args, demo_session)
         print("demo: Redis afterwards", file=sys.stderr)
         show_redis_state(server)
     return code

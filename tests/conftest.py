@@ -22,7 +22,7 @@ from redis import Redis  # noqa: E402
 
 from recovery.config import Settings, load_settings  # noqa: E402
 from recovery.local_redis import LocalServer, server_binary  # noqa: E402
-from recovery.pyspark_path import with_installed_pyspark  # noqa: E402
+from recovery.local_spark import local_session  # noqa: E402
 from tests.cluster_fixtures import LocalCluster  # noqa: E402
 
 FLAVORS = ("redis", "valkey")
@@ -39,15 +39,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """local[2,3]: two cores, and a failed task is retried (up to 3 failures)."""
-    session = (
-        with_installed_pyspark(SparkSession.builder).master("local[2,3]")
-        .appName("recovery-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
+    session = local_session("local[2,3]", "recovery-tests", **{
+        "spark.sql.shuffle.partitions": "2", "spark.python.worker.reuse": "true"})
     yield session
     session.stop()
 

@@ -30,6 +30,7 @@ from redis import Redis
 from recovery.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.cli import run_recovery
 from recovery.dlq_names import dead_letter_key
+from recovery.local_spark import LOCAL_JVM_OPTIONS
 from recovery.report import read_run, run_path
 from tests.backlogs import DEAD, HOUR_MS, binary_fields
 from tests.handlers import CHECKSUM, CONTROL_ENV, HANDLED, checksum
@@ -133,7 +134,8 @@ def _last_json(stdout: str) -> dict[str, Any]:
 def spark_submit(argv: list[str], logs: Path, *confs: str) -> subprocess.Popen[bytes]:
     """Start jobs/recover.py under spark-submit (local[2]); stdout/stderr go to files."""
     logs.mkdir(parents=True, exist_ok=True)
-    cmd = [str(SPARK_SUBMIT), "--master", "local[2]", "--conf", "spark.ui.enabled=false"]
+    cmd = [str(SPARK_SUBMIT), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+           "--driver-java-options", LOCAL_JVM_OPTIONS]
     for conf in confs:
         cmd += ["--conf", conf]
     cmd += [str(ROOT / "jobs" / "recover.py"), *argv]

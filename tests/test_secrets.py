@@ -30,6 +30,7 @@ import pytest
 import zstandard
 
 from recovery.local_redis import LocalServer, free_port
+from recovery.local_spark import LOCAL_JVM_OPTIONS
 from recovery.pyspark_path import DAEMON_MODULE
 from tests.backlogs import seed
 from tests.conftest import start_server
@@ -129,7 +130,7 @@ def spark_submit(tmp: Path, config: str, env: dict[str, str]) -> Submitted:
     cmd = [str(VENV_BIN / "spark-submit"), "--master", "local[2]",
            "--properties-file", str(props),
            "--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir={events}",
-           "--conf", "spark.ui.enabled=false",
+           "--conf", "spark.ui.enabled=false", "--driver-java-options", LOCAL_JVM_OPTIONS,
            str(ROOT / "jobs" / "recover.py"), "--config", str(toml)]
     child_env = {**os.environ, "PYSPARK_PYTHON": str(VENV_BIN / "python"), **env}
     proc = subprocess.Popen(cmd, cwd=tmp, env=child_env, text=True,
