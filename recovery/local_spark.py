@@ -1,4 +1,4 @@
-"""Local Spark sessions that PySpark starts itself (the demo, the tests): how their JVM runs.
+"""Local sessions that PySpark starts itself (demo, notebook, tests): how their JVM runs.
 
 A local run is short, and its JVM spends a large share of its CPU compiling Spark's own code
 with the optimising JIT compiler (C2). Measured here on 2 cores: the C2 compiler threads used
