@@ -137,7 +137,7 @@ def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
     by_part: list[list[dict]] = [[] for _ in range(n)]
     for a in parts:
         by_part[a.part].append(vars(a))
-    return spark.range(0, n, 1, n).transform(units_of_parts(by_part))
+    return units_of_parts(spark, by_part)
 
 
 def _health(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,

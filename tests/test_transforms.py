@@ -45,7 +45,7 @@ def test_units_of_parts_puts_each_part_in_its_own_partition_verbatim(spark):
                [],
                [{"stream": names[2], "group": "g", "consumer": "c-2", "part": 2},
                 {"stream": names[3], "group": "{g}", "consumer": "c-2", "part": 2}]]
-    units = spark.range(0, 3, 1, 3).transform(units_of_parts(by_part))
+    units = units_of_parts(spark, by_part)
     placed = units.withColumn("partition", F.spark_partition_id())
     expected = spark.createDataFrame(
         [(*u.values(), u["part"]) for part in by_part for u in part],
