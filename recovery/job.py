@@ -3,9 +3,9 @@
 1. validate settings and handler, check the server, discover and spread the units;
 2. group health as found (PEL histograms from an executor pass);
 3. claim on executors, each entry joined with its PEL row (delivery count), and materialise
-   the claimed set exactly once (eager local checkpoint); route;
-4. dead-letter, handle and ack on executors, on the claim's own partitions (no shuffle),
-   while writing the per-entry report;
+   the claimed set exactly once (eager local checkpoint of packed claim steps);
+4. route, dead-letter, handle and ack on executors, on the claim's own partitions (no
+   shuffle), while writing the per-entry report;
 5. read the report back, sum it up, remove the job's empty consumers.
 """
 
@@ -52,16 +52,18 @@ from recovery.report import (
 )
 from recovery.schemas import (
     ACTIONS,
-    CLAIMED,
+    PACKED,
     PEL_HISTOGRAM,
     PLAN_ACTIONS,
     REPORT,
 )
 from recovery.survey import histogram_partition, plan_partition
-from recovery.transforms import route, units_of_parts
+from recovery.transforms import units_of_parts
 
 log = logging.getLogger(__name__)
 TYPED_ERROR = re.compile(r"recovery\.errors\.(\w+): ([^\n]+)")
+MAX_RECORDS_PER_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
+DEFAULT_RECORDS_PER_BATCH = 10_000  # Spark's default for the key above
 PYTHON_ERROR = re.compile(r"^[\w.]+(?:Error|Exception|Fault): [^\n]+", re.MULTILINE)
 
 
@@ -156,19 +158,34 @@ def _health(spark: SparkSession, client: redis.Redis, settings: Settings, params
 def _recover(spark: SparkSession, settings: Settings, params: JobParams,
              unit_df: DataFrame) -> None:
     started = time.monotonic()
-    claimed = materialise_once(unit_df.mapInArrow(claim_partition(params), CLAIMED))
+    claimed = materialise_once(unit_df.mapInArrow(claim_partition(params), PACKED))
     log.info("run %s: claim done in %.1f s", params.run_id, time.monotonic() - started)
-    # Batches to Python are bounded by maxRecordsPerBatch (10,000 rows) alone: a byte limit
-    # makes Spark measure the Arrow buffers after every row (~10% of the apply stage's JVM time
-    # with the nested fields column); INT_MAX switches that check off.
-    spark.conf.set("spark.sql.execution.arrow.maxBytesPerBatch", str(2**31 - 1))
-    # Narrow: each claim task's output, in claim order, goes to one apply task.
-    routed = claimed.transform(route(settings.claim.max_deliveries))
-    report = routed.mapInArrow(apply_partition(params), REPORT)
+    # The hand-over works in steps of Spark's usual Arrow batch size (rows of entries); the
+    # JVM sends it as many packed claim steps at a time as make about one such step.
+    rows = int(spark.conf.get(MAX_RECORDS_PER_BATCH) or DEFAULT_RECORDS_PER_BATCH)
+    report = claimed.mapInArrow(apply_partition(params, rows), REPORT)
     started = time.monotonic()
-    write_report(report, settings.report.path, params.run_id)
+    with session_conf(spark, {MAX_RECORDS_PER_BATCH: str(max(1, rows // params.count))}):
+        write_report(report, settings.report.path, params.run_id)
     log.info("run %s: dead-letter, handler, acks and report done in %.1f s", params.run_id,
              time.monotonic() - started)
+
+
+@contextlib.contextmanager
+def session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
+    """Set `conf` in the session for the duration, then restore what was there (a shared
+    session, such as a notebook's, keeps its own settings)."""
+    before = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in before.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
 
 
 def materialise_once(claimed: DataFrame) -> DataFrame:

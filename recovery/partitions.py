@@ -3,9 +3,10 @@
 Each function factory takes the frozen :class:`JobParams` and returns the function Spark
 runs per partition. One Redis client per partition; the driver never sees messages.
 
-- ``claim_partition``: UNIT rows -> CLAIMED rows, XAUTOCLAIM cursor loops (a side effect:
-  the driver materialises its output exactly once);
-- ``apply_partition``: ROUTED rows -> REPORT rows, dead-letter moves, handler and acks.
+- ``claim_partition``: UNIT rows -> PACKED rows of CLAIMED batches, XAUTOCLAIM cursor loops
+  (a side effect: the driver materialises its output exactly once);
+- ``apply_partition``: PACKED rows of CLAIMED batches -> REPORT rows: route, dead-letter
+  moves, handler and acks.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from recovery.claim import claim_unit
 from recovery.config import JobParams
 from recovery.errors import StreamUnitError
 from recovery.faults import maybe_fail
+from recovery.packing import ArrowFn, packed, unpacked
 from recovery.redis_conn import connect, redis_errors
+from recovery.routing import route_batch
 from recovery.throttle import Throttle
 
 log = logging.getLogger(__name__)
 
-ArrowFn = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 UnitFn = Callable[[redis.Redis, dict[str, Any]], Iterator[pa.RecordBatch]]
 
 
@@ -75,13 +77,14 @@ def per_unit(params: JobParams, make_unit_fn: Callable[[], UnitFn]) -> ArrowFn:
 
 
 def claim_partition(params: JobParams) -> ArrowFn:
-    """UNIT batches -> CLAIMED batches: claim every idle entry of each unit."""
+    """UNIT batches -> PACKED rows: claim every idle entry of each unit, one CLAIMED batch
+    (one XAUTOCLAIM step) per row."""
 
     def make() -> UnitFn:
         throttle = Throttle(params.max_entries_per_s_per_partition)
         return lambda client, unit: claim_unit(client, params, unit, throttle)
 
-    return per_unit(params, make)
+    return packed(per_unit(params, make))
 
 
 def skip_vanished(unit: dict[str, Any], batches: Iterator[pa.RecordBatch]
@@ -96,15 +99,17 @@ def skip_vanished(unit: dict[str, Any], batches: Iterator[pa.RecordBatch]
         log.warning("stopped %s / %s early: %s", unit["stream"], unit["group"], exc)
 
 
-def apply_partition(params: JobParams) -> ArrowFn:
-    """ROUTED batches -> REPORT batches: dead-letter, handle and ack, then report."""
+def apply_partition(params: JobParams, rows: int) -> ArrowFn:
+    """PACKED rows of CLAIMED batches -> REPORT batches: route, dead-letter, handle and ack
+    in steps of `rows` entries (in claim order), then report."""
 
     def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         client = PartitionClient(params)
         try:
-            for step, batch in enumerate(batches, start=1):
+            for step, batch in enumerate(unpacked(batches, rows), start=1):
+                routed = route_batch(batch, params.max_deliveries)
                 with redis_errors(params.redis):
-                    report = apply_batch(client.get(), params, batch)
+                    report = apply_batch(client.get(), params, routed)
                 maybe_fail("apply", step)  # after the side effects: the worst moment
                 yield report
         finally:

@@ -52,6 +52,12 @@ CLAIMED = StructType(
     ]
 )
 
+# CLAIMED (or any) Arrow batches as Spark carries them: one row per batch, `rows` its number
+# of rows, `batch` the batch as Arrow IPC stream bytes (recovery.packing).
+PACKED = StructType(
+    [StructField("rows", LongType(), False), StructField("batch", BinaryType(), False)]
+)
+
 # Claimed entries plus the route each takes.
 ROUTED = StructType([*CLAIMED.fields, StructField("route", StringType(), False)])
 

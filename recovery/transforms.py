@@ -1,5 +1,5 @@
-"""Pure DataFrame logic of a run: spread the units over partitions, route, summarise. No I/O
-here."""
+"""Pure DataFrame logic of a run: spread the units over partitions, summarise. No I/O here.
+(The route of each claimed entry is decided on the executors: ``recovery.routing``.)"""
 
 from __future__ import annotations
 
@@ -7,39 +7,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType
 
-from recovery.schemas import (
-    ACTIONS,
-    ROUTE_DEAD_LETTER,
-    ROUTE_DELETED,
-    ROUTE_GONE,
-    ROUTE_HANDLE,
-    UNIT,
-)
+from recovery.schemas import ACTIONS, UNIT
 
 Transform = Callable[[DataFrame], DataFrame]
-
-
-def route_column(max_deliveries: int) -> Column:
-    """Where an entry goes: deleted upstream, gone from our PEL, dead letter, or handler."""
-    return (
-        F.when(F.col("deleted"), F.lit(ROUTE_DELETED))
-        .when(F.col("delivery_count").isNull(), F.lit(ROUTE_GONE))
-        .when(F.col("delivery_count") > max_deliveries, F.lit(ROUTE_DEAD_LETTER))
-        .otherwise(F.lit(ROUTE_HANDLE))
-    )
-
-
-def route(max_deliveries: int) -> Transform:
-    """Add the `route` column: delivery count above `max_deliveries` -> dead letter."""
-
-    def _route(df: DataFrame) -> DataFrame:
-        return df.withColumn("route", route_column(max_deliveries))
-
-    return _route
 
 
 def summarise(actions: tuple[str, ...] = ACTIONS) -> Transform:
