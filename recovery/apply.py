@@ -99,8 +99,8 @@ NOT_CALLED = "not handed to the handler: an earlier call for its stream and grou
 class RoutedBatch:
     """One ROUTED Arrow batch seen column by column, and the outcome of each row.
 
-    Rows are indices. ``fields(i)`` builds a row's (name, value) pairs only when asked (only
-    rows handed to the handler need them). Every row gets exactly one outcome (``set``);
+    Rows are indices. ``messages(rows)`` builds the (name, value) pairs of those rows only
+    (only rows handed to the handler need them). Every row gets exactly one outcome (``set``);
     ``report()`` turns the outcomes into a REPORT batch.
     """
 
@@ -115,9 +115,11 @@ class RoutedBatch:
         self.delivery_count: list[int | None] = column("delivery_count").to_pylist()
         self.idle_ms: list[int | None] = column("idle_ms").to_pylist()
         self.previous_consumer: list[str | None] = column("previous_consumer").to_pylist()
+        self.units: list[Unit] = list(zip(self.stream, self.group, self.consumer, strict=True))
         self.fetched: dict[int, Fields] = {}
         self._claimed_fields: list[bool] = column("fields").is_valid().to_pylist()
         self._flat: tuple[list[int], list[bytes], list[bytes]] | None = None
+        self._id_keys: list[tuple[int, int]] | None = None
         n = batch.num_rows
         self.action: list[str | None] = [None] * n
         self.reason: list[str | None] = [None] * n
@@ -125,34 +127,33 @@ class RoutedBatch:
         self.dead_letter_id: list[str | None] = [None] * n
 
     def unit(self, i: int) -> Unit:
-        return self.stream[i], self.group[i], self.consumer[i]
+        return self.units[i]
 
     def by_route(self) -> dict[str, list[int]]:
         return _grouped(range(len(self.route)), self.route.__getitem__)
 
     def by_unit(self, rows: Iterable[int], ordered: bool = False) -> dict[Unit, list[int]]:
         """`rows` grouped by unit; with `ordered`, each group in ascending stream-ID order."""
-        grouped = _grouped(rows, self.unit)
+        grouped = _grouped(rows, self.units.__getitem__)
         if ordered:
+            keys = self.id_keys()
             for unit_rows in grouped.values():
-                unit_rows.sort(key=lambda i: stream_id_key(self.id[i]))
+                unit_rows.sort(key=keys.__getitem__)
         return grouped
+
+    def id_keys(self) -> list[tuple[int, int]]:
+        """Each row's ID as (ms, seq), for ordering (computed once per batch)."""
+        if self._id_keys is None:
+            self._id_keys = [stream_id_key(i) for i in self.id]
+        return self._id_keys
 
     def id_range(self, rows: list[int]) -> tuple[str, str]:
         """The smallest and the largest stream ID of `rows`."""
-        keys = [stream_id_key(self.id[i]) for i in rows]
-        return self.id[rows[keys.index(min(keys))]], self.id[rows[keys.index(max(keys))]]
+        key = self.id_keys().__getitem__
+        return self.id[min(rows, key=key)], self.id[max(rows, key=key)]
 
     def has_fields(self, i: int) -> bool:
         return self._claimed_fields[i] or i in self.fetched
-
-    def fields(self, i: int) -> Fields:
-        """The entry's fields in stream order, as claimed (or fetched again)."""
-        if i in self.fetched:
-            return self.fetched[i]
-        offsets, names, values = self._flat_fields()
-        start, end = offsets[i], offsets[i + 1]
-        return list(zip(names[start:end], values[start:end], strict=True))
 
     def _flat_fields(self) -> tuple[list[int], list[bytes], list[bytes]]:
         """(offsets, names, values) of the batch's fields column, converted once: row i's
@@ -166,9 +167,17 @@ class RoutedBatch:
                           struct.field("value").to_pylist())
         return self._flat
 
-    def message(self, i: int) -> Message:
-        return Message(self.stream[i], self.group[i], self.id[i], self.fields(i),
-                       int(self.delivery_count[i] or 0))
+    def messages(self, rows: list[int]) -> list[Message]:
+        """The handler's messages for `rows`, in order."""
+        offsets, names, values = self._flat_fields()
+        fetched, stream, group, ids, counts = (self.fetched, self.stream, self.group, self.id,
+                                               self.delivery_count)
+        return [Message(stream[i], group[i], ids[i],
+                        fetched[i] if i in fetched else
+                        list(zip(names[offsets[i]:offsets[i + 1]],
+                                 values[offsets[i]:offsets[i + 1]], strict=True)),
+                        int(counts[i] or 0))
+                for i in rows]
 
     def set(self, i: int, action: str, reason: str | None = None, error: str | None = None,
             dead_letter_id: str | None = None) -> None:
@@ -219,6 +228,8 @@ class HandlerCalls:
 
     def admit(self, rb: RoutedBatch, rows: list[int]) -> list[int]:
         """The rows that may be handed over; report the others (blocked units) as failed."""
+        if not self.blocked:
+            return rows
         admitted = []
         for i in rows:
             if rb.unit(i) in self.blocked:
@@ -230,7 +241,7 @@ class HandlerCalls:
     def run(self, rb: RoutedBatch, rows: list[int]) -> list[Result]:
         """Call the handler on `rows`: one Result per row, in order."""
         try:
-            return run_handler(self.handler, [rb.message(i) for i in rows], self.timeout_s)
+            return run_handler(self.handler, rb.messages(rows), self.timeout_s)
         except HandlerTimedOut as exc:
             self.blocked.update(rb.unit(i) for i in rows)
             return [Result.failure(str(exc))] * len(rows)

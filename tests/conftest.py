@@ -14,8 +14,11 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 ROOT = Path(__file__).resolve().parent.parent  # executors import tests.handlers from here
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-FAULT_FILE = Path(os.environ.setdefault(
-    "RECOVERY_FAULT_FILE", f"/tmp/recovery-faults-{os.getpid()}.txt"))
+# One fault file per pytest process, set here rather than inherited: xdist workers inherit the
+# controller's environment, and a shared file let one worker's injected fault fire in the
+# other worker's in-process claim (seen: test_claim failing beside test_end_to_end).
+FAULT_FILE = Path(f"/tmp/recovery-faults-{os.getpid()}.txt")
+os.environ["RECOVERY_FAULT_FILE"] = str(FAULT_FILE)
 
 from pyspark.sql import SparkSession  # noqa: E402
 from redis import Redis  # noqa: E402
