@@ -36,6 +36,7 @@ from recovery.discovery import (
 from recovery.errors import ConfigError, RecoveryError
 from recovery.handlers import load_handler
 from recovery.health import collect_health, format_health, remove_idle_consumers
+from recovery.packing import PACK_ROWS
 from recovery.partitions import apply_partition, claim_partition
 from recovery.progress import ProgressReporter
 from recovery.redis_conn import connect
@@ -161,11 +162,11 @@ def _recover(spark: SparkSession, settings: Settings, params: JobParams,
     claimed = materialise_once(unit_df.mapInArrow(claim_partition(params), PACKED))
     log.info("run %s: claim done in %.1f s", params.run_id, time.monotonic() - started)
     # The hand-over works in steps of Spark's usual Arrow batch size (rows of entries); the
-    # JVM sends it as many packed claim steps at a time as make about one such step.
+    # JVM sends it as many packs at a time as make about one such step.
     rows = int(spark.conf.get(MAX_RECORDS_PER_BATCH) or DEFAULT_RECORDS_PER_BATCH)
     report = claimed.mapInArrow(apply_partition(params, rows), REPORT)
     started = time.monotonic()
-    with session_conf(spark, {MAX_RECORDS_PER_BATCH: str(max(1, rows // params.count))}):
+    with session_conf(spark, {MAX_RECORDS_PER_BATCH: str(max(1, rows // PACK_ROWS))}):
         write_report(report, settings.report.path, params.run_id)
     log.info("run %s: dead-letter, handler, acks and report done in %.1f s", params.run_id,
              time.monotonic() - started)

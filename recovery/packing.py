@@ -1,12 +1,12 @@
-"""Claimed entries cross Spark packed: one PACKED row per Arrow batch, the batch itself as
-Arrow IPC bytes. Pure Arrow, no I/O.
+"""Claimed entries cross Spark packed: PACKED rows, each holding up to PACK_ROWS rows of an
+Arrow batch as Arrow IPC bytes. Pure Arrow, no I/O.
 
 Spark's cost of moving data between Python and the JVM, and through the claim's checkpoint,
 is per row and per value: a claimed entry as a row of nested columns cost the JVM about
 16 s of CPU per million entries on its way from the claim's Python through the disk
 checkpoint into the hand-over's Python, in the fresh JVM every run starts with (README
-"Performance"). Packed, a million entries are about a thousand rows of bytes the JVM only
-copies. The claim's output stays materialised exactly once; only its encoding changes.
+"Performance"). Packed, a million entries are about 8,000 rows of bytes the JVM only copies.
+The claim's output stays materialised exactly once; only its encoding changes.
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ from recovery.schemas import PACKED, arrow
 
 ArrowFn = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 PACKED_ARROW = arrow(PACKED)
+# Rows per pack. Whole claim steps (1,000 entries, ~250 KB) made the local JVM's heap grow to
+# its limit at 1M entries (peak RSS 1.09 GB against 0.62 GB at 100k); packs of 128 keep it
+# flat (0.62 GB at 1M) at the same speed, and are still ~8,000 rows per million entries.
+PACK_ROWS = 128
 
 
 def pack(batch: pa.RecordBatch) -> pa.Buffer:
@@ -44,11 +48,12 @@ def packed_row(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def packed(fn: ArrowFn) -> ArrowFn:
-    """`fn` with each output batch packed into one PACKED row."""
+    """`fn` with each output batch packed into PACKED rows of at most PACK_ROWS rows each."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in fn(batches):
-            yield packed_row(batch)
+            for start in range(0, batch.num_rows, PACK_ROWS):
+                yield packed_row(batch.slice(start, PACK_ROWS))
 
     return run
 

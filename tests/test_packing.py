@@ -11,7 +11,7 @@ from chispa import assert_df_equality
 from pyspark import StorageLevel
 
 from recovery.claim import CLAIMED_ARROW
-from recovery.packing import packed, packed_row, unpacked
+from recovery.packing import PACK_ROWS, packed, packed_row, unpacked
 from recovery.routing import ROUTED_ARROW, route_batch
 from recovery.schemas import CLAIMED, PACKED
 
@@ -63,7 +63,8 @@ def test_unpacked_refuses_empty_steps():
 def test_claimed_batches_survive_spark_checkpoint_packed(spark):
     """Python -> JVM -> disk checkpoint -> JVM -> Python: every row, byte for byte, in order
     within each partition."""
-    parts = [[claimed(5, 0), claimed(0, 5), claimed(4, 5)], [claimed(6, 20)]]
+    big = claimed(2 * PACK_ROWS + 3, 20)  # three packs
+    parts = [[claimed(5, 0), claimed(0, 5), claimed(4, 5)], [big, claimed(6, 1000)]]
 
     def claim(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -75,7 +76,7 @@ def test_claimed_batches_survive_spark_checkpoint_packed(spark):
     back = checkpoint.mapInArrow(lambda batches: unpacked(batches, 4), CLAIMED)
     expected = spark.createDataFrame(
         pa.Table.from_batches([b for part in parts for b in part]).to_pylist(), CLAIMED)
-    assert checkpoint.count() == 4  # one packed row per claimed batch
+    assert checkpoint.count() == 6  # a pack per batch, big batches in packs of PACK_ROWS
     assert_df_equality(back, expected, ignore_row_order=True)
     in_order = back.collect()
     assert [r["id"] for r in in_order[:9]] == [f"{i}-0" for i in range(9)]
