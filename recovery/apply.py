@@ -29,11 +29,9 @@ they are reported skipped and the other units go on.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import pyarrow as pa
 import redis
@@ -43,24 +41,22 @@ from recovery.dlq_names import dead_letter_key
 from recovery.handlers import (
     Handler,
     HandlerTimedOut,
-    Message,
     Result,
     load_handler,
     run_handler,
 )
 from recovery.redis_conn import VANISHED, ScriptCall, run_script_calls, unit_vanished
+from recovery.routed import RoutedBatch, Unit, group_rows
 from recovery.schemas import (
     ACTION_DEAD_LETTERED,
     ACTION_DELETED,
     ACTION_FAILED,
     ACTION_REPROCESSED,
     ACTION_SKIPPED,
-    REPORT,
     ROUTE_DEAD_LETTER,
     ROUTE_DELETED,
     ROUTE_GONE,
     ROUTE_HANDLE,
-    arrow,
 )
 from recovery.scripts import (
     LEASE_DELETED,
@@ -73,13 +69,9 @@ from recovery.scripts import (
     dead_letter_batch,
     fresh_lease_ms,
     renew_lease,
-    stream_id_key,
 )
-from recovery.streams import ID, IDLE, Fields, each, fetch_entries, pending_command
+from recovery.streams import ID, IDLE, each, fetch_entries, pending_command
 
-Unit = tuple[str, str, str]  # stream, group, job consumer
-K = TypeVar("K")
-REPORT_ARROW = arrow(REPORT)
 LEASE_PAGE_SLACK = 64  # extra XPENDING rows per lease read (other entries of ours in range)
 LEASE_ROWS = 1000  # rows whose lease is read in one round trip (whole handler batches)
 LEASE_FRESH_S = 0.1  # a lease read older than this is read again before the next call
@@ -94,123 +86,6 @@ REASON_TOO_BIG = ("too many fields (~3950 at most) to move to the dead-letter st
                   "script; stays pending")
 REASON_HANDLER_FAILED = "handler failed; stays pending for the next run"
 NOT_CALLED = "not handed to the handler: an earlier call for its stream and group timed out"
-
-
-class RoutedBatch:
-    """One ROUTED Arrow batch seen column by column, and the outcome of each row.
-
-    Rows are indices. ``messages(rows)`` builds the (name, value) pairs of those rows only
-    (only rows handed to the handler need them). Every row gets exactly one outcome (``set``);
-    ``report()`` turns the outcomes into a REPORT batch.
-    """
-
-    def __init__(self, batch: pa.RecordBatch, run_id: str) -> None:
-        self.batch, self.run_id = batch, run_id
-        column = batch.column
-        self.stream: list[str] = column("stream").to_pylist()
-        self.group: list[str] = column("group").to_pylist()
-        self.consumer: list[str] = column("consumer").to_pylist()
-        self.id: list[str] = column("id").to_pylist()
-        self.route: list[str] = column("route").to_pylist()
-        self.delivery_count: list[int | None] = column("delivery_count").to_pylist()
-        self.idle_ms: list[int | None] = column("idle_ms").to_pylist()
-        self.previous_consumer: list[str | None] = column("previous_consumer").to_pylist()
-        self.units: list[Unit] = list(zip(self.stream, self.group, self.consumer, strict=True))
-        self.fetched: dict[int, Fields] = {}
-        self._claimed_fields: list[bool] = column("fields").is_valid().to_pylist()
-        self._flat: tuple[list[int], list[bytes], list[bytes]] | None = None
-        self._id_keys: list[tuple[int, int]] | None = None
-        n = batch.num_rows
-        self.action: list[str | None] = [None] * n
-        self.reason: list[str | None] = [None] * n
-        self.error: list[str | None] = [None] * n
-        self.dead_letter_id: list[str | None] = [None] * n
-
-    def unit(self, i: int) -> Unit:
-        return self.units[i]
-
-    def by_route(self) -> dict[str, list[int]]:
-        return _grouped(range(len(self.route)), self.route.__getitem__)
-
-    def by_unit(self, rows: Iterable[int], ordered: bool = False) -> dict[Unit, list[int]]:
-        """`rows` grouped by unit; with `ordered`, each group in ascending stream-ID order."""
-        grouped = _grouped(rows, self.units.__getitem__)
-        if ordered:
-            keys = self.id_keys()
-            for unit_rows in grouped.values():
-                unit_rows.sort(key=keys.__getitem__)
-        return grouped
-
-    def id_keys(self) -> list[tuple[int, int]]:
-        """Each row's ID as (ms, seq), for ordering (computed once per batch)."""
-        if self._id_keys is None:
-            self._id_keys = [stream_id_key(i) for i in self.id]
-        return self._id_keys
-
-    def id_range(self, rows: list[int]) -> tuple[str, str]:
-        """The smallest and the largest stream ID of `rows`."""
-        key = self.id_keys().__getitem__
-        return self.id[min(rows, key=key)], self.id[max(rows, key=key)]
-
-    def has_fields(self, i: int) -> bool:
-        return self._claimed_fields[i] or i in self.fetched
-
-    def _flat_fields(self) -> tuple[list[int], list[bytes], list[bytes]]:
-        """(offsets, names, values) of the batch's fields column, converted once: row i's
-        fields are names/values[offsets[i]:offsets[i + 1]]."""
-        if self._flat is None:
-            col = self.batch.column("fields")
-            offsets = col.offsets.to_pylist()  # into col.values, which ignores any slicing
-            base = offsets[0]
-            struct = col.values.slice(base, offsets[-1] - base)
-            self._flat = ([o - base for o in offsets], struct.field("name").to_pylist(),
-                          struct.field("value").to_pylist())
-        return self._flat
-
-    def messages(self, rows: list[int]) -> list[Message]:
-        """The handler's messages for `rows`, in order."""
-        offsets, names, values = self._flat_fields()
-        fetched, stream, group, ids, counts = (self.fetched, self.stream, self.group, self.id,
-                                               self.delivery_count)
-        return [Message(stream[i], group[i], ids[i],
-                        fetched[i] if i in fetched else
-                        list(zip(names[offsets[i]:offsets[i + 1]],
-                                 values[offsets[i]:offsets[i + 1]], strict=True)),
-                        int(counts[i] or 0))
-                for i in rows]
-
-    def set(self, i: int, action: str, reason: str | None = None, error: str | None = None,
-            dead_letter_id: str | None = None) -> None:
-        """Record row `i`'s outcome; a second outcome for the same row is a bug."""
-        if self.action[i] is not None:
-            raise RuntimeError(f"entry {self.stream[i]} {self.id[i]} reported twice")
-        self.action[i], self.reason[i], self.error[i] = action, reason, error
-        self.dead_letter_id[i] = dead_letter_id
-
-    def report(self) -> pa.RecordBatch:
-        """The REPORT batch: the row's own columns plus its outcome, in input order."""
-        missing = [i for i, a in enumerate(self.action) if a is None]
-        if missing:
-            i = missing[0]
-            raise RuntimeError(f"{len(missing)} entries got no outcome, e.g. "
-                               f"{self.stream[i]} {self.id[i]}")
-        column = self.batch.column
-        n = self.batch.num_rows
-        return pa.RecordBatch.from_arrays([
-            pa.array([self.run_id] * n, pa.string()), column("stream"), column("group"),
-            column("id"), column("previous_consumer"), column("delivery_count"),
-            column("idle_ms"), pa.array(self.action, pa.string()),
-            pa.array(self.reason, pa.string()), pa.array(self.error, pa.string()),
-            pa.array(self.dead_letter_id, pa.string()),
-        ], schema=REPORT_ARROW)
-
-
-def _grouped(rows: Iterable[int], key: Callable[[int], K]) -> dict[K, list[int]]:
-    """`rows` grouped by `key(row)`, in first-seen order, each group in input order."""
-    grouped: dict[K, list[int]] = defaultdict(list)
-    for i in rows:
-        grouped[key(i)].append(i)
-    return grouped
 
 
 @dataclass
@@ -463,7 +338,7 @@ def _with_fields(client: redis.Redis, rb: RoutedBatch, rows: list[int]) -> list[
     if not missing:
         return rows
     gone = []
-    for stream, stream_rows in _grouped(missing, rb.stream.__getitem__).items():
+    for stream, stream_rows in group_rows(missing, rb.stream.__getitem__).items():
         try:
             found = fetch_entries(client, stream, [rb.id[i] for i in stream_rows])
         except redis.ResponseError as exc:

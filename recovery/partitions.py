@@ -25,7 +25,7 @@ from recovery.errors import StreamUnitError
 from recovery.faults import maybe_fail
 from recovery.packing import ArrowFn, packed, unpacked
 from recovery.redis_conn import connect, redis_errors
-from recovery.routing import route_batch
+from recovery.routed import route_batch
 from recovery.throttle import Throttle
 
 log = logging.getLogger(__name__)

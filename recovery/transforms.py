@@ -1,5 +1,5 @@
 """Pure DataFrame logic of a run: spread the units over partitions, summarise. No I/O here.
-(The route of each claimed entry is decided on the executors: ``recovery.routing``.)"""
+(The route of each claimed entry is decided on the executors: ``recovery.routed``.)"""
 
 from __future__ import annotations
 

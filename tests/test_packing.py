@@ -1,5 +1,5 @@
 """Claimed batches packed for Spark and routed on the executor (recovery.packing,
-recovery.routing): pure Arrow, plus one round trip through a real Spark checkpoint."""
+recovery.routed): pure Arrow, plus one round trip through a real Spark checkpoint."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pyspark import StorageLevel
 
 from recovery.claim import CLAIMED_ARROW
 from recovery.packing import PACK_ROWS, packed, packed_row, unpacked
-from recovery.routing import ROUTED_ARROW, route_batch
+from recovery.routed import ROUTED_ARROW, route_batch
 from recovery.schemas import CLAIMED, PACKED
 
 # Names and values that must survive byte for byte: not UTF-8, empty, a NUL, duplicates.
