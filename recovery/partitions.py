@@ -77,8 +77,8 @@ def per_unit(params: JobParams, make_unit_fn: Callable[[], UnitFn]) -> ArrowFn:
 
 
 def claim_partition(params: JobParams) -> ArrowFn:
-    """UNIT batches -> PACKED rows: claim every idle entry of each unit, one CLAIMED batch
-    (one XAUTOCLAIM step) per row."""
+    """UNIT batches -> PACKED rows: claim every idle entry of each unit; each row packs up
+    to PACK_ROWS entries of one XAUTOCLAIM step (a CLAIMED batch)."""
 
     def make() -> UnitFn:
         throttle = Throttle(params.max_entries_per_s_per_partition)
