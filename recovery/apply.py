@@ -1,6 +1,6 @@
 """What happens to routed entries on an executor: dead-letter moves, handler calls, acks.
 
-Works column by column on one Arrow batch of ``schemas.ROUTED`` (rows are indices into the
+Works column by column on one Arrow batch of ``schemas.CLAIMED`` (rows are indices into the
 batch, no per-row dicts) and returns a ``schemas.REPORT`` batch with one row per input row,
 in input order. Round trips are per step, not per entry.
 
@@ -133,8 +133,8 @@ class DeadLetterJob:
 
 def apply_batch(client: redis.Redis, params: JobParams, batch: pa.RecordBatch
                 ) -> pa.RecordBatch:
-    """Dead-letter, handle and ack one ROUTED batch; return its REPORT batch."""
-    rb = RoutedBatch(batch, params.run_id)
+    """Route, dead-letter, handle and ack one CLAIMED batch; return its REPORT batch."""
+    rb = RoutedBatch(batch, params.run_id, params.max_deliveries)
     routes = rb.by_route()
     for i in routes[ROUTE_GONE]:
         rb.set(i, ACTION_SKIPPED, REASON_GONE)

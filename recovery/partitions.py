@@ -25,7 +25,6 @@ from recovery.errors import StreamUnitError
 from recovery.faults import maybe_fail
 from recovery.packing import ArrowFn, packed, unpacked
 from recovery.redis_conn import connect, redis_errors
-from recovery.routed import route_batch
 from recovery.throttle import Throttle
 
 log = logging.getLogger(__name__)
@@ -107,9 +106,8 @@ def apply_partition(params: JobParams, rows: int) -> ArrowFn:
         client = PartitionClient(params)
         try:
             for step, batch in enumerate(unpacked(batches, rows), start=1):
-                routed = route_batch(batch, params.max_deliveries)
                 with redis_errors(params.redis):
-                    report = apply_batch(client.get(), params, routed)
+                    report = apply_batch(client.get(), params, batch)
                 maybe_fail("apply", step)  # after the side effects: the worst moment
                 yield report
         finally:

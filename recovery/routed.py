@@ -1,12 +1,12 @@
-"""ROUTED Arrow batches on the executor. Pure Arrow, no I/O (``recovery.apply`` does the
-Redis side).
+"""A CLAIMED Arrow batch on the executor, routed and seen row by row. Pure Arrow, no I/O
+(``recovery.apply`` does the Redis side).
 
-- ``route_batch``: a CLAIMED batch plus the route of each entry. The claimed set crosses Spark
-  packed (``recovery.packing``), so the route is decided here, batch by batch, not as a
-  Spark expression.
-- ``RoutedBatch``: one ROUTED batch row by row: its columns as Python lists, grouped by unit
-  and route, the handler's messages, and the outcome of each row, which become the REPORT
-  batch.
+- ``routes``: where each entry goes. The claimed set crosses Spark packed
+  (``recovery.packing``), so the route is decided here, batch by batch, not as a Spark
+  expression.
+- ``RoutedBatch``: one batch row by row: its columns as Python lists, its routes, grouped by
+  unit and route, the handler's messages, and the outcome of each row, which become the
+  REPORT batch.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from recovery.schemas import (
     ROUTE_DELETED,
     ROUTE_GONE,
     ROUTE_HANDLE,
-    ROUTED,
     arrow,
 )
 from recovery.scripts import stream_id_key
@@ -34,13 +33,12 @@ from recovery.streams import Fields
 Unit = tuple[str, str, str]  # stream, group, job consumer
 K = TypeVar("K")
 REPORT_ARROW = arrow(REPORT)
-ROUTED_ARROW = arrow(ROUTED)
 
 
-def route_batch(batch: pa.RecordBatch, max_deliveries: int) -> pa.RecordBatch:
-    """A CLAIMED batch -> the ROUTED batch: the same rows plus `route`, the first that holds
-    of: deleted upstream; delivery count unknown (gone from the job's PEL); delivery count
-    (after this run's claim) above `max_deliveries` (dead letter); else the handler."""
+def routes(batch: pa.RecordBatch, max_deliveries: int) -> pa.StringArray:
+    """The route of each entry of a CLAIMED batch, the first that holds of: deleted upstream;
+    delivery count unknown (gone from the job's PEL); delivery count (after this run's
+    claim) above `max_deliveries` (dead letter); else the handler."""
     count = batch.column("delivery_count")
     conditions = pc.make_struct(
         batch.column("deleted"),
@@ -48,28 +46,27 @@ def route_batch(batch: pa.RecordBatch, max_deliveries: int) -> pa.RecordBatch:
         pc.fill_null(pc.greater(count, max_deliveries), False),
         field_names=["deleted", "gone", "over_limit"],
     )
-    routes = pc.case_when(conditions, ROUTE_DELETED, ROUTE_GONE, ROUTE_DEAD_LETTER,
-                          ROUTE_HANDLE)
-    return pa.RecordBatch.from_arrays([*batch.columns, routes.cast(pa.string())],
-                                      schema=ROUTED_ARROW)
+    return pc.case_when(conditions, ROUTE_DELETED, ROUTE_GONE, ROUTE_DEAD_LETTER,
+                        ROUTE_HANDLE).cast(pa.string())
 
 
 class RoutedBatch:
-    """One ROUTED Arrow batch seen column by column, and the outcome of each row.
+    """One CLAIMED Arrow batch seen column by column, the route of each row (``routes``), and
+    the outcome of each row.
 
     Rows are indices. ``messages(rows)`` builds the (name, value) pairs of those rows only
     (only rows handed to the handler need them). Every row gets exactly one outcome (``set``);
     ``report()`` turns the outcomes into a REPORT batch.
     """
 
-    def __init__(self, batch: pa.RecordBatch, run_id: str) -> None:
+    def __init__(self, batch: pa.RecordBatch, run_id: str, max_deliveries: int) -> None:
         self.batch, self.run_id = batch, run_id
         column = batch.column
         self.stream: list[str] = column("stream").to_pylist()
         self.group: list[str] = column("group").to_pylist()
         self.consumer: list[str] = column("consumer").to_pylist()
         self.id: list[str] = column("id").to_pylist()
-        self.route: list[str] = column("route").to_pylist()
+        self.route: list[str] = routes(batch, max_deliveries).to_pylist()
         self.delivery_count: list[int | None] = column("delivery_count").to_pylist()
         self.idle_ms: list[int | None] = column("idle_ms").to_pylist()
         self.previous_consumer: list[str | None] = column("previous_consumer").to_pylist()

@@ -58,9 +58,6 @@ PACKED = StructType(
     [StructField("rows", LongType(), False), StructField("batch", BinaryType(), False)]
 )
 
-# Claimed entries plus the route each takes.
-ROUTED = StructType([*CLAIMED.fields, StructField("route", StringType(), False)])
-
 # One row per entry the run touched.
 REPORT = StructType(
     [
@@ -120,7 +117,7 @@ def arrow(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema)
 
 
-# Routes (ROUTED.route) and actions (REPORT.action).
+# Routes (recovery.routed.routes) and actions (REPORT.action).
 ROUTE_HANDLE = "handle"
 ROUTE_DEAD_LETTER = "dead_letter"
 ROUTE_DELETED = "deleted"

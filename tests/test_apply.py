@@ -1,6 +1,6 @@
 """The hand-over stage on its own (recovery.apply.apply_batch), against real servers, no Spark.
 
-A ROUTED batch is built the way the claim hands it over; what the handler saw, the report
+A CLAIMED batch is built the way the claim hands it over; what the handler saw, the report
 and the PEL are then checked against Redis itself. Fast: each test is a few round trips.
 """
 
@@ -17,7 +17,7 @@ from redis import Redis
 from recovery.apply import REASON_VANISHED, apply_batch
 from recovery.config import executor_params
 from recovery.redis_conn import connect
-from recovery.schemas import ROUTE_HANDLE, ROUTED, arrow
+from recovery.schemas import CLAIMED, arrow
 from tests.handlers import LIVE_ACK_URL_ENV, MEANWHILE_ENV, SEEN
 
 GROUP, DEAD, JOB = "workers", "crashed", "recovery-r1-0"
@@ -36,8 +36,8 @@ def routed(stream: str, entries: list[tuple[str, dict]]) -> pa.RecordBatch:
     rows = [{"stream": stream, "group": GROUP, "consumer": JOB, "id": i, "deleted": False,
              "previous_consumer": DEAD, "idle_ms": 3_600_000,
              "fields": [{"name": k.encode(), "value": v.encode()} for k, v in f.items()],
-             "delivery_count": 2, "route": ROUTE_HANDLE} for i, f in entries]
-    return pa.RecordBatch.from_pylist(rows, schema=arrow(ROUTED))
+             "delivery_count": 2} for i, f in entries]  # within the limit: handled
+    return pa.RecordBatch.from_pylist(rows, schema=arrow(CLAIMED))
 
 
 def run_apply(server, make_settings, batch: pa.RecordBatch, *extra: str,
