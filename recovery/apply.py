@@ -15,7 +15,9 @@ Hand-over, chunk by chunk (``handler.batch_size`` rows):
    ``lease_owned.lua`` (ownership checked again, idle time reset). So an entry a live
    consumer acked, or another run claimed, since the claim is not handed over unless that
    happened in the last ``LEASE_FRESH_S``, and no other run claims a chunk while the handler
-   works on it (``handler.timeout_s``).
+   works on it (``handler.timeout_s``). A batch handed over straight after its claim (one
+   pass) skips the first read: the claim itself read the lease, as long as it is younger
+   than ``LEASE_FRESH_S``.
 2. the handler call;
 3. XACK of the entries it succeeded on. The ack is unconditional on purpose: the entry has
    been processed, and only a claim with a shorter ``min_idle_ms`` than the call could have
@@ -131,9 +133,14 @@ class DeadLetterJob:
     error: str | None = None
 
 
-def apply_batch(client: redis.Redis, params: JobParams, batch: pa.RecordBatch
-                ) -> pa.RecordBatch:
-    """Route, dead-letter, handle and ack one CLAIMED batch; return its REPORT batch."""
+def apply_batch(client: redis.Redis, params: JobParams, batch: pa.RecordBatch,
+                read_at: float | None = None) -> pa.RecordBatch:
+    """Route, dead-letter, handle and ack one CLAIMED batch; return its REPORT batch.
+
+    `read_at` (``time.monotonic()`` seconds), when given, is when the job consumer's
+    ownership of all the batch's entries was last read (their claim, sent then): the first
+    lease read is skipped while that reading is younger than ``LEASE_FRESH_S``.
+    """
     rb = RoutedBatch(batch, params.run_id, params.max_deliveries)
     routes = rb.by_route()
     for i in routes[ROUTE_GONE]:
@@ -141,7 +148,7 @@ def apply_batch(client: redis.Redis, params: JobParams, batch: pa.RecordBatch
     _clear_deleted(client, rb, routes[ROUTE_DELETED])
     over_limit = [DeadLetterJob(i, REASON_OVER_LIMIT) for i in routes[ROUTE_DEAD_LETTER]]
     _dead_letter(client, params, rb, over_limit)
-    _handle(client, params, rb, routes[ROUTE_HANDLE])
+    _handle(client, params, rb, routes[ROUTE_HANDLE], read_at)
     return rb.report()
 
 
@@ -155,7 +162,8 @@ def _clear_deleted(client: redis.Redis, rb: RoutedBatch, rows: list[int]) -> Non
         rb.set(i, ACTION_DELETED, REASON_DELETED)
 
 
-def _handle(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[int]) -> None:
+def _handle(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[int],
+            read_at: float | None) -> None:
     """Hand `rows` over chunk by chunk (lease, call, ack); dead-letter failures at the limit.
 
     Leases are read for up to ``LEASE_ROWS`` rows at a time and read again before a call
@@ -165,12 +173,13 @@ def _handle(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[
     """
     rows = _with_fields(client, rb, rows)
     calls = HandlerCalls(load_handler(params.handler_path), params.handler_timeout_s)
-    hand_over = HandOver(client, rb, fresh_lease_ms(params.min_idle_ms, params.handler_timeout_s))
+    hand_over = HandOver(client, rb, fresh_lease_ms(params.min_idle_ms, params.handler_timeout_s),
+                         read_at or 0.0)
     size = params.handler_batch_size
     window = max(size, LEASE_ROWS // size * size)
     for start in range(0, len(rows), window):
         window_rows = rows[start : start + window]
-        hand_over.lease(window_rows)
+        hand_over.lease(window_rows if hand_over.stale() else [])
         for first in range(0, len(window_rows), size):
             chunk = hand_over.leased_now(window_rows[first:], size)
             chunk = calls.admit(rb, chunk)
@@ -191,17 +200,24 @@ class HandOver:
     read_at: float = 0.0
     to_ack: list[int] = field(default_factory=list)
 
+    def stale(self) -> bool:
+        """Whether the last reading of the lease is older than LEASE_FRESH_S."""
+        return time.monotonic() - self.read_at > LEASE_FRESH_S
+
     def lease(self, rows: list[int]) -> None:
         """Send the acks so far and read the lease of `rows`, in one round trip. The rows
-        not leased get their outcome; the leased ones are those still without one."""
+        not leased get their outcome; the leased ones are those still without one. The
+        reading counts from when it was sent."""
+        sent_at = time.monotonic()
         _ack_and_lease(self.client, self.rb, self.to_ack, rows, self.fresh_ms)
         self.to_ack = []
-        self.read_at = time.monotonic()
+        if rows:
+            self.read_at = sent_at
 
     def leased_now(self, rest: list[int], size: int) -> list[int]:
         """The leased rows among the next `size` of `rest` (rows not handed over yet),
         reading their lease again first when the last read is older than LEASE_FRESH_S."""
-        if time.monotonic() - self.read_at > LEASE_FRESH_S:
+        if self.stale():
             self.lease(self._open(rest))
         return self._open(rest[:size])
 

@@ -24,9 +24,10 @@ in claim order: the unit's entries contiguous, ascending by ID, entries taken ba
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from itertools import accumulate, chain
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import redis
@@ -57,13 +58,30 @@ CLAIMED_ARROW = arrow(CLAIMED)
 FIELDS_ARROW = CLAIMED_ARROW.field("fields").type
 
 
+class ClaimStep(NamedTuple):
+    """A CLAIMED batch and, for entries this loop claimed, when their claim was sent
+    (``time.monotonic()`` seconds): the claim is a reading of their lease, no younger than
+    that. None for entries taken back, whose ownership was read earlier in the loop."""
+
+    batch: pa.RecordBatch
+    sent_at: float | None
+
+
 def claim_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any],
                throttle: Throttle) -> Iterator[pa.RecordBatch]:
     """CLAIMED batches of one unit: everything its job consumer owns once the loop ends."""
+    for step in claim_steps(client, params, unit, throttle):
+        yield step.batch
+
+
+def claim_steps(client: redis.Redis, params: JobParams, unit: dict[str, Any],
+                throttle: Throttle) -> Iterator[ClaimStep]:
+    """:func:`claim_unit`'s batches, each with the moment its claim was sent."""
     stream, group, consumer = unit["stream"], unit["group"], unit["consumer"]
     owned: dict[bytes, PendingRow] = {}  # taken back: the job consumer's, not claimed here
     cursor, step, claimed = END_CURSOR, 0, 0
     while True:
+        sent_at = time.monotonic()
         with redis_errors(params.redis, stream, group):
             batch = claim_batch(client, stream, group, consumer, params.min_idle_ms, cursor,
                                 params.count)
@@ -71,7 +89,7 @@ def claim_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any],
         step += 1
         seen = len(batch.ids) + len(batch.deleted)
         if seen:
-            yield _claimed_batch(unit, batch, counts)
+            yield ClaimStep(_claimed_batch(unit, batch, counts), sent_at)
         claimed, before = claimed + seen, claimed
         if claimed // PROGRESS_EVERY > before // PROGRESS_EVERY:
             log.info("claim %s / %s: %d entries so far", stream, group, claimed)
@@ -84,7 +102,7 @@ def claim_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any],
         log.info("claim %s / %s: %d entries taken back (claimed by an earlier attempt or "
                  "through a lost reply)", stream, group, len(owned))
         rows = sorted(owned.values(), key=lambda r: stream_id_key(r[ID].decode()))
-        yield _owned_batch(unit, rows)
+        yield ClaimStep(_owned_batch(unit, rows), None)
 
 
 def _read_own_range(client: redis.Redis, unit: dict[str, Any], batch: ClaimBatch,

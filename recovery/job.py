@@ -2,10 +2,12 @@
 
 1. validate settings and handler, check the server, discover and spread the units;
 2. group health as found (PEL histograms from an executor pass);
-3. claim on executors, each entry joined with its PEL row (delivery count), and materialise
-   the claimed set exactly once (eager local checkpoint of packed claim steps);
+3. claim on executors, each entry joined with its PEL row (delivery count);
 4. route, dead-letter, handle and ack on executors, on the claim's own partitions (no
-   shuffle), while writing the per-entry report;
+   shuffle), while writing the per-entry report. When Spark never retries a task (local[N])
+   each claim step is handed over at once, in the same task; when it may (a cluster,
+   local[N,F]), the claimed set is first materialised exactly once (eager local checkpoint
+   of packed claim steps), so that a retried hand-over still reports every entry;
 5. read the report back, sum it up, remove the job's empty consumers.
 """
 
@@ -37,7 +39,7 @@ from recovery.errors import ConfigError, RecoveryError
 from recovery.handlers import load_handler
 from recovery.health import collect_health, format_health, remove_idle_consumers
 from recovery.packing import PACK_ROWS
-from recovery.partitions import apply_partition, claim_partition
+from recovery.partitions import apply_partition, claim_partition, recover_partition
 from recovery.progress import ProgressReporter
 from recovery.redis_conn import connect
 from recovery.report import (
@@ -65,6 +67,7 @@ log = logging.getLogger(__name__)
 TYPED_ERROR = re.compile(r"recovery\.errors\.(\w+): ([^\n]+)")
 MAX_RECORDS_PER_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
 DEFAULT_RECORDS_PER_BATCH = 10_000  # Spark's default for the key above
+LOCAL_MASTER = re.compile(r"local(?:\[[^,\]]+(?:,\s*(\d+))?\])?")  # local, local[N], local[N,F]
 PYTHON_ERROR = re.compile(r"^[\w.]+(?:Error|Exception|Fault): [^\n]+", re.MULTILINE)
 
 
@@ -158,6 +161,23 @@ def _health(spark: SparkSession, client: redis.Redis, settings: Settings, params
 
 def _recover(spark: SparkSession, settings: Settings, params: JobParams,
              unit_df: DataFrame) -> None:
+    """Claim, dead-letter, handle, ack and report: in one pass when Spark never retries a
+    task, else with the claim materialised first (a retried hand-over reports from it)."""
+    attempts = task_attempts(spark)
+    if attempts == 1:
+        started = time.monotonic()
+        write_report(unit_df.mapInArrow(recover_partition(params), REPORT),
+                     settings.report.path, params.run_id)
+        log.info("run %s: claim, dead-letter, handler, acks and report done in one pass in "
+                 "%.1f s (tasks are not retried)", params.run_id, time.monotonic() - started)
+        return
+    log.info("run %s: tasks may be tried %d times: the claim is materialised before the "
+             "hand-over", params.run_id, attempts)
+    _claim_then_apply(spark, settings, params, unit_df)
+
+
+def _claim_then_apply(spark: SparkSession, settings: Settings, params: JobParams,
+                      unit_df: DataFrame) -> None:
     started = time.monotonic()
     claimed = materialise_once(unit_df.mapInArrow(claim_partition(params), PACKED))
     log.info("run %s: claim done in %.1f s", params.run_id, time.monotonic() - started)
@@ -170,6 +190,19 @@ def _recover(spark: SparkSession, settings: Settings, params: JobParams,
         write_report(report, settings.report.path, params.run_id)
     log.info("run %s: dead-letter, handler, acks and report done in %.1f s", params.run_id,
              time.monotonic() - started)
+
+
+def task_attempts(spark: SparkSession) -> int:
+    """How many times Spark may run one task: 1 in ``local``/``local[N]``, F in
+    ``local[N,F]``, else ``spark.task.maxFailures`` (default 4). When unknown, 4."""
+    master = str(spark.conf.get("spark.master", "") or "")
+    local = LOCAL_MASTER.fullmatch(master)
+    if local:
+        return int(local.group(1) or 1)
+    try:
+        return int(spark.conf.get("spark.task.maxFailures", "4") or 4)
+    except ValueError:
+        return 4
 
 
 @contextlib.contextmanager

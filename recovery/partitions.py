@@ -6,7 +6,9 @@ runs per partition. One Redis client per partition; the driver never sees messag
 - ``claim_partition``: UNIT rows -> PACKED rows of CLAIMED batches, XAUTOCLAIM cursor loops
   (a side effect: the driver materialises its output exactly once);
 - ``apply_partition``: PACKED rows of CLAIMED batches -> REPORT rows: route, dead-letter
-  moves, handler and acks.
+  moves, handler and acks;
+- ``recover_partition``: UNIT rows -> REPORT rows, both in one pass: each claim step is
+  handed over as soon as it is claimed (for runs whose tasks are never retried).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import pyarrow as pa
 import redis
 
 from recovery.apply import apply_batch
-from recovery.claim import claim_unit
+from recovery.claim import claim_steps, claim_unit
 from recovery.config import JobParams
 from recovery.errors import StreamUnitError
 from recovery.faults import maybe_fail
@@ -84,6 +86,27 @@ def claim_partition(params: JobParams) -> ArrowFn:
         return lambda client, unit: claim_unit(client, params, unit, throttle)
 
     return packed(per_unit(params, make))
+
+
+def recover_partition(params: JobParams) -> ArrowFn:
+    """UNIT batches -> REPORT batches: claim each unit step by step and hand every step over
+    at once, its claim serving as the first lease read. Nothing is materialised, so a retried
+    task could not report what its failed attempt did: only for runs without task retries."""
+
+    def make() -> UnitFn:
+        throttle = Throttle(params.max_entries_per_s_per_partition)
+        return lambda client, unit: _claim_and_apply(client, params, unit, throttle)
+
+    return per_unit(params, make)
+
+
+def _claim_and_apply(client: redis.Redis, params: JobParams, unit: dict[str, Any],
+                     throttle: Throttle) -> Iterator[pa.RecordBatch]:
+    for step, (batch, sent_at) in enumerate(claim_steps(client, params, unit, throttle), 1):
+        with redis_errors(params.redis):
+            report = apply_batch(client, params, batch, sent_at)
+        maybe_fail("apply", step)  # after the side effects: the worst moment
+        yield report
 
 
 def skip_vanished(unit: dict[str, Any], batches: Iterator[pa.RecordBatch]

@@ -131,10 +131,12 @@ def _last_json(stdout: str) -> dict[str, Any]:
     return json.loads(lines[-1])  # type: ignore[no-any-return]
 
 
-def spark_submit(argv: list[str], logs: Path, *confs: str) -> subprocess.Popen[bytes]:
-    """Start jobs/recover.py under spark-submit (local[2]); stdout/stderr go to files."""
+def spark_submit(argv: list[str], logs: Path, *confs: str, master: str = "local[2]"
+                 ) -> subprocess.Popen[bytes]:
+    """Start jobs/recover.py under spark-submit (local[2]: tasks are not retried, so the job
+    claims and hands over in one pass); stdout/stderr go to files."""
     logs.mkdir(parents=True, exist_ok=True)
-    cmd = [str(SPARK_SUBMIT), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+    cmd = [str(SPARK_SUBMIT), "--master", master, "--conf", "spark.ui.enabled=false",
            "--driver-java-options", LOCAL_JVM_OPTIONS]
     for conf in confs:
         cmd += ["--conf", conf]

@@ -41,13 +41,17 @@ def routed(stream: str, entries: list[tuple[str, dict]]) -> pa.RecordBatch:
 
 
 def run_apply(server, make_settings, batch: pa.RecordBatch, *extra: str,
-              handler: str = "ack_first_meanwhile") -> list[dict]:
+              handler: str = "ack_first_meanwhile", claimed_s_ago: float | None = None
+              ) -> list[dict]:
+    """apply_batch on `batch`; `claimed_s_ago`: the batch comes straight from a claim sent
+    that long ago (one pass), else it comes from a checkpoint (no reading of its own)."""
     settings = make_settings('streams.keys=["s"]', f"handler.path=tests.handlers:{handler}",
                              "handler.batch_size=4", *extra)
     params = executor_params(settings, "r1")
     client = connect(params.redis)
     try:
-        return apply_batch(client, params, batch).to_pylist()
+        read_at = None if claimed_s_ago is None else time.monotonic() - claimed_s_ago
+        return apply_batch(client, params, batch, read_at).to_pylist()
     finally:
         client.close()
 
@@ -93,6 +97,26 @@ def test_entries_acked_or_taken_before_their_lease_are_never_handed_over(
     rows = client.xpending_range("s", GROUP, "-", "+", 100)
     assert [(r["message_id"].decode(), r["consumer"].decode()) for r in rows] == [
         (ids[6], "other-run")]
+
+
+@pytest.mark.parametrize("claimed_s_ago", [0.0, 1.0])
+def test_a_claim_younger_than_the_lease_reading_limit_is_the_first_reading(
+        server, client, make_settings, live_acks, claimed_s_ago):
+    """One pass: a claim sent less than LEASE_FRESH_S (0.1 s) ago is itself the reading, so an
+    ack since then is not looked for (the documented window); from an older claim the lease
+    is read first, and an entry acked since is not handed over."""
+    entries = claimed_entries(client, "s", 9)
+    ids = [i for i, _ in entries]
+    client.xack("s", GROUP, ids[5])  # a live consumer finished it after our claim
+    report = {r["id"]: r for r in run_apply(server, make_settings, routed("s", entries),
+                                            "handler.batch_size=100",
+                                            claimed_s_ago=claimed_s_ago)}
+    seen = [i.decode() for i in client.lrange(SEEN, 0, -1)]
+    fresh = claimed_s_ago < 0.1
+    assert (ids[5] in seen) is fresh
+    assert report[ids[5]]["action"] == ("reprocessed" if fresh else "skipped")
+    assert sorted(set(seen) - {ids[5]}) == sorted(set(ids) - {ids[5]})
+    assert client.xpending("s", GROUP)["pending"] == 0
 
 
 def test_an_old_lease_is_renewed_before_the_call(server, client, make_settings, live_acks):

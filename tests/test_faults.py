@@ -64,8 +64,8 @@ def submit() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     assertion or pytest-timeout must not leave a job behind)."""
     started: list[subprocess.Popen[bytes]] = []
 
-    def _submit(*args: Any) -> subprocess.Popen[bytes]:
-        started.append(spark_submit(*args))
+    def _submit(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        started.append(spark_submit(*args, **kwargs))
         return started[-1]
 
     yield _submit
@@ -326,12 +326,18 @@ def test_redis_that_never_answers_gives_up_in_bounded_time(spark, tmp_path, sile
 
 # --- (c) two runs at once ---------------------------------------------------------------------
 
+@pytest.mark.parametrize("one_pass", [False, True], ids=["materialised", "one-pass"])
 def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(spark, redis_server,
                                                                       tmp_path, small_batches,
-                                                                      submit):
-    """Run A (spark-submit) claims everything and hands over slowly; once A's claims are older
-    than min_idle_ms, run B (in-process) claims what A has not leased yet. Only the lease
-    renewed before each handler call keeps A from handing those entries over as well."""
+                                                                      submit, one_pass):
+    """Run A (spark-submit) hands over slowly while run B (in-process) claims.
+
+    materialised (local[2,2]: A's tasks may be retried): A claims everything first; once its
+    claims are older than min_idle_ms, B claims what A has not leased yet. Only the lease
+    renewed before each handler call keeps A from handing those entries over as well.
+    one-pass (local[2]): A claims 20 entries at a time and hands each step over at once; B
+    claims what A has not reached, and A's later steps must leave B's entries alone.
+    """
     client = redis_server.client()
     streams = ["c-a", "c-b"]
     kinds = {"ok": (40, 1), "poison": (6, 9), "fail_at_limit": (4, 4)}
@@ -340,10 +346,13 @@ def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(spark, redi
     common = ["claim.min_idle_ms=1500", "handler.timeout_s=1", "handler.batch_size=2"]
     logs = tmp_path / "logs"
     # One partition: A hands over 2 entries per 0.5 s, it would need ~22 s for its backlog.
-    proc = submit(job_args(redis_server.url, tmp_path, streams, *common,
-                           "spark.partitions=1", run_id="A"), logs, SMALL_BATCHES)
-    assert wait_until(lambda: owned_by(client, streams, DEAD) == 0, proc, 180,
-                      "run A's claim"), "run A ended before its claim was seen"
+    a_only = ["claim.count=20"] if one_pass else []
+    proc = submit(job_args(redis_server.url, tmp_path, streams, *common, *a_only,
+                           "spark.partitions=1", run_id="A"), logs, SMALL_BATCHES,
+                  master="local[2]" if one_pass else "local[2,2]")
+    claimed = ((lambda: job_owned(client, streams, "A") > 0) if one_pass
+               else (lambda: owned_by(client, streams, DEAD) == 0))
+    assert wait_until(claimed, proc, 180, "run A's claim"), "run A ended before its claim was seen"
     time.sleep(1.6)  # A's claims are now idle longer than min_idle_ms
     outcome: dict[str, Any] = {}
     args_b = job_args(redis_server.url, tmp_path, streams, *common, run_id="B")
