@@ -165,11 +165,13 @@ def _recover(spark: SparkSession, settings: Settings, params: JobParams,
     task, else with the claim materialised first (a retried hand-over reports from it)."""
     attempts = task_attempts(spark)
     if attempts == 1:
+        log.info("run %s: tasks are not retried: claim and hand-over in one pass",
+                 params.run_id)
         started = time.monotonic()
         write_report(unit_df.mapInArrow(recover_partition(params), REPORT),
                      settings.report.path, params.run_id)
-        log.info("run %s: claim, dead-letter, handler, acks and report done in one pass in "
-                 "%.1f s (tasks are not retried)", params.run_id, time.monotonic() - started)
+        log.info("run %s: claim, dead-letter, handler, acks and report done in %.1f s",
+                 params.run_id, time.monotonic() - started)
         return
     log.info("run %s: tasks may be tried %d times: the claim is materialised before the "
              "hand-over", params.run_id, attempts)

@@ -559,3 +559,34 @@ def test_task_failures_lose_nothing_and_leave_nothing_unreported(
             assert handed[key] == 1, f"{key}: an acked entry was handed over again"
     check_accounting(client, seeded, states, {"retried": [r for v in rows.values() for r in v]},
                      set())
+
+
+@pytest.mark.parametrize("fault", ["claim 2 0", "apply 2 0"])
+def test_one_pass_task_failure_fails_the_run_and_a_rerun_loses_nothing(
+        spark, server, tmp_path, faults, submit, fault):
+    """local[2] (spark-submit): no task is retried, so the job claims and hands over in one
+    pass. A task that fails there (after its step's hand-over: the worst moment) fails the
+    run (exit 1, no report); what it claimed and did not finish stays pending on its
+    consumer, and the next run finishes the work. The accounting finds every entry the
+    failed run did in Redis and the handler's record."""
+    client = server.client()
+    streams = ["p-a", "p-b{x}"]
+    seeded = seed_kinds(client, streams)
+    write_control(server.url)
+    faults(fault)
+    logs = tmp_path / "logs"
+    failed = finished(submit(job_args(server.url, tmp_path, streams, "claim.count=5",
+                                      "claim.min_idle_ms=500", "handler.batch_size=4",
+                                      run_id="failed"), logs), logs, timeout_s=240)
+    assert failed.code == 1, failed.stderr[-3000:]
+    assert "one pass" in failed.stderr, "the run did not take the one-pass path"
+    assert client.hlen(HANDLED) > 0, "the failed run handed nothing over before its fault"
+    time.sleep(0.6)  # what it still holds becomes idle enough (min_idle_ms 500)
+    rerun = run_in_process(spark, job_args(server.url, tmp_path, streams,
+                                           "claim.min_idle_ms=500", run_id="rerun"))
+    assert rerun.code == 0, rerun.stderr
+    states = check_states(client, seeded, "rerun")
+    reports = {r: rows for r in ("failed", "rerun")
+               if (rows := report_rows(spark, tmp_path, r)) is not None}
+    assert "failed" not in reports
+    check_accounting(client, seeded, states, reports, {"failed"})
