@@ -163,18 +163,18 @@ def _recover(spark: SparkSession, settings: Settings, params: JobParams,
              unit_df: DataFrame) -> None:
     """Claim, dead-letter, handle, ack and report: in one pass when Spark never retries a
     task, else with the claim materialised first (a retried hand-over reports from it)."""
-    attempts = task_attempts(spark)
-    if attempts == 1:
-        log.info("run %s: tasks are not retried: claim and hand-over in one pass",
-                 params.run_id)
+    master = str(spark.conf.get("spark.master", "") or "")
+    if not retries_tasks(master):
+        log.info("run %s: tasks are not retried (master %s): claim and hand-over in one pass",
+                 params.run_id, master)
         started = time.monotonic()
         write_report(unit_df.mapInArrow(recover_partition(params), REPORT),
                      settings.report.path, params.run_id)
         log.info("run %s: claim, dead-letter, handler, acks and report done in %.1f s",
                  params.run_id, time.monotonic() - started)
         return
-    log.info("run %s: tasks may be tried %d times: the claim is materialised before the "
-             "hand-over", params.run_id, attempts)
+    log.info("run %s: a task may run more than once (master %s): the claim is materialised "
+             "before the hand-over", params.run_id, master)
     _claim_then_apply(spark, settings, params, unit_df)
 
 
@@ -194,17 +194,13 @@ def _claim_then_apply(spark: SparkSession, settings: Settings, params: JobParams
              time.monotonic() - started)
 
 
-def task_attempts(spark: SparkSession) -> int:
-    """How many times Spark may run one task: 1 in ``local``/``local[N]``, F in
-    ``local[N,F]``, else ``spark.task.maxFailures`` (default 4). When unknown, 4."""
-    master = str(spark.conf.get("spark.master", "") or "")
-    local = LOCAL_MASTER.fullmatch(master)
-    if local:
-        return int(local.group(1) or 1)
-    try:
-        return int(spark.conf.get("spark.task.maxFailures", "4") or 4)
-    except ValueError:
-        return 4
+def retries_tasks(master: str) -> bool:
+    """Whether Spark may run a task of this job more than once: yes, except in ``local``,
+    ``local[N]`` and ``local[N,1]``, where a failed task fails the job. On a cluster even
+    ``spark.task.maxFailures=1`` does not rule it out: a task lost with its executor
+    (decommissioned, preempted) runs again without counting as a failure."""
+    local = LOCAL_MASTER.fullmatch(master.strip())
+    return local is None or int(local.group(1) or 1) > 1
 
 
 @contextlib.contextmanager

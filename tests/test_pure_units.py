@@ -12,7 +12,7 @@ from recovery.discovery import WorkUnit, assign
 from recovery.dlq_names import dead_letter_key
 from recovery.errors import ConfigError, DeadLetterNameError
 from recovery.handlers import Result, normalise_reply
-from recovery.job import check_no_speculation
+from recovery.job import check_no_speculation, retries_tasks
 from recovery.throttle import Throttle
 
 
@@ -109,3 +109,13 @@ def test_speculation_is_refused_with_the_fix(value):
 @pytest.mark.parametrize("value", ["false", None, ""])
 def test_no_speculation_passes(value):
     check_no_speculation(value)
+
+
+@pytest.mark.parametrize(("master", "retried"), [
+    ("local", False), ("local[2]", False), ("local[*]", False), ("local[2,1]", False),
+    ("local[2,3]", True), ("local[*, 4]", True), ("local-cluster[2,1,1024]", True),
+    ("yarn", True), ("spark://host:7077", True), ("k8s://https://host:6443", True), ("", True),
+])
+def test_one_pass_only_where_no_task_can_run_twice(master, retried):
+    """The one pass (no materialised claim) is taken only when retries_tasks is False."""
+    assert retries_tasks(master) is retried
