@@ -14,7 +14,7 @@ runs per partition. One Redis client per partition; the driver never sees messag
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -80,31 +80,41 @@ def per_unit(params: JobParams, make_unit_fn: Callable[[], UnitFn]) -> ArrowFn:
 def claim_partition(params: JobParams) -> ArrowFn:
     """UNIT batches -> PACKED rows: claim every idle entry of each unit; each row packs up
     to PACK_ROWS entries of one XAUTOCLAIM step (a CLAIMED batch)."""
-
-    def make() -> UnitFn:
-        throttle = Throttle(params.max_entries_per_s_per_partition)
-        return lambda client, unit: claim_unit(client, params, unit, throttle)
-
-    return packed(per_unit(params, make))
+    return packed(_throttled(params, claim_unit))
 
 
 def recover_partition(params: JobParams) -> ArrowFn:
     """UNIT batches -> REPORT batches: claim each unit step by step and hand every step over
     at once, its claim serving as the first lease read. Nothing is materialised, so a retried
     task could not report what its failed attempt did: only for runs without task retries."""
+    return _throttled(params, _claim_and_apply)
+
+
+ClaimFn = Callable[[redis.Redis, JobParams, dict[str, Any], Throttle], Iterator[pa.RecordBatch]]
+
+
+def _throttled(params: JobParams, claim_fn: ClaimFn) -> ArrowFn:
+    """`claim_fn` per unit, with one claim throttle per partition."""
 
     def make() -> UnitFn:
         throttle = Throttle(params.max_entries_per_s_per_partition)
-        return lambda client, unit: _claim_and_apply(client, params, unit, throttle)
+        return lambda client, unit: claim_fn(client, params, unit, throttle)
 
     return per_unit(params, make)
 
 
 def _claim_and_apply(client: redis.Redis, params: JobParams, unit: dict[str, Any],
                      throttle: Throttle) -> Iterator[pa.RecordBatch]:
-    for step, (batch, sent_at) in enumerate(claim_steps(client, params, unit, throttle), 1):
+    return applied(lambda: client, params, claim_steps(client, params, unit, throttle))
+
+
+def applied(get_client: Callable[[], redis.Redis], params: JobParams,
+            steps: Iterable[tuple[pa.RecordBatch, float | None]]) -> Iterator[pa.RecordBatch]:
+    """REPORT batches of CLAIMED `steps` (each with when its lease was last read, or None):
+    route, dead-letter, handle and ack one step at a time."""
+    for step, (batch, read_at) in enumerate(steps, start=1):
         with redis_errors(params.redis):
-            report = apply_batch(client, params, batch, sent_at)
+            report = apply_batch(get_client(), params, batch, read_at)
         maybe_fail("apply", step)  # after the side effects: the worst moment
         yield report
 
@@ -128,11 +138,8 @@ def apply_partition(params: JobParams, rows: int) -> ArrowFn:
     def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         client = PartitionClient(params)
         try:
-            for step, batch in enumerate(unpacked(batches, rows), start=1):
-                with redis_errors(params.redis):
-                    report = apply_batch(client.get(), params, batch)
-                maybe_fail("apply", step)  # after the side effects: the worst moment
-                yield report
+            yield from applied(client.get, params,
+                               ((batch, None) for batch in unpacked(batches, rows)))
         finally:
             client.close()
 
