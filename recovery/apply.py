@@ -1,8 +1,8 @@
 """What happens to routed entries on an executor: dead-letter moves, handler calls, acks.
 
-Works column by column on one Arrow batch of ``schemas.CLAIMED`` (rows are indices into the
-batch, no per-row dicts) and returns a ``schemas.REPORT`` batch with one row per input row,
-in input order. Round trips are per step, not per entry.
+Works on one batch of claimed entries (``recovery.claimed.Claimed``, rows are indices, no
+per-row dicts) and returns a ``schemas.REPORT`` batch with one row per input row, in input
+order. Round trips are per step, not per entry.
 
 Hand-over, chunk by chunk (``handler.batch_size`` rows):
 
@@ -38,6 +38,7 @@ from typing import Any
 import pyarrow as pa
 import redis
 
+from recovery.claimed import Claimed
 from recovery.config import JobParams
 from recovery.dlq_names import dead_letter_key
 from recovery.handlers import (
@@ -133,15 +134,15 @@ class DeadLetterJob:
     error: str | None = None
 
 
-def apply_batch(client: redis.Redis, params: JobParams, batch: pa.RecordBatch,
+def apply_batch(client: redis.Redis, params: JobParams, claimed: Claimed,
                 read_at: float | None = None) -> pa.RecordBatch:
-    """Route, dead-letter, handle and ack one CLAIMED batch; return its REPORT batch.
+    """Route, dead-letter, handle and ack a batch of claimed entries; return its REPORT batch.
 
     `read_at` (``time.monotonic()`` seconds), when given, is when the job consumer's
     ownership of all the batch's entries was last read (their claim, sent then): the first
     lease read is skipped while that reading is younger than ``LEASE_FRESH_S``.
     """
-    rb = RoutedBatch(batch, params.run_id, params.max_deliveries)
+    rb = RoutedBatch(claimed, params.run_id, params.max_deliveries)
     routes = rb.by_route()
     for i in routes[ROUTE_GONE]:
         rb.set(i, ACTION_SKIPPED, REASON_GONE)

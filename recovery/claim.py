@@ -1,5 +1,7 @@
 """One unit's claim on an executor: the XAUTOCLAIM cursor loop, each claimed entry joined
-with its PEL row (last owner, idle time, delivery count), as CLAIMED Arrow batches.
+with its PEL row (last owner, idle time, delivery count), step by step as Python columns
+(``recovery.claimed.Claimed``, handed over at once in one pass) or as CLAIMED Arrow batches
+(``claim_unit``, for the materialised path).
 
 XAUTOCLAIM runs from ``0-0``, passing the cursor back unchanged until it is ``0-0`` again.
 Each step is one MULTI that reads, just before the claim,
@@ -26,16 +28,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from itertools import accumulate, chain
 from typing import Any, NamedTuple
 
 import pyarrow as pa
 import redis
 
+from recovery.claimed import Claimed, field_pairs
 from recovery.config import JobParams
 from recovery.faults import maybe_fail
 from recovery.redis_conn import redis_errors
-from recovery.schemas import CLAIMED, arrow
 from recovery.scripts import stream_id_key
 from recovery.streams import (
     COUNT,
@@ -54,16 +55,14 @@ log = logging.getLogger(__name__)
 
 OWN_PAGE = 10_000  # XPENDING rows per read of the job consumer's own entries
 PROGRESS_EVERY = 100_000  # entries between two progress lines of one unit
-CLAIMED_ARROW = arrow(CLAIMED)
-FIELDS_ARROW = CLAIMED_ARROW.field("fields").type
 
 
 class ClaimStep(NamedTuple):
-    """A CLAIMED batch and, for entries this loop claimed, when their claim was sent
+    """Claimed entries and, for entries this loop claimed, when their claim was sent
     (``time.monotonic()`` seconds): the claim is a reading of their lease, no younger than
     that. None for entries taken back, whose ownership was read earlier in the loop."""
 
-    batch: pa.RecordBatch
+    claimed: Claimed
     sent_at: float | None
 
 
@@ -71,12 +70,13 @@ def claim_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any],
                throttle: Throttle) -> Iterator[pa.RecordBatch]:
     """CLAIMED batches of one unit: everything its job consumer owns once the loop ends."""
     for step in claim_steps(client, params, unit, throttle):
-        yield step.batch
+        yield step.claimed.to_arrow()
 
 
 def claim_steps(client: redis.Redis, params: JobParams, unit: dict[str, Any],
                 throttle: Throttle) -> Iterator[ClaimStep]:
-    """:func:`claim_unit`'s batches, each with the moment its claim was sent."""
+    """:func:`claim_unit`'s entries step by step (as Python columns), each step with the
+    moment its claim was sent."""
     stream, group, consumer = unit["stream"], unit["group"], unit["consumer"]
     owned: dict[bytes, PendingRow] = {}  # taken back: the job consumer's, not claimed here
     cursor, step, claimed = END_CURSOR, 0, 0
@@ -89,7 +89,7 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: dict[str, Any],
         step += 1
         seen = len(batch.ids) + len(batch.deleted)
         if seen:
-            yield ClaimStep(_claimed_batch(unit, batch, counts), sent_at)
+            yield ClaimStep(_claimed(unit, batch, counts), sent_at)
         claimed, before = claimed + seen, claimed
         if claimed // PROGRESS_EVERY > before // PROGRESS_EVERY:
             log.info("claim %s / %s: %d entries so far", stream, group, claimed)
@@ -102,7 +102,7 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: dict[str, Any],
         log.info("claim %s / %s: %d entries taken back (claimed by an earlier attempt or "
                  "through a lost reply)", stream, group, len(owned))
         rows = sorted(owned.values(), key=lambda r: stream_id_key(r[ID].decode()))
-        yield ClaimStep(_owned_batch(unit, rows), None)
+        yield ClaimStep(_owned(unit, rows), None)
 
 
 def _read_own_range(client: redis.Redis, unit: dict[str, Any], batch: ClaimBatch,
@@ -127,47 +127,22 @@ def _read_own_range(client: redis.Redis, unit: dict[str, Any], batch: ClaimBatch
     return counts
 
 
-def _claimed_batch(unit: dict[str, Any], batch: ClaimBatch, counts: dict[bytes, int]
-                   ) -> pa.RecordBatch:
-    """Arrow columns built directly (flat name/value arrays plus offsets): fast and exact."""
+def _claimed(unit: dict[str, Any], batch: ClaimBatch, counts: dict[bytes, int]) -> Claimed:
+    """The step's claimed entries, then those deleted upstream (no fields)."""
     ids = batch.ids + batch.deleted
-    flat = list(chain.from_iterable(batch.flats))
-    offsets = [0, *accumulate(len(f) // 2 for f in batch.flats)]
-    struct = pa.StructArray.from_arrays(
-        [pa.array(flat[0::2], pa.binary()), pa.array(flat[1::2], pa.binary())],
-        fields=list(FIELDS_ARROW.value_type),
-    )
-    fields_col = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), struct,
-                                          type=FIELDS_ARROW)
     n_deleted = len(batch.deleted)
-    if n_deleted:
-        fields_col = pa.concat_arrays([fields_col, pa.nulls(n_deleted, FIELDS_ARROW)])
     before = [batch.before.get(i) for i in ids]
-    return _batch(unit, ids, [False] * len(batch.ids) + [True] * n_deleted,
-                  [b[OWNER] if b else None for b in before],
-                  [b[IDLE] if b else None for b in before],
-                  [b[COUNT] + 1 if b else counts.get(i) for i, b in zip(ids, before, strict=True)],
-                  fields_col)
+    return Claimed.of_unit(
+        unit, [i.decode() for i in ids], [False] * len(batch.ids) + [True] * n_deleted,
+        [b[OWNER].decode() if b else None for b in before],
+        [b[IDLE] if b else None for b in before],
+        [*field_pairs(batch.flats), *([None] * n_deleted)],
+        [b[COUNT] + 1 if b else counts.get(i) for i, b in zip(ids, before, strict=True)])
 
 
-def _owned_batch(unit: dict[str, Any], rows: list[PendingRow]) -> pa.RecordBatch:
+def _owned(unit: dict[str, Any], rows: list[PendingRow]) -> Claimed:
     """Entries the job consumer owned without this loop's claim: no previous owner or idle
     time known, no fields (fetched at hand-over), the PEL's delivery count."""
     n = len(rows)
-    return _batch(unit, [r[ID] for r in rows], [False] * n, [None] * n, [None] * n,
-                  [int(r[COUNT]) for r in rows], pa.nulls(n, FIELDS_ARROW))
-
-
-def _batch(unit: dict[str, Any], ids: list[bytes], deleted: list[bool],
-           previous: list[bytes | None], idle: list[int | None], counts: list[int | None],
-           fields_col: pa.Array) -> pa.RecordBatch:
-    n = len(ids)
-    return pa.RecordBatch.from_arrays([
-        *(pa.array([unit[k]] * n, pa.string()) for k in ("stream", "group", "consumer")),
-        pa.array(ids, pa.string()),
-        pa.array(deleted, pa.bool_()),
-        pa.array(previous, pa.string()),
-        pa.array(idle, pa.int64()),
-        fields_col,
-        pa.array(counts, pa.int64()),
-    ], schema=CLAIMED_ARROW)
+    return Claimed.of_unit(unit, [r[ID].decode() for r in rows], [False] * n, [None] * n,
+                           [None] * n, [None] * n, [int(r[COUNT]) for r in rows])

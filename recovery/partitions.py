@@ -22,6 +22,7 @@ import redis
 
 from recovery.apply import apply_batch
 from recovery.claim import claim_steps, claim_unit
+from recovery.claimed import Claimed
 from recovery.config import JobParams
 from recovery.errors import StreamUnitError
 from recovery.faults import maybe_fail
@@ -109,12 +110,12 @@ def _claim_and_apply(client: redis.Redis, params: JobParams, unit: dict[str, Any
 
 
 def applied(get_client: Callable[[], redis.Redis], params: JobParams,
-            steps: Iterable[tuple[pa.RecordBatch, float | None]]) -> Iterator[pa.RecordBatch]:
-    """REPORT batches of CLAIMED `steps` (each with when its lease was last read, or None):
+            steps: Iterable[tuple[Claimed, float | None]]) -> Iterator[pa.RecordBatch]:
+    """REPORT batches of claimed `steps` (each with when its lease was last read, or None):
     route, dead-letter, handle and ack one step at a time."""
-    for step, (batch, read_at) in enumerate(steps, start=1):
+    for step, (claimed, read_at) in enumerate(steps, start=1):
         with redis_errors(params.redis):
-            report = apply_batch(get_client(), params, batch, read_at)
+            report = apply_batch(get_client(), params, claimed, read_at)
         maybe_fail("apply", step)  # after the side effects: the worst moment
         yield report
 
@@ -139,7 +140,8 @@ def apply_partition(params: JobParams, rows: int) -> ArrowFn:
         client = PartitionClient(params)
         try:
             yield from applied(client.get, params,
-                               ((batch, None) for batch in unpacked(batches, rows)))
+                               ((Claimed.from_arrow(batch), None)
+                                for batch in unpacked(batches, rows)))
         finally:
             client.close()
 

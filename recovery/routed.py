@@ -1,12 +1,11 @@
-"""A CLAIMED Arrow batch on the executor, routed and seen row by row. Pure Arrow, no I/O
+"""Claimed entries on the executor, routed and seen row by row. No I/O
 (``recovery.apply`` does the Redis side).
 
-- ``routes``: where each entry goes. The claimed set crosses Spark packed
-  (``recovery.packing``), so the route is decided here, batch by batch, not as a Spark
-  expression.
-- ``RoutedBatch``: one batch row by row: its columns as Python lists, its routes, grouped by
-  unit and route, the handler's messages, and the outcome of each row, which become the
-  REPORT batch.
+- ``route``: where an entry goes, decided per hand-over batch (the claimed set may have
+  crossed Spark packed, so it is not a Spark expression).
+- ``RoutedBatch``: one batch of ``recovery.claimed.Claimed`` entries row by row: its routes,
+  grouped by unit and route, the handler's messages, and the outcome of each row, which
+  become the REPORT batch.
 """
 
 from __future__ import annotations
@@ -16,8 +15,8 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from recovery.claimed import Claimed
 from recovery.handlers import Message
 from recovery.schemas import (
     REPORT,
@@ -35,47 +34,39 @@ K = TypeVar("K")
 REPORT_ARROW = arrow(REPORT)
 
 
-def routes(batch: pa.RecordBatch, max_deliveries: int) -> pa.StringArray:
-    """The route of each entry of a CLAIMED batch, the first that holds of: deleted upstream;
-    delivery count unknown (gone from the job's PEL); delivery count (after this run's
-    claim) above `max_deliveries` (dead letter); else the handler."""
-    count = batch.column("delivery_count")
-    conditions = pc.make_struct(
-        batch.column("deleted"),
-        pc.is_null(count),
-        pc.fill_null(pc.greater(count, max_deliveries), False),
-        field_names=["deleted", "gone", "over_limit"],
-    )
-    return pc.case_when(conditions, ROUTE_DELETED, ROUTE_GONE, ROUTE_DEAD_LETTER,
-                        ROUTE_HANDLE).cast(pa.string())
+def route(deleted: bool, count: int | None, max_deliveries: int) -> str:
+    """Where a claimed entry goes, the first that holds of: deleted upstream; delivery count
+    unknown (gone from the job's PEL); delivery count (after this run's claim) above
+    `max_deliveries` (dead letter); else the handler."""
+    if deleted:
+        return ROUTE_DELETED
+    if count is None:
+        return ROUTE_GONE
+    return ROUTE_DEAD_LETTER if count > max_deliveries else ROUTE_HANDLE
 
 
 class RoutedBatch:
-    """One CLAIMED Arrow batch seen column by column, the route of each row (``routes``), and
-    the outcome of each row.
+    """Claimed entries, the route of each row (``route``), and the outcome of each row.
 
-    Rows are indices. ``messages(rows)`` builds the (name, value) pairs of those rows only
-    (only rows handed to the handler need them). Every row gets exactly one outcome (``set``);
-    ``report()`` turns the outcomes into a REPORT batch.
+    Rows are indices. ``messages(rows)`` builds the handler's messages of those rows only.
+    Every row gets exactly one outcome (``set``); ``report()`` turns the outcomes into a
+    REPORT batch.
     """
 
-    def __init__(self, batch: pa.RecordBatch, run_id: str, max_deliveries: int) -> None:
-        self.batch, self.run_id = batch, run_id
-        column = batch.column
-        self.stream: list[str] = column("stream").to_pylist()
-        self.group: list[str] = column("group").to_pylist()
-        self.consumer: list[str] = column("consumer").to_pylist()
-        self.id: list[str] = column("id").to_pylist()
-        self.route: list[str] = routes(batch, max_deliveries).to_pylist()
-        self.delivery_count: list[int | None] = column("delivery_count").to_pylist()
-        self.idle_ms: list[int | None] = column("idle_ms").to_pylist()
-        self.previous_consumer: list[str | None] = column("previous_consumer").to_pylist()
-        self.units: list[Unit] = list(zip(self.stream, self.group, self.consumer, strict=True))
+    def __init__(self, claimed: Claimed, run_id: str, max_deliveries: int) -> None:
+        self.run_id = run_id
+        self.stream, self.group, self.id = claimed.stream, claimed.group, claimed.id
+        self.delivery_count = claimed.delivery_count
+        self.idle_ms = claimed.idle_ms
+        self.previous_consumer = claimed.previous_consumer
+        self.route = [route(d, c, max_deliveries)
+                      for d, c in zip(claimed.deleted, claimed.delivery_count, strict=True)]
+        self.units: list[Unit] = list(zip(claimed.stream, claimed.group, claimed.consumer,
+                                          strict=True))
+        self.fields = claimed.fields
         self.fetched: dict[int, Fields] = {}
-        self._claimed_fields: list[bool] = column("fields").is_valid().to_pylist()
-        self._flat: tuple[list[int], list[bytes], list[bytes]] | None = None
         self._id_keys: list[tuple[int, int]] | None = None
-        n = batch.num_rows
+        n = len(claimed)
         self.action: list[str | None] = [None] * n
         self.reason: list[str | None] = [None] * n
         self.error: list[str | None] = [None] * n
@@ -108,30 +99,15 @@ class RoutedBatch:
         return self.id[min(rows, key=key)], self.id[max(rows, key=key)]
 
     def has_fields(self, i: int) -> bool:
-        return self._claimed_fields[i] or i in self.fetched
-
-    def _flat_fields(self) -> tuple[list[int], list[bytes], list[bytes]]:
-        """(offsets, names, values) of the batch's fields column, converted once: row i's
-        fields are names/values[offsets[i]:offsets[i + 1]]."""
-        if self._flat is None:
-            col = self.batch.column("fields")
-            offsets = col.offsets.to_pylist()  # into col.values, which ignores any slicing
-            base = offsets[0]
-            struct = col.values.slice(base, offsets[-1] - base)
-            self._flat = ([o - base for o in offsets], struct.field("name").to_pylist(),
-                          struct.field("value").to_pylist())
-        return self._flat
+        return self.fields[i] is not None or i in self.fetched
 
     def messages(self, rows: list[int]) -> list[Message]:
         """The handler's messages for `rows`, in order."""
-        offsets, names, values = self._flat_fields()
-        fetched, stream, group, ids, counts = (self.fetched, self.stream, self.group, self.id,
-                                               self.delivery_count)
+        fields, fetched, stream, group, ids, counts = (
+            self.fields, self.fetched, self.stream, self.group, self.id, self.delivery_count)
         return [Message(stream[i], group[i], ids[i],
-                        fetched[i] if i in fetched else
-                        list(zip(names[offsets[i]:offsets[i + 1]],
-                                 values[offsets[i]:offsets[i + 1]], strict=True)),
-                        int(counts[i] or 0))
+                        fetched[i] if fields[i] is None else fields[i],  # type: ignore[arg-type]
+                        counts[i] or 0)
                 for i in rows]
 
     def set(self, i: int, action: str, reason: str | None = None, error: str | None = None,
@@ -149,14 +125,14 @@ class RoutedBatch:
             i = missing[0]
             raise RuntimeError(f"{len(missing)} entries got no outcome, e.g. "
                                f"{self.stream[i]} {self.id[i]}")
-        column = self.batch.column
-        n = self.batch.num_rows
+        n = len(self.action)
         return pa.RecordBatch.from_arrays([
-            pa.array([self.run_id] * n, pa.string()), column("stream"), column("group"),
-            column("id"), column("previous_consumer"), column("delivery_count"),
-            column("idle_ms"), pa.array(self.action, pa.string()),
-            pa.array(self.reason, pa.string()), pa.array(self.error, pa.string()),
-            pa.array(self.dead_letter_id, pa.string()),
+            pa.array([self.run_id] * n, pa.string()), pa.array(self.stream, pa.string()),
+            pa.array(self.group, pa.string()), pa.array(self.id, pa.string()),
+            pa.array(self.previous_consumer, pa.string()),
+            pa.array(self.delivery_count, pa.int64()), pa.array(self.idle_ms, pa.int64()),
+            pa.array(self.action, pa.string()), pa.array(self.reason, pa.string()),
+            pa.array(self.error, pa.string()), pa.array(self.dead_letter_id, pa.string()),
         ], schema=REPORT_ARROW)
 
 

@@ -15,6 +15,7 @@ import pytest
 from redis import Redis
 
 from recovery.apply import REASON_VANISHED, apply_batch
+from recovery.claimed import Claimed
 from recovery.config import executor_params
 from recovery.redis_conn import connect
 from recovery.schemas import CLAIMED, arrow
@@ -51,7 +52,7 @@ def run_apply(server, make_settings, batch: pa.RecordBatch, *extra: str,
     client = connect(params.redis)
     try:
         read_at = None if claimed_s_ago is None else time.monotonic() - claimed_s_ago
-        return apply_batch(client, params, batch, read_at).to_pylist()
+        return apply_batch(client, params, Claimed.from_arrow(batch), read_at).to_pylist()
     finally:
         client.close()
 

@@ -10,7 +10,8 @@ import pyarrow as pa
 from redis import Redis
 
 from recovery.backlog import make_stuck
-from recovery.claim import CLAIMED_ARROW, claim_unit
+from recovery.claim import claim_unit
+from recovery.claimed import CLAIMED_ARROW
 from recovery.config import executor_params
 from recovery.redis_conn import connect
 from recovery.throttle import Throttle

@@ -1,5 +1,5 @@
 """Claimed batches packed for Spark and routed on the executor (recovery.packing,
-recovery.routed.routes): pure Arrow, plus one round trip through a real Spark checkpoint."""
+recovery.routed.route): pure Arrow, plus one round trip through a real Spark checkpoint."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from chispa import assert_df_equality
 from pyspark import StorageLevel
 
-from recovery.claim import CLAIMED_ARROW
+from recovery.claimed import CLAIMED_ARROW, Claimed
 from recovery.packing import PACK_ROWS, packed, packed_row, unpacked
-from recovery.routed import routes
+from recovery.routed import route
 from recovery.schemas import CLAIMED, PACKED
 
 # Names and values that must survive byte for byte: not UTF-8, empty, a NUL, duplicates.
@@ -31,12 +31,18 @@ def claimed(n: int, start: int = 0) -> pa.RecordBatch:
 
 def test_route_limit_is_exclusive_deleted_first_unknown_count_gone():
     cases = [(False, 4), (False, 5), (False, 6), (True, 9), (False, None), (True, None)]
-    rows = [{"stream": "s", "group": "g", "consumer": "c", "id": f"{n}-0", "deleted": d,
-             "previous_consumer": None, "idle_ms": None, "fields": None, "delivery_count": c}
-            for n, (d, c) in enumerate(cases)]
-    batch = pa.RecordBatch.from_pylist(rows, schema=CLAIMED_ARROW)
-    assert routes(batch, max_deliveries=5).to_pylist() == [
+    assert [route(deleted, count, max_deliveries=5) for deleted, count in cases] == [
         "handle", "handle", "dead_letter", "deleted", "gone", "deleted"]
+
+
+@pytest.mark.parametrize("start, length", [(0, 12), (5, 4), (11, 1), (3, 0)])
+def test_claimed_columns_round_trip_arrow_byte_for_byte(start: int, length: int):
+    batch = claimed(12).slice(start, length)  # a slice: offsets into a bigger child array
+    columns = Claimed.from_arrow(batch)
+    assert columns.fields[:3] == [
+        [(f["name"], f["value"]) for f in row["fields"]] if row["fields"] is not None else None
+        for row in batch.to_pylist()[:3]]
+    assert columns.to_arrow().to_pylist() == batch.to_pylist()
 
 
 @pytest.mark.parametrize("rows", [1, 4, 7, 10, 1000])
