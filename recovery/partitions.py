@@ -78,6 +78,32 @@ def per_unit(params: JobParams, make_unit_fn: Callable[[], UnitFn]) -> ArrowFn:
     return run
 
 
+def coalesced(fn: ArrowFn, rows: int) -> ArrowFn:
+    """`fn` with its output batches joined into batches of at least `rows` rows (the last one
+    may be smaller; empty ones dropped). Spark pays per batch it carries between Python and
+    the JVM: writing a thousand one-row batches costs Python alone ~0.5 s, one batch of the
+    same thousand rows ~2 ms."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        pending: list[pa.RecordBatch] = []
+        held = 0
+        for batch in fn(batches):
+            if batch.num_rows:
+                pending.append(batch)
+                held += batch.num_rows
+            if held >= rows:
+                yield from _joined(pending)
+                pending, held = [], 0
+        if pending:
+            yield from _joined(pending)
+
+    return run
+
+
+def _joined(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()
+
+
 def claim_partition(params: JobParams) -> ArrowFn:
     """UNIT batches -> PACKED rows: claim every idle entry of each unit; each row packs up
     to PACK_ROWS entries of one XAUTOCLAIM step (a CLAIMED batch)."""

@@ -15,7 +15,7 @@ import pyarrow as pa
 import redis
 
 from recovery.config import JobParams
-from recovery.partitions import ArrowFn, per_unit
+from recovery.partitions import ArrowFn, coalesced, per_unit
 from recovery.redis_conn import redis_errors
 from recovery.schemas import (
     ACTION_DELETED,
@@ -36,6 +36,7 @@ from recovery.streams import (
 )
 
 PAGE = 10_000
+HISTOGRAM_ROWS = 1000  # units per output batch of the histogram pass (one row each)
 # (exclusive upper bound, label)
 DELIVERY_BUCKETS = ((2, "1"), (3, "2"), (4, "3"), (6, "4-5"), (11, "6-10"), (101, "11-100"))
 IDLE_BUCKETS_MS = ((60_000, "<1m"), (600_000, "1m-10m"), (3_600_000, "10m-1h"),
@@ -53,8 +54,11 @@ def bucket(value: int, buckets: tuple[tuple[int, str], ...], overflow: str) -> s
 
 
 def histogram_partition(params: JobParams) -> ArrowFn:
-    """UNIT batches -> PEL_HISTOGRAM batches: one row of counts per unit."""
-    return per_unit(params, lambda: lambda client, unit: _histogram_unit(client, params, unit))
+    """UNIT batches -> PEL_HISTOGRAM batches: one row of counts per unit, up to
+    ``HISTOGRAM_ROWS`` rows per batch."""
+    return coalesced(
+        per_unit(params, lambda: lambda client, unit: _histogram_unit(client, params, unit)),
+        HISTOGRAM_ROWS)
 
 
 def _histogram_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any]

@@ -12,6 +12,7 @@ from pyspark import StorageLevel
 
 from recovery.claimed import CLAIMED_ARROW, Claimed
 from recovery.packing import PACK_ROWS, packed, packed_row, unpacked
+from recovery.partitions import coalesced
 from recovery.routed import route
 from recovery.schemas import CLAIMED, PACKED
 
@@ -43,6 +44,16 @@ def test_claimed_columns_round_trip_arrow_byte_for_byte(start: int, length: int)
         [(f["name"], f["value"]) for f in row["fields"]] if row["fields"] is not None else None
         for row in batch.to_pylist()[:3]]
     assert columns.to_arrow().to_pylist() == batch.to_pylist()
+
+
+@pytest.mark.parametrize("rows, sizes", [(2, [2, 3, 2]), (1000, [7]), (1, [1, 1, 3, 1, 1])])
+def test_coalesced_joins_small_batches_in_order_and_drops_empty_ones(rows: int, sizes: list[int]):
+    parts = [claimed(1), claimed(0, 1), claimed(1, 1), claimed(3, 2), claimed(1, 5),
+             claimed(1, 6)]
+    out = list(coalesced(lambda _: iter(parts), rows)(iter([])))
+    assert [b.num_rows for b in out] == sizes
+    assert pa.Table.from_batches(out).to_pylist() == pa.Table.from_batches(parts).to_pylist()
+    assert list(coalesced(lambda _: iter([claimed(0)]), rows)(iter([]))) == []
 
 
 @pytest.mark.parametrize("rows", [1, 4, 7, 10, 1000])
