@@ -9,6 +9,7 @@ import heapq
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 
 import redis
 from redis.exceptions import NoPermissionError
@@ -18,7 +19,7 @@ from recovery.cluster import groups_by_node, node_of
 from recovery.config import RedisParams, Settings
 from recovery.dlq_names import dead_letter_key, is_dead_letter_key
 from recovery.errors import DeadLetterNameError, StreamUnitError, UnsupportedServerError
-from recovery.redis_conn import redis_errors, server_text
+from recovery.redis_conn import redis_errors, script_replies, server_text
 from recovery.scripts import delete_empty_consumer
 from recovery.streams import (
     each,
@@ -239,9 +240,8 @@ def remove_consumers(client: redis.Redis, targets: list[tuple[str, str, str]],
     Returns how many were deleted."""
     removed = 0
     for start in range(0, len(targets), 1000):
-        pipe = client.pipeline(transaction=False)
-        for stream, group, consumer in targets[start : start + 1000]:
-            delete_empty_consumer(client, stream, group, consumer, pipe=pipe)
+        queues = [partial(delete_empty_consumer, client, stream, group, consumer)
+                  for stream, group, consumer in targets[start : start + 1000]]
         with redis_errors(params):
-            removed += sum(1 for r in pipe.execute(raise_on_error=False) if r == 1)
+            removed += sum(1 for r in script_replies(client, queues) if r == 1)
     return removed

@@ -37,6 +37,7 @@ from recovery.errors import (
     RedisUnavailableError,
     StreamUnitError,
 )
+from recovery.scripts import load_scripts
 from recovery.tls_errors import tls_hint
 
 RETRIES = 3
@@ -176,16 +177,9 @@ def run_script_calls(client: redis.Redis, calls: Sequence[ScriptCall]) -> list[t
     """Send script calls in one pipeline; return (item, reply element) pairs in call order.
 
     A call whose stream or group vanished mid-run (NOGROUP, WRONGTYPE) yields ``VANISHED`` for
-    each of its items, so other units go on. Calls that met NOSCRIPT (the server restarted
-    between the script load and the call and lost its script cache) did not run: they are sent
-    once more. Any other error reply is raised.
+    each of its items, so other units go on. Any other error reply is raised.
     """
-    replies = _execute_calls(client, calls)
-    again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
-    if again:
-        for i, reply in zip(again, _execute_calls(client, [calls[i] for i in again]),
-                            strict=True):
-            replies[i] = reply
+    replies = script_replies(client, [queue for _, queue in calls])
     pairs: list[tuple[Any, Any]] = []
     for (items, _), reply in zip(calls, replies, strict=True):
         if isinstance(reply, Exception):
@@ -196,8 +190,25 @@ def run_script_calls(client: redis.Redis, calls: Sequence[ScriptCall]) -> list[t
     return pairs
 
 
-def _execute_calls(client: redis.Redis, calls: Sequence[ScriptCall]) -> list[Any]:
+def script_replies(client: redis.Redis, queues: Sequence[Callable[[Any], object]]
+                   ) -> list[Any]:
+    """Each `queue(pipe)` queues one script call; all are sent in one pipeline. Returns each
+    call's reply, or the error the server answered for it (returned, not raised).
+
+    Calls that met NOSCRIPT (the server restarted or flushed its script cache since the
+    scripts were loaded) did not run: the scripts are loaded and those calls sent once more.
+    """
+    replies = _execute(client, queues)
+    again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+    if again:
+        load_scripts(client)
+        for i, reply in zip(again, _execute(client, [queues[i] for i in again]), strict=True):
+            replies[i] = reply
+    return replies
+
+
+def _execute(client: redis.Redis, queues: Sequence[Callable[[Any], object]]) -> list[Any]:
     pipe = client.pipeline(transaction=False)
-    for _, queue in calls:
+    for queue in queues:
         queue(pipe)
     return pipe.execute(raise_on_error=False)

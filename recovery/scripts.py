@@ -1,7 +1,10 @@
 """Server-side Lua scripts of the job (recovery/lua/*.lua), registered once per client.
 
-Each call goes through EVALSHA (redis-py's Script falls back to loading the script on
-NOSCRIPT). Every write helper takes an optional pipeline so callers can batch.
+Each call goes through EVALSHA. Every write helper takes an optional pipeline so callers can
+batch. Alone, a call loads its script on NOSCRIPT (redis-py's Script does); queued on a
+pipeline, a NOSCRIPT reply is the caller's to handle (``load_scripts``, then send it again):
+redis-py would otherwise ask SCRIPT EXISTS before every pipeline it sends, one more round
+trip each.
 """
 
 from __future__ import annotations
@@ -28,6 +31,22 @@ def scripts_for(client: redis.Redis) -> dict[str, Script]:
         cached = {name: client.register_script(_source(name)) for name in SCRIPT_NAMES}
         client._recovery_scripts = cached  # type: ignore[attr-defined]
     return cached
+
+
+def load_scripts(client: redis.Redis) -> None:
+    """Load the job's scripts into the server's script cache (after a NOSCRIPT reply: the
+    server restarted or its cache was flushed)."""
+    for script in scripts_for(client).values():
+        client.script_load(script.script)
+
+
+def _call(client: redis.Redis, name: str, keys: Sequence[Any], args: Sequence[Any],
+          pipe: Any) -> Any:
+    """Run the job's script `name` now (its reply), or queue it on `pipe` (see module doc)."""
+    script = scripts_for(client)[name]
+    if pipe is None:
+        return script(keys=keys, args=args)
+    return pipe.evalsha(script.sha, len(keys), *keys, *args)
 
 
 @dataclass(frozen=True)
@@ -74,8 +93,7 @@ def dead_letter_batch(client: redis.Redis, ctx: DeadLetterContext,
                        ctx.death_time_ms, ctx.stream]
     for e in entries:
         args += [e.id, e.delivery_count, e.idle_ms, e.last_owner or "", e.reason, e.error or ""]
-    script = scripts_for(client)["dead_letter"]
-    return script(keys=[ctx.stream, ctx.dlq], args=args, client=pipe)  # type: ignore[no-any-return]
+    return _call(client, "dead_letter", [ctx.stream, ctx.dlq], args, pipe)  # type: ignore[no-any-return]
 
 
 def stream_id_key(entry_id: str) -> tuple[int, int]:
@@ -99,8 +117,7 @@ def renew_lease(client: redis.Redis, stream: str, group: str, consumer: str,
     integer per ID, in order: ``LEASE_RENEWED`` (1), ``LEASE_LOST`` (0: no longer pending or
     another owner), ``LEASE_DELETED`` (-1: deleted upstream, now acked).
     """
-    script = scripts_for(client)["lease_owned"]
-    return script(keys=[stream], args=[group, consumer, fresh_ms, *ids], client=pipe)  # type: ignore[no-any-return]
+    return _call(client, "lease_owned", [stream], [group, consumer, fresh_ms, *ids], pipe)  # type: ignore[no-any-return]
 
 
 def fresh_lease_ms(min_idle_ms: int, handler_timeout_s: float | None) -> int:
@@ -116,6 +133,5 @@ def delete_empty_consumer(client: redis.Redis, stream: str, group: str, consumer
     """Delete `consumer` from the group if it owns no pending entry.
 
     Reply (without pipe): True when deleted, False when kept."""
-    script = scripts_for(client)["delete_empty_consumer"]
-    reply = script(keys=[stream], args=[group, consumer], client=pipe)
+    reply = _call(client, "delete_empty_consumer", [stream], [group, consumer], pipe)
     return reply if pipe is not None else bool(reply)

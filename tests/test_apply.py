@@ -17,8 +17,9 @@ from redis import Redis
 from recovery.apply import REASON_VANISHED, apply_batch
 from recovery.claimed import Claimed
 from recovery.config import executor_params
+from recovery.dlq_names import dead_letter_key
 from recovery.redis_conn import connect
-from recovery.schemas import CLAIMED, arrow
+from recovery.schemas import ACTION_DEAD_LETTERED, CLAIMED, arrow
 from tests.handlers import LIVE_ACK_URL_ENV, MEANWHILE_ENV, SEEN
 
 GROUP, DEAD, JOB = "workers", "crashed", "recovery-r1-0"
@@ -166,3 +167,28 @@ def test_an_entry_taken_back_and_deleted_since_is_reported_and_its_slot_cleared(
     assert {report[i]["action"] for i, _ in entries if i != gone} == {"reprocessed"}
     assert gone.encode() not in [i for i in client.lrange(SEEN, 0, -1)]
     assert client.xpending("s", GROUP)["pending"] == 0
+
+
+def over_limit(client: Redis, stream: str, n: int) -> pa.RecordBatch:
+    """`n` claimed entries of `stream`, delivered more often than the default limit (5)."""
+    rows = routed(stream, claimed_entries(client, stream, n)).to_pylist()
+    return pa.RecordBatch.from_pylist([{**r, "delivery_count": 9} for r in rows],
+                                      schema=arrow(CLAIMED))
+
+
+def test_script_calls_skip_script_exists_and_survive_a_lost_script_cache(
+        server, client, make_settings):
+    """Queued script calls cost no SCRIPT EXISTS round trip (redis-py's pipelines ask it
+    before every send); when the server has lost its scripts (restart, SCRIPT FLUSH) they
+    are loaded and the calls sent once more: each entry is dead-lettered exactly once."""
+    run_apply(server, make_settings, over_limit(client, "s", 3))
+    client.config_resetstat()
+    warm = run_apply(server, make_settings, over_limit(client, "t", 3))
+    called = [k for k in client.info("commandstats") if k.startswith("cmdstat_script")]
+    assert called == [], f"script management commands sent with the scripts loaded: {called}"
+    client.script_flush()
+    cold = run_apply(server, make_settings, over_limit(client, "u", 4))
+    for stream, rows in (("t", warm), ("u", cold)):
+        assert [r["action"] for r in rows] == [ACTION_DEAD_LETTERED] * len(rows)
+        assert client.xlen(dead_letter_key(stream, ":dlq")) == len(rows)
+        assert client.xpending(stream, GROUP)["pending"] == 0
