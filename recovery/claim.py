@@ -48,6 +48,7 @@ from recovery.streams import (
     PendingRow,
     claim_batch,
     pending_pages,
+    shown,
 )
 from recovery.throttle import Throttle
 
@@ -134,7 +135,7 @@ def _claimed(unit: dict[str, Any], batch: ClaimBatch, counts: dict[bytes, int]) 
     before = [batch.before.get(i) for i in ids]
     return Claimed.of_unit(
         unit, [i.decode() for i in ids], [False] * len(batch.ids) + [True] * n_deleted,
-        [b[OWNER].decode() if b else None for b in before],
+        [shown(b[OWNER]) if b else None for b in before],
         [b[IDLE] if b else None for b in before],
         [*field_pairs(batch.flats), *([None] * n_deleted)],
         [b[COUNT] + 1 if b else counts.get(i) for i, b in zip(ids, before, strict=True)])

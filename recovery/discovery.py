@@ -26,6 +26,7 @@ from recovery.streams import (
     info_rows,
     scan_keys,
     server_version,
+    shown,
 )
 
 log = logging.getLogger(__name__)
@@ -163,8 +164,17 @@ def _decode(key: bytes, skipped: list[Skipped]) -> str:
 
 def _units_of(client: redis.Redis, stream: str, groups: list[dict[str, object]],
               wanted: list[str], skipped: list[Skipped]) -> list[WorkUnit]:
-    """The stream's groups (all, or the `wanted` ones) with pending entries (XINFO GROUPS)."""
-    pending = {str(g["name"]): int(g["pending"]) for g in groups}  # type: ignore[call-overload]
+    """The stream's groups (all, or the `wanted` ones) with pending entries (XINFO GROUPS).
+    A group whose name is not UTF-8 is skipped when it has pending entries (and no `wanted`
+    name can match it)."""
+    pending: dict[str, int] = {}
+    for g in groups:
+        name, count = g["name"], int(g["pending"])  # type: ignore[call-overload]
+        if isinstance(name, str):
+            pending[name] = count
+        elif count and not wanted:
+            skipped.append(Skipped(stream, shown(name),  # type: ignore[arg-type]
+                                   "group name is not UTF-8: not supported"))
     for group in wanted:
         if group not in pending:
             skipped.append(Skipped(stream, group, "no such consumer group: fix streams.groups"))
@@ -229,8 +239,9 @@ def remove_empty_job_consumers(client: redis.Redis, units: Iterable[WorkUnit], p
             log.warning("consumer clean-up skipped for %s / %s: %s", unit.stream, unit.group,
                         reply)
             continue
-        targets += [(unit.stream, unit.group, str(c["name"])) for c in info_rows(reply)  # type: ignore[arg-type]
-                    if str(c["name"]).startswith(prefix + "-") and not c["pending"]]
+        targets += [(unit.stream, unit.group, name) for c in info_rows(reply)  # type: ignore[arg-type]
+                    if isinstance(name := c["name"], str) and name.startswith(prefix + "-")
+                    and not c["pending"]]
     return remove_consumers(client, targets, params)
 
 

@@ -16,7 +16,7 @@ import redis
 from recovery.config import RedisParams
 from recovery.discovery import WorkUnit, remove_consumers
 from recovery.redis_conn import redis_errors
-from recovery.streams import each, info_rows
+from recovery.streams import each, info_rows, shown
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ def _health_row(unit: WorkUnit, groups: Any, consumers: Any, length: Any) -> dic
         "stream": unit.stream, "group": unit.group, "length": int(length),
         "lag": _maybe_int(group.get("lag")), "pending": int(group["pending"]),  # type: ignore[call-overload]
         "consumers": [
-            {"name": str(c["name"]), "pending": int(c["pending"]),  # type: ignore[call-overload]
+            {"name": shown(c["name"]), "pending": int(c["pending"]),  # type: ignore[arg-type, call-overload]
              "idle_ms": int(c["idle"]),  # type: ignore[call-overload]
              "inactive_ms": _maybe_int(c.get("inactive"))}
             for c in info_rows(consumers)
@@ -77,9 +77,11 @@ def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: Redis
 def remove_idle_consumers(client: redis.Redis, health: Iterable[dict[str, Any]],
                           idle_ms: int, params: RedisParams) -> int:
     """Delete consumers idle longer than `idle_ms` that own nothing; never one that owns
-    pending entries (the script re-checks atomically). Returns how many were deleted."""
+    pending entries (the script re-checks atomically), nor one whose name shows a ``\\x``
+    escape (it may stand for bytes that are not UTF-8, see ``shown``). Returns how many were
+    deleted."""
     targets = [(h["stream"], h["group"], c["name"]) for h in health for c in h["consumers"]
-               if not c["pending"] and c["idle_ms"] >= idle_ms]
+               if not c["pending"] and c["idle_ms"] >= idle_ms and "\\x" not in c["name"]]
     removed = remove_consumers(client, targets, params)
     if removed:
         log.info("removed %d idle consumers with nothing pending", removed)

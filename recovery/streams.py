@@ -84,15 +84,28 @@ def each(client: redis.Redis, commands: Sequence[Sequence[object]]) -> list[obje
     return replies
 
 
+def shown(name: bytes | str) -> str:
+    """A group or consumer name as text for reports and logs: bytes that are not UTF-8 appear
+    as ``\\xNN`` escapes (such a name cannot be sent back as text)."""
+    return name.decode("utf-8", "backslashreplace") if isinstance(name, bytes) else name
+
+
 def info_rows(reply: Sequence[Sequence[object]]) -> list[dict[str, object]]:
-    """An XINFO GROUPS / XINFO CONSUMERS reply as dicts (see ``group_info``)."""
+    """An XINFO GROUPS / XINFO CONSUMERS reply as dicts with str keys. Values are decoded
+    where they are UTF-8; a name that is not stays bytes."""
     return [_info_dict(row) for row in reply]
 
 
 def _info_dict(row: Sequence[object]) -> dict[str, object]:
-    """Flat XINFO reply -> dict with str keys; bytes values decoded to str."""
-    return {_s(row[i]): (_s(v) if isinstance(v := row[i + 1], bytes) else v)  # type: ignore[arg-type]
+    return {_s(row[i]): (_text(v) if isinstance(v := row[i + 1], bytes) else v)  # type: ignore[arg-type]
             for i in range(0, len(row), 2)}
+
+
+def _text(value: bytes) -> str | bytes:
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return value
 
 
 def pending_count(client: redis.Redis, stream: str, group: str) -> int:

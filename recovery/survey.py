@@ -33,6 +33,7 @@ from recovery.streams import (
     PendingRow,
     fetch_entries,
     pending_pages,
+    shown,
 )
 
 PAGE = 10_000
@@ -111,6 +112,6 @@ def _plan_row(params: JobParams, stream: str, group: str, entry_id: str, row: Pe
     else:
         action, reason = PLAN_REPROCESS, None
     return {"run_id": params.run_id, "stream": stream, "group": group, "id": entry_id,
-            "previous_consumer": row[OWNER].decode(), "delivery_count": count,
+            "previous_consumer": shown(row[OWNER]), "delivery_count": count,
             "idle_ms": row[IDLE], "action": action, "reason": reason, "error": None,
             "dead_letter_id": None}

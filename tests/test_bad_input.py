@@ -329,17 +329,24 @@ DATA = {  # stream -> fields of its entries (one handled, one dead-lettered)
 
 
 ODD_KEY = b"d-\xff\xfe-not-utf8"  # matches d-*, but is not UTF-8: skipped, left alone
+ODD_NAMES = "d-names"  # a stream whose entries are stuck on ODD_OWNER, also in ODD_GROUP
+ODD_OWNER = b"dead-\xfe"  # a consumer name that is not UTF-8: its entries recovered as any
+ODD_GROUP = b"g-\xff"  # a group name that is not UTF-8: skipped, its entries left alone
 
 
 def _seed_data(client: Redis) -> dict[Key, str]:
     seeded: dict[Key, str] = {}
-    for stream, make in DATA.items():
+    makers = {**DATA, ODD_NAMES: lambda i: binary_fields(i, "ok")}
+    for stream, make in makers.items():
+        owner = ODD_OWNER if stream == ODD_NAMES else DEAD
         create_group(client, stream, GROUP)
         ids = add_entries(client, stream, 2, make)  # type: ignore[arg-type]
-        deliver(client, stream, GROUP, DEAD, 2)
-        make_stuck(client, stream, GROUP, DEAD, ids[:1], HOUR_MS, 1)
-        make_stuck(client, stream, GROUP, DEAD, ids[1:], HOUR_MS, 9)
+        deliver(client, stream, GROUP, owner, 2)  # type: ignore[arg-type]
+        make_stuck(client, stream, GROUP, owner, ids[:1], HOUR_MS, 1)  # type: ignore[arg-type]
+        make_stuck(client, stream, GROUP, owner, ids[1:], HOUR_MS, 9)  # type: ignore[arg-type]
         seeded.update({(stream, GROUP, ids[0]): "ok", (stream, GROUP, ids[1]): "poison"})
+    client.xgroup_create(ODD_NAMES, ODD_GROUP, id="0")
+    client.xreadgroup(ODD_GROUP, DEAD, {ODD_NAMES: ">"})
     client.xadd(ODD_KEY, {"a": "1"})
     client.xgroup_create(ODD_KEY, GROUP, id="0")
     client.xreadgroup(GROUP, DEAD, {ODD_KEY: ">"})
@@ -355,13 +362,17 @@ def test_big_wide_empty_and_binary_entries_survive_byte_for_byte(spark, server, 
                                             run_id="data"))
     assert result.code == 0, result.stderr
     assert result.summary["status"] == "partial"
-    (skip,) = result.summary["skipped"]
-    assert "not UTF-8" in skip["reason"]
+    skipped = {(s["stream"], s["group"]): s["reason"] for s in result.summary["skipped"]}
+    assert list(skipped) == [(repr(ODD_KEY), None), (ODD_NAMES, "g-\\xff")], skipped
+    assert all("not UTF-8" in reason for reason in skipped.values()), skipped
     assert len(pel(client, ODD_KEY, GROUP)) == 1, "left alone, still pending"
+    assert len(pel(client, ODD_NAMES, ODD_GROUP)) == 2, "left alone, still pending"
 
     states = final_states(client, seeded)
-    letters = dead_letter_index(client, list(DATA))
+    letters = dead_letter_index(client, sorted({k[0] for k in seeded}))
     rows = rows_by_key(report_rows(spark, tmp_path, "data"))
+    for key in (k for k in seeded if k[0] == ODD_NAMES):
+        assert rows[key][0]["previous_consumer"] == "dead-\\xfe"
     handed = handed_over(client)
     for key, kind in seeded.items():
         (row,) = rows[key]

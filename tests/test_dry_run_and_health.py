@@ -75,10 +75,15 @@ def test_health_is_reported_as_found_before_the_run(spark, client, make_settings
 def test_idle_empty_consumers_removed_only_on_request(spark, client, make_settings):
     seed(client, ["orders"], ["billing"])
     client.xgroup_createconsumer("orders", "billing", "idle-empty")
+    client.xgroup_createconsumer("orders", "billing", b"idle-\xff")  # not UTF-8
     run(spark, make_settings("streams.keys=orders"))
     names = {c["name"] for c in client.xinfo_consumers("orders", "billing")}
     assert b"idle-empty" in names  # not asked to remove anything
-    run(spark, make_settings("streams.keys=orders", "housekeeping.remove_idle_consumers_ms=1"))
+    settings = make_settings("streams.keys=orders", "housekeeping.remove_idle_consumers_ms=1")
+    summary = run(spark, settings)
     names = {c["name"] for c in client.xinfo_consumers("orders", "billing")}
     assert b"idle-empty" not in names
     assert LIVE.encode() in names  # it still owns pending entries: never removed
+    assert b"idle-\xff" in names  # its name cannot be sent back as text: left alone
+    (h,) = spark.read.parquet(health_path(settings.report.path, summary.run_id)).collect()
+    assert "idle-\\xff" in {c["name"] for c in h["consumers"]}  # shown with an escape
