@@ -14,6 +14,7 @@ What travels to executors is :class:`JobParams`, a small frozen dataclass.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -390,9 +391,22 @@ def _overrides_to_dict(overrides: list[str]) -> dict[str, Any]:
             raise ConfigError(
                 f"--set {item!r}: write it as section.field=value, e.g. claim.count=500")
         section, name = path
-        parsed: Any = [v for v in value.split(",") if v] if name in ("keys", "groups") else value
+        parsed: Any = _list_value(item, value) if name in ("keys", "groups") else value
         result.setdefault(section, {})[name] = parsed
     return result
+
+
+def _list_value(item: str, value: str) -> list[str]:
+    """A list setting from --set: ``a,b`` or, as in the TOML file, ``["a", "b"]``."""
+    if not value.strip().startswith("["):
+        return [v for v in value.split(",") if v]
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, list) or not all(isinstance(v, str) for v in parsed):
+        raise ConfigError(f"--set {item!r}: write a list as a,b or as [\"a\", \"b\"]")
+    return parsed
 
 
 def _strip_userinfo(url: str) -> str:

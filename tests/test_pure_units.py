@@ -66,6 +66,22 @@ def test_bad_settings_name_the_field(override, names):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize(("override", "keys"), [
+    ("streams.keys=a,b", ["a", "b"]),
+    ('streams.keys=["a", "b,c"]', ["a", "b,c"]),
+    ("streams.keys=[]", []),
+])
+def test_list_settings_take_commas_or_a_toml_style_list(override, keys):
+    s = load_settings(None, ["streams.match=x*", override])
+    assert s.streams.keys == keys
+
+
+@pytest.mark.parametrize("override", ['streams.keys=["a"', "streams.keys=[1]"])
+def test_a_list_setting_that_does_not_parse_names_both_forms(override):
+    with pytest.raises(ConfigError, match=r"write a list as a,b or as \["):
+        load_settings(None, [override])
+
+
 def test_empty_stream_selection_is_refused():
     with pytest.raises(ConfigError, match=r"set streams\.keys and/or streams\.match"):
         load_settings(None, [])
