@@ -13,6 +13,8 @@ runs per partition. One Redis client per partition; the driver never sees messag
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -32,6 +34,7 @@ from recovery.throttle import Throttle
 
 log = logging.getLogger(__name__)
 
+YOUNG_GC_THRESHOLD = 50_000  # allocations between two young collections in a task (Python: 700)
 UnitFn = Callable[[redis.Redis, dict[str, Any]], Iterator[pa.RecordBatch]]
 
 
@@ -70,12 +73,33 @@ def per_unit(params: JobParams, make_unit_fn: Callable[[], UnitFn]) -> ArrowFn:
         client = PartitionClient(params)
         unit_fn = make_unit_fn()
         try:
-            for unit in unit_rows(batches):
-                yield from skip_vanished(unit, unit_fn(client.get(), unit))
+            with young_collections_rarer():
+                for unit in unit_rows(batches):
+                    yield from skip_vanished(unit, unit_fn(client.get(), unit))
         finally:
             client.close()
 
     return run
+
+
+@contextlib.contextmanager
+def young_collections_rarer(threshold: int = YOUNG_GC_THRESHOLD) -> Iterator[None]:
+    """Run the cyclic garbage collector's youngest generation every `threshold` allocations
+    instead of Python's 700, then restore the setting (workers are reused across tasks).
+
+    A claim step holds about a dozen container objects per entry (reply lists, field pairs,
+    messages) until its hand-over ends. With the default, they are scanned and promoted over
+    and over, and the promotions trigger full collections of the worker's whole heap
+    (pyarrow, pyspark). Reference counting still frees them as before; only garbage in
+    cycles, which this code does not make, waits longer. Measured in one process, one pass
+    over 500 streams x 1,000: client CPU 4.3-5.4 -> 2.8 us per entry.
+    """
+    before = gc.get_threshold()
+    gc.set_threshold(threshold, *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 def coalesced(fn: ArrowFn, rows: int) -> ArrowFn:
@@ -165,9 +189,10 @@ def apply_partition(params: JobParams, rows: int) -> ArrowFn:
     def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         client = PartitionClient(params)
         try:
-            yield from applied(client.get, params,
-                               ((Claimed.from_arrow(batch), None)
-                                for batch in unpacked(batches, rows)))
+            with young_collections_rarer():
+                yield from applied(client.get, params,
+                                   ((Claimed.from_arrow(batch), None)
+                                    for batch in unpacked(batches, rows)))
         finally:
             client.close()
 
