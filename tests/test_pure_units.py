@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from recovery.dlq_names import dead_letter_key
 from recovery.errors import ConfigError, DeadLetterNameError
 from recovery.handlers import Result, normalise_reply
 from recovery.job import check_no_speculation, retries_tasks
+from recovery.partitions import young_collections_rarer
 from recovery.throttle import Throttle
 
 
@@ -135,3 +137,13 @@ def test_no_speculation_passes(value):
 def test_one_pass_only_where_no_task_can_run_twice(master, retried):
     """The one pass (no materialised claim) is taken only when retries_tasks is False."""
     assert retries_tasks(master) is retried
+
+
+def test_young_collections_rarer_while_a_task_runs_then_as_before():
+    before = gc.get_threshold()
+    with young_collections_rarer(12_345):
+        assert gc.get_threshold() == (12_345, *before[1:])
+    assert gc.get_threshold() == before
+    with pytest.raises(RuntimeError), young_collections_rarer(777):
+        raise RuntimeError("a failed task")
+    assert gc.get_threshold() == before  # a reused worker gets its setting back
