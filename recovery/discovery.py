@@ -120,7 +120,7 @@ def _candidate_streams(client: redis.Redis, settings: Settings, params: RedisPar
     if sel.match:
         with redis_errors(params):
             found = scan_keys(client, sel.match, sel.scan_count)
-            names += sorted(_decode(k, skipped) for k in found)
+            names += sorted(key_text(k, skipped) for k in found)
     candidates = []
     for name in dict.fromkeys(n for n in names if n):
         if is_dead_letter_key(name, settings.dead_letter.suffix):
@@ -154,11 +154,13 @@ def _type_unless_denied(reply: object, params: RedisParams) -> str | None:
     return kind.decode() if isinstance(kind, bytes) else str(kind)
 
 
-def _decode(key: bytes, skipped: list[Skipped]) -> str:
+def key_text(key: bytes, skipped: list[Skipped]) -> str:
+    """A SCAN hit as text; "" and a skip reason when its name is not UTF-8 (the job names
+    keys as text)."""
     try:
         return key.decode("utf-8")
     except UnicodeDecodeError:
-        skipped.append(Skipped(repr(key), None, "key name is not UTF-8: not supported"))
+        skipped.append(Skipped(shown(key), None, "key name is not UTF-8: not supported"))
         return ""
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import redis
 
 from recovery.config import RedisParams, RedriveSettings, Settings, executor_params
-from recovery.discovery import Skipped, check_server
+from recovery.discovery import Skipped, check_server, key_text
 from recovery.dlq_names import dead_letter_key, is_dead_letter_key
 from recovery.errors import ConfigError, DeadLetterNameError, StreamUnitError
 from recovery.redis_conn import connect, redis_errors
@@ -156,10 +156,7 @@ def _candidates(client: redis.Redis, settings: Settings, params: RedisParams,
         with redis_errors(params):
             found = sorted(scan_keys(client, sel.match, sel.scan_count))
         for key in found:
-            try:
-                names.setdefault(key.decode("utf-8"), False)
-            except UnicodeDecodeError:
-                skipped.append(Skipped(repr(key), None, "key name is not UTF-8: not supported"))
+            names.setdefault(key_text(key, skipped), False)
     return {n: e for n, e in names.items() if n and not is_dead_letter_key(n, suffix)}
 
 
