@@ -73,7 +73,7 @@ from recovery.discovery import WorkUnit, is_job_consumer, job_consumer_stem
 from recovery.dlq_names import dead_letter_key
 from recovery.errors import DeadLetterNameError, RecoveryError
 from recovery.redis_conn import redis_errors, server_text, unit_vanished
-from recovery.streams import each
+from recovery.streams import each, shown
 
 log = logging.getLogger(__name__)
 MAX_STREAM_LINES = 20  # per-unit lines per tick
@@ -126,14 +126,10 @@ def parse_pending_summary(reply: object, stem: str) -> UnitState:
     try:
         total, _first, _last, rows = cast(Sequence[Any], reply)
         held = sum(int(count) for name, count in (rows or [])
-                   if is_job_consumer(_text(name), stem))
+                   if is_job_consumer(shown(name), stem))
         return UnitState(int(total), held)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"unexpected XPENDING reply {reply!r:.80}") from exc
-
-
-def _text(value: object) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def dead_letter_keys(units: Sequence[WorkUnit], suffix: str) -> list[str | None]:
@@ -438,9 +434,9 @@ def _delta(now: dict[str, int | None], before: dict[str, int | None], key: str |
 
 
 def _some(names: list[str]) -> str:
-    shown = ", ".join(names[:MAX_NAMES_IN_WARNING])
+    listed = ", ".join(names[:MAX_NAMES_IN_WARNING])
     more = len(names) - MAX_NAMES_IN_WARNING
-    return shown + (f" and {more:,} more" if more > 0 else "")
+    return listed + (f" and {more:,} more" if more > 0 else "")
 
 
 def _plural(count: int, word: str) -> str:
