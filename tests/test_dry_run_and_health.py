@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from redis import Redis
 
 from recovery.job import run
@@ -72,16 +74,19 @@ def test_health_is_reported_as_found_before_the_run(spark, client, make_settings
     assert summary.health["pending"] == 166 and summary.health["oldest_unit"] == "orders/billing"
 
 
-def test_idle_empty_consumers_removed_only_on_request(spark, client, make_settings):
+def test_idle_empty_consumers_removed_only_on_request(spark, client, make_settings, caplog):
     seed(client, ["orders"], ["billing"])
     client.xgroup_createconsumer("orders", "billing", "idle-empty")
     client.xgroup_createconsumer("orders", "billing", b"idle-\xff")  # not UTF-8
     run(spark, make_settings("streams.keys=orders"))
-    names = {c["name"] for c in client.xinfo_consumers("orders", "billing")}
-    assert b"idle-empty" in names  # not asked to remove anything
+    before = {c["name"] for c in client.xinfo_consumers("orders", "billing")}
+    assert b"idle-empty" in before  # not asked to remove anything
     settings = make_settings("streams.keys=orders", "housekeeping.remove_idle_consumers_ms=1")
-    summary = run(spark, settings)
+    with caplog.at_level(logging.INFO, logger="recovery.health"):
+        summary = run(spark, settings)
     names = {c["name"] for c in client.xinfo_consumers("orders", "billing")}
+    # the log counts exactly the consumers that are gone (none for a name it cannot send)
+    assert f"removed {len(before - names)} idle consumers" in caplog.text
     assert b"idle-empty" not in names
     assert LIVE.encode() in names  # it still owns pending entries: never removed
     assert b"idle-\xff" in names  # its name cannot be sent back as text: left alone
