@@ -36,6 +36,7 @@ import redis
 from recovery.claimed import Claimed, field_pairs
 from recovery.config import JobParams
 from recovery.faults import maybe_fail
+from recovery.histogram import PelHistogram
 from recovery.redis_conn import redis_errors
 from recovery.scripts import stream_id_key
 from recovery.streams import (
@@ -75,9 +76,15 @@ def claim_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any],
 
 
 def claim_steps(client: redis.Redis, params: JobParams, unit: dict[str, Any],
-                throttle: Throttle) -> Iterator[ClaimStep]:
+                throttle: Throttle, histogram: PelHistogram | None = None
+                ) -> Iterator[ClaimStep]:
     """:func:`claim_unit`'s entries step by step (as Python columns), each step with the
-    moment its claim was sent."""
+    moment its claim was sent.
+
+    With `histogram`, also counts the unit's PEL as found: each step's rows as read just
+    before its claim, then, once every step was handed over, one read of what the loop left
+    (the rows other consumers own: entries not idle enough, or delivered meanwhile).
+    """
     stream, group, consumer = unit["stream"], unit["group"], unit["consumer"]
     owned: dict[bytes, PendingRow] = {}  # taken back: the job consumer's, not claimed here
     cursor, step, claimed = END_CURSOR, 0, 0
@@ -88,6 +95,8 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: dict[str, Any],
                                 params.count)
             counts = _read_own_range(client, unit, batch, cursor, owned)
         step += 1
+        if histogram is not None:
+            histogram.add(examined(batch))
         seen = len(batch.ids) + len(batch.deleted)
         if seen:
             yield ClaimStep(_claimed(unit, batch, counts), sent_at)
@@ -103,7 +112,30 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: dict[str, Any],
         log.info("claim %s / %s: %d entries taken back (claimed by an earlier attempt or "
                  "through a lost reply)", stream, group, len(owned))
         rows = sorted(owned.values(), key=lambda r: stream_id_key(r[ID].decode()))
+        if histogram is not None:
+            histogram.add(rows)
         yield ClaimStep(_owned(unit, rows), None)
+    if histogram is not None:
+        _count_left(client, params, unit, histogram)
+
+
+def examined(batch: ClaimBatch) -> list[PendingRow]:
+    """The step's PEL rows as found that its claim examined: those of the entries it claimed
+    or dropped as deleted. (The read may reach past the claim's end when XAUTOCLAIM ran out
+    of attempts: those rows belong to the next step.)"""
+    taken = set(batch.ids)
+    taken.update(batch.deleted)
+    return [row for entry_id, row in batch.before.items() if entry_id in taken]
+
+
+def _count_left(client: redis.Redis, params: JobParams, unit: dict[str, Any],
+                histogram: PelHistogram) -> None:
+    """Count the PEL rows other consumers own once the loop is done: what it did not claim
+    (usually none, a read of an empty PEL)."""
+    mine = unit["consumer"].encode()
+    with redis_errors(params.redis, unit["stream"], unit["group"]):
+        for page in pending_pages(client, unit["stream"], unit["group"], OWN_PAGE):
+            histogram.add([row for row in page if row[OWNER] != mine])
 
 
 def _read_own_range(client: redis.Redis, unit: dict[str, Any], batch: ClaimBatch,

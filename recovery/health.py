@@ -1,8 +1,9 @@
 """Group health as found before a run: per stream and group and per consumer.
 
 Driver side (a few commands per unit): XLEN, XINFO GROUPS (pending, lag), XINFO CONSUMERS
-(pending, idle, inactive). The PEL histograms come from an executor pass
-(``recovery.survey.histogram_partition``) and are merged here by (stream, group).
+(pending, idle, inactive). The PEL histograms come from the executors and are merged here by
+(stream, group): in a one-pass run from the claim steps' own reads (``recovery.claim``),
+else from a pass of their own (``recovery.survey.histogram_partition``).
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ def _maybe_int(value: object) -> int | None:
     return None if value is None else int(value)  # type: ignore[call-overload]
 
 
-def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: RedisParams,
-                   histograms: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Health of every unit (skipping units that vanished), histograms merged in.
+def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: RedisParams
+                   ) -> list[dict[str, Any]]:
+    """Health of every unit (skipping units that vanished), histograms still empty.
 
     Pipelined: three commands per unit, a round trip per ~330 units."""
     units = list(units)
@@ -56,22 +57,28 @@ def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: Redis
                                            ("XLEN", u.stream))]
     with redis_errors(params):
         replies = each(client, commands)
-    by_unit = {(h["stream"], h["group"]): h for h in histograms}
     result = []
     for i, unit in enumerate(units):
         answers = replies[i * HEALTH_COMMANDS : (i + 1) * HEALTH_COMMANDS]
         if any(isinstance(a, Exception) for a in answers):
             continue  # vanished since discovery: the run reports it
         try:
-            row = _health_row(unit, *answers)
+            result.append(_health_row(unit, *answers))
         except StopIteration:
             continue
-        hist = by_unit.get((unit.stream, unit.group), {})
+    add_histograms(result, [])
+    return result
+
+
+def add_histograms(health: list[dict[str, Any]], histograms: Iterable[dict[str, Any]]) -> None:
+    """Merge PEL_HISTOGRAM rows into the health rows by (stream, group); a unit without one
+    gets empty histograms."""
+    by_unit = {(h["stream"], h["group"]): h for h in histograms}
+    for row in health:
+        hist = by_unit.get((row["stream"], row["group"]), {})
         row["oldest_idle_ms"] = hist.get("oldest_idle_ms")
         row["deliveries"] = dict(hist.get("deliveries") or {})
         row["idle_ages"] = dict(hist.get("idle_ages") or {})
-        result.append(row)
-    return result
 
 
 def remove_idle_consumers(client: redis.Redis, health: Iterable[dict[str, Any]],

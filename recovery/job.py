@@ -1,14 +1,16 @@
 """The recovery run, orchestrated on the driver.
 
 1. validate settings and handler, check the server, discover and spread the units;
-2. group health as found (PEL histograms from an executor pass);
+2. group health as found (XINFO on the driver; PEL histograms from an executor pass, or, in
+   one pass, from the claim steps' own reads);
 3. claim on executors, each entry joined with its PEL row (delivery count);
 4. route, dead-letter, handle and ack on executors, on the claim's own partitions (no
    shuffle), while writing the per-entry report. When Spark never retries a task (local[N])
    each claim step is handed over at once, in the same task; when it may (a cluster,
    local[N,F]), the claimed set is first materialised exactly once (eager local checkpoint
    of packed claim steps), so that a retried hand-over still reports every entry;
-5. read the report back, sum it up, remove the job's empty consumers.
+5. sum up the tallies that came with the report's write (``recovery.tally``), remove the
+   job's empty consumers.
 """
 
 from __future__ import annotations
@@ -37,7 +39,12 @@ from recovery.discovery import (
 )
 from recovery.errors import ConfigError, RecoveryError
 from recovery.handlers import load_handler
-from recovery.health import collect_health, format_health, remove_idle_consumers
+from recovery.health import (
+    add_histograms,
+    collect_health,
+    format_health,
+    remove_idle_consumers,
+)
 from recovery.packing import PACK_ROWS
 from recovery.partitions import apply_partition, claim_partition, recover_partition
 from recovery.progress import ProgressReporter
@@ -49,7 +56,6 @@ from recovery.report import (
     health_path,
     health_totals,
     run_path,
-    summarise_run,
     write_health,
     write_report,
 )
@@ -58,9 +64,9 @@ from recovery.schemas import (
     PACKED,
     PEL_HISTOGRAM,
     PLAN_ACTIONS,
-    REPORT,
 )
 from recovery.survey import histogram_partition, plan_partition
+from recovery.tally import TALLIED, histogram_rows
 from recovery.transforms import units_of_parts
 
 log = logging.getLogger(__name__)
@@ -97,13 +103,12 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
                              report_path=run_path(settings.report.path, params.run_id))
         actions = PLAN_ACTIONS if dry_run else ACTIONS
         with spark_errors():
+            tallies = []
             if units:
-                _run_units(spark, client, settings, params, units, summary, dry_run)
-                per_unit = summarise_run(spark, settings.report.path, params.run_id, actions)
+                tallies = _run_units(spark, client, settings, params, units, summary, dry_run)
             else:
                 summary.report_path = None
-                per_unit = spark.createDataFrame([], "stream string")
-            fill_summary(summary, per_unit, skipped, actions)
+            fill_summary(summary, tallies, skipped, actions)
     finally:
         client.close()
     summary.duration_s = round(time.monotonic() - started, 3)
@@ -112,24 +117,42 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
 
 
 def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
-               units: list[WorkUnit], summary: RunSummary, dry_run: bool) -> None:
-    """Health first (as found), then the plan or the recovery, then housekeeping."""
+               units: list[WorkUnit], summary: RunSummary, dry_run: bool) -> list[str]:
+    """Health (as found), the plan or the recovery, then housekeeping. Returns the report
+    passes' tallies (``recovery.tally``)."""
     unit_df = _unit_frame(spark, settings, params, units)
-    health = _health(spark, client, settings, params, units, unit_df)
-    summary.health = health_totals(health)
-    summary.health_path = health_path(settings.report.path, params.run_id) if health else None
+    one_pass = not dry_run and not retries_tasks(str(spark.conf.get("spark.master", "") or ""))
+    in_pass = one_pass and settings.report.pel_histograms
+    health = collect_health(client, units, params.redis)
+    if settings.report.pel_histograms and not in_pass:
+        hist_df = unit_df.mapInArrow(histogram_partition(params), PEL_HISTOGRAM)
+        add_histograms(health, [r.asDict() for r in hist_df.collect()])  # a row per unit
+    if not in_pass:
+        _write_health(spark, settings, params, health, summary)
     if dry_run:
-        report = unit_df.mapInArrow(plan_partition(params), REPORT)
-        write_report(report, settings.report.path, params.run_id)
-        return
+        report = unit_df.mapInArrow(plan_partition(params), TALLIED)
+        return write_report(report, settings.report.path, params.run_id)
     with ProgressReporter(client, units, settings.dead_letter.suffix,
                           settings.claim.consumer_prefix, params.run_id,
                           settings.report.progress_interval_s, params.redis):
-        _recover(spark, settings, params, unit_df)
+        tallies = _recover(spark, settings, params, unit_df, one_pass)
+    if in_pass:  # the histograms came with the pass: health as its claim steps found it
+        add_histograms(health, histogram_rows(tallies))
+        _write_health(spark, settings, params, health, summary)
     remove_empty_job_consumers(client, units, settings.claim.consumer_prefix, params.redis)
     idle_ms = settings.housekeeping.remove_idle_consumers_ms
     if idle_ms is not None:
         remove_idle_consumers(client, health, idle_ms, params.redis)
+    return tallies
+
+
+def _write_health(spark: SparkSession, settings: Settings, params: JobParams,
+                  health: list[dict], summary: RunSummary) -> None:
+    """Write and log the group health; its headline goes into the summary."""
+    summary.health = health_totals(health)
+    summary.health_path = health_path(settings.report.path, params.run_id) if health else None
+    write_health(spark, health, settings.report.path, params.run_id)
+    log.info("run %s group health\n%s", params.run_id, format_health(health))
 
 
 def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
@@ -146,52 +169,43 @@ def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
     return units_of_parts(spark, by_part)
 
 
-def _health(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
-            units: list[WorkUnit], unit_df: DataFrame) -> list[dict]:
-    """Group health as found; PEL histograms from an executor pass unless switched off."""
-    histograms: list[dict] = []
-    if settings.report.pel_histograms:
-        hist_df = unit_df.mapInArrow(histogram_partition(params), PEL_HISTOGRAM)
-        histograms = [r.asDict() for r in hist_df.collect()]  # one small row per unit
-    health = collect_health(client, units, params.redis, histograms)
-    write_health(spark, health, settings.report.path, params.run_id)
-    log.info("run %s group health\n%s", params.run_id, format_health(health))
-    return health
-
-
 def _recover(spark: SparkSession, settings: Settings, params: JobParams,
-             unit_df: DataFrame) -> None:
+             unit_df: DataFrame, one_pass: bool) -> list[str]:
     """Claim, dead-letter, handle, ack and report: in one pass when Spark never retries a
-    task, else with the claim materialised first (a retried hand-over reports from it)."""
+    task, else with the claim materialised first (a retried hand-over reports from it).
+    Returns the tallies."""
     master = str(spark.conf.get("spark.master", "") or "")
-    if not retries_tasks(master):
+    if one_pass:
         log.info("run %s: tasks are not retried (master %s): claim and hand-over in one pass",
                  params.run_id, master)
         started = time.monotonic()
-        write_report(unit_df.mapInArrow(recover_partition(params), REPORT),
-                     settings.report.path, params.run_id)
+        histograms = settings.report.pel_histograms
+        tallies = write_report(unit_df.mapInArrow(recover_partition(params, histograms),
+                                                  TALLIED),
+                               settings.report.path, params.run_id)
         log.info("run %s: claim, dead-letter, handler, acks and report done in %.1f s",
                  params.run_id, time.monotonic() - started)
-        return
+        return tallies
     log.info("run %s: a task may run more than once (master %s): the claim is materialised "
              "before the hand-over", params.run_id, master)
-    _claim_then_apply(spark, settings, params, unit_df)
+    return _claim_then_apply(spark, settings, params, unit_df)
 
 
 def _claim_then_apply(spark: SparkSession, settings: Settings, params: JobParams,
-                      unit_df: DataFrame) -> None:
+                      unit_df: DataFrame) -> list[str]:
     started = time.monotonic()
     claimed = materialise_once(unit_df.mapInArrow(claim_partition(params), PACKED))
     log.info("run %s: claim done in %.1f s", params.run_id, time.monotonic() - started)
     # The hand-over works in steps of Spark's usual Arrow batch size (rows of entries); the
     # JVM sends it as many packs at a time as make about one such step.
     rows = int(spark.conf.get(MAX_RECORDS_PER_BATCH) or DEFAULT_RECORDS_PER_BATCH)
-    report = claimed.mapInArrow(apply_partition(params, rows), REPORT)
+    report = claimed.mapInArrow(apply_partition(params, rows), TALLIED)
     started = time.monotonic()
     with session_conf(spark, {MAX_RECORDS_PER_BATCH: str(max(1, rows // PACK_ROWS))}):
-        write_report(report, settings.report.path, params.run_id)
+        tallies = write_report(report, settings.report.path, params.run_id)
     log.info("run %s: dead-letter, handler, acks and report done in %.1f s", params.run_id,
              time.monotonic() - started)
+    return tallies
 
 
 def retries_tasks(master: str) -> bool:

@@ -5,10 +5,11 @@ runs per partition. One Redis client per partition; the driver never sees messag
 
 - ``claim_partition``: UNIT rows -> PACKED rows of CLAIMED batches, XAUTOCLAIM cursor loops
   (a side effect: the driver materialises its output exactly once);
-- ``apply_partition``: PACKED rows of CLAIMED batches -> REPORT rows: route, dead-letter
-  moves, handler and acks;
-- ``recover_partition``: UNIT rows -> REPORT rows, both in one pass: each claim step is
-  handed over as soon as it is claimed (for runs whose tasks are never retried).
+- ``apply_partition``: PACKED rows of CLAIMED batches -> REPORT rows (and a tally row per
+  task, ``recovery.tally``): route, dead-letter moves, handler and acks;
+- ``recover_partition``: UNIT rows -> REPORT rows and tally rows, both in one pass: each
+  claim step is handed over as soon as it is claimed (for runs whose tasks are never
+  retried).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from recovery.errors import StreamUnitError
 from recovery.faults import maybe_fail
 from recovery.packing import ArrowFn, packed, unpacked
 from recovery.redis_conn import connect, redis_errors
+from recovery.tally import Tally, tallied
 from recovery.throttle import Throttle
 
 log = logging.getLogger(__name__)
@@ -134,11 +136,23 @@ def claim_partition(params: JobParams) -> ArrowFn:
     return packed(_throttled(params, claim_unit))
 
 
-def recover_partition(params: JobParams) -> ArrowFn:
-    """UNIT batches -> REPORT batches: claim each unit step by step and hand every step over
+def recover_partition(params: JobParams, histograms: bool = False) -> ArrowFn:
+    """UNIT batches -> TALLIED batches: claim each unit step by step and hand every step over
     at once, its claim serving as the first lease read. Nothing is materialised, so a retried
-    task could not report what its failed attempt did: only for runs without task retries."""
-    return _throttled(params, _claim_and_apply)
+    task could not report what its failed attempt did: only for runs without task retries.
+    With `histograms`, the task's tally also carries each unit's PEL histogram, counted from
+    the claim steps' own reads (no separate pass over the PEL)."""
+
+    def make(tally: Tally) -> ArrowFn:
+        def claim_and_apply(client: redis.Redis, params: JobParams, unit: dict[str, Any],
+                            throttle: Throttle) -> Iterator[pa.RecordBatch]:
+            pel = tally.histogram(unit["stream"], unit["group"]) if histograms else None
+            steps = claim_steps(client, params, unit, throttle, pel)
+            return applied(lambda: client, params, steps)
+
+        return _throttled(params, claim_and_apply)
+
+    return tallied(make)
 
 
 ClaimFn = Callable[[redis.Redis, JobParams, dict[str, Any], Throttle], Iterator[pa.RecordBatch]]
@@ -152,11 +166,6 @@ def _throttled(params: JobParams, claim_fn: ClaimFn) -> ArrowFn:
         return lambda client, unit: claim_fn(client, params, unit, throttle)
 
     return per_unit(params, make)
-
-
-def _claim_and_apply(client: redis.Redis, params: JobParams, unit: dict[str, Any],
-                     throttle: Throttle) -> Iterator[pa.RecordBatch]:
-    return applied(lambda: client, params, claim_steps(client, params, unit, throttle))
 
 
 def applied(get_client: Callable[[], redis.Redis], params: JobParams,
@@ -183,7 +192,7 @@ def skip_vanished(unit: dict[str, Any], batches: Iterator[pa.RecordBatch]
 
 
 def apply_partition(params: JobParams, rows: int) -> ArrowFn:
-    """PACKED rows of CLAIMED batches -> REPORT batches: route, dead-letter, handle and ack
+    """PACKED rows of CLAIMED batches -> TALLIED batches: route, dead-letter, handle and ack
     in steps of `rows` entries (in claim order), then report."""
 
     def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -196,4 +205,4 @@ def apply_partition(params: JobParams, rows: int) -> ArrowFn:
         finally:
             client.close()
 
-    return apply
+    return tallied(lambda _: apply)

@@ -7,13 +7,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from recovery.discovery import Skipped
 from recovery.errors import FailureThresholdError
 from recovery.schemas import ACTION_FAILED, ACTION_REPROCESSED, ACTIONS, HEALTH, REPORT, arrow
-from recovery.transforms import summarise
+from recovery.tally import TALLY, unit_counts
 
 RUN_ROWS = StructType(REPORT.fields[1:])  # a run's files: the report without run_id
 
@@ -65,10 +66,18 @@ def health_path(base: str, run_id: str) -> str:
     return f"{base.rstrip('/')}/health/run_id={run_id}"
 
 
-def write_report(report: DataFrame, base: str, run_id: str) -> None:
-    """Write one run's rows to ``<base>/run_id=<run id>/`` (Hive-style, so reading `base`
-    gives every run with a run_id column). An empty run still gets its directory."""
-    report.drop("run_id").write.mode("append").parquet(run_path(base, run_id))
+def write_report(report: DataFrame, base: str, run_id: str) -> list[str]:
+    """Write one run's REPORT rows to ``<base>/run_id=<run id>/`` (Hive-style, so reading
+    `base` gives every run with a run_id column); an empty run still gets its directory.
+
+    `report` is a tallied pass's output (``recovery.tally.TALLIED``): its tally rows are
+    observed during the write, not written, and returned (JSON texts, one per task).
+    """
+    observation = Observation()
+    observed = report.observe(observation, F.collect_list(TALLY).alias("tallies"))
+    rows = observed.where(F.col(TALLY).isNull()).drop(TALLY, "run_id")
+    rows.write.mode("append").parquet(run_path(base, run_id))
+    return list(observation.get["tallies"])
 
 
 def read_run(spark: SparkSession, base: str, run_id: str) -> DataFrame:
@@ -77,24 +86,17 @@ def read_run(spark: SparkSession, base: str, run_id: str) -> DataFrame:
     return spark.read.schema(RUN_ROWS).parquet(run_path(base, run_id))
 
 
-def fill_summary(summary: RunSummary, per_unit: DataFrame, skipped: list[Skipped],
+def fill_summary(summary: RunSummary, tallies: list[str], skipped: list[Skipped],
                  actions: tuple[str, ...] = ACTIONS) -> None:
-    """Totals and unit rows from the summarised report (a few rows reach the driver)."""
+    """Totals and unit rows from the report passes' tallies (one small text per task)."""
     summary.totals = dict.fromkeys(actions, 0)
-    for row in sorted(per_unit.collect(), key=lambda r: (r["stream"], r["group"])):
-        unit = row.asDict()
-        summary.units.append(unit)
+    summary.units = unit_counts(tallies, actions)
+    for unit in summary.units:
         for action in actions:
             summary.totals[action] += int(unit[action])
     summary.skipped = [asdict(s) for s in skipped]
     if skipped and summary.status == "ok":
         summary.status = "partial"
-
-
-def summarise_run(spark: SparkSession, base: str, run_id: str,
-                  actions: tuple[str, ...] = ACTIONS) -> DataFrame:
-    """Per (stream, group) counts of one run, read back from what was written."""
-    return read_run(spark, base, run_id).transform(summarise(actions))
 
 
 def write_health(spark: SparkSession, health: list[dict[str, Any]], base: str,

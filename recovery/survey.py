@@ -1,13 +1,11 @@
 """Read-only passes over the PEL on executors: group health histograms and the dry-run plan.
 
-Nothing here writes to Redis: only XPENDING (extended form) and XRANGE. Delivery-count and
-idle-age buckets have fixed labels so that runs compare.
+Nothing here writes to Redis: only XPENDING (extended form) and XRANGE. The histograms'
+buckets: ``recovery.histogram``.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +13,7 @@ import pyarrow as pa
 import redis
 
 from recovery.config import JobParams
+from recovery.histogram import PelHistogram
 from recovery.partitions import ArrowFn, coalesced, per_unit
 from recovery.redis_conn import redis_errors
 from recovery.schemas import (
@@ -35,23 +34,12 @@ from recovery.streams import (
     pending_pages,
     shown,
 )
+from recovery.tally import tallied
 
 PAGE = 10_000
 HISTOGRAM_ROWS = 1000  # units per output batch of the histogram pass (one row each)
-# (exclusive upper bound, label)
-DELIVERY_BUCKETS = ((2, "1"), (3, "2"), (4, "3"), (6, "4-5"), (11, "6-10"), (101, "11-100"))
-IDLE_BUCKETS_MS = ((60_000, "<1m"), (600_000, "1m-10m"), (3_600_000, "10m-1h"),
-                   (86_400_000, "1h-1d"), (604_800_000, "1d-7d"))
 HISTOGRAM_ARROW = arrow(PEL_HISTOGRAM)
 REPORT_ARROW = arrow(REPORT)
-
-
-def bucket(value: int, buckets: tuple[tuple[int, str], ...], overflow: str) -> str:
-    """The label of the first bucket with `value` below its upper bound, else `overflow`."""
-    for upper, label in buckets:
-        if value < upper:
-            return label
-    return overflow
 
 
 def histogram_partition(params: JobParams) -> ArrowFn:
@@ -64,29 +52,18 @@ def histogram_partition(params: JobParams) -> ArrowFn:
 
 def _histogram_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any]
                     ) -> Iterator[pa.RecordBatch]:
-    counts: Counter[int] = Counter()
-    ages: Counter[str] = Counter()
-    oldest: int | None = None
-    idle_bounds = [upper for upper, _ in IDLE_BUCKETS_MS]
-    idle_labels = [label for _, label in IDLE_BUCKETS_MS] + [">7d"]
+    histogram = PelHistogram()
     with redis_errors(params.redis, unit["stream"], unit["group"]):
         for page in pending_pages(client, unit["stream"], unit["group"], PAGE):
-            counts.update(r[COUNT] for r in page)
-            idles = [r[IDLE] for r in page]
-            ages.update(idle_labels[bisect_right(idle_bounds, i)] for i in idles)
-            oldest = max(idles) if oldest is None else max(oldest, max(idles))
-    deliveries: Counter[str] = Counter()
-    for count, n in counts.items():
-        deliveries[bucket(count, DELIVERY_BUCKETS, ">100")] += n
-    yield pa.RecordBatch.from_pylist(
-        [{"stream": unit["stream"], "group": unit["group"], "deliveries": list(deliveries.items()),
-          "idle_ages": list(ages.items()), "oldest_idle_ms": oldest}],
-        schema=HISTOGRAM_ARROW)
+            histogram.add(page)
+    yield pa.RecordBatch.from_pylist([histogram.row(unit["stream"], unit["group"])],
+                                     schema=HISTOGRAM_ARROW)
 
 
 def plan_partition(params: JobParams) -> ArrowFn:
-    """UNIT batches -> REPORT batches of what a real run would do (dry run, no claim)."""
-    return per_unit(params, lambda: lambda client, unit: _plan_unit(client, params, unit))
+    """UNIT batches -> TALLIED batches of what a real run would do (dry run, no claim)."""
+    return tallied(lambda _: per_unit(
+        params, lambda: lambda client, unit: _plan_unit(client, params, unit)))
 
 
 def _plan_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any]

@@ -1,5 +1,6 @@
-"""Pure DataFrame logic of a run: spread the units over partitions, summarise. No I/O here.
-(The route of each claimed entry is decided on the executors: ``recovery.routed``.)"""
+"""Pure DataFrame logic of a run: spread the units over partitions. No I/O here. (The route
+of each claimed entry is decided on the executors: ``recovery.routed``; the summary is
+counted there too: ``recovery.tally``.)"""
 
 from __future__ import annotations
 
@@ -11,23 +12,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType
 
-from recovery.schemas import ACTIONS, UNIT
+from recovery.schemas import UNIT
 
 Transform = Callable[[DataFrame], DataFrame]
-
-
-def summarise(actions: tuple[str, ...] = ACTIONS) -> Transform:
-    """Report rows -> one row per (stream, group) with a count per action and a total
-    (unordered: a few rows, sorted where they are shown)."""
-
-    def _summarise(report: DataFrame) -> DataFrame:
-        # One aggregation, one shuffle (a pivot aggregates twice: a Spark job more per run).
-        counts = [F.count_if(F.col("action") == a).alias(a) for a in actions]
-        total = sum((F.col(a) for a in actions), F.lit(0))
-        return (report.groupBy("stream", "group").agg(*counts)
-                .withColumn("total", total.cast("long")))
-
-    return _summarise
 
 
 def units_of_parts(spark: SparkSession, by_part: list[list[dict[str, Any]]]) -> DataFrame:

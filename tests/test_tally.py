@@ -1,0 +1,94 @@
+"""Tallies (recovery.tally): the run's summary and, in one pass, the PEL histograms, counted on
+the executors. The partition functions run in this process against real servers, no Spark:
+what they count is checked against Redis and against the health pass on the same PEL."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pyarrow as pa
+from redis import Redis
+
+from recovery.backlog import add_entries, deliver, make_stuck
+from recovery.claim import examined
+from recovery.config import executor_params
+from recovery.dlq_names import dead_letter_key
+from recovery.partitions import recover_partition
+from recovery.schemas import ACTIONS, UNIT, arrow
+from recovery.streams import ClaimBatch
+from recovery.survey import histogram_partition
+from recovery.tally import TALLY, Tally, histogram_rows, unit_counts
+from tests.backlogs import DEAD, HOUR_MS, LIVE, binary_fields, seed
+
+STREAM, GROUP, JOB = "orders", "billing", "recovery-t1-0"
+
+
+def report_batch(rows: list[tuple[str, str, str]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(
+        [{"stream": s, "group": g, "action": a} for s, g, a in rows])
+
+
+def test_tallies_count_every_action_per_unit_across_tasks():
+    first, second = Tally(), Tally()
+    first.count(report_batch([("a", "g", "reprocessed")] * 2 + [("a", "g", "failed"),
+                                                                  ("b", "g", "deleted")]))
+    first.count(report_batch([("a", "g", "reprocessed")]))
+    first.count(report_batch([]))
+    second.count(report_batch([("a", "g", "dead_lettered"), ("a", "h", "skipped")]))
+    counts = unit_counts([first.to_json(), second.to_json()], ACTIONS)
+    zero = dict.fromkeys(ACTIONS, 0)
+    assert counts == [
+        {"stream": "a", "group": "g", **zero, "reprocessed": 3, "dead_lettered": 1,
+         "failed": 1, "total": 5},
+        {"stream": "a", "group": "h", **zero, "skipped": 1, "total": 1},
+        {"stream": "b", "group": "g", **zero, "deleted": 1, "total": 1},
+    ]
+
+
+def test_a_step_counts_only_the_rows_its_claim_examined():
+    """XAUTOCLAIM may run out of attempts before the end of its XPENDING read: the rows past
+    its end belong to the next step, which reads them again."""
+    rows = {i: [i, b"dead", 7_200_000, 2] for i in (b"1-0", b"2-0", b"3-0")}
+    batch = ClaimBatch("3-0", [b"1-0"], [[b"f", b"v"]], [b"2-0"], rows, None)
+    assert examined(batch) == [rows[b"1-0"], rows[b"2-0"]]
+
+
+def unit_batch() -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(
+        [{"stream": STREAM, "group": GROUP, "consumer": JOB, "part": 0}], schema=arrow(UNIT))
+
+
+def test_one_pass_counts_the_pel_as_the_health_pass_finds_it(client: Redis, make_settings):
+    """Every kind of entry (fresh ones on a live consumer, deleted, poison, failing), then
+    idle entries after more fresh ones than one claim step may examine (claim.count=1:
+    XAUTOCLAIM gives up after 10 entries). The one pass's histogram equals the health
+    pass's on the same PEL, and its counts are what Redis shows afterwards."""
+    seeded = seed(client, [STREAM], [GROUP])
+    late = add_entries(client, STREAM, 12, lambda i: binary_fields(i, "ok"))
+    fresh = deliver(client, STREAM, GROUP, "live-2", 11)
+    stuck = deliver(client, STREAM, GROUP, DEAD, 1)
+    make_stuck(client, STREAM, GROUP, DEAD, stuck, HOUR_MS)
+    assert fresh + stuck == late
+    settings = make_settings(f"streams.keys={STREAM}", "claim.count=1",
+                             "claim.max_deliveries=5",
+                             "handler.path=tests.handlers:verify_or_fail")
+    params = executor_params(settings, "t1")
+    (found,) = pa.Table.from_batches(histogram_partition(params)(iter([unit_batch()]))
+                                     ).to_pylist()
+    out = pa.Table.from_batches(recover_partition(params, histograms=True)(
+        iter([unit_batch()]))).to_pylist()
+    tallies = [r[TALLY] for r in out if r[TALLY] is not None]
+    assert len(tallies) == 1
+    (counted,) = histogram_rows(tallies)
+    for histogram in ("deliveries", "idle_ages"):
+        assert dict(counted[histogram]) == dict(found[histogram]), histogram
+    assert 0 <= counted["oldest_idle_ms"] - found["oldest_idle_ms"] < 5_000
+    reported = Counter(r["action"] for r in out if r[TALLY] is None)
+    assert reported == Counter(seeded.action.values()) + Counter({"reprocessed": 1})
+    (unit,) = unit_counts(tallies, ACTIONS)
+    assert {a: unit[a] for a in ACTIONS if unit[a]} == dict(reported)
+    owners = Counter(r["consumer"].decode() for r in client.xpending_range(
+        STREAM, GROUP, "-", "+", 1000))
+    assert owners == {JOB: unit["failed"], LIVE: 10, "live-2": 11}
+    assert client.xlen(dead_letter_key(STREAM, settings.dead_letter.suffix)) == unit[
+        "dead_lettered"]
