@@ -15,6 +15,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -570,6 +571,10 @@ def test_task_failures_lose_nothing_and_leave_nothing_unreported(
             assert len(rows.get(key, [])) == 1, (key, rows.get(key))
         if kind == "ok":
             assert handed[key] == 1, f"{key}: an acked entry was handed over again"
+    # the summary (tallies observed on the write) counts the rows written, not a failed
+    # attempt's as well
+    written = Counter(r["action"] for v in rows.values() for r in v)
+    assert {a: n for a, n in result.summary["totals"].items() if n} == dict(written)
     check_accounting(client, seeded, states, {"retried": [r for v in rows.values() for r in v]},
                      set())
 
