@@ -13,7 +13,7 @@ import pytest
 
 from recovery.dlq_names import dead_letter_key
 from recovery.local_redis import LocalServer
-from tests.benchmark import spark_log, timeline
+from tests.benchmark import report, spark_log, timeline
 from tests.benchmark.loops import DLQ_SUFFIX, run_loop
 from tests.benchmark.measure import Sample
 from tests.benchmark.run import main
@@ -89,3 +89,23 @@ def test_job_log_parsing_and_timeline() -> None:
     assert (claim.start_s, claim.seconds) == (10.0, 10.5)
     assert claim.redis_cpu_s == pytest.approx(1.1025 - 0.1)  # 1.1025: interpolated at 20.5 s
     assert claim.top_commands == [("xautoclaim", 50, 5000)]
+
+
+def _row(contender: str, size: str, messages: int, wall_s: float, runs: int = 3) -> report.Row:
+    return report.Row(contender, size, messages, runs, wall_s, None, None, None, None, None,
+                      None, None)
+
+
+def test_marginal_rate_is_the_extra_messages_over_the_extra_wall_time() -> None:
+    rows = [_row("job", "100x1000", 100_000, 9.5), _row("job", "1000x1000", 1_000_000, 14.0),
+            _row("raw", "100x1000", 100_000, 0.7), _row("raw", "1000x1000", 1_000_000, 6.1),
+            _row("naive", "100x1000", 100_000, 16.0),
+            _row("naive", "1000x1000", 1_000_000, 160.0, runs=0)]  # extrapolated: left out
+
+    found = {m.contender: m for m in report.marginals(rows)}
+
+    assert sorted(found) == ["job", "raw"]
+    assert found["job"].msg_per_s == pytest.approx(200_000)
+    assert found["job"].fixed_s == pytest.approx(9.0)
+    assert found["raw"].msg_per_s == pytest.approx(900_000 / 5.4)
+    assert report.marginal_table(rows)[1][-1] == "1.20"  # job / raw

@@ -17,6 +17,12 @@ Medians over repeats. Per contender and size:
   round trip), round trips per message counted in the loops' own client;
 - driver peak RSS (MB): loops: ru_maxrss; the job: the largest sum of the driver JVM (in
   local mode also the executor) and the driver's Python, polled every 50 ms.
+
+Per contender measured at two sizes or more, the marginal rate: the extra messages of its
+largest size over its smallest divided by the extra median wall time (msg/s), and the fixed
+cost that leaves (s). For the job this counts the JVM's warm-up (the JIT compiling the hot
+paths of the Arrow reader and the Parquet writer, a few seconds of CPU that the probe's 40
+entries never trigger) as fixed, where it belongs: it does not grow with the backlog.
 """
 
 from __future__ import annotations
@@ -170,6 +176,50 @@ def build_rows(records: list[RunRecord]) -> list[Row]:
     return rows
 
 
+@dataclass(frozen=True)
+class Marginal:
+    """A contender's cost of more messages, from its smallest measured size to its largest:
+    `msg_per_s`, extra messages / extra median wall time; `fixed_s`, the smallest size's
+    median wall minus its messages at that rate. None where the wall did not grow."""
+
+    contender: str
+    small: str
+    large: str
+    msg_per_s: float | None
+    fixed_s: float | None
+
+
+def marginals(rows: list[Row]) -> list[Marginal]:
+    """One Marginal per contender measured (not extrapolated) at two sizes or more."""
+    measured: dict[str, list[Row]] = defaultdict(list)
+    for row in rows:
+        if row.runs:
+            measured[row.contender].append(row)
+    out = []
+    for contender, sized in measured.items():
+        if len({r.messages for r in sized}) < 2:
+            continue
+        small = min(sized, key=lambda r: r.messages)
+        large = max(sized, key=lambda r: r.messages)
+        extra_s = large.wall_s - small.wall_s
+        rate = (large.messages - small.messages) / extra_s if extra_s > 0 else None
+        fixed = small.wall_s - small.messages / rate if rate else None
+        out.append(Marginal(contender, small.size, large.size, rate, fixed))
+    return out
+
+
+MARGINAL_HEADER = ("contender", "from", "to", "marginal msg/s", "fixed s (implied)",
+                   "job / this, marginal msg/s")
+
+
+def marginal_table(rows: list[Row]) -> list[list[str]]:
+    """The marginal rates, and the job's as a ratio of each contender's."""
+    found = marginals(rows)
+    job = next((m.msg_per_s for m in found if m.contender == JOB), None)
+    return [[m.contender, m.small, m.large, _fmt(m.msg_per_s, 0), _fmt(m.fixed_s),
+             _fmt(_ratio(job, m.msg_per_s), 2)] for m in found]
+
+
 def _fmt(value: float | None, digits: int = 1) -> str:
     if value is None:
         return "-"
@@ -226,19 +276,25 @@ def ratio_table(rows: list[Row]) -> list[list[str]]:
 
 
 PHASE_HEADER = ("size", "session start s", "run() s", "exit s", "fixed start-up s (probe)",
-                "JVM peak MB", "driver Python peak MB", "Python workers peak MB")
+                "JVM peak MB", "driver Python peak MB", "Python workers peak MB",
+                "JVM CPU s, JIT compiler: job / probe", "JVM CPU s, task threads: job / probe")
 
 
 def phase_table(rows: list[Row], records: list[RunRecord]) -> list[list[str]]:
-    """The job's wall time split by its own log, and its memory by process role."""
+    """The job's wall time split by its own log, its memory by process role, and the CPU of
+    the JVM's compiler and task threads (the probe's beside it: what its 40 entries cost)."""
     lines = []
     for row in (r for r in rows if r.contender == JOB):
         runs = [r for r in records if r.contender == JOB and r.size == row.size]
+        probes = [r for r in records if r.contender == PROBE and r.size == row.size]
         rss = {role: _median(runs, _detail("peak_rss", role))
                for role in ("jvm", "driver_python", "python_workers")}
+        threads = [_fmt(_median(runs, _detail("jvm_threads_cpu_s", kind))) + " / "
+                   + _fmt(_median(probes, _detail("jvm_threads_cpu_s", kind)))
+                   for kind in ("jit", "tasks")]
         lines.append([row.size, _fmt(row.extras.get("session_s")), _fmt(row.extras.get("run_s")),
                       _fmt(row.extras.get("exit_s")), _fmt(row.fixed_s),
-                      *(_fmt(v / MB if v else None, 0) for v in rss.values())])
+                      *(_fmt(v / MB if v else None, 0) for v in rss.values()), *threads])
     return lines
 
 
@@ -285,6 +341,13 @@ def targets(rows: list[Row]) -> list[str]:
                        "(target <= 1.2x)")
         if job.messages >= 1_000_000:
             out.append(f"- {job.size}: end to end {_fmt(job.wall_s)} s (target < 25 s)")
+    rates = {m.contender: m for m in marginals(rows)}
+    if JOB in rates and "raw" in rates:
+        job_m, raw_m = rates[JOB], rates["raw"]
+        out.append(f"- marginal {job_m.small} -> {job_m.large}: job {_fmt(job_m.msg_per_s, 0)} "
+                   f"msg/s vs raw {_fmt(raw_m.msg_per_s, 0)} "
+                   f"({_fmt(_ratio(job_m.msg_per_s, raw_m.msg_per_s), 2)}x; target: job >= "
+                   "raw once started, the JIT's warm-up counted as start-up)")
     if len(jobs) > 1 and jobs[0].peak_rss_mb and jobs[-1].peak_rss_mb:
         growth = jobs[-1].peak_rss_mb / jobs[0].peak_rss_mb
         out.append(f"- driver peak RSS {jobs[-1].size} / {jobs[0].size}: {growth:.2f}x "

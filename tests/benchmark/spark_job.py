@@ -20,7 +20,7 @@ from typing import Any
 import redis
 
 from tests.benchmark import pyspy, spark_log, timeline
-from tests.benchmark.measure import PeakRss, RedisSampler
+from tests.benchmark.measure import JvmThreadCpu, PeakRss, RedisSampler
 from tests.benchmark.seed import BacklogSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +47,8 @@ class JobOptions:
 @dataclass
 class JobRun:
     """One spark-submit: wall seconds, exit code, the JSON summary, phases (s), peak RSS per
-    role (bytes), the job's log lines, Spark's actions and Python task times (ms)."""
+    role (bytes), the job's log lines, Spark's actions and Python task times (ms), and the
+    CPU seconds of the JVM's threads by kind."""
 
     wall_s: float
     exit_code: int
@@ -60,6 +61,7 @@ class JobRun:
     profile: dict[str, object] = field(default_factory=dict)
     segments: list[timeline.Segment] = field(default_factory=list)
     sampler_calls: int = 0  # INFO calls made to sample Redis during the run
+    jvm_threads_cpu_s: dict[str, float] = field(default_factory=dict)  # by kind (JvmThreadCpu)
 
 
 def config_text(spec: BacklogSpec, url: str, report_dir: Path) -> str:
@@ -125,6 +127,7 @@ def run_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions) -> 
         process = subprocess.Popen(submit_command(config, options), cwd=workdir, env=env,
                                    stdout=out, stderr=err)
         with PeakRss(process.pid, driver_role, DRIVER) as rss, \
+                JvmThreadCpu(process.pid) as jvm_threads, \
                 RedisSampler(redis.Redis.from_url(url)) as sampler:
             spy = pyspy.attach(process.pid, options.py_spy, stacks) if options.py_spy else None
             code = process.wait()
@@ -139,7 +142,7 @@ def run_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions) -> 
     return JobRun(wall, code, summary, spark_log.phases(lines, summary.get("duration_s"), wall),
                   rss.peak, lines, spark_log.spark_actions(text), spark_log.python_task_ms(text),
                   profile, timeline.segments(lines, started_epoch, wall, sampler.samples),
-                  sampler.calls)
+                  sampler.calls, jvm_threads.cpu_s)
 
 
 def _summary(stdout: Path) -> dict[str, Any]:
