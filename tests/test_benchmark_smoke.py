@@ -18,6 +18,7 @@ from tests.benchmark.loops import DLQ_SUFFIX, run_loop
 from tests.benchmark.measure import Sample
 from tests.benchmark.run import main
 from tests.benchmark.seed import BacklogSpec, seed_backlog
+from tests.benchmark.spark_job import EXECUTOR_CLASS, JobOptions, driver_role, submit_command
 from tests.benchmark.verify import VerificationError, verify_recovered
 
 SPEC = BacklogSpec(streams=3, per_stream=200)  # 5% over the limit: 10 per stream
@@ -109,3 +110,32 @@ def test_marginal_rate_is_the_extra_messages_over_the_extra_wall_time() -> None:
     assert found["job"].fixed_s == pytest.approx(9.0)
     assert found["raw"].msg_per_s == pytest.approx(900_000 / 5.4)
     assert report.marginal_table(rows)[1][-1] == "1.20"  # job / raw
+
+
+GC_LOG = """\
+[0.002s][info][gc] Using G1
+[0.151s][info][gc] GC(0) Pause Young (Normal) (G1 Evacuation Pause) 31M->25M(380M) 7.421ms
+[1.986s][info][gc] GC(9) Pause Remark 37M->37M(114M) 2.076ms
+[2.100s][info][gc] GC(9) Concurrent Mark Cycle 21.257ms
+[3.000s][info][gc] GC(12) Pause Full (System.gc()) 2G->1G(2G) 99.000ms
+[3.100s][info][gc] GC(13) Pause Young (Normal) (G1 Evacuation Pause) 900M->512K(2G) 1.000ms
+"""
+
+
+def test_heap_after_gc_is_the_largest_after_value_in_any_unit() -> None:
+    assert spark_log.heap_after_gc_peak(GC_LOG) == 1 << 30
+    assert spark_log.heap_after_gc_peak(GC_LOG.replace("2G->1G(2G)", "2G->36M(2G)")) == 37 << 20
+    assert spark_log.heap_after_gc_peak("[0.002s][info][gc] Using G1\n") is None
+
+
+def test_submit_command_adds_the_gc_log_to_the_driver_java_options(tmp_path: Path) -> None:
+    options = JobOptions(spark_conf=("spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1",
+                                     "spark.ui.enabled=false"))
+    command = submit_command(tmp_path / "bench.toml", options, tmp_path / "gc.log")
+
+    confs = [command[i + 1] for i, arg in enumerate(command) if arg == "--conf"]
+    assert confs == [f"spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 "
+                     f"-Xlog:gc:file={tmp_path / 'gc.log'}", "spark.ui.enabled=false"]
+    assert driver_role(["/usr/bin/java", "-cp", "x", EXECUTOR_CLASS]) == "executor_jvm"
+    assert driver_role(["/usr/bin/java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit"]) \
+        == "jvm"

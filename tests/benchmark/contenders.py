@@ -102,7 +102,8 @@ def _measure_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions
                "actions": [asdict(a) for a in job.actions],
                "python_tasks_ms": job.python_tasks_ms, "totals": totals,
                "py_spy": job.profile, "segments": [asdict(s) for s in job.segments],
-               "jvm_threads_cpu_s": job.jvm_threads_cpu_s}
+               "jvm_threads_cpu_s": job.jvm_threads_cpu_s,
+               "heap_after_gc": {"jvm": job.heap_after_gc_bytes}}
     return Measured(job.wall_s, None, None, job.peak_rss.get("driver", 0), None,
                     int(totals["reprocessed"]), int(totals["dead_lettered"]), details,
                     job.sampler_calls)

@@ -127,6 +127,8 @@ def make_row(records: list[RunRecord], probes: list[RunRecord] | None = None) ->
     fixed, steady, steady_cpu = _steady(records, probes)
     phases = {name: _median(records, _detail("phases", name))
               for name in ("session_s", "run_s", "exit_s")} if first.contender == JOB else {}
+    if first.contender == JOB:
+        phases["heap_after_gc_bytes"] = _median(records, _detail("heap_after_gc", "jvm"))
     return Row(
         contender=first.contender, size=first.size, messages=first.messages,
         runs=len(records), wall_s=_median(records, lambda r: r.wall_s) or 0.0,
@@ -277,18 +279,21 @@ def ratio_table(rows: list[Row]) -> list[list[str]]:
 
 PHASE_HEADER = ("size", "session start s", "run() s", "exit s", "fixed start-up s (probe)",
                 "JVM peak MB", "driver Python peak MB", "Python workers peak MB",
+                "executor JVM peak MB", "driver JVM heap after GC, peak MB",
                 "JVM CPU s, JIT compiler: job / probe", "JVM CPU s, task threads: job / probe")
 
 
 def phase_table(rows: list[Row], records: list[RunRecord]) -> list[list[str]]:
-    """The job's wall time split by its own log, its memory by process role, and the CPU of
-    the JVM's compiler and task threads (the probe's beside it: what its 40 entries cost)."""
+    """The job's wall time split by its own log, its memory by process role, the JVM's
+    largest heap in use after a collection (what it kept alive), and the CPU of the JVM's
+    compiler and task threads (the probe's beside it: what its 40 entries cost)."""
     lines = []
     for row in (r for r in rows if r.contender == JOB):
         runs = [r for r in records if r.contender == JOB and r.size == row.size]
         probes = [r for r in records if r.contender == PROBE and r.size == row.size]
         rss = {role: _median(runs, _detail("peak_rss", role))
-               for role in ("jvm", "driver_python", "python_workers")}
+               for role in ("jvm", "driver_python", "python_workers", "executor_jvm")}
+        rss["heap_after_gc"] = row.extras.get("heap_after_gc_bytes")
         threads = [_fmt(_median(runs, _detail("jvm_threads_cpu_s", kind))) + " / "
                    + _fmt(_median(probes, _detail("jvm_threads_cpu_s", kind)))
                    for kind in ("jit", "tasks")]
@@ -352,6 +357,11 @@ def targets(rows: list[Row]) -> list[str]:
         growth = jobs[-1].peak_rss_mb / jobs[0].peak_rss_mb
         out.append(f"- driver peak RSS {jobs[-1].size} / {jobs[0].size}: {growth:.2f}x "
                    "(target <= 1.10x)")
+        heap = [j.extras.get("heap_after_gc_bytes") for j in (jobs[0], jobs[-1])]
+        if heap[0] and heap[1]:
+            out.append(f"- driver JVM heap in use after GC, peak, {jobs[-1].size} / "
+                       f"{jobs[0].size}: {heap[1] / heap[0]:.2f}x "
+                       f"({heap[0] / MB:.0f} -> {heap[1] / MB:.0f} MB)")
     return out
 
 

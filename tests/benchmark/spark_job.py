@@ -28,6 +28,8 @@ SPARK_SUBMIT = ROOT / ".venv" / "bin" / "spark-submit"
 VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
 HANDLER = "recovery.handlers:noop"
 DRIVER = {"driver": ("jvm", "driver_python")}
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,9 @@ class JobOptions:
 @dataclass
 class JobRun:
     """One spark-submit: wall seconds, exit code, the JSON summary, phases (s), peak RSS per
-    role (bytes), the job's log lines, Spark's actions and Python task times (ms), and the
-    CPU seconds of the JVM's threads by kind."""
+    role (bytes), the job's log lines, Spark's actions and Python task times (ms), the
+    CPU seconds of the JVM's threads by kind, and its largest heap in use after a collection
+    (bytes)."""
 
     wall_s: float
     exit_code: int
@@ -62,6 +65,7 @@ class JobRun:
     segments: list[timeline.Segment] = field(default_factory=list)
     sampler_calls: int = 0  # INFO calls made to sample Redis during the run
     jvm_threads_cpu_s: dict[str, float] = field(default_factory=dict)  # by kind (JvmThreadCpu)
+    heap_after_gc_bytes: int | None = None  # the JVM's largest heap in use after a collection
 
 
 def config_text(spec: BacklogSpec, url: str, report_dir: Path) -> str:
@@ -84,11 +88,16 @@ def python_path(code_root: Path | None) -> str:
     return os.pathsep.join(p for p in parts if p)
 
 
-def submit_command(config: Path, options: JobOptions) -> list[str]:
-    """The exact spark-submit command line."""
+def submit_command(config: Path, options: JobOptions, gc_log: Path | None = None) -> list[str]:
+    """The exact spark-submit command line; with `gc_log`, the driver JVM logs its
+    collections there (added to any ``spark.driver.extraJavaOptions`` of `options`)."""
     command = [str(SPARK_SUBMIT), "--master", options.master]
-    for conf in options.spark_conf:
-        command += ["--conf", conf]
+    confs = dict(conf.split("=", 1) for conf in options.spark_conf)
+    if gc_log is not None:
+        java = confs.get(JAVA_OPTIONS, "")
+        confs[JAVA_OPTIONS] = f"{java} -Xlog:gc:file={gc_log}".strip()
+    for key, value in confs.items():
+        command += ["--conf", f"{key}={value}"]
     script = (options.code_root or ROOT) / "jobs" / "recover.py"
     command += [str(script), "--config", str(config), "--log-level", "INFO"]
     for override in options.overrides:
@@ -98,12 +107,13 @@ def submit_command(config: Path, options: JobOptions) -> list[str]:
 
 def driver_role(cmdline: list[str]) -> str | None:
     """Role of a process in the spark-submit tree: the driver JVM (in local mode also the
-    executor), the driver's Python (jobs/recover.py), or a Python worker."""
+    executor), an executor JVM of its own (``--master local-cluster[...]``), the driver's
+    Python (jobs/recover.py), or a Python worker."""
     if not cmdline:
         return None
     program = Path(cmdline[0]).name
     if program == "java":
-        return "jvm"
+        return "executor_jvm" if EXECUTOR_CLASS in cmdline else "jvm"
     if program.startswith("python"):
         if any(arg.endswith("recover.py") for arg in cmdline):
             return "driver_python"
@@ -119,12 +129,12 @@ def run_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions) -> 
     env = {**os.environ, "PYTHONPATH": python_path(options.code_root),
            "PYSPARK_PYTHON": str(VENV_PYTHON if VENV_PYTHON.exists() else sys.executable)}
     stdout, stderr = workdir / "stdout.txt", workdir / "stderr.txt"
-    stacks = workdir / "py-spy.txt"
+    stacks, gc_log = workdir / "py-spy.txt", workdir / "gc.log"
     with stdout.open("wb") as out, stderr.open("wb") as err:
         started_epoch, started = time.time(), time.perf_counter()
         # cwd: `python -m pyspark.daemon` puts it first on the workers' sys.path, so it must
         # not hold a `recovery` package other than the one chosen (and Spark's files go there)
-        process = subprocess.Popen(submit_command(config, options), cwd=workdir, env=env,
+        process = subprocess.Popen(submit_command(config, options, gc_log), cwd=workdir, env=env,
                                    stdout=out, stderr=err)
         with PeakRss(process.pid, driver_role, DRIVER) as rss, \
                 JvmThreadCpu(process.pid) as jvm_threads, \
@@ -142,7 +152,8 @@ def run_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions) -> 
     return JobRun(wall, code, summary, spark_log.phases(lines, summary.get("duration_s"), wall),
                   rss.peak, lines, spark_log.spark_actions(text), spark_log.python_task_ms(text),
                   profile, timeline.segments(lines, started_epoch, wall, sampler.samples),
-                  sampler.calls, jvm_threads.cpu_s)
+                  sampler.calls, jvm_threads.cpu_s,
+                  spark_log.heap_after_gc_peak(gc_log.read_text()) if gc_log.exists() else None)
 
 
 def _summary(stdout: Path) -> dict[str, Any]:

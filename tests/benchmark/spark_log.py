@@ -4,6 +4,8 @@
   spark-submit the driver's Python stderr reaches the JVM's stdout, so look in both streams.
 - Spark (log4j, INFO) logs ``DAGScheduler: Job N finished: <call site>, took X ms`` per
   action and ``Times: total = X, boot = Y, init = Z, finish = W`` per Python task (ms).
+- The JVM's collector (``-Xlog:gc``) logs ``GC(N) Pause ... <before>M-><after>M(<heap>M)``
+  per collection: the heap in use before and after it, and the heap's committed size.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ JOB_LINE = re.compile(
 SPARK_JOB = re.compile(r"Job (\d+) finished: (.+?), took ([\d.]+) ms")
 PYTHON_TASK = re.compile(r"Times: total = (-?\d+), boot = (-?\d+), init = (-?\d+), "
                          r"finish = (-?\d+)")
+GC_PAUSE = re.compile(r"GC\(\d+\) Pause .*? (\d+)([KMG])->(\d+)([KMG])\((\d+)([KMG])\)")
+UNIT_BYTES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 LOG_TIME_FORMAT = "%Y-%m-%d %H:%M:%S,%f"
 
 
@@ -69,3 +73,11 @@ def phases(lines: list[LogLine], duration_s: float | None, wall_s: float) -> dic
         return {}
     return {"session_s": round(summary.at_s - duration_s, 3), "run_s": duration_s,
             "exit_s": round(wall_s - summary.at_s, 3)}
+
+
+def heap_after_gc_peak(gc_log: str) -> int | None:
+    """The largest heap in use right after a collection (bytes) in a ``-Xlog:gc`` log: what
+    the JVM kept alive at its fullest moment, whatever garbage it made in between. None
+    when the log has no collection."""
+    peaks = [int(m.group(3)) * UNIT_BYTES[m.group(4)] for m in GC_PAUSE.finditer(gc_log)]
+    return max(peaks, default=None)
