@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
+AIRFLOW_VENV := .venv-airflow
+
 .PHONY: setup redis-server demo test lint bench cds
 
 $(BIN)/python:
@@ -23,14 +25,22 @@ redis-server:
 
 setup: $(VENV)/.installed redis-server
 
+# Airflow (about 660 MB) in a venv of its own, for the example DAGs' tests only.
+$(AIRFLOW_VENV)/.installed: tests/airflow-requirements.txt
+	$(PY) -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_VENV)/bin/pip install --quiet --upgrade pip
+	$(AIRFLOW_VENV)/bin/pip install --quiet -r tests/airflow-requirements.txt
+	touch $@
+
 demo: setup
 	$(BIN)/python jobs/demo.py
 
 # Two pytest workers, each with its own local Spark session: the suite waits on
 # spark-submit processes and servers more than it computes (README "Tests").
 TEST_WORKERS ?= 2
-test: setup
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+test: setup $(AIRFLOW_VENV)/.installed
+	AIRFLOW_PYTHON=$(abspath $(AIRFLOW_VENV)/bin/python) \
+	  $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 lint: setup
 	$(BIN)/ruff check recovery jobs tests

@@ -1,12 +1,13 @@
 """The example DAGs in dags/ under a real Airflow 3 with the Spark provider.
 
 Airflow (about 660 MB with its dependencies) lives in its own virtualenv, never in the
-project's: these tests run only when AIRFLOW_PYTHON names that venv's interpreter, and are
-skipped otherwise (CI does not install Airflow). Set it up once (about a minute):
+project's: these tests run when AIRFLOW_PYTHON names that venv's interpreter. ``make test``
+(and so CI) makes that venv (``.venv-airflow``, from ``tests/airflow-requirements.txt``, about
+30 s) and sets it; a plain ``pytest`` without it skips them, saying so. By hand:
 
-    python3 -m venv /tmp/airflow-venv
-    /tmp/airflow-venv/bin/pip install "apache-airflow>=3.3,<4" apache-airflow-providers-apache-spark
-    AIRFLOW_PYTHON=/tmp/airflow-venv/bin/python \
+    python3 -m venv .venv-airflow
+    .venv-airflow/bin/pip install -r tests/airflow-requirements.txt
+    AIRFLOW_PYTHON=.venv-airflow/bin/python \
         .venv/bin/python -m pytest -m airflow tests/test_airflow_dag.py
 
 Each DAG run is real: spark-submit (the project venv's, local[2]) runs the job against a
@@ -30,8 +31,10 @@ AIRFLOW_PYTHON = os.environ.get("AIRFLOW_PYTHON")
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [
     pytest.mark.airflow,
-    pytest.mark.skipif(not AIRFLOW_PYTHON, reason="Airflow lives in its own venv: set "
-                       "AIRFLOW_PYTHON=/tmp/airflow-venv/bin/python (see the module docstring)"),
+    pytest.mark.xdist_group("airflow"),  # one worker: one Airflow home for the module
+    pytest.mark.skipif(not AIRFLOW_PYTHON, reason="Airflow lives in its own venv: run `make "
+                       "test`, or set AIRFLOW_PYTHON=.venv-airflow/bin/python (see the module "
+                       "docstring)"),
 ]
 
 # Runs inside the Airflow venv: parse the DAG folder, optionally run one DAG, print JSON.
