@@ -16,7 +16,8 @@ Medians over repeats. Per contender and size:
   scripts and MULTI), read events per message (server: total_reads_processed, about one per
   round trip), round trips per message counted in the loops' own client;
 - driver peak RSS (MB): loops: ru_maxrss; the job: the largest sum of the driver JVM (in
-  local mode also the executor) and the driver's Python, polled every 50 ms.
+  local mode also the executor; an executor JVM of its own, ``local-cluster``, is shown
+  apart) and the driver's Python, polled every 50 ms.
 
 Per contender measured at two sizes or more, the marginal rate: the extra messages of its
 largest size over its smallest divided by the extra median wall time (msg/s), and the fixed
