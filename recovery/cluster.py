@@ -1,8 +1,9 @@
 """Redis Cluster: detecting it, a cluster client that answers like the job's standalone one,
 and work units grouped by the primary that owns their keys.
 
-The job's Redis code (``streams.py``, ``scripts.py``, ``apply.py``, ``discovery.py``) is
-written against a standalone ``redis.Redis`` with raw replies for stream commands.
+The job's Redis code (``streams.py``, ``scripts.py``, ``apply.py``, ``lease.py``,
+``discovery.py``) is written against a standalone ``redis.Redis`` with raw replies for stream
+commands.
 :class:`StreamCluster` is a ``redis.cluster.RedisCluster`` that keeps that contract, so the same
 code runs on a cluster, while redis-py routes every command by its key's hash slot, follows
 MOVED and ASK redirections and refreshes the slot map after a failover:

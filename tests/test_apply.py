@@ -14,10 +14,11 @@ import pyarrow as pa
 import pytest
 from redis import Redis
 
-from recovery.apply import REASON_VANISHED, apply_batch
+from recovery.apply import apply_batch
 from recovery.claimed import Claimed
 from recovery.config import executor_params
 from recovery.dlq_names import dead_letter_key
+from recovery.lease import REASON_VANISHED
 from recovery.redis_conn import connect
 from recovery.schemas import ACTION_DEAD_LETTERED, CLAIMED, arrow
 from tests.handlers import LIVE_ACK_URL_ENV, MEANWHILE_ENV, SEEN
