@@ -23,7 +23,6 @@ import pyarrow as pa
 import redis
 
 from recovery.claimed import Claimed
-from recovery.config import JobParams
 from recovery.dlq_names import dead_letter_key
 from recovery.handlers import (
     Handler,
@@ -40,6 +39,7 @@ from recovery.lease import (
     HandOver,
     xack_commands,
 )
+from recovery.params import JobParams
 from recovery.redis_conn import VANISHED, ScriptCall, run_script_calls, unit_vanished
 from recovery.routed import RoutedBatch, Unit, group_rows
 from recovery.schemas import (

@@ -34,9 +34,9 @@ import pyarrow as pa
 import redis
 
 from recovery.claimed import Claimed, field_pairs
-from recovery.config import JobParams
 from recovery.faults import maybe_fail
 from recovery.histogram import PelHistogram
+from recovery.params import JobParams
 from recovery.redis_conn import redis_errors
 from recovery.scripts import stream_id_key
 from recovery.streams import (

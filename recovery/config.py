@@ -9,14 +9,15 @@ Sources, lowest to highest precedence:
 
 The Redis password may come from ``redis.password`` (better: ``RECOVERY_REDIS__PASSWORD``),
 from ``redis.password_file``, or from the URL; it is held as a ``SecretStr`` and never printed.
-What travels to executors is :class:`JobParams`, a small frozen dataclass.
+What travels to executors is ``recovery.params.JobParams``, a small frozen dataclass built
+here (:func:`executor_params`); executors never import this module (nor pydantic).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -39,6 +40,7 @@ from pydantic_settings import (
 )
 
 from recovery.errors import ConfigError
+from recovery.params import JobParams, RedisParams
 
 MISSING_HINTS = {"streams": "select streams: set streams.keys and/or streams.match"}
 HANDLER_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -273,39 +275,6 @@ class _TomlFile:
 
 
 _TOML_FILE = _TomlFile()
-
-
-@dataclass(frozen=True)
-class RedisParams:
-    """Connection parameters shipped to executors; ``repr`` never shows the password."""
-
-    url: str
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    connect_timeout_s: float = 5.0
-    socket_timeout_s: float = 30.0
-    tls_ca_file: str | None = None
-    tls_cert_file: str | None = None
-    tls_key_file: str | None = None
-    tls_check_hostname: bool = True
-    cluster: bool | str = "auto"  # True, False or "auto"
-
-
-@dataclass(frozen=True)
-class JobParams:
-    """Everything an executor needs for one run (no settings object, no secrets in repr)."""
-
-    run_id: str
-    redis: RedisParams
-    min_idle_ms: int
-    count: int
-    max_deliveries: int
-    dlq_suffix: str
-    dlq_batch_size: int
-    handler_path: str
-    handler_batch_size: int
-    max_entries_per_s_per_partition: float | None = None
-    handler_timeout_s: float | None = None
 
 
 def load_settings(config_file: Path | None, overrides: list[str] | None = None) -> Settings:

@@ -16,9 +16,10 @@ from redis.exceptions import NoPermissionError
 
 from recovery.acl_errors import denied_command
 from recovery.cluster import groups_by_node, node_of
-from recovery.config import RedisParams, Settings
+from recovery.config import Settings
 from recovery.dlq_names import dead_letter_key, is_dead_letter_key
 from recovery.errors import DeadLetterNameError, StreamUnitError, UnsupportedServerError
+from recovery.params import RedisParams
 from recovery.redis_conn import redis_errors, script_replies, server_text
 from recovery.scripts import delete_empty_consumer
 from recovery.streams import (

@@ -14,8 +14,8 @@ from typing import Any
 
 import redis
 
-from recovery.config import RedisParams
 from recovery.discovery import WorkUnit, remove_consumers
+from recovery.params import RedisParams
 from recovery.redis_conn import redis_errors
 from recovery.streams import each, info_rows, shown
 

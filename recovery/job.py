@@ -29,7 +29,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from recovery import errors
-from recovery.config import JobParams, Settings, executor_params
+from recovery.config import Settings, executor_params
 from recovery.discovery import (
     WorkUnit,
     assign,
@@ -46,6 +46,7 @@ from recovery.health import (
     remove_idle_consumers,
 )
 from recovery.packing import PACK_ROWS
+from recovery.params import JobParams
 from recovery.partitions import apply_partition, claim_partition, recover_partition
 from recovery.progress import ProgressReporter
 from recovery.redis_conn import connect

@@ -26,10 +26,10 @@ import redis
 from recovery.apply import apply_batch
 from recovery.claim import claim_steps, claim_unit
 from recovery.claimed import Claimed
-from recovery.config import JobParams
 from recovery.errors import StreamUnitError
 from recovery.faults import maybe_fail
 from recovery.packing import ArrowFn, packed, unpacked
+from recovery.params import JobParams
 from recovery.redis_conn import connect, redis_errors
 from recovery.tally import Tally, tallied
 from recovery.throttle import Throttle

@@ -68,10 +68,10 @@ from typing import Any, cast
 
 import redis
 
-from recovery.config import RedisParams
 from recovery.discovery import WorkUnit, is_job_consumer, job_consumer_stem
 from recovery.dlq_names import dead_letter_key
 from recovery.errors import DeadLetterNameError, RecoveryError
+from recovery.params import RedisParams
 from recovery.redis_conn import redis_errors, server_text, unit_vanished
 from recovery.streams import each, shown
 

@@ -29,7 +29,6 @@ from redis.retry import Retry
 
 from recovery.acl_errors import denied_command, is_script_denial
 from recovery.cluster import open_client, redirected_error
-from recovery.config import RedisParams
 from recovery.errors import (
     RecoveryError,
     RedisAuthError,
@@ -37,6 +36,7 @@ from recovery.errors import (
     RedisUnavailableError,
     StreamUnitError,
 )
+from recovery.params import RedisParams
 from recovery.scripts import load_scripts
 from recovery.tls_errors import tls_hint
 

@@ -24,10 +24,11 @@ from typing import Any
 
 import redis
 
-from recovery.config import RedisParams, RedriveSettings, Settings, executor_params
+from recovery.config import RedriveSettings, Settings, executor_params
 from recovery.discovery import Skipped, check_server, key_text
 from recovery.dlq_names import dead_letter_key, is_dead_letter_key
 from recovery.errors import ConfigError, DeadLetterNameError, StreamUnitError
+from recovery.params import RedisParams
 from recovery.redis_conn import connect, redis_errors
 from recovery.redrive_io import RedriveFilter, length, redrive_step
 from recovery.streams import key_type, scan_keys

@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 import redis
 
-from recovery.config import JobParams
 from recovery.histogram import PelHistogram
+from recovery.params import JobParams
 from recovery.partitions import ArrowFn, coalesced, per_unit
 from recovery.redis_conn import redis_errors
 from recovery.schemas import (

@@ -13,9 +13,9 @@ import pytest
 from redis import Redis
 
 from recovery.backlog import add_entries, create_group, deliver
-from recovery.config import RedisParams
 from recovery.discovery import WorkUnit
 from recovery.local_redis import LocalServer
+from recovery.params import RedisParams
 from recovery.progress import MAX_STREAM_LINES, ProgressReporter
 from recovery.redis_conn import connect
 from tests.conftest import start_server

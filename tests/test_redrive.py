@@ -22,10 +22,11 @@ import pytest
 import redis
 
 from recovery.backlog import add_entries, deliver
-from recovery.config import RedisParams, load_settings
+from recovery.config import load_settings
 from recovery.dlq_names import dead_letter_key
 from recovery.job import run
 from recovery.local_redis import LocalServer
+from recovery.params import RedisParams
 from recovery.redis_conn import connect
 from recovery.redrive import RedriveSummary, run_redrive
 from recovery.scripts import DeadLetter, DeadLetterContext, dead_letter_batch

@@ -1,0 +1,44 @@
+"""What travels from the driver to the executors: small frozen dataclasses, no settings object.
+
+Built on the driver from the validated settings (``recovery.config.executor_params``). This
+module imports nothing heavy: Spark's Python workers import it at their first task, so they
+need not load pydantic (importing ``recovery.partitions`` in a fresh interpreter: 244-258 ms
+with pydantic, 181-194 ms without, five runs each).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class RedisParams:
+    """Connection parameters shipped to executors; ``repr`` never shows the password."""
+
+    url: str
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    connect_timeout_s: float = 5.0
+    socket_timeout_s: float = 30.0
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_check_hostname: bool = True
+    cluster: bool | str = "auto"  # True, False or "auto"
+
+
+@dataclass(frozen=True)
+class JobParams:
+    """Everything an executor needs for one run (no settings object, no secrets in repr)."""
+
+    run_id: str
+    redis: RedisParams
+    min_idle_ms: int
+    count: int
+    max_deliveries: int
+    dlq_suffix: str
+    dlq_batch_size: int
+    handler_path: str
+    handler_batch_size: int
+    max_entries_per_s_per_partition: float | None = None
+    handler_timeout_s: float | None = None
