@@ -98,18 +98,24 @@ def _row(contender: str, size: str, messages: int, wall_s: float, runs: int = 3)
 
 
 def test_marginal_rate_is_the_extra_messages_over_the_extra_wall_time() -> None:
-    rows = [_row("job", "100x1000", 100_000, 9.5), _row("job", "1000x1000", 1_000_000, 14.0),
+    rows = [_row("job", "1000x1000", 1_000_000, 14.0), _row("job", "100x1000", 100_000, 9.5),
+            _row("job", "2000x1000", 2_000_000, 18.0),
             _row("raw", "100x1000", 100_000, 0.7), _row("raw", "1000x1000", 1_000_000, 6.1),
             _row("naive", "100x1000", 100_000, 16.0),
             _row("naive", "1000x1000", 1_000_000, 160.0, runs=0)]  # extrapolated: left out
 
-    found = {m.contender: m for m in report.marginals(rows)}
+    found = {(m.contender, m.small, m.large): m for m in report.marginals(rows)}
 
-    assert sorted(found) == ["job", "raw"]
-    assert found["job"].msg_per_s == pytest.approx(200_000)
-    assert found["job"].fixed_s == pytest.approx(9.0)
-    assert found["raw"].msg_per_s == pytest.approx(900_000 / 5.4)
-    assert report.marginal_table(rows)[1][-1] == "1.20"  # job / raw
+    assert sorted(found) == [("job", "1000x1000", "2000x1000"), ("job", "100x1000", "1000x1000"),
+                             ("raw", "100x1000", "1000x1000")]
+    first = found[("job", "100x1000", "1000x1000")]
+    steady = found[("job", "1000x1000", "2000x1000")]
+    assert (first.msg_per_s, first.fixed_s) == (pytest.approx(200_000), pytest.approx(9.0))
+    assert (steady.msg_per_s, steady.fixed_s) == (pytest.approx(250_000), pytest.approx(10.0))
+    assert found[("raw", "100x1000", "1000x1000")].msg_per_s == pytest.approx(900_000 / 5.4)
+    ratios = {(line[0], line[1], line[2]): line[-1] for line in report.marginal_table(rows)}
+    assert ratios[("raw", "100x1000", "1000x1000")] == "1.20"  # job / raw, same sizes
+    assert ratios[("job", "1000x1000", "2000x1000")] == "1.00"
 
 
 GC_LOG = """\

@@ -19,11 +19,12 @@ Medians over repeats. Per contender and size:
   local mode also the executor; an executor JVM of its own, ``local-cluster``, is shown
   apart) and the driver's Python, polled every 50 ms.
 
-Per contender measured at two sizes or more, the marginal rate: the extra messages of its
-largest size over its smallest divided by the extra median wall time (msg/s), and the fixed
-cost that leaves (s). For the job this counts the JVM's warm-up (the JIT compiling the hot
-paths of the Arrow reader and the Parquet writer, a few seconds of CPU that the probe's 40
-entries never trigger) as fixed, where it belongs: it does not grow with the backlog.
+Per contender measured at two sizes or more, the marginal rate between consecutive sizes: the
+extra messages of the larger over the smaller divided by the extra median wall time (msg/s),
+and the fixed cost that leaves (s). For the job this counts the JVM's warm-up (the JIT
+compiling the hot paths of the Arrow reader and the Parquet writer, a few seconds of CPU that
+the probe's 40 entries never trigger) as fixed, where it belongs: it does not grow with the
+backlog. Between two sizes that both finish the warm-up it is the steady state alone.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from tests.benchmark.contenders import JOB, RunRecord
 from tests.benchmark.measure import Samples
@@ -181,8 +183,8 @@ def build_rows(records: list[RunRecord]) -> list[Row]:
 
 @dataclass(frozen=True)
 class Marginal:
-    """A contender's cost of more messages, from its smallest measured size to its largest:
-    `msg_per_s`, extra messages / extra median wall time; `fixed_s`, the smallest size's
+    """A contender's cost of more messages, from one measured size to the next larger one:
+    `msg_per_s`, extra messages / extra median wall time; `fixed_s`, the smaller size's
     median wall minus its messages at that rate. None where the wall did not grow."""
 
     contender: str
@@ -193,21 +195,21 @@ class Marginal:
 
 
 def marginals(rows: list[Row]) -> list[Marginal]:
-    """One Marginal per contender measured (not extrapolated) at two sizes or more."""
-    measured: dict[str, list[Row]] = defaultdict(list)
+    """Per contender measured (not extrapolated) at two sizes or more, one Marginal per pair
+    of consecutive sizes, smallest first. The largest pair is the steadiest: once both runs
+    are past the JVM's warm-up, the difference is the steady state alone."""
+    measured: dict[str, dict[int, Row]] = defaultdict(dict)
     for row in rows:
         if row.runs:
-            measured[row.contender].append(row)
+            measured[row.contender][row.messages] = row
     out = []
-    for contender, sized in measured.items():
-        if len({r.messages for r in sized}) < 2:
-            continue
-        small = min(sized, key=lambda r: r.messages)
-        large = max(sized, key=lambda r: r.messages)
-        extra_s = large.wall_s - small.wall_s
-        rate = (large.messages - small.messages) / extra_s if extra_s > 0 else None
-        fixed = small.wall_s - small.messages / rate if rate else None
-        out.append(Marginal(contender, small.size, large.size, rate, fixed))
+    for contender, by_size in measured.items():
+        sized = [by_size[n] for n in sorted(by_size)]
+        for small, large in pairwise(sized):
+            extra_s = large.wall_s - small.wall_s
+            rate = (large.messages - small.messages) / extra_s if extra_s > 0 else None
+            fixed = small.wall_s - small.messages / rate if rate else None
+            out.append(Marginal(contender, small.size, large.size, rate, fixed))
     return out
 
 
@@ -216,11 +218,11 @@ MARGINAL_HEADER = ("contender", "from", "to", "marginal msg/s", "fixed s (implie
 
 
 def marginal_table(rows: list[Row]) -> list[list[str]]:
-    """The marginal rates, and the job's as a ratio of each contender's."""
+    """The marginal rates, and the job's as a ratio of each contender's over the same sizes."""
     found = marginals(rows)
-    job = next((m.msg_per_s for m in found if m.contender == JOB), None)
+    job = {(m.small, m.large): m.msg_per_s for m in found if m.contender == JOB}
     return [[m.contender, m.small, m.large, _fmt(m.msg_per_s, 0), _fmt(m.fixed_s),
-             _fmt(_ratio(job, m.msg_per_s), 2)] for m in found]
+             _fmt(_ratio(job.get((m.small, m.large)), m.msg_per_s), 2)] for m in found]
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -347,13 +349,14 @@ def targets(rows: list[Row]) -> list[str]:
                        "(target <= 1.2x)")
         if job.messages >= 1_000_000:
             out.append(f"- {job.size}: end to end {_fmt(job.wall_s)} s (target < 25 s)")
-    rates = {m.contender: m for m in marginals(rows)}
-    if JOB in rates and "raw" in rates:
-        job_m, raw_m = rates[JOB], rates["raw"]
-        out.append(f"- marginal {job_m.small} -> {job_m.large}: job {_fmt(job_m.msg_per_s, 0)} "
-                   f"msg/s vs raw {_fmt(raw_m.msg_per_s, 0)} "
-                   f"({_fmt(_ratio(job_m.msg_per_s, raw_m.msg_per_s), 2)}x; target: job >= "
-                   "raw once started, the JIT's warm-up counted as start-up)")
+    rates = {(m.contender, m.small, m.large): m for m in marginals(rows)}
+    for (contender, small, large), job_m in rates.items():
+        raw_m = rates.get(("raw", small, large))
+        if contender == JOB and raw_m is not None:
+            out.append(f"- marginal {small} -> {large}: job {_fmt(job_m.msg_per_s, 0)} msg/s vs "
+                       f"raw {_fmt(raw_m.msg_per_s, 0)} "
+                       f"({_fmt(_ratio(job_m.msg_per_s, raw_m.msg_per_s), 2)}x; target: job >= "
+                       "raw once started, the JIT's warm-up counted as start-up)")
     if len(jobs) > 1 and jobs[0].peak_rss_mb and jobs[-1].peak_rss_mb:
         growth = jobs[-1].peak_rss_mb / jobs[0].peak_rss_mb
         out.append(f"- driver peak RSS {jobs[-1].size} / {jobs[0].size}: {growth:.2f}x "
