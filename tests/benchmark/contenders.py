@@ -90,6 +90,7 @@ class Measured:
     said_dead_lettered: int
     details: dict[str, Any]
     own_redis_calls: int = 0  # commands (and reads) the harness sent meanwhile
+    client_cpu_s: float | None = None  # the process tree's CPU, where polled (the job)
 
 
 def _measure_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions) -> Measured:
@@ -103,10 +104,10 @@ def _measure_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions
                "python_tasks_ms": job.python_tasks_ms, "totals": totals,
                "py_spy": job.profile, "segments": [asdict(s) for s in job.segments],
                "jvm_threads_cpu_s": job.jvm_threads_cpu_s,
-               "heap_after_gc": {"jvm": job.heap_after_gc_bytes}}
+               "heap_after_gc": {"jvm": job.heap_after_gc_bytes}, "cpu_s": job.cpu_s}
     return Measured(job.wall_s, None, None, job.peak_rss.get("driver", 0), None,
                     int(totals["reprocessed"]), int(totals["dead_lettered"]), details,
-                    job.sampler_calls)
+                    job.sampler_calls, job.cpu_s.get("total"))
 
 
 def _measure_loop(name: str, spec: BacklogSpec, url: str, code_root: Path | None
@@ -131,7 +132,7 @@ def run_contender(name: str, spec: BacklogSpec, repeat: int, workdir: Path,
             measured = _measure_job(spec, server.url, workdir, options)
         else:
             measured = _measure_loop(name, spec, server.url, options.code_root)
-        delta, client_cpu = redis_counters(client) - before, children_cpu_s() - cpu_before
+        delta, reaped_cpu = redis_counters(client) - before, children_cpu_s() - cpu_before
         load_end = os.getloadavg()[0]
         outcome = verify_recovered(client, seeded)
     said = (measured.said_acked, measured.said_dead_lettered)
@@ -141,7 +142,8 @@ def run_contender(name: str, spec: BacklogSpec, repeat: int, workdir: Path,
     return RunRecord(
         contender=name, size=spec.label, messages=spec.messages, repeat=repeat,
         wall_s=measured.wall_s, steady_s=measured.steady_s, round_trips=measured.round_trips,
-        peak_rss_bytes=measured.peak_rss_bytes, client_cpu_s=client_cpu,
+        peak_rss_bytes=measured.peak_rss_bytes,
+        client_cpu_s=reaped_cpu if measured.client_cpu_s is None else measured.client_cpu_s,
         steady_client_cpu_s=measured.steady_cpu_s,
         redis_cpu_s=delta.cpu_s,
         redis_idle_cpu_per_s=idle,
@@ -149,4 +151,4 @@ def run_contender(name: str, spec: BacklogSpec, repeat: int, workdir: Path,
         redis_reads=delta.reads - measured.own_redis_calls,
         per_command=delta.per_command, acked=outcome.acked,
         dead_lettered=outcome.dead_lettered, seed_s=seeded.seconds, load_avg_1m=load,
-        load_avg_1m_end=load_end, details=measured.details)
+        load_avg_1m_end=load_end, details={**measured.details, "reaped_cpu_s": reaped_cpu})

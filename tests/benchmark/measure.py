@@ -6,10 +6,11 @@
 - Round trips, server side: INFO ``total_reads_processed``, one per read event on a client
   socket. A pipeline counts once unless its request is bigger than Redis' 16 KB read buffer,
   so it slightly over-counts big pipelines; the loops also count their round trips exactly.
-- Client CPU: user + sys seconds of this process' finished children (RUSAGE_CHILDREN), so
-  of a contender's whole process tree once it exited (Spark's JVM waits for its Python
-  processes, the PySpark daemon for its workers). Less sensitive to a busy machine than wall
-  time.
+- Client CPU: user + sys seconds of this process' finished children (RUSAGE_CHILDREN) for
+  the loops (one process each); for the job, the sum over every process of its tree as last
+  polled (``PeakRss.cpu_s``): PySpark's Python workers are not reaped by anyone whose
+  RUSAGE_CHILDREN reaches this process, so that figure missed their CPU (until 2026-11-25).
+  Less sensitive to a busy machine than wall time.
 - Memory: peak RSS (bytes) of a process tree, polled with psutil.
 """
 
@@ -149,12 +150,18 @@ def idle_cpu_rate(client: redis.Redis, seconds: float = 1.0) -> float:
 
 
 class PeakRss(BackgroundPoller):
-    """Polls a process tree while it runs; keeps the peak RSS (bytes) of each role.
+    """Polls a process tree while it runs; keeps the peak RSS (bytes) of each role, and the
+    CPU seconds (user + sys) of each process as last seen.
 
-    `classify` names a process' role from its command line (None: not counted). RSS is
-    summed per role, and per combination of roles in `combos`, at each poll before taking
+    `classify` names a process' role from its command line (None: not counted for RSS). RSS
+    is summed per role, and per combination of roles in `combos`, at each poll before taking
     the peak: ``peak["driver"]`` with ``combos={"driver": ("jvm", "driver_python")}`` is the
     largest total RSS the JVM and the driver's Python had at one moment.
+
+    CPU is polled rather than read from ``RUSAGE_CHILDREN`` because that counts only
+    descendants somebody waited for: PySpark's Python workers are forked by its daemon and
+    never reaped by this process, so their CPU would be missing. Up to one poll interval
+    (50 ms) of each process' last moments is missed.
     """
 
     def __init__(self, pid: int, classify: Callable[[list[str]], str | None],
@@ -164,7 +171,17 @@ class PeakRss(BackgroundPoller):
         self.classify = classify
         self.combos = dict(combos or {})
         self.peak: dict[str, int] = {}
+        self._cpu: dict[int, tuple[str, float]] = {}  # pid -> (role or "other", CPU s)
         self.interval_s = POLL_S
+
+    @property
+    def cpu_s(self) -> dict[str, float]:
+        """CPU seconds per role (``other`` for processes without one) and ``total``."""
+        totals: dict[str, float] = {"total": 0.0}
+        for role, seconds in self._cpu.values():
+            totals[role] = totals.get(role, 0.0) + seconds
+            totals["total"] += seconds
+        return totals
 
     def poll_once(self) -> bool:
         try:
@@ -183,10 +200,13 @@ class PeakRss(BackgroundPoller):
         for proc in processes:
             try:
                 role = self.classify(proc.cmdline())
-                if role is not None:
-                    totals[role] = totals.get(role, 0) + proc.memory_info().rss
+                with proc.oneshot():
+                    times, rss = proc.cpu_times(), proc.memory_info().rss
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
+            self._cpu[proc.pid] = (role or "other", times.user + times.system)
+            if role is not None:
+                totals[role] = totals.get(role, 0) + rss
         return totals
 
 

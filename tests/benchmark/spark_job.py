@@ -50,8 +50,8 @@ class JobOptions:
 class JobRun:
     """One spark-submit: wall seconds, exit code, the JSON summary, phases (s), peak RSS per
     role (bytes), the job's log lines, Spark's actions and Python task times (ms), the
-    CPU seconds of the JVM's threads by kind, and its largest heap in use after a collection
-    (bytes)."""
+    CPU seconds of the JVM's threads by kind, its largest heap in use after a collection
+    (bytes), and the CPU seconds of the process tree per role."""
 
     wall_s: float
     exit_code: int
@@ -66,6 +66,7 @@ class JobRun:
     sampler_calls: int = 0  # INFO calls made to sample Redis during the run
     jvm_threads_cpu_s: dict[str, float] = field(default_factory=dict)  # by kind (JvmThreadCpu)
     heap_after_gc_bytes: int | None = None  # the JVM's largest heap in use after a collection
+    cpu_s: dict[str, float] = field(default_factory=dict)  # per role and "total" (PeakRss)
 
 
 def config_text(spec: BacklogSpec, url: str, report_dir: Path) -> str:
@@ -153,7 +154,8 @@ def run_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions) -> 
                   rss.peak, lines, spark_log.spark_actions(text), spark_log.python_task_ms(text),
                   profile, timeline.segments(lines, started_epoch, wall, sampler.samples),
                   sampler.calls, jvm_threads.cpu_s,
-                  spark_log.heap_after_gc_peak(gc_log.read_text()) if gc_log.exists() else None)
+                  spark_log.heap_after_gc_peak(gc_log.read_text()) if gc_log.exists() else None,
+                  rss.cpu_s)
 
 
 def _summary(stdout: Path) -> dict[str, Any]:
