@@ -149,6 +149,23 @@ def idle_cpu_rate(client: redis.Redis, seconds: float = 1.0) -> float:
     return max(0.0, (redis_counters(client) - before).cpu_s / seconds)
 
 
+@dataclass
+class LastSeenCpu:
+    """CPU seconds of processes or threads as last polled (an id's newer reading replaces its
+    older one, so one that ended counts with its last reading), summed by kind."""
+
+    seen: dict[int, tuple[str, float]] = field(default_factory=dict)  # id -> (kind, seconds)
+
+    def record(self, ident: int, kind: str, seconds: float) -> None:
+        self.seen[ident] = (kind, seconds)
+
+    def by_kind(self) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for kind, seconds in self.seen.values():
+            totals[kind] = totals.get(kind, 0.0) + seconds
+        return totals
+
+
 class PeakRss(BackgroundPoller):
     """Polls a process tree while it runs; keeps the peak RSS (bytes) of each role, and the
     CPU seconds (user + sys) of each process as last seen.
@@ -171,24 +188,20 @@ class PeakRss(BackgroundPoller):
         self.classify = classify
         self.combos = dict(combos or {})
         self.peak: dict[str, int] = {}
-        self._cpu: dict[int, tuple[str, float]] = {}  # pid -> (role or "other", CPU s)
+        self._cpu = LastSeenCpu()  # by pid; kind: role, or "other"
         self.interval_s = POLL_S
 
     @property
     def cpu_s(self) -> dict[str, float]:
         """CPU seconds per role (``other`` for processes without one) and ``total``."""
-        totals: dict[str, float] = {"total": 0.0}
-        for role, seconds in self._cpu.values():
-            totals[role] = totals.get(role, 0.0) + seconds
-            totals["total"] += seconds
-        return totals
+        by_role = self._cpu.by_kind()
+        return {**by_role, "total": sum(by_role.values())}
 
     def poll_once(self) -> bool:
-        try:
-            root = psutil.Process(self.pid)
-        except psutil.NoSuchProcess:
+        processes = _tree(self.pid)
+        if processes is None:
             return False
-        now = self._sample([root, *_children(root)])
+        now = self._sample(processes)
         for combo, roles in self.combos.items():
             now[combo] = sum(now.get(role, 0) for role in roles)
         for role, rss in now.items():
@@ -204,7 +217,7 @@ class PeakRss(BackgroundPoller):
                     times, rss = proc.cpu_times(), proc.memory_info().rss
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
-            self._cpu[proc.pid] = (role or "other", times.user + times.system)
+            self._cpu.record(proc.pid, role or "other", times.user + times.system)
             if role is not None:
                 totals[role] = totals.get(role, 0) + rss
         return totals
@@ -224,23 +237,19 @@ class JvmThreadCpu(BackgroundPoller):
         super().__init__()
         self.pid = pid
         self.interval_s = interval_s
-        self._threads: dict[int, tuple[str, float]] = {}
+        self._threads = LastSeenCpu()  # by thread id
         self._tick = float(os.sysconf("SC_CLK_TCK"))
 
     @property
     def cpu_s(self) -> dict[str, float]:
         """CPU seconds per kind of thread, so far."""
-        totals: dict[str, float] = {}
-        for kind, seconds in self._threads.values():
-            totals[kind] = totals.get(kind, 0.0) + seconds
-        return totals
+        return self._threads.by_kind()
 
     def poll_once(self) -> bool:
-        try:
-            root = psutil.Process(self.pid)
-        except psutil.NoSuchProcess:
+        processes = _tree(self.pid)
+        if processes is None:
             return False
-        for proc in [root, *_children(root)]:
+        for proc in processes:
             with contextlib.suppress(psutil.Error):
                 if Path(proc.cmdline()[0]).name == "java":
                     self._read_threads(proc.pid)
@@ -254,11 +263,20 @@ class JvmThreadCpu(BackgroundPoller):
             except OSError:
                 continue  # the thread ended meanwhile
             seconds = (int(fields[11]) + int(fields[12])) / self._tick  # utime, stime
-            self._threads[int(task.name)] = (_thread_kind(name), seconds)
+            self._threads.record(int(task.name), _thread_kind(name), seconds)
 
 
 def _thread_kind(name: str) -> str:
     return next((kind for kind, mark in JVM_THREAD_KINDS if mark in name), "other")
+
+
+def _tree(pid: int) -> list[psutil.Process] | None:
+    """The process `pid` and its descendants; None once it is gone."""
+    try:
+        root = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None
+    return [root, *_children(root)]
 
 
 def _children(root: psutil.Process) -> list[psutil.Process]:

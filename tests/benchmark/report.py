@@ -356,7 +356,7 @@ def targets(rows: list[Row]) -> list[str]:
             out.append(f"- marginal {small} -> {large}: job {_fmt(job_m.msg_per_s, 0)} msg/s vs "
                        f"raw {_fmt(raw_m.msg_per_s, 0)} "
                        f"({_fmt(_ratio(job_m.msg_per_s, raw_m.msg_per_s), 2)}x; target: job >= "
-                       "raw once started, the JIT's warm-up counted as start-up)")
+                       "raw; the largest sizes are past the JVM's warm-up)")
     if len(jobs) > 1 and jobs[0].peak_rss_mb and jobs[-1].peak_rss_mb:
         growth = jobs[-1].peak_rss_mb / jobs[0].peak_rss_mb
         out.append(f"- driver peak RSS {jobs[-1].size} / {jobs[0].size}: {growth:.2f}x "

@@ -223,7 +223,7 @@ def render(args: argparse.Namespace, argv: list[str], records: list[RunRecord]) 
     sections = [
         ("Ratios (job / other; msg/s above 1 = job faster, CPU below 1 = job cheaper)",
          report.RATIO_HEADER, report.ratio_table(rows)),
-        ("Marginal rates (extra messages / extra wall time, smallest to largest size)",
+        ("Marginal rates (extra messages / extra wall time, between consecutive sizes)",
          report.MARGINAL_HEADER, report.marginal_table(rows)),
         ("The job's wall time by its log, and its memory by process",
          report.PHASE_HEADER, report.phase_table(rows, records)),
