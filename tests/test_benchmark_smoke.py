@@ -15,7 +15,7 @@ from recovery.dlq_names import dead_letter_key
 from recovery.local_redis import LocalServer
 from tests.benchmark import report, spark_log, timeline
 from tests.benchmark.loops import DLQ_SUFFIX, run_loop
-from tests.benchmark.measure import Sample
+from tests.benchmark.measure import LastSeenCpu, Sample
 from tests.benchmark.run import main
 from tests.benchmark.seed import BacklogSpec, seed_backlog
 from tests.benchmark.spark_job import EXECUTOR_CLASS, JobOptions, driver_role, submit_command
@@ -145,3 +145,13 @@ def test_submit_command_adds_the_gc_log_to_the_driver_java_options(tmp_path: Pat
     assert driver_role(["/usr/bin/java", "-cp", "x", EXECUTOR_CLASS]) == "executor_jvm"
     assert driver_role(["/usr/bin/java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit"]) \
         == "jvm"
+
+
+def test_cpu_counts_each_process_once_with_its_last_reading() -> None:
+    cpu = LastSeenCpu()
+    cpu.record(10, "python_workers", 1.0)
+    cpu.record(10, "python_workers", 2.5)  # the same worker polled again: replaces, not adds
+    cpu.record(11, "python_workers", 0.5)  # a worker that ended after this reading
+    cpu.record(20, "jvm", 7.0)
+
+    assert cpu.by_kind() == {"python_workers": 3.0, "jvm": 7.0}
