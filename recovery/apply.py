@@ -122,7 +122,7 @@ def apply_batch(client: redis.Redis, params: JobParams, claimed: Claimed,
     ownership of all the batch's entries was last read (their claim, sent then): the first
     lease read is skipped while that reading is younger than ``LEASE_FRESH_S``.
     """
-    rb = RoutedBatch(claimed, params.run_id, params.max_deliveries)
+    rb = RoutedBatch(claimed, params.max_deliveries)
     routes = rb.by_route()
     for i in routes[ROUTE_GONE]:
         rb.set(i, ACTION_SKIPPED, REASON_GONE)

@@ -9,14 +9,11 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
 from recovery.discovery import Skipped
 from recovery.errors import FailureThresholdError
 from recovery.schemas import ACTION_FAILED, ACTION_REPROCESSED, ACTIONS, HEALTH, REPORT, arrow
 from recovery.tally import TALLY, unit_counts
-
-RUN_ROWS = StructType(REPORT.fields[1:])  # a run's files: the report without run_id
 
 
 @dataclass
@@ -75,15 +72,15 @@ def write_report(report: DataFrame, base: str, run_id: str) -> list[str]:
     """
     observation = Observation()
     observed = report.observe(observation, F.collect_list(TALLY).alias("tallies"))
-    rows = observed.where(F.col(TALLY).isNull()).drop(TALLY, "run_id")
+    rows = observed.where(F.col(TALLY).isNull()).drop(TALLY)
     rows.write.mode("append").parquet(run_path(base, run_id))
     return list(observation.get["tallies"])
 
 
 def read_run(spark: SparkSession, base: str, run_id: str) -> DataFrame:
-    """The report rows of one run (without the run_id column). Read with the known schema:
+    """The report rows of one run (REPORT: the run id is in the path). Read with the known schema:
     inferring it costs a Spark job that reads a footer."""
-    return spark.read.schema(RUN_ROWS).parquet(run_path(base, run_id))
+    return spark.read.schema(REPORT).parquet(run_path(base, run_id))
 
 
 def fill_summary(summary: RunSummary, tallies: list[str], skipped: list[Skipped],

@@ -53,8 +53,7 @@ class RoutedBatch:
     REPORT batch.
     """
 
-    def __init__(self, claimed: Claimed, run_id: str, max_deliveries: int) -> None:
-        self.run_id = run_id
+    def __init__(self, claimed: Claimed, max_deliveries: int) -> None:
         self.stream, self.group, self.id = claimed.stream, claimed.group, claimed.id
         self.delivery_count = claimed.delivery_count
         self.idle_ms = claimed.idle_ms
@@ -125,10 +124,9 @@ class RoutedBatch:
             i = missing[0]
             raise RuntimeError(f"{len(missing)} entries got no outcome, e.g. "
                                f"{self.stream[i]} {self.id[i]}")
-        n = len(self.action)
         return pa.RecordBatch.from_arrays([
-            pa.array([self.run_id] * n, pa.string()), pa.array(self.stream, pa.string()),
-            pa.array(self.group, pa.string()), pa.array(self.id, pa.string()),
+            pa.array(self.stream, pa.string()), pa.array(self.group, pa.string()),
+            pa.array(self.id, pa.string()),
             pa.array(self.previous_consumer, pa.string()),
             pa.array(self.delivery_count, pa.int64()), pa.array(self.idle_ms, pa.int64()),
             pa.array(self.action, pa.string()), pa.array(self.reason, pa.string()),

@@ -58,10 +58,10 @@ PACKED = StructType(
     [StructField("rows", LongType(), False), StructField("batch", BinaryType(), False)]
 )
 
-# One row per entry the run touched.
+# One row per entry the run touched, as a run's files hold it: the run id is in their path
+# (``recovery.report.run_path``), not on every row.
 REPORT = StructType(
     [
-        StructField("run_id", StringType(), False),
         STREAM,
         GROUP,
         ENTRY_ID,

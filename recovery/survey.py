@@ -88,7 +88,7 @@ def _plan_row(params: JobParams, stream: str, group: str, entry_id: str, row: Pe
         action, reason = PLAN_DEAD_LETTER, "max-deliveries-exceeded"
     else:
         action, reason = PLAN_REPROCESS, None
-    return {"run_id": params.run_id, "stream": stream, "group": group, "id": entry_id,
+    return {"stream": stream, "group": group, "id": entry_id,
             "previous_consumer": shown(row[OWNER]), "delivery_count": count,
             "idle_ms": row[IDLE], "action": action, "reason": reason, "error": None,
             "dead_letter_id": None}

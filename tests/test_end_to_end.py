@@ -95,9 +95,10 @@ def test_second_run_claims_failures_again_until_dead_lettered(spark, client, mak
     seeded = seed(client, ["orders"], ["billing"])
     failing = [k for k, a in seeded.action.items() if a == "failed"]
     settings = settings_for(make_settings)
-    counts = []
+    counts, run_rows = [], {}
     for _ in range(4):
-        recover(spark, settings)
+        summary, _ = recover(spark, settings)
+        run_rows[summary.run_id] = sum(summary.totals.values())
         age_pending(client, "orders", "billing", [k[2] for k in failing], HOUR_MS)
         owners = pel(client, "orders", "billing")
         counts.append({owners[k[2]].delivery_count for k in failing if k[2] in owners})
@@ -107,6 +108,10 @@ def test_second_run_claims_failures_again_until_dead_lettered(spark, client, mak
     assert set(states.values()) == {"dead_lettered"}
     assert {k[2] for k in seeded.state if seeded.state[k] == f"pending:{LIVE}"} <= set(
         pel(client, "orders", "billing"))
+    # The report's base directory reads as every run's rows, each with its run id (from the
+    # files' path: the rows themselves do not repeat it).
+    runs = spark.read.parquet(f"{settings.report.path}/entries").groupBy("run_id").count()
+    assert {r["run_id"]: r["count"] for r in runs.collect()} == run_rows
 
 
 def test_rerun_after_complete_run_changes_nothing(spark, client, make_settings):
