@@ -5,7 +5,8 @@
    one pass, from the claim steps' own reads);
 3. claim on executors, each entry joined with its PEL row (delivery count);
 4. route, dead-letter, handle and ack on executors, on the claim's own partitions (no
-   shuffle), while writing the per-entry report. When Spark never retries a task (local[N])
+   shuffle), while writing the per-entry report (without task retries, by the Python
+   workers themselves: ``recovery.report_files``). When Spark never retries a task (local[N])
    each claim step is handed over at once, in the same task; when it may (a cluster,
    local[N,F]), the claimed set is first materialised exactly once (eager local checkpoint
    of packed claim steps), so that a retried hand-over still reports every entry;
@@ -58,7 +59,7 @@ from recovery.report import (
     health_totals,
     run_path,
     write_health,
-    write_report,
+    write_pass,
 )
 from recovery.schemas import (
     ACTIONS,
@@ -67,7 +68,7 @@ from recovery.schemas import (
     PLAN_ACTIONS,
 )
 from recovery.survey import histogram_partition, plan_partition
-from recovery.tally import TALLIED, histogram_rows
+from recovery.tally import histogram_rows
 from recovery.transforms import units_of_parts
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,8 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
     """Health (as found), the plan or the recovery, then housekeeping. Returns the report
     passes' tallies (``recovery.tally``)."""
     unit_df = _unit_frame(spark, settings, params, units)
-    one_pass = not dry_run and not retries_tasks(str(spark.conf.get("spark.master", "") or ""))
+    no_retries = not retries_tasks(str(spark.conf.get("spark.master", "") or ""))
+    one_pass = not dry_run and no_retries
     in_pass = one_pass and settings.report.pel_histograms
     health = collect_health(client, units, params.redis)
     if settings.report.pel_histograms and not in_pass:
@@ -131,8 +133,8 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
     if not in_pass:
         _write_health(spark, settings, params, health, summary)
     if dry_run:
-        report = unit_df.mapInArrow(plan_partition(params), TALLIED)
-        return write_report(report, settings.report.path, params.run_id)
+        return write_pass(unit_df, plan_partition(params), settings.report.path,
+                          params.run_id, by_workers=no_retries)
     with ProgressReporter(client, units, settings.dead_letter.suffix,
                           settings.claim.consumer_prefix, params.run_id,
                           settings.report.progress_interval_s, params.redis):
@@ -181,9 +183,8 @@ def _recover(spark: SparkSession, settings: Settings, params: JobParams,
                  params.run_id, master)
         started = time.monotonic()
         histograms = settings.report.pel_histograms
-        tallies = write_report(unit_df.mapInArrow(recover_partition(params, histograms),
-                                                  TALLIED),
-                               settings.report.path, params.run_id)
+        tallies = write_pass(unit_df, recover_partition(params, histograms),
+                             settings.report.path, params.run_id, by_workers=True)
         log.info("run %s: claim, dead-letter, handler, acks and report done in %.1f s",
                  params.run_id, time.monotonic() - started)
         return tallies
@@ -200,10 +201,10 @@ def _claim_then_apply(spark: SparkSession, settings: Settings, params: JobParams
     # The hand-over works in steps of Spark's usual Arrow batch size (rows of entries); the
     # JVM sends it as many packs at a time as make about one such step.
     rows = int(spark.conf.get(MAX_RECORDS_PER_BATCH) or DEFAULT_RECORDS_PER_BATCH)
-    report = claimed.mapInArrow(apply_partition(params, rows), TALLIED)
     started = time.monotonic()
     with session_conf(spark, {MAX_RECORDS_PER_BATCH: str(max(1, rows // PACK_ROWS))}):
-        tallies = write_report(report, settings.report.path, params.run_id)
+        tallies = write_pass(claimed, apply_partition(params, rows), settings.report.path,
+                             params.run_id, by_workers=False)
     log.info("run %s: dead-letter, handler, acks and report done in %.1f s", params.run_id,
              time.monotonic() - started)
     return tallies

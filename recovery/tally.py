@@ -3,8 +3,10 @@ the report's own write: no second read of the report. Pure: no I/O.
 
 Each task of a report pass appends one *tally row* to its REPORT rows: all report columns
 null, ``tally`` a JSON text with its counts per (stream, group, action) and, in a one-pass
-run, the PEL histograms its claim steps counted. The writer (``recovery.report``) collects
-the tally rows with an Observation on the write and drops them from what it writes. Spark
+run, the PEL histograms its claim steps counted. Spark's writer (``recovery.report``)
+collects the tally rows with an Observation on the write and drops them from what it
+writes; where the workers write the files (``recovery.report_files``) the tally rows are
+all a task hands Spark. Spark
 merges observed values of successful task attempts only, as it keeps only their written
 rows, so the counts are those of the rows written. (Reading a million report rows back
 instead cost 0.3-0.4 s per million entries.)

@@ -1,0 +1,100 @@
+"""Report files written by the Python workers (recovery.report_files): what a run's directory
+holds after a pass that succeeded and after one that failed, read back from disk."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from recovery.report import read_run, run_path, write_pass
+from recovery.report_files import STAGING, TaskFile, local_directory
+from recovery.schemas import REPORT, arrow
+from recovery.tally import TALLIED_ARROW, tally_row
+from recovery.transforms import units_of_parts
+
+
+def report_rows(stream: str, n: int) -> list[dict]:
+    return [{"stream": stream, "group": "g", "id": f"{i}-0", "action": "reprocessed"}
+            for i in range(n)]
+
+
+def as_tallied(rows: list[dict]) -> pa.RecordBatch:
+    batch = pa.RecordBatch.from_pylist(rows, schema=arrow(REPORT))
+    return pa.RecordBatch.from_arrays([*batch.columns, pa.nulls(len(rows), pa.string())],
+                                      schema=TALLIED_ARROW)
+
+
+def streams_frame(spark: SparkSession, parts: list[list[str]]):
+    return units_of_parts(spark, [[{"stream": s, "group": "g", "consumer": "c", "part": p}
+                                   for s in streams] for p, streams in enumerate(parts)])
+
+
+def test_local_directory_is_resolved_and_other_file_systems_are_left_to_spark(tmp_path):
+    assert local_directory(str(tmp_path / "r")) == tmp_path / "r"
+    assert local_directory(f"file://{tmp_path}/r") == tmp_path / "r"
+    assert local_directory("relative/r") == Path.cwd() / "relative" / "r"
+    for remote in ("s3a://bucket/r", "hdfs://nn:8020/r", "abfss://c@a.dfs.core.windows.net/r"):
+        assert local_directory(remote) is None
+
+
+def test_a_task_file_gathers_batches_into_row_groups(tmp_path):
+    out = TaskFile(tmp_path, "part.parquet")
+    for start in range(0, 30, 10):
+        out.add(pa.RecordBatch.from_pylist(report_rows("s", 30)[start:start + 10],
+                                           schema=arrow(REPORT)))
+    assert out.close() == "part.parquet"
+    written = pq.ParquetFile(tmp_path / "part.parquet")
+    assert written.metadata.num_row_groups == 1
+    assert written.read().column("id").to_pylist() == [f"{i}-0" for i in range(30)]
+    assert TaskFile(tmp_path, "none.parquet").close() is None
+    assert not (tmp_path / "none.parquet").exists()
+
+
+def test_a_pass_that_succeeds_leaves_each_task_s_rows_in_the_run_directory(spark, tmp_path):
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        streams = [s for b in batches for s in b.column("stream").to_pylist()]
+        for stream in streams:
+            yield as_tallied(report_rows(stream, 3))
+        yield tally_row(",".join(streams))
+
+    frame = streams_frame(spark, [["a", "b"], [], ["c"]])
+    tallies = write_pass(frame, fn, str(tmp_path), "r1", by_workers=True)
+    assert sorted(tallies) == ["", "a,b", "c"]
+    run_dir = Path(run_path(str(tmp_path), "r1"))
+    assert not (run_dir / STAGING).exists()
+    assert len(list(run_dir.glob("part-*.parquet"))) == 2  # the empty task wrote no file
+    rows = read_run(spark, str(tmp_path), "r1").collect()
+    assert sorted((r.stream, r.id) for r in rows) == sorted(
+        (s, f"{i}-0") for s in "abc" for i in range(3))
+
+
+def test_a_pass_that_fails_leaves_no_report_and_no_staging(spark, tmp_path):
+    """One task (so no other task can still be writing when the driver cleans up), which
+    fails after it has written rows."""
+
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        list(batches)
+        yield as_tallied(report_rows("s", 150_000))  # past a row group: on disk already
+        raise RuntimeError("this task fails")
+
+    with pytest.raises(Exception, match="this task fails"):
+        write_pass(streams_frame(spark, [["s"]]), fn, str(tmp_path), "r2", by_workers=True)
+    run_dir = Path(run_path(str(tmp_path), "r2"))
+    assert not list(run_dir.glob("*.parquet"))
+    assert not (run_dir / STAGING).exists()
+
+
+def test_an_empty_run_still_gets_its_directory(spark, tmp_path):
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        list(batches)
+        yield tally_row("none")
+
+    assert write_pass(streams_frame(spark, [[]]), fn, str(tmp_path), "r3",
+                      by_workers=True) == ["none"]
+    assert Path(run_path(str(tmp_path), "r3")).is_dir()
+    assert read_run(spark, str(tmp_path), "r3").count() == 0
