@@ -61,6 +61,7 @@ from recovery.report import (
     write_health,
     write_pass,
 )
+from recovery.report_files import local_directory
 from recovery.schemas import (
     ACTIONS,
     PACKED,
@@ -282,9 +283,9 @@ def check_no_speculation(value: str | None) -> None:
 
 def check_report_location(path: str) -> None:
     """Fail early (exit 2) when a local report directory cannot be written."""
-    if "://" in path and not path.startswith("file://"):
+    local = local_directory(path)
+    if local is None:
         return  # remote file systems are checked by the write itself
-    local = Path(path.removeprefix("file://"))
     probe = local
     while not probe.exists():
         probe = probe.parent

@@ -34,6 +34,7 @@ from recovery.schemas import REPORT, arrow
 from recovery.tally import TALLY
 
 STAGING = "_staging"
+SUCCESS = "_SUCCESS"
 FILE = "file"
 # What a task hands Spark: its tally row, and the name of its file (null when it wrote none).
 FILED = StructType([StructField(TALLY, StringType(), True), StructField(FILE, StringType(), True)])
@@ -43,11 +44,12 @@ ROW_GROUP_ROWS = 100_000  # rows per Parquet row group (~5 MB of report rows)
 
 
 def local_directory(path: str) -> Path | None:
-    """The absolute local directory `path` names (no scheme, or ``file:``); None for any
-    other file system (``s3a://``, ``hdfs://``...), which only Spark's writer reaches."""
-    if "://" not in path:
-        return Path(path).resolve()
+    """The absolute local directory `path` names (no scheme, ``file:/...`` or
+    ``file:///...``); None for any other file system (``s3a://``, ``hdfs://``...), which
+    only Spark's writer reaches."""
     parsed = urlparse(path)
+    if parsed.scheme == "":
+        return Path(path).resolve()
     return Path(parsed.path).resolve() if parsed.scheme == "file" else None
 
 
@@ -131,8 +133,11 @@ def write_by_workers(frame: DataFrame, fn: ArrowFn, run_dir: Path) -> list[str]:
 
 
 def commit(staging: Path, run_dir: Path, names: list[str]) -> None:
-    """Move the named files from `staging` into `run_dir`, then remove `staging`."""
+    """Move the named files from `staging` into `run_dir`, remove `staging`, and mark the
+    directory complete with an empty ``_SUCCESS``, as Spark's commit does (schedulers'
+    sensors wait for it)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     for name in names:
         (staging / name).rename(run_dir / name)
     shutil.rmtree(staging, ignore_errors=True)
+    (run_dir / SUCCESS).touch()

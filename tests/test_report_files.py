@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from recovery.report import read_run, run_path, write_pass
-from recovery.report_files import STAGING, TaskFile, local_directory
+from recovery.report_files import STAGING, SUCCESS, TaskFile, local_directory
 from recovery.schemas import REPORT, arrow
 from recovery.tally import TALLIED_ARROW, tally_row
 from recovery.transforms import units_of_parts
@@ -37,6 +37,7 @@ def streams_frame(spark: SparkSession, parts: list[list[str]]):
 def test_local_directory_is_resolved_and_other_file_systems_are_left_to_spark(tmp_path):
     assert local_directory(str(tmp_path / "r")) == tmp_path / "r"
     assert local_directory(f"file://{tmp_path}/r") == tmp_path / "r"
+    assert local_directory(f"file:{tmp_path}/r") == tmp_path / "r"  # Hadoop's own spelling
     assert local_directory("relative/r") == Path.cwd() / "relative" / "r"
     for remote in ("s3a://bucket/r", "hdfs://nn:8020/r", "abfss://c@a.dfs.core.windows.net/r"):
         assert local_directory(remote) is None
@@ -67,6 +68,7 @@ def test_a_pass_that_succeeds_leaves_each_task_s_rows_in_the_run_directory(spark
     assert sorted(tallies) == ["", "a,b", "c"]
     run_dir = Path(run_path(str(tmp_path), "r1"))
     assert not (run_dir / STAGING).exists()
+    assert (run_dir / SUCCESS).exists()
     assert len(list(run_dir.glob("part-*.parquet"))) == 2  # the empty task wrote no file
     rows = read_run(spark, str(tmp_path), "r1").collect()
     assert sorted((r.stream, r.id) for r in rows) == sorted(
@@ -87,6 +89,7 @@ def test_a_pass_that_fails_leaves_no_report_and_no_staging(spark, tmp_path):
     run_dir = Path(run_path(str(tmp_path), "r2"))
     assert not list(run_dir.glob("*.parquet"))
     assert not (run_dir / STAGING).exists()
+    assert not (run_dir / SUCCESS).exists()
 
 
 def test_an_empty_run_still_gets_its_directory(spark, tmp_path):
