@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import logging
+import re
+from pathlib import Path
 
+import pytest
 from redis import Redis
 
+from recovery import job
 from recovery.job import run
-from recovery.report import health_path, read_run
+from recovery.report import health_path, read_run, run_path
 from tests.backlogs import DEAD, LIVE, seed
 
 STREAMS = ["orders", "bin{tag}"]
+WORKERS_FILE = re.compile(r"part-\d{5}-[0-9a-f]{32}\.parquet")  # Spark's: ...-c000.snappy.parquet
 
 
 def redis_snapshot(client: Redis) -> dict:
@@ -41,7 +46,13 @@ PLAN = {"ok": "would_reprocess", "fail": "would_reprocess",
         "poison": "would_dead_letter", "deleted": "deleted"}
 
 
-def test_dry_run_plans_without_changing_redis(spark, client, make_settings):
+@pytest.mark.parametrize("workers_write", [False, True], ids=["spark-writer", "workers-write"])
+def test_dry_run_plans_without_changing_redis(spark, client, make_settings, monkeypatch,
+                                              workers_write):
+    """The plan, written by Spark's writer (this session retries tasks) and, as a run
+    without task retries writes it, by the Python workers (recovery.report_files)."""
+    if workers_write:
+        monkeypatch.setattr(job, "retries_tasks", lambda master: False)
     seeded = seed(client, STREAMS, ["billing"])
     settings = make_settings("streams.match=*", "claim.max_deliveries=5")
     before = redis_snapshot(client)
@@ -56,6 +67,9 @@ def test_dry_run_plans_without_changing_redis(spark, client, make_settings):
     expected = {k: PLAN[kind] for k, kind in seeded.kind.items() if kind in PLAN}
     assert plan == expected  # fresh entries (not idle) are not in the plan
     assert summary.dry_run and summary.totals["would_dead_letter"] == 24
+    files = [p.name for p in Path(run_path(settings.report.path, summary.run_id)).iterdir()
+             if p.suffix == ".parquet"]
+    assert files and all(WORKERS_FILE.fullmatch(f) for f in files) == workers_write, files
 
 
 def test_health_is_reported_as_found_before_the_run(spark, client, make_settings):
