@@ -54,8 +54,8 @@ def local_directory(path: str) -> Path | None:
 
 
 class TaskFile:
-    """One Parquet file, `directory` / `name`, opened on the first rows; REPORT batches
-    are gathered into row groups of ROW_GROUP_ROWS rows."""
+    """One Parquet file, `directory` / `name`, opened on the first rows (`directory` must
+    exist); REPORT batches are gathered into row groups of ROW_GROUP_ROWS rows."""
 
     def __init__(self, directory: Path, name: str) -> None:
         self.directory, self.name = directory, name
@@ -82,8 +82,7 @@ class TaskFile:
     def _flush(self) -> None:
         if not self._held:
             return
-        if self._writer is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
+        if self._writer is None:  # in a directory the driver made: see write_by_workers
             self._writer = pq.ParquetWriter(str(self.directory / self.name), REPORT_ARROW)
         self._writer.write_table(pa.Table.from_batches(self._held, REPORT_ARROW))
         self._held, self._rows = [], 0
@@ -123,6 +122,10 @@ def write_by_workers(frame: DataFrame, fn: ArrowFn, run_dir: Path) -> list[str]:
     move them into `run_dir` (which exists afterwards, even for an empty run). Returns the
     tallies (JSON texts, one per task)."""
     staging = run_dir / STAGING
+    # Made here, not by the tasks: a task still running when a failed run removes it (Spark
+    # kills the others' tasks without waiting for them) then fails to open its file instead
+    # of leaving a new staging directory behind.
+    staging.mkdir(parents=True, exist_ok=True)
     try:
         rows = frame.mapInArrow(written(fn, staging), FILED).collect()
     except BaseException:
