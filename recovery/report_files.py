@@ -138,8 +138,7 @@ def write_by_workers(frame: DataFrame, fn: ArrowFn, run_dir: Path) -> list[str]:
 def commit(staging: Path, run_dir: Path, names: list[str]) -> None:
     """Move the named files from `staging` into `run_dir`, remove `staging`, and mark the
     directory complete with an empty ``_SUCCESS``, as Spark's commit does (schedulers'
-    sensors wait for it)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    sensors wait for it). `run_dir` exists: `staging` is in it."""
     for name in names:
         (staging / name).rename(run_dir / name)
     shutil.rmtree(staging, ignore_errors=True)
