@@ -5,11 +5,13 @@ runs per partition. One Redis client per partition; the driver never sees messag
 
 - ``claim_partition``: UNIT rows -> PACKED rows of CLAIMED batches, XAUTOCLAIM cursor loops
   (a side effect: the driver materialises its output exactly once);
-- ``apply_partition``: PACKED rows of CLAIMED batches -> REPORT rows (and a tally row per
-  task, ``recovery.tally``): route, dead-letter moves, handler and acks;
-- ``recover_partition``: UNIT rows -> REPORT rows and tally rows, both in one pass: each
-  claim step is handed over as soon as it is claimed (for runs whose tasks are never
-  retried).
+- ``apply_partition``: PACKED rows of CLAIMED batches -> REPORT rows: route, dead-letter
+  moves, handler and acks;
+- ``recover_partition``: UNIT rows -> REPORT rows, all in one pass: each claim step is
+  handed over as soon as it is claimed (for runs whose tasks are never retried).
+
+The last two are report passes (``recovery.tally.PassMaker``): made per task with its
+Tally, and run by ``recovery.report.write_pass``, which counts their rows.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from recovery.faults import maybe_fail
 from recovery.packing import ArrowFn, packed, unpacked
 from recovery.params import JobParams
 from recovery.redis_conn import connect, redis_errors
-from recovery.tally import Tally, tallied
+from recovery.tally import PassMaker, Tally
 from recovery.throttle import Throttle
 
 log = logging.getLogger(__name__)
@@ -136,8 +138,8 @@ def claim_partition(params: JobParams) -> ArrowFn:
     return packed(_throttled(params, claim_unit))
 
 
-def recover_partition(params: JobParams, histograms: bool = False) -> ArrowFn:
-    """UNIT batches -> TALLIED batches: claim each unit step by step and hand every step over
+def recover_partition(params: JobParams, histograms: bool = False) -> PassMaker:
+    """UNIT batches -> REPORT batches: claim each unit step by step and hand every step over
     at once, its claim serving as the first lease read. Nothing is materialised, so a retried
     task could not report what its failed attempt did: only for runs without task retries.
     With `histograms`, the task's tally also carries each unit's PEL histogram, counted from
@@ -152,7 +154,7 @@ def recover_partition(params: JobParams, histograms: bool = False) -> ArrowFn:
 
         return _throttled(params, claim_and_apply)
 
-    return tallied(make)
+    return make
 
 
 ClaimFn = Callable[[redis.Redis, JobParams, dict[str, Any], Throttle], Iterator[pa.RecordBatch]]
@@ -191,8 +193,8 @@ def skip_vanished(unit: dict[str, Any], batches: Iterator[pa.RecordBatch]
         log.warning("stopped %s / %s early: %s", unit["stream"], unit["group"], exc)
 
 
-def apply_partition(params: JobParams, rows: int) -> ArrowFn:
-    """PACKED rows of CLAIMED batches -> TALLIED batches: route, dead-letter, handle and ack
+def apply_partition(params: JobParams, rows: int) -> PassMaker:
+    """PACKED rows of CLAIMED batches -> REPORT batches: route, dead-letter, handle and ack
     in steps of `rows` entries (in claim order), then report."""
 
     def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -205,4 +207,4 @@ def apply_partition(params: JobParams, rows: int) -> ArrowFn:
         finally:
             client.close()
 
-    return tallied(lambda _: apply)
+    return lambda _: apply

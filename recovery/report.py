@@ -12,10 +12,9 @@ from pyspark.sql import functions as F
 
 from recovery.discovery import Skipped
 from recovery.errors import FailureThresholdError
-from recovery.packing import ArrowFn
 from recovery.report_files import local_directory, write_by_workers
 from recovery.schemas import ACTION_FAILED, ACTION_REPROCESSED, ACTIONS, HEALTH, REPORT, arrow
-from recovery.tally import TALLIED, TALLY, unit_counts
+from recovery.tally import TALLIED, TALLY, PassMaker, tallied, unit_counts
 
 
 @dataclass
@@ -79,10 +78,10 @@ def write_report(report: DataFrame, base: str, run_id: str) -> list[str]:
     return list(observation.get["tallies"])
 
 
-def write_pass(frame: DataFrame, fn: ArrowFn, base: str, run_id: str,
+def write_pass(frame: DataFrame, make: PassMaker, base: str, run_id: str,
                by_workers: bool) -> list[str]:
-    """Run the tallied report pass `fn` (TALLIED batches) over `frame` and write its REPORT
-    rows to ``run_path(base, run_id)``; returns the tallies (JSON texts, one per task).
+    """Run the report pass `make` makes over `frame` and write its REPORT rows to
+    ``run_path(base, run_id)``; returns the tallies (JSON texts, one per task).
 
     With `by_workers` (only for runs whose tasks Spark never retries) and a local report
     directory, the Python workers write the files (``recovery.report_files``); otherwise
@@ -90,8 +89,8 @@ def write_pass(frame: DataFrame, fn: ArrowFn, base: str, run_id: str,
     """
     directory = local_directory(run_path(base, run_id)) if by_workers else None
     if directory is None:
-        return write_report(frame.mapInArrow(fn, TALLIED), base, run_id)
-    return write_by_workers(frame, fn, directory)
+        return write_report(frame.mapInArrow(tallied(make), TALLIED), base, run_id)
+    return write_by_workers(frame, make, directory)
 
 
 def read_run(spark: SparkSession, base: str, run_id: str) -> DataFrame:

@@ -31,7 +31,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from recovery.packing import ArrowFn
 from recovery.schemas import REPORT, arrow
-from recovery.tally import TALLY
+from recovery.tally import TALLY, PassMaker, Tally
 
 STAGING = "_staging"
 SUCCESS = "_SUCCESS"
@@ -66,6 +66,8 @@ class TaskFile:
     def add(self, batch: pa.RecordBatch) -> None:
         """Take a REPORT batch (its columns in REPORT's order)."""
         if batch.num_rows:
+            if batch.schema != REPORT_ARROW:  # same columns, e.g. other nullability flags
+                batch = pa.RecordBatch.from_arrays(batch.columns, schema=REPORT_ARROW)
             self._held.append(batch)
             self._rows += batch.num_rows
             if self._rows >= ROW_GROUP_ROWS:
@@ -88,23 +90,18 @@ class TaskFile:
         self._held, self._rows = [], 0
 
 
-def written(fn: ArrowFn, staging: Path) -> ArrowFn:
-    """A tallied report pass (`fn`, TALLIED batches) whose REPORT rows go to a file of
-    the task's own in `staging`; it yields FILED rows only (one per task)."""
+def written(make: PassMaker, staging: Path) -> ArrowFn:
+    """The report pass `make` makes, its REPORT rows written to a file of the task's own in
+    `staging`; it yields one FILED row (the task's tally and file name)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        tally = Tally()
         out = TaskFile(staging, task_file_name())
-        tallies: list[pa.Array] = []
-        for batch in fn(batches):
-            tally = batch.column(TALLY)
-            if tally.null_count < batch.num_rows:
-                tallies.append(tally.drop_null())
-            else:
-                out.add(pa.RecordBatch.from_arrays(batch.columns[:-1], schema=REPORT_ARROW))
-        name = out.close()
-        for tally in tallies:
-            files = pa.array([name] * len(tally), pa.string())
-            yield pa.RecordBatch.from_arrays([tally, files], schema=FILED_ARROW)
+        for batch in make(tally)(batches):
+            tally.count(batch)
+            out.add(batch)
+        yield pa.RecordBatch.from_pydict({TALLY: [tally.to_json()], FILE: [out.close()]},
+                                         schema=FILED_ARROW)
 
     return run
 
@@ -117,8 +114,8 @@ def task_file_name() -> str:
     return f"part-{part:05d}-{uuid.uuid4().hex}.parquet"
 
 
-def write_by_workers(frame: DataFrame, fn: ArrowFn, run_dir: Path) -> list[str]:
-    """Run the tallied pass `fn` over `frame`, its workers writing the REPORT files; then
+def write_by_workers(frame: DataFrame, make: PassMaker, run_dir: Path) -> list[str]:
+    """Run the report pass `make` makes over `frame`, its workers writing the REPORT files; then
     move them into `run_dir` (which exists afterwards, even for an empty run). Returns the
     tallies (JSON texts, one per task)."""
     staging = run_dir / STAGING
@@ -127,7 +124,7 @@ def write_by_workers(frame: DataFrame, fn: ArrowFn, run_dir: Path) -> list[str]:
     # of leaving a new staging directory behind.
     staging.mkdir(parents=True, exist_ok=True)
     try:
-        rows = frame.mapInArrow(written(fn, staging), FILED).collect()
+        rows = frame.mapInArrow(written(make, staging), FILED).collect()
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

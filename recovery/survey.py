@@ -34,7 +34,7 @@ from recovery.streams import (
     pending_pages,
     shown,
 )
-from recovery.tally import tallied
+from recovery.tally import PassMaker
 
 PAGE = 10_000
 HISTOGRAM_ROWS = 1000  # units per output batch of the histogram pass (one row each)
@@ -60,10 +60,10 @@ def _histogram_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any]
                                      schema=HISTOGRAM_ARROW)
 
 
-def plan_partition(params: JobParams) -> ArrowFn:
-    """UNIT batches -> TALLIED batches of what a real run would do (dry run, no claim)."""
-    return tallied(lambda _: per_unit(
-        params, lambda: lambda client, unit: _plan_unit(client, params, unit)))
+def plan_partition(params: JobParams) -> PassMaker:
+    """UNIT batches -> REPORT batches of what a real run would do (dry run, no claim)."""
+    return lambda _: per_unit(
+        params, lambda: lambda client, unit: _plan_unit(client, params, unit))
 
 
 def _plan_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any]

@@ -1,15 +1,15 @@
 """What the tasks of a report pass did, counted on the executors and brought to the driver with
 the report's own write: no second read of the report. Pure: no I/O.
 
-Each task of a report pass appends one *tally row* to its REPORT rows: all report columns
-null, ``tally`` a JSON text with its counts per (stream, group, action) and, in a one-pass
-run, the PEL histograms its claim steps counted. Spark's writer (``recovery.report``)
-collects the tally rows with an Observation on the write and drops them from what it
-writes; where the workers write the files (``recovery.report_files``) the tally rows are
-all a task hands Spark. Spark
-merges observed values of successful task attempts only, as it keeps only their written
-rows, so the counts are those of the rows written. (Reading a million report rows back
-instead cost 0.3-0.4 s per million entries.)
+Each task of a report pass counts its REPORT rows, and in a one-pass run the PEL histograms
+its claim steps read, in a :class:`Tally`. Where Spark writes the report
+(``recovery.report.write_report``), ``tallied`` appends the tally to the task's rows as one
+*tally row* (report columns null, ``tally`` a JSON text), which an Observation on the write
+collects and drops from what is written; Spark merges observed values of successful task
+attempts only, as it keeps only their written rows, so the counts are those of the rows
+written. Where the workers write the files (``recovery.report_files``), the tally is all a
+task hands Spark. (Reading a million report rows back instead cost 0.3-0.4 s per million
+entries.)
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from recovery.packing import ArrowFn
 from recovery.schemas import REPORT, arrow
 
 TALLY = "tally"
-# A report pass's output: REPORT rows (tally null) and one tally row per task (all else null).
+# What Spark's writer gets: REPORT rows (tally null) and one tally row per task (all else null).
 TALLIED = StructType([StructField(f.name, f.dataType, True) for f in REPORT.fields]
                      + [StructField(TALLY, StringType(), True)])
 TALLIED_ARROW = arrow(TALLIED)
@@ -75,10 +75,14 @@ class Tally:
         })
 
 
-def tallied(make: Callable[[Tally], ArrowFn]) -> ArrowFn:
-    """A report pass whose REPORT batches also carry a null ``tally`` column, followed by
-    one tally row of what they held. `make` gets the task's Tally (to add histograms) and
-    returns the pass's partition function."""
+# A report pass, made per task: given the task's Tally (to add histograms to), the partition
+# function that yields the pass's REPORT batches.
+PassMaker = Callable[[Tally], ArrowFn]
+
+
+def tallied(make: PassMaker) -> ArrowFn:
+    """The report pass `make` makes, as TALLIED batches for Spark's writer: its REPORT
+    batches with a null ``tally`` column, followed by one tally row of what they held."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         tally = Tally()

@@ -13,8 +13,8 @@ from pyspark.sql import SparkSession
 
 from recovery.report import read_run, run_path, write_pass
 from recovery.report_files import STAGING, SUCCESS, TaskFile, local_directory
-from recovery.schemas import REPORT, arrow
-from recovery.tally import TALLIED_ARROW, tally_row
+from recovery.schemas import ACTIONS, REPORT, arrow
+from recovery.tally import unit_counts
 from recovery.transforms import units_of_parts
 
 
@@ -23,10 +23,8 @@ def report_rows(stream: str, n: int) -> list[dict]:
             for i in range(n)]
 
 
-def as_tallied(rows: list[dict]) -> pa.RecordBatch:
-    batch = pa.RecordBatch.from_pylist(rows, schema=arrow(REPORT))
-    return pa.RecordBatch.from_arrays([*batch.columns, pa.nulls(len(rows), pa.string())],
-                                      schema=TALLIED_ARROW)
+def as_batch(rows: list[dict]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(rows, schema=arrow(REPORT))
 
 
 def streams_frame(spark: SparkSession, parts: list[list[str]]):
@@ -46,8 +44,7 @@ def test_local_directory_is_resolved_and_other_file_systems_are_left_to_spark(tm
 def test_a_task_file_gathers_batches_into_row_groups(tmp_path):
     out = TaskFile(tmp_path, "part.parquet")
     for start in range(0, 30, 10):
-        out.add(pa.RecordBatch.from_pylist(report_rows("s", 30)[start:start + 10],
-                                           schema=arrow(REPORT)))
+        out.add(as_batch(report_rows("s", 30)[start:start + 10]))
     assert out.close() == "part.parquet"
     written = pq.ParquetFile(tmp_path / "part.parquet")
     assert written.metadata.num_row_groups == 1
@@ -58,14 +55,14 @@ def test_a_task_file_gathers_batches_into_row_groups(tmp_path):
 
 def test_a_pass_that_succeeds_leaves_each_task_s_rows_in_the_run_directory(spark, tmp_path):
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        streams = [s for b in batches for s in b.column("stream").to_pylist()]
-        for stream in streams:
-            yield as_tallied(report_rows(stream, 3))
-        yield tally_row(",".join(streams))
+        for stream in [s for b in batches for s in b.column("stream").to_pylist()]:
+            yield as_batch(report_rows(stream, 3))
 
     frame = streams_frame(spark, [["a", "b"], [], ["c"]])
-    tallies = write_pass(frame, fn, str(tmp_path), "r1", by_workers=True)
-    assert sorted(tallies) == ["", "a,b", "c"]
+    tallies = write_pass(frame, lambda _: fn, str(tmp_path), "r1", by_workers=True)
+    assert len(tallies) == 3  # one per task, the empty one's too
+    assert [(u["stream"], u["reprocessed"], u["total"]) for u in unit_counts(
+        tallies, ACTIONS)] == [(s, 3, 3) for s in "abc"]
     run_dir = Path(run_path(str(tmp_path), "r1"))
     assert not (run_dir / STAGING).exists()
     assert (run_dir / SUCCESS).exists()
@@ -81,11 +78,12 @@ def test_a_pass_that_fails_leaves_no_report_and_no_staging(spark, tmp_path):
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         list(batches)
-        yield as_tallied(report_rows("s", 150_000))  # past a row group: on disk already
+        yield as_batch(report_rows("s", 150_000))  # past a row group: on disk already
         raise RuntimeError("this task fails")
 
     with pytest.raises(Exception, match="this task fails"):
-        write_pass(streams_frame(spark, [["s"]]), fn, str(tmp_path), "r2", by_workers=True)
+        write_pass(streams_frame(spark, [["s"]]), lambda _: fn, str(tmp_path), "r2",
+                   by_workers=True)
     run_dir = Path(run_path(str(tmp_path), "r2"))
     assert not list(run_dir.glob("*.parquet"))
     assert not (run_dir / STAGING).exists()
@@ -95,9 +93,10 @@ def test_a_pass_that_fails_leaves_no_report_and_no_staging(spark, tmp_path):
 def test_an_empty_run_still_gets_its_directory(spark, tmp_path):
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         list(batches)
-        yield tally_row("none")
+        yield from ()
 
-    assert write_pass(streams_frame(spark, [[]]), fn, str(tmp_path), "r3",
-                      by_workers=True) == ["none"]
+    tallies = write_pass(streams_frame(spark, [[]]), lambda _: fn, str(tmp_path), "r3",
+                         by_workers=True)
+    assert len(tallies) == 1 and unit_counts(tallies, ACTIONS) == []
     assert Path(run_path(str(tmp_path), "r3")).is_dir()
     assert read_run(spark, str(tmp_path), "r3").count() == 0

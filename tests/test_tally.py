@@ -17,7 +17,7 @@ from recovery.partitions import recover_partition
 from recovery.schemas import ACTIONS, UNIT, arrow
 from recovery.streams import ClaimBatch
 from recovery.survey import histogram_partition
-from recovery.tally import TALLY, Tally, histogram_rows, unit_counts
+from recovery.tally import TALLY, Tally, histogram_rows, tallied, unit_counts
 from tests.backlogs import DEAD, HOUR_MS, LIVE, binary_fields, seed
 
 STREAM, GROUP, JOB = "orders", "billing", "recovery-t1-0"
@@ -75,7 +75,7 @@ def test_one_pass_counts_the_pel_as_the_health_pass_finds_it(client: Redis, make
     params = executor_params(settings, "t1")
     (found,) = pa.Table.from_batches(histogram_partition(params)(iter([unit_batch()]))
                                      ).to_pylist()
-    out = pa.Table.from_batches(recover_partition(params, histograms=True)(
+    out = pa.Table.from_batches(tallied(recover_partition(params, histograms=True))(
         iter([unit_batch()]))).to_pylist()
     tallies = [r[TALLY] for r in out if r[TALLY] is not None]
     assert len(tallies) == 1

@@ -251,7 +251,8 @@ class JvmThreadCpu(BackgroundPoller):
             return False
         for proc in processes:
             with contextlib.suppress(psutil.Error):
-                if Path(proc.cmdline()[0]).name == "java":
+                command = proc.cmdline()  # empty for a process that is exiting
+                if command and Path(command[0]).name == "java":
                     self._read_threads(proc.pid)
         return True
 
