@@ -30,8 +30,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import StringType, StructField, StructType
 
 from recovery.packing import ArrowFn
-from recovery.schemas import REPORT, arrow
-from recovery.tally import TALLY, PassMaker, Tally
+from recovery.schemas import REPORT_ARROW, arrow
+from recovery.tally import TALLY, PassMaker, Tally, counted
 
 STAGING = "_staging"
 SUCCESS = "_SUCCESS"
@@ -39,7 +39,6 @@ FILE = "file"
 # What a task hands Spark: its tally row, and the name of its file (null when it wrote none).
 FILED = StructType([StructField(TALLY, StringType(), True), StructField(FILE, StringType(), True)])
 FILED_ARROW = arrow(FILED)
-REPORT_ARROW = arrow(REPORT)
 ROW_GROUP_ROWS = 100_000  # rows per Parquet row group (~5 MB of report rows)
 
 
@@ -64,10 +63,8 @@ class TaskFile:
         self._rows = 0
 
     def add(self, batch: pa.RecordBatch) -> None:
-        """Take a REPORT batch (its columns in REPORT's order)."""
+        """Take a REPORT batch (schema REPORT_ARROW)."""
         if batch.num_rows:
-            if batch.schema != REPORT_ARROW:  # same columns, e.g. other nullability flags
-                batch = pa.RecordBatch.from_arrays(batch.columns, schema=REPORT_ARROW)
             self._held.append(batch)
             self._rows += batch.num_rows
             if self._rows >= ROW_GROUP_ROWS:
@@ -97,8 +94,7 @@ def written(make: PassMaker, staging: Path) -> ArrowFn:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         tally = Tally()
         out = TaskFile(staging, task_file_name())
-        for batch in make(tally)(batches):
-            tally.count(batch)
+        for batch in counted(make, tally, batches):
             out.add(batch)
         yield pa.RecordBatch.from_pydict({TALLY: [tally.to_json()], FILE: [out.close()]},
                                          schema=FILED_ARROW)

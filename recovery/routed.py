@@ -19,19 +19,17 @@ import pyarrow as pa
 from recovery.claimed import Claimed
 from recovery.handlers import Message
 from recovery.schemas import (
-    REPORT,
+    REPORT_ARROW,
     ROUTE_DEAD_LETTER,
     ROUTE_DELETED,
     ROUTE_GONE,
     ROUTE_HANDLE,
-    arrow,
 )
 from recovery.scripts import stream_id_key
 from recovery.streams import Fields
 
 Unit = tuple[str, str, str]  # stream, group, job consumer
 K = TypeVar("K")
-REPORT_ARROW = arrow(REPORT)
 
 
 def route(deleted: bool, count: int | None, max_deliveries: int) -> str:

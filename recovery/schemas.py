@@ -117,6 +117,9 @@ def arrow(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema)
 
 
+REPORT_ARROW = arrow(REPORT)  # every report batch's schema, however it is written
+
+
 # Routes (recovery.routed.routes) and actions (REPORT.action).
 ROUTE_HANDLE = "handle"
 ROUTE_DEAD_LETTER = "dead_letter"

@@ -21,7 +21,7 @@ from recovery.schemas import (
     PEL_HISTOGRAM,
     PLAN_DEAD_LETTER,
     PLAN_REPROCESS,
-    REPORT,
+    REPORT_ARROW,
     arrow,
 )
 from recovery.streams import (
@@ -39,7 +39,6 @@ from recovery.tally import PassMaker
 PAGE = 10_000
 HISTOGRAM_ROWS = 1000  # units per output batch of the histogram pass (one row each)
 HISTOGRAM_ARROW = arrow(PEL_HISTOGRAM)
-REPORT_ARROW = arrow(REPORT)
 
 
 def histogram_partition(params: JobParams) -> ArrowFn:

@@ -80,14 +80,22 @@ class Tally:
 PassMaker = Callable[[Tally], ArrowFn]
 
 
+def counted(make: PassMaker, tally: Tally, batches: Iterator[pa.RecordBatch]
+            ) -> Iterator[pa.RecordBatch]:
+    """The REPORT batches of the pass `make` makes for `tally`, run over `batches`, each
+    counted into `tally` as it goes by (both writers count the same way)."""
+    for batch in make(tally)(batches):
+        tally.count(batch)
+        yield batch
+
+
 def tallied(make: PassMaker) -> ArrowFn:
     """The report pass `make` makes, as TALLIED batches for Spark's writer: its REPORT
     batches with a null ``tally`` column, followed by one tally row of what they held."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         tally = Tally()
-        for batch in make(tally)(batches):
-            tally.count(batch)
+        for batch in counted(make, tally, batches):
             yield pa.RecordBatch.from_arrays(
                 [*batch.columns, pa.nulls(batch.num_rows, pa.string())], schema=TALLIED_ARROW)
         yield tally_row(tally.to_json())

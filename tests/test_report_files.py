@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from recovery.report import read_run, run_path, write_pass
 from recovery.report_files import STAGING, SUCCESS, TaskFile, local_directory
-from recovery.schemas import ACTIONS, REPORT, arrow
+from recovery.schemas import ACTIONS, REPORT_ARROW
 from recovery.tally import unit_counts
 from recovery.transforms import units_of_parts
 
@@ -24,7 +24,7 @@ def report_rows(stream: str, n: int) -> list[dict]:
 
 
 def as_batch(rows: list[dict]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist(rows, schema=arrow(REPORT))
+    return pa.RecordBatch.from_pylist(rows, schema=REPORT_ARROW)
 
 
 def streams_frame(spark: SparkSession, parts: list[list[str]]):
