@@ -14,8 +14,9 @@ Each step is one MULTI that reads, just before the claim,
   step again after a connection error; what the first send claimed is no longer idle, so the
   second send skips it).
 
-Only after a step whose own-entry read found one (or, as a guard never seen to trigger on
-Redis 7.0 or Valkey 8.1, whose claimed entries are not all in its range read) does one more
+Only after a step whose own-entry read found one (or, as guards never seen to trigger,
+whose claimed entries are not all in its range read, or whose Redis 6.2 nil entries could
+not be matched to their IDs by position) does one more
 read of the job consumer's entries in the step's range follow: it takes those entries back
 (reported after the loop, their fields fetched at hand-over) and gives the claimed ones their
 counts. The steps' ranges tile the whole PEL, so every entry the job consumer owns when the
@@ -38,7 +39,6 @@ from recovery.faults import maybe_fail
 from recovery.histogram import PelHistogram
 from recovery.params import JobParams
 from recovery.redis_conn import redis_errors
-from recovery.scripts import stream_id_key
 from recovery.streams import (
     COUNT,
     END_CURSOR,
@@ -50,6 +50,7 @@ from recovery.streams import (
     claim_batch,
     pending_pages,
     shown,
+    stream_id_key,
 )
 from recovery.throttle import Throttle
 
@@ -141,11 +142,12 @@ def _count_left(client: redis.Redis, params: JobParams, unit: dict[str, Any],
 def _read_own_range(client: redis.Redis, unit: dict[str, Any], batch: ClaimBatch,
                     cursor: str, owned: dict[bytes, PendingRow]) -> dict[bytes, int]:
     """Read the job consumer's entries in the step's range, only when the step found an own
-    entry at or after its cursor (or a claimed entry lacks its row in the range read): adds
-    those the step did not claim to `owned`; returns the delivery counts of the claimed ones
-    (empty without a read)."""
+    entry at or after its cursor (or a claimed entry lacks its row in the range read, or a
+    6.2 nil entry could not be matched to its ID): adds those the step did not claim to
+    `owned` (the hand-over fetches their fields and reports those gone as deleted); returns
+    the delivery counts of the claimed ones (empty without a read)."""
     missing = [i for i in batch.ids if i not in batch.before]
-    if not missing and batch.own_first is None:
+    if not missing and batch.own_first is None and not batch.unresolved:
         return {}
     end = "+" if batch.next_cursor == END_CURSOR else "(" + batch.next_cursor
     claimed_now = set(batch.ids) | set(batch.deleted)

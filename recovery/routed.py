@@ -25,8 +25,7 @@ from recovery.schemas import (
     ROUTE_GONE,
     ROUTE_HANDLE,
 )
-from recovery.scripts import stream_id_key
-from recovery.streams import Fields
+from recovery.streams import Fields, stream_id_key
 
 Unit = tuple[str, str, str]  # stream, group, job consumer
 K = TypeVar("K")

@@ -96,12 +96,6 @@ def dead_letter_batch(client: redis.Redis, ctx: DeadLetterContext,
     return _call(client, "dead_letter", [ctx.stream, ctx.dlq], args, pipe)  # type: ignore[no-any-return]
 
 
-def stream_id_key(entry_id: str) -> tuple[int, int]:
-    """Sort key of a stream ID ``"<ms>-<seq>"``: numeric, not lexical."""
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
 LEASE_RENEWED = 1
 LEASE_LOST = 0
 LEASE_DELETED = -1
@@ -113,9 +107,9 @@ def renew_lease(client: redis.Redis, stream: str, group: str, consumer: str,
     `fresh_ms` ms or longer get their idle time reset to 0 (keeping their delivery counts);
     younger ones already hold one. Acks those deleted from the stream (found on renewal).
 
-    `ids` must be in ascending ID order (see ``stream_id_key``). Reply (without pipe): one
-    integer per ID, in order: ``LEASE_RENEWED`` (1), ``LEASE_LOST`` (0: no longer pending or
-    another owner), ``LEASE_DELETED`` (-1: deleted upstream, now acked).
+    `ids` must be in ascending ID order (``recovery.streams.stream_id_key``). Reply (without
+    pipe): one integer per ID, in order: ``LEASE_RENEWED`` (1), ``LEASE_LOST`` (0: no longer
+    pending or another owner), ``LEASE_DELETED`` (-1: deleted upstream, now acked).
     """
     return _call(client, "lease_owned", [stream], [group, consumer, fresh_ms, *ids], pipe)  # type: ignore[no-any-return]
 

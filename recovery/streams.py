@@ -29,9 +29,11 @@ class ClaimBatch:
 
     `ids` / `flats`: the claimed entries (ID as bytes, flat fields); `deleted`: IDs (bytes)
     found in the PEL but gone from the stream (7.0+: the third reply element; 6.2: entries
-    returned as nil); `before`: ID -> the PendingRow of the same range read atomically just
-    before the claim (last owner, idle time, count); `own_first`: the ID of the claiming
-    consumer's first own entry at or after the cursor just before the claim, if any.
+    returned as nil, see ``deleted_by_position``); `before`: ID -> the PendingRow of the same
+    range read atomically just before the claim (last owner, idle time, count); `own_first`:
+    the ID of the claiming consumer's first own entry at or after the cursor just before the
+    claim, if any; `unresolved`: how many nil entries (6.2) could not be matched to an ID
+    (they are now the claiming consumer's: a read of its own range finds them).
     """
 
     next_cursor: str
@@ -40,6 +42,7 @@ class ClaimBatch:
     deleted: list[bytes]
     before: dict[bytes, PendingRow]
     own_first: bytes | None
+    unresolved: int = 0
 
 
 def _s(value: bytes | str) -> str:
@@ -120,7 +123,8 @@ def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
 
     MULTI/EXEC makes the three see the same PEL, so the last owner, idle time and count of
     each claimed entry are known. (XAUTOCLAIM's COUNT counts entries deleted upstream just as
-    the XPENDING page does: measured on Redis 7.0 and Valkey 8.1.)
+    the XPENDING page does, and skips entries not idle enough without counting them: seen on
+    Redis 6.2, 7.0 and Valkey 8.1.)
     """
     pipe = client.pipeline(transaction=True)
     pipe.execute_command(*pending_command(stream, group, cursor, "+", count,
@@ -129,20 +133,55 @@ def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
     pipe.execute_command("XAUTOCLAIM", stream, group, consumer, min_idle_ms, cursor,
                          "COUNT", count)
     before_rows, own_rows, reply = pipe.execute()
-    ids: list[bytes] = []
-    flats: list[FlatFields] = []
+    next_cursor, items = _s(reply[0]), reply[1]
+    found = [item for item in items if item is not None and item[1] is not None]
+    ids = [item[0] for item in found]
+    flats = [item[1] for item in found]
     deleted = list(reply[2]) if len(reply) > 2 else []
-    for item in reply[1]:
-        if item is None:
-            continue
-        entry_id, flat = item
-        if flat is None:  # Redis 6.2 returns entries deleted from the stream as nil
-            deleted.append(entry_id)
+    deleted += [item[0] for item in items if item is not None and item[1] is None]
+    unresolved = 0
+    if None in items:  # Redis 6.2: an entry deleted upstream comes back as nil
+        nil_ids = deleted_by_position(items, before_rows, next_cursor)
+        if nil_ids is None:
+            unresolved = len(items) - len(ids)
         else:
-            ids.append(entry_id)
-            flats.append(flat)
-    return ClaimBatch(_s(reply[0]), ids, flats, deleted, {r[ID]: r for r in before_rows},
-                      own_rows[0][ID] if own_rows else None)
+            deleted += nil_ids
+    return ClaimBatch(next_cursor, ids, flats, deleted, {r[ID]: r for r in before_rows},
+                      own_rows[0][ID] if own_rows else None, unresolved)
+
+
+def deleted_by_position(items: Sequence[object], before_rows: Sequence[PendingRow],
+                        next_cursor: str) -> list[bytes] | None:
+    """The IDs of the nil items of a Redis 6.2 XAUTOCLAIM reply (entries deleted upstream,
+    claimed all the same and left in the PEL), or None when they cannot be told for sure.
+
+    6.2 claims the first COUNT idle PEL entries from the cursor, in ID order, and replies one
+    item per claimed entry in that order, nil for an entry gone from the stream. The
+    ``XPENDING ... IDLE`` read just before lists the same entries in the same order, unless
+    an entry became idle enough between the two commands (MULTI does not stop the clock on
+    6.2) and was claimed as well. Such a shift shows: an item's ID differs from the row at
+    its position, there are more items than rows, or the last row matched lies at or past the
+    next cursor (so it was not examined). Then None.
+    """
+    if len(items) > len(before_rows):
+        return None
+    nil_ids: list[bytes] = []
+    for item, row in zip(items, before_rows, strict=False):
+        if item is None:
+            nil_ids.append(row[ID])
+        elif item[0] != row[ID]:  # type: ignore[index]
+            return None
+    last = _s(before_rows[len(items) - 1][ID]) if items else None
+    if last is not None and next_cursor != END_CURSOR and \
+            stream_id_key(last) >= stream_id_key(next_cursor):
+        return None
+    return nil_ids
+
+
+def stream_id_key(entry_id: str) -> tuple[int, int]:
+    """Sort key of a stream ID ``"<ms>-<seq>"``: numeric, not lexical."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def pending_command(stream: str, group: str, start: str, end: str, count: int,
