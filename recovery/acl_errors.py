@@ -3,6 +3,8 @@
 Redis checks ACLs for every ``redis.call`` in a script. The refusal comes back as a plain
 error, not as NOPERM, and Redis 7.0 does not even name the command:
 
+- Redis 6.2: ``ERR Error running script (call to f_<sha>): @user_script:<line>: ... The
+  user executing the script can't run this command or subcommand``
 - Redis 7.0: ``The user executing the script can't run this command or subcommand script:
   <sha>, on @user_script:<line>.``
 - Valkey 8 (and Redis 7.2+): ``ACL failure in script: User u has no permissions to run the
@@ -22,7 +24,8 @@ from functools import lru_cache
 from importlib import resources
 
 DENIED_COMMAND = re.compile(r"run the '([\w|]+)' command")
-SCRIPT_PLACE = re.compile(r"script: ([0-9a-f]{40}), on @user_script:(\d+)")
+SCRIPT_PLACE = re.compile(  # 7.0+: "script: <sha>, on ..."; 6.2: "(call to f_<sha>): ..."
+    r"(?:script: |call to f_)([0-9a-f]{40})(?:, on |\): )@user_script:(\d+)")
 SCRIPT_DENIALS = ("can't run this command", "ACL failure in script",
                   "can't access at least one of the keys")
 REDIS_CALL = re.compile(r"redis\.call\('(\w+)'(?:,\s*'([A-Z]+)')?")
