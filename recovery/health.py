@@ -102,6 +102,7 @@ def format_health(health: list[dict[str, Any]]) -> str:
         oldest = "-" if h["oldest_idle_ms"] is None else f"{h['oldest_idle_ms'] / 1000:.0f}"
         consumers = ", ".join(f"{c['name']}({c['pending']} pending, idle {c['idle_ms']} ms)"
                               for c in h["consumers"])
-        lines.append(f"{h['stream']} / {h['group']}: {h['length']}, {h['lag']}, {h['pending']}, "
+        lag = "unknown" if h["lag"] is None else h["lag"]  # before 7.0, or after deletions
+        lines.append(f"{h['stream']} / {h['group']}: {h['length']}, {lag}, {h['pending']}, "
                      f"{oldest}, {h['deliveries']}, {consumers}")
     return "\n".join(lines)

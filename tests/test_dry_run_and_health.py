@@ -72,10 +72,11 @@ def test_dry_run_plans_without_changing_redis(spark, client, make_settings, monk
     assert files and all(WORKERS_FILE.fullmatch(f) for f in files) == workers_write, files
 
 
-def test_health_is_reported_as_found_before_the_run(spark, client, make_settings):
+def test_health_is_reported_as_found_before_the_run(spark, client, make_settings, caplog):
     seed(client, ["orders"], ["billing"])
     settings = make_settings("streams.keys=orders")
-    summary = run(spark, settings)
+    with caplog.at_level(logging.INFO, logger="recovery.job"):
+        summary = run(spark, settings)
     health = spark.read.parquet(health_path(settings.report.path, summary.run_id)).collect()
     assert len(health) == 1
     h = health[0].asDict(recursive=True)
@@ -85,6 +86,14 @@ def test_health_is_reported_as_found_before_the_run(spark, client, make_settings
     assert h["oldest_idle_ms"] >= 3_600_000
     consumers = {c["name"]: c["pending"] for c in h["consumers"]}
     assert consumers == {DEAD: 156, LIVE: 10}
+    # What the server can tell, as it tells it: Redis 6.2 has no lag and no inactive time,
+    # and 7.0+ no lag after deletions; unknown is null, never 0, and "unknown" in the log.
+    (group,) = client.xinfo_groups("orders")
+    assert h["lag"] == group.get("lag")
+    lag = "unknown" if h["lag"] is None else h["lag"]
+    assert f"orders / billing: 158, {lag}, 166," in caplog.text
+    has_inactive = "inactive" in client.xinfo_consumers("orders", "billing")[0]
+    assert all((c["inactive_ms"] is not None) == has_inactive for c in h["consumers"])
     assert summary.health["pending"] == 166 and summary.health["oldest_unit"] == "orders/billing"
 
 
