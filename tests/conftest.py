@@ -28,7 +28,13 @@ from recovery.local_redis import LocalServer, server_binary  # noqa: E402
 from recovery.local_spark import local_session  # noqa: E402
 from tests.cluster_fixtures import LocalCluster  # noqa: E402
 
-FLAVORS = ("redis", "valkey")
+# Every server the job supports, by the flavors of recovery.local_redis.server_binary:
+# Redis 7.0 (Debian), Valkey 8.1 and Redis 6.2, the oldest (README "Compatibility").
+FLAVORS = ("redis", "valkey", "redis62")
+# The two Redis versions whose reply shapes differ most (6.2: XAUTOCLAIM's nil entries, no
+# lag, no inactive time, its own ACL error texts): for the slow fault and ACL-refusal tests,
+# where a third server would cost more than it tells (Valkey answers as Redis 7.2 does).
+REDIS_VERSIONS = ("redis", "redis62")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -57,7 +63,16 @@ def start_server(flavor: str, *args: str) -> LocalServer:
 
 @pytest.fixture(params=FLAVORS)
 def server(request: pytest.FixtureRequest) -> Iterator[LocalServer]:
-    """A fresh server per test: Redis 7.0 from the OS, and Valkey 8.1 from the wheel."""
+    """A fresh server per test, of each flavor: Redis 7.0 from the OS, Valkey 8.1 and Redis
+    6.2 from their wheels."""
+    srv = start_server(request.param)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(params=REDIS_VERSIONS)
+def redis_version_server(request: pytest.FixtureRequest) -> Iterator[LocalServer]:
+    """A fresh Redis 7.0 and a fresh Redis 6.2 (not Valkey): see REDIS_VERSIONS."""
     srv = start_server(request.param)
     yield srv
     srv.stop()

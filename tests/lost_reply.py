@@ -1,6 +1,9 @@
 """A TCP proxy in front of a real server that loses one reply: the request reaches the
 server and runs, its reply is thrown away and the client's connection is closed. This is the
-network fault a client retry cannot see through (redis-py then sends the command again)."""
+network fault a client retry cannot see through (redis-py then sends the command again).
+
+It can also rewrite bytes in every reply (same length, so RESP lengths stay right): how a
+test shows the job a version string of a server that cannot be started here."""
 
 from __future__ import annotations
 
@@ -14,17 +17,21 @@ from dataclasses import dataclass, field
 @dataclass
 class ReplyDropper:
     """Forwards 127.0.0.1:`port` to the server at `target_port`; drops the reply to the
-    `nth` request (1-based) whose bytes contain `marker`, once. `dropped` counts drops."""
+    `nth` request (1-based) whose bytes contain `marker`, once. `dropped` counts drops.
+    `rewrite` (old, new): replaces `old` by `new` (of the same length) in every reply."""
 
     target_port: int
     marker: bytes
     nth: int = 1
+    rewrite: tuple[bytes, bytes] | None = None
     dropped: int = 0
     _seen: int = 0
     _listener: socket.socket = field(default_factory=socket.socket)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
+        if self.rewrite is not None and len(self.rewrite[0]) != len(self.rewrite[1]):
+            raise ValueError("a rewrite must keep the length of what it replaces")
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", 0))
         self._listener.listen()
@@ -65,6 +72,8 @@ class ReplyDropper:
                     data = upstream.recv(65536)
                     if not data:
                         return
+                    if self.rewrite is not None:
+                        data = data.replace(*self.rewrite)
                     downstream.sendall(data)
         finally:
             downstream.close()

@@ -3,8 +3,7 @@ problem and the fix, with the documented exit code (2 bad config or arguments, 1
 else); nothing pending is lost, and the other streams are still processed.
 
 The job runs in-process (``recovery.cli.run_recovery`` on the suite's session); a config
-error must fail before a SparkSession is even asked for. Redis older than 6.2 cannot be
-started here, so the version gate (discovery.check_server) has no test against a real server.
+error must fail before a SparkSession is even asked for.
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ from tests.fault_tools import (
 )
 from tests.handlers import CHECKSUM, FIRST_CALL_ENTRIES, checksum
 from tests.invariants import final_states, pel
+from tests.lost_reply import ReplyDropper
 
 
 def assert_one_error_line(result: JobResult, code: int, *fragments: str) -> str:
@@ -204,12 +204,13 @@ def _acl_user(client: Redis, name: str, *rules: str) -> list[str]:
 
 
 def test_user_without_xautoclaim_gets_the_command_named_and_nothing_moves(
-        spark, redis_server, tmp_path):
-    client = redis_server.client()
+        spark, redis_version_server, tmp_path):
+    client = redis_version_server.client()
     seeded = seed_kinds(client, ["p-a", "p-b"])
     before = {s: pel(client, s, GROUP) for s in ("p-a", "p-b")}
     login = _acl_user(client, "limited", "-xautoclaim")
-    result = run_in_process(spark, job_args(redis_server.url, tmp_path, ["p-a", "p-b"], *login))
+    result = run_in_process(spark, job_args(redis_version_server.url, tmp_path, ["p-a", "p-b"],
+                                            *login))
     assert_one_error_line(result, 1, "the Redis user 'limited' may not run XAUTOCLAIM",
                           "ACL SETUSER limited +xautoclaim")
     assert {s: pel(client, s, GROUP) for s in ("p-a", "p-b")} == before
@@ -218,22 +219,22 @@ def test_user_without_xautoclaim_gets_the_command_named_and_nothing_moves(
 
 
 def test_user_without_evalsha_fails_after_claiming_and_a_rerun_finishes(
-        spark, redis_server, tmp_path):
+        spark, redis_version_server, tmp_path):
     """The claims succeed, the first dead-letter move is refused: everything the run claimed
     stays pending on its consumer, and a run with the right user finishes the work."""
-    client = redis_server.client()
+    client = redis_version_server.client()
     streams = ["q-a", "q-b"]
     seeded = seed_kinds(client, streams)
-    write_control(redis_server.url)
+    write_control(redis_version_server.url)
     login = _acl_user(client, "noscripts", "-evalsha", "-eval")
-    result = run_in_process(spark, job_args(redis_server.url, tmp_path, streams,
+    result = run_in_process(spark, job_args(redis_version_server.url, tmp_path, streams,
                                             "claim.min_idle_ms=1000", *login))
     assert_one_error_line(result, 1, "the Redis user 'noscripts' may not run EVALSHA")
     live = {k: v for k, v in seeded.items() if v != "deleted"}
     assert all(s.startswith("pending:recovery-") for s in final_states(client, live).values())
     assert not dead_letter_index(client, streams)
     time.sleep(1.1)
-    rerun = run_in_process(spark, job_args(redis_server.url, tmp_path, streams,
+    rerun = run_in_process(spark, job_args(redis_version_server.url, tmp_path, streams,
                                            "claim.min_idle_ms=1000", run_id="fixed"))
     assert rerun.code == 0, rerun.stderr
     states = final_states(client, live)
@@ -262,6 +263,33 @@ def test_other_type_key_and_missing_group_are_skipped_and_the_rest_processed(
     }
     assert set(final_states(client, seeded).values()) == {"acked"}
     assert len(pel(client, "t-other-group", "someone-else")) == 3, "left alone"
+
+
+# --- the oldest server supported ---------------------------------------------------------
+
+def test_a_server_older_than_6_2_is_refused_in_one_line_and_6_2_itself_is_not(spark, tmp_path):
+    """No server older than 6.2 can be started here (no package of one reaches this machine),
+    so the refusal is shown on a real Redis 6.2.5 whose INFO reply a proxy rewrites to say
+    6.0.9: the gate reads only INFO's ``redis_version``, and everything else is the real
+    server. The same server unrewritten passes the gate and is recovered."""
+    with start_server("redis62") as server:
+        client = server.client()
+        assert client.info("server")["redis_version"] == "6.2.5"
+        seeded = seed_kinds(client, ["old"], {"ok": (3, 1)})
+        write_control(server.url)
+        proxy = ReplyDropper(server.port, b"\0never", rewrite=(b"redis_version:6.2.5",
+                                                                 b"redis_version:6.0.9"))
+        try:
+            old = run_in_process(None, job_args(proxy.url(), tmp_path, ["old"]))
+        finally:
+            proxy.close()
+        assert_one_error_line(old, 1, "Redis 6.0.9 has no XAUTOCLAIM",
+                              "upgrade the server to Redis 6.2 or newer")
+        assert [r["consumer"] for r in client.xpending_range("old", GROUP, "-", "+", 10)] \
+            == [DEAD.encode()] * 3, "nothing claimed"
+        current = run_in_process(spark, job_args(server.url, tmp_path, ["old"]))
+        assert current.code == 0, current.stderr
+        assert set(final_states(client, seeded).values()) == {"acked"}
 
 
 # --- streams, groups and entries that vanish while the job runs ---------------------------

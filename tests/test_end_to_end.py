@@ -1,4 +1,4 @@
-"""The whole job against real Redis 7.0 and Valkey 8.1, checked in Redis afterwards."""
+"""The whole job against real Redis 7.0, Valkey 8.1 and Redis 6.2, checked in Redis afterwards."""
 
 from __future__ import annotations
 

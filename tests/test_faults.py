@@ -26,7 +26,7 @@ from redis import Redis
 
 from recovery.local_redis import LocalServer, free_port
 from tests.backlogs import DEAD
-from tests.conftest import start_server
+from tests.conftest import FLAVORS, start_server
 from tests.fault_tools import (
     GROUP,
     KINDS,
@@ -246,14 +246,17 @@ def _kill_trial(spark: SparkSession, server: LocalServer, base: Path, trial: int
 
 
 @pytest.mark.timeout(120 + 180 * KILL_TRIALS)
-def test_sigkill_at_random_moments_then_rerun_loses_nothing(spark, redis_server, tmp_path,
-                                                            submit):
+def test_sigkill_at_random_moments_then_rerun_loses_nothing(spark, tmp_path, submit):
+    """The trials take the servers in turn (Redis 7.0, Valkey 8.1, Redis 6.2, ...), each on a
+    fresh one: with the default three trials, one per server at the cost of one server."""
     rng = random.Random(KILL_SEED)
     lines = []
     for trial in range(KILL_TRIALS):
         stage = STAGES[trial] if trial < len(STAGES) else rng.choice(STAGES)
-        lines.append(_kill_trial(spark, redis_server, tmp_path / "reports", trial, stage, rng,
-                                 submit))
+        flavor = FLAVORS[trial % len(FLAVORS)]
+        with start_server(flavor) as server:
+            line = _kill_trial(spark, server, tmp_path / "reports", trial, stage, rng, submit)
+        lines.append(f"{flavor} {line}")
         print(lines[-1], flush=True)
     assert len(lines) == KILL_TRIALS
 
@@ -261,17 +264,20 @@ def test_sigkill_at_random_moments_then_rerun_loses_nothing(spark, redis_server,
 # --- (b) Redis restarts mid-run; Redis unreachable at start ---------------------------------
 
 @pytest.fixture
-def aof_server() -> Iterator[LocalServer]:
-    srv = start_server("redis", "--appendonly", "yes", "--appendfsync", "always")
+def aof_server(request: pytest.FixtureRequest) -> Iterator[LocalServer]:
+    srv = start_server(request.param, "--appendonly", "yes", "--appendfsync", "always")
     yield srv
     srv.stop()
 
 
-@pytest.mark.parametrize("down_s", [1.5, 8.0])
+@pytest.mark.parametrize(("aof_server", "down_s"),
+                         [("redis", 1.5), ("redis62", 1.5), ("redis", 8.0)],
+                         indirect=["aof_server"])
 def test_redis_restart_mid_run_then_rerun_loses_nothing(spark, aof_server, tmp_path,
                                                         small_batches, down_s):
     """Redis is SIGKILLed mid-run and started again on the same AOF after `down_s`: 1.5 s
-    may be bridged by the client's retries and Spark's task retries; 8 s is not."""
+    may be bridged by the client's retries and Spark's task retries; 8 s is not (how long
+    the job waits is the client's, not the server's: that case runs on 7.0 only)."""
     client = aof_server.client()
     streams = ["r-a", "r-b"]
     seeded = seed_kinds(client, streams)
@@ -339,10 +345,12 @@ def test_redis_that_never_answers_gives_up_in_bounded_time(spark, tmp_path, sile
 
 # --- (c) two runs at once ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("one_pass", [False, True], ids=["materialised", "one-pass"])
-def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(spark, redis_server,
-                                                                      tmp_path, small_batches,
-                                                                      submit, one_pass):
+@pytest.mark.parametrize(("one_pass", "redis_version_server"),
+                         [(False, "redis"), (True, "redis"), (False, "redis62")],
+                         ids=["materialised-redis", "one-pass-redis", "materialised-redis62"],
+                         indirect=["redis_version_server"])
+def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(
+        spark, redis_version_server, tmp_path, small_batches, submit, one_pass):
     """Run A (spark-submit) hands over slowly while run B (in-process) claims.
 
     materialised (local[2,2]: A's tasks may be retried): A claims everything first; once its
@@ -351,16 +359,16 @@ def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(spark, redi
     one-pass (local[2]): A claims 20 entries at a time and hands each step over at once; B
     claims what A has not reached, and A's later steps must leave B's entries alone.
     """
-    client = redis_server.client()
+    client = redis_version_server.client()
     streams = ["c-a", "c-b"]
     kinds = {"ok": (40, 1), "poison": (6, 9), "fail_at_limit": (4, 4)}
     seeded = seed_kinds(client, streams, kinds)
-    write_control(redis_server.url, delay_s=0.5)  # slow until B has claimed, then fast
+    write_control(redis_version_server.url, delay_s=0.5)  # slow until B has claimed, then fast
     common = ["claim.min_idle_ms=1500", "handler.timeout_s=1", "handler.batch_size=2"]
     logs = tmp_path / "logs"
     # One partition: A hands over 2 entries per 0.5 s, it would need ~22 s for its backlog.
     a_only = ["claim.count=20"] if one_pass else []
-    proc = submit(job_args(redis_server.url, tmp_path, streams, *common, *a_only,
+    proc = submit(job_args(redis_version_server.url, tmp_path, streams, *common, *a_only,
                            "spark.partitions=1", run_id="A"), logs, SMALL_BATCHES,
                   master="local[2]" if one_pass else "local[2,2]")
     claimed = ((lambda: job_owned(client, streams, "A") > 0) if one_pass
@@ -368,12 +376,12 @@ def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(spark, redi
     assert wait_until(claimed, proc, 180, "run A's claim"), "run A ended before its claim was seen"
     time.sleep(1.6)  # A's claims are now idle longer than min_idle_ms
     outcome: dict[str, Any] = {}
-    args_b = job_args(redis_server.url, tmp_path, streams, *common, run_id="B")
+    args_b = job_args(redis_version_server.url, tmp_path, streams, *common, run_id="B")
     run_b = threading.Thread(target=lambda: outcome.update(b=run_in_process(spark, args_b)))
     run_b.start()
     wait_until(lambda: job_owned(client, streams, "B") > 0 or not run_b.is_alive(), None, 120,
                "run B's claim")
-    write_control(redis_server.url, delay_s=0)
+    write_control(redis_version_server.url, delay_s=0)
     run_b.join(120)
     run_a = finished(proc, logs, timeout_s=180)
     assert (run_a.code, outcome["b"].code) == (0, 0), (run_a.stderr[-2000:], outcome["b"].stderr)
@@ -503,20 +511,20 @@ class LiveConsumers:
 
 
 def test_entries_acked_by_live_consumers_are_never_handed_over_or_dead_lettered(
-        spark, redis_server, tmp_path, small_batches):
+        spark, redis_version_server, tmp_path, small_batches):
     """While the job runs, a live consumer keeps reading and acking new entries, and the
     original consumer acks entries the job has claimed: during the claim (the PEL read after
     the claim must drop them) and during the hand-overs (the lease must find them gone)."""
-    client = redis_server.client()
+    client = redis_version_server.client()
     streams = ["l-a", "l-b"]
     kinds = {"poison": (10, 9), "ok": (40, 1)}  # entries for the handler come last
     seeded = seed_kinds(client, streams, kinds)
-    write_control(redis_server.url, delay_s=0.15)
-    live = LiveConsumers(redis_server, streams)
+    write_control(redis_version_server.url, delay_s=0.15)
+    live = LiveConsumers(redis_version_server, streams)
     live.thread.start()
     result = run_in_process(spark, job_args(
-        redis_server.url, tmp_path, streams, "claim.min_idle_ms=60000", "claim.count=5",
-        "claim.max_entries_per_s=30", "handler.batch_size=4", run_id="live"))
+        redis_version_server.url, tmp_path, streams, "claim.min_idle_ms=60000",
+        "claim.count=5", "claim.max_entries_per_s=30", "handler.batch_size=4", run_id="live"))
     live.stop.set()
     live.thread.join(10)
     assert result.code == 0, result.stderr

@@ -1,4 +1,4 @@
-"""Redrive (dead-letter stream -> source) against real Redis 7.0 and Valkey 8.1.
+"""Redrive (dead-letter stream -> source) against real Redis 7.0, Valkey 8.1 and Redis 6.2.
 
 Every test checks Redis itself afterwards: which dead-letter IDs left, and what the new source
 entries hold, byte for byte, compared with the original entries they came from.
