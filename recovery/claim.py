@@ -1,7 +1,7 @@
 """One unit's claim on an executor: the XAUTOCLAIM cursor loop, each claimed entry joined
 with its PEL row (last owner, idle time, delivery count), step by step as Python columns
-(``recovery.claimed.Claimed``, handed over at once in one pass) or as CLAIMED Arrow batches
-(``claim_unit``, for the materialised path).
+(``recovery.claimed.Claimed``: handed over at once in one pass, packed for the materialised
+path) or as CLAIMED Arrow batches (``claim_unit``).
 
 XAUTOCLAIM runs from ``0-0``, passing the cursor back unchanged until it is ``0-0`` again.
 Each step is one MULTI that reads, just before the claim,

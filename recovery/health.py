@@ -2,8 +2,8 @@
 
 Driver side (a few commands per unit): XLEN, XINFO GROUPS (pending, lag), XINFO CONSUMERS
 (pending, idle, inactive). The PEL histograms come from the executors and are merged here by
-(stream, group): in a one-pass run from the claim steps' own reads (``recovery.claim``),
-else from a pass of their own (``recovery.survey.histogram_partition``).
+(stream, group): in a run from the claim steps' own reads (``recovery.claim``), in a dry
+run from a pass of their own (``recovery.survey.histogram_partition``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The recovery run, orchestrated on the driver.
 
 1. validate settings and handler, check the server, discover and spread the units;
-2. group health as found (XINFO on the driver; PEL histograms from an executor pass, or, in
-   one pass, from the claim steps' own reads);
+2. group health as found (XINFO on the driver; PEL histograms from the claim steps' own
+   reads, or, in a dry run, from an executor pass of their own);
 3. claim on executors, each entry joined with its PEL row (delivery count);
 4. route, dead-letter, handle and ack on executors, on the claim's own partitions (no
    shuffle), while writing the per-entry report (without task retries, by the Python
@@ -126,7 +126,9 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
     unit_df = _unit_frame(spark, settings, params, units)
     no_retries = not retries_tasks(str(spark.conf.get("spark.master", "") or ""))
     one_pass = not dry_run and no_retries
-    in_pass = one_pass and settings.report.pel_histograms
+    # A run counts the PEL histograms in its claim steps' own reads (either path); only a
+    # dry run, which claims nothing, reads the PELs in a pass of their own.
+    in_pass = not dry_run and settings.report.pel_histograms
     health = collect_health(client, units, params.redis)
     if settings.report.pel_histograms and not in_pass:
         hist_df = unit_df.mapInArrow(histogram_partition(params), PEL_HISTOGRAM)
@@ -140,7 +142,7 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
                           settings.claim.consumer_prefix, params.run_id,
                           settings.report.progress_interval_s, params.redis):
         tallies = _recover(spark, settings, params, unit_df, one_pass)
-    if in_pass:  # the histograms came with the pass: health as its claim steps found it
+    if in_pass:  # the histograms came with the report pass: as its claim steps found them
         add_histograms(health, histogram_rows(tallies))
         _write_health(spark, settings, params, health, summary)
     remove_empty_job_consumers(client, units, settings.claim.consumer_prefix, params.redis)
@@ -197,7 +199,8 @@ def _recover(spark: SparkSession, settings: Settings, params: JobParams,
 def _claim_then_apply(spark: SparkSession, settings: Settings, params: JobParams,
                       unit_df: DataFrame) -> list[str]:
     started = time.monotonic()
-    claimed = materialise_once(unit_df.mapInArrow(claim_partition(params), PACKED))
+    claim = claim_partition(params, settings.report.pel_histograms)
+    claimed = materialise_once(unit_df.mapInArrow(claim, PACKED))
     log.info("run %s: claim done in %.1f s", params.run_id, time.monotonic() - started)
     # The hand-over works in steps of Spark's usual Arrow batch size (rows of entries); the
     # JVM sends it as many packs at a time as make about one such step.

@@ -47,26 +47,49 @@ def packed_row(batch: pa.RecordBatch) -> pa.RecordBatch:
                                       schema=PACKED_ARROW)
 
 
+def packed_rows(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+    """`batch` as PACKED rows of at most PACK_ROWS of its rows each (none when empty)."""
+    for start in range(0, batch.num_rows, PACK_ROWS):
+        yield packed_row(batch.slice(start, PACK_ROWS))
+
+
 def packed(fn: ArrowFn) -> ArrowFn:
     """`fn` with each output batch packed into PACKED rows of at most PACK_ROWS rows each."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in fn(batches):
-            for start in range(0, batch.num_rows, PACK_ROWS):
-                yield packed_row(batch.slice(start, PACK_ROWS))
+            yield from packed_rows(batch)
 
     return run
 
 
-def unpacked(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
+# A PACKED row whose `rows` is NOTE_ROWS holds no entries but a note for the stage that reads
+# the packs (bytes it interprets itself: a unit's PEL histogram as JSON).
+NOTE_ROWS = -1
+
+
+def note_row(note: bytes) -> pa.RecordBatch:
+    """A one-row PACKED batch holding `note` instead of entries."""
+    return pa.RecordBatch.from_arrays([pa.array([NOTE_ROWS], pa.int64()),
+                                       pa.array([note], pa.binary())], schema=PACKED_ARROW)
+
+
+def unpacked(batches: Iterable[pa.RecordBatch], rows: int,
+             on_note: Callable[[bytes], None] | None = None) -> Iterator[pa.RecordBatch]:
     """The batches held by PACKED `batches`, in order, cut again into batches of exactly
-    `rows` rows (the last one shorter), as Spark would have cut unpacked rows."""
+    `rows` rows (the last one shorter), as Spark would have cut unpacked rows. Notes
+    (``note_row``) go to `on_note` as they come (dropped without one)."""
     if rows < 1:
         raise ValueError(f"rows must be at least 1, got {rows}")
     held: list[pa.RecordBatch] = []
     held_rows = 0
     for packed_batch in batches:
-        for blob in packed_batch.column("batch"):
+        counts = packed_batch.column("rows").to_pylist()
+        for count, blob in zip(counts, packed_batch.column("batch"), strict=True):
+            if count == NOTE_ROWS:
+                if on_note is not None:
+                    on_note(blob.as_py())
+                continue
             batch = unpack(blob.as_buffer())
             held.append(batch)
             held_rows += batch.num_rows

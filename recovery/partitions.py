@@ -4,7 +4,8 @@ Each function factory takes the frozen :class:`JobParams` and returns the functi
 runs per partition. One Redis client per partition; the driver never sees messages.
 
 - ``claim_partition``: UNIT rows -> PACKED rows of CLAIMED batches, XAUTOCLAIM cursor loops
-  (a side effect: the driver materialises its output exactly once);
+  (a side effect: the driver materialises its output exactly once), and each unit's PEL
+  histogram as a note;
 - ``apply_partition``: PACKED rows of CLAIMED batches -> REPORT rows: route, dead-letter
   moves, handler and acks;
 - ``recover_partition``: UNIT rows -> REPORT rows, all in one pass: each claim step is
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -26,11 +28,12 @@ import pyarrow as pa
 import redis
 
 from recovery.apply import apply_batch
-from recovery.claim import claim_steps, claim_unit
+from recovery.claim import claim_steps
 from recovery.claimed import Claimed
 from recovery.errors import StreamUnitError
 from recovery.faults import maybe_fail
-from recovery.packing import ArrowFn, packed, unpacked
+from recovery.histogram import PelHistogram
+from recovery.packing import ArrowFn, note_row, packed_rows, unpacked
 from recovery.params import JobParams
 from recovery.redis_conn import connect, redis_errors
 from recovery.tally import PassMaker, Tally
@@ -132,10 +135,21 @@ def _joined(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
     return pa.Table.from_batches(batches).combine_chunks().to_batches()
 
 
-def claim_partition(params: JobParams) -> ArrowFn:
+def claim_partition(params: JobParams, histograms: bool = False) -> ArrowFn:
     """UNIT batches -> PACKED rows: claim every idle entry of each unit; each row packs up
-    to PACK_ROWS entries of one XAUTOCLAIM step (a CLAIMED batch)."""
-    return packed(_throttled(params, claim_unit))
+    to PACK_ROWS entries of one XAUTOCLAIM step (a CLAIMED batch). With `histograms`, each
+    unit's PEL histogram, counted from the claim steps' own reads as in one pass, follows
+    its entries as a note for the hand-over's tally (no separate pass over the PEL)."""
+
+    def claim_packed(client: redis.Redis, params: JobParams, unit: dict[str, Any],
+                     throttle: Throttle) -> Iterator[pa.RecordBatch]:
+        pel = PelHistogram() if histograms else None
+        for step in claim_steps(client, params, unit, throttle, pel):
+            yield from packed_rows(step.claimed.to_arrow())
+        if pel is not None:
+            yield note_row(json.dumps(pel.row(unit["stream"], unit["group"])).encode())
+
+    return _throttled(params, claim_packed)
 
 
 def recover_partition(params: JobParams, histograms: bool = False) -> PassMaker:
@@ -195,16 +209,20 @@ def skip_vanished(unit: dict[str, Any], batches: Iterator[pa.RecordBatch]
 
 def apply_partition(params: JobParams, rows: int) -> PassMaker:
     """PACKED rows of CLAIMED batches -> REPORT batches: route, dead-letter, handle and ack
-    in steps of `rows` entries (in claim order), then report."""
+    in steps of `rows` entries (in claim order), then report. The claim stage's histogram
+    notes go into the task's tally."""
 
-    def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        client = PartitionClient(params)
-        try:
-            with young_collections_rarer():
-                yield from applied(client.get, params,
-                                   ((Claimed.from_arrow(batch), None)
-                                    for batch in unpacked(batches, rows)))
-        finally:
-            client.close()
+    def make(tally: Tally) -> ArrowFn:
+        def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            client = PartitionClient(params)
+            steps = unpacked(batches, rows, tally.add_histogram_json)
+            try:
+                with young_collections_rarer():
+                    yield from applied(client.get, params,
+                                       ((Claimed.from_arrow(batch), None) for batch in steps))
+            finally:
+                client.close()
 
-    return lambda _: apply
+        return apply
+
+    return make

@@ -43,6 +43,7 @@ class Tally:
     def __init__(self) -> None:
         self.actions: ActionCounts = Counter()
         self.histograms: dict[tuple[str, str], PelHistogram] = {}
+        self.histogram_rows: list[dict[str, Any]] = []  # counted by an earlier stage
 
     def count(self, batch: pa.RecordBatch) -> None:
         """Count a REPORT batch's rows by (stream, group, action). A batch of one unit, as
@@ -66,12 +67,18 @@ class Tally:
         """The (new or growing) PEL histogram of one unit."""
         return self.histograms.setdefault((stream, group), PelHistogram())
 
+    def add_histogram_json(self, text: bytes) -> None:
+        """Carry a unit's PEL histogram row counted by an earlier stage (JSON of
+        ``PelHistogram.row``): the claim stage of a run whose claim is materialised."""
+        self.histogram_rows.append(json.loads(text))
+
     def to_json(self) -> str:
         """``{"actions": [[stream, group, action, rows], ...], "histograms": [row, ...]}``
         with PEL_HISTOGRAM-shaped rows (bucket lists as ``[label, entries]`` pairs)."""
         return json.dumps({
             "actions": [[*key, n] for key, n in self.actions.items()],
-            "histograms": [h.row(s, g) for (s, g), h in self.histograms.items()],
+            "histograms": [*(h.row(s, g) for (s, g), h in self.histograms.items()),
+                           *self.histogram_rows],
         })
 
 
@@ -126,5 +133,6 @@ def unit_counts(tallies: Iterable[str], actions: tuple[str, ...]) -> list[dict[s
 
 
 def histogram_rows(tallies: Iterable[str]) -> list[dict[str, Any]]:
-    """The PEL_HISTOGRAM rows the tallies carry (one per unit; none outside a one pass)."""
+    """The PEL_HISTOGRAM rows the tallies carry (one per unit; none without
+    ``report.pel_histograms`` or in a dry run)."""
     return [row for text in tallies for row in json.loads(text)["histograms"]]
