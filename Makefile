@@ -37,8 +37,9 @@ demo: setup
 
 # Two pytest workers, each with its own local Spark session: the suite waits on
 # spark-submit processes and servers more than it computes (README "Tests").
+# The tests start only once ruff and mypy pass (tests/test_house.py checks module sizes).
 TEST_WORKERS ?= 2
-test: setup $(AIRFLOW_VENV)/.installed
+test: lint $(AIRFLOW_VENV)/.installed
 	AIRFLOW_PYTHON=$(abspath $(AIRFLOW_VENV)/bin/python) \
 	  $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 

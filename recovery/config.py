@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
@@ -212,7 +211,7 @@ class RedriveSettings(_Section):
     @classmethod
     def _utc_if_naive(cls, value: datetime | None) -> datetime | None:
         if value is not None and value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
+            return value.replace(tzinfo=UTC)
         return value
 
     @model_validator(mode="after")
@@ -239,8 +238,6 @@ class Settings(BaseSettings):
     spark: SparkSettings = Field(default_factory=SparkSettings)
     redrive: RedriveSettings = Field(default_factory=RedriveSettings)
 
-    _toml_file: Path | None = None
-
     @model_validator(mode="after")
     def _lease_outlasts_handler(self) -> Settings:
         # The lease renewed before each handler call lasts claim.min_idle_ms: a slower call
@@ -263,18 +260,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        if _TOML_FILE.path is not None:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=_TOML_FILE.path))
-        return tuple(sources)
-
-
-@dataclass
-class _TomlFile:
-    path: Path | None = None
-
-
-_TOML_FILE = _TomlFile()
+        # The file, if any, is the toml_file of the subclass load_settings makes for it.
+        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
 
 
 def load_settings(config_file: Path | None, overrides: list[str] | None = None) -> Settings:
@@ -285,19 +272,20 @@ def load_settings(config_file: Path | None, overrides: list[str] | None = None) 
     if config_file is not None and not config_file.is_file():
         raise ConfigError(f"config file {config_file} does not exist: pass an existing --config")
     init = _overrides_to_dict(overrides or [])
-    _TOML_FILE.path = config_file
+    settings_cls = Settings
+    if config_file is not None:  # the same model, reading this file (pydantic-settings' way)
+        with_file = SettingsConfigDict(**{**Settings.model_config, "toml_file": config_file})
+        settings_cls = type("FileSettings", (Settings,), {"model_config": with_file})  # type: ignore[assignment]
     try:
-        return Settings(**init)
+        return settings_cls(**init)
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc)) from None
     except ValueError as exc:  # TOML syntax errors and unreadable password files
-        if type(exc).__name__ == "TOMLDecodeError":  # tomllib (3.11+) or tomli (3.10)
+        if type(exc).__name__ == "TOMLDecodeError":  # tomllib
             raise ConfigError(
                 f"config file {config_file} is not valid TOML ({exc}): fix its syntax"
             ) from None
         raise ConfigError(f"config: {exc}") from None
-    finally:
-        _TOML_FILE.path = None
 
 
 def describe_validation_error(exc: ValidationError) -> str:

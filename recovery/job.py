@@ -22,7 +22,7 @@ import re
 import secrets
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import redis
@@ -82,7 +82,7 @@ PYTHON_ERROR = re.compile(r"^[\w.]+(?:Error|Exception|Fault): [^\n]+", re.MULTIL
 
 def new_run_id() -> str:
     """A sortable, unique run id: UTC time plus 6 hex digits."""
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
 def run(spark: SparkSession, settings: Settings, run_id: str | None = None,

@@ -19,7 +19,7 @@ import logging
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 EXAMINE_PER_MOVE = 10  # entries one script call may examine per entry it may move
 MAX_EXAMINE = 10_000  # bound on one call's work, so the script never blocks Redis for long
 MAX_SEQ = 2**64 - 1
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -186,7 +186,7 @@ def _key(dlq_id: str) -> tuple[int, int]:
 
 
 def iso(ms: int) -> str:
-    return (datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)).isoformat()
+    return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)).isoformat()
 
 
 Predicate = Callable[[FilterWorld, str, dict[bytes, bytes]], bool]

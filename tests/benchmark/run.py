@@ -27,7 +27,7 @@ import sys
 import tarfile
 import time
 from dataclasses import asdict, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import redis.utils
@@ -196,7 +196,7 @@ def conditions(args: argparse.Namespace, argv: list[str], records: list[RunRecor
     idle = sorted(r.redis_idle_cpu_per_s for r in records)
     return [
         f"- command: `.venv/bin/python -m tests.benchmark.run {shlex.join(argv)}`",
-        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; host: {os.cpu_count()} "
+        f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; host: {os.cpu_count()} "
         f"CPUs, {platform.platform()}; Python {platform.python_version()}; redis-py "
         f"{redis.__version__}, hiredis parser: {'yes' if redis.utils.HIREDIS_AVAILABLE else 'no'}",
         f"- code: {code_version(args)}",
