@@ -96,13 +96,16 @@ def remove_idle_consumers(client: redis.Redis, health: Iterable[dict[str, Any]],
 
 
 def format_health(health: list[dict[str, Any]]) -> str:
-    """A compact per-unit health table for the log."""
+    """A compact per-unit health table for the log: one line per unit, deliveries as
+    ``<delivery count bucket>:<entries>`` pairs, consumers with their pending entries and
+    idle time."""
     lines = ["stream / group: length, lag, pending, oldest idle s, deliveries, consumers"]
     for h in health:
         oldest = "-" if h["oldest_idle_ms"] is None else f"{h['oldest_idle_ms'] / 1000:.0f}"
+        deliveries = " ".join(f"{label}:{n}" for label, n in h["deliveries"].items()) or "-"
         consumers = ", ".join(f"{c['name']}({c['pending']} pending, idle {c['idle_ms']} ms)"
                               for c in h["consumers"])
         lag = "unknown" if h["lag"] is None else h["lag"]  # before 7.0, or after deletions
         lines.append(f"{h['stream']} / {h['group']}: {h['length']}, {lag}, {h['pending']}, "
-                     f"{oldest}, {h['deliveries']}, {consumers}")
+                     f"{oldest}, {deliveries}, {consumers}")
     return "\n".join(lines)

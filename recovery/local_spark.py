@@ -21,6 +21,7 @@ LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 LOCAL_CONF = {
     "spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS,  # only read when the JVM starts
     "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",  # no progress bar amid the job's log lines
     "spark.sql.session.timeZone": "UTC",
 }
 
