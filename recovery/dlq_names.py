@@ -1,10 +1,10 @@
 """Dead-letter stream names that always share their source's Redis Cluster hash slot.
 
-Rule (see DESIGN.md): a key with a non-empty hash tag keeps it and gets the suffix appended
-(``orders{eu}`` -> ``orders{eu}:dlq``); a key without any ``}`` is wrapped into a tag
-(``orders`` -> ``{orders}:dlq``). Any other key (a ``}`` but no usable tag, e.g. ``a}b`` or
-``x{}y``) has no such name and is refused. The result is always checked with the real slot
-function, so a rule mistake can never produce a cross-slot move.
+Rule (README, "Dead-letter streams"): a key with a non-empty hash tag keeps it and gets the
+suffix appended (``orders{eu}`` -> ``orders{eu}:dlq``); a key without any ``}`` is wrapped
+into a tag (``orders`` -> ``{orders}:dlq``). Any other key (a ``}`` but no usable tag, e.g.
+``a}b`` or ``x{}y``) has no such name and is refused. The result is always checked with the
+real slot function, so a rule mistake can never produce a cross-slot move.
 """
 
 from __future__ import annotations

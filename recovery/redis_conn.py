@@ -28,7 +28,7 @@ from redis.exceptions import (
 from redis.retry import Retry
 
 from recovery.acl_errors import denied_command, is_script_denial
-from recovery.cluster import open_client, redirected_error
+from recovery.cluster import host_port, open_client, redirected_error
 from recovery.errors import (
     RecoveryError,
     RedisAuthError,
@@ -84,8 +84,7 @@ def _raw_reply(response: object, **_: object) -> object:
 
 def where(params: RedisParams) -> str:
     """host:port of the server, for messages (never the password)."""
-    rest = params.url.split("://", 1)[1]
-    return rest.split("/", 1)[0].rsplit("@", 1)[-1]
+    return host_port(params.url)
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import redis
 
 from recovery.scripts import scripts_for
+from recovery.streams import as_str
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,6 @@ class RedriveStep:
     moved: list[tuple[str, str | None]]
 
 
-def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def redrive_step(client: redis.Redis, flt: RedriveFilter, start: str, end: str,
                  examine: int, max_moves: int, dry_run: bool) -> RedriveStep:
     """Examine up to `examine` dead-letter entries in [start, end] (XRANGE bounds; ``(id``
@@ -49,8 +46,8 @@ def redrive_step(client: redis.Redis, flt: RedriveFilter, start: str, end: str,
                              len(flt.groups), *flt.groups, len(flt.reasons), *flt.reasons]
     script = scripts_for(client)["redrive"]
     cursor, examined, flat = script(keys=[flt.dead_letter_stream, flt.source], args=args)
-    pairs = [(_s(flat[i]), _s(flat[i + 1]) or None) for i in range(0, len(flat), 2)]
-    return RedriveStep(_s(cursor) or None, int(examined), pairs)
+    pairs = [(as_str(flat[i]), as_str(flat[i + 1]) or None) for i in range(0, len(flat), 2)]
+    return RedriveStep(as_str(cursor) or None, int(examined), pairs)
 
 
 def length(client: redis.Redis, stream: str) -> int:

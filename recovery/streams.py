@@ -45,7 +45,8 @@ class ClaimBatch:
     unresolved: int = 0
 
 
-def _s(value: bytes | str) -> str:
+def as_str(value: bytes | str) -> str:
+    """A reply element as ``str`` (UTF-8 bytes decoded)."""
     return value.decode() if isinstance(value, bytes) else value
 
 
@@ -68,7 +69,7 @@ def scan_keys(client: redis.Redis, match: str, count: int) -> Iterator[bytes]:
 
 def key_type(client: redis.Redis, key: str) -> str:
     """TYPE of `key`: ``stream``, ``none``, ``hash`` ..."""
-    return _s(client.type(key))
+    return as_str(client.type(key))
 
 
 PIPELINE_CHUNK = 1000
@@ -100,7 +101,7 @@ def info_rows(reply: Sequence[Sequence[object]]) -> list[dict[str, object]]:
 
 
 def _info_dict(row: Sequence[object]) -> dict[str, object]:
-    return {_s(row[i]): (_text(v) if isinstance(v := row[i + 1], bytes) else v)  # type: ignore[arg-type]
+    return {as_str(row[i]): (_text(v) if isinstance(v := row[i + 1], bytes) else v)  # type: ignore[arg-type]
             for i in range(0, len(row), 2)}
 
 
@@ -133,7 +134,7 @@ def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
     pipe.execute_command("XAUTOCLAIM", stream, group, consumer, min_idle_ms, cursor,
                          "COUNT", count)
     before_rows, own_rows, reply = pipe.execute()
-    next_cursor, items = _s(reply[0]), reply[1]
+    next_cursor, items = as_str(reply[0]), reply[1]
     found = [item for item in items if item is not None and item[1] is not None]
     ids = [item[0] for item in found]
     flats = [item[1] for item in found]
@@ -171,7 +172,7 @@ def deleted_by_position(items: Sequence[object], before_rows: Sequence[PendingRo
             nil_ids.append(row[ID])
         elif item[0] != row[ID]:  # type: ignore[index]
             return None
-    last = _s(before_rows[len(items) - 1][ID]) if items else None
+    last = as_str(before_rows[len(items) - 1][ID]) if items else None
     if last is not None and next_cursor != END_CURSOR and \
             stream_id_key(last) >= stream_id_key(next_cursor):
         return None
@@ -213,7 +214,7 @@ def pending_pages(client: redis.Redis, stream: str, group: str, page: int,
             yield rows
         if len(rows) < page:
             return
-        start = "(" + _s(rows[-1][ID])
+        start = "(" + as_str(rows[-1][ID])
 
 
 def fetch_entries(client: redis.Redis, stream: str, ids: Sequence[str]

@@ -5,7 +5,6 @@ counted there too: ``recovery.tally``.)"""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -13,8 +12,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType
 
 from recovery.schemas import UNIT
-
-Transform = Callable[[DataFrame], DataFrame]
 
 
 def units_of_parts(spark: SparkSession, by_part: list[list[dict[str, Any]]]) -> DataFrame:
