@@ -22,8 +22,8 @@ from typing import Any
 import pyarrow as pa
 import redis
 
-from recovery.claimed import Claimed
-from recovery.dlq_names import dead_letter_key
+from recovery.claimed import Claimed, with_carried
+from recovery.dlq_names import dead_letter_key, requeue_key
 from recovery.handlers import (
     Handler,
     HandlerTimedOut,
@@ -41,11 +41,12 @@ from recovery.lease import (
 )
 from recovery.params import JobParams
 from recovery.redis_conn import VANISHED, ScriptCall, run_script_calls, unit_vanished
-from recovery.routed import RoutedBatch, Unit, group_rows
+from recovery.routed import RoutedBatch, Unit, group_rows, route
 from recovery.schemas import (
     ACTION_DEAD_LETTERED,
     ACTION_DELETED,
     ACTION_FAILED,
+    ACTION_REQUEUED,
     ACTION_SKIPPED,
     ROUTE_DEAD_LETTER,
     ROUTE_DELETED,
@@ -60,6 +61,7 @@ from recovery.scripts import (
     DeadLetterContext,
     dead_letter_batch,
     fresh_lease_ms,
+    requeue_batch,
 )
 from recovery.streams import each, fetch_entries
 
@@ -67,6 +69,8 @@ REASON_OVER_LIMIT = "max-deliveries-exceeded"
 REASON_FAILED_AT_LIMIT = "handler-failed-at-limit"
 REASON_TOO_BIG = ("too many fields (~3950 at most) to move to the dead-letter stream from a "
                   "script; stays pending")
+REASON_TOO_BIG_TO_REQUEUE = ("too many fields (~3950 at most) to requeue from a script; "
+                             "stays pending")
 REASON_HANDLER_FAILED = "handler failed; stays pending for the next run"
 NOT_CALLED = "not handed to the handler: an earlier call for its stream and group timed out"
 
@@ -129,7 +133,10 @@ def apply_batch(client: redis.Redis, params: JobParams, claimed: Claimed,
     _clear_deleted(client, rb, routes[ROUTE_DELETED])
     over_limit = [DeadLetterJob(i, REASON_OVER_LIMIT) for i in routes[ROUTE_DEAD_LETTER]]
     _dead_letter(client, params, rb, over_limit)
-    _handle(client, params, rb, routes[ROUTE_HANDLE], read_at)
+    if params.reprocess_mode == "requeue":
+        _requeue(client, params, rb, routes[ROUTE_HANDLE])
+    else:
+        _handle(client, params, rb, routes[ROUTE_HANDLE], read_at)
     return rb.report()
 
 
@@ -152,7 +159,7 @@ def _handle(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[
     read. A fast handler thus costs one round trip per ``LEASE_ROWS`` rows, a slow one a
     lease read right before each call.
     """
-    rows = _with_fields(client, rb, rows)
+    rows = _within_limit(client, params, rb, _with_fields(client, rb, rows))
     calls = HandlerCalls(load_handler(params.handler_path), params.handler_timeout_s)
     hand_over = HandOver(client, rb, fresh_lease_ms(params.min_idle_ms, params.handler_timeout_s),
                          read_at or 0.0)
@@ -210,6 +217,55 @@ def _with_fields(client: redis.Redis, rb: RoutedBatch, rows: list[int]) -> list[
     return [i for i in rows if rb.has_fields(i)]
 
 
+def _within_limit(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[int]
+                  ) -> list[int]:
+    """`rows` still within the delivery limit once the fields fetched for entries taken back
+    from an earlier attempt add what a requeued copy carries; dead-letter the others."""
+    over = set()
+    for i in rows:
+        if i in rb.fetched:
+            rb.delivery_count[i] = with_carried(rb.delivery_count[i], rb.fetched[i])
+            if route(False, rb.delivery_count[i], params.max_deliveries) == ROUTE_DEAD_LETTER:
+                over.add(i)
+    _dead_letter(client, params, rb, [DeadLetterJob(i, REASON_OVER_LIMIT) for i in sorted(over)])
+    return [i for i in rows if i not in over]
+
+
+def _requeue(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[int]) -> None:
+    """Append `rows` again to their requeue targets with their deliveries so far (the count
+    without the job's own claim) and ack the originals: batched atomic script calls, one
+    pipeline."""
+    rows = _within_limit(client, params, rb, _with_fields(client, rb, rows))
+    calls: list[ScriptCall] = []
+    for (stream, group, consumer), unit_rows in rb.by_unit(rows).items():
+        target = requeue_key(stream, group, params.requeue_stream)
+        for start in range(0, len(unit_rows), params.dlq_batch_size):
+            chunk = unit_rows[start : start + params.dlq_batch_size]
+            entries = [(rb.id[i], max(0, (rb.delivery_count[i] or 1) - 1)) for i in chunk]
+            calls.append((chunk, partial(requeue_batch, client, stream, target, group,
+                                         consumer, entries)))
+    for i, status in run_script_calls(client, calls):
+        if status == MOVED_TOO_BIG:
+            rb.set(i, ACTION_FAILED, REASON_TOO_BIG_TO_REQUEUE)
+        elif not _left_alone(rb, i, status):
+            copy_id = status.decode() if isinstance(status, bytes) else str(status)
+            rb.set(i, ACTION_REQUEUED, requeued_id=copy_id)
+
+
+def _left_alone(rb: RoutedBatch, i: int, status: Any, error: str | None = None) -> bool:
+    """Report a script reply that moved nothing (vanished, no longer ours, deleted); False
+    when the entry moved."""
+    if status == VANISHED:
+        rb.set(i, ACTION_SKIPPED, REASON_VANISHED, error)
+    elif status == MOVED_NOT_OURS:
+        rb.set(i, ACTION_SKIPPED, REASON_GONE, error)
+    elif status == MOVED_DELETED:
+        rb.set(i, ACTION_DELETED, REASON_DELETED, error)
+    else:
+        return False
+    return True
+
+
 def _dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
                  jobs: list[DeadLetterJob]) -> None:
     """Move `jobs` to their dead-letter streams, one pipeline of batched script calls."""
@@ -238,15 +294,9 @@ def _dead_letter_entry(rb: RoutedBatch, job: DeadLetterJob) -> DeadLetter:
 
 def _report_dead_letter(rb: RoutedBatch, job: DeadLetterJob, status: Any) -> None:
     i = job.row
-    if status == VANISHED:
-        rb.set(i, ACTION_SKIPPED, REASON_VANISHED, job.error)
-    elif status == MOVED_TOO_BIG:
+    if status == MOVED_TOO_BIG:
         rb.set(i, ACTION_FAILED, REASON_TOO_BIG, job.error)
-    elif status == MOVED_NOT_OURS:
-        rb.set(i, ACTION_SKIPPED, REASON_GONE, job.error)
-    elif status == MOVED_DELETED:
-        rb.set(i, ACTION_DELETED, REASON_DELETED, job.error)
-    else:
+    elif not _left_alone(rb, i, status, job.error):
         dlq_id = status.decode() if isinstance(status, bytes) else str(status)
         rb.set(i, ACTION_DEAD_LETTERED, job.reason, job.error, dlq_id)
 

@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 import redis
 
-from recovery.claimed import Claimed, field_pairs
+from recovery.claimed import Claimed, field_pairs, with_carried
 from recovery.faults import maybe_fail
 from recovery.histogram import PelHistogram
 from recovery.params import JobParams
@@ -163,16 +163,18 @@ def _read_own_range(client: redis.Redis, unit: dict[str, Any], batch: ClaimBatch
 
 
 def _claimed(unit: dict[str, Any], batch: ClaimBatch, counts: dict[bytes, int]) -> Claimed:
-    """The step's claimed entries, then those deleted upstream (no fields)."""
+    """The step's claimed entries, then those deleted upstream (no fields). A delivery count
+    is the PEL's after this claim plus what a requeued copy carries."""
     ids = batch.ids + batch.deleted
     n_deleted = len(batch.deleted)
     before = [batch.before.get(i) for i in ids]
+    fields = [*field_pairs(batch.flats), *([None] * n_deleted)]
+    pel_counts = [b[COUNT] + 1 if b else counts.get(i) for i, b in zip(ids, before, strict=True)]
     return Claimed.of_unit(
         unit, [i.decode() for i in ids], [False] * len(batch.ids) + [True] * n_deleted,
         [shown(b[OWNER]) if b else None for b in before],
-        [b[IDLE] if b else None for b in before],
-        [*field_pairs(batch.flats), *([None] * n_deleted)],
-        [b[COUNT] + 1 if b else counts.get(i) for i, b in zip(ids, before, strict=True)])
+        [b[IDLE] if b else None for b in before], fields,
+        [with_carried(c, f) for c, f in zip(pel_counts, fields, strict=True)])
 
 
 def _owned(unit: dict[str, Any], rows: list[PendingRow]) -> Claimed:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from recovery.schemas import CLAIMED, arrow
+from recovery.schemas import CARRIED_DELIVERIES, CLAIMED, arrow
 from recovery.streams import Fields, FlatFields
 
 CLAIMED_ARROW = arrow(CLAIMED)
@@ -101,3 +101,18 @@ def _fields_of(col: pa.ListArray) -> list[Fields | None]:
                      strict=True))
     return [pairs[offsets[i] - base : offsets[i + 1] - base] if valid else None
             for i, valid in enumerate(col.is_valid().to_pylist())]
+
+
+def carried_deliveries(fields: Fields | None) -> int:
+    """Deliveries a requeued copy carries from its original (``CARRIED_DELIVERIES``; 0 for
+    an entry that is no copy, or whose value is not a count)."""
+    for name, value in fields or ():
+        if name == CARRIED_DELIVERIES:
+            return int(value) if value.isdigit() else 0
+    return 0
+
+
+def with_carried(count: int | None, fields: Fields | None) -> int | None:
+    """A delivery count from the PEL plus the deliveries `fields` carry (None stays None:
+    the entry is no longer the job's)."""
+    return None if count is None else count + carried_deliveries(fields)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
@@ -40,6 +39,7 @@ from pydantic_settings import (
 
 from recovery.errors import ConfigError
 from recovery.params import JobParams, RedisParams
+from recovery.redrive_settings import RedriveSettings
 
 MISSING_HINTS = {"streams": "select streams: set streams.keys and/or streams.match"}
 HANDLER_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -147,6 +147,28 @@ class HandlerSettings(_Section):
         return path
 
 
+REQUEUE_TEMPLATE = re.compile(r"^\{stream\}[^{}]*(\{group\}[^{}]*)?$")
+
+
+class ReprocessSettings(_Section):
+    """How entries that are not dead-lettered are re-processed (README, "Re-processing"):
+    ``handler`` calls the handler; ``requeue`` appends each entry again, as a new message
+    with its deliveries so far, to its stream (or to ``requeue_stream``, a per-group retry
+    stream: ``{stream}`` then a suffix, which may hold ``{group}``) and acks the original."""
+
+    mode: Literal["handler", "requeue"] = "handler"
+    requeue_stream: str | None = None
+
+    @field_validator("requeue_stream")
+    @classmethod
+    def _template_shape(cls, template: str | None) -> str | None:
+        if template is not None and not REQUEUE_TEMPLATE.match(template):
+            raise ValueError(
+                f"{template!r} is not a retry stream name: start it with {{stream}} and add a "
+                "suffix that may hold {group}, e.g. {stream}:retry:{group}")
+        return template
+
+
 class ReportSettings(_Section):
     """Where the per-entry Parquet report goes (a directory, local or any Hadoop path)."""
 
@@ -169,58 +191,6 @@ class SparkSettings(_Section):
     partitions: int = Field(2, ge=1, le=10_000)
 
 
-STREAM_ID_BOUND = r"^(-|\+|\d+(-\d+)?)$"
-
-
-class RedriveSettings(_Section):
-    """What ``jobs/redrive.py`` moves from dead-letter streams back to their sources.
-
-    Source streams are chosen by ``streams.keys`` / ``streams.match`` and their dead-letter
-    streams named by ``dead_letter.suffix``, as for the recovery run. Every filter narrows:
-    ``groups`` (x-original-group) and ``reasons`` (x-death-reason), empty = all; ``from_id`` /
-    ``to_id``, inclusive dead-letter entry IDs; ``since`` / ``until``, the time an entry was
-    dead-lettered (the time part of its dead-letter ID; ISO 8601, UTC if no zone, or epoch);
-    ``limit`` entries in all. ``max_entries_per_s`` caps moves per second (all streams).
-    """
-
-    groups: list[str] = Field(default_factory=list)
-    reasons: list[str] = Field(default_factory=list)
-    from_id: str = "-"
-    to_id: str = "+"
-    since: datetime | None = None
-    until: datetime | None = None
-    limit: int | None = Field(None, ge=1)
-    max_entries_per_s: float | None = Field(None, gt=0)
-    batch_size: int = Field(100, ge=1, le=5000)
-    dry_run: bool = False
-
-    @field_validator("groups", "reasons", mode="before")
-    @classmethod
-    def _split_commas(cls, value: Any) -> Any:
-        return [v for v in value.split(",") if v] if isinstance(value, str) else value
-
-    @field_validator("from_id", "to_id", mode="after")
-    @classmethod
-    def _stream_id(cls, value: str) -> str:
-        if not re.match(STREAM_ID_BOUND, value):
-            raise ValueError(f"{value!r} is not a stream ID: write 1700000000000-0, "
-                             "a time in ms like 1700000000000, or - / +")
-        return value
-
-    @field_validator("since", "until", mode="after")
-    @classmethod
-    def _utc_if_naive(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value
-
-    @model_validator(mode="after")
-    def _time_range_not_empty(self) -> RedriveSettings:
-        if self.since and self.until and self.since > self.until:
-            raise ValueError("redrive.since is after redrive.until: swap them or drop one")
-        return self
-
-
 class Settings(BaseSettings):
     """All settings of a run."""
 
@@ -233,6 +203,7 @@ class Settings(BaseSettings):
     claim: ClaimSettings = Field(default_factory=ClaimSettings)
     dead_letter: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
     handler: HandlerSettings = Field(default_factory=HandlerSettings)
+    reprocess: ReprocessSettings = Field(default_factory=ReprocessSettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
     housekeeping: HousekeepingSettings = Field(default_factory=HousekeepingSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
@@ -317,6 +288,8 @@ def executor_params(settings: Settings, run_id: str) -> JobParams:
         handler_path=settings.handler.path,
         handler_batch_size=settings.handler.batch_size,
         handler_timeout_s=settings.handler.timeout_s,
+        reprocess_mode=settings.reprocess.mode,
+        requeue_stream=settings.reprocess.requeue_stream,
         max_entries_per_s_per_partition=(rate / settings.spark.partitions) if rate else None,
     )
 

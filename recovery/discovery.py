@@ -18,7 +18,12 @@ from recovery.acl_errors import denied_command
 from recovery.cluster import groups_by_node, node_of
 from recovery.config import Settings
 from recovery.dlq_names import dead_letter_key, is_dead_letter_key
-from recovery.errors import DeadLetterNameError, StreamUnitError, UnsupportedServerError
+from recovery.errors import (
+    ConfigError,
+    DeadLetterNameError,
+    StreamUnitError,
+    UnsupportedServerError,
+)
 from recovery.params import RedisParams
 from recovery.redis_conn import redis_errors, script_replies, server_text
 from recovery.scripts import delete_empty_consumer
@@ -100,8 +105,27 @@ def discover(client: redis.Redis, settings: Settings, params: RedisParams
         except StreamUnitError as exc:
             skipped.append(Skipped(stream, exc.group, str(exc)))
             continue
-        units += _units_of(client, stream, groups, settings.streams.groups, skipped)
+        found = _units_of(client, stream, groups, settings.streams.groups, skipped)
+        if found and settings.reprocess.mode == "requeue":
+            check_requeue_target(stream, [shown(g["name"]) for g in groups],  # type: ignore[arg-type]
+                                 settings.reprocess.requeue_stream)
+        units += found
     return units, skipped
+
+
+def check_requeue_target(stream: str, groups: list[str], template: str | None) -> None:
+    """Refuse (ConfigError, exit 2, before anything is claimed) a requeue whose copies every
+    other group of the stream would read again: the source as target of a stream with several
+    groups, or a retry stream without ``{group}`` shared by them."""
+    if len(groups) < 2 or (template is not None and "{group}" in template):
+        return
+    names = ", ".join(groups)
+    target = stream if template is None else f"retry stream {template!r}"
+    raise ConfigError(
+        f"reprocess.mode = requeue would append copies to {target} of stream {stream!r}, "
+        f"which has {len(groups)} consumer groups ({names}), and every group would read them "
+        "again: set reprocess.requeue_stream to a per-group retry stream, e.g. "
+        "{stream}:retry:{group}, or use reprocess.mode = handler")
 
 
 def _reply_or_raise(reply: object, params: RedisParams, stream: str | None = None,

@@ -1,4 +1,4 @@
-"""Dead-letter stream names that always share their source's Redis Cluster hash slot.
+"""Dead-letter and retry stream names that always share their source's Redis Cluster hash slot.
 
 Rule (README, "Dead-letter streams"): a key with a non-empty hash tag keeps it and gets the
 suffix appended (``orders{eu}`` -> ``orders{eu}:dlq``); a key without any ``}`` is wrapped
@@ -47,3 +47,13 @@ def dead_letter_key(source: str, suffix: str) -> str:
 def is_dead_letter_key(key: str, suffix: str) -> bool:
     """True for keys that are dead-letter streams themselves (never recovered from)."""
     return key.endswith(suffix)
+
+
+def requeue_key(source: str, group: str, template: str | None) -> str:
+    """Where requeued copies of `source`'s entries for `group` go: `source` itself without a
+    template; else the template (``{stream}<suffix>``, the suffix maybe holding ``{group}``)
+    named by the dead-letter rule, so it shares `source`'s hash slot. Raises
+    DeadLetterNameError where no such name exists."""
+    if template is None:
+        return source
+    return dead_letter_key(source, template.removeprefix("{stream}").replace("{group}", group))

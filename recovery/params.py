@@ -42,3 +42,5 @@ class JobParams:
     handler_batch_size: int
     max_entries_per_s_per_partition: float | None = None
     handler_timeout_s: float | None = None
+    reprocess_mode: str = "handler"  # "handler" or "requeue" (ReprocessSettings)
+    requeue_stream: str | None = None  # the retry stream's template; None: the source

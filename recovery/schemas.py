@@ -72,6 +72,7 @@ REPORT = StructType(
         StructField("reason", StringType(), True),
         StructField("error", StringType(), True),
         StructField("dead_letter_id", StringType(), True),
+        StructField("requeued_id", StringType(), True),  # the copy's ID, where requeued
     ]
 )
 
@@ -131,10 +132,16 @@ ACTION_DEAD_LETTERED = "dead_lettered"
 ACTION_FAILED = "failed"
 ACTION_DELETED = "deleted"
 ACTION_SKIPPED = "skipped"
+ACTION_REQUEUED = "requeued"
 ACTIONS = (ACTION_REPROCESSED, ACTION_DEAD_LETTERED, ACTION_FAILED, ACTION_DELETED,
-           ACTION_SKIPPED)
+           ACTION_SKIPPED, ACTION_REQUEUED)
 
 # What a dry run reports instead: what a real run would do.
 PLAN_REPROCESS = "would_reprocess"
 PLAN_DEAD_LETTER = "would_dead_letter"
-PLAN_ACTIONS = (PLAN_REPROCESS, PLAN_DEAD_LETTER, ACTION_DELETED)
+PLAN_REQUEUE = "would_requeue"
+PLAN_ACTIONS = (PLAN_REPROCESS, PLAN_DEAD_LETTER, ACTION_DELETED, PLAN_REQUEUE)
+
+# The field a requeued copy carries: how often the original was delivered to the
+# application before (its PEL count without the job's claim, plus what it carried itself).
+CARRIED_DELIVERIES = b"x-recovery-deliveries"

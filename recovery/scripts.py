@@ -17,7 +17,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-SCRIPT_NAMES = ("dead_letter", "lease_owned", "delete_empty_consumer", "redrive")
+SCRIPT_NAMES = ("dead_letter", "lease_owned", "delete_empty_consumer", "redrive", "requeue")
 
 
 def _source(name: str) -> str:
@@ -94,6 +94,21 @@ def dead_letter_batch(client: redis.Redis, ctx: DeadLetterContext,
     for e in entries:
         args += [e.id, e.delivery_count, e.idle_ms, e.last_owner or "", e.reason, e.error or ""]
     return _call(client, "dead_letter", [ctx.stream, ctx.dlq], args, pipe)  # type: ignore[no-any-return]
+
+
+def requeue_batch(client: redis.Redis, stream: str, target: str, group: str, consumer: str,
+                  entries: Sequence[tuple[str, int]], pipe: Any = None) -> list[Any]:
+    """Requeue `entries` ((id, deliveries to the application so far)) from `stream` to
+    `target` in one atomic call; only entries pending and owned by `consumer` move.
+
+    Reply (without pipe): one element per entry, in order: the copy's ID (bytes) if
+    requeued, or ``MOVED_NOT_OURS`` / ``MOVED_DELETED`` / ``MOVED_TOO_BIG`` as for
+    :func:`dead_letter_batch`.
+    """
+    args: list[Any] = [group, consumer]
+    for entry_id, deliveries in entries:
+        args += [entry_id, deliveries]
+    return _call(client, "requeue", [stream, target], args, pipe)  # type: ignore[no-any-return]
 
 
 LEASE_RENEWED = 1

@@ -12,16 +12,20 @@ from typing import Any
 import pyarrow as pa
 import redis
 
+from recovery.claimed import with_carried
 from recovery.histogram import PelHistogram
 from recovery.params import JobParams
 from recovery.partitions import ArrowFn, coalesced, per_unit
 from recovery.redis_conn import redis_errors
+from recovery.routed import route
 from recovery.schemas import (
     ACTION_DELETED,
     PEL_HISTOGRAM,
     PLAN_DEAD_LETTER,
     PLAN_REPROCESS,
+    PLAN_REQUEUE,
     REPORT_ARROW,
+    ROUTE_DEAD_LETTER,
     arrow,
 )
 from recovery.streams import (
@@ -29,6 +33,7 @@ from recovery.streams import (
     ID,
     IDLE,
     OWNER,
+    Fields,
     PendingRow,
     fetch_entries,
     pending_pages,
@@ -71,23 +76,25 @@ def _plan_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any]
     with redis_errors(params.redis, stream, group):
         for page in pending_pages(client, stream, group, PAGE, min_idle_ms=params.min_idle_ms):
             ids = [r[ID].decode() for r in page]
-            exists = fetch_entries(client, stream, ids)
-            rows = [_plan_row(params, stream, group, i, r, exists[i] is not None)
+            found = fetch_entries(client, stream, ids)
+            rows = [_plan_row(params, stream, group, i, r, found[i])
                     for i, r in zip(ids, page, strict=True)]
             yield pa.RecordBatch.from_pylist(rows, schema=REPORT_ARROW)
 
 
 def _plan_row(params: JobParams, stream: str, group: str, entry_id: str, row: PendingRow,
-              exists: bool) -> dict[str, Any]:
-    """A real run's claim would add one delivery: route on that count, as the run would."""
-    count = row[COUNT] + 1
-    if not exists:
+              fields: Fields | None) -> dict[str, Any]:
+    """A real run's claim would add one delivery (and a requeued copy's carried count):
+    route on that count, as the run would. `fields` None: deleted upstream."""
+    count = with_carried(row[COUNT] + 1, fields)
+    if fields is None:
         action, reason = ACTION_DELETED, "entry deleted from the stream upstream"
-    elif count > params.max_deliveries:
+    elif route(False, count, params.max_deliveries) == ROUTE_DEAD_LETTER:
         action, reason = PLAN_DEAD_LETTER, "max-deliveries-exceeded"
     else:
-        action, reason = PLAN_REPROCESS, None
+        action = PLAN_REQUEUE if params.reprocess_mode == "requeue" else PLAN_REPROCESS
+        reason = None
     return {"stream": stream, "group": group, "id": entry_id,
             "previous_consumer": shown(row[OWNER]), "delivery_count": count,
             "idle_ms": row[IDLE], "action": action, "reason": reason, "error": None,
-            "dead_letter_id": None}
+            "dead_letter_id": None, "requeued_id": None}

@@ -2,7 +2,8 @@
 -- KEYS[1]: source stream; KEYS[2]: dead-letter stream (same hash slot as KEYS[1]).
 -- ARGV[1]: group; ARGV[2]: the job's consumer (only entries it owns move);
 -- ARGV[3]: run id; ARGV[4]: delivery limit; ARGV[5]: death time (epoch ms); ARGV[6]: source name;
--- then 6 values per entry: id, delivery count, idle ms (before the claim),
+-- then 6 values per entry: id, delivery count (with a requeued copy's carried deliveries,
+-- whose field is not copied), idle ms (before the claim),
 -- last owner ('' if unknown), reason, handler error ('' if none).
 -- Reply: one element per entry: the new dead-letter ID if moved; 0 if the entry is no longer
 -- pending or owned by ARGV[2] (someone acked or claimed it: left alone); -1 if the entry was
@@ -26,7 +27,12 @@ for i = 7, #ARGV, 6 do
       reply[#reply + 1] = -2
     else
       local args = {KEYS[2], '*'}
-      for _, v in ipairs(found[1][2]) do args[#args + 1] = v end
+      local fields = found[1][2]
+      for j = 1, #fields, 2 do  -- verbatim, but a requeued copy's carried count (see meta)
+        if fields[j] ~= 'x-recovery-deliveries' then
+          args[#args + 1] = fields[j]; args[#args + 1] = fields[j + 1]
+        end
+      end
       local meta = {
         'x-original-stream', ARGV[6], 'x-original-group', group, 'x-original-id', id,
         'x-delivery-count', ARGV[i + 1], 'x-delivery-limit', ARGV[4], 'x-idle-ms', ARGV[i + 2],
