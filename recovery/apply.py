@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import redis
 
-from recovery.claimed import Claimed, with_carried
+from recovery.claimed import Claimed, carried_deliveries, with_carried
 from recovery.dlq_names import dead_letter_key, requeue_key
 from recovery.handlers import (
     Handler,
@@ -46,6 +46,7 @@ from recovery.schemas import (
     ACTION_DEAD_LETTERED,
     ACTION_DELETED,
     ACTION_FAILED,
+    ACTION_REASSIGNED,
     ACTION_REQUEUED,
     ACTION_SKIPPED,
     ROUTE_DEAD_LETTER,
@@ -57,13 +58,15 @@ from recovery.scripts import (
     MOVED_DELETED,
     MOVED_NOT_OURS,
     MOVED_TOO_BIG,
+    REASSIGNED,
     DeadLetter,
     DeadLetterContext,
     dead_letter_batch,
     fresh_lease_ms,
+    reassign_batch,
     requeue_batch,
 )
-from recovery.streams import each, fetch_entries
+from recovery.streams import each, fetch_entries, live_consumers
 
 REASON_OVER_LIMIT = "max-deliveries-exceeded"
 REASON_FAILED_AT_LIMIT = "handler-failed-at-limit"
@@ -135,6 +138,8 @@ def apply_batch(client: redis.Redis, params: JobParams, claimed: Claimed,
     _dead_letter(client, params, rb, over_limit)
     if params.reprocess_mode == "requeue":
         _requeue(client, params, rb, routes[ROUTE_HANDLE])
+    elif params.reprocess_mode == "reassign":
+        _reassign(client, params, rb, routes[ROUTE_HANDLE])
     else:
         _handle(client, params, rb, routes[ROUTE_HANDLE], read_at)
     return rb.report()
@@ -250,6 +255,56 @@ def _requeue(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list
         elif not _left_alone(rb, i, status):
             copy_id = status.decode() if isinstance(status, bytes) else str(status)
             rb.set(i, ACTION_REQUEUED, requeued_id=copy_id)
+
+
+def _reassign(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[int]) -> None:
+    """Give `rows` to live consumers of their groups, in turn (fewest pending first), each
+    with its delivery count set back to its deliveries to the application so far: batched
+    atomic script calls, one pipeline. Rows of a group without a live consumer stay pending
+    on the job's consumer (reported failed, with the reason)."""
+    rows = _within_limit(client, params, rb, _with_fields(client, rb, rows))
+    calls: list[ScriptCall] = []
+    for (stream, group, consumer), unit_rows in rb.by_unit(rows).items():
+        live = _live(client, params, rb, stream, group, unit_rows)
+        pairs = [(i, live[k % len(live)]) for k, i in enumerate(unit_rows)] if live else []
+        for start in range(0, len(pairs), params.dlq_batch_size):
+            chunk = pairs[start : start + params.dlq_batch_size]
+            entries = [(rb.id[i], owner, _app_deliveries(rb, i)) for i, owner in chunk]
+            calls.append((chunk, partial(reassign_batch, client, stream, group, consumer,
+                                         entries)))
+    for (i, owner), status in run_script_calls(client, calls):
+        if status == REASSIGNED:
+            rb.set(i, ACTION_REASSIGNED, reassigned_to=owner)
+        else:
+            _left_alone(rb, i, status)
+
+
+def _live(client: redis.Redis, params: JobParams, rb: RoutedBatch, stream: str, group: str,
+          rows: list[int]) -> list[str]:
+    """The unit's live consumers; none (its `rows` reported) when it has none or vanished."""
+    try:
+        live = live_consumers(client, stream, group, params.live_within_ms,
+                              params.consumer_prefix + "-")
+    except redis.ResponseError as exc:
+        if not unit_vanished(exc):
+            raise
+        for i in rows:
+            rb.set(i, ACTION_SKIPPED, REASON_VANISHED)
+        return []
+    if not live:
+        reason = (f"no live consumer in the group (none seen within reprocess.live_within_ms "
+                  f"= {params.live_within_ms} ms); stays pending for the next run")
+        for i in rows:
+            rb.set(i, ACTION_FAILED, reason)
+    return live
+
+
+def _app_deliveries(rb: RoutedBatch, i: int) -> int:
+    """Deliveries of row `i` to the application so far, as its PEL should count them: the
+    PEL count without the job's own claim (and without a requeued copy's carried count,
+    which the copy still carries)."""
+    fields = rb.fields[i] if rb.fields[i] is not None else rb.fetched.get(i)
+    return max(0, (rb.delivery_count[i] or 1) - carried_deliveries(fields) - 1)
 
 
 def _left_alone(rb: RoutedBatch, i: int, status: Any, error: str | None = None) -> bool:

@@ -154,10 +154,12 @@ class ReprocessSettings(_Section):
     """How entries that are not dead-lettered are re-processed (README, "Re-processing"):
     ``handler`` calls the handler; ``requeue`` appends each entry again, as a new message
     with its deliveries so far, to its stream (or to ``requeue_stream``, a per-group retry
-    stream: ``{stream}`` then a suffix, which may hold ``{group}``) and acks the original."""
+    stream: ``{stream}`` then a suffix, which may hold ``{group}``) and acks the original;
+    ``reassign`` hands it to a live consumer of its group (XCLAIM), spread evenly."""
 
-    mode: Literal["handler", "requeue"] = "handler"
+    mode: Literal["handler", "requeue", "reassign"] = "handler"
     requeue_stream: str | None = None
+    live_within_ms: int = Field(60_000, gt=0)  # reassign: "live" = seen within this (ms)
 
     @field_validator("requeue_stream")
     @classmethod
@@ -290,6 +292,8 @@ def executor_params(settings: Settings, run_id: str) -> JobParams:
         handler_timeout_s=settings.handler.timeout_s,
         reprocess_mode=settings.reprocess.mode,
         requeue_stream=settings.reprocess.requeue_stream,
+        live_within_ms=settings.reprocess.live_within_ms,
+        consumer_prefix=settings.claim.consumer_prefix,
         max_entries_per_s_per_partition=(rate / settings.spark.partitions) if rate else None,
     )
 

@@ -68,6 +68,7 @@ class RoutedBatch:
         self.error: list[str | None] = [None] * n
         self.dead_letter_id: list[str | None] = [None] * n
         self.requeued_id: list[str | None] = [None] * n
+        self.reassigned_to: list[str | None] = [None] * n
 
     def unit(self, i: int) -> Unit:
         return self.units[i]
@@ -108,12 +109,14 @@ class RoutedBatch:
                 for i in rows]
 
     def set(self, i: int, action: str, reason: str | None = None, error: str | None = None,
-            dead_letter_id: str | None = None, requeued_id: str | None = None) -> None:
+            dead_letter_id: str | None = None, requeued_id: str | None = None,
+            reassigned_to: str | None = None) -> None:
         """Record row `i`'s outcome; a second outcome for the same row is a bug."""
         if self.action[i] is not None:
             raise RuntimeError(f"entry {self.stream[i]} {self.id[i]} reported twice")
         self.action[i], self.reason[i], self.error[i] = action, reason, error
         self.dead_letter_id[i], self.requeued_id[i] = dead_letter_id, requeued_id
+        self.reassigned_to[i] = reassigned_to
 
     def report(self) -> pa.RecordBatch:
         """The REPORT batch: the row's own columns plus its outcome, in input order."""
@@ -129,7 +132,7 @@ class RoutedBatch:
             pa.array(self.delivery_count, pa.int64()), pa.array(self.idle_ms, pa.int64()),
             pa.array(self.action, pa.string()), pa.array(self.reason, pa.string()),
             pa.array(self.error, pa.string()), pa.array(self.dead_letter_id, pa.string()),
-            pa.array(self.requeued_id, pa.string()),
+            pa.array(self.requeued_id, pa.string()), pa.array(self.reassigned_to, pa.string()),
         ], schema=REPORT_ARROW)
 
 

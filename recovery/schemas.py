@@ -73,6 +73,7 @@ REPORT = StructType(
         StructField("error", StringType(), True),
         StructField("dead_letter_id", StringType(), True),
         StructField("requeued_id", StringType(), True),  # the copy's ID, where requeued
+        StructField("reassigned_to", StringType(), True),  # the new owner, where reassigned
     ]
 )
 
@@ -133,14 +134,16 @@ ACTION_FAILED = "failed"
 ACTION_DELETED = "deleted"
 ACTION_SKIPPED = "skipped"
 ACTION_REQUEUED = "requeued"
+ACTION_REASSIGNED = "reassigned"
 ACTIONS = (ACTION_REPROCESSED, ACTION_DEAD_LETTERED, ACTION_FAILED, ACTION_DELETED,
-           ACTION_SKIPPED, ACTION_REQUEUED)
+           ACTION_SKIPPED, ACTION_REQUEUED, ACTION_REASSIGNED)
 
 # What a dry run reports instead: what a real run would do.
 PLAN_REPROCESS = "would_reprocess"
 PLAN_DEAD_LETTER = "would_dead_letter"
 PLAN_REQUEUE = "would_requeue"
-PLAN_ACTIONS = (PLAN_REPROCESS, PLAN_DEAD_LETTER, ACTION_DELETED, PLAN_REQUEUE)
+PLAN_REASSIGN = "would_reassign"
+PLAN_ACTIONS = (PLAN_REPROCESS, PLAN_DEAD_LETTER, ACTION_DELETED, PLAN_REQUEUE, PLAN_REASSIGN)
 
 # The field a requeued copy carries: how often the original was delivered to the
 # application before (its PEL count without the job's claim, plus what it carried itself).

@@ -17,7 +17,8 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-SCRIPT_NAMES = ("dead_letter", "lease_owned", "delete_empty_consumer", "redrive", "requeue")
+SCRIPT_NAMES = ("dead_letter", "lease_owned", "delete_empty_consumer", "redrive", "requeue",
+                "reassign")
 
 
 def _source(name: str) -> str:
@@ -109,6 +110,23 @@ def requeue_batch(client: redis.Redis, stream: str, target: str, group: str, con
     for entry_id, deliveries in entries:
         args += [entry_id, deliveries]
     return _call(client, "requeue", [stream, target], args, pipe)  # type: ignore[no-any-return]
+
+
+REASSIGNED = 1
+
+
+def reassign_batch(client: redis.Redis, stream: str, group: str, consumer: str,
+                   entries: Sequence[tuple[str, str, int]], pipe: Any = None) -> list[Any]:
+    """Give `entries` ((id, new owner, delivery count to set)) to their new owners in one
+    atomic call; only entries pending and owned by `consumer` move.
+
+    Reply (without pipe): one integer per entry, in order: ``REASSIGNED`` (1), or
+    ``MOVED_NOT_OURS`` (0) / ``MOVED_DELETED`` (-1) as for :func:`dead_letter_batch`.
+    """
+    args: list[Any] = [group, consumer]
+    for entry_id, owner, count in entries:
+        args += [entry_id, owner, count]
+    return _call(client, "reassign", [stream], args, pipe)  # type: ignore[no-any-return]
 
 
 LEASE_RENEWED = 1

@@ -112,6 +112,22 @@ def _text(value: bytes) -> str | bytes:
         return value
 
 
+def live_consumers(client: redis.Redis, stream: str, group: str, within_ms: int,
+                   excluded_prefix: str) -> list[str]:
+    """The group's consumers seen within `within_ms` ms, fewest pending entries first (then
+    by name), leaving out names that start with `excluded_prefix` or are not UTF-8. Seen:
+    XINFO CONSUMERS ``inactive`` (since the last successful read; Redis 7.2+, Valkey; -1 for
+    never) where the server reports it, else ``idle`` (since the last interaction)."""
+    rows = info_rows(client.execute_command("XINFO CONSUMERS", stream, group))
+    live = []
+    for row in rows:
+        name, seen = row["name"], row.get("inactive", row["idle"])
+        if isinstance(name, str) and not name.startswith(excluded_prefix) and \
+                0 <= int(seen) <= within_ms:  # type: ignore[call-overload]
+            live.append((int(row["pending"]), name))  # type: ignore[call-overload]
+    return [name for _, name in sorted(live)]
+
+
 def pending_count(client: redis.Redis, stream: str, group: str) -> int:
     """Number of entries in the group's PEL (XPENDING summary form; the notebook uses it)."""
     return int(client.execute_command("XPENDING", stream, group)[0])

@@ -22,6 +22,7 @@ from recovery.schemas import (
     ACTION_DELETED,
     PEL_HISTOGRAM,
     PLAN_DEAD_LETTER,
+    PLAN_REASSIGN,
     PLAN_REPROCESS,
     PLAN_REQUEUE,
     REPORT_ARROW,
@@ -44,6 +45,7 @@ from recovery.tally import PassMaker
 PAGE = 10_000
 HISTOGRAM_ROWS = 1000  # units per output batch of the histogram pass (one row each)
 HISTOGRAM_ARROW = arrow(PEL_HISTOGRAM)
+PLAN_BY_MODE = {"handler": PLAN_REPROCESS, "requeue": PLAN_REQUEUE, "reassign": PLAN_REASSIGN}
 
 
 def histogram_partition(params: JobParams) -> ArrowFn:
@@ -92,9 +94,9 @@ def _plan_row(params: JobParams, stream: str, group: str, entry_id: str, row: Pe
     elif route(False, count, params.max_deliveries) == ROUTE_DEAD_LETTER:
         action, reason = PLAN_DEAD_LETTER, "max-deliveries-exceeded"
     else:
-        action = PLAN_REQUEUE if params.reprocess_mode == "requeue" else PLAN_REPROCESS
+        action = PLAN_BY_MODE[params.reprocess_mode]
         reason = None
     return {"stream": stream, "group": group, "id": entry_id,
             "previous_consumer": shown(row[OWNER]), "delivery_count": count,
             "idle_ms": row[IDLE], "action": action, "reason": reason, "error": None,
-            "dead_letter_id": None, "requeued_id": None}
+            "dead_letter_id": None, "requeued_id": None, "reassigned_to": None}

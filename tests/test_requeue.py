@@ -10,6 +10,8 @@ from redis import Redis
 
 from recovery.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.dlq_names import dead_letter_key, requeue_key
+from recovery.job import run
+from recovery.report import read_run
 from tests.backlogs import DEAD, HOUR_MS, binary_fields
 from tests.fault_tools import GROUP, job_args, report_rows, rows_by_key, run_in_process
 from tests.invariants import dead_letters, final_states, pel
@@ -153,17 +155,16 @@ def test_bad_requeue_settings_exit_2_before_redis(override, fragment, tmp_path):
     assert fragment in line, line
 
 
-def test_dry_run_says_would_requeue(spark, client, make_settings, tmp_path):
-    from recovery.job import run
-    from recovery.report import read_run
-
+@pytest.mark.parametrize(("mode", "planned"), [("requeue", "would_requeue"),
+                                               ("reassign", "would_reassign")])
+def test_dry_run_says_what_the_mode_would_do(spark, client, make_settings, mode, planned):
     stuck(client, "plan", {"ok": (3, 1), "poison": (2, 9)})
-    settings = make_settings("streams.keys=plan", "reprocess.mode=requeue",
+    settings = make_settings("streams.keys=plan", f"reprocess.mode={mode}",
                              "claim.max_deliveries=5")
     summary = run(spark, settings, dry_run=True)
     plan = {r.action for r in read_run(spark, settings.report.path, summary.run_id).collect()}
-    assert plan == {"would_requeue", "would_dead_letter"}
-    assert summary.totals["would_requeue"] == 3
+    assert plan == {planned, "would_dead_letter"}
+    assert summary.totals[planned] == 3
     assert len(pel(client, "plan", GROUP)) == 5 and client.xlen("plan") == 5
 
 
