@@ -1,0 +1,152 @@
+"""Faults while the job requeues or reassigns, checked in Redis afterwards: every entry ends
+exactly once as requeued (one copy, the original acked), reassigned (pending on one live
+consumer), dead-lettered or still pending; nothing a live consumer acked is moved.
+
+- SIGKILL of a real spark-submit (local[2], one pass) at a random moment of its moves, then
+  a run that finishes;
+- two runs at once (spark-submit and in-process) over the same groups, while a live
+  consumer acks entries of them.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import pytest
+from redis import Redis
+
+from recovery.local_redis import LocalServer
+from tests.fault_tools import (
+    GROUP,
+    finished,
+    job_args,
+    kill_tree,
+    run_in_process,
+    spark_submit,
+    wait_until,
+)
+from tests.invariants import final_states, pel
+from tests.test_reassign import LIVE, WINDOW_MS, kept_alive
+from tests.test_requeue import copies, stuck
+
+KINDS = {"ok": (40, 1), "poison": (6, 9)}
+SLOW = ["claim.count=5", "claim.max_entries_per_s=60", "dead_letter.batch_size=3"]
+SEED = 7
+
+
+def first_ids(client: Redis, streams: list[str]) -> dict[str, str]:
+    """Each stream's last ID before the run: copies come after it."""
+    return {s: client.xinfo_stream(s)["last-generated-id"].decode() for s in streams}
+
+
+def moved(client: Redis, seeded: dict, streams: list[str], mode: str) -> int:
+    """Seeded entries moved so far: copies appended (requeue: the streams grew by them) or
+    pending on a live consumer (reassign)."""
+    if mode == "requeue":
+        return sum(client.xlen(s) for s in streams) - len(seeded)
+    ids = {k[2] for k in seeded}
+    return sum(1 for s in streams for i, p in pel(client, s, GROUP).items()
+               if i in ids and p.consumer in LIVE)
+
+
+def check_each_once(client: Redis, seeded: dict, streams: list[str], before: dict[str, str],
+                    mode: str, acked_elsewhere: set | frozenset = frozenset()) -> None:
+    """The invariant, in Redis: poison dead-lettered once; each ok entry requeued once (one
+    copy, original acked) or reassigned (pending on a live consumer), unless a live consumer
+    acked it first (then no copy and no owner)."""
+    states = final_states(client, seeded)  # asserts: never two dead letters, never both
+    for key, kind in seeded.items():
+        if kind == "poison":
+            assert states[key] == "dead_lettered", (key, states[key])
+        elif key[2] in acked_elsewhere or mode == "requeue":
+            assert states[key] == "acked", (key, states[key])
+        else:
+            assert states[key] in {f"pending:{c}" for c in LIVE}, (key, states[key])
+    if mode == "requeue":
+        for stream in streams:
+            made = copies(client, stream, before[stream])  # asserts: no entry copied twice
+            originals = {k[2] for k, v in seeded.items() if k[0] == stream and v == "ok"}
+            assert len(made) == len(originals - set(acked_elsewhere)), stream
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("mode", ["requeue", "reassign"])
+def test_sigkill_mid_move_then_rerun_moves_each_entry_once(spark, redis_version_server,
+                                                          tmp_path, mode):
+    server: LocalServer = redis_version_server
+    client = server.client()
+    rng = random.Random(f"{SEED}-{mode}")
+    streams = ["kq-a", "kq-b{t}"]
+    seeded = {}
+    for stream in streams:
+        seeded.update(stuck(client, stream, KINDS))
+    before = first_ids(client, streams)
+    time.sleep(WINDOW_MS / 1000 + 0.5)  # seeding touched the dead consumer: let it go stale
+    mode_args = [f"reprocess.mode={mode}", f"reprocess.live_within_ms={WINDOW_MS}"]
+    alive = kept_alive(server.client(), streams, LIVE) if mode == "reassign" else nullcontext()
+    with alive:
+        proc = spark_submit(job_args(server.url, tmp_path, streams, "claim.min_idle_ms=1000",
+                                     *SLOW, *mode_args, run_id="killed"), tmp_path / "logs")
+        n = rng.randint(1, 79)
+        reached = wait_until(lambda: moved(client, seeded, streams, mode) >= n, proc, 180,
+                             f"{n} entries moved")
+        kill_tree(proc)
+        time.sleep(1.1)  # what the killed run claimed becomes idle enough to claim again
+        rerun = run_in_process(spark, job_args(server.url, tmp_path, streams,
+                                               "claim.min_idle_ms=1000", *mode_args,
+                                               run_id="rerun"))
+    assert rerun.code == 0, rerun.stderr
+    print(f"{mode}: killed after {n} moves ({'reached' if reached else 'finished first'})")
+    check_each_once(client, seeded, streams, before, mode)
+
+
+@pytest.mark.timeout(240)
+def test_two_runs_at_once_and_a_live_consumer_acking_requeue_each_entry_once(
+        spark, redis_version_server, tmp_path):
+    """Run A (spark-submit) requeues slowly; run B (in-process) claims what A claimed once it
+    is idle enough (min_idle 1 s); meanwhile a live consumer acks some original entries.
+    Only the script's ownership check decides: no entry is copied twice, none a live
+    consumer acked is copied at all."""
+    server: LocalServer = redis_version_server
+    client = server.client()
+    streams = ["tq-a"]
+    seeded = stuck(client, "tq-a", KINDS)
+    before = first_ids(client, streams)
+    ok_ids = [k[2] for k, v in seeded.items() if v == "ok"]
+    acked: set[str] = set()
+    stop = threading.Event()
+
+    def live_acker() -> None:  # acks every 4th ok entry, from the back
+        ack_client = server.client()
+        for entry_id in reversed(ok_ids[::4]):
+            if stop.wait(0.05):
+                return
+            if ack_client.xack("tq-a", GROUP, entry_id):
+                acked.add(entry_id)
+
+    slow = ["claim.min_idle_ms=1000", "claim.count=5", "claim.max_entries_per_s=20",
+            "dead_letter.batch_size=2", "reprocess.mode=requeue"]
+    proc = spark_submit(job_args(server.url, tmp_path, streams, *slow, run_id="A"),
+                        tmp_path / "logs", master="local[2,2]")
+    acker = threading.Thread(target=live_acker, daemon=True)
+    wait_until(lambda: len(pel(client, "tq-a", GROUP)) < 46 or
+               any(p.consumer.startswith("recovery-A") for p in
+                   pel(client, "tq-a", GROUP).values()), proc, 120, "run A's first claim")
+    acker.start()
+    time.sleep(1.2)
+    run_b = run_in_process(spark, job_args(server.url, tmp_path, streams, *slow, run_id="B"))
+    run_a = finished(proc, Path(tmp_path / "logs"), timeout_s=180)
+    stop.set()
+    acker.join(10)
+    assert (run_a.code, run_b.code) == (0, 0), (run_a.stderr[-2000:], run_b.stderr)
+    leftover = pel(client, "tq-a", GROUP)
+    assert not leftover, leftover
+    check_each_once(client, seeded, streams, before, "requeue", acked)
+    requeued_by = {r: run.summary["totals"]["requeued"] for r, run in (("A", run_a),
+                                                                       ("B", run_b))}
+    assert sum(requeued_by.values()) == 40 - len(acked) and min(requeued_by.values()) > 0, \
+        (requeued_by, "both runs must have requeued some, or the race was not tested")
