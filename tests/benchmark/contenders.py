@@ -106,7 +106,8 @@ def _measure_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions
                "jvm_threads_cpu_s": job.jvm_threads_cpu_s,
                "heap_after_gc": {"jvm": job.heap_after_gc_bytes}, "cpu_s": job.cpu_s}
     return Measured(job.wall_s, None, None, job.peak_rss.get("driver", 0), None,
-                    int(totals["reprocessed"]), int(totals["dead_lettered"]), details,
+                    int(totals["reprocessed"]) + int(totals.get("requeued", 0)),
+                    int(totals["dead_lettered"]), details,
                     job.sampler_calls, job.cpu_s.get("total"))
 
 
@@ -134,7 +135,8 @@ def run_contender(name: str, spec: BacklogSpec, repeat: int, workdir: Path,
             measured = _measure_loop(name, spec, server.url, options.code_root)
         delta, reaped_cpu = redis_counters(client) - before, children_cpu_s() - cpu_before
         load_end = os.getloadavg()[0]
-        outcome = verify_recovered(client, seeded)
+        requeued = name == JOB and "reprocess.mode=requeue" in options.job_set
+        outcome = verify_recovered(client, seeded, requeued)
     said = (measured.said_acked, measured.said_dead_lettered)
     if said != (outcome.acked, outcome.dead_lettered):
         raise ContenderFailed(f"{name} says it acked and dead-lettered {said}, Redis shows "

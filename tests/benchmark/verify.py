@@ -1,7 +1,8 @@
 """After every run, check in Redis itself that every seeded entry was recovered exactly once.
 
 - the group's PEL holds none of the seeded entries (each was acked or dead-lettered);
-- every source stream still holds all its entries (nothing deleted);
+- every source stream still holds all its entries (nothing deleted), plus one copy of each
+  acked entry when the job requeued them (``reprocess.mode=requeue``);
 - each stream's DLQ holds exactly the over-limit entries, each once (by ``x-original-id``),
   with their original fields verbatim and the right ``x-original-stream`` / ``-group``;
 - the database holds no other keys (no stray dead-letter streams).
@@ -40,7 +41,9 @@ def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
         yield items[start : start + size]
 
 
-def _pel_and_length(client: redis.Redis, seeded: SeededBacklog) -> list[str]:
+def _pel_and_length(client: redis.Redis, seeded: SeededBacklog, requeued: bool) -> list[str]:
+    """Problems with the PELs and the streams' lengths: each stream holds what was seeded,
+    and with `requeued` one copy more of each entry that was not over the limit."""
     spec, problems = seeded.spec, []
     for names in _chunks(spec.stream_names(), PIPELINE):
         pipe = client.pipeline(transaction=False)
@@ -51,8 +54,10 @@ def _pel_and_length(client: redis.Redis, seeded: SeededBacklog) -> list[str]:
         for name, pending, length in zip(names, replies[::2], replies[1::2], strict=True):
             if pending["pending"]:
                 problems.append(f"{name}: {pending['pending']} entries still pending")
-            if length != spec.per_stream:
-                problems.append(f"{name}: {length} entries, seeded {spec.per_stream}")
+            copies = spec.per_stream - len(seeded.over_limit.get(name, [])) if requeued else 0
+            if length != spec.per_stream + copies:
+                problems.append(f"{name}: {length} entries, seeded {spec.per_stream}"
+                                f" and {copies} requeued")
     return problems
 
 
@@ -107,9 +112,11 @@ def _stray_keys(client: redis.Redis, seeded: SeededBacklog) -> list[str]:
     return [] if size == expected else [f"{size} keys in the database, expected {expected}"]
 
 
-def verify_recovered(client: redis.Redis, seeded: SeededBacklog) -> Outcome:
-    """Raise VerificationError unless every seeded entry was acked or dead-lettered once."""
-    problems = _pel_and_length(client, seeded)
+def verify_recovered(client: redis.Redis, seeded: SeededBacklog, requeued: bool = False
+                     ) -> Outcome:
+    """Raise VerificationError unless every seeded entry was acked or dead-lettered once
+    (and, `requeued`, each acked one copied once into its stream)."""
+    problems = _pel_and_length(client, seeded, requeued)
     dead_lettered, dlq_problems = _dead_letters(client, seeded)
     problems += dlq_problems + _stray_keys(client, seeded)
     if problems:
