@@ -113,6 +113,25 @@ def test_documented_users_run_everything_on_one_server(spark, acl_server, tmp_pa
     run_as_documented_users(spark, acl_server.url, client, [client], tmp_path, capsys)
 
 
+@pytest.mark.parametrize("mode", ["requeue", "reassign"])
+def test_the_reprocess_modes_need_nothing_more_than_the_documented_rule(
+        spark, redis_version_server, tmp_path, capsys, mode):
+    """README "ACL": requeue into the source stream and reassign add no permission."""
+    client = redis_version_server.client()
+    create_users([client])
+    seed(client, ["events:orders"], ["billing"])
+    client.xgroup_createconsumer("events:orders", "billing", "app-1")  # live: just created
+    args = job_args(redis_version_server.url, "recovery", tmp_path, "streams.match=events:*",
+                    f"reprocess.mode={mode}")
+    assert run_recovery(args, lambda s: spark) == 0, capsys.readouterr()
+    done = '"requeued":' if mode == "requeue" else '"reassigned":'
+    totals = capsys.readouterr().out.rsplit("\n", 2)[-2]
+    assert f"{done}0," not in totals, totals  # something was moved
+    setinfo = "client" if client.info("server")["redis_version"].startswith("6.") \
+        else "client|setinfo"
+    assert refusals([client]) <= {("recovery", "command", setinfo)}
+
+
 def test_documented_users_run_everything_on_a_cluster(spark, redis_cluster: LocalCluster,
                                                       tmp_path, capsys):
     redis_cluster.wait_healthy()

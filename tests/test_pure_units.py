@@ -12,7 +12,7 @@ from redis.crc import key_slot
 
 from recovery.config import executor_params, load_settings, redacted_url
 from recovery.discovery import WorkUnit, assign
-from recovery.dlq_names import dead_letter_key
+from recovery.dlq_names import dead_letter_key, requeue_key
 from recovery.errors import ConfigError, DeadLetterNameError
 from recovery.handlers import Result, normalise_reply
 from recovery.job import check_no_speculation, retries_tasks
@@ -35,6 +35,21 @@ def test_dead_letter_key_shares_the_slot(source, dlq):
     else:
         assert dead_letter_key(source, ":dlq") == dlq
         assert key_slot(dlq.encode()) == key_slot(source.encode())
+
+
+@pytest.mark.parametrize(("source", "target"), [
+    ("orders", "{orders}:retry:billing"),
+    ("orders{eu}", "orders{eu}:retry:billing"),
+    ("a}b", None),  # no name can share its slot: refused, as its dead-letter name is
+])
+def test_retry_streams_share_the_slot_by_the_dead_letter_rule(source, target):
+    assert requeue_key(source, "billing", None) == source
+    if target is None:
+        with pytest.raises(DeadLetterNameError):
+            requeue_key(source, "billing", "{stream}:retry:{group}")
+    else:
+        assert requeue_key(source, "billing", "{stream}:retry:{group}") == target
+        assert key_slot(target.encode()) == key_slot(source.encode())
 
 
 def test_settings_precedence_file_then_env_then_cli(tmp_path: Path, monkeypatch):

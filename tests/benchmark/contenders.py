@@ -135,7 +135,7 @@ def run_contender(name: str, spec: BacklogSpec, repeat: int, workdir: Path,
             measured = _measure_loop(name, spec, server.url, options.code_root)
         delta, reaped_cpu = redis_counters(client) - before, children_cpu_s() - cpu_before
         load_end = os.getloadavg()[0]
-        requeued = name == JOB and "reprocess.mode=requeue" in options.job_set
+        requeued = name == JOB and "reprocess.mode=requeue" in options.overrides
         outcome = verify_recovered(client, seeded, requeued)
     said = (measured.said_acked, measured.said_dead_lettered)
     if said != (outcome.acked, outcome.dead_lettered):
