@@ -239,14 +239,16 @@ def _within_limit(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows:
 def _requeue(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[int]) -> None:
     """Append `rows` again to their requeue targets with their deliveries so far (the count
     without the job's own claim) and ack the originals: batched atomic script calls, one
-    pipeline."""
+    pipeline. The copies hold the fields the job read (an entry deleted upstream since its
+    claim is still requeued once, from that content, as the handler would get it)."""
     rows = _within_limit(client, params, rb, _with_fields(client, rb, rows))
     calls: list[ScriptCall] = []
-    for (stream, group, consumer), unit_rows in rb.by_unit(rows).items():
+    for (stream, group, consumer), unit_rows in rb.by_unit(rows, ordered=True).items():
         target = requeue_key(stream, group, params.requeue_stream)
         for start in range(0, len(unit_rows), params.dlq_batch_size):
             chunk = unit_rows[start : start + params.dlq_batch_size]
-            entries = [(rb.id[i], max(0, (rb.delivery_count[i] or 1) - 1)) for i in chunk]
+            entries = [(rb.id[i], max(0, (rb.delivery_count[i] or 1) - 1), rb.fields_of(i))
+                       for i in chunk]
             calls.append((chunk, partial(requeue_batch, client, stream, target, group,
                                          consumer, entries)))
     for i, status in run_script_calls(client, calls):
@@ -303,8 +305,7 @@ def _app_deliveries(rb: RoutedBatch, i: int) -> int:
     """Deliveries of row `i` to the application so far, as its PEL should count them: the
     PEL count without the job's own claim (and without a requeued copy's carried count,
     which the copy still carries)."""
-    fields = rb.fields[i] if rb.fields[i] is not None else rb.fetched.get(i)
-    return max(0, (rb.delivery_count[i] or 1) - carried_deliveries(fields) - 1)
+    return max(0, (rb.delivery_count[i] or 1) - carried_deliveries(rb.fields_of(i)) - 1)
 
 
 def _left_alone(rb: RoutedBatch, i: int, status: Any, error: str | None = None) -> bool:

@@ -99,6 +99,12 @@ class RoutedBatch:
     def has_fields(self, i: int) -> bool:
         return self.fields[i] is not None or i in self.fetched
 
+    def fields_of(self, i: int) -> Fields:
+        """Row `i`'s fields as claimed, or as fetched for an entry taken back (the row must
+        have them: ``has_fields``)."""
+        fields = self.fields[i]
+        return fields if fields is not None else self.fetched[i]
+
     def messages(self, rows: list[int]) -> list[Message]:
         """The handler's messages for `rows`, in order."""
         fields, fetched, stream, group, ids, counts = (

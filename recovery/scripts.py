@@ -17,6 +17,8 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
+from recovery.streams import Fields
+
 SCRIPT_NAMES = ("dead_letter", "lease_owned", "delete_empty_consumer", "redrive", "requeue",
                 "reassign")
 
@@ -98,17 +100,18 @@ def dead_letter_batch(client: redis.Redis, ctx: DeadLetterContext,
 
 
 def requeue_batch(client: redis.Redis, stream: str, target: str, group: str, consumer: str,
-                  entries: Sequence[tuple[str, int]], pipe: Any = None) -> list[Any]:
-    """Requeue `entries` ((id, deliveries to the application so far)) from `stream` to
-    `target` in one atomic call; only entries pending and owned by `consumer` move.
+                  entries: Sequence[tuple[str, int, Fields]], pipe: Any = None) -> list[Any]:
+    """Requeue `entries` ((id, deliveries to the application so far, fields as claimed), in
+    ascending ID order) from `stream` to `target` in one atomic call; only entries pending
+    and owned by `consumer` move. The job sends the fields it holds: no read per entry.
 
     Reply (without pipe): one element per entry, in order: the copy's ID (bytes) if
-    requeued, or ``MOVED_NOT_OURS`` / ``MOVED_DELETED`` / ``MOVED_TOO_BIG`` as for
-    :func:`dead_letter_batch`.
+    requeued, or ``MOVED_NOT_OURS`` / ``MOVED_TOO_BIG`` as for :func:`dead_letter_batch`.
     """
-    args: list[Any] = [group, consumer]
-    for entry_id, deliveries in entries:
-        args += [entry_id, deliveries]
+    args: list[Any] = [group, consumer, entries[0][0], entries[-1][0]]
+    for entry_id, deliveries, fields in entries:
+        args += [entry_id, deliveries, 2 * len(fields)]
+        args += [value for pair in fields for value in pair]
     return _call(client, "requeue", [stream, target], args, pipe)  # type: ignore[no-any-return]
 
 

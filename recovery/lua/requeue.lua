@@ -1,42 +1,49 @@
--- Requeue a batch of entries, atomically: each entry still pending and owned by the job's
--- consumer is appended to the target stream as a new message (its fields verbatim, without
--- an earlier copy's carried count), with x-recovery-deliveries = the deliveries to the
--- application so far, and the original is acked. One call: either both or neither.
+-- Requeue a batch of entries of one unit, atomically: each entry still pending and owned by
+-- the job's consumer is appended to the target stream as a new message, its fields as the
+-- claim read them (byte for byte, without an earlier copy's carried count), with
+-- x-recovery-deliveries = its deliveries to the application so far; the originals are then
+-- acked. One call: for every entry, both or neither.
 -- KEYS[1]: source stream; KEYS[2]: target stream (the source itself, or a retry stream in
--- the same hash slot). ARGV[1]: group; ARGV[2]: the job's consumer;
--- then 2 values per entry: id, deliveries so far.
+-- the same hash slot). ARGV[1]: group; ARGV[2]: the job's consumer; ARGV[3], ARGV[4]: the
+-- smallest and the largest ID of the batch; then per entry: id, deliveries so far, n, and n
+-- values (its fields as name, value, name, value, ...).
 -- Reply: one element per entry: the copy's ID if requeued; 0 if the entry is no longer
--- pending or owned by ARGV[2] (left alone); -1 if it was deleted from the stream upstream
--- (acked, nothing written); -2 if it has too many fields to be re-added from a script
--- (Lua's unpack() takes at most ~8000 values): left pending, nothing written.
+-- pending or owned by ARGV[2] (left alone); -2 if it has too many fields to be re-added from
+-- a script (Lua's unpack() takes at most ~8000 values): left pending, nothing written.
 local MAX_VALUES = 7900
 local CARRIED = 'x-recovery-deliveries'
+local page, chunk = 1000, 1000  -- unpack() handles at most ~8000 values
 local group, consumer = ARGV[1], ARGV[2]
-local reply = {}
-for i = 3, #ARGV, 2 do
-  local id = ARGV[i]
-  if #redis.call('XPENDING', KEYS[1], group, id, id, 1, consumer) == 0 then
+local owned = {}  -- one range read of the job consumer's entries, not one read per entry
+local start = ARGV[3]
+while true do
+  local rows = redis.call('XPENDING', KEYS[1], group, start, ARGV[4], page, consumer)
+  for _, row in ipairs(rows) do owned[row[1]] = true end
+  if #rows < page then break end
+  start = '(' .. rows[#rows][1]
+end
+local reply, moved = {}, {}
+local i = 5
+while i <= #ARGV do
+  local id, deliveries, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  if not owned[id] then
     reply[#reply + 1] = 0
+  elseif n + 4 > MAX_VALUES then
+    reply[#reply + 1] = -2
   else
-    local found = redis.call('XRANGE', KEYS[1], id, id)
-    if #found == 0 then
-      redis.call('XACK', KEYS[1], group, id)
-      reply[#reply + 1] = -1
-    elseif #found[1][2] + 4 > MAX_VALUES then
-      reply[#reply + 1] = -2
-    else
-      local args = {KEYS[2], '*'}
-      local fields = found[1][2]
-      for j = 1, #fields, 2 do
-        if fields[j] ~= CARRIED then
-          args[#args + 1] = fields[j]; args[#args + 1] = fields[j + 1]
-        end
+    local args = {KEYS[2], '*'}
+    for j = i + 3, i + 2 + n, 2 do
+      if ARGV[j] ~= CARRIED then
+        args[#args + 1] = ARGV[j]; args[#args + 1] = ARGV[j + 1]
       end
-      args[#args + 1] = CARRIED; args[#args + 1] = ARGV[i + 1]
-      local copy_id = redis.call('XADD', unpack(args))
-      redis.call('XACK', KEYS[1], group, id)
-      reply[#reply + 1] = copy_id
     end
+    args[#args + 1] = CARRIED; args[#args + 1] = deliveries
+    reply[#reply + 1] = redis.call('XADD', unpack(args))
+    moved[#moved + 1] = id
   end
+  i = i + 3 + n
+end
+for k = 1, #moved, chunk do
+  redis.call('XACK', KEYS[1], group, unpack(moved, k, math.min(k + chunk - 1, #moved)))
 end
 return reply
