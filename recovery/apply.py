@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import redis
 
-from recovery.claimed import Claimed, carried_deliveries, with_carried
+from recovery.claimed import Claimed, carried_deliveries, copy_fields, with_carried
 from recovery.dlq_names import dead_letter_key, requeue_key
 from recovery.handlers import (
     Handler,
@@ -247,7 +247,8 @@ def _requeue(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list
         target = requeue_key(stream, group, params.requeue_stream)
         for start in range(0, len(unit_rows), params.dlq_batch_size):
             chunk = unit_rows[start : start + params.dlq_batch_size]
-            entries = [(rb.id[i], max(0, (rb.delivery_count[i] or 1) - 1), rb.fields_of(i))
+            entries = [(rb.id[i], copy_fields(rb.fields_of(i),
+                                              max(0, (rb.delivery_count[i] or 1) - 1)))
                        for i in chunk]
             calls.append((chunk, partial(requeue_batch, client, stream, target, group,
                                          consumer, entries)))

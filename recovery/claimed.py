@@ -116,3 +116,10 @@ def with_carried(count: int | None, fields: Fields | None) -> int | None:
     """A delivery count from the PEL plus the deliveries `fields` carry (None stays None:
     the entry is no longer the job's)."""
     return None if count is None else count + carried_deliveries(fields)
+
+
+def copy_fields(fields: Fields, deliveries: int) -> Fields:
+    """A requeued copy's fields: the entry's own, without an earlier copy's carried count,
+    then ``CARRIED_DELIVERIES`` = `deliveries` (to the application so far)."""
+    own = [pair for pair in fields if pair[0] != CARRIED_DELIVERIES]
+    return [*own, (CARRIED_DELIVERIES, str(deliveries).encode())]

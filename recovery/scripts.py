@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from itertools import chain
 from typing import Any
 
 import redis
@@ -100,18 +101,17 @@ def dead_letter_batch(client: redis.Redis, ctx: DeadLetterContext,
 
 
 def requeue_batch(client: redis.Redis, stream: str, target: str, group: str, consumer: str,
-                  entries: Sequence[tuple[str, int, Fields]], pipe: Any = None) -> list[Any]:
-    """Requeue `entries` ((id, deliveries to the application so far, fields as claimed), in
-    ascending ID order) from `stream` to `target` in one atomic call; only entries pending
-    and owned by `consumer` move. The job sends the fields it holds: no read per entry.
+                  entries: Sequence[tuple[str, Fields]], pipe: Any = None) -> list[Any]:
+    """Requeue `entries` ((id, the copy's fields), in ascending ID order) from `stream` to
+    `target` in one atomic call; only entries pending and owned by `consumer` move. The job
+    sends the copies' fields itself: no read per entry.
 
     Reply (without pipe): one element per entry, in order: the copy's ID (bytes) if
     requeued, or ``MOVED_NOT_OURS`` / ``MOVED_TOO_BIG`` as for :func:`dead_letter_batch`.
     """
     args: list[Any] = [group, consumer, entries[0][0], entries[-1][0]]
-    for entry_id, deliveries, fields in entries:
-        args += [entry_id, deliveries, 2 * len(fields)]
-        args += [value for pair in fields for value in pair]
+    for entry_id, fields in entries:
+        args += [entry_id, 2 * len(fields), *chain.from_iterable(fields)]
     return _call(client, "requeue", [stream, target], args, pipe)  # type: ignore[no-any-return]
 
 

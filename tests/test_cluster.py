@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -19,7 +20,7 @@ from redis.cluster import RedisCluster
 from recovery.cluster import StreamCluster, groups_by_node
 from recovery.config import load_settings, redis_params
 from recovery.discovery import WorkUnit, assign, discover
-from recovery.dlq_names import dead_letter_key
+from recovery.dlq_names import dead_letter_key, requeue_key
 from recovery.errors import ConfigError, RecoveryError
 from recovery.job import run
 from recovery.redis_conn import connect
@@ -220,3 +221,22 @@ def test_a_database_other_than_0_on_a_cluster_is_a_config_error(mode, cluster, r
                                 f"redis.url={cluster.url.removesuffix('/0')}/3")
     with pytest.raises(ConfigError, match="only database 0: end the URL with /0"):
         connect(redis_params(settings))
+
+
+def test_requeue_on_a_cluster_keeps_each_copy_in_its_sources_slot(spark, cluster, rc,
+                                                                  tmp_path):
+    """Streams on every primary, two groups each: copies go to per-group retry streams named
+    in their source's hash slot (the script's keys must share one), one copy per entry."""
+    streams, _ = seed_everywhere(rc)
+    settings = cluster_settings(cluster, tmp_path, "reprocess.mode=requeue",
+                                "reprocess.requeue_stream={stream}:retry:{group}")
+    summary = run(spark, settings)
+    for stream in streams:
+        for group in GROUPS:
+            target = requeue_key(stream, group, "{stream}:retry:{group}")
+            assert rc.get_node_from_key(target) == rc.get_node_from_key(stream)
+            kinds = Counter(f[b"kind"] for _, f in rc.xrange(target))
+            assert kinds == {b"ok": 120, b"fail": 10, b"fail_at_limit": 6}, (target, kinds)
+            assert not [e for e, p in pel(rc, stream, group).items()
+                        if p.consumer.startswith("recovery-")]
+    assert summary.totals["requeued"] == 136 * len(streams) * len(GROUPS)

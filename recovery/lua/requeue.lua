@@ -1,17 +1,16 @@
 -- Requeue a batch of entries of one unit, atomically: each entry still pending and owned by
--- the job's consumer is appended to the target stream as a new message, its fields as the
--- claim read them (byte for byte, without an earlier copy's carried count), with
--- x-recovery-deliveries = its deliveries to the application so far; the originals are then
--- acked. One call: for every entry, both or neither.
+-- the job's consumer is appended to the target stream as a new message, with the fields the
+-- caller sends (the entry's fields as the claim read them, byte for byte, without an earlier
+-- copy's carried count, then x-recovery-deliveries = its deliveries to the application so
+-- far); the originals are then acked. One call: for every entry, both or neither.
 -- KEYS[1]: source stream; KEYS[2]: target stream (the source itself, or a retry stream in
 -- the same hash slot). ARGV[1]: group; ARGV[2]: the job's consumer; ARGV[3], ARGV[4]: the
--- smallest and the largest ID of the batch; then per entry: id, deliveries so far, n, and n
--- values (its fields as name, value, name, value, ...).
+-- smallest and the largest ID of the batch; then per entry: id, n, and the n values of the
+-- copy's fields (name, value, name, value, ...).
 -- Reply: one element per entry: the copy's ID if requeued; 0 if the entry is no longer
 -- pending or owned by ARGV[2] (left alone); -2 if it has too many fields to be re-added from
 -- a script (Lua's unpack() takes at most ~8000 values): left pending, nothing written.
 local MAX_VALUES = 7900
-local CARRIED = 'x-recovery-deliveries'
 local page, chunk = 1000, 1000  -- unpack() handles at most ~8000 values
 local group, consumer = ARGV[1], ARGV[2]
 local owned = {}  -- one range read of the job consumer's entries, not one read per entry
@@ -25,23 +24,16 @@ end
 local reply, moved = {}, {}
 local i = 5
 while i <= #ARGV do
-  local id, deliveries, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local id, n = ARGV[i], tonumber(ARGV[i + 1])
   if not owned[id] then
     reply[#reply + 1] = 0
-  elseif n + 4 > MAX_VALUES then
+  elseif n + 2 > MAX_VALUES then
     reply[#reply + 1] = -2
   else
-    local args = {KEYS[2], '*'}
-    for j = i + 3, i + 2 + n, 2 do
-      if ARGV[j] ~= CARRIED then
-        args[#args + 1] = ARGV[j]; args[#args + 1] = ARGV[j + 1]
-      end
-    end
-    args[#args + 1] = CARRIED; args[#args + 1] = deliveries
-    reply[#reply + 1] = redis.call('XADD', unpack(args))
+    reply[#reply + 1] = redis.call('XADD', KEYS[2], '*', unpack(ARGV, i + 2, i + 1 + n))
     moved[#moved + 1] = id
   end
-  i = i + 3 + n
+  i = i + 2 + n
 end
 for k = 1, #moved, chunk do
   redis.call('XACK', KEYS[1], group, unpack(moved, k, math.min(k + chunk - 1, #moved)))
