@@ -15,6 +15,7 @@ from recovery.report import read_run
 from tests.backlogs import DEAD, HOUR_MS, binary_fields
 from tests.fault_tools import GROUP, job_args, report_rows, rows_by_key, run_in_process
 from tests.invariants import dead_letters, final_states, pel
+from tests.test_redrive import redrive
 
 CARRIED = b"x-recovery-deliveries"
 APP = "app-1"  # the application's consumer, reading the copies
@@ -107,6 +108,13 @@ def test_the_delivery_limit_holds_across_requeues(spark, redis_server, tmp_path)
     assert letter[b"x-delivery-count"] == b"4"  # 3 to the application, 1 the job's claim
     assert CARRIED not in letter and letter[b"n"] == b"0"
     assert pel(client, "loop", GROUP) == {} and key[2] not in pel(client, "loop", GROUP)
+    # Redriven, it starts a new count, and says so.
+    before = client.xinfo_stream("loop")["last-generated-id"].decode()
+    assert redrive(redis_server, "streams.keys=loop").totals["redriven"] == 1
+    ((_, redriven),) = client.xrange("loop", "(" + before)
+    assert CARRIED not in redriven and redriven[b"x-redrive-count"] == b"1"
+    assert {k: v for k, v in redriven.items() if k != b"x-redrive-count"} == \
+        binary_fields(0, "ok")
 
 
 def test_a_retry_stream_per_group_keeps_each_groups_copies_apart(spark, server, tmp_path):
