@@ -1,3 +1,92 @@
-"""Recover stuck messages from Redis Streams consumer groups with PySpark."""
+"""Recover stuck messages from Redis Streams consumer groups with PySpark.
+
+The public face, for notebooks, scheduler scripts and handler authors::
+
+    import recovery
+
+    settings = recovery.load_settings(None, ["redis.url=redis://host:6379/0",
+                                             "streams.match=orders:*"])
+    spark = recovery.local_session("local[2]", "my-notebook")   # or your own session
+    pending = recovery.pending_entries(spark, settings)  # DataFrame: what a run would do
+    summary = recovery.run(spark, settings)              # claims, moves, acks; RunSummary
+    print(recovery.format_table(summary))
+
+A handler is ``def handle(messages: list[recovery.Message]) -> list[recovery.Result]``.
+Everything else in the package is internal and may move. The names below load on first
+use, so ``import recovery`` stays light: Spark's Python workers import the package's
+executor-side modules and must not load the driver side (pydantic, the settings).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_HOMES = {
+    # settings
+    "Settings": "recovery.config",
+    "load_settings": "recovery.config",
+    # running it
+    "run": "recovery.job",
+    "pending_entries": "recovery.job",
+    "local_session": "recovery.local_spark",
+    "RunSummary": "recovery.report",
+    "format_table": "recovery.report",
+    "read_run": "recovery.report",
+    "ACTIONS": "recovery.schemas",
+    "PLAN_ACTIONS": "recovery.schemas",
+    "REPORT": "recovery.schemas",
+    # the handler contract
+    "Message": "recovery.handlers",
+    "Result": "recovery.handlers",
+    # errors (each with its exit code)
+    "RecoveryError": "recovery.errors",
+    "ConfigError": "recovery.errors",
+    "RedisUnavailableError": "recovery.errors",
+    "RedisAuthError": "recovery.errors",
+    "RedisPermissionError": "recovery.errors",
+    "UnsupportedServerError": "recovery.errors",
+    "HandlerError": "recovery.errors",
+    "FailureThresholdError": "recovery.errors",
+}
+__all__ = [  # the same names as _HOMES (tests/test_public_api.py holds them together)
+    "ACTIONS", "PLAN_ACTIONS", "REPORT", "ConfigError", "FailureThresholdError",
+    "HandlerError", "Message", "RecoveryError", "RedisAuthError", "RedisPermissionError",
+    "RedisUnavailableError", "Result", "RunSummary", "Settings", "UnsupportedServerError",
+    "__version__", "format_table", "load_settings", "local_session", "pending_entries",
+    "read_run", "run",
+]
+
+if TYPE_CHECKING:
+    from recovery.config import Settings, load_settings
+    from recovery.errors import (
+        ConfigError,
+        FailureThresholdError,
+        HandlerError,
+        RecoveryError,
+        RedisAuthError,
+        RedisPermissionError,
+        RedisUnavailableError,
+        UnsupportedServerError,
+    )
+    from recovery.handlers import Message, Result
+    from recovery.job import pending_entries, run
+    from recovery.local_spark import local_session
+    from recovery.report import RunSummary, format_table, read_run
+    from recovery.schemas import ACTIONS, PLAN_ACTIONS, REPORT
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name from its module on first use (PEP 562)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'recovery' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

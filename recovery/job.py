@@ -57,6 +57,7 @@ from recovery.report import (
     format_table,
     health_path,
     health_totals,
+    read_run,
     run_path,
     write_health,
     write_pass,
@@ -67,6 +68,7 @@ from recovery.schemas import (
     PACKED,
     PEL_HISTOGRAM,
     PLAN_ACTIONS,
+    REPORT,
 )
 from recovery.survey import histogram_partition, plan_partition
 from recovery.tally import histogram_rows
@@ -117,6 +119,20 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
     summary.duration_s = round(time.monotonic() - started, 3)
     log.info("run %s summary\n%s", params.run_id, format_table(summary))
     return summary
+
+
+def pending_entries(spark: SparkSession, settings: Settings) -> DataFrame:
+    """Read-only: the pending entries a run would claim now (idle at least
+    ``claim.min_idle_ms``), one row per entry: ``stream``, ``group``, ``id``,
+    ``previous_consumer`` (its owner now), ``delivery_count`` (as the run's claim would make
+    it, with a requeued copy's carried deliveries), ``idle_ms`` and ``action``, what a run
+    would do (``would_reprocess`` / ``would_requeue`` / ``would_reassign``,
+    ``would_dead_letter``, ``deleted``): a dry run's report (schema REPORT), read back.
+    Claims nothing; writes only the dry run's report and health files."""
+    summary = run(spark, settings, dry_run=True)
+    if summary.report_path is None:  # nothing pending anywhere
+        return spark.createDataFrame([], REPORT)
+    return read_run(spark, settings.report.path, summary.run_id)
 
 
 def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
