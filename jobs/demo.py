@@ -104,9 +104,10 @@ def reassign_round(server: LocalServer, args: list[str]) -> int:
     """The analytics groups' entries are reassigned to worker-2-live, which has just read new
     entries (live); it finds them among its own pending entries (XREADGROUP ... 0)."""
     client = server.client()
-    for stream in STREAMS:
-        client.xadd(stream, {"order_id": "new"})
-        client.xreadgroup("analytics", "worker-2-live", {stream: ">"})
+    before = {}
+    for stream in STREAMS:  # worker-2-live reads one more entry: it is live
+        client.xreadgroup("analytics", "worker-2-live", {stream: ">"}, count=1)
+        before[stream] = owned_by(client, stream, "analytics", "worker-2-live")
     code = run_recovery([*args, "--set", "streams.groups=analytics",
                          "--set", "reprocess.mode=reassign",
                          "--set", f"reprocess.live_within_ms={LIVE_WITHIN_MS}"], demo_session)
@@ -116,10 +117,18 @@ def reassign_round(server: LocalServer, args: list[str]) -> int:
         read: Any = client.xreadgroup("analytics", "worker-2-live", {stream: "0"},
                                       count=100_000)
         entries = read[0][1] if read else []
-        poisoned = sum(1 for _, f in entries if b"poison" in f)
-        print(f"  {stream} / analytics: {len(entries)} pending for worker-2-live, {poisoned} "
-              "of them the reassigned ones the handler had failed on")
+        new = [f for i, f in entries if i not in before[stream]]
+        poisoned = sum(1 for f in new if b"poison" in f)
+        print(f"  {stream} / analytics: {len(entries)} pending for worker-2-live, {len(new)} "
+              f"of them reassigned to it ({poisoned} with the poison field the handler "
+              "failed on)")
     return code
+
+
+def owned_by(client: redis.Redis, stream: str, group: str, consumer: str) -> set[bytes]:
+    """The IDs pending for `consumer`."""
+    rows: Any = client.xpending_range(stream, group, "-", "+", 100_000, consumername=consumer)
+    return {row["message_id"] for row in rows}
 
 
 def age_job_entries(client: redis.Redis) -> int:
