@@ -5,50 +5,21 @@ delivery count set back to its deliveries to the application so far."""
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
-from redis import Redis
 
-from recovery.backlog import add_entries, deliver
 from tests.fault_tools import GROUP, job_args, report_rows, rows_by_key, run_in_process
 from tests.invariants import final_states, pel
-from tests.test_requeue import stuck
-
-LIVE = ("app-a", "app-b")
-WINDOW_MS = 2000  # reprocess.live_within_ms in these tests
-
-
-def seen_now(client: Redis, stream: str, consumer: str) -> None:
-    """`consumer` reads one new entry: a successful interaction (XINFO CONSUMERS idle and
-    inactive both restart). The entry stays pending on it, too fresh to be claimed."""
-    add_entries(client, stream, 1, lambda i: {b"kind": b"fresh", b"n": b"%d" % i})
-    assert deliver(client, stream, GROUP, consumer, 1)
-
-
-@contextlib.contextmanager
-def kept_alive(client: Redis, streams: list[str], consumers: tuple[str, ...]
-               ) -> Iterator[None]:
-    """`consumers` keep reading (every 0.2 s) while the job runs: live however long it takes."""
-    stop = threading.Event()
-
-    def poll() -> None:
-        while not stop.wait(0.2):
-            for stream in streams:
-                for consumer in consumers:
-                    seen_now(client, stream, consumer)
-
-    thread = threading.Thread(target=poll, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(5)
+from tests.reprocess_tools import (
+    LIVE,
+    WINDOW_MS,
+    kept_alive,
+    run_with_small_batches,
+    seen_now,
+    stuck,
+)
 
 
 def reassign_args(url: str, tmp_path, streams: list[str], *extra: str, run_id: str
@@ -117,13 +88,9 @@ def test_task_retries_reassign_each_entry_once(spark, server, tmp_path, faults,
     time.sleep(WINDOW_MS / 1000 + 0.5)  # seeding touched the dead consumer: let it go stale
     for line in faults_asked:
         faults(line)
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
-    try:
-        with kept_alive(server.client(), streams, LIVE):
-            result = run_in_process(spark, reassign_args(server.url, tmp_path, streams,
-                                                         "claim.count=5", run_id="retried"))
-    finally:
-        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    with kept_alive(server.client(), streams, LIVE):
+        result = run_with_small_batches(spark, reassign_args(
+            server.url, tmp_path, streams, "claim.count=5", run_id="retried"))
     assert result.code == 0, result.stderr
     states = final_states(client, seeded)
     assert set(states.values()) == {"pending:app-a", "pending:app-b"}

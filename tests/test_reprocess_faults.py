@@ -30,8 +30,7 @@ from tests.fault_tools import (
     wait_until,
 )
 from tests.invariants import final_states, pel
-from tests.test_reassign import LIVE, WINDOW_MS, kept_alive
-from tests.test_requeue import copies, stuck
+from tests.reprocess_tools import LIVE, WINDOW_MS, copies, kept_alive, stuck
 
 KINDS = {"ok": (40, 1), "poison": (6, 9)}
 SLOW = ["claim.count=5", "claim.max_entries_per_s=60", "dead_letter.batch_size=3"]

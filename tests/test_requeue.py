@@ -6,48 +6,21 @@ across requeues."""
 from __future__ import annotations
 
 import pytest
-from redis import Redis
 
-from recovery.backlog import add_entries, create_group, deliver, make_stuck
+from recovery.backlog import make_stuck
 from recovery.dlq_names import dead_letter_key, requeue_key
 from recovery.job import run
 from recovery.report import read_run
-from tests.backlogs import DEAD, HOUR_MS, binary_fields
+from tests.backlogs import HOUR_MS, binary_fields
 from tests.fault_tools import GROUP, job_args, report_rows, rows_by_key, run_in_process
 from tests.invariants import dead_letters, final_states, pel
+from tests.reprocess_tools import copies, run_with_small_batches, stuck
 from tests.test_redrive import redrive
 
 CARRIED = b"x-recovery-deliveries"
 APP = "app-1"  # the application's consumer, reading the copies
 
 
-def stuck(client: Redis, stream: str, kinds: dict[str, tuple[int, int]],
-          groups: tuple[str, ...] = (GROUP,)) -> dict[tuple[str, str, str], str]:
-    """Entries of each kind stuck an hour on a dead consumer, with this delivery count, in
-    every group: (stream, group, id) -> kind."""
-    seeded = {}
-    for kind, (n, _) in kinds.items():
-        ids = add_entries(client, stream, n, lambda i, k=kind: binary_fields(i, k))
-        seeded.update({(stream, g, i): kind for g in groups for i in ids})
-    for group in groups:
-        create_group(client, stream, group)
-        ids = deliver(client, stream, group, DEAD, 10_000)
-        for kind, (_, deliveries) in kinds.items():
-            mine = [k[2] for k, v in seeded.items() if v == kind and k[1] == group]
-            make_stuck(client, stream, group, DEAD, mine, HOUR_MS, deliveries)
-        assert len(ids) == sum(n for n, _ in kinds.values())
-    return seeded
-
-
-def copies(client: Redis, target: str, after: str = "-") -> dict[bytes, tuple[str, dict]]:
-    """The copies in `target` after ID `after`: original checksum field -> (copy ID, fields)."""
-    start = after if after == "-" else "(" + after
-    found: dict[bytes, tuple[str, dict]] = {}
-    for copy_id, fields in client.xrange(target, start):
-        key = fields[b"n"] + b"/" + fields[b"kind"]
-        assert key not in found, f"two copies of one entry: {key!r}"
-        found[key] = (copy_id.decode(), fields)
-    return found
 
 
 def requeue_args(url: str, tmp_path, streams: list[str], *extra: str, run_id: str) -> list[str]:
@@ -192,12 +165,8 @@ def test_task_retries_requeue_each_entry_once_and_report_it_once(
         last[stream] = client.xinfo_stream(stream)["last-generated-id"].decode()
     for line in faults_asked:
         faults(line)
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
-    try:
-        result = run_in_process(spark, requeue_args(server.url, tmp_path, streams,
-                                                    "claim.count=5", run_id="retried"))
-    finally:
-        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    result = run_with_small_batches(spark, requeue_args(server.url, tmp_path, streams,
+                                                        "claim.count=5", run_id="retried"))
     assert result.code == 0, result.stderr
     states = final_states(client, seeded)
     assert states == {k: "acked" if v == "ok" else "dead_lettered" for k, v in seeded.items()}
