@@ -29,7 +29,7 @@ from recovery.local_spark import local_session  # noqa: E402
 from tests.cluster_fixtures import LocalCluster  # noqa: E402
 
 # Every server the job supports, by the flavors of recovery.local_redis.server_binary:
-# Redis 7.0 (Debian), Valkey 8.1 and Redis 6.2, the oldest (README "Compatibility").
+# Redis 7.0 (Debian), Valkey 8.1 and Redis 6.2, the oldest (README "Servers supported").
 FLAVORS = ("redis", "valkey", "redis62")
 # The two Redis versions whose reply shapes differ most (6.2: XAUTOCLAIM's nil entries, no
 # lag, no inactive time, its own ACL error texts): for the slow fault and ACL-refusal tests,
