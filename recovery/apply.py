@@ -1,4 +1,5 @@
-"""What happens to routed entries on an executor: dead-letter moves, handler calls, acks.
+"""What happens to routed entries on an executor: dead-letter moves, then re-processing by
+handler calls and acks, by requeue or by reassignment (``reprocess.mode``).
 
 Works on one batch of claimed entries (``recovery.claimed.Claimed``, rows are indices, no
 per-row dicts) and returns a ``schemas.REPORT`` batch with one row per input row, in input
@@ -6,7 +7,8 @@ order. Round trips are per step, not per entry.
 
 Hand-over, chunk by chunk (``handler.batch_size`` rows): the lease read (``recovery.lease``),
 the handler call, then the XACK of the entries it succeeded on, sent with the next lease
-read. Failures at the delivery limit are dead-lettered; the others stay pending.
+read. Failures at the delivery limit are dead-lettered; the others stay pending. Requeue and
+reassign move each unit's rows in batched atomic script calls, one pipeline per batch.
 
 A stream or group that vanishes during the run (NOGROUP, WRONGTYPE) costs only its own rows:
 they are reported skipped and the other units go on.
