@@ -37,6 +37,9 @@ _HOMES = {
     "read_run": "recovery.report",
     "ACTIONS": "recovery.schemas",
     "PLAN_ACTIONS": "recovery.schemas",
+    "Action": "recovery.schemas",
+    "DeathReason": "recovery.schemas",
+    "Mode": "recovery.schemas",
     "REPORT": "recovery.schemas",
     # the handler contract
     "Message": "recovery.handlers",
@@ -52,11 +55,31 @@ _HOMES = {
     "FailureThresholdError": "recovery.errors",
 }
 __all__ = [  # the same names as _HOMES (tests/test_public_api.py holds them together)
-    "ACTIONS", "PLAN_ACTIONS", "REPORT", "ConfigError", "FailureThresholdError",
-    "HandlerError", "Message", "RecoveryError", "RedisAuthError", "RedisPermissionError",
-    "RedisUnavailableError", "Result", "RunSummary", "Settings", "UnsupportedServerError",
-    "__version__", "format_table", "load_settings", "local_session", "pending_entries",
-    "read_run", "run",
+    "ACTIONS",
+    "PLAN_ACTIONS",
+    "REPORT",
+    "Action",
+    "ConfigError",
+    "DeathReason",
+    "FailureThresholdError",
+    "HandlerError",
+    "Message",
+    "Mode",
+    "RecoveryError",
+    "RedisAuthError",
+    "RedisPermissionError",
+    "RedisUnavailableError",
+    "Result",
+    "RunSummary",
+    "Settings",
+    "UnsupportedServerError",
+    "__version__",
+    "format_table",
+    "load_settings",
+    "local_session",
+    "pending_entries",
+    "read_run",
+    "run",
 ]
 
 if TYPE_CHECKING:
@@ -75,7 +98,7 @@ if TYPE_CHECKING:
     from recovery.job import pending_entries, run
     from recovery.local_spark import local_session
     from recovery.report import RunSummary, format_table, read_run
-    from recovery.schemas import ACTIONS, PLAN_ACTIONS, REPORT
+    from recovery.schemas import ACTIONS, PLAN_ACTIONS, REPORT, Action, DeathReason, Mode
 
 
 def __getattr__(name: str) -> Any:

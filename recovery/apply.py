@@ -45,16 +45,10 @@ from recovery.params import JobParams
 from recovery.redis_conn import VANISHED, ScriptCall, run_script_calls, unit_vanished
 from recovery.routed import RoutedBatch, Unit, group_rows, route
 from recovery.schemas import (
-    ACTION_DEAD_LETTERED,
-    ACTION_DELETED,
-    ACTION_FAILED,
-    ACTION_REASSIGNED,
-    ACTION_REQUEUED,
-    ACTION_SKIPPED,
-    ROUTE_DEAD_LETTER,
-    ROUTE_DELETED,
-    ROUTE_GONE,
-    ROUTE_HANDLE,
+    Action,
+    DeathReason,
+    Mode,
+    Route,
 )
 from recovery.scripts import (
     MOVED_DELETED,
@@ -70,8 +64,6 @@ from recovery.scripts import (
 )
 from recovery.streams import each, fetch_entries, live_consumers
 
-REASON_OVER_LIMIT = "max-deliveries-exceeded"
-REASON_FAILED_AT_LIMIT = "handler-failed-at-limit"
 REASON_TOO_BIG = ("too many fields (~3950 at most) to move to the dead-letter stream from a "
                   "script; stays pending")
 REASON_TOO_BIG_TO_REQUEUE = ("too many fields (~3950 at most) to requeue from a script; "
@@ -100,7 +92,7 @@ class HandlerCalls:
         admitted = []
         for i in rows:
             if rb.unit(i) in self.blocked:
-                rb.set(i, ACTION_FAILED, REASON_HANDLER_FAILED, NOT_CALLED)
+                rb.set(i, Action.FAILED, REASON_HANDLER_FAILED, NOT_CALLED)
             else:
                 admitted.append(i)
         return admitted
@@ -133,17 +125,17 @@ def apply_batch(client: redis.Redis, params: JobParams, claimed: Claimed,
     """
     rb = RoutedBatch(claimed, params.max_deliveries)
     routes = rb.by_route()
-    for i in routes[ROUTE_GONE]:
-        rb.set(i, ACTION_SKIPPED, REASON_GONE)
-    _clear_deleted(client, rb, routes[ROUTE_DELETED])
-    over_limit = [DeadLetterJob(i, REASON_OVER_LIMIT) for i in routes[ROUTE_DEAD_LETTER]]
+    for i in routes[Route.GONE]:
+        rb.set(i, Action.SKIPPED, REASON_GONE)
+    _clear_deleted(client, rb, routes[Route.DELETED])
+    over_limit = [DeadLetterJob(i, DeathReason.OVER_LIMIT) for i in routes[Route.DEAD_LETTER]]
     _dead_letter(client, params, rb, over_limit)
-    if params.reprocess_mode == "requeue":
-        _requeue(client, params, rb, routes[ROUTE_HANDLE])
-    elif params.reprocess_mode == "reassign":
-        _reassign(client, params, rb, routes[ROUTE_HANDLE])
+    if params.reprocess_mode == Mode.REQUEUE:
+        _requeue(client, params, rb, routes[Route.HANDLE])
+    elif params.reprocess_mode == Mode.REASSIGN:
+        _reassign(client, params, rb, routes[Route.HANDLE])
     else:
-        _handle(client, params, rb, routes[ROUTE_HANDLE], read_at)
+        _handle(client, params, rb, routes[Route.HANDLE], read_at)
     return rb.report()
 
 
@@ -154,7 +146,7 @@ def _clear_deleted(client: redis.Redis, rb: RoutedBatch, rows: list[int]) -> Non
     if rows:
         each(client, xack_commands(rb, rb.by_unit(rows)))
     for i in rows:
-        rb.set(i, ACTION_DELETED, REASON_DELETED)
+        rb.set(i, Action.DELETED, REASON_DELETED)
 
 
 def _handle(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[int],
@@ -193,9 +185,9 @@ def _failed(params: JobParams, rb: RoutedBatch, rows: list[int], results: list[R
         if res.ok:
             continue
         if (rb.delivery_count[i] or 0) >= params.max_deliveries:
-            at_limit.append(DeadLetterJob(i, REASON_FAILED_AT_LIMIT, res.error))
+            at_limit.append(DeadLetterJob(i, DeathReason.FAILED_AT_LIMIT, res.error))
         else:
-            rb.set(i, ACTION_FAILED, REASON_HANDLER_FAILED, res.error)
+            rb.set(i, Action.FAILED, REASON_HANDLER_FAILED, res.error)
     return at_limit
 
 
@@ -212,7 +204,7 @@ def _with_fields(client: redis.Redis, rb: RoutedBatch, rows: list[int]) -> list[
             if not unit_vanished(exc):
                 raise
             for i in stream_rows:
-                rb.set(i, ACTION_SKIPPED, REASON_VANISHED)
+                rb.set(i, Action.SKIPPED, REASON_VANISHED)
             continue
         for i in stream_rows:
             fields = found[rb.id[i]]
@@ -232,9 +224,10 @@ def _within_limit(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows:
     for i in rows:
         if i in rb.fetched:
             rb.delivery_count[i] = with_carried(rb.delivery_count[i], rb.fetched[i])
-            if route(False, rb.delivery_count[i], params.max_deliveries) == ROUTE_DEAD_LETTER:
+            if route(False, rb.delivery_count[i], params.max_deliveries) == Route.DEAD_LETTER:
                 over.add(i)
-    _dead_letter(client, params, rb, [DeadLetterJob(i, REASON_OVER_LIMIT) for i in sorted(over)])
+    jobs = [DeadLetterJob(i, DeathReason.OVER_LIMIT) for i in sorted(over)]
+    _dead_letter(client, params, rb, jobs)
     return [i for i in rows if i not in over]
 
 
@@ -256,10 +249,10 @@ def _requeue(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list
                                          consumer, entries)))
     for i, status in run_script_calls(client, calls):
         if status == MOVED_TOO_BIG:
-            rb.set(i, ACTION_FAILED, REASON_TOO_BIG_TO_REQUEUE)
+            rb.set(i, Action.FAILED, REASON_TOO_BIG_TO_REQUEUE)
         elif not _left_alone(rb, i, status):
             copy_id = status.decode() if isinstance(status, bytes) else str(status)
-            rb.set(i, ACTION_REQUEUED, requeued_id=copy_id)
+            rb.set(i, Action.REQUEUED, requeued_id=copy_id)
 
 
 def _reassign(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[int]) -> None:
@@ -279,7 +272,7 @@ def _reassign(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: lis
                                          entries)))
     for (i, owner), status in run_script_calls(client, calls):
         if status == REASSIGNED:
-            rb.set(i, ACTION_REASSIGNED, reassigned_to=owner)
+            rb.set(i, Action.REASSIGNED, reassigned_to=owner)
         else:
             _left_alone(rb, i, status)
 
@@ -294,13 +287,13 @@ def _live(client: redis.Redis, params: JobParams, rb: RoutedBatch, stream: str, 
         if not unit_vanished(exc):
             raise
         for i in rows:
-            rb.set(i, ACTION_SKIPPED, REASON_VANISHED)
+            rb.set(i, Action.SKIPPED, REASON_VANISHED)
         return []
     if not live:
         reason = (f"no live consumer in the group (none seen within reprocess.live_within_ms "
                   f"= {params.live_within_ms} ms); stays pending for the next run")
         for i in rows:
-            rb.set(i, ACTION_FAILED, reason)
+            rb.set(i, Action.FAILED, reason)
     return live
 
 
@@ -315,11 +308,11 @@ def _left_alone(rb: RoutedBatch, i: int, status: Any, error: str | None = None) 
     """Report a script reply that moved nothing (vanished, no longer ours, deleted); False
     when the entry moved."""
     if status == VANISHED:
-        rb.set(i, ACTION_SKIPPED, REASON_VANISHED, error)
+        rb.set(i, Action.SKIPPED, REASON_VANISHED, error)
     elif status == MOVED_NOT_OURS:
-        rb.set(i, ACTION_SKIPPED, REASON_GONE, error)
+        rb.set(i, Action.SKIPPED, REASON_GONE, error)
     elif status == MOVED_DELETED:
-        rb.set(i, ACTION_DELETED, REASON_DELETED, error)
+        rb.set(i, Action.DELETED, REASON_DELETED, error)
     else:
         return False
     return True
@@ -354,8 +347,8 @@ def _dead_letter_entry(rb: RoutedBatch, job: DeadLetterJob) -> DeadLetter:
 def _report_dead_letter(rb: RoutedBatch, job: DeadLetterJob, status: Any) -> None:
     i = job.row
     if status == MOVED_TOO_BIG:
-        rb.set(i, ACTION_FAILED, REASON_TOO_BIG, job.error)
+        rb.set(i, Action.FAILED, REASON_TOO_BIG, job.error)
     elif not _left_alone(rb, i, status, job.error):
         dlq_id = status.decode() if isinstance(status, bytes) else str(status)
-        rb.set(i, ACTION_DEAD_LETTERED, job.reason, job.error, dlq_id)
+        rb.set(i, Action.DEAD_LETTERED, job.reason, job.error, dlq_id)
 

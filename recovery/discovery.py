@@ -26,6 +26,7 @@ from recovery.errors import (
 )
 from recovery.params import RedisParams
 from recovery.redis_conn import redis_errors, script_replies, server_text
+from recovery.schemas import Mode
 from recovery.scripts import delete_empty_consumer
 from recovery.streams import (
     each,
@@ -106,7 +107,7 @@ def discover(client: redis.Redis, settings: Settings, params: RedisParams
             skipped.append(Skipped(stream, exc.group, str(exc)))
             continue
         found = _units_of(client, stream, groups, settings.streams.groups, skipped)
-        if found and settings.reprocess.mode == "requeue":
+        if found and settings.reprocess.mode == Mode.REQUEUE:
             check_requeue_target(stream, [shown(g["name"]) for g in groups],  # type: ignore[arg-type]
                                  settings.reprocess.requeue_stream)
         units += found

@@ -38,7 +38,7 @@ import redis
 from recovery.handlers import Result
 from recovery.redis_conn import VANISHED, ScriptCall, run_script_calls, unit_vanished
 from recovery.routed import RoutedBatch, Unit
-from recovery.schemas import ACTION_DELETED, ACTION_REPROCESSED, ACTION_SKIPPED
+from recovery.schemas import Action
 from recovery.scripts import LEASE_DELETED, LEASE_RENEWED, renew_lease
 from recovery.streams import ID, IDLE, each, pending_command
 
@@ -109,9 +109,9 @@ def _ack_and_lease(client: redis.Redis, rb: RoutedBatch, to_ack: list[int], to_l
         for i in unit_rows:
             idle = owned.get(rb.id[i]) if owned is not None else None
             if owned is None:
-                rb.set(i, ACTION_SKIPPED, REASON_VANISHED)
+                rb.set(i, Action.SKIPPED, REASON_VANISHED)
             elif idle is None:
-                rb.set(i, ACTION_SKIPPED, REASON_GONE)
+                rb.set(i, Action.SKIPPED, REASON_GONE)
             elif idle >= fresh_ms:
                 stale.append(i)
     _renew(client, rb, stale, fresh_ms)
@@ -163,11 +163,11 @@ def _renew(client: redis.Redis, rb: RoutedBatch, rows: list[int], fresh_ms: int)
         for (stream, group, consumer), unit_rows in rb.by_unit(rows, ordered=True).items()]
     for i, reply in run_script_calls(client, calls):
         if reply == LEASE_DELETED:
-            rb.set(i, ACTION_DELETED, REASON_DELETED)
+            rb.set(i, Action.DELETED, REASON_DELETED)
         elif reply == VANISHED:
-            rb.set(i, ACTION_SKIPPED, REASON_VANISHED)
+            rb.set(i, Action.SKIPPED, REASON_VANISHED)
         elif reply != LEASE_RENEWED:
-            rb.set(i, ACTION_SKIPPED, REASON_GONE)
+            rb.set(i, Action.SKIPPED, REASON_GONE)
 
 
 def _report_acks(client: redis.Redis, rb: RoutedBatch, acks: dict[Unit, list[int]],
@@ -188,11 +188,11 @@ def _report_acks(client: redis.Redis, rb: RoutedBatch, acks: dict[Unit, list[int
             raise reply
         if isinstance(reply, Exception) or unit in vanished:
             for i in rows:
-                rb.set(i, ACTION_SKIPPED, "handled, but " + REASON_VANISHED + " before the ack")
+                rb.set(i, Action.SKIPPED, "handled, but " + REASON_VANISHED + " before the ack")
             continue
         reason = None
         if int(reply) < len(rows):
             reason = (f"handled; {len(rows) - int(reply)} of the {len(rows)} entries acked "
                       "with it had been acked by another consumer since their lease")
         for i in rows:
-            rb.set(i, ACTION_REPROCESSED, reason)
+            rb.set(i, Action.REPROCESSED, reason)

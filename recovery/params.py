@@ -42,7 +42,7 @@ class JobParams:
     handler_batch_size: int
     max_entries_per_s_per_partition: float | None = None
     handler_timeout_s: float | None = None
-    reprocess_mode: str = "handler"  # "handler", "requeue" or "reassign" (ReprocessSettings)
+    reprocess_mode: str = "handler"  # a schemas.Mode value (ReprocessSettings)
     requeue_stream: str | None = None  # the retry stream's template; None: the source
     live_within_ms: int = 60_000  # reassign: a consumer seen within this is live
     consumer_prefix: str = "recovery"  # the job's consumers, never reassigned to

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from recovery.discovery import Skipped
 from recovery.errors import FailureThresholdError
 from recovery.report_files import local_directory, write_by_workers
-from recovery.schemas import ACTION_FAILED, ACTION_REPROCESSED, ACTIONS, HEALTH, REPORT, arrow
+from recovery.schemas import ACTIONS, HEALTH, REPORT, Action, arrow
 from recovery.tally import TALLIED, TALLY, PassMaker, tallied, unit_counts
 
 
@@ -35,8 +35,8 @@ class RunSummary:
 
     def failed_ratio(self) -> float:
         """Failed handler messages over all messages given to the handler (0 when none)."""
-        handled = self.totals[ACTION_FAILED] + self.totals[ACTION_REPROCESSED]
-        return self.totals[ACTION_FAILED] / handled if handled else 0.0
+        handled = self.totals[Action.FAILED] + self.totals[Action.REPROCESSED]
+        return self.totals[Action.FAILED] / handled if handled else 0.0
 
     def check_failure_threshold(self, max_failed_ratio: float | None) -> None:
         """Raise FailureThresholdError (exit 1) when too many handled messages failed."""

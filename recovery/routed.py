@@ -20,10 +20,7 @@ from recovery.claimed import Claimed
 from recovery.handlers import Message
 from recovery.schemas import (
     REPORT_ARROW,
-    ROUTE_DEAD_LETTER,
-    ROUTE_DELETED,
-    ROUTE_GONE,
-    ROUTE_HANDLE,
+    Route,
 )
 from recovery.streams import Fields, stream_id_key
 
@@ -36,10 +33,10 @@ def route(deleted: bool, count: int | None, max_deliveries: int) -> str:
     unknown (gone from the job's PEL); delivery count (after this run's claim) above
     `max_deliveries` (dead letter); else the handler."""
     if deleted:
-        return ROUTE_DELETED
+        return Route.DELETED
     if count is None:
-        return ROUTE_GONE
-    return ROUTE_DEAD_LETTER if count > max_deliveries else ROUTE_HANDLE
+        return Route.GONE
+    return Route.DEAD_LETTER if count > max_deliveries else Route.HANDLE
 
 
 class RoutedBatch:

@@ -6,6 +6,8 @@ byte; times are milliseconds (``idle_ms``) or epoch milliseconds.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
@@ -122,28 +124,51 @@ def arrow(schema: StructType) -> pa.Schema:
 REPORT_ARROW = arrow(REPORT)  # every report batch's schema, however it is written
 
 
-# Routes (recovery.routed.routes) and actions (REPORT.action).
-ROUTE_HANDLE = "handle"
-ROUTE_DEAD_LETTER = "dead_letter"
-ROUTE_DELETED = "deleted"
-ROUTE_GONE = "gone"
+class Route(StrEnum):
+    """Where a claimed entry goes (``recovery.routed.route``)."""
 
-ACTION_REPROCESSED = "reprocessed"
-ACTION_DEAD_LETTERED = "dead_lettered"
-ACTION_FAILED = "failed"
-ACTION_DELETED = "deleted"
-ACTION_SKIPPED = "skipped"
-ACTION_REQUEUED = "requeued"
-ACTION_REASSIGNED = "reassigned"
-ACTIONS = (ACTION_REPROCESSED, ACTION_DEAD_LETTERED, ACTION_FAILED, ACTION_DELETED,
-           ACTION_SKIPPED, ACTION_REQUEUED, ACTION_REASSIGNED)
+    HANDLE = "handle"  # re-processed: by the handler, requeued or reassigned
+    DEAD_LETTER = "dead_letter"
+    DELETED = "deleted"  # deleted upstream: reported, its PEL slot cleared
+    GONE = "gone"  # no longer the job's
 
-# What a dry run reports instead: what a real run would do.
-PLAN_REPROCESS = "would_reprocess"
-PLAN_DEAD_LETTER = "would_dead_letter"
-PLAN_REQUEUE = "would_requeue"
-PLAN_REASSIGN = "would_reassign"
-PLAN_ACTIONS = (PLAN_REPROCESS, PLAN_DEAD_LETTER, ACTION_DELETED, PLAN_REQUEUE, PLAN_REASSIGN)
+
+class Action(StrEnum):
+    """What happened to an entry (REPORT.action): a run's actions, then a dry run's."""
+
+    REPROCESSED = "reprocessed"
+    DEAD_LETTERED = "dead_lettered"
+    FAILED = "failed"
+    DELETED = "deleted"
+    SKIPPED = "skipped"
+    REQUEUED = "requeued"
+    REASSIGNED = "reassigned"
+    WOULD_REPROCESS = "would_reprocess"
+    WOULD_DEAD_LETTER = "would_dead_letter"
+    WOULD_REQUEUE = "would_requeue"
+    WOULD_REASSIGN = "would_reassign"
+
+
+class DeathReason(StrEnum):
+    """Why an entry was dead-lettered (its ``x-death-reason``)."""
+
+    OVER_LIMIT = "max-deliveries-exceeded"
+    FAILED_AT_LIMIT = "handler-failed-at-limit"
+
+
+class Mode(StrEnum):
+    """How entries that are not dead-lettered are re-processed (``reprocess.mode``)."""
+
+    HANDLER = "handler"
+    REQUEUE = "requeue"
+    REASSIGN = "reassign"
+
+
+# The actions a run reports, and those a dry run reports (columns of the summary table).
+ACTIONS = (Action.REPROCESSED, Action.DEAD_LETTERED, Action.FAILED, Action.DELETED,
+           Action.SKIPPED, Action.REQUEUED, Action.REASSIGNED)
+PLAN_ACTIONS = (Action.WOULD_REPROCESS, Action.WOULD_DEAD_LETTER, Action.DELETED,
+                Action.WOULD_REQUEUE, Action.WOULD_REASSIGN)
 
 # The field a requeued copy carries: how often the original was delivered to the
 # application before (its PEL count without the job's claim, plus what it carried itself).

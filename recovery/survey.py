@@ -19,14 +19,12 @@ from recovery.partitions import ArrowFn, coalesced, per_unit
 from recovery.redis_conn import redis_errors
 from recovery.routed import route
 from recovery.schemas import (
-    ACTION_DELETED,
     PEL_HISTOGRAM,
-    PLAN_DEAD_LETTER,
-    PLAN_REASSIGN,
-    PLAN_REPROCESS,
-    PLAN_REQUEUE,
     REPORT_ARROW,
-    ROUTE_DEAD_LETTER,
+    Action,
+    DeathReason,
+    Mode,
+    Route,
     arrow,
 )
 from recovery.streams import (
@@ -45,7 +43,8 @@ from recovery.tally import PassMaker
 PAGE = 10_000
 HISTOGRAM_ROWS = 1000  # units per output batch of the histogram pass (one row each)
 HISTOGRAM_ARROW = arrow(PEL_HISTOGRAM)
-PLAN_BY_MODE = {"handler": PLAN_REPROCESS, "requeue": PLAN_REQUEUE, "reassign": PLAN_REASSIGN}
+PLAN_BY_MODE = {Mode.HANDLER: Action.WOULD_REPROCESS, Mode.REQUEUE: Action.WOULD_REQUEUE,
+                Mode.REASSIGN: Action.WOULD_REASSIGN}
 
 
 def histogram_partition(params: JobParams) -> ArrowFn:
@@ -90,11 +89,11 @@ def _plan_row(params: JobParams, stream: str, group: str, entry_id: str, row: Pe
     route on that count, as the run would. `fields` None: deleted upstream."""
     count = with_carried(row[COUNT] + 1, fields)
     if fields is None:
-        action, reason = ACTION_DELETED, "entry deleted from the stream upstream"
-    elif route(False, count, params.max_deliveries) == ROUTE_DEAD_LETTER:
-        action, reason = PLAN_DEAD_LETTER, "max-deliveries-exceeded"
+        action, reason = Action.DELETED, "entry deleted from the stream upstream"
+    elif route(False, count, params.max_deliveries) == Route.DEAD_LETTER:
+        action, reason = Action.WOULD_DEAD_LETTER, DeathReason.OVER_LIMIT
     else:
-        action = PLAN_BY_MODE[params.reprocess_mode]
+        action = PLAN_BY_MODE[Mode(params.reprocess_mode)]
         reason = None
     return {"stream": stream, "group": group, "id": entry_id,
             "previous_consumer": shown(row[OWNER]), "delivery_count": count,

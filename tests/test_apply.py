@@ -20,7 +20,7 @@ from recovery.config import executor_params
 from recovery.dlq_names import dead_letter_key
 from recovery.lease import REASON_VANISHED
 from recovery.redis_conn import connect
-from recovery.schemas import ACTION_DEAD_LETTERED, CLAIMED, arrow
+from recovery.schemas import CLAIMED, Action, arrow
 from tests.handlers import LIVE_ACK_URL_ENV, MEANWHILE_ENV, SEEN
 
 GROUP, DEAD, JOB = "workers", "crashed", "recovery-r1-0"
@@ -190,6 +190,6 @@ def test_script_calls_skip_script_exists_and_survive_a_lost_script_cache(
     client.script_flush()
     cold = run_apply(server, make_settings, over_limit(client, "u", 4))
     for stream, rows in (("t", warm), ("u", cold)):
-        assert [r["action"] for r in rows] == [ACTION_DEAD_LETTERED] * len(rows)
+        assert [r["action"] for r in rows] == [Action.DEAD_LETTERED] * len(rows)
         assert client.xlen(dead_letter_key(stream, ":dlq")) == len(rows)
         assert client.xpending(stream, GROUP)["pending"] == 0
