@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from redis import Redis
 
-from recovery.backlog import add_entries, create_group, deliver, make_stuck
+from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from tests.handlers import CHECKSUM, checksum
 
 HOUR_MS = 3_600_000

@@ -24,11 +24,11 @@ from pyspark.sql import SparkSession  # noqa: E402
 from redis import Redis  # noqa: E402
 
 from recovery.config import Settings, load_settings  # noqa: E402
-from recovery.local_redis import LocalServer, server_binary  # noqa: E402
 from recovery.local_spark import local_session  # noqa: E402
+from recovery.testing.local_redis import LocalServer, server_binary  # noqa: E402
 from tests.cluster_fixtures import LocalCluster  # noqa: E402
 
-# Every server the job supports, by the flavors of recovery.local_redis.server_binary:
+# Every server the job supports, by the flavors of recovery.testing.local_redis.server_binary:
 # Redis 7.0 (Debian), Valkey 8.1 and Redis 6.2, the oldest (README "Servers supported").
 FLAVORS = ("redis", "valkey", "redis62")
 # The two Redis versions whose reply shapes differ most (6.2: XAUTOCLAIM's nil entries, no

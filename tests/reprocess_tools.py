@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pyspark.sql import SparkSession
 from redis import Redis
 
-from recovery.backlog import add_entries, create_group, deliver, make_stuck
+from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from tests.backlogs import DEAD, HOUR_MS, binary_fields
 from tests.fault_tools import GROUP, JobResult, run_in_process
 

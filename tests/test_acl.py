@@ -17,8 +17,8 @@ import pytest
 from redis import Redis
 
 from recovery.cli import run_recovery
-from recovery.local_redis import LocalServer
 from recovery.redrive_cli import redrive_main
+from recovery.testing.local_redis import LocalServer
 from tests.backlogs import Seeded, seed
 from tests.cluster_fixtures import LocalCluster
 from tests.invariants import dead_letters, final_states, pel

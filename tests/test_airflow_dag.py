@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from recovery.backlog import seed_demo_backlog
 from recovery.dlq_names import dead_letter_key
+from recovery.testing.backlog import seed_demo_backlog
 
 AIRFLOW_PYTHON = os.environ.get("AIRFLOW_PYTHON")
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 import pytest
 from redis import Redis
 
-from recovery.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.lease import LEASE_FRESH_S
-from recovery.local_redis import LocalServer, free_port
+from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
+from recovery.testing.local_redis import LocalServer, free_port
 from tests.backlogs import DEAD, HOUR_MS, binary_fields
 from tests.conftest import start_server
 from tests.fault_tools import (

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from recovery.dlq_names import dead_letter_key
-from recovery.local_redis import LocalServer
+from recovery.testing.local_redis import LocalServer
 from tests.benchmark import report, spark_log, timeline
 from tests.benchmark.loops import DLQ_SUFFIX, run_loop
 from tests.benchmark.measure import LastSeenCpu, Sample

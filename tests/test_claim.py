@@ -11,12 +11,12 @@ import pytest
 from redis import Redis
 
 from recovery import streams
-from recovery.backlog import make_stuck
 from recovery.claim import claim_unit
 from recovery.claimed import CLAIMED_ARROW
 from recovery.config import executor_params, load_settings
 from recovery.redis_conn import connect
 from recovery.streams import deleted_by_position
+from recovery.testing.backlog import make_stuck
 from recovery.throttle import Throttle
 from tests.conftest import start_server
 from tests.lost_reply import ReplyDropper

@@ -24,7 +24,7 @@ import pytest
 from pyspark.sql import SparkSession
 from redis import Redis
 
-from recovery.local_redis import LocalServer, free_port
+from recovery.testing.local_redis import LocalServer, free_port
 from tests.backlogs import DEAD
 from tests.conftest import FLAVORS, start_server
 from tests.fault_tools import (

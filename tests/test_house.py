@@ -17,3 +17,11 @@ def test_runtime_module_is_under_the_house_limit(module: Path) -> None:
     assert lines <= MAX_LINES, (
         f"{module.relative_to(PACKAGE.parent)} has {lines} lines (limit {MAX_LINES}): "
         "split it by concern")
+
+
+def test_the_job_never_imports_its_test_tooling() -> None:
+    """recovery/testing/ (throwaway servers, seeded backlogs) is for the demo, notebook and
+    tests: no module of the job itself imports it."""
+    runtime = [m for m in PACKAGE.rglob("*.py") if "testing" not in m.relative_to(PACKAGE).parts]
+    offenders = [m.name for m in runtime if "recovery.testing" in m.read_text(encoding="utf-8")]
+    assert offenders == []

@@ -1,11 +1,11 @@
-"""Throwaway servers (recovery.local_redis): a port taken by someone else's server never
+"""Throwaway servers (recovery.testing.local_redis): a port taken by someone else's server never
 passes for ours (test processes start servers side by side)."""
 
 from __future__ import annotations
 
 import pytest
 
-from recovery.local_redis import LocalServer, PortTaken
+from recovery.testing.local_redis import LocalServer, PortTaken
 from tests.conftest import start_server
 
 

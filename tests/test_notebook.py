@@ -1,6 +1,6 @@
 """notebooks/recovery.ipynb runs top to bottom (nbclient), so it cannot rot.
 
-It takes its default path: it starts its own throwaway server (recovery.local_redis), seeds
+It takes its default path: it starts its own throwaway server (recovery.testing.local_redis), seeds
 the demo backlog, draws its pictures, runs the job in its own Spark, and stops the server.
 Needs the ``notebook`` extras (nbclient, nbformat, ipykernel, matplotlib).
 """

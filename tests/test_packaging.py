@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.backlog import seed_demo_backlog
+from recovery.testing.backlog import seed_demo_backlog
 
 ROOT = Path(__file__).resolve().parent.parent
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"

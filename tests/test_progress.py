@@ -12,12 +12,12 @@ from collections.abc import Callable
 import pytest
 from redis import Redis
 
-from recovery.backlog import add_entries, create_group, deliver
 from recovery.discovery import WorkUnit
-from recovery.local_redis import LocalServer
 from recovery.params import RedisParams
 from recovery.progress import MAX_STREAM_LINES, ProgressReporter
 from recovery.redis_conn import connect
+from recovery.testing.backlog import add_entries, create_group, deliver
+from recovery.testing.local_redis import LocalServer
 from tests.conftest import start_server
 
 PREFIX, RUN = "recovery", "run7"

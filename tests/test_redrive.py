@@ -21,16 +21,16 @@ from pathlib import Path
 import pytest
 import redis
 
-from recovery.backlog import add_entries, deliver
 from recovery.config import load_settings
 from recovery.dlq_names import dead_letter_key
 from recovery.job import run
-from recovery.local_redis import LocalServer
 from recovery.params import RedisParams
 from recovery.redis_conn import connect
 from recovery.redrive import RedriveSummary, run_redrive
 from recovery.scripts import DeadLetter, DeadLetterContext, dead_letter_batch
 from recovery.streams import Fields, pairs
+from recovery.testing.backlog import add_entries, deliver
+from recovery.testing.local_redis import LocalServer
 from tests.backlogs import seed
 from tests.cluster_fixtures import keys_on_every_primary
 from tests.handlers import CHECKSUM, checksum

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from recovery.local_redis import LocalServer
+from recovery.testing.local_redis import LocalServer
 from tests.fault_tools import (
     GROUP,
     finished,

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from recovery.backlog import make_stuck
 from recovery.dlq_names import dead_letter_key, requeue_key
 from recovery.job import run
 from recovery.report import read_run
+from recovery.testing.backlog import make_stuck
 from tests.backlogs import HOUR_MS, binary_fields
 from tests.fault_tools import GROUP, job_args, report_rows, rows_by_key, run_in_process
 from tests.invariants import dead_letters, final_states, pel

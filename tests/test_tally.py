@@ -9,7 +9,6 @@ from collections import Counter
 import pyarrow as pa
 from redis import Redis
 
-from recovery.backlog import add_entries, deliver, make_stuck
 from recovery.claim import examined
 from recovery.config import executor_params
 from recovery.dlq_names import dead_letter_key
@@ -18,6 +17,7 @@ from recovery.schemas import ACTIONS, UNIT, arrow
 from recovery.streams import ClaimBatch
 from recovery.survey import histogram_partition
 from recovery.tally import TALLY, Tally, histogram_rows, tallied, unit_counts
+from recovery.testing.backlog import add_entries, deliver, make_stuck
 from tests.backlogs import DEAD, HOUR_MS, LIVE, binary_fields, seed
 
 STREAM, GROUP, JOB = "orders", "billing", "recovery-t1-0"

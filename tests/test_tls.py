@@ -19,8 +19,8 @@ from recovery.cluster import StreamCluster
 from recovery.config import load_settings, redis_params
 from recovery.errors import RedisUnavailableError
 from recovery.job import run
-from recovery.local_redis import LocalServer
 from recovery.redis_conn import connect
+from recovery.testing.local_redis import LocalServer
 from tests.backlogs import seed
 from tests.cluster_fixtures import LocalCluster, keys_on_every_primary
 from tests.invariants import final_states

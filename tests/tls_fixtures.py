@@ -11,7 +11,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from recovery.local_redis import LocalServer, free_port, server_binary
+from recovery.testing.local_redis import LocalServer, free_port, server_binary
 
 DAYS = "2"
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recovery.local_redis import LocalServer, any_server_binary
+from recovery.testing.local_redis import LocalServer, any_server_binary
 from tests.benchmark.loops import LOOPS, Tally
 from tests.benchmark.measure import children_cpu_s, idle_cpu_rate, redis_counters
 from tests.benchmark.seed import BacklogSpec, seed_backlog

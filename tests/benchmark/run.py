@@ -32,7 +32,7 @@ from pathlib import Path
 
 import redis.utils
 
-from recovery.local_redis import any_server_binary
+from recovery.testing.local_redis import any_server_binary
 from tests.benchmark import report
 from tests.benchmark.contenders import CONTENDERS, JOB, ContenderFailed, RunRecord, run_contender
 from tests.benchmark.seed import BacklogSpec, parse_size

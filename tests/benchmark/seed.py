@@ -3,7 +3,7 @@
 One server-side script call per stream (``lua/seed_stuck.lua``) adds the entries (4 fields,
 about 200 bytes), creates the group, delivers everything to a consumer that never acks, then
 ages the entries with XCLAIM ... IDLE ms RETRYCOUNT n JUSTID (the trick of
-``recovery.backlog.make_stuck``). Calls are pipelined, so 1M entries seed in seconds.
+``recovery.testing.backlog.make_stuck``). Calls are pipelined, so 1M entries seed in seconds.
 """
 
 from __future__ import annotations
