@@ -2,8 +2,8 @@
 
 A claim step's reply is already Python (hiredis): the one pass hands it over as it is. Only
 the materialised path (``recovery.packing``: a retried task must find its input again) turns
-it into a ``schemas.CLAIMED`` Arrow batch and back. Measured on 300k entries in one process:
-the Arrow round trip cost 3.5 us of CPU per entry, about a fifth of the hand-over's Python.
+it into a ``schemas.CLAIMED`` Arrow batch and back (that round trip costs CPU per entry:
+docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations

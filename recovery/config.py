@@ -65,8 +65,32 @@ class RedisSettings(_Section):
     # Redis Cluster: "auto" asks the server (INFO cluster) when a client opens.
     cluster: bool | Literal["auto"] = "auto"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _secrets_out_of_the_url(cls, data: Any) -> Any:
+        """Keep secrets out of the plain-text URL: a password (and user) in ``url`` move to
+        their own fields, unless those are set; ``password_file`` is read into an unset
+        password. Before validation, so the model stays frozen."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        url = data.get("url")
+        try:
+            parts = urlsplit(url) if isinstance(url, str) else None
+            if parts is not None and parts.password is not None:
+                data["url"] = _strip_userinfo(url)  # type: ignore[arg-type]
+                if data.get("password") is None:
+                    data["password"] = unquote(parts.password)
+                if data.get("username") is None and parts.username:
+                    data["username"] = unquote(parts.username)
+        except ValueError:
+            pass  # a bad port: the check below names it (and never shows the URL)
+        if data.get("password_file") is not None and data.get("password") is None:
+            data["password"] = _read_password(Path(data["password_file"]))
+        return data
+
     @model_validator(mode="after")
-    def _parse_url(self) -> RedisSettings:
+    def _url_shape(self) -> RedisSettings:
         parts = urlsplit(self.url)
         if parts.scheme not in ("redis", "rediss") or not parts.hostname:
             raise ValueError(
@@ -84,15 +108,6 @@ class RedisSettings(_Section):
             raise ValueError(
                 f"redis.url names database {db!r}: it must be a number, e.g. redis://host:6379/0"
             )
-        if parts.password is not None:
-            # Keep secrets out of the plain-text URL: move them into the SecretStr field.
-            if self.password is None:
-                object.__setattr__(self, "password", SecretStr(unquote(parts.password)))
-            if self.username is None and parts.username:
-                object.__setattr__(self, "username", unquote(parts.username))
-            object.__setattr__(self, "url", _strip_userinfo(self.url))
-        if self.password_file is not None and self.password is None:
-            object.__setattr__(self, "password", SecretStr(_read_password(self.password_file)))
         return self
 
 

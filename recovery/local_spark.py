@@ -1,12 +1,10 @@
 """Local sessions that PySpark starts itself (demo, notebook, tests): how their JVM runs.
 
 A local run is short, and its JVM spends a large share of its CPU compiling Spark's own code
-with the optimising JIT compiler (C2). Measured here on 2 cores: the C2 compiler threads used
-11.8 s of CPU in a 21 s run on a 40-entry backlog. With C1 only (``-XX:TieredStopAtLevel=1``)
-that compile work is gone and the code runs somewhat slower: 40-entry runs 3.2 to 4.1 s
-shorter (4 alternating pairs), which is what the demo and the tests are made of; 1M-entry
-runs sometimes faster, sometimes slower (docs/PERFORMANCE.md). spark-submit starts its JVM
-before the job's Python runs, so there the option goes on the command line.
+with the optimising JIT compiler (C2). With C1 only (``-XX:TieredStopAtLevel=1``) that
+compile work is gone and the code runs somewhat slower: short runs, which the demo and the
+tests are made of, end sooner (docs/PERFORMANCE.md). spark-submit starts its JVM before the
+job's Python runs, so there the option goes on the command line.
 
 Import after ``recovery.pyspark_path.prefer_installed_pyspark()`` in entry points.
 """

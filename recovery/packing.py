@@ -3,10 +3,8 @@ Arrow batch as Arrow IPC bytes. Pure Arrow, no I/O.
 
 Spark's cost of moving data between Python and the JVM, and through the claim's checkpoint,
 is per row and per value. Packed, a million entries are about 8,000 rows of bytes that the
-JVM only copies. Measured (docs/PERFORMANCE.md, sixth day): about 1.3 s less client CPU
-per 1M-entry run and 3.8 s per 2M entries in one stream; the claim stage about 0.5 s
-shorter at 1M. The claim's output stays materialised exactly once; only its encoding
-changes.
+JVM only copies (what that saves: docs/PERFORMANCE.md). The claim's output stays
+materialised exactly once; only its encoding changes.
 """
 
 from __future__ import annotations

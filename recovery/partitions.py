@@ -98,8 +98,8 @@ def young_collections_rarer(threshold: int = YOUNG_GC_THRESHOLD) -> Iterator[Non
     messages) until its hand-over ends. With the default, they are scanned and promoted over
     and over, and the promotions trigger full collections of the worker's whole heap
     (pyarrow, pyspark). Reference counting still frees them as before; only garbage in
-    cycles, which this code does not make, waits longer. Measured in one process, one pass
-    over 500 streams x 1,000: client CPU 4.3-5.4 -> 2.8 us per entry.
+    cycles, which this code does not make, waits longer (the CPU it saves:
+    docs/PERFORMANCE.md).
     """
     before = gc.get_threshold()
     gc.set_threshold(threshold, *before[1:])

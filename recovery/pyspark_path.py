@@ -2,8 +2,8 @@
 
 spark-submit puts ``$SPARK_HOME/python/lib/pyspark.zip`` and the py4j zip first on the
 Python path of the driver and of every Python worker. Python cannot cache bytecode for
-modules imported from a zip, so each process compiles PySpark's sources again: measured here,
-importing what a worker needs costs 1.2 to 1.4 s of CPU from the zip, 0.2 s from site-packages.
+modules imported from a zip, so each process compiles PySpark's sources again, at every start
+(the cost: docs/PERFORMANCE.md).
 
 With a pip-installed PySpark (``SPARK_HOME`` is the ``pyspark`` package itself) the zip holds
 the very same files as the package next to it, so moving the zips behind the other path

@@ -2,8 +2,8 @@
 Spark never retries and whose report directory is on the local file system.
 
 Spark's own writer (``recovery.report.write_report``) turns every report row from Arrow
-into a JVM row and then into Parquet: on two cores, at 2M entries, the job's CPU went from
-53 to 39 s without it (docs/PERFORMANCE.md, "Report files from the workers"). Here each task
+into a JVM row and then into Parquet, a large share of the job's CPU (docs/PERFORMANCE.md,
+"Report files from the workers"). Here each task
 writes its REPORT batches straight to one Parquet file and hands Spark only its tally and
 that file's name.
 
