@@ -23,7 +23,6 @@ from recovery.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, RecoveryError
 from recovery.handlers import load_handler
 from recovery.job import check_report_location, run
 from recovery.redis_conn import connect
-from recovery.report import RunSummary
 
 log = logging.getLogger("recovery")
 
@@ -60,23 +59,34 @@ def setup_logging(level: str) -> None:
 def run_recovery(argv: list[str] | None,
                  session: Callable[[Settings], SparkSession]) -> int:
     """Parse, load, run, report; return the exit code. `session` builds the SparkSession."""
-    summary: RunSummary | None = None
-    try:
+
+    def body(summaries: list[Outcome]) -> None:
         args = recover_parser().parse_args(argv)
         setup_logging(args.log_level)
         settings = load_settings(args.config, args.overrides)
         preflight(settings)
         summary = run(session(settings), settings, args.run_id, dry_run=args.dry_run)
+        summaries.append(summary)
         summary.check_failure_threshold(settings.handler.max_failed_ratio)
+
+    return exit_code_of(body, "job")
+
+
+def exit_code_of(body: Callable[[list[Outcome]], None], what: str) -> int:
+    """Run an entry point's `body`, which adds its summary to the list it is given as soon as
+    it has one. A RecoveryError becomes its one-line error and exit code, Ctrl-C exit 1; the
+    summary's JSON line (or the error's) is always stdout's last line. Returns the code."""
+    summaries: list[Outcome] = []
+    try:
+        body(summaries)
         code = EXIT_OK
     except RecoveryError as exc:
-        code = exc.exit_code
-        report_error(exc, summary, code)
+        code = report_error(exc, summaries[0] if summaries else None, exc.exit_code)
     except KeyboardInterrupt:
-        code = EXIT_FAILURE
-        report_error(RecoveryError("interrupted; re-run the job to finish"), summary, code)
-    if summary is not None:
-        print(summary.json_line(), flush=True)
+        code = report_error(RecoveryError(f"interrupted; re-run the {what} to finish"),
+                            summaries[0] if summaries else None, EXIT_FAILURE)
+    if summaries:
+        print(summaries[0].json_line(), flush=True)
     return code
 
 
@@ -94,10 +104,12 @@ def preflight(settings: Settings) -> None:
 
 
 class Outcome(Protocol):
-    """What an entry point's summary must have for ``report_error``."""
+    """What an entry point's summary must have for ``report_error`` and the JSON line."""
 
     status: str
     error: str | None
+
+    def json_line(self) -> str: ...
 
 
 def report_error(exc: Exception, summary: Outcome | None, code: int) -> int:

@@ -9,31 +9,26 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from recovery.cli import recover_parser, report_error, setup_logging
+from recovery.cli import Outcome, exit_code_of, recover_parser, setup_logging
 from recovery.config import load_settings
-from recovery.errors import EXIT_FAILURE, EXIT_OK, RecoveryError
 from recovery.job import new_run_id
 from recovery.redrive import RedriveSummary, id_range, run_redrive
 
 
 def redrive_parser() -> argparse.ArgumentParser:
-    """recover's parser (--config, --set, --run-id, --log-level) plus --dry-run."""
+    """recover's parser (--config, --set, --run-id, --log-level, --dry-run), its dry run
+    described for a redrive."""
     parser = recover_parser()
     parser.prog, parser.description = "redrive", __doc__
-    help_text = "count what would be redriven; change nothing"
-    shared = parser._option_string_actions.get("--dry-run")  # recover's own dry run, if any
-    if shared is None:
-        parser.add_argument("--dry-run", action="store_true", help=help_text)
-    else:
-        shared.help = help_text
+    parser._option_string_actions["--dry-run"].help = "count what would be redriven; change nothing"
     return parser
 
 
 def redrive_main(argv: list[str] | None, on_start: Callable[[], None] = lambda: None) -> int:
     """Parse, load, redrive, report; return the exit code. `on_start` runs after the config
     is valid and before any Redis call (the entry point starts Spark there)."""
-    summary: RedriveSummary | None = None
-    try:
+
+    def body(summaries: list[Outcome]) -> None:
         args = redrive_parser().parse_args(argv)
         setup_logging(args.log_level)
         overrides = args.overrides + (["redrive.dry_run=true"] if args.dry_run else [])
@@ -41,13 +36,7 @@ def redrive_main(argv: list[str] | None, on_start: Callable[[], None] = lambda: 
         id_range(settings.redrive)  # an empty range is a config error: exit 2 before anything
         on_start()
         summary = RedriveSummary(args.run_id or new_run_id())
+        summaries.append(summary)
         run_redrive(settings, summary)
-        code = EXIT_OK
-    except RecoveryError as exc:
-        code = report_error(exc, summary, exc.exit_code)
-    except KeyboardInterrupt:
-        code = report_error(RecoveryError("interrupted; re-run the redrive to finish"), summary,
-                     EXIT_FAILURE)
-    if summary is not None:
-        print(summary.json_line(), flush=True)
-    return code
+
+    return exit_code_of(body, "redrive")
