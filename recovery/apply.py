@@ -41,9 +41,9 @@ from recovery.lease import (
     HandOver,
     xack_commands,
 )
-from recovery.params import JobParams
+from recovery.params import JobParams, Unit
 from recovery.redis_conn import VANISHED, ScriptCall, run_script_calls, unit_vanished
-from recovery.routed import RoutedBatch, Unit, group_rows, route
+from recovery.routed import RoutedBatch, group_rows, route
 from recovery.schemas import (
     Action,
     DeathReason,
@@ -238,15 +238,15 @@ def _requeue(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list
     claim is still requeued once, from that content, as the handler would get it)."""
     rows = _within_limit(client, params, rb, _with_fields(client, rb, rows))
     calls: list[ScriptCall] = []
-    for (stream, group, consumer), unit_rows in rb.by_unit(rows, ordered=True).items():
-        target = requeue_key(stream, group, params.requeue_stream)
+    for unit, unit_rows in rb.by_unit(rows, ordered=True).items():
+        target = requeue_key(unit.stream, unit.group, params.requeue_stream)
         for start in range(0, len(unit_rows), params.dlq_batch_size):
             chunk = unit_rows[start : start + params.dlq_batch_size]
             entries = [(rb.id[i], copy_fields(rb.fields_of(i),
                                               max(0, (rb.delivery_count[i] or 1) - 1)))
                        for i in chunk]
-            calls.append((chunk, partial(requeue_batch, client, stream, target, group,
-                                         consumer, entries)))
+            calls.append((chunk, partial(requeue_batch, client, unit.stream, target,
+                                         unit.group, unit.consumer, entries)))
     for i, status in run_script_calls(client, calls):
         if status == MOVED_TOO_BIG:
             rb.set(i, Action.FAILED, REASON_TOO_BIG_TO_REQUEUE)
@@ -262,14 +262,14 @@ def _reassign(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: lis
     on the job's consumer (reported failed, with the reason)."""
     rows = _within_limit(client, params, rb, _with_fields(client, rb, rows))
     calls: list[ScriptCall] = []
-    for (stream, group, consumer), unit_rows in rb.by_unit(rows).items():
-        live = _live(client, params, rb, stream, group, unit_rows)
+    for unit, unit_rows in rb.by_unit(rows).items():
+        live = _live(client, params, rb, unit, unit_rows)
         pairs = [(i, live[k % len(live)]) for k, i in enumerate(unit_rows)] if live else []
         for start in range(0, len(pairs), params.dlq_batch_size):
             chunk = pairs[start : start + params.dlq_batch_size]
             entries = [(rb.id[i], owner, _app_deliveries(rb, i)) for i, owner in chunk]
-            calls.append((chunk, partial(reassign_batch, client, stream, group, consumer,
-                                         entries)))
+            calls.append((chunk, partial(reassign_batch, client, unit.stream, unit.group,
+                                         unit.consumer, entries)))
     for (i, owner), status in run_script_calls(client, calls):
         if status == REASSIGNED:
             rb.set(i, Action.REASSIGNED, reassigned_to=owner)
@@ -277,11 +277,11 @@ def _reassign(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: lis
             _left_alone(rb, i, status)
 
 
-def _live(client: redis.Redis, params: JobParams, rb: RoutedBatch, stream: str, group: str,
+def _live(client: redis.Redis, params: JobParams, rb: RoutedBatch, unit: Unit,
           rows: list[int]) -> list[str]:
     """The unit's live consumers; none (its `rows` reported) when it has none or vanished."""
     try:
-        live = live_consumers(client, stream, group, params.live_within_ms,
+        live = live_consumers(client, unit.stream, unit.group, params.live_within_ms,
                               params.consumer_prefix + "-")
     except redis.ResponseError as exc:
         if not unit_vanished(exc):
@@ -326,9 +326,10 @@ def _dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
     now_ms = int(time.time() * 1000)
     calls: list[ScriptCall] = []
     job_of = {job.row: job for job in jobs}
-    for (stream, group, consumer), rows in rb.by_unit(job_of).items():
+    for unit, rows in rb.by_unit(job_of).items():
         unit_jobs = [job_of[i] for i in rows]
-        ctx = DeadLetterContext(stream, group, consumer, dead_letter_key(stream, params.dlq_suffix),
+        ctx = DeadLetterContext(unit.stream, unit.group, unit.consumer,
+                                dead_letter_key(unit.stream, params.dlq_suffix),
                                 params.run_id, params.max_deliveries, now_ms)
         for start in range(0, len(unit_jobs), params.dlq_batch_size):
             chunk = unit_jobs[start : start + params.dlq_batch_size]

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import pyarrow as pa
 import redis
@@ -37,7 +37,7 @@ import redis
 from recovery.claimed import Claimed, field_pairs, with_carried
 from recovery.faults import maybe_fail
 from recovery.histogram import PelHistogram
-from recovery.params import JobParams
+from recovery.params import JobParams, Unit
 from recovery.redis_conn import redis_errors
 from recovery.streams import (
     COUNT,
@@ -69,14 +69,14 @@ class ClaimStep(NamedTuple):
     sent_at: float | None
 
 
-def claim_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any],
+def claim_unit(client: redis.Redis, params: JobParams, unit: Unit,
                throttle: Throttle) -> Iterator[pa.RecordBatch]:
     """CLAIMED batches of one unit: everything its job consumer owns once the loop ends."""
     for step in claim_steps(client, params, unit, throttle):
         yield step.claimed.to_arrow()
 
 
-def claim_steps(client: redis.Redis, params: JobParams, unit: dict[str, Any],
+def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
                 throttle: Throttle, histogram: PelHistogram | None = None
                 ) -> Iterator[ClaimStep]:
     """:func:`claim_unit`'s entries step by step (as Python columns), each step with the
@@ -86,7 +86,7 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: dict[str, Any],
     before its claim, then, once every step was handed over, one read of what the loop left
     (the rows other consumers own: entries not idle enough, or delivered meanwhile).
     """
-    stream, group, consumer = unit["stream"], unit["group"], unit["consumer"]
+    stream, group, consumer = unit.stream, unit.group, unit.consumer
     owned: dict[bytes, PendingRow] = {}  # taken back: the job consumer's, not claimed here
     cursor, step, claimed = END_CURSOR, 0, 0
     while True:
@@ -129,17 +129,17 @@ def examined(batch: ClaimBatch) -> list[PendingRow]:
     return [row for entry_id, row in batch.before.items() if entry_id in taken]
 
 
-def _count_left(client: redis.Redis, params: JobParams, unit: dict[str, Any],
+def _count_left(client: redis.Redis, params: JobParams, unit: Unit,
                 histogram: PelHistogram) -> None:
     """Count the PEL rows other consumers own once the loop is done: what it did not claim
     (usually none, a read of an empty PEL)."""
-    mine = unit["consumer"].encode()
-    with redis_errors(params.redis, unit["stream"], unit["group"]):
-        for page in pending_pages(client, unit["stream"], unit["group"], OWN_PAGE):
+    mine = unit.consumer.encode()
+    with redis_errors(params.redis, unit.stream, unit.group):
+        for page in pending_pages(client, unit.stream, unit.group, OWN_PAGE):
             histogram.add([row for row in page if row[OWNER] != mine])
 
 
-def _read_own_range(client: redis.Redis, unit: dict[str, Any], batch: ClaimBatch,
+def _read_own_range(client: redis.Redis, unit: Unit, batch: ClaimBatch,
                     cursor: str, owned: dict[bytes, PendingRow]) -> dict[bytes, int]:
     """Read the job consumer's entries in the step's range, only when the step found an own
     entry at or after its cursor (or a claimed entry lacks its row in the range read, or a
@@ -152,7 +152,7 @@ def _read_own_range(client: redis.Redis, unit: dict[str, Any], batch: ClaimBatch
     end = "+" if batch.next_cursor == END_CURSOR else "(" + batch.next_cursor
     claimed_now = set(batch.ids) | set(batch.deleted)
     counts: dict[bytes, int] = {}
-    for page in pending_pages(client, unit["stream"], unit["group"], OWN_PAGE, unit["consumer"],
+    for page in pending_pages(client, unit.stream, unit.group, OWN_PAGE, unit.consumer,
                               start=cursor, end=end):
         for row in page:
             if row[ID] in claimed_now:
@@ -162,7 +162,7 @@ def _read_own_range(client: redis.Redis, unit: dict[str, Any], batch: ClaimBatch
     return counts
 
 
-def _claimed(unit: dict[str, Any], batch: ClaimBatch, counts: dict[bytes, int]) -> Claimed:
+def _claimed(unit: Unit, batch: ClaimBatch, counts: dict[bytes, int]) -> Claimed:
     """The step's claimed entries, then those deleted upstream (no fields). A delivery count
     is the PEL's after this claim plus what a requeued copy carries."""
     ids = batch.ids + batch.deleted
@@ -177,7 +177,7 @@ def _claimed(unit: dict[str, Any], batch: ClaimBatch, counts: dict[bytes, int]) 
         [with_carried(c, f) for c, f in zip(pel_counts, fields, strict=True)])
 
 
-def _owned(unit: dict[str, Any], rows: list[PendingRow]) -> Claimed:
+def _owned(unit: Unit, rows: list[PendingRow]) -> Claimed:
     """Entries the job consumer owned without this loop's claim: no previous owner or idle
     time known, no fields (fetched at hand-over), the PEL's delivery count."""
     n = len(rows)

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain
-from typing import Any
 
 import pyarrow as pa
 
+from recovery.params import Unit
 from recovery.schemas import CARRIED_DELIVERIES, CLAIMED, arrow
 from recovery.streams import Fields, FlatFields
 
@@ -46,12 +46,12 @@ class Claimed:
         return len(self.id)
 
     @classmethod
-    def of_unit(cls, unit: dict[str, Any], ids: list[str], deleted: list[bool],
+    def of_unit(cls, unit: Unit, ids: list[str], deleted: list[bool],
                 previous: list[str | None], idle_ms: list[int | None],
                 fields: list[Fields | None], counts: list[int | None]) -> Claimed:
-        """Entries of one unit (``stream``, ``group``, ``consumer`` keys of `unit`)."""
+        """Entries of one unit (its stream, group and job consumer on every row)."""
         n = len(ids)
-        return cls([unit["stream"]] * n, [unit["group"]] * n, [unit["consumer"]] * n, ids,
+        return cls([unit.stream] * n, [unit.group] * n, [unit.consumer] * n, ids,
                    deleted, previous, idle_ms, fields, counts)
 
     @classmethod

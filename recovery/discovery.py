@@ -24,7 +24,7 @@ from recovery.errors import (
     StreamUnitError,
     UnsupportedServerError,
 )
-from recovery.params import RedisParams
+from recovery.params import RedisParams, Unit
 from recovery.redis_conn import redis_errors, script_replies, server_text
 from recovery.schemas import Mode
 from recovery.scripts import delete_empty_consumer
@@ -58,16 +58,6 @@ class Skipped:
     stream: str
     group: str | None
     reason: str
-
-
-@dataclass(frozen=True)
-class Assignment:
-    """A unit placed on a partition, with the job consumer that claims for it."""
-
-    stream: str
-    group: str
-    consumer: str
-    part: int
 
 
 def check_server(client: redis.Redis, params: RedisParams) -> tuple[int, int, int]:
@@ -212,8 +202,9 @@ def _units_of(client: redis.Redis, stream: str, groups: list[dict[str, object]],
 
 
 def assign(units: list[WorkUnit], partitions: int, consumer_prefix: str, run_id: str
-           ) -> list[Assignment]:
-    """Spread units over at most `partitions` parts, biggest PEL first to the lightest part.
+           ) -> list[tuple[Unit, int]]:
+    """Spread units over at most `partitions` parts, biggest PEL first to the lightest part:
+    (unit, part) pairs.
 
     On a Redis Cluster each part holds the units of one primary (parts per primary in
     proportion to its pending entries; see ``recovery.cluster.groups_by_node``), so a
@@ -221,15 +212,15 @@ def assign(units: list[WorkUnit], partitions: int, consumer_prefix: str, run_id:
     and part, so a retried task claims as the same consumer and takes back what its failed
     attempt claimed.
     """
-    result: list[Assignment] = []
+    result: list[tuple[Unit, int]] = []
     first = 0
     for group, parts in groups_by_node(units, partitions, lambda u: u.node,
                                        lambda u: u.pending):
         load = [(0, p) for p in range(first, first + parts)]
         for unit in sorted(group, key=lambda u: (-u.pending, u.stream, u.group)):
             size, part = heapq.heappop(load)
-            result.append(Assignment(unit.stream, unit.group,
-                                     job_consumer(consumer_prefix, run_id, part), part))
+            consumer = job_consumer(consumer_prefix, run_id, part)
+            result.append((Unit(unit.stream, unit.group, consumer), part))
             heapq.heappush(load, (size + unit.pending, part))
         first += parts
     return result

@@ -183,11 +183,11 @@ def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
     never share a task, whatever the keys hash to)."""
     parts = assign(units, settings.spark.partitions, settings.claim.consumer_prefix,
                    params.run_id)
-    n = max(a.part for a in parts) + 1
+    n = max(part for _, part in parts) + 1
     spark.conf.set("spark.sql.shuffle.partitions", str(n))
     by_part: list[list[dict]] = [[] for _ in range(n)]
-    for a in parts:
-        by_part[a.part].append(vars(a))
+    for unit, part in parts:
+        by_part[part].append({**vars(unit), "part": part})
     return units_of_parts(spark, by_part)
 
 

@@ -36,8 +36,9 @@ from typing import Any
 import redis
 
 from recovery.handlers import Result
+from recovery.params import Unit
 from recovery.redis_conn import VANISHED, ScriptCall, run_script_calls, unit_vanished
-from recovery.routed import RoutedBatch, Unit
+from recovery.routed import RoutedBatch
 from recovery.schemas import Action
 from recovery.scripts import LEASE_DELETED, LEASE_RENEWED, renew_lease
 from recovery.streams import ID, IDLE, each, pending_command
@@ -119,14 +120,14 @@ def _ack_and_lease(client: redis.Redis, rb: RoutedBatch, to_ack: list[int], to_l
 
 def xack_commands(rb: RoutedBatch, by_unit: dict[Unit, list[int]]) -> list[tuple[object, ...]]:
     """One XACK command per unit, of the rows' IDs (for a pipeline; the reply is a count)."""
-    return [("XACK", stream, group, *(rb.id[i] for i in unit_rows))
-            for (stream, group, _), unit_rows in by_unit.items()]
+    return [("XACK", unit.stream, unit.group, *(rb.id[i] for i in unit_rows))
+            for unit, unit_rows in by_unit.items()]
 
 
 def _lease_read(rb: RoutedBatch, unit: Unit, rows: list[int], start: str | None = None
                 ) -> tuple[object, ...]:
     """XPENDING of the job consumer's entries in the rows' ID range (from `start`, if given)."""
-    stream, group, consumer = unit
+    stream, group, consumer = unit.stream, unit.group, unit.consumer
     first, last = rb.id_range(rows)
     return pending_command(stream, group, start or first, last, len(rows) + LEASE_PAGE_SLACK,
                            consumer)
@@ -158,9 +159,9 @@ def _renew(client: redis.Redis, rb: RoutedBatch, rows: list[int], fresh_ms: int)
     if not rows:
         return
     calls: list[ScriptCall] = [
-        (unit_rows, partial(renew_lease, client, stream, group, consumer,
+        (unit_rows, partial(renew_lease, client, unit.stream, unit.group, unit.consumer,
                             [rb.id[i] for i in unit_rows], fresh_ms=fresh_ms))
-        for (stream, group, consumer), unit_rows in rb.by_unit(rows, ordered=True).items()]
+        for unit, unit_rows in rb.by_unit(rows, ordered=True).items()]
     for i, reply in run_script_calls(client, calls):
         if reply == LEASE_DELETED:
             rb.set(i, Action.DELETED, REASON_DELETED)
@@ -180,7 +181,7 @@ def _report_acks(client: redis.Redis, rb: RoutedBatch, acks: dict[Unit, list[int
     """
     short = [unit for (unit, rows), reply in zip(acks.items(), replies, strict=True)
              if not isinstance(reply, Exception) and int(reply) < len(rows)]
-    probes = each(client, [("XPENDING", stream, group) for stream, group, _ in short])
+    probes = each(client, [("XPENDING", unit.stream, unit.group) for unit in short])
     vanished = {unit for unit, probe in zip(short, probes, strict=True)
                 if isinstance(probe, Exception) and unit_vanished(probe)}
     for (unit, rows), reply in zip(acks.items(), replies, strict=True):

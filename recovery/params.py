@@ -45,3 +45,15 @@ class JobParams:
     requeue_stream: str | None = None  # the retry stream's template; None: the source
     live_within_ms: int = 60_000  # reassign: a consumer seen within this is live
     consumer_prefix: str = "recovery"  # the job's consumers, never reassigned to
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One stream and group of a run, with the job's consumer that claims for it
+    (``<prefix>-<run id>-<part>``): what a partition works on, and what a batch's rows are
+    grouped by. The driver makes them (``recovery.discovery.assign``); they reach the
+    executors as UNIT rows and become Units again there (``recovery.partitions``)."""
+
+    stream: str
+    group: str
+    consumer: str

@@ -22,7 +22,6 @@ import gc
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 import pyarrow as pa
 import redis
@@ -34,7 +33,7 @@ from recovery.errors import StreamUnitError
 from recovery.faults import maybe_fail
 from recovery.histogram import PelHistogram
 from recovery.packing import ArrowFn, note_row, packed_rows, unpacked
-from recovery.params import JobParams
+from recovery.params import JobParams, Unit
 from recovery.redis_conn import connect, redis_errors
 from recovery.tally import PassMaker, Tally
 from recovery.throttle import Throttle
@@ -42,12 +41,14 @@ from recovery.throttle import Throttle
 log = logging.getLogger(__name__)
 
 YOUNG_GC_THRESHOLD = 50_000  # allocations between two young collections in a task (Python: 700)
-UnitFn = Callable[[redis.Redis, dict[str, Any]], Iterator[pa.RecordBatch]]
+UnitFn = Callable[[redis.Redis, Unit], Iterator[pa.RecordBatch]]
 
 
-def unit_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
+def unit_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[Unit]:
+    """The Units of UNIT batches."""
     for batch in batches:
-        yield from batch.to_pylist()
+        for row in batch.to_pylist():
+            yield Unit(row["stream"], row["group"], row["consumer"])
 
 
 class PartitionClient:
@@ -141,13 +142,13 @@ def claim_partition(params: JobParams, histograms: bool = False) -> ArrowFn:
     unit's PEL histogram, counted from the claim steps' own reads as in one pass, follows
     its entries as a note for the hand-over's tally (no separate pass over the PEL)."""
 
-    def claim_packed(client: redis.Redis, params: JobParams, unit: dict[str, Any],
+    def claim_packed(client: redis.Redis, params: JobParams, unit: Unit,
                      throttle: Throttle) -> Iterator[pa.RecordBatch]:
         pel = PelHistogram() if histograms else None
         for step in claim_steps(client, params, unit, throttle, pel):
             yield from packed_rows(step.claimed.to_arrow())
         if pel is not None:
-            yield note_row(json.dumps(pel.row(unit["stream"], unit["group"])).encode())
+            yield note_row(json.dumps(pel.row(unit.stream, unit.group)).encode())
 
     return _throttled(params, claim_packed)
 
@@ -160,9 +161,9 @@ def recover_partition(params: JobParams, histograms: bool = False) -> PassMaker:
     the claim steps' own reads (no separate pass over the PEL)."""
 
     def make(tally: Tally) -> ArrowFn:
-        def claim_and_apply(client: redis.Redis, params: JobParams, unit: dict[str, Any],
+        def claim_and_apply(client: redis.Redis, params: JobParams, unit: Unit,
                             throttle: Throttle) -> Iterator[pa.RecordBatch]:
-            pel = tally.histogram(unit["stream"], unit["group"]) if histograms else None
+            pel = tally.histogram(unit.stream, unit.group) if histograms else None
             steps = claim_steps(client, params, unit, throttle, pel)
             return applied(lambda: client, params, steps)
 
@@ -171,7 +172,7 @@ def recover_partition(params: JobParams, histograms: bool = False) -> PassMaker:
     return make
 
 
-ClaimFn = Callable[[redis.Redis, JobParams, dict[str, Any], Throttle], Iterator[pa.RecordBatch]]
+ClaimFn = Callable[[redis.Redis, JobParams, Unit, Throttle], Iterator[pa.RecordBatch]]
 
 
 def _throttled(params: JobParams, claim_fn: ClaimFn) -> ArrowFn:
@@ -195,7 +196,7 @@ def applied(get_client: Callable[[], redis.Redis], params: JobParams,
         yield report
 
 
-def skip_vanished(unit: dict[str, Any], batches: Iterator[pa.RecordBatch]
+def skip_vanished(unit: Unit, batches: Iterator[pa.RecordBatch]
                    ) -> Iterator[pa.RecordBatch]:
     """Pass `batches` on; a unit whose stream or group vanished mid-run ends quietly.
 
@@ -204,7 +205,7 @@ def skip_vanished(unit: dict[str, Any], batches: Iterator[pa.RecordBatch]
     try:
         yield from batches
     except StreamUnitError as exc:
-        log.warning("stopped %s / %s early: %s", unit["stream"], unit["group"], exc)
+        log.warning("stopped %s / %s early: %s", unit.stream, unit.group, exc)
 
 
 def apply_partition(params: JobParams, rows: int) -> PassMaker:

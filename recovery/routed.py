@@ -18,13 +18,13 @@ import pyarrow as pa
 
 from recovery.claimed import Claimed
 from recovery.handlers import Message
+from recovery.params import Unit
 from recovery.schemas import (
     REPORT_ARROW,
     Route,
 )
 from recovery.streams import Fields, stream_id_key
 
-Unit = tuple[str, str, str]  # stream, group, job consumer
 K = TypeVar("K")
 
 
@@ -54,8 +54,12 @@ class RoutedBatch:
         self.previous_consumer = claimed.previous_consumer
         self.route = [route(d, c, max_deliveries)
                       for d, c in zip(claimed.deleted, claimed.delivery_count, strict=True)]
-        self.units: list[Unit] = list(zip(claimed.stream, claimed.group, claimed.consumer,
-                                          strict=True))
+        # Each row's unit: one Unit object per distinct (stream, group, consumer), shared
+        # by its rows (a batch holds one unit or a few).
+        made: dict[tuple[str, str, str], Unit] = {}
+        self.units: list[Unit] = [
+            made.get(key) or made.setdefault(key, Unit(*key))
+            for key in zip(claimed.stream, claimed.group, claimed.consumer, strict=True)]
         self.fields = claimed.fields
         self.fetched: dict[int, Fields] = {}
         self._id_keys: list[tuple[int, int]] | None = None

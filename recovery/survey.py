@@ -14,7 +14,7 @@ import redis
 
 from recovery.claimed import with_carried
 from recovery.histogram import PelHistogram
-from recovery.params import JobParams
+from recovery.params import JobParams, Unit
 from recovery.partitions import ArrowFn, coalesced, per_unit
 from recovery.redis_conn import redis_errors
 from recovery.routed import route
@@ -55,13 +55,13 @@ def histogram_partition(params: JobParams) -> ArrowFn:
         HISTOGRAM_ROWS)
 
 
-def _histogram_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any]
+def _histogram_unit(client: redis.Redis, params: JobParams, unit: Unit
                     ) -> Iterator[pa.RecordBatch]:
     histogram = PelHistogram()
-    with redis_errors(params.redis, unit["stream"], unit["group"]):
-        for page in pending_pages(client, unit["stream"], unit["group"], PAGE):
+    with redis_errors(params.redis, unit.stream, unit.group):
+        for page in pending_pages(client, unit.stream, unit.group, PAGE):
             histogram.add(page)
-    yield pa.RecordBatch.from_pylist([histogram.row(unit["stream"], unit["group"])],
+    yield pa.RecordBatch.from_pylist([histogram.row(unit.stream, unit.group)],
                                      schema=HISTOGRAM_ARROW)
 
 
@@ -71,9 +71,9 @@ def plan_partition(params: JobParams) -> PassMaker:
         params, lambda: lambda client, unit: _plan_unit(client, params, unit))
 
 
-def _plan_unit(client: redis.Redis, params: JobParams, unit: dict[str, Any]
+def _plan_unit(client: redis.Redis, params: JobParams, unit: Unit
                ) -> Iterator[pa.RecordBatch]:
-    stream, group = unit["stream"], unit["group"]
+    stream, group = unit.stream, unit.group
     with redis_errors(params.redis, stream, group):
         for page in pending_pages(client, stream, group, PAGE, min_idle_ms=params.min_idle_ms):
             ids = [r[ID].decode() for r in page]

@@ -14,6 +14,7 @@ from recovery import streams
 from recovery.claim import claim_unit
 from recovery.claimed import CLAIMED_ARROW
 from recovery.config import executor_params, load_settings
+from recovery.params import Unit
 from recovery.redis_conn import connect
 from recovery.streams import deleted_by_position
 from recovery.testing.backlog import make_stuck
@@ -39,7 +40,7 @@ def claim(url: str, make_settings, stream: str) -> list[dict]:
     params = executor_params(settings, "r1")
     client = connect(params.redis)
     try:
-        unit = {"stream": stream, "group": GROUP, "consumer": JOB, "part": 0}
+        unit = Unit(stream, GROUP, JOB)
         batches = list(claim_unit(client, params, unit, Throttle(None)))
     finally:
         client.close()
