@@ -119,6 +119,27 @@ def check_requeue_target(stream: str, groups: list[str], template: str | None) -
         "{stream}:retry:{group}, or use reprocess.mode = handler")
 
 
+def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
+                  skipped: list[Skipped]) -> dict[str, bool]:
+    """The keys ``streams.keys`` and ``streams.match`` select -> whether named explicitly:
+    the explicit keys, then the SCAN MATCH hits in order; dead-letter streams left out (before
+    any TYPE: the job's ACL user needs no read access to them), non-UTF-8 names skipped."""
+    sel, suffix = settings.streams, settings.dead_letter.suffix
+    names = dict.fromkeys(sel.keys, True)
+    if sel.match:
+        with redis_errors(params):
+            found = sorted(scan_keys(client, sel.match, sel.scan_count))
+        for key in found:
+            names.setdefault(key_text(key, skipped), False)
+    selected = {}
+    for name, explicit in names.items():
+        if name and is_dead_letter_key(name, suffix):
+            log.info("skip %s: it is a dead-letter stream", name)
+        elif name:
+            selected[name] = explicit
+    return selected
+
+
 def _reply_or_raise(reply: object, params: RedisParams, stream: str | None = None,
                     group: str | None = None) -> object:
     """The reply, or its error raised as the job's typed error for that stream and group."""
@@ -131,19 +152,7 @@ def _reply_or_raise(reply: object, params: RedisParams, stream: str | None = Non
 def _candidate_streams(client: redis.Redis, settings: Settings, params: RedisParams,
                        skipped: list[Skipped]) -> list[str]:
     """Explicit keys plus SCAN MATCH hits, each checked to be a stream, de-duplicated."""
-    sel = settings.streams
-    names = list(sel.keys)
-    if sel.match:
-        with redis_errors(params):
-            found = scan_keys(client, sel.match, sel.scan_count)
-            names += sorted(key_text(k, skipped) for k in found)
-    candidates = []
-    for name in dict.fromkeys(n for n in names if n):
-        if is_dead_letter_key(name, settings.dead_letter.suffix):
-            # Checked before TYPE: the job's ACL user needs no read access to DLQ keys.
-            log.info("skip %s: it is a dead-letter stream", name)
-        else:
-            candidates.append(name)
+    candidates = list(selected_keys(client, settings, params, skipped))
     with redis_errors(params):
         kinds = each(client, [("TYPE", n) for n in candidates])
     streams: list[str] = []

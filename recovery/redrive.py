@@ -25,13 +25,13 @@ from typing import Any
 import redis
 
 from recovery.config import RedriveSettings, Settings, executor_params
-from recovery.discovery import Skipped, check_server, key_text
-from recovery.dlq_names import dead_letter_key, is_dead_letter_key
+from recovery.discovery import Skipped, check_server, selected_keys
+from recovery.dlq_names import dead_letter_key
 from recovery.errors import ConfigError, DeadLetterNameError, StreamUnitError
 from recovery.params import RedisParams
 from recovery.redis_conn import connect, redis_errors
 from recovery.redrive_io import RedriveFilter, length, redrive_step
-from recovery.streams import key_type, scan_keys
+from recovery.streams import key_type
 from recovery.throttle import Throttle
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ def select_units(client: redis.Redis, settings: Settings, params: RedisParams
     r, suffix = settings.redrive, settings.dead_letter.suffix
     skipped: list[Skipped] = []
     units: list[RedriveFilter] = []
-    for name, explicit in _candidates(client, settings, params, skipped).items():
+    for name, explicit in selected_keys(client, settings, params, skipped).items():
         try:
             dlq = dead_letter_key(name, suffix)
         except DeadLetterNameError as exc:
@@ -145,20 +145,6 @@ def select_units(client: redis.Redis, settings: Settings, params: RedisParams
         elif kind == "stream" or explicit:
             units.append(RedriveFilter(name, dlq, tuple(r.groups), tuple(r.reasons)))
     return units, skipped
-
-
-def _candidates(client: redis.Redis, settings: Settings, params: RedisParams,
-                skipped: list[Skipped]) -> dict[str, bool]:
-    """Source names -> whether named explicitly; SCAN MATCH hits after the explicit keys,
-    dead-letter streams left out, non-UTF-8 names skipped."""
-    sel, suffix = settings.streams, settings.dead_letter.suffix
-    names = dict.fromkeys(sel.keys, True)
-    if sel.match:
-        with redis_errors(params):
-            found = sorted(scan_keys(client, sel.match, sel.scan_count))
-        for key in found:
-            names.setdefault(key_text(key, skipped), False)
-    return {n: e for n, e in names.items() if n and not is_dead_letter_key(n, suffix)}
 
 
 def run_redrive(settings: Settings, summary: RedriveSummary) -> RedriveSummary:
