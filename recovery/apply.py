@@ -17,9 +17,10 @@ they are reported skipped and the other units go on.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import redis
@@ -69,6 +70,7 @@ REASON_TOO_BIG = ("too many fields (~3950 at most) to move to the dead-letter st
 REASON_TOO_BIG_TO_REQUEUE = ("too many fields (~3950 at most) to requeue from a script; "
                              "stays pending")
 REASON_HANDLER_FAILED = "handler failed; stays pending for the next run"
+T = TypeVar("T")
 NOT_CALLED = "not handed to the handler: an earlier call for its stream and group timed out"
 
 
@@ -158,7 +160,7 @@ def _handle(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[
     read. A fast handler thus costs one round trip per ``LEASE_ROWS`` rows, a slow one a
     lease read right before each call.
     """
-    rows = _within_limit(client, params, rb, _with_fields(client, rb, rows))
+    rows = _ready(client, params, rb, rows)
     calls = HandlerCalls(load_handler(params.handler_path), params.handler_timeout_s)
     hand_over = HandOver(client, rb, fresh_lease_ms(params.min_idle_ms, params.handler_timeout_s),
                          read_at or 0.0)
@@ -216,10 +218,13 @@ def _with_fields(client: redis.Redis, rb: RoutedBatch, rows: list[int]) -> list[
     return [i for i in rows if rb.has_fields(i)]
 
 
-def _within_limit(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[int]
-                  ) -> list[int]:
-    """`rows` still within the delivery limit once the fields fetched for entries taken back
-    from an earlier attempt add what a requeued copy carries; dead-letter the others."""
+def _ready(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[int]
+           ) -> list[int]:
+    """The rows to re-process, with their fields: entries taken back from an earlier attempt
+    get theirs fetched (those gone are reported deleted) and, where they are requeued copies,
+    the deliveries they carry added to their counts; those now over the limit are
+    dead-lettered."""
+    rows = _with_fields(client, rb, rows)
     over = set()
     for i in rows:
         if i in rb.fetched:
@@ -236,14 +241,12 @@ def _requeue(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list
     without the job's own claim) and ack the originals: batched atomic script calls, one
     pipeline. The copies hold the fields the job read (an entry deleted upstream since its
     claim is still requeued once, from that content, as the handler would get it)."""
-    rows = _within_limit(client, params, rb, _with_fields(client, rb, rows))
+    rows = _ready(client, params, rb, rows)
     calls: list[ScriptCall] = []
     for unit, unit_rows in rb.by_unit(rows, ordered=True).items():
         target = requeue_key(unit.stream, unit.group, params.requeue_stream)
-        for start in range(0, len(unit_rows), params.dlq_batch_size):
-            chunk = unit_rows[start : start + params.dlq_batch_size]
-            entries = [(rb.id[i], copy_fields(rb.fields_of(i),
-                                              max(0, (rb.delivery_count[i] or 1) - 1)))
+        for chunk in _batches(unit_rows, params.dlq_batch_size):
+            entries = [(rb.id[i], copy_fields(rb.fields_of(i), _deliveries_so_far(rb, i)))
                        for i in chunk]
             calls.append((chunk, partial(requeue_batch, client, unit.stream, target,
                                          unit.group, unit.consumer, entries)))
@@ -260,14 +263,17 @@ def _reassign(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: lis
     with its delivery count set back to its deliveries to the application so far: batched
     atomic script calls, one pipeline. Rows of a group without a live consumer stay pending
     on the job's consumer (reported failed, with the reason)."""
-    rows = _within_limit(client, params, rb, _with_fields(client, rb, rows))
+    rows = _ready(client, params, rb, rows)
     calls: list[ScriptCall] = []
     for unit, unit_rows in rb.by_unit(rows).items():
         live = _live(client, params, rb, unit, unit_rows)
         pairs = [(i, live[k % len(live)]) for k, i in enumerate(unit_rows)] if live else []
-        for start in range(0, len(pairs), params.dlq_batch_size):
-            chunk = pairs[start : start + params.dlq_batch_size]
-            entries = [(rb.id[i], owner, _app_deliveries(rb, i)) for i, owner in chunk]
+        for chunk in _batches(pairs, params.dlq_batch_size):
+            # The PEL count to set: the deliveries so far, but what a requeued copy carries
+            # (it still carries it).
+            entries = [(rb.id[i], owner, max(0, _deliveries_so_far(rb, i)
+                                             - carried_deliveries(rb.fields_of(i))))
+                       for i, owner in chunk]
             calls.append((chunk, partial(reassign_batch, client, unit.stream, unit.group,
                                          unit.consumer, entries)))
     for (i, owner), status in run_script_calls(client, calls):
@@ -297,11 +303,16 @@ def _live(client: redis.Redis, params: JobParams, rb: RoutedBatch, unit: Unit,
     return live
 
 
-def _app_deliveries(rb: RoutedBatch, i: int) -> int:
-    """Deliveries of row `i` to the application so far, as its PEL should count them: the
-    PEL count without the job's own claim (and without a requeued copy's carried count,
-    which the copy still carries)."""
-    return max(0, (rb.delivery_count[i] or 1) - carried_deliveries(rb.fields_of(i)) - 1)
+def _deliveries_so_far(rb: RoutedBatch, i: int) -> int:
+    """Row `i`'s deliveries to the application so far: its delivery count (carried ones
+    included) without the job's own claim, which delivered it to no application."""
+    return max(0, (rb.delivery_count[i] or 1) - 1)
+
+
+def _batches(items: list[T], size: int) -> Iterator[list[T]]:
+    """`items` in consecutive lists of at most `size` (one script call each)."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 def _left_alone(rb: RoutedBatch, i: int, status: Any, error: str | None = None) -> bool:
@@ -327,12 +338,10 @@ def _dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
     calls: list[ScriptCall] = []
     job_of = {job.row: job for job in jobs}
     for unit, rows in rb.by_unit(job_of).items():
-        unit_jobs = [job_of[i] for i in rows]
         ctx = DeadLetterContext(unit.stream, unit.group, unit.consumer,
                                 dead_letter_key(unit.stream, params.dlq_suffix),
                                 params.run_id, params.max_deliveries, now_ms)
-        for start in range(0, len(unit_jobs), params.dlq_batch_size):
-            chunk = unit_jobs[start : start + params.dlq_batch_size]
+        for chunk in _batches([job_of[i] for i in rows], params.dlq_batch_size):
             entries = [_dead_letter_entry(rb, j) for j in chunk]
             calls.append((chunk, partial(dead_letter_batch, client, ctx, entries)))
     for job, status in run_script_calls(client, calls):

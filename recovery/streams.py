@@ -151,11 +151,10 @@ def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
                          "COUNT", count)
     before_rows, own_rows, reply = pipe.execute()
     next_cursor, items = as_str(reply[0]), reply[1]
-    found = [item for item in items if item is not None and item[1] is not None]
+    found = [item for item in items if item is not None]
     ids = [item[0] for item in found]
     flats = [item[1] for item in found]
     deleted = list(reply[2]) if len(reply) > 2 else []
-    deleted += [item[0] for item in items if item is not None and item[1] is None]
     unresolved = 0
     if None in items:  # Redis 6.2: an entry deleted upstream comes back as nil
         nil_ids = deleted_by_position(items, before_rows, next_cursor)
