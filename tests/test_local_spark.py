@@ -1,8 +1,12 @@
 """The local sessions that PySpark starts itself run their JVM as ``recovery.local_spark``
-says (C1 only: a short local run's JVM otherwise spends much of its CPU in the C2 compiler)."""
+says (C1 only: a short local run's JVM otherwise spends much of its CPU in the C2 compiler),
+and keep Spark's console progress bar out of the log."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -20,3 +24,28 @@ def test_the_test_session_jvm_runs_with_the_local_options(spark):
     args = jvm_command_line(spark)
     assert args[0].endswith("java")
     assert all(option in args for option in LOCAL_JVM_OPTIONS.split())
+
+
+BAR_SCRIPT = """
+import sys, time
+from pyspark.sql import functions as F
+from recovery.local_spark import local_session
+spark = local_session("local[1]", "bar-check", **dict(c.split("=", 1) for c in sys.argv[1:]))
+slow = F.udf(lambda x: time.sleep(2.5) or x, "long")
+spark.range(1).select(slow("id")).collect()
+spark.stop()
+"""
+
+
+def spark_stderr(*conf: str) -> str:
+    """stderr of a fresh process that runs a 2.5 s stage in a local session."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    return subprocess.run([sys.executable, "-c", BAR_SCRIPT, *conf], capture_output=True,
+                          text=True, timeout=120, env=env, check=True).stderr
+
+
+def test_local_sessions_print_no_console_progress_bar_unless_asked():
+    """The demo's, notebook's and tests' sessions keep Spark's progress bar out of the log;
+    asked for, it shows (so the check would see it)."""
+    assert "[Stage " not in spark_stderr()
+    assert "[Stage " in spark_stderr("spark.ui.showConsoleProgress=true")
