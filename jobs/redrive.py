@@ -5,7 +5,7 @@
 
 Sources are ``streams.keys`` / ``streams.match``, filters and rate the ``[redrive]`` section.
 Exit codes: 0 success, 2 invalid config or arguments, 1 anything else. The last line of
-stdout is a JSON summary. The work runs on the driver, inside Redis (see recovery/redrive.py).
+stdout is a JSON summary. The work runs on the driver, inside Redis (see recovery/redrive/run.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from recovery.redrive_cli import redrive_main
+from recovery.redrive.cli import redrive_main
 
 
 def register_with_cluster() -> None:

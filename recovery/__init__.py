@@ -29,12 +29,12 @@ _HOMES = {
     "Settings": "recovery.config",
     "load_settings": "recovery.config",
     # running it
-    "run": "recovery.job",
-    "pending_entries": "recovery.job",
-    "local_session": "recovery.local_spark",
-    "RunSummary": "recovery.report",
-    "format_table": "recovery.report",
-    "read_run": "recovery.report",
+    "run": "recovery.driver.job",
+    "pending_entries": "recovery.driver.job",
+    "local_session": "recovery.driver.local_spark",
+    "RunSummary": "recovery.report.run_report",
+    "format_table": "recovery.report.run_report",
+    "read_run": "recovery.report.run_report",
     "ACTIONS": "recovery.schemas",
     "PLAN_ACTIONS": "recovery.schemas",
     "Action": "recovery.schemas",
@@ -84,6 +84,8 @@ __all__ = [  # the same names as _HOMES (tests/test_public_api.py holds them tog
 
 if TYPE_CHECKING:
     from recovery.config import Settings, load_settings
+    from recovery.driver.job import pending_entries, run
+    from recovery.driver.local_spark import local_session
     from recovery.errors import (
         ConfigError,
         FailureThresholdError,
@@ -95,9 +97,7 @@ if TYPE_CHECKING:
         UnsupportedServerError,
     )
     from recovery.handlers import Message, Result
-    from recovery.job import pending_entries, run
-    from recovery.local_spark import local_session
-    from recovery.report import RunSummary, format_table, read_run
+    from recovery.report.run_report import RunSummary, format_table, read_run
     from recovery.schemas import ACTIONS, PLAN_ACTIONS, REPORT, Action, DeathReason, Mode
 
 

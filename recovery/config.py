@@ -39,7 +39,7 @@ from pydantic_settings import (
 
 from recovery.errors import ConfigError
 from recovery.params import JobParams, RedisParams
-from recovery.redrive_settings import RedriveSettings
+from recovery.redrive.settings import RedriveSettings
 
 MISSING_HINTS = {"streams": "select streams: set streams.keys and/or streams.match"}
 HANDLER_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -192,7 +192,7 @@ class ReportSettings(_Section):
     path: str = Field("reports", min_length=1)
     pel_histograms: bool = True  # read each group's whole PEL once for the health histograms
     # Seconds between the driver's progress lines (totals, and the streams that changed),
-    # read from Redis while the stages run (recovery/progress.py); 0 = off.
+    # read from Redis while the stages run (recovery/driver/progress.py); 0 = off.
     progress_interval_s: float = Field(10.0, ge=0)
 
 

@@ -51,8 +51,8 @@ class JobParams:
 class Unit:
     """One stream and group of a run, with the job's consumer that claims for it
     (``<prefix>-<run id>-<part>``): what a partition works on, and what a batch's rows are
-    grouped by. The driver makes them (``recovery.discovery.assign``); they reach the
-    executors as UNIT rows and become Units again there (``recovery.partitions``)."""
+    grouped by. The driver makes them (``recovery.driver.discovery.assign``); they reach the
+    executors as UNIT rows and become Units again there (``recovery.executor.partitions``)."""
 
     stream: str
     group: str

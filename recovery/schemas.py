@@ -55,13 +55,13 @@ CLAIMED = StructType(
 )
 
 # CLAIMED (or any) Arrow batches as Spark carries them: one row per batch, `rows` its number
-# of rows, `batch` the batch as Arrow IPC stream bytes (recovery.packing).
+# of rows, `batch` the batch as Arrow IPC stream bytes (recovery.executor.packing).
 PACKED = StructType(
     [StructField("rows", LongType(), False), StructField("batch", BinaryType(), False)]
 )
 
 # One row per entry the run touched, as a run's files hold it: the run id is in their path
-# (``recovery.report.run_path``), not on every row.
+# (``recovery.report.run_report.run_path``), not on every row.
 REPORT = StructType(
     [
         STREAM,
@@ -81,7 +81,7 @@ REPORT = StructType(
 
 
 # Group health as found before the run, one row per (stream, group). Histogram keys are the
-# bucket labels of recovery.survey (delivery counts; idle ages); `oldest_idle_ms` is the
+# bucket labels of recovery.executor.survey (delivery counts; idle ages); `oldest_idle_ms` is the
 # largest idle time in the PEL; consumers come from XINFO CONSUMERS (`inactive_ms` needs
 # Redis 7.2+ / Valkey, else null).
 CONSUMER = StructType(
@@ -125,7 +125,7 @@ REPORT_ARROW = arrow(REPORT)  # every report batch's schema, however it is writt
 
 
 class Route(StrEnum):
-    """Where a claimed entry goes (``recovery.routed.route``)."""
+    """Where a claimed entry goes (``recovery.executor.routed.route``)."""
 
     HANDLE = "handle"  # re-processed: by the handler, requeued or reassigned
     DEAD_LETTER = "dead_letter"

@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession  # noqa: E402
 from redis import Redis  # noqa: E402
 
 from recovery.config import Settings, load_settings  # noqa: E402
-from recovery.local_spark import local_session  # noqa: E402
+from recovery.driver.local_spark import local_session  # noqa: E402
 from recovery.testing.local_redis import LocalServer, server_binary  # noqa: E402
 from tests.cluster_fixtures import LocalCluster  # noqa: E402
 

@@ -11,7 +11,7 @@ import sys
 from pyspark.sql import SparkSession
 
 from recovery.config import load_settings
-from recovery.job import run
+from recovery.driver.job import run
 
 
 def main(url: str, reports: str) -> int:

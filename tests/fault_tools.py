@@ -27,10 +27,10 @@ from typing import Any
 from pyspark.sql import SparkSession
 from redis import Redis
 
-from recovery.cli import run_recovery
-from recovery.dlq_names import dead_letter_key
-from recovery.local_spark import LOCAL_JVM_OPTIONS
-from recovery.report import read_run, run_path
+from recovery.driver.cli import run_recovery
+from recovery.driver.local_spark import LOCAL_JVM_OPTIONS
+from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.report.run_report import read_run, run_path
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from tests.backlogs import DEAD, HOUR_MS, binary_fields
 from tests.handlers import CHECKSUM, CONTROL_ENV, HANDLED, checksum

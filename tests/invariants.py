@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from recovery.dlq_names import dead_letter_key
+from recovery.redis_io.dlq_names import dead_letter_key
 
 Key = tuple[str, str, str]  # stream, group, id
 

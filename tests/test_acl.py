@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from recovery.cli import run_recovery
-from recovery.redrive_cli import redrive_main
+from recovery.driver.cli import run_recovery
+from recovery.redrive.cli import redrive_main
 from recovery.testing.local_redis import LocalServer
 from tests.backlogs import Seeded, seed
 from tests.cluster_fixtures import LocalCluster

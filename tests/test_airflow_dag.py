@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.dlq_names import dead_letter_key
+from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.testing.backlog import seed_demo_backlog
 
 AIRFLOW_PYTHON = os.environ.get("AIRFLOW_PYTHON")

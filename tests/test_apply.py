@@ -1,4 +1,5 @@
-"""The hand-over stage on its own (recovery.apply.apply_batch), against real servers, no Spark.
+"""The hand-over stage on its own (recovery.executor.apply.apply_batch), against real
+servers, no Spark.
 
 A CLAIMED batch is built the way the claim hands it over; what the handler saw, the report
 and the PEL are then checked against Redis itself. Fast: each test is a few round trips.
@@ -14,12 +15,12 @@ import pyarrow as pa
 import pytest
 from redis import Redis
 
-from recovery.apply import apply_batch
-from recovery.claimed import Claimed
 from recovery.config import executor_params
-from recovery.dlq_names import dead_letter_key
-from recovery.lease import REASON_VANISHED
-from recovery.redis_conn import connect
+from recovery.executor.apply import apply_batch
+from recovery.executor.claimed import Claimed
+from recovery.executor.lease import REASON_VANISHED
+from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.redis_io.redis_conn import connect
 from recovery.schemas import CLAIMED, Action, arrow
 from tests.handlers import LIVE_ACK_URL_ENV, MEANWHILE_ENV, SEEN
 

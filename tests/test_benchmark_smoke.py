@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.dlq_names import dead_letter_key
+from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.testing.local_redis import LocalServer
 from tests.benchmark import report, spark_log, timeline
 from tests.benchmark.loops import DLQ_SUFFIX, run_loop
@@ -59,11 +59,11 @@ def test_verification_fails_on_pending_and_doubled_entries(redis_server: LocalSe
 
 
 JOB_LOG = """\
-2026-11-21 18:00:10,000 INFO recovery.job: run r1: 2 units with pending entries, 0 skipped
+2026-11-21 18:00:10,000 INFO recovery.driver.job: run r1: 2 units with pending entries, 0 skipped
 26/11/21 18:00:12 INFO DAGScheduler: Job 0 finished: collect at job.py:140, took 1500.5 ms
 26/11/21 18:00:12 INFO PythonRunner: Times: total = 900, boot = 700, init = 150, finish = 50
-2026-11-21 18:00:20,500 INFO recovery.job: run r1: claim done in 10.5 s
-2026-11-21 18:00:30,000 INFO recovery.job: run r1 summary
+2026-11-21 18:00:20,500 INFO recovery.driver.job: run r1: claim done in 10.5 s
+2026-11-21 18:00:30,000 INFO recovery.driver.job: run r1 summary
 stream  group  reprocessed
 """
 
@@ -74,7 +74,7 @@ def test_job_log_parsing_and_timeline() -> None:
     started = datetime(2026, 11, 21, 18, 0, 0).timestamp()
     lines = spark_log.job_lines(JOB_LOG, started)
     assert [(ln.at_s, ln.logger) for ln in lines] == [
-        (10.0, "recovery.job"), (20.5, "recovery.job"), (30.0, "recovery.job")]
+        (10.0, "recovery.driver.job"), (20.5, "recovery.driver.job"), (30.0, "recovery.driver.job")]
     assert spark_log.phases(lines, duration_s=20.0, wall_s=31.0) == {
         "session_s": 10.0, "run_s": 20.0, "exit_s": 1.0}
     assert spark_log.spark_actions(JOB_LOG)[0].took_ms == 1500.5

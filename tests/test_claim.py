@@ -1,4 +1,4 @@
-"""One unit's claim on its own (recovery.claim.claim_unit), against real servers, no Spark.
+"""One unit's claim on its own (recovery.executor.claim.claim_unit), against real servers, no Spark.
 
 What the claim outputs is checked against Redis itself: every entry the job's consumer owns
 afterwards is in the output exactly once, with the delivery count Redis has for it.
@@ -10,15 +10,15 @@ import pyarrow as pa
 import pytest
 from redis import Redis
 
-from recovery import streams
-from recovery.claim import claim_unit
-from recovery.claimed import CLAIMED_ARROW
 from recovery.config import executor_params, load_settings
+from recovery.executor.claim import claim_unit
+from recovery.executor.claimed import CLAIMED_ARROW
+from recovery.executor.throttle import Throttle
 from recovery.params import Unit
-from recovery.redis_conn import connect
-from recovery.streams import deleted_by_position
+from recovery.redis_io import streams
+from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.streams import deleted_by_position
 from recovery.testing.backlog import make_stuck
-from recovery.throttle import Throttle
 from tests.conftest import start_server
 from tests.lost_reply import ReplyDropper
 

@@ -17,14 +17,14 @@ from chispa import assert_df_equality
 from pyspark.sql.types import StringType, StructField, StructType
 from redis.cluster import RedisCluster
 
-from recovery.cluster import StreamCluster, groups_by_node
 from recovery.config import load_settings, redis_params
-from recovery.discovery import WorkUnit, assign, discover
-from recovery.dlq_names import dead_letter_key, requeue_key
+from recovery.driver.discovery import WorkUnit, assign, discover
+from recovery.driver.job import run
 from recovery.errors import ConfigError, RecoveryError
-from recovery.job import run
-from recovery.redis_conn import connect
-from recovery.report import read_run
+from recovery.redis_io.cluster import StreamCluster, groups_by_node
+from recovery.redis_io.dlq_names import dead_letter_key, requeue_key
+from recovery.redis_io.redis_conn import connect
+from recovery.report.run_report import read_run
 from tests.backlogs import HOUR_MS, Seeded, age_pending, seed
 from tests.cluster_fixtures import LocalCluster, keys_on_every_primary
 from tests.invariants import final_states, pel

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from recovery import job
-from recovery.job import run
-from recovery.report import health_path, read_run, run_path
+from recovery.driver import job
+from recovery.driver.job import run
+from recovery.report.run_report import health_path, read_run, run_path
 from tests.backlogs import DEAD, LIVE, seed
 
 STREAMS = ["orders", "bin{tag}"]
@@ -50,7 +50,7 @@ PLAN = {"ok": "would_reprocess", "fail": "would_reprocess",
 def test_dry_run_plans_without_changing_redis(spark, client, make_settings, monkeypatch,
                                               workers_write):
     """The plan, written by Spark's writer (this session retries tasks) and, as a run
-    without task retries writes it, by the Python workers (recovery.report_files)."""
+    without task retries writes it, by the Python workers (recovery.report.worker_files)."""
     if workers_write:
         monkeypatch.setattr(job, "retries_tasks", lambda master: False)
     seeded = seed(client, STREAMS, ["billing"])
@@ -75,7 +75,7 @@ def test_dry_run_plans_without_changing_redis(spark, client, make_settings, monk
 def test_health_is_reported_as_found_before_the_run(spark, client, make_settings, caplog):
     seed(client, ["orders"], ["billing"])
     settings = make_settings("streams.keys=orders")
-    with caplog.at_level(logging.INFO, logger="recovery.job"):
+    with caplog.at_level(logging.INFO, logger="recovery.driver.job"):
         summary = run(spark, settings)
     health = spark.read.parquet(health_path(settings.report.path, summary.run_id)).collect()
     assert len(health) == 1
@@ -107,7 +107,7 @@ def test_idle_empty_consumers_removed_only_on_request(spark, client, make_settin
     before = {c["name"] for c in client.xinfo_consumers("orders", "billing")}
     assert b"idle-empty" in before  # not asked to remove anything
     settings = make_settings("streams.keys=orders", "housekeeping.remove_idle_consumers_ms=1")
-    with caplog.at_level(logging.INFO, logger="recovery.health"):
+    with caplog.at_level(logging.INFO, logger="recovery.driver.health"):
         summary = run(spark, settings)
     names = {c["name"] for c in client.xinfo_consumers("orders", "billing")}
     # the log counts exactly the consumers that are gone (none for a name it cannot send)

@@ -14,8 +14,8 @@ from pyspark.sql.types import StringType, StructField, StructType
 from redis import Redis
 
 from recovery.config import Settings
-from recovery.job import run
-from recovery.report import read_run
+from recovery.driver.job import run
+from recovery.report.run_report import read_run
 from tests.backlogs import HOUR_MS, LIVE, Seeded, age_pending, seed
 from tests.handlers import CHECKSUM, checksum
 from tests.invariants import dead_letters, final_states, pel

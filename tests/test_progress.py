@@ -12,10 +12,10 @@ from collections.abc import Callable
 import pytest
 from redis import Redis
 
-from recovery.discovery import WorkUnit
+from recovery.driver.discovery import WorkUnit
+from recovery.driver.progress import MAX_STREAM_LINES, ProgressReporter
 from recovery.params import RedisParams
-from recovery.progress import MAX_STREAM_LINES, ProgressReporter
-from recovery.redis_conn import connect
+from recovery.redis_io.redis_conn import connect
 from recovery.testing.backlog import add_entries, create_group, deliver
 from recovery.testing.local_redis import LocalServer
 from tests.conftest import start_server
@@ -65,7 +65,7 @@ def one_stream_reporter(server: LocalServer, interval_s: float) -> tuple[Redis, 
 
 def progress_lines(caplog: pytest.LogCaptureFixture, level: int = logging.INFO) -> list[str]:
     return [r.getMessage() for r in list(caplog.records)
-            if r.name == "recovery.progress" and r.levelno == level]
+            if r.name == "recovery.driver.progress" and r.levelno == level]
 
 
 def totals(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -108,7 +108,7 @@ def dead_letter(client: Redis, stream: str, dlq: str, ids: list[str]) -> None:
 
 @pytest.fixture
 def caplog_info(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    caplog.set_level(logging.INFO, logger="recovery.progress")
+    caplog.set_level(logging.INFO, logger="recovery.driver.progress")
     return caplog
 
 

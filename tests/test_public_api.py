@@ -13,7 +13,7 @@ def test_every_public_name_loads_from_the_package() -> None:
     assert set(recovery.__all__) == {"__version__", *recovery._HOMES}
     for name in recovery.__all__:
         assert getattr(recovery, name) is not None, name
-    assert recovery.run.__module__ == "recovery.job"  # the real thing, not a copy
+    assert recovery.run.__module__ == "recovery.driver.job"  # the real thing, not a copy
 
 
 def test_importing_the_package_loads_neither_spark_nor_pydantic() -> None:

@@ -11,13 +11,13 @@ import pytest
 from redis.crc import key_slot
 
 from recovery.config import executor_params, load_settings, redacted_url
-from recovery.discovery import WorkUnit, assign
-from recovery.dlq_names import dead_letter_key, requeue_key
+from recovery.driver.discovery import WorkUnit, assign
+from recovery.driver.job import check_no_speculation, retries_tasks
 from recovery.errors import ConfigError, DeadLetterNameError
+from recovery.executor.partitions import young_collections_rarer
+from recovery.executor.throttle import Throttle
 from recovery.handlers import Result, normalise_reply
-from recovery.job import check_no_speculation, retries_tasks
-from recovery.partitions import young_collections_rarer
-from recovery.throttle import Throttle
+from recovery.redis_io.dlq_names import dead_letter_key, requeue_key
 
 
 @pytest.mark.parametrize(("source", "dlq"), [
@@ -169,7 +169,8 @@ def test_young_collections_rarer_while_a_task_runs_then_as_before():
 def test_the_executors_modules_load_neither_the_settings_nor_pydantic() -> None:
     """Python workers import the partition functions at their first task: the settings model
     (pydantic) stays on the driver, and only ``recovery.params`` travels."""
-    code = ("import sys, recovery.partitions, recovery.survey, recovery.handlers; "
+    code = ("import sys, recovery.executor.partitions, recovery.executor.survey, "
+            "recovery.handlers; "
             "print(sorted(m for m in ('pydantic', 'recovery.config') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from recovery.pyspark_path import prefer_installed_pyspark, with_installed_pyspark
+from recovery.driver.pyspark_path import prefer_installed_pyspark, with_installed_pyspark
 
 
 def _installed_pyspark(site: Path) -> list[str]:
@@ -60,7 +60,7 @@ def _where_pyspark_comes_from(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.
 
 
 def test_python_workers_import_the_installed_pyspark(spark):
-    """The session (like the job's) starts its workers through recovery.pyspark_path: they
+    """The session (like the job's) starts its workers through recovery.driver.pyspark_path: they
     import PySpark from site-packages, with the zips still on the path behind it."""
     rows = spark.range(2, numPartitions=2).mapInArrow(
         _where_pyspark_comes_from, "file string, path array<string>").collect()
@@ -72,4 +72,4 @@ def test_python_workers_import_the_installed_pyspark(spark):
 def test_the_daemon_is_ours_when_recovery_is_installed():
     """(From a --py-files zip it is PySpark's own: tests/test_packaging.py runs that.)"""
     builder = with_installed_pyspark(SparkSession.builder)
-    assert builder._options["spark.python.daemon.module"] == "recovery.pyspark_path"
+    assert builder._options["spark.python.daemon.module"] == "recovery.driver.pyspark_path"

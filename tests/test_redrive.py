@@ -22,13 +22,13 @@ import pytest
 import redis
 
 from recovery.config import load_settings
-from recovery.dlq_names import dead_letter_key
-from recovery.job import run
+from recovery.driver.job import run
 from recovery.params import RedisParams
-from recovery.redis_conn import connect
-from recovery.redrive import RedriveSummary, run_redrive
-from recovery.scripts import DeadLetter, DeadLetterContext, dead_letter_batch
-from recovery.streams import Fields, pairs
+from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.scripts import DeadLetter, DeadLetterContext, dead_letter_batch
+from recovery.redis_io.streams import Fields, pairs
+from recovery.redrive.run import RedriveSummary, run_redrive
 from recovery.testing.backlog import add_entries, deliver
 from recovery.testing.local_redis import LocalServer
 from tests.backlogs import seed

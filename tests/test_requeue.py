@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from recovery.dlq_names import dead_letter_key, requeue_key
-from recovery.job import run
-from recovery.report import read_run
+from recovery.driver.job import run
+from recovery.redis_io.dlq_names import dead_letter_key, requeue_key
+from recovery.report.run_report import read_run
 from recovery.testing.backlog import make_stuck
 from tests.backlogs import HOUR_MS, binary_fields
 from tests.fault_tools import GROUP, job_args, report_rows, rows_by_key, run_in_process

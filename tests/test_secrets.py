@@ -29,8 +29,8 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from recovery.local_spark import LOCAL_JVM_OPTIONS
-from recovery.pyspark_path import DAEMON_MODULE
+from recovery.driver.local_spark import LOCAL_JVM_OPTIONS
+from recovery.driver.pyspark_path import DAEMON_MODULE
 from recovery.testing.local_redis import LocalServer, free_port
 from tests.backlogs import seed
 from tests.conftest import start_server

@@ -1,6 +1,7 @@
-"""Tallies (recovery.tally): the run's summary and, in one pass, the PEL histograms, counted on
-the executors. The partition functions run in this process against real servers, no Spark:
-what they count is checked against Redis and against the health pass on the same PEL."""
+"""Tallies (recovery.executor.tally): the run's summary and, in one pass, the PEL
+histograms, counted on the executors. The partition functions run in this process against
+real servers, no Spark: what they count is checked against Redis and against the health pass
+on the same PEL."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ from collections import Counter
 import pyarrow as pa
 from redis import Redis
 
-from recovery.claim import examined
 from recovery.config import executor_params
-from recovery.dlq_names import dead_letter_key
-from recovery.partitions import recover_partition
+from recovery.executor.claim import examined
+from recovery.executor.partitions import recover_partition
+from recovery.executor.survey import histogram_partition
+from recovery.executor.tally import TALLY, Tally, histogram_rows, tallied, unit_counts
+from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.redis_io.streams import ClaimBatch
 from recovery.schemas import ACTIONS, UNIT, arrow
-from recovery.streams import ClaimBatch
-from recovery.survey import histogram_partition
-from recovery.tally import TALLY, Tally, histogram_rows, tallied, unit_counts
 from recovery.testing.backlog import add_entries, deliver, make_stuck
 from tests.backlogs import DEAD, HOUR_MS, LIVE, binary_fields, seed
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from recovery.cli import preflight, run_recovery
-from recovery.cluster import StreamCluster
 from recovery.config import load_settings, redis_params
+from recovery.driver.cli import preflight, run_recovery
+from recovery.driver.job import run
 from recovery.errors import RedisUnavailableError
-from recovery.job import run
-from recovery.redis_conn import connect
+from recovery.redis_io.cluster import StreamCluster
+from recovery.redis_io.redis_conn import connect
 from recovery.testing.local_redis import LocalServer
 from tests.backlogs import seed
 from tests.cluster_fixtures import LocalCluster, keys_on_every_primary

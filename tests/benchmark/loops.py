@@ -25,9 +25,13 @@ from typing import Any
 
 import redis
 
-from recovery.dlq_names import dead_letter_key
 from recovery.handlers import Message, noop
 from tests.benchmark.seed import BacklogSpec
+
+try:
+    from recovery.redis_io.dlq_names import dead_letter_key
+except ImportError:  # `run --code REF` of a commit from before the packages (recovery/*.py)
+    from recovery.dlq_names import dead_letter_key  # type: ignore[no-redef]
 
 DLQ_SUFFIX = ":dlq"
 NAIVE_COUNT = 100
@@ -199,7 +203,11 @@ def _route(spec: BacklogSpec, stream: str, entries: list[Any], before: list[Any]
 
 def _dead_letter_source() -> str:
     """The job's own atomic dead-letter script (same Redis work per moved entry)."""
-    return resources.files("recovery").joinpath("lua", "dead_letter.lua").read_text("utf-8")
+    try:
+        lua = resources.files("recovery.redis_io").joinpath("lua")
+    except ModuleNotFoundError:  # `run --code REF` of a commit from before the packages
+        lua = resources.files("recovery").joinpath("lua")
+    return lua.joinpath("dead_letter.lua").read_text("utf-8")
 
 
 def raw_client(url: str) -> redis.Redis:

@@ -20,7 +20,9 @@ from tests.benchmark.spark_log import LogLine
 RUN_PREFIX = re.compile(r"^run \S+?:? ")
 LABEL_CHARS = 60
 TOP = 3
-PROGRESS_LOGGER = "recovery.progress"
+# The progress lines' logger; "recovery.progress" in commits from before the packages
+# (`run --code REF`).
+PROGRESS_LOGGERS = ("recovery.driver.progress", "recovery.progress")
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ def segments(lines: list[LogLine], started_epoch: float, wall_s: float,
     """The run cut at each of the job's log lines, with Redis' share of each piece."""
     if len(samples) < 2:
         return []
-    marks = [ln for ln in lines if ln.logger != PROGRESS_LOGGER]  # periodic, not phases
+    marks = [ln for ln in lines if ln.logger not in PROGRESS_LOGGERS]  # periodic, not phases
     bounds = [(0.0, "")] + [(ln.at_s, _label(ln.message)) for ln in marks]
     bounds.append((wall_s, "process exit"))
     result = []

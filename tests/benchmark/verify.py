@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import redis
 
-from recovery.dlq_names import dead_letter_key
+from recovery.redis_io.dlq_names import dead_letter_key
 from tests.benchmark.loops import DLQ_SUFFIX
 from tests.benchmark.seed import SeededBacklog
 

@@ -1,0 +1,123 @@
+"""Command-line plumbing shared by the spark-submit entry points.
+
+Exit codes (the contract with schedulers): 0 success; 2 invalid config or arguments;
+1 anything else (Redis unreachable, login refused, Spark failure, failure threshold).
+Errors are one line on stderr; the last line of stdout is always a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from pyspark.sql import SparkSession
+
+from recovery.config import Settings, load_settings, redis_params
+from recovery.driver.discovery import check_server
+from recovery.driver.job import check_report_location, run
+from recovery.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, RecoveryError
+from recovery.handlers import load_handler
+from recovery.redis_io.redis_conn import connect
+
+log = logging.getLogger("recovery")
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so bad arguments get our one-line error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _BadArguments(f"{self.prog}: {message} (see --help)")
+
+
+class _BadArguments(RecoveryError):
+    exit_code = EXIT_BAD_INPUT
+
+
+def recover_parser() -> argparse.ArgumentParser:
+    parser = _ArgumentParser(prog="recover", description=__doc__)
+    parser.add_argument("--config", type=Path, help="TOML config file (see conf/recovery.toml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="SECTION.FIELD=VALUE", help="override one setting (repeatable)")
+    parser.add_argument("--run-id", help="run id (default: UTC time plus random suffix)")
+    parser.add_argument("--log-level", default="INFO", help="log level of the job's own logs")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="plan only: read XPENDING and XRANGE, claim and change nothing")
+    return parser
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("recovery").setLevel(level.upper())
+
+
+def run_recovery(argv: list[str] | None,
+                 session: Callable[[Settings], SparkSession]) -> int:
+    """Parse, load, run, report; return the exit code. `session` builds the SparkSession."""
+
+    def body(summaries: list[Outcome]) -> None:
+        args = recover_parser().parse_args(argv)
+        setup_logging(args.log_level)
+        settings = load_settings(args.config, args.overrides)
+        preflight(settings)
+        summary = run(session(settings), settings, args.run_id, dry_run=args.dry_run)
+        summaries.append(summary)
+        summary.check_failure_threshold(settings.handler.max_failed_ratio)
+
+    return exit_code_of(body, "job")
+
+
+def exit_code_of(body: Callable[[list[Outcome]], None], what: str) -> int:
+    """Run an entry point's `body`, which adds its summary to the list it is given as soon as
+    it has one. A RecoveryError becomes its one-line error and exit code, Ctrl-C exit 1; the
+    summary's JSON line (or the error's) is always stdout's last line. Returns the code."""
+    summaries: list[Outcome] = []
+    try:
+        body(summaries)
+        code = EXIT_OK
+    except RecoveryError as exc:
+        code = report_error(exc, summaries[0] if summaries else None, exc.exit_code)
+    except KeyboardInterrupt:
+        code = report_error(RecoveryError(f"interrupted; re-run the {what} to finish"),
+                            summaries[0] if summaries else None, EXIT_FAILURE)
+    if summaries:
+        print(summaries[0].json_line(), flush=True)
+    return code
+
+
+def preflight(settings: Settings) -> None:
+    """Fail fast, before Spark starts (10 s or more): the handler must import and Redis must
+    answer (reachable, login accepted, version 6.2 or newer). The run checks both again."""
+    load_handler(settings.handler.path)
+    check_report_location(settings.report.path)
+    params = redis_params(settings)
+    client = connect(params)
+    try:
+        check_server(client, params)
+    finally:
+        client.close()
+
+
+class Outcome(Protocol):
+    """What an entry point's summary must have for ``report_error`` and the JSON line."""
+
+    status: str
+    error: str | None
+
+    def json_line(self) -> str: ...
+
+
+def report_error(exc: Exception, summary: Outcome | None, code: int) -> int:
+    """Print the one-line error; mark the summary failed, or, without one, print the JSON
+    error line (stdout's last line). Returns `code`."""
+    print(f"error: {exc}", file=sys.stderr, flush=True)
+    if summary is None:
+        print(json.dumps({"status": "error", "exit_code": code, "error": str(exc)}), flush=True)
+    else:
+        summary.status, summary.error = "failed", str(exc)
+    return code

@@ -1,0 +1,286 @@
+"""Driver-side Redis work: find the (stream, group) units, spread them, tidy up after.
+
+Only counts and names cross here, never messages.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import partial
+
+import redis
+from redis.exceptions import NoPermissionError
+
+from recovery.config import Settings
+from recovery.errors import (
+    ConfigError,
+    DeadLetterNameError,
+    StreamUnitError,
+    UnsupportedServerError,
+)
+from recovery.params import RedisParams, Unit
+from recovery.redis_io.acl_errors import denied_command
+from recovery.redis_io.cluster import groups_by_node, node_of
+from recovery.redis_io.dlq_names import dead_letter_key, is_dead_letter_key
+from recovery.redis_io.redis_conn import redis_errors, script_replies, server_text
+from recovery.redis_io.scripts import delete_empty_consumer
+from recovery.redis_io.streams import (
+    each,
+    info_rows,
+    scan_keys,
+    server_version,
+    shown,
+)
+from recovery.schemas import Mode
+
+log = logging.getLogger(__name__)
+MIN_VERSION = (6, 2, 0)
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """One stream and group to recover, with its PEL size when discovered, and the primary
+    that owns the stream on a Redis Cluster (``host:port``; "" on a standalone server)."""
+
+    stream: str
+    group: str
+    pending: int
+    node: str = ""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A key or group the run leaves alone, and why (shown in the summary)."""
+
+    stream: str
+    group: str | None
+    reason: str
+
+
+def check_server(client: redis.Redis, params: RedisParams) -> tuple[int, int, int]:
+    """PING and version check; XAUTOCLAIM needs Redis 6.2+ (or Valkey)."""
+    with redis_errors(params):
+        client.ping()
+        version = server_version(client)
+    if version < MIN_VERSION:
+        raise UnsupportedServerError(
+            f"Redis {'.'.join(map(str, version))} has no XAUTOCLAIM: "
+            "upgrade the server to Redis 6.2 or newer (or Valkey)"
+        )
+    return version
+
+
+def discover(client: redis.Redis, settings: Settings, params: RedisParams
+             ) -> tuple[list[WorkUnit], list[Skipped]]:
+    """Units with something pending, and the keys or groups skipped (with reasons).
+
+    Round trips are per 1000 keys (pipelined TYPE, then XINFO GROUPS), not per key.
+    """
+    skipped: list[Skipped] = []
+    streams = []
+    for stream in _candidate_streams(client, settings, params, skipped):
+        try:
+            dead_letter_key(stream, settings.dead_letter.suffix)
+            streams.append(stream)
+        except DeadLetterNameError as exc:
+            skipped.append(Skipped(stream, None, str(exc)))
+    with redis_errors(params):
+        replies = each(client, [("XINFO GROUPS", s) for s in streams])
+    units: list[WorkUnit] = []
+    for stream, reply in zip(streams, replies, strict=True):
+        try:
+            groups = info_rows(_reply_or_raise(reply, params, stream))  # type: ignore[arg-type]
+        except StreamUnitError as exc:
+            skipped.append(Skipped(stream, exc.group, str(exc)))
+            continue
+        found = _units_of(client, stream, groups, settings.streams.groups, skipped)
+        if found and settings.reprocess.mode == Mode.REQUEUE:
+            check_requeue_target(stream, [shown(g["name"]) for g in groups],  # type: ignore[arg-type]
+                                 settings.reprocess.requeue_stream)
+        units += found
+    return units, skipped
+
+
+def check_requeue_target(stream: str, groups: list[str], template: str | None) -> None:
+    """Refuse (ConfigError, exit 2, before anything is claimed) a requeue whose copies every
+    other group of the stream would read again: the source as target of a stream with several
+    groups, or a retry stream without ``{group}`` shared by them."""
+    if len(groups) < 2 or (template is not None and "{group}" in template):
+        return
+    names = ", ".join(groups)
+    target = stream if template is None else f"retry stream {template!r}"
+    raise ConfigError(
+        f"reprocess.mode = requeue would append copies to {target} of stream {stream!r}, "
+        f"which has {len(groups)} consumer groups ({names}), and every group would read them "
+        "again: set reprocess.requeue_stream to a per-group retry stream, e.g. "
+        "{stream}:retry:{group}, or use reprocess.mode = handler")
+
+
+def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
+                  skipped: list[Skipped]) -> dict[str, bool]:
+    """The keys ``streams.keys`` and ``streams.match`` select -> whether named explicitly:
+    the explicit keys, then the SCAN MATCH hits in order; dead-letter streams left out (before
+    any TYPE: the job's ACL user needs no read access to them), non-UTF-8 names skipped."""
+    sel, suffix = settings.streams, settings.dead_letter.suffix
+    names = dict.fromkeys(sel.keys, True)
+    if sel.match:
+        with redis_errors(params):
+            found = sorted(scan_keys(client, sel.match, sel.scan_count))
+        for key in found:
+            names.setdefault(key_text(key, skipped), False)
+    selected = {}
+    for name, explicit in names.items():
+        if name and is_dead_letter_key(name, suffix):
+            log.info("skip %s: it is a dead-letter stream", name)
+        elif name:
+            selected[name] = explicit
+    return selected
+
+
+def _reply_or_raise(reply: object, params: RedisParams, stream: str | None = None,
+                    group: str | None = None) -> object:
+    """The reply, or its error raised as the job's typed error for that stream and group."""
+    if isinstance(reply, Exception):
+        with redis_errors(params, stream, group):
+            raise reply
+    return reply
+
+
+def _candidate_streams(client: redis.Redis, settings: Settings, params: RedisParams,
+                       skipped: list[Skipped]) -> list[str]:
+    """Explicit keys plus SCAN MATCH hits, each checked to be a stream, de-duplicated."""
+    candidates = list(selected_keys(client, settings, params, skipped))
+    with redis_errors(params):
+        kinds = each(client, [("TYPE", n) for n in candidates])
+    streams: list[str] = []
+    for name, kind in zip(candidates, kinds, strict=True):
+        kind = _type_unless_denied(kind, params)
+        if kind is None:
+            skipped.append(Skipped(name, None, "the Redis user may not access this key (ACL "
+                                   "key patterns): left alone"))
+        elif kind == "none":
+            skipped.append(Skipped(name, None, "no such key: fix streams.keys"))
+        elif kind != "stream":
+            skipped.append(Skipped(name, None, f"not a stream (type {kind}): left alone"))
+        else:
+            streams.append(name)
+    return streams
+
+
+def _type_unless_denied(reply: object, params: RedisParams) -> str | None:
+    """A TYPE reply as text; None when the ACL user may not access that key (SCAN lists every
+    key, whatever the user's key patterns). A denied *command* still raises."""
+    if isinstance(reply, NoPermissionError) and not denied_command(server_text(reply)):
+        return None
+    kind = _reply_or_raise(reply, params)
+    return kind.decode() if isinstance(kind, bytes) else str(kind)
+
+
+def key_text(key: bytes, skipped: list[Skipped]) -> str:
+    """A SCAN hit as text; "" and a skip reason when its name is not UTF-8 (the job names
+    keys as text)."""
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError:
+        skipped.append(Skipped(shown(key), None, "key name is not UTF-8: not supported"))
+        return ""
+
+
+def _units_of(client: redis.Redis, stream: str, groups: list[dict[str, object]],
+              wanted: list[str], skipped: list[Skipped]) -> list[WorkUnit]:
+    """The stream's groups (all, or the `wanted` ones) with pending entries (XINFO GROUPS).
+    A group whose name is not UTF-8 is skipped when it has pending entries (and no `wanted`
+    name can match it)."""
+    pending: dict[str, int] = {}
+    for g in groups:
+        name, count = g["name"], int(g["pending"])  # type: ignore[call-overload]
+        if isinstance(name, str):
+            pending[name] = count
+        elif count and not wanted:
+            skipped.append(Skipped(stream, shown(name),  # type: ignore[arg-type]
+                                   "group name is not UTF-8: not supported"))
+    for group in wanted:
+        if group not in pending:
+            skipped.append(Skipped(stream, group, "no such consumer group: fix streams.groups"))
+    names = [g for g in wanted if g in pending] if wanted else list(pending)
+    node = node_of(client, stream)
+    return [WorkUnit(stream, g, pending[g], node) for g in names if pending[g]]
+
+
+def assign(units: list[WorkUnit], partitions: int, consumer_prefix: str, run_id: str
+           ) -> list[tuple[Unit, int]]:
+    """Spread units over at most `partitions` parts, biggest PEL first to the lightest part:
+    (unit, part) pairs.
+
+    On a Redis Cluster each part holds the units of one primary (parts per primary in
+    proportion to its pending entries; see ``recovery.redis_io.cluster.groups_by_node``), so a
+    partition talks to the node that owns its keys. The consumer name depends only on run
+    and part, so a retried task claims as the same consumer and takes back what its failed
+    attempt claimed.
+    """
+    result: list[tuple[Unit, int]] = []
+    first = 0
+    for group, parts in groups_by_node(units, partitions, lambda u: u.node,
+                                       lambda u: u.pending):
+        load = [(0, p) for p in range(first, first + parts)]
+        for unit in sorted(group, key=lambda u: (-u.pending, u.stream, u.group)):
+            size, part = heapq.heappop(load)
+            consumer = job_consumer(consumer_prefix, run_id, part)
+            result.append((Unit(unit.stream, unit.group, consumer), part))
+            heapq.heappush(load, (size + unit.pending, part))
+        first += parts
+    return result
+
+
+def job_consumer(prefix: str, run_id: str, part: int) -> str:
+    """The consumer name the job claims with for one part of one run."""
+    return f"{job_consumer_stem(prefix, run_id)}{part}"
+
+
+def job_consumer_stem(prefix: str, run_id: str) -> str:
+    """``<prefix>-<run id>-``: one run's job consumers are the stem and a part number."""
+    return f"{prefix}-{run_id}-"
+
+
+def is_job_consumer(name: str, stem: str) -> bool:
+    """True for a consumer named `stem` (``job_consumer_stem``) followed by a part number."""
+    return name.startswith(stem) and name[len(stem):].isdigit()
+
+
+def remove_empty_job_consumers(client: redis.Redis, units: Iterable[WorkUnit], prefix: str,
+                               params: RedisParams) -> int:
+    """Delete the job's own consumers (this run's and earlier ones) that own nothing.
+
+    Consumers of the application are never touched, and a consumer that still owns
+    pending entries is never deleted (the script checks atomically). Pipelined: a few round
+    trips per 1000 units.
+    """
+    units = list(units)
+    with redis_errors(params):
+        replies = each(client, [("XINFO CONSUMERS", u.stream, u.group) for u in units])
+    targets = []
+    for unit, reply in zip(units, replies, strict=True):
+        if isinstance(reply, Exception):
+            log.warning("consumer clean-up skipped for %s / %s: %s", unit.stream, unit.group,
+                        reply)
+            continue
+        targets += [(unit.stream, unit.group, name) for c in info_rows(reply)  # type: ignore[arg-type]
+                    if isinstance(name := c["name"], str) and name.startswith(prefix + "-")
+                    and not c["pending"]]
+    return remove_consumers(client, targets, params)
+
+
+def remove_consumers(client: redis.Redis, targets: list[tuple[str, str, str]],
+                     params: RedisParams) -> int:
+    """Run the delete-if-empty script for each (stream, group, consumer), pipelined.
+    Returns how many were deleted."""
+    removed = 0
+    for start in range(0, len(targets), 1000):
+        queues = [partial(delete_empty_consumer, client, stream, group, consumer)
+                  for stream, group, consumer in targets[start : start + 1000]]
+        with redis_errors(params):
+            removed += sum(1 for r in script_replies(client, queues) if r == 1)
+    return removed

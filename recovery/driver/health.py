@@ -1,0 +1,111 @@
+"""Group health as found before a run: per stream and group and per consumer.
+
+Driver side (a few commands per unit): XLEN, XINFO GROUPS (pending, lag), XINFO CONSUMERS
+(pending, idle, inactive). The PEL histograms come from the executors and are merged here by
+(stream, group): in a run from the claim steps' own reads (``recovery.executor.claim``), in a dry
+run from a pass of their own (``recovery.executor.survey.histogram_partition``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import redis
+
+from recovery.driver.discovery import WorkUnit, remove_consumers
+from recovery.params import RedisParams
+from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.streams import each, info_rows, shown
+
+log = logging.getLogger(__name__)
+
+
+HEALTH_COMMANDS = 3  # per unit: XINFO GROUPS, XINFO CONSUMERS, XLEN
+
+
+def _health_row(unit: WorkUnit, groups: Any, consumers: Any, length: Any) -> dict[str, Any]:
+    """One unit's health from its three raw replies. Lag is None where the server cannot
+    tell (before 7.0, or after deletions in the stream). Raises StopIteration when the group
+    is gone."""
+    group = next(g for g in info_rows(groups) if g["name"] == unit.group)
+    return {
+        "stream": unit.stream, "group": unit.group, "length": int(length),
+        "lag": _maybe_int(group.get("lag")), "pending": int(group["pending"]),  # type: ignore[call-overload]
+        "consumers": [
+            {"name": shown(c["name"]), "pending": int(c["pending"]),  # type: ignore[arg-type, call-overload]
+             "idle_ms": int(c["idle"]),  # type: ignore[call-overload]
+             "inactive_ms": _maybe_int(c.get("inactive"))}
+            for c in info_rows(consumers)
+        ],
+    }
+
+
+def _maybe_int(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]
+
+
+def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: RedisParams
+                   ) -> list[dict[str, Any]]:
+    """Health of every unit (skipping units that vanished), histograms still empty.
+
+    Pipelined: three commands per unit, a round trip per ~330 units."""
+    units = list(units)
+    commands = [c for u in units for c in (("XINFO GROUPS", u.stream),
+                                           ("XINFO CONSUMERS", u.stream, u.group),
+                                           ("XLEN", u.stream))]
+    with redis_errors(params):
+        replies = each(client, commands)
+    result = []
+    for i, unit in enumerate(units):
+        answers = replies[i * HEALTH_COMMANDS : (i + 1) * HEALTH_COMMANDS]
+        if any(isinstance(a, Exception) for a in answers):
+            continue  # vanished since discovery: the run reports it
+        try:
+            result.append(_health_row(unit, *answers))
+        except StopIteration:
+            continue
+    add_histograms(result, [])
+    return result
+
+
+def add_histograms(health: list[dict[str, Any]], histograms: Iterable[dict[str, Any]]) -> None:
+    """Merge PEL_HISTOGRAM rows into the health rows by (stream, group); a unit without one
+    gets empty histograms."""
+    by_unit = {(h["stream"], h["group"]): h for h in histograms}
+    for row in health:
+        hist = by_unit.get((row["stream"], row["group"]), {})
+        row["oldest_idle_ms"] = hist.get("oldest_idle_ms")
+        row["deliveries"] = dict(hist.get("deliveries") or {})
+        row["idle_ages"] = dict(hist.get("idle_ages") or {})
+
+
+def remove_idle_consumers(client: redis.Redis, health: Iterable[dict[str, Any]],
+                          idle_ms: int, params: RedisParams) -> int:
+    """Delete consumers idle longer than `idle_ms` that own nothing; never one that owns
+    pending entries (the script re-checks atomically), nor one whose name shows a ``\\x``
+    escape (it may stand for bytes that are not UTF-8, see ``shown``). Returns how many were
+    deleted."""
+    targets = [(h["stream"], h["group"], c["name"]) for h in health for c in h["consumers"]
+               if not c["pending"] and c["idle_ms"] >= idle_ms and "\\x" not in c["name"]]
+    removed = remove_consumers(client, targets, params)
+    if removed:
+        log.info("removed %d idle consumers with nothing pending", removed)
+    return removed
+
+
+def format_health(health: list[dict[str, Any]]) -> str:
+    """A compact per-unit health table for the log: one line per unit, deliveries as
+    ``<delivery count bucket>:<entries>`` pairs, consumers with their pending entries and
+    idle time."""
+    lines = ["stream / group: length, lag, pending, oldest idle s, deliveries, consumers"]
+    for h in health:
+        oldest = "-" if h["oldest_idle_ms"] is None else f"{h['oldest_idle_ms'] / 1000:.0f}"
+        deliveries = " ".join(f"{label}:{n}" for label, n in h["deliveries"].items()) or "-"
+        consumers = ", ".join(f"{c['name']}({c['pending']} pending, idle {c['idle_ms']} ms)"
+                              for c in h["consumers"])
+        lag = "unknown" if h["lag"] is None else h["lag"]  # before 7.0, or after deletions
+        lines.append(f"{h['stream']} / {h['group']}: {h['length']}, {lag}, {h['pending']}, "
+                     f"{oldest}, {deliveries}, {consumers}")
+    return "\n".join(lines)

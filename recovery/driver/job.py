@@ -1,0 +1,324 @@
+"""The recovery run, orchestrated on the driver.
+
+1. validate settings and handler, check the server, discover and spread the units;
+2. group health as found (XINFO on the driver; PEL histograms from the claim steps' own
+   reads, or, in a dry run, from an executor pass of their own);
+3. claim on executors, each entry joined with its PEL row (delivery count);
+4. route, dead-letter, handle and ack on executors, on the claim's own partitions (no
+   shuffle), while writing the per-entry report (without task retries, by the Python
+   workers themselves: ``recovery.report.worker_files``). When Spark never retries a task (local[N])
+   each claim step is handed over at once, in the same task; when it may (a cluster,
+   local[N,F]), the claimed set is first materialised exactly once (eager local checkpoint
+   of packed claim steps), so that a retried hand-over still reports every entry;
+5. sum up the tallies that came with the report's write (``recovery.executor.tally``), remove the
+   job's empty consumers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import redis
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+
+from recovery import errors
+from recovery.config import Settings, executor_params
+from recovery.driver.discovery import (
+    WorkUnit,
+    assign,
+    check_server,
+    discover,
+    remove_empty_job_consumers,
+)
+from recovery.driver.health import (
+    add_histograms,
+    collect_health,
+    format_health,
+    remove_idle_consumers,
+)
+from recovery.driver.progress import ProgressReporter
+from recovery.driver.transforms import units_of_parts
+from recovery.errors import ConfigError, RecoveryError
+from recovery.executor.packing import PACK_ROWS
+from recovery.executor.partitions import apply_partition, claim_partition, recover_partition
+from recovery.executor.survey import histogram_partition, plan_partition
+from recovery.executor.tally import histogram_rows
+from recovery.handlers import load_handler
+from recovery.params import JobParams
+from recovery.redis_io.redis_conn import connect
+from recovery.report.run_report import (
+    RunSummary,
+    fill_summary,
+    format_table,
+    health_path,
+    health_totals,
+    read_run,
+    run_path,
+    write_health,
+    write_pass,
+)
+from recovery.report.worker_files import local_directory
+from recovery.schemas import (
+    ACTIONS,
+    PACKED,
+    PEL_HISTOGRAM,
+    PLAN_ACTIONS,
+    REPORT,
+)
+
+log = logging.getLogger(__name__)
+TYPED_ERROR = re.compile(r"recovery\.errors\.(\w+): ([^\n]+)")
+MAX_RECORDS_PER_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
+DEFAULT_RECORDS_PER_BATCH = 10_000  # Spark's default for the key above
+LOCAL_MASTER = re.compile(r"local(?:\[[^,\]]+(?:,\s*(\d+))?\])?")  # local, local[N], local[N,F]
+PYTHON_ERROR = re.compile(r"^[\w.]+(?:Error|Exception|Fault): [^\n]+", re.MULTILINE)
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: UTC time plus 6 hex digits."""
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
+        dry_run: bool = False) -> RunSummary:
+    """One recovery run (or, with `dry_run`, its plan: nothing is written to Redis).
+
+    Raises RecoveryError subclasses for what it cannot do.
+    """
+    started = time.monotonic()
+    check_no_speculation(spark.conf.get("spark.speculation", "false"))
+    params = executor_params(settings, run_id or new_run_id())
+    load_handler(settings.handler.path)
+    check_report_location(settings.report.path)
+    client = connect(params.redis)
+    try:
+        check_server(client, params.redis)
+        units, skipped = discover(client, settings, params.redis)
+        log.info("run %s: %d units with pending entries, %d skipped%s", params.run_id,
+                 len(units), len(skipped), " (dry run)" if dry_run else "")
+        summary = RunSummary(params.run_id, dry_run=dry_run,
+                             report_path=run_path(settings.report.path, params.run_id))
+        actions = PLAN_ACTIONS if dry_run else ACTIONS
+        with spark_errors():
+            tallies = []
+            if units:
+                tallies = _run_units(spark, client, settings, params, units, summary, dry_run)
+            else:
+                summary.report_path = None
+            fill_summary(summary, tallies, skipped, actions)
+    finally:
+        client.close()
+    summary.duration_s = round(time.monotonic() - started, 3)
+    log.info("run %s summary\n%s", params.run_id, format_table(summary))
+    return summary
+
+
+def pending_entries(spark: SparkSession, settings: Settings) -> DataFrame:
+    """Read-only: the pending entries a run would claim now (idle at least
+    ``claim.min_idle_ms``), one row per entry: ``stream``, ``group``, ``id``,
+    ``previous_consumer`` (its owner now), ``delivery_count`` (as the run's claim would make
+    it, with a requeued copy's carried deliveries), ``idle_ms`` and ``action``, what a run
+    would do (``would_reprocess`` / ``would_requeue`` / ``would_reassign``,
+    ``would_dead_letter``, ``deleted``): a dry run's report (schema REPORT), read back.
+    Claims nothing; writes only the dry run's report and health files."""
+    summary = run(spark, settings, dry_run=True)
+    if summary.report_path is None:  # nothing pending anywhere
+        return spark.createDataFrame([], REPORT)
+    return read_run(spark, settings.report.path, summary.run_id)
+
+
+def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
+               units: list[WorkUnit], summary: RunSummary, dry_run: bool) -> list[str]:
+    """Health (as found), the plan or the recovery, then housekeeping. Returns the report
+    passes' tallies (``recovery.executor.tally``)."""
+    unit_df = _unit_frame(spark, settings, params, units)
+    no_retries = not retries_tasks(str(spark.conf.get("spark.master", "") or ""))
+    one_pass = not dry_run and no_retries
+    # A run counts the PEL histograms in its claim steps' own reads (either path); only a
+    # dry run, which claims nothing, reads the PELs in a pass of their own.
+    in_pass = not dry_run and settings.report.pel_histograms
+    health = collect_health(client, units, params.redis)
+    if settings.report.pel_histograms and not in_pass:
+        hist_df = unit_df.mapInArrow(histogram_partition(params), PEL_HISTOGRAM)
+        add_histograms(health, [r.asDict() for r in hist_df.collect()])  # a row per unit
+    if not in_pass:
+        _write_health(spark, settings, params, health, summary)
+    if dry_run:
+        return write_pass(unit_df, plan_partition(params), settings.report.path,
+                          params.run_id, by_workers=no_retries)
+    with ProgressReporter(client, units, settings.dead_letter.suffix,
+                          settings.claim.consumer_prefix, params.run_id,
+                          settings.report.progress_interval_s, params.redis):
+        tallies = _recover(spark, settings, params, unit_df, one_pass)
+    if in_pass:  # the histograms came with the report pass: as its claim steps found them
+        add_histograms(health, histogram_rows(tallies))
+        _write_health(spark, settings, params, health, summary)
+    remove_empty_job_consumers(client, units, settings.claim.consumer_prefix, params.redis)
+    idle_ms = settings.housekeeping.remove_idle_consumers_ms
+    if idle_ms is not None:
+        remove_idle_consumers(client, health, idle_ms, params.redis)
+    return tallies
+
+
+def _write_health(spark: SparkSession, settings: Settings, params: JobParams,
+                  health: list[dict], summary: RunSummary) -> None:
+    """Write and log the group health; its headline goes into the summary."""
+    summary.health = health_totals(health)
+    summary.health_path = health_path(settings.report.path, params.run_id) if health else None
+    write_health(spark, health, settings.report.path, params.run_id)
+    log.info("run %s group health\n%s", params.run_id, format_health(health))
+
+
+def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
+                units: list[WorkUnit]) -> DataFrame:
+    """The units as a small DataFrame with exactly one Spark partition per part (so parts
+    never share a task, whatever the keys hash to)."""
+    parts = assign(units, settings.spark.partitions, settings.claim.consumer_prefix,
+                   params.run_id)
+    n = max(part for _, part in parts) + 1
+    spark.conf.set("spark.sql.shuffle.partitions", str(n))
+    by_part: list[list[dict]] = [[] for _ in range(n)]
+    for unit, part in parts:
+        by_part[part].append({**vars(unit), "part": part})
+    return units_of_parts(spark, by_part)
+
+
+def _recover(spark: SparkSession, settings: Settings, params: JobParams,
+             unit_df: DataFrame, one_pass: bool) -> list[str]:
+    """Claim, dead-letter, handle, ack and report: in one pass when Spark never retries a
+    task, else with the claim materialised first (a retried hand-over reports from it).
+    Returns the tallies."""
+    master = str(spark.conf.get("spark.master", "") or "")
+    if one_pass:
+        log.info("run %s: tasks are not retried (master %s): claim and hand-over in one pass",
+                 params.run_id, master)
+        started = time.monotonic()
+        histograms = settings.report.pel_histograms
+        tallies = write_pass(unit_df, recover_partition(params, histograms),
+                             settings.report.path, params.run_id, by_workers=True)
+        log.info("run %s: claim, dead-letter, handler, acks and report done in %.1f s",
+                 params.run_id, time.monotonic() - started)
+        return tallies
+    log.info("run %s: a task may run more than once (master %s): the claim is materialised "
+             "before the hand-over", params.run_id, master)
+    return _claim_then_apply(spark, settings, params, unit_df)
+
+
+def _claim_then_apply(spark: SparkSession, settings: Settings, params: JobParams,
+                      unit_df: DataFrame) -> list[str]:
+    started = time.monotonic()
+    claim = claim_partition(params, settings.report.pel_histograms)
+    claimed = materialise_once(unit_df.mapInArrow(claim, PACKED))
+    log.info("run %s: claim done in %.1f s", params.run_id, time.monotonic() - started)
+    # The hand-over works in steps of Spark's usual Arrow batch size (rows of entries); the
+    # JVM sends it as many packs at a time as make about one such step.
+    rows = int(spark.conf.get(MAX_RECORDS_PER_BATCH) or DEFAULT_RECORDS_PER_BATCH)
+    started = time.monotonic()
+    with session_conf(spark, {MAX_RECORDS_PER_BATCH: str(max(1, rows // PACK_ROWS))}):
+        tallies = write_pass(claimed, apply_partition(params, rows), settings.report.path,
+                             params.run_id, by_workers=False)
+    log.info("run %s: dead-letter, handler, acks and report done in %.1f s", params.run_id,
+             time.monotonic() - started)
+    return tallies
+
+
+def retries_tasks(master: str) -> bool:
+    """Whether Spark may run a task of this job more than once: yes, except in ``local``,
+    ``local[N]`` and ``local[N,1]``, where a failed task fails the job. On a cluster even
+    ``spark.task.maxFailures=1`` does not rule it out: a task lost with its executor
+    (decommissioned, preempted) runs again without counting as a failure."""
+    local = LOCAL_MASTER.fullmatch(master.strip())
+    return local is None or int(local.group(1) or 1) > 1
+
+
+@contextlib.contextmanager
+def session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
+    """Set `conf` in the session for the duration, then restore what was there (a shared
+    session, such as a notebook's, keeps its own settings)."""
+    before = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in before.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
+
+
+def materialise_once(claimed: DataFrame) -> DataFrame:
+    """Run the claim now, exactly once, and keep its output: later actions read the
+    checkpoint instead of claiming again (a re-run claim would see its own entries as fresh
+    and skip them). On disk, not in memory: a backlog may be far bigger than the executors'
+    memory, and the hand-over streams it back batch by batch."""
+    return claimed.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
+
+
+@contextlib.contextmanager
+def spark_errors() -> Iterator[None]:
+    """Turn a failed Spark action back into the typed error raised on the executor."""
+    try:
+        yield
+    except RecoveryError:
+        raise
+    except Exception as exc:
+        raise from_spark_error(exc) from None
+
+
+def from_spark_error(exc: Exception) -> RecoveryError:
+    """The executor's RecoveryError, if the Spark error carries one; else a generic one."""
+    text = str(exc)
+    match = TYPED_ERROR.search(text)
+    if match:
+        cls = getattr(errors, match.group(1), RecoveryError)
+        if isinstance(cls, type) and issubclass(cls, RecoveryError):
+            return cls(match.group(2).strip())
+    cause = PYTHON_ERROR.search(text)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+    detail = cause.group(0).strip() if cause else first
+    return RecoveryError(f"the Spark job failed: {detail[:500]}")
+
+
+def check_no_speculation(value: str | None) -> None:
+    """Refuse speculative execution (exit 2): it runs a claim or hand-over task twice at once,
+    which would claim entries the kept attempt never sees (left pending until the next run)
+    and hand entries to the handler twice."""
+    if str(value).strip().lower() == "true":
+        raise ConfigError(
+            "spark.speculation is true: this job's tasks claim and ack in Redis and must not "
+            "run twice at once; submit it with --conf spark.speculation=false"
+        )
+
+
+def check_report_location(path: str) -> None:
+    """Fail early (exit 2) when a local report directory cannot be written."""
+    local = local_directory(path)
+    if local is None:
+        return  # remote file systems are checked by the write itself
+    probe = local
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not _writable(probe):
+        raise ConfigError(
+            f"report.path {path}: {probe} is not a writable directory; "
+            "point report.path at a directory the job may write"
+        )
+
+
+def _writable(directory: Path) -> bool:
+    try:
+        with open(directory / f".recovery-probe-{secrets.token_hex(4)}", "w") as fh:
+            Path(fh.name).unlink()
+        return True
+    except OSError:
+        return False

@@ -1,0 +1,354 @@
+"""Driver-side progress of a run, read from Redis itself while the Spark stages run.
+
+Executors' logs are not visible on the driver, so the driver asks Redis: every
+``report.progress_interval_s`` seconds a daemon thread reads, for every work unit, the group's
+PEL summary (``XPENDING stream group``: how many entries are pending, and how many of them
+this run's job consumers ``<prefix>-<run id>-<part>`` hold) and the length of the stream's
+dead-letter stream (``XLEN``), pipelined (``recovery.driver.progress_read``: a few round trips per
+1000 units, routed by key on a Redis Cluster). It logs at INFO on ``recovery.driver.progress``:
+
+- on entering, ``progress start: 1,000,000 pending entries in 1,000 streams; a progress line
+  every 10 s``;
+- one totals line per tick::
+
+    progress 40 s: 312,000 of 1,000,000 pending entries done (31%), 5,400 dead-lettered,
+    120,000 held by the job, 688,000 still pending; 210 of 1,000 streams finished
+
+  (one line in the log; `` (3 vanished)`` appended when units vanished; on exit
+  ``progress final 52 s: ...``, read once more, or ``progress final 52 s (as of the reading
+  at 40 s): ...`` when that last read failed);
+- then one line per unit that changed since the previous tick (its PEL size, the job's share
+  of it, or its stream's DLQ length), largest change first, at most ``MAX_STREAM_LINES`` per
+  tick, then ``progress ... and N more streams changed``::
+
+    progress orders / workers: pending 1,000 -> 400 (job holds 300), dead-lettered +12
+    progress orders / workers: pending 400 -> 380 (job holds 0), finished
+    progress orders / audit: gone (stream or group deleted), counted as finished
+
+  ``A -> B``: PEL size at the previous tick and now; ``job holds``: now; ``dead-lettered +N``:
+  growth of the stream's DLQ since the previous tick (omitted when 0; followed by `` (the
+  stream's DLQ, shared by its 2 groups)`` when the run has several groups of that stream).
+
+Counts are entries; times are seconds since the reporter started. Definitions, per unit
+(one stream and group), against a baseline read when the reporter starts:
+
+- *done*: baseline pending minus pending now, at least 0 (acked or dead-lettered by the job,
+  or acked by anyone else meanwhile; so dead-lettered entries are part of done). A unit
+  whose stream or group vanished has nothing pending now: its baseline counts as done, and
+  the totals line says how many vanished.
+- *held by the job*: pending entries owned by this run's job consumers (claimed, not yet
+  acked or dead-lettered; at the end of a run, the ones whose handler call failed).
+- *still pending*: pending now and not held by the job (not claimed yet, not idle enough to
+  claim, or owned by a live consumer).
+- *dead-lettered*: growth of the dead-letter streams' lengths since the baseline, at least 0,
+  counted once per dead-letter stream: the groups of one stream share its DLQ, so a unit line
+  says so when its stream has more than one group.
+- *finished*: the stream or group vanished, or the job holds none of the unit's entries now
+  and either its PEL is below its baseline, or is empty, or the job was seen holding some of
+  it at an earlier tick. Entries left pending on purpose (too fresh to claim, or owned by a
+  live consumer) do not keep a unit from finishing; a live consumer's acks can make a unit
+  read as finished before the job reaches it. "streams" in the lines count units: a stream
+  with two groups counts twice.
+
+A failed read never breaks the run: at most one WARNING per tick (the whole read failed, or
+some units or dead-letter keys could not be read: their last known numbers are kept; a unit
+that vanished is named once). Only stream, group and key names and numbers are logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+
+import redis
+
+from recovery.driver.discovery import WorkUnit, job_consumer_stem
+from recovery.driver.progress_read import Reading, UnitState, dead_letter_keys, read_progress
+from recovery.errors import RecoveryError
+from recovery.params import RedisParams
+from recovery.redis_io.redis_conn import redis_errors
+
+log = logging.getLogger(__name__)
+MAX_STREAM_LINES = 20  # per-unit lines per tick
+MAX_NAMES_IN_WARNING = 5
+JOIN_TIMEOUT_S = 0.5  # how long exit waits for a tick in flight (e.g. a read of a hung Redis)
+
+
+@dataclass(frozen=True)
+class Totals:
+    """The run so far, in entries (``at_start``: pending in all units at the baseline) and
+    units (``finished``, ``vanished`` of ``units``)."""
+
+    at_start: int
+    done: int
+    dead_lettered: int
+    held: int
+    still_pending: int
+    finished: int
+    units: int
+    vanished: int
+
+
+def totals_line(label: str, totals: Totals) -> str:
+    """``progress <label>: D of S pending entries done (P%), ...`` (see the module doc)."""
+    t = totals
+    percent = t.done * 100 // t.at_start if t.at_start else 100
+    line = (f"progress {label}: {t.done:,} of {t.at_start:,} pending entries done ({percent}%), "
+            f"{t.dead_lettered:,} dead-lettered, {t.held:,} held by the job, "
+            f"{t.still_pending:,} still pending; {t.finished:,} of {t.units:,} streams finished")
+    return line + (f" ({t.vanished:,} vanished)" if t.vanished else "")
+
+
+def unit_line(unit: WorkUnit, before: UnitState, now: UnitState, dead_delta: int,
+              groups_of_stream: int, finished: bool) -> str:
+    """``progress <stream> / <group>: pending A -> B (job holds H)[, dead-lettered +N]
+    [, finished]``: A at the previous tick, B and H now, N the growth of the stream's DLQ
+    since the previous tick."""
+    name = f"progress {unit.stream} / {unit.group}"
+    if now.gone:
+        return f"{name}: gone (stream or group deleted), counted as finished"
+    line = f"{name}: pending {before.pending:,} -> {now.pending:,} (job holds {now.held:,})"
+    if dead_delta:
+        line += f", dead-lettered {dead_delta:+,}"
+        if groups_of_stream > 1:
+            line += f" (the stream's DLQ, shared by its {groups_of_stream} groups)"
+    return line + (", finished" if finished else "")
+
+
+class ProgressReporter:
+    """Logs a run's progress every `interval_s` seconds while the ``with`` block runs.
+
+    ``with ProgressReporter(client, units, dlq_suffix, consumer_prefix, run_id, interval_s,
+    params): run_the_stages()``. `client` comes from ``recovery.redis_io.redis_conn.connect`` (raw
+    XPENDING replies; standalone or cluster; the driver may go on using it, redis-py clients
+    are thread-safe and each read uses its own pipeline); `units` from
+    ``recovery.driver.discovery.discover``;
+    `params` only words error messages. Entering reads the baseline and starts a daemon
+    thread; leaving stops it at once (an Event, no sleep to the end of the interval), reads
+    once more and logs the final totals. `interval_s` <= 0, or no units: nothing is read or
+    logged and no thread starts. Never raises for Redis trouble (see the module doc).
+    """
+
+    def __init__(self, client: redis.Redis, units: Sequence[WorkUnit], dlq_suffix: str,
+                 consumer_prefix: str, run_id: str, interval_s: float,
+                 params: RedisParams) -> None:
+        self._client = client
+        self._units = list(units)
+        self._interval_s = interval_s
+        self._params = params
+        self._stem = job_consumer_stem(consumer_prefix, run_id)
+        self._dlq = dead_letter_keys(self._units, dlq_suffix)
+        self._groups_of = Counter(u.stream for u in self._units)
+        self._stop = threading.Event()
+        self._lock = threading.RLock()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._started = time.monotonic()
+        self._last_read_s = 0.0
+        self._base: list[int] = [u.pending for u in self._units]
+        self._base_dead: dict[str, int | None] = {k: None for k in self._dlq if k}
+        self._state: list[UnitState] = [UnitState(u.pending, 0) for u in self._units]
+        self._dead: dict[str, int | None] = dict(self._base_dead)
+        self._ever_held = [False] * len(self._units)
+        self._seen_gone = [False] * len(self._units)
+
+    @property
+    def enabled(self) -> bool:
+        """True when the reporter reads and logs (an interval above 0, some units)."""
+        return self._interval_s > 0 and bool(self._units)
+
+    @property
+    def running(self) -> bool:
+        """True while the reporting thread is alive (after exit only if a read of a hung
+        Redis is still in flight: it then ends without logging)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def __enter__(self) -> ProgressReporter:
+        if not self.enabled:
+            return self
+        self._started = time.monotonic()
+        self._take_baseline()
+        self._thread = threading.Thread(target=self._loop, name="recovery-progress",
+                                         daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._thread is None or self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(JOIN_TIMEOUT_S)
+        try:
+            self.report(final=True)
+        except Exception as error:  # a bug here must not hide the run's own outcome
+            log.warning("progress: final report failed (%s)", type(error).__name__)
+
+    def _take_baseline(self) -> None:
+        """Per unit the PEL size now (the discovery count if unreadable), per dead-letter
+        stream its length (unknown until the first reading that can see it)."""
+        reading, failure = self._read()
+        with self._lock:
+            if reading is None:
+                log.warning("progress: no baseline (%s); using the pending counts of "
+                            "discovery", failure)
+            else:
+                for i, state in enumerate(reading.units):
+                    if state is not None:
+                        self._base[i] = state.pending
+                        self._state[i] = state
+                self._base_dead = dict(reading.dead)
+                self._dead = dict(reading.dead)
+                self._warn(self._note_gone(), reading.errors)
+        count = len(self._units)
+        log.info("progress start: %s pending entries in %s %s; a progress line every %g s",
+                 f"{sum(self._base):,}", f"{count:,}", _plural(count, "stream"), self._interval_s)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                self.report()
+            except Exception as error:  # never let a bug end the thread silently
+                log.warning("progress: report failed (%s)", type(error).__name__)
+
+    def report(self, final: bool = False) -> Totals | None:
+        """Read Redis once and log the totals line and the lines of the units that changed
+        since the previous report; the run's totals, or None when nothing was logged (the
+        read failed, or the reporter is already closed). `final` logs the final totals line
+        (from the last good reading if this one failed) and closes the reporter."""
+        if self._closed:
+            return None
+        reading, failure = self._read()
+        with self._lock:
+            if self._closed or (self._stop.is_set() and not final):
+                return None
+            elapsed = f"{time.monotonic() - self._started:.0f} s"
+            label = f"final {elapsed}" if final else elapsed
+            lines: list[str] = []
+            if reading is None:
+                log.warning("progress: cannot read Redis (%s)%s", failure,
+                            "" if final else "; trying again at the next tick")
+                label += f" (as of the reading at {self._last_read_s:.0f} s)"
+            else:
+                lines = self._apply(reading)
+            self._closed = final
+            if reading is None and not final:
+                return None
+            totals = self.totals()
+            log.info("%s", totals_line(label, totals))
+            for line in lines:
+                log.info("%s", line)
+            return totals
+
+    def _read(self) -> tuple[Reading | None, str]:
+        """One reading, or None and why (a one-line error naming host:port, never secrets)."""
+        try:
+            with redis_errors(self._params):
+                return read_progress(self._client, self._units, self._dlq, self._stem), ""
+        except RecoveryError as error:
+            return None, str(error)
+        except Exception as error:  # anything else a client can raise: report, go on
+            return None, type(error).__name__
+
+    def _apply(self, reading: Reading) -> list[str]:
+        """Take in a reading (keeping the last known numbers of what it could not read);
+        the unit lines for what changed, largest change first; one warning if needed."""
+        before, dead_before = list(self._state), dict(self._dead)
+        for i, state in enumerate(reading.units):
+            if state is not None:
+                self._state[i] = state
+                self._ever_held[i] = self._ever_held[i] or state.held > 0
+        for key, length in reading.dead.items():
+            if length is not None:
+                self._dead[key] = length
+                if self._base_dead.get(key) is None:
+                    self._base_dead[key] = length
+        self._last_read_s = time.monotonic() - self._started
+        self._warn(self._note_gone(), reading.errors)
+        return self._changed_lines(before, dead_before)
+
+    def _changed_lines(self, before: list[UnitState], dead_before: dict[str, int | None]
+                       ) -> list[str]:
+        changed: list[tuple[int, int, str]] = []
+        for i, (unit, old, new) in enumerate(zip(self._units, before, self._state,
+                                                 strict=True)):
+            dead_delta = _delta(self._dead, dead_before, self._dlq[i])
+            size = (abs(new.pending - old.pending) + abs(new.held - old.held)
+                    + abs(dead_delta) + (new.gone != old.gone))
+            if size:
+                changed.append((size, i, unit_line(unit, old, new, dead_delta,
+                                                   self._groups_of[unit.stream],
+                                                   self._finished(i))))
+        changed.sort(key=lambda c: (-c[0], self._units[c[1]].stream, self._units[c[1]].group))
+        lines = [line for _, _, line in changed[:MAX_STREAM_LINES]]
+        if len(changed) > MAX_STREAM_LINES:
+            more = len(changed) - MAX_STREAM_LINES
+            lines.append(f"progress ... and {more:,} more {_plural(more, 'stream')} changed")
+        return lines
+
+    def _note_gone(self) -> list[str]:
+        """Names of the units first seen vanished at this reading."""
+        names = []
+        for i, state in enumerate(self._state):
+            if state.gone and not self._seen_gone[i]:
+                self._seen_gone[i] = True
+                names.append(f"{self._units[i].stream} / {self._units[i].group}")
+        return names
+
+    def _warn(self, vanished: list[str], errors: list[str]) -> None:
+        """At most one warning: units that vanished, then what could not be read."""
+        parts = []
+        if vanished:
+            parts.append(f"{len(vanished):,} vanished (stream or group deleted; counted as "
+                         f"finished): {_some(vanished)}")
+        if errors:
+            parts.append(f"{len(errors):,} could not be read (last known numbers kept): "
+                         f"{_some(errors)}")
+        if parts:
+            log.warning("progress: %s", "; ".join(parts))
+
+    def _finished(self, i: int) -> bool:
+        state = self._state[i]
+        if state.gone:
+            return True
+        return state.held == 0 and (state.pending < self._base[i] or state.pending == 0
+                                    or self._ever_held[i])
+
+    def totals(self) -> Totals:
+        """The run so far, from the last good reading of each unit (see the module doc)."""
+        with self._lock:
+            return self._totals()
+
+    def _totals(self) -> Totals:
+        done = held = still = 0
+        for base, state in zip(self._base, self._state, strict=True):
+            done += max(0, base - state.pending)
+            held += state.held
+            still += max(0, state.pending - state.held)
+        dead = sum(max(0, (self._dead.get(k) or 0) - (b or 0))
+                   for k, b in self._base_dead.items() if b is not None)
+        return Totals(at_start=sum(self._base), done=done, dead_lettered=dead, held=held,
+                      still_pending=still,
+                      finished=sum(self._finished(i) for i in range(len(self._units))),
+                      units=len(self._units), vanished=sum(s.gone for s in self._state))
+
+
+def _delta(now: dict[str, int | None], before: dict[str, int | None], key: str | None) -> int:
+    """Growth of dead-letter stream `key` between two readings (0 if unknown)."""
+    new, old = (now.get(key), before.get(key)) if key else (None, None)
+    return new - old if new is not None and old is not None else 0
+
+
+def _some(names: list[str]) -> str:
+    listed = ", ".join(names[:MAX_NAMES_IN_WARNING])
+    more = len(names) - MAX_NAMES_IN_WARNING
+    return listed + (f" and {more:,} more" if more > 0 else "")
+
+
+def _plural(count: int, word: str) -> str:
+    return word if count == 1 else word + "s"

@@ -1,0 +1,79 @@
+"""Import the installed, byte-compiled PySpark instead of spark-submit's zip copy of it.
+
+spark-submit puts ``$SPARK_HOME/python/lib/pyspark.zip`` and the py4j zip first on the
+Python path of the driver and of every Python worker. Python cannot cache bytecode for
+modules imported from a zip, so each process compiles PySpark's sources again, at every start
+(the cost: docs/PERFORMANCE.md).
+
+With a pip-installed PySpark (``SPARK_HOME`` is the ``pyspark`` package itself) the zip holds
+the very same files as the package next to it, so moving the zips behind the other path
+entries changes where they are read from, never which version is used. Zips of any other
+Spark installation (a cluster's own ``SPARK_HOME``) are left where they are.
+
+Must run before anything imports ``pyspark``: the driver's entry points call
+``prefer_installed_pyspark()`` first, and the executors' Python daemon is this module
+(``spark.python.daemon.module``, see :func:`with_installed_pyspark`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import recovery
+
+if TYPE_CHECKING:  # not at run time: this module runs before pyspark may be imported
+    from pyspark.sql import SparkSession
+
+DAEMON_MODULE = "recovery.driver.pyspark_path"
+
+
+def shadowing_zips(path: list[str]) -> list[str]:
+    """The entries of `path` that are zips inside an installed ``pyspark`` package
+    (``<site>/pyspark/python/lib/*.zip``, next to ``<site>/pyspark/__init__.py``) while
+    ``<site>`` is itself on `path` (compared as real paths: spark-submit finds the package
+    through symlinks resolved, the path may name it through a link)."""
+    entries = {os.path.realpath(entry) for entry in path}
+    found = []
+    for entry in path:
+        zip_path = Path(entry)
+        if zip_path.suffix != ".zip" or len(zip_path.parents) < 4:
+            continue
+        package = zip_path.parents[2]
+        if (package.name == "pyspark" and zip_path.parent.name == "lib"
+                and zip_path.parents[1].name == "python" and (package / "__init__.py").is_file()
+                and os.path.realpath(package.parent) in entries):
+            found.append(entry)
+    return found
+
+
+def prefer_installed_pyspark(path: list[str] | None = None) -> None:
+    """Move the zips of :func:`shadowing_zips` to the end of `path` (default ``sys.path``):
+    still importable there, but the installed package is found first."""
+    path = sys.path if path is None else path
+    for entry in shadowing_zips(path):
+        path.remove(entry)
+        path.append(entry)
+
+
+def with_installed_pyspark(builder: SparkSession.Builder) -> SparkSession.Builder:
+    """`builder`, set to start the Python workers through :func:`main` when ``recovery`` is
+    installed (the executors then import it like any task does). Unchanged when it came as a
+    ``--py-files`` zip: the daemon starts before a task puts that zip on its path."""
+    if any(p.suffix == ".zip" for p in Path(recovery.__file__).parents):
+        return builder
+    return builder.config("spark.python.daemon.module", DAEMON_MODULE)
+
+
+def main() -> None:
+    """The executors' Python daemon: PySpark's own, started after the path is fixed."""
+    prefer_installed_pyspark()
+    from pyspark import daemon
+
+    daemon.manager()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""One unit's claim on an executor: the XAUTOCLAIM cursor loop, each claimed entry joined
+with its PEL row (last owner, idle time, delivery count), step by step as Python columns
+(``recovery.executor.claimed.Claimed``: handed over at once in one pass, packed for the materialised
+path) or as CLAIMED Arrow batches (``claim_unit``).
+
+XAUTOCLAIM runs from ``0-0``, passing the cursor back unchanged until it is ``0-0`` again.
+Each step is one MULTI that reads, just before the claim,
+
+- the ``XPENDING ... IDLE`` rows of the same range: the PEL as found (a claimed entry's
+  delivery count is its row's plus one);
+- the job consumer's first own entry at or after the cursor. There is normally none: what
+  the loop claimed so far lies before the cursor. One there was claimed by an earlier attempt
+  of this task, or by an earlier send of this very step whose reply was lost (redis-py sends a
+  step again after a connection error; what the first send claimed is no longer idle, so the
+  second send skips it).
+
+Only after a step whose own-entry read found one (or, as guards never seen to trigger,
+whose claimed entries are not all in its range read, or whose Redis 6.2 nil entries could
+not be matched to their IDs by position) does one more
+read of the job consumer's entries in the step's range follow: it takes those entries back
+(reported after the loop, their fields fetched at hand-over) and gives the claimed ones their
+counts. The steps' ranges tile the whole PEL, so every entry the job consumer owns when the
+loop ends is in the output exactly once, without a second pass over the PEL. The output is
+in claim order: the unit's entries contiguous, ascending by ID, entries taken back last.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import pyarrow as pa
+import redis
+
+from recovery.executor.claimed import Claimed, field_pairs, with_carried
+from recovery.executor.faults import maybe_fail
+from recovery.executor.histogram import PelHistogram
+from recovery.executor.throttle import Throttle
+from recovery.params import JobParams, Unit
+from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.streams import (
+    COUNT,
+    END_CURSOR,
+    ID,
+    IDLE,
+    OWNER,
+    ClaimBatch,
+    PendingRow,
+    claim_batch,
+    pending_pages,
+    shown,
+    stream_id_key,
+)
+
+log = logging.getLogger(__name__)
+
+OWN_PAGE = 10_000  # XPENDING rows per read of the job consumer's own entries
+PROGRESS_EVERY = 100_000  # entries between two progress lines of one unit
+
+
+class ClaimStep(NamedTuple):
+    """Claimed entries and, for entries this loop claimed, when their claim was sent
+    (``time.monotonic()`` seconds): the claim is a reading of their lease, no younger than
+    that. None for entries taken back, whose ownership was read earlier in the loop."""
+
+    claimed: Claimed
+    sent_at: float | None
+
+
+def claim_unit(client: redis.Redis, params: JobParams, unit: Unit,
+               throttle: Throttle) -> Iterator[pa.RecordBatch]:
+    """CLAIMED batches of one unit: everything its job consumer owns once the loop ends."""
+    for step in claim_steps(client, params, unit, throttle):
+        yield step.claimed.to_arrow()
+
+
+def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
+                throttle: Throttle, histogram: PelHistogram | None = None
+                ) -> Iterator[ClaimStep]:
+    """:func:`claim_unit`'s entries step by step (as Python columns), each step with the
+    moment its claim was sent.
+
+    With `histogram`, also counts the unit's PEL as found: each step's rows as read just
+    before its claim, then, once every step was handed over, one read of what the loop left
+    (the rows other consumers own: entries not idle enough, or delivered meanwhile).
+    """
+    stream, group, consumer = unit.stream, unit.group, unit.consumer
+    owned: dict[bytes, PendingRow] = {}  # taken back: the job consumer's, not claimed here
+    cursor, step, claimed = END_CURSOR, 0, 0
+    while True:
+        sent_at = time.monotonic()
+        with redis_errors(params.redis, stream, group):
+            batch = claim_batch(client, stream, group, consumer, params.min_idle_ms, cursor,
+                                params.count)
+            counts = _read_own_range(client, unit, batch, cursor, owned)
+        step += 1
+        if histogram is not None:
+            histogram.add(examined(batch))
+        seen = len(batch.ids) + len(batch.deleted)
+        if seen:
+            yield ClaimStep(_claimed(unit, batch, counts), sent_at)
+        claimed, before = claimed + seen, claimed
+        if claimed // PROGRESS_EVERY > before // PROGRESS_EVERY:
+            log.info("claim %s / %s: %d entries so far", stream, group, claimed)
+        maybe_fail("claim", step)
+        throttle.take(seen)
+        cursor = batch.next_cursor
+        if cursor == END_CURSOR:
+            break
+    if owned:
+        log.info("claim %s / %s: %d entries taken back (claimed by an earlier attempt or "
+                 "through a lost reply)", stream, group, len(owned))
+        rows = sorted(owned.values(), key=lambda r: stream_id_key(r[ID].decode()))
+        if histogram is not None:
+            histogram.add(rows)
+        yield ClaimStep(_owned(unit, rows), None)
+    if histogram is not None:
+        _count_left(client, params, unit, histogram)
+
+
+def examined(batch: ClaimBatch) -> list[PendingRow]:
+    """The step's PEL rows as found that its claim examined: those of the entries it claimed
+    or dropped as deleted. (The read may reach past the claim's end when XAUTOCLAIM ran out
+    of attempts: those rows belong to the next step.)"""
+    taken = set(batch.ids)
+    taken.update(batch.deleted)
+    return [row for entry_id, row in batch.before.items() if entry_id in taken]
+
+
+def _count_left(client: redis.Redis, params: JobParams, unit: Unit,
+                histogram: PelHistogram) -> None:
+    """Count the PEL rows other consumers own once the loop is done: what it did not claim
+    (usually none, a read of an empty PEL)."""
+    mine = unit.consumer.encode()
+    with redis_errors(params.redis, unit.stream, unit.group):
+        for page in pending_pages(client, unit.stream, unit.group, OWN_PAGE):
+            histogram.add([row for row in page if row[OWNER] != mine])
+
+
+def _read_own_range(client: redis.Redis, unit: Unit, batch: ClaimBatch,
+                    cursor: str, owned: dict[bytes, PendingRow]) -> dict[bytes, int]:
+    """Read the job consumer's entries in the step's range, only when the step found an own
+    entry at or after its cursor (or a claimed entry lacks its row in the range read, or a
+    6.2 nil entry could not be matched to its ID): adds those the step did not claim to
+    `owned` (the hand-over fetches their fields and reports those gone as deleted); returns
+    the delivery counts of the claimed ones (empty without a read)."""
+    missing = [i for i in batch.ids if i not in batch.before]
+    if not missing and batch.own_first is None and not batch.unresolved:
+        return {}
+    end = "+" if batch.next_cursor == END_CURSOR else "(" + batch.next_cursor
+    claimed_now = set(batch.ids) | set(batch.deleted)
+    counts: dict[bytes, int] = {}
+    for page in pending_pages(client, unit.stream, unit.group, OWN_PAGE, unit.consumer,
+                              start=cursor, end=end):
+        for row in page:
+            if row[ID] in claimed_now:
+                counts[row[ID]] = int(row[COUNT])
+            elif row[ID] not in owned:
+                owned[row[ID]] = row
+    return counts
+
+
+def _claimed(unit: Unit, batch: ClaimBatch, counts: dict[bytes, int]) -> Claimed:
+    """The step's claimed entries, then those deleted upstream (no fields). A delivery count
+    is the PEL's after this claim plus what a requeued copy carries."""
+    ids = batch.ids + batch.deleted
+    n_deleted = len(batch.deleted)
+    before = [batch.before.get(i) for i in ids]
+    fields = [*field_pairs(batch.flats), *([None] * n_deleted)]
+    pel_counts = [b[COUNT] + 1 if b else counts.get(i) for i, b in zip(ids, before, strict=True)]
+    return Claimed.of_unit(
+        unit, [i.decode() for i in ids], [False] * len(batch.ids) + [True] * n_deleted,
+        [shown(b[OWNER]) if b else None for b in before],
+        [b[IDLE] if b else None for b in before], fields,
+        [with_carried(c, f) for c, f in zip(pel_counts, fields, strict=True)])
+
+
+def _owned(unit: Unit, rows: list[PendingRow]) -> Claimed:
+    """Entries the job consumer owned without this loop's claim: no previous owner or idle
+    time known, no fields (fetched at hand-over), the PEL's delivery count."""
+    n = len(rows)
+    return Claimed.of_unit(unit, [r[ID].decode() for r in rows], [False] * n, [None] * n,
+                           [None] * n, [None] * n, [int(r[COUNT]) for r in rows])

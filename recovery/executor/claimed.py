@@ -1,0 +1,125 @@
+"""Claimed entries as Python columns: what the hand-over works on, to and from CLAIMED Arrow.
+
+A claim step's reply is already Python (hiredis): the one pass hands it over as it is. Only
+the materialised path (``recovery.executor.packing``: a retried task must find its input
+again) turns it into a ``schemas.CLAIMED`` Arrow batch and back (that round trip costs CPU
+per entry: docs/PERFORMANCE.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import accumulate, chain
+
+import pyarrow as pa
+
+from recovery.params import Unit
+from recovery.redis_io.streams import Fields, FlatFields
+from recovery.schemas import CARRIED_DELIVERIES, CLAIMED, arrow
+
+CLAIMED_ARROW = arrow(CLAIMED)
+FIELDS_ARROW = CLAIMED_ARROW.field("fields").type
+
+
+@dataclass
+class Claimed:
+    """Entries in claim order, one list element per entry (the CLAIMED columns).
+
+    `fields`: the entry's (name, value) pairs as the claim read them; None where the claim did
+    not read them (deleted upstream, or taken back from an earlier attempt: the hand-over
+    fetches those). `delivery_count` None: unknown (no longer in the job consumer's PEL).
+    Times in ms.
+    """
+
+    stream: list[str]
+    group: list[str]
+    consumer: list[str]
+    id: list[str]
+    deleted: list[bool]
+    previous_consumer: list[str | None]
+    idle_ms: list[int | None]
+    fields: list[Fields | None]
+    delivery_count: list[int | None]
+
+    def __len__(self) -> int:
+        return len(self.id)
+
+    @classmethod
+    def of_unit(cls, unit: Unit, ids: list[str], deleted: list[bool],
+                previous: list[str | None], idle_ms: list[int | None],
+                fields: list[Fields | None], counts: list[int | None]) -> Claimed:
+        """Entries of one unit (its stream, group and job consumer on every row)."""
+        n = len(ids)
+        return cls([unit.stream] * n, [unit.group] * n, [unit.consumer] * n, ids,
+                   deleted, previous, idle_ms, fields, counts)
+
+    @classmethod
+    def from_arrow(cls, batch: pa.RecordBatch) -> Claimed:
+        """A CLAIMED batch (possibly a slice) as columns."""
+        col = batch.column
+        return cls(col("stream").to_pylist(), col("group").to_pylist(),
+                   col("consumer").to_pylist(), col("id").to_pylist(), col("deleted").to_pylist(),
+                   col("previous_consumer").to_pylist(), col("idle_ms").to_pylist(),
+                   _fields_of(col("fields")), col("delivery_count").to_pylist())
+
+    def to_arrow(self) -> pa.RecordBatch:
+        """The CLAIMED Arrow batch of these entries (what the materialised path carries)."""
+        present: list[Fields] = [f or [] for f in self.fields]
+        pairs = list(chain.from_iterable(present))
+        struct = pa.StructArray.from_arrays(
+            [pa.array([p[0] for p in pairs], pa.binary()),
+             pa.array([p[1] for p in pairs], pa.binary())],
+            fields=list(FIELDS_ARROW.value_type))
+        fields_col = pa.ListArray.from_arrays(
+            pa.array([0, *accumulate(len(f) for f in present)], pa.int32()), struct,
+            type=FIELDS_ARROW, mask=pa.array([f is None for f in self.fields], pa.bool_()))
+        return pa.RecordBatch.from_arrays([
+            pa.array(self.stream, pa.string()), pa.array(self.group, pa.string()),
+            pa.array(self.consumer, pa.string()), pa.array(self.id, pa.string()),
+            pa.array(self.deleted, pa.bool_()), pa.array(self.previous_consumer, pa.string()),
+            pa.array(self.idle_ms, pa.int64()), fields_col,
+            pa.array(self.delivery_count, pa.int64()),
+        ], schema=CLAIMED_ARROW)
+
+
+def field_pairs(flats: Sequence[FlatFields]) -> list[Fields]:
+    """Redis' flat field lists (``[n1, v1, n2, v2]``) as (name, value) pairs, one list per
+    entry: all pairs built at once, then sliced (cheaper than one zip per entry)."""
+    flat = list(chain.from_iterable(flats))
+    pairs = list(zip(flat[0::2], flat[1::2], strict=True))
+    ends = list(accumulate(len(f) // 2 for f in flats))
+    return [pairs[end - len(f) // 2 : end] for f, end in zip(flats, ends, strict=True)]
+
+
+def _fields_of(col: pa.ListArray) -> list[Fields | None]:
+    """A CLAIMED ``fields`` column (possibly sliced) as per-entry pairs or None."""
+    offsets = col.offsets.to_pylist()  # into col.values, which ignores any slicing
+    base = offsets[0]
+    struct = col.values.slice(base, offsets[-1] - base)
+    pairs = list(zip(struct.field("name").to_pylist(), struct.field("value").to_pylist(),
+                     strict=True))
+    return [pairs[offsets[i] - base : offsets[i + 1] - base] if valid else None
+            for i, valid in enumerate(col.is_valid().to_pylist())]
+
+
+def carried_deliveries(fields: Fields | None) -> int:
+    """Deliveries a requeued copy carries from its original (``CARRIED_DELIVERIES``; 0 for
+    an entry that is no copy, or whose value is not a count)."""
+    for name, value in fields or ():
+        if name == CARRIED_DELIVERIES:
+            return int(value) if value.isdigit() else 0
+    return 0
+
+
+def with_carried(count: int | None, fields: Fields | None) -> int | None:
+    """A delivery count from the PEL plus the deliveries `fields` carry (None stays None:
+    the entry is no longer the job's)."""
+    return None if count is None else count + carried_deliveries(fields)
+
+
+def copy_fields(fields: Fields, deliveries: int) -> Fields:
+    """A requeued copy's fields: the entry's own, without an earlier copy's carried count,
+    then ``CARRIED_DELIVERIES`` = `deliveries` (to the application so far)."""
+    own = [pair for pair in fields if pair[0] != CARRIED_DELIVERIES]
+    return [*own, (CARRIED_DELIVERIES, str(deliveries).encode())]

@@ -1,0 +1,56 @@
+"""PEL histograms: delivery counts and idle ages of pending entries, counted as XPENDING rows
+are read (by the health pass, or by the claim steps of a one-pass run). Pure: no I/O.
+
+Buckets have fixed labels so that runs compare.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from recovery.redis_io.streams import COUNT, IDLE, PendingRow
+
+# (exclusive upper bound, label)
+DELIVERY_BUCKETS = ((2, "1"), (3, "2"), (4, "3"), (6, "4-5"), (11, "6-10"), (101, "11-100"))
+IDLE_BUCKETS_MS = ((60_000, "<1m"), (600_000, "1m-10m"), (3_600_000, "10m-1h"),
+                   (86_400_000, "1h-1d"), (604_800_000, "1d-7d"))
+IDLE_BOUNDS = [upper for upper, _ in IDLE_BUCKETS_MS]
+IDLE_LABELS = [label for _, label in IDLE_BUCKETS_MS] + [">7d"]
+
+
+def bucket(value: int, buckets: tuple[tuple[int, str], ...], overflow: str) -> str:
+    """The label of the first bucket with `value` below its upper bound, else `overflow`."""
+    for upper, label in buckets:
+        if value < upper:
+            return label
+    return overflow
+
+
+class PelHistogram:
+    """Delivery counts and idle ages of PEL rows, counted as they are read (one unit's)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[int] = Counter()  # delivery count -> entries
+        self.ages: Counter[str] = Counter()  # idle-age label -> entries
+        self.oldest: int | None = None  # largest idle time seen, ms
+
+    def add(self, rows: Sequence[PendingRow]) -> None:
+        """Count raw XPENDING rows (each ``[id, owner, idle ms, delivery count]``)."""
+        if not rows:
+            return
+        self.counts.update(r[COUNT] for r in rows)
+        idles = [r[IDLE] for r in rows]
+        self.ages.update(IDLE_LABELS[bisect_right(IDLE_BOUNDS, i)] for i in idles)
+        top = max(idles)
+        self.oldest = top if self.oldest is None else max(self.oldest, top)
+
+    def row(self, stream: str, group: str) -> dict[str, Any]:
+        """A PEL_HISTOGRAM row: bucket label -> entries, for delivery counts and idle ages."""
+        deliveries: Counter[str] = Counter()
+        for count, n in self.counts.items():
+            deliveries[bucket(count, DELIVERY_BUCKETS, ">100")] += n
+        return {"stream": stream, "group": group, "deliveries": list(deliveries.items()),
+                "idle_ages": list(self.ages.items()), "oldest_idle_ms": self.oldest}

@@ -1,0 +1,199 @@
+"""The lease of entries being handed over, and their acks, on an executor.
+
+Between a claim and the handler call an entry can change hands: a live consumer may ack it,
+another run may claim it. Before each handler call the job therefore checks, and renews, that
+the entries are still pending and owned by its consumer:
+
+1. the lease: one pipelined ``XPENDING <first> <last> <n> <job consumer>`` read per unit,
+   for up to ``LEASE_ROWS`` rows at a time and again before a call whenever the last read
+   is older than ``LEASE_FRESH_S`` (sent together with the XACKs so far: a fast handler
+   costs one round trip per ``LEASE_ROWS`` rows). Only entries still pending and owned by
+   the job's consumer are handed over. Entries claimed or renewed less than
+   ``fresh_lease_ms`` ago already hold a fresh lease; older ones are renewed atomically by
+   ``lease_owned.lua`` (ownership checked again, idle time reset). So an entry a live
+   consumer acked, or another run claimed, since the claim is not handed over unless that
+   happened in the last ``LEASE_FRESH_S``, and no other run claims a chunk while the handler
+   works on it (``handler.timeout_s``). A batch handed over straight after its claim (one
+   pass) skips the first read: the claim itself read the lease, as long as it is younger
+   than ``LEASE_FRESH_S``.
+2. the handler call;
+3. XACK of the entries it succeeded on. The ack is unconditional on purpose: the entry has
+   been processed, and only a claim with a shorter ``min_idle_ms`` than the call could have
+   moved it meanwhile. XACK's reply (a count) tells whether someone else acked some of them
+   since their lease; those rows say so in their reason.
+
+Round trips are few: a lease read goes out with the acks queued so far, one pipeline per
+``LEASE_ROWS`` rows for a fast handler.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import redis
+
+from recovery.executor.routed import RoutedBatch
+from recovery.handlers import Result
+from recovery.params import Unit
+from recovery.redis_io.redis_conn import VANISHED, ScriptCall, run_script_calls, unit_vanished
+from recovery.redis_io.scripts import LEASE_DELETED, LEASE_RENEWED, renew_lease
+from recovery.redis_io.streams import ID, IDLE, each, pending_command
+from recovery.schemas import Action
+
+LEASE_PAGE_SLACK = 64  # extra XPENDING rows per lease read (other entries of ours in range)
+LEASE_ROWS = 1000  # rows whose lease is read in one round trip (whole handler batches)
+LEASE_FRESH_S = 0.1  # a lease read older than this is read again before the next call
+
+REASON_GONE = ("no longer pending for the job's consumer (acked by a consumer or by an earlier "
+               "attempt of this task, or claimed by another consumer)")
+REASON_DELETED = "entry deleted from the stream upstream; only its PEL slot was left"
+REASON_VANISHED = "the stream or its consumer group vanished during the run (deleted or replaced)"
+
+
+@dataclass
+class HandOver:
+    """Lease reads and acks of one batch's hand-over, batched into few round trips."""
+
+    client: redis.Redis
+    rb: RoutedBatch
+    fresh_ms: int
+    read_at: float = 0.0
+    to_ack: list[int] = field(default_factory=list)
+
+    def stale(self) -> bool:
+        """Whether the last reading of the lease is older than LEASE_FRESH_S."""
+        return time.monotonic() - self.read_at > LEASE_FRESH_S
+
+    def lease(self, rows: list[int]) -> None:
+        """Send the acks so far and read the lease of `rows`, in one round trip. The rows
+        not leased get their outcome; the leased ones are those still without one. The
+        reading counts from when it was sent."""
+        sent_at = time.monotonic()
+        _ack_and_lease(self.client, self.rb, self.to_ack, rows, self.fresh_ms)
+        self.to_ack = []
+        if rows:
+            self.read_at = sent_at
+
+    def leased_now(self, rest: list[int], size: int) -> list[int]:
+        """The leased rows among the next `size` of `rest` (rows not handed over yet),
+        reading their lease again first when the last read is older than LEASE_FRESH_S."""
+        if self.stale():
+            self.lease(self._open(rest))
+        return self._open(rest[:size])
+
+    def _open(self, rows: list[int]) -> list[int]:
+        return [i for i in rows if self.rb.action[i] is None]
+
+    def succeeded(self, rows: list[int], results: list[Result]) -> None:
+        """Queue the rows the handler succeeded on for the next round trip's XACK."""
+        self.to_ack += [i for i, res in zip(rows, results, strict=True) if res.ok]
+
+
+def _ack_and_lease(client: redis.Redis, rb: RoutedBatch, to_ack: list[int], to_lease: list[int],
+                   fresh_ms: int) -> None:
+    """XACK `to_ack` (report them) and read the lease of `to_lease`, in one round trip.
+
+    The rows of `to_lease` not to hand over get their outcome (skipped, deleted); the others
+    keep none until the handler has had them.
+    """
+    acks = rb.by_unit(to_ack)
+    leases = rb.by_unit(to_lease)
+    reads = [_lease_read(rb, unit, rows) for unit, rows in leases.items()]
+    replies = each(client, xack_commands(rb, acks) + reads)
+    _report_acks(client, rb, acks, replies[: len(acks)])
+    stale = []
+    for (unit, unit_rows), reply in zip(leases.items(), replies[len(acks):], strict=True):
+        owned = _owned_idle(client, rb, unit, unit_rows, reply)
+        for i in unit_rows:
+            idle = owned.get(rb.id[i]) if owned is not None else None
+            if owned is None:
+                rb.set(i, Action.SKIPPED, REASON_VANISHED)
+            elif idle is None:
+                rb.set(i, Action.SKIPPED, REASON_GONE)
+            elif idle >= fresh_ms:
+                stale.append(i)
+    _renew(client, rb, stale, fresh_ms)
+
+
+def xack_commands(rb: RoutedBatch, by_unit: dict[Unit, list[int]]) -> list[tuple[object, ...]]:
+    """One XACK command per unit, of the rows' IDs (for a pipeline; the reply is a count)."""
+    return [("XACK", unit.stream, unit.group, *(rb.id[i] for i in unit_rows))
+            for unit, unit_rows in by_unit.items()]
+
+
+def _lease_read(rb: RoutedBatch, unit: Unit, rows: list[int], start: str | None = None
+                ) -> tuple[object, ...]:
+    """XPENDING of the job consumer's entries in the rows' ID range (from `start`, if given)."""
+    stream, group, consumer = unit.stream, unit.group, unit.consumer
+    first, last = rb.id_range(rows)
+    return pending_command(stream, group, start or first, last, len(rows) + LEASE_PAGE_SLACK,
+                           consumer)
+
+
+def _owned_idle(client: redis.Redis, rb: RoutedBatch, unit: Unit, rows: list[int],
+                reply: Any) -> dict[str, int] | None:
+    """Entry ID -> idle ms of the job consumer's entries in the rows' ID range, reading more
+    pages while a page comes back full; None when the stream or group vanished.
+
+    `reply` is the first page (XPENDING extended form: [id, consumer, idle ms, count] rows).
+    """
+    owned: dict[str, int] = {}
+    while True:
+        if isinstance(reply, Exception):
+            if unit_vanished(reply):
+                return None
+            raise reply
+        for row in reply:
+            owned[row[ID].decode()] = int(row[IDLE])
+        if len(reply) < len(rows) + LEASE_PAGE_SLACK:
+            return owned
+        after = "(" + reply[-1][ID].decode()
+        reply = each(client, [_lease_read(rb, unit, rows, start=after)])[0]
+
+
+def _renew(client: redis.Redis, rb: RoutedBatch, rows: list[int], fresh_ms: int) -> None:
+    """Renew the lease of `rows` (owned, not fresh) atomically; report those not renewed."""
+    if not rows:
+        return
+    calls: list[ScriptCall] = [
+        (unit_rows, partial(renew_lease, client, unit.stream, unit.group, unit.consumer,
+                            [rb.id[i] for i in unit_rows], fresh_ms=fresh_ms))
+        for unit, unit_rows in rb.by_unit(rows, ordered=True).items()]
+    for i, reply in run_script_calls(client, calls):
+        if reply == LEASE_DELETED:
+            rb.set(i, Action.DELETED, REASON_DELETED)
+        elif reply == VANISHED:
+            rb.set(i, Action.SKIPPED, REASON_VANISHED)
+        elif reply != LEASE_RENEWED:
+            rb.set(i, Action.SKIPPED, REASON_GONE)
+
+
+def _report_acks(client: redis.Redis, rb: RoutedBatch, acks: dict[Unit, list[int]],
+                 replies: list[Any]) -> None:
+    """Report rows handled and acked, per unit, from XACK's replies (a count per unit).
+
+    XACK counts 0 for an entry someone else acked first, and also for a stream or group that
+    no longer exists. A short count is therefore told apart with one XPENDING summary per
+    such unit (NOGROUP: vanished), sent only then.
+    """
+    short = [unit for (unit, rows), reply in zip(acks.items(), replies, strict=True)
+             if not isinstance(reply, Exception) and int(reply) < len(rows)]
+    probes = each(client, [("XPENDING", unit.stream, unit.group) for unit in short])
+    vanished = {unit for unit, probe in zip(short, probes, strict=True)
+                if isinstance(probe, Exception) and unit_vanished(probe)}
+    for (unit, rows), reply in zip(acks.items(), replies, strict=True):
+        if isinstance(reply, Exception) and not unit_vanished(reply):
+            raise reply
+        if isinstance(reply, Exception) or unit in vanished:
+            for i in rows:
+                rb.set(i, Action.SKIPPED, "handled, but " + REASON_VANISHED + " before the ack")
+            continue
+        reason = None
+        if int(reply) < len(rows):
+            reason = (f"handled; {len(rows) - int(reply)} of the {len(rows)} entries acked "
+                      "with it had been acked by another consumer since their lease")
+        for i in rows:
+            rb.set(i, Action.REPROCESSED, reason)

@@ -1,0 +1,229 @@
+"""Where Spark partitions meet Redis: the mapInArrow functions of a run.
+
+Each function factory takes the frozen :class:`JobParams` and returns the function Spark
+runs per partition. One Redis client per partition; the driver never sees messages.
+
+- ``claim_partition``: UNIT rows -> PACKED rows of CLAIMED batches, XAUTOCLAIM cursor loops
+  (a side effect: the driver materialises its output exactly once), and each unit's PEL
+  histogram as a note;
+- ``apply_partition``: PACKED rows of CLAIMED batches -> REPORT rows: route, dead-letter
+  moves, handler and acks;
+- ``recover_partition``: UNIT rows -> REPORT rows, all in one pass: each claim step is
+  handed over as soon as it is claimed (for runs whose tasks are never retried).
+
+The last two are report passes (``recovery.executor.tally.PassMaker``): made per task with its
+Tally, and run by ``recovery.report.run_report.write_pass``, which counts their rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import logging
+from collections.abc import Callable, Iterable, Iterator
+
+import pyarrow as pa
+import redis
+
+from recovery.errors import StreamUnitError
+from recovery.executor.apply import apply_batch
+from recovery.executor.claim import claim_steps
+from recovery.executor.claimed import Claimed
+from recovery.executor.faults import maybe_fail
+from recovery.executor.histogram import PelHistogram
+from recovery.executor.packing import ArrowFn, note_row, packed_rows, unpacked
+from recovery.executor.tally import PassMaker, Tally
+from recovery.executor.throttle import Throttle
+from recovery.params import JobParams, Unit
+from recovery.redis_io.redis_conn import connect, redis_errors
+
+log = logging.getLogger(__name__)
+
+YOUNG_GC_THRESHOLD = 50_000  # allocations between two young collections in a task (Python: 700)
+UnitFn = Callable[[redis.Redis, Unit], Iterator[pa.RecordBatch]]
+
+
+def unit_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[Unit]:
+    """The Units of UNIT batches."""
+    for batch in batches:
+        for row in batch.to_pylist():
+            yield Unit(row["stream"], row["group"], row["consumer"])
+
+
+class PartitionClient:
+    """Opens the partition's one client on first use (empty partitions open none)."""
+
+    def __init__(self, params: JobParams) -> None:
+        self.params = params
+        self._client: redis.Redis | None = None
+
+    def get(self) -> redis.Redis:
+        if self._client is None:
+            with redis_errors(self.params.redis):
+                self._client = connect(self.params.redis)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def per_unit(params: JobParams, make_unit_fn: Callable[[], UnitFn]) -> ArrowFn:
+    """A partition function that runs `unit_fn(client, unit)` for each UNIT row.
+
+    One client per partition (opened on first use, closed at the end); `make_unit_fn` is
+    called once per partition, for per-partition state such as a throttle. A unit whose
+    stream or group vanished mid-run ends quietly; other units go on.
+    """
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        client = PartitionClient(params)
+        unit_fn = make_unit_fn()
+        try:
+            with young_collections_rarer():
+                for unit in unit_rows(batches):
+                    yield from skip_vanished(unit, unit_fn(client.get(), unit))
+        finally:
+            client.close()
+
+    return run
+
+
+@contextlib.contextmanager
+def young_collections_rarer(threshold: int = YOUNG_GC_THRESHOLD) -> Iterator[None]:
+    """Run the cyclic garbage collector's youngest generation every `threshold` allocations
+    instead of Python's 700, then restore the setting (workers are reused across tasks).
+
+    A claim step holds about a dozen container objects per entry (reply lists, field pairs,
+    messages) until its hand-over ends. With the default, they are scanned and promoted over
+    and over, and the promotions trigger full collections of the worker's whole heap
+    (pyarrow, pyspark). Reference counting still frees them as before; only garbage in
+    cycles, which this code does not make, waits longer (the CPU it saves:
+    docs/PERFORMANCE.md).
+    """
+    before = gc.get_threshold()
+    gc.set_threshold(threshold, *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
+def coalesced(fn: ArrowFn, rows: int) -> ArrowFn:
+    """`fn` with its output batches joined into batches of at least `rows` rows (the last one
+    may be smaller; no empty ones). Spark pays per batch it carries between Python and the
+    JVM: writing a thousand one-row batches costs Python alone ~0.5 s, one batch of the same
+    thousand rows ~2 ms."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        pending: list[pa.RecordBatch] = []
+        held = 0
+        for batch in fn(batches):
+            pending.append(batch)
+            held += batch.num_rows
+            if held >= rows:
+                yield from _joined(pending)
+                pending, held = [], 0
+        if pending:
+            yield from _joined(pending)
+
+    return run
+
+
+def _joined(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """One batch of all `batches`' rows, or none when they hold no rows."""
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()
+
+
+def claim_partition(params: JobParams, histograms: bool = False) -> ArrowFn:
+    """UNIT batches -> PACKED rows: claim every idle entry of each unit; each row packs up
+    to PACK_ROWS entries of one XAUTOCLAIM step (a CLAIMED batch). With `histograms`, each
+    unit's PEL histogram, counted from the claim steps' own reads as in one pass, follows
+    its entries as a note for the hand-over's tally (no separate pass over the PEL)."""
+
+    def claim_packed(client: redis.Redis, params: JobParams, unit: Unit,
+                     throttle: Throttle) -> Iterator[pa.RecordBatch]:
+        pel = PelHistogram() if histograms else None
+        for step in claim_steps(client, params, unit, throttle, pel):
+            yield from packed_rows(step.claimed.to_arrow())
+        if pel is not None:
+            yield note_row(json.dumps(pel.row(unit.stream, unit.group)).encode())
+
+    return _throttled(params, claim_packed)
+
+
+def recover_partition(params: JobParams, histograms: bool = False) -> PassMaker:
+    """UNIT batches -> REPORT batches: claim each unit step by step and hand every step over
+    at once, its claim serving as the first lease read. Nothing is materialised, so a retried
+    task could not report what its failed attempt did: only for runs without task retries.
+    With `histograms`, the task's tally also carries each unit's PEL histogram, counted from
+    the claim steps' own reads (no separate pass over the PEL)."""
+
+    def make(tally: Tally) -> ArrowFn:
+        def claim_and_apply(client: redis.Redis, params: JobParams, unit: Unit,
+                            throttle: Throttle) -> Iterator[pa.RecordBatch]:
+            pel = tally.histogram(unit.stream, unit.group) if histograms else None
+            steps = claim_steps(client, params, unit, throttle, pel)
+            return applied(lambda: client, params, steps)
+
+        return _throttled(params, claim_and_apply)
+
+    return make
+
+
+ClaimFn = Callable[[redis.Redis, JobParams, Unit, Throttle], Iterator[pa.RecordBatch]]
+
+
+def _throttled(params: JobParams, claim_fn: ClaimFn) -> ArrowFn:
+    """`claim_fn` per unit, with one claim throttle per partition."""
+
+    def make() -> UnitFn:
+        throttle = Throttle(params.max_entries_per_s_per_partition)
+        return lambda client, unit: claim_fn(client, params, unit, throttle)
+
+    return per_unit(params, make)
+
+
+def applied(get_client: Callable[[], redis.Redis], params: JobParams,
+            steps: Iterable[tuple[Claimed, float | None]]) -> Iterator[pa.RecordBatch]:
+    """REPORT batches of claimed `steps` (each with when its lease was last read, or None):
+    route, dead-letter, handle and ack one step at a time."""
+    for step, (claimed, read_at) in enumerate(steps, start=1):
+        with redis_errors(params.redis):
+            report = apply_batch(get_client(), params, claimed, read_at)
+        maybe_fail("apply", step)  # after the side effects: the worst moment
+        yield report
+
+
+def skip_vanished(unit: Unit, batches: Iterator[pa.RecordBatch]
+                   ) -> Iterator[pa.RecordBatch]:
+    """Pass `batches` on; a unit whose stream or group vanished mid-run ends quietly.
+
+    Its entries already claimed are still reported; other units go on.
+    """
+    try:
+        yield from batches
+    except StreamUnitError as exc:
+        log.warning("stopped %s / %s early: %s", unit.stream, unit.group, exc)
+
+
+def apply_partition(params: JobParams, rows: int) -> PassMaker:
+    """PACKED rows of CLAIMED batches -> REPORT batches: route, dead-letter, handle and ack
+    in steps of `rows` entries (in claim order), then report. The claim stage's histogram
+    notes go into the task's tally."""
+
+    def make(tally: Tally) -> ArrowFn:
+        def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            client = PartitionClient(params)
+            steps = unpacked(batches, rows, tally.add_histogram_json)
+            try:
+                with young_collections_rarer():
+                    yield from applied(client.get, params,
+                                       ((Claimed.from_arrow(batch), None) for batch in steps))
+            finally:
+                client.close()
+
+        return apply
+
+    return make

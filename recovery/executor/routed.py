@@ -1,0 +1,151 @@
+"""Claimed entries on the executor, routed and seen row by row. No I/O
+(``recovery.executor.apply`` does the Redis side).
+
+- ``route``: where an entry goes, decided per hand-over batch (the claimed set may have
+  crossed Spark packed, so it is not a Spark expression).
+- ``RoutedBatch``: one batch of ``recovery.executor.claimed.Claimed`` entries row by row:
+  its routes, grouped by unit and route, the handler's messages, and the outcome of each row, which
+  become the REPORT batch.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+import pyarrow as pa
+
+from recovery.executor.claimed import Claimed
+from recovery.handlers import Message
+from recovery.params import Unit
+from recovery.redis_io.streams import Fields, stream_id_key
+from recovery.schemas import (
+    REPORT_ARROW,
+    Route,
+)
+
+K = TypeVar("K")
+
+
+def route(deleted: bool, count: int | None, max_deliveries: int) -> str:
+    """Where a claimed entry goes, the first that holds of: deleted upstream; delivery count
+    unknown (gone from the job's PEL); delivery count (after this run's claim) above
+    `max_deliveries` (dead letter); else the handler."""
+    if deleted:
+        return Route.DELETED
+    if count is None:
+        return Route.GONE
+    return Route.DEAD_LETTER if count > max_deliveries else Route.HANDLE
+
+
+class RoutedBatch:
+    """Claimed entries, the route of each row (``route``), and the outcome of each row.
+
+    Rows are indices. ``messages(rows)`` builds the handler's messages of those rows only.
+    Every row gets exactly one outcome (``set``); ``report()`` turns the outcomes into a
+    REPORT batch.
+    """
+
+    def __init__(self, claimed: Claimed, max_deliveries: int) -> None:
+        self.stream, self.group, self.id = claimed.stream, claimed.group, claimed.id
+        self.delivery_count = claimed.delivery_count
+        self.idle_ms = claimed.idle_ms
+        self.previous_consumer = claimed.previous_consumer
+        self.route = [route(d, c, max_deliveries)
+                      for d, c in zip(claimed.deleted, claimed.delivery_count, strict=True)]
+        # Each row's unit: one Unit object per distinct (stream, group, consumer), shared
+        # by its rows (a batch holds one unit or a few).
+        made: dict[tuple[str, str, str], Unit] = {}
+        self.units: list[Unit] = [
+            made.get(key) or made.setdefault(key, Unit(*key))
+            for key in zip(claimed.stream, claimed.group, claimed.consumer, strict=True)]
+        self.fields = claimed.fields
+        self.fetched: dict[int, Fields] = {}
+        self._id_keys: list[tuple[int, int]] | None = None
+        n = len(claimed)
+        self.action: list[str | None] = [None] * n
+        self.reason: list[str | None] = [None] * n
+        self.error: list[str | None] = [None] * n
+        self.dead_letter_id: list[str | None] = [None] * n
+        self.requeued_id: list[str | None] = [None] * n
+        self.reassigned_to: list[str | None] = [None] * n
+
+    def unit(self, i: int) -> Unit:
+        return self.units[i]
+
+    def by_route(self) -> dict[str, list[int]]:
+        return group_rows(range(len(self.route)), self.route.__getitem__)
+
+    def by_unit(self, rows: Iterable[int], ordered: bool = False) -> dict[Unit, list[int]]:
+        """`rows` grouped by unit; with `ordered`, each group in ascending stream-ID order."""
+        grouped = group_rows(rows, self.units.__getitem__)
+        if ordered:
+            keys = self.id_keys()
+            for unit_rows in grouped.values():
+                unit_rows.sort(key=keys.__getitem__)
+        return grouped
+
+    def id_keys(self) -> list[tuple[int, int]]:
+        """Each row's ID as (ms, seq), for ordering (computed once per batch)."""
+        if self._id_keys is None:
+            self._id_keys = [stream_id_key(i) for i in self.id]
+        return self._id_keys
+
+    def id_range(self, rows: list[int]) -> tuple[str, str]:
+        """The smallest and the largest stream ID of `rows`."""
+        key = self.id_keys().__getitem__
+        return self.id[min(rows, key=key)], self.id[max(rows, key=key)]
+
+    def has_fields(self, i: int) -> bool:
+        return self.fields[i] is not None or i in self.fetched
+
+    def fields_of(self, i: int) -> Fields:
+        """Row `i`'s fields as claimed, or as fetched for an entry taken back (the row must
+        have them: ``has_fields``)."""
+        fields = self.fields[i]
+        return fields if fields is not None else self.fetched[i]
+
+    def messages(self, rows: list[int]) -> list[Message]:
+        """The handler's messages for `rows`, in order."""
+        fields, fetched, stream, group, ids, counts = (
+            self.fields, self.fetched, self.stream, self.group, self.id, self.delivery_count)
+        return [Message(stream[i], group[i], ids[i],
+                        fetched[i] if fields[i] is None else fields[i],  # type: ignore[arg-type]
+                        counts[i] or 0)
+                for i in rows]
+
+    def set(self, i: int, action: str, reason: str | None = None, error: str | None = None,
+            dead_letter_id: str | None = None, requeued_id: str | None = None,
+            reassigned_to: str | None = None) -> None:
+        """Record row `i`'s outcome; a second outcome for the same row is a bug."""
+        if self.action[i] is not None:
+            raise RuntimeError(f"entry {self.stream[i]} {self.id[i]} reported twice")
+        self.action[i], self.reason[i], self.error[i] = action, reason, error
+        self.dead_letter_id[i], self.requeued_id[i] = dead_letter_id, requeued_id
+        self.reassigned_to[i] = reassigned_to
+
+    def report(self) -> pa.RecordBatch:
+        """The REPORT batch: the row's own columns plus its outcome, in input order."""
+        missing = [i for i, a in enumerate(self.action) if a is None]
+        if missing:
+            i = missing[0]
+            raise RuntimeError(f"{len(missing)} entries got no outcome, e.g. "
+                               f"{self.stream[i]} {self.id[i]}")
+        return pa.RecordBatch.from_arrays([
+            pa.array(self.stream, pa.string()), pa.array(self.group, pa.string()),
+            pa.array(self.id, pa.string()),
+            pa.array(self.previous_consumer, pa.string()),
+            pa.array(self.delivery_count, pa.int64()), pa.array(self.idle_ms, pa.int64()),
+            pa.array(self.action, pa.string()), pa.array(self.reason, pa.string()),
+            pa.array(self.error, pa.string()), pa.array(self.dead_letter_id, pa.string()),
+            pa.array(self.requeued_id, pa.string()), pa.array(self.reassigned_to, pa.string()),
+        ], schema=REPORT_ARROW)
+
+
+def group_rows(rows: Iterable[int], key: Callable[[int], K]) -> dict[K, list[int]]:
+    """`rows` grouped by `key(row)`, in first-seen order, each group in input order."""
+    grouped: dict[K, list[int]] = defaultdict(list)
+    for i in rows:
+        grouped[key(i)].append(i)
+    return grouped

@@ -1,0 +1,101 @@
+"""Read-only passes over the PEL on executors: group health histograms and the dry-run plan.
+
+Nothing here writes to Redis: only XPENDING (extended form) and XRANGE. The histograms'
+buckets: ``recovery.executor.histogram``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import redis
+
+from recovery.executor.claimed import with_carried
+from recovery.executor.histogram import PelHistogram
+from recovery.executor.partitions import ArrowFn, coalesced, per_unit
+from recovery.executor.routed import route
+from recovery.executor.tally import PassMaker
+from recovery.params import JobParams, Unit
+from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.streams import (
+    COUNT,
+    ID,
+    IDLE,
+    OWNER,
+    Fields,
+    PendingRow,
+    fetch_entries,
+    pending_pages,
+    shown,
+)
+from recovery.schemas import (
+    PEL_HISTOGRAM,
+    REPORT_ARROW,
+    Action,
+    DeathReason,
+    Mode,
+    Route,
+    arrow,
+)
+
+PAGE = 10_000
+HISTOGRAM_ROWS = 1000  # units per output batch of the histogram pass (one row each)
+HISTOGRAM_ARROW = arrow(PEL_HISTOGRAM)
+PLAN_BY_MODE = {Mode.HANDLER: Action.WOULD_REPROCESS, Mode.REQUEUE: Action.WOULD_REQUEUE,
+                Mode.REASSIGN: Action.WOULD_REASSIGN}
+
+
+def histogram_partition(params: JobParams) -> ArrowFn:
+    """UNIT batches -> PEL_HISTOGRAM batches: one row of counts per unit, up to
+    ``HISTOGRAM_ROWS`` rows per batch."""
+    return coalesced(
+        per_unit(params, lambda: lambda client, unit: _histogram_unit(client, params, unit)),
+        HISTOGRAM_ROWS)
+
+
+def _histogram_unit(client: redis.Redis, params: JobParams, unit: Unit
+                    ) -> Iterator[pa.RecordBatch]:
+    histogram = PelHistogram()
+    with redis_errors(params.redis, unit.stream, unit.group):
+        for page in pending_pages(client, unit.stream, unit.group, PAGE):
+            histogram.add(page)
+    yield pa.RecordBatch.from_pylist([histogram.row(unit.stream, unit.group)],
+                                     schema=HISTOGRAM_ARROW)
+
+
+def plan_partition(params: JobParams) -> PassMaker:
+    """UNIT batches -> REPORT batches of what a real run would do (dry run, no claim)."""
+    return lambda _: per_unit(
+        params, lambda: lambda client, unit: _plan_unit(client, params, unit))
+
+
+def _plan_unit(client: redis.Redis, params: JobParams, unit: Unit
+               ) -> Iterator[pa.RecordBatch]:
+    stream, group = unit.stream, unit.group
+    with redis_errors(params.redis, stream, group):
+        for page in pending_pages(client, stream, group, PAGE, min_idle_ms=params.min_idle_ms):
+            ids = [r[ID].decode() for r in page]
+            found = fetch_entries(client, stream, ids)
+            rows = [_plan_row(params, stream, group, i, r, found[i])
+                    for i, r in zip(ids, page, strict=True)]
+            yield pa.RecordBatch.from_pylist(rows, schema=REPORT_ARROW)
+
+
+def _plan_row(params: JobParams, stream: str, group: str, entry_id: str, row: PendingRow,
+              fields: Fields | None) -> dict[str, Any]:
+    """A real run's claim would add one delivery (and a requeued copy's carried count):
+    route on that count, as the run would. `fields` None: deleted upstream."""
+    count = with_carried(row[COUNT] + 1, fields)
+    if fields is None:
+        action, reason = Action.DELETED, "entry deleted from the stream upstream"
+    elif route(False, count, params.max_deliveries) == Route.DEAD_LETTER:
+        action, reason = Action.WOULD_DEAD_LETTER, DeathReason.OVER_LIMIT
+    else:
+        action = PLAN_BY_MODE[Mode(params.reprocess_mode)]
+        reason = None
+    return {"stream": stream, "group": group, "id": entry_id,
+            "previous_consumer": shown(row[OWNER]), "delivery_count": count,
+            "idle_ms": row[IDLE], "action": action, "reason": reason, "error": None,
+            "dead_letter_id": None, "requeued_id": None, "reassigned_to": None}

@@ -1,0 +1,138 @@
+"""What the tasks of a report pass did, counted on the executors and brought to the driver with
+the report's own write: no second read of the report. Pure: no I/O.
+
+Each task of a report pass counts its REPORT rows, and in a one-pass run the PEL histograms
+its claim steps read, in a :class:`Tally`. Where Spark writes the report
+(``recovery.report.run_report.write_report``), ``tallied`` appends the tally to the task's
+rows as one *tally row* (report columns null, ``tally`` a JSON text), which an Observation
+on the write collects and drops from what is written; Spark merges observed values of
+successful task attempts only, as it keeps only their written rows, so the counts are those
+of the rows written. Where the workers write the files (``recovery.report.worker_files``),
+the tally is all a task hands Spark. (Reading the report rows back instead would cost a pass
+over them.)
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.types import StringType, StructField, StructType
+
+from recovery.executor.histogram import PelHistogram
+from recovery.executor.packing import ArrowFn
+from recovery.schemas import REPORT, arrow
+
+TALLY = "tally"
+# What Spark's writer gets: REPORT rows (tally null) and one tally row per task (all else null).
+TALLIED = StructType([StructField(f.name, f.dataType, True) for f in REPORT.fields]
+                     + [StructField(TALLY, StringType(), True)])
+TALLIED_ARROW = arrow(TALLIED)
+UNIT_KEY = ("stream", "group")
+ActionCounts = Counter[tuple[str, str, str]]  # (stream, group, action) -> report rows
+
+
+class Tally:
+    """One task's counts: report rows per (stream, group, action), and PEL histograms per
+    (stream, group) where the task counted them."""
+
+    def __init__(self) -> None:
+        self.actions: ActionCounts = Counter()
+        self.histograms: dict[tuple[str, str], PelHistogram] = {}
+        self.histogram_rows: list[dict[str, Any]] = []  # counted by an earlier stage
+
+    def count(self, batch: pa.RecordBatch) -> None:
+        """Count a REPORT batch's rows by (stream, group, action). A batch of one unit, as
+        the claim steps make them, costs a few Arrow kernels, much less than a general
+        group-by, which other batches take."""
+        if not batch.num_rows:
+            return
+        stream, group = batch.column("stream"), batch.column("group")
+        if pc.count_distinct(stream).as_py() == 1 and pc.count_distinct(group).as_py() == 1:
+            unit = (stream[0].as_py(), group[0].as_py())
+            for item in pc.value_counts(batch.column("action")).to_pylist():
+                self.actions[(*unit, item["values"])] += item["counts"]
+            return
+        keys = [*UNIT_KEY, "action"]
+        table = pa.Table.from_batches([batch.select(keys)])
+        counted = table.group_by(keys, use_threads=False).aggregate([([], "count_all")])
+        for row in counted.to_pylist():
+            self.actions[(row["stream"], row["group"], row["action"])] += row["count_all"]
+
+    def histogram(self, stream: str, group: str) -> PelHistogram:
+        """The (new or growing) PEL histogram of one unit."""
+        return self.histograms.setdefault((stream, group), PelHistogram())
+
+    def add_histogram_json(self, text: bytes) -> None:
+        """Carry a unit's PEL histogram row counted by an earlier stage (JSON of
+        ``PelHistogram.row``): the claim stage of a run whose claim is materialised."""
+        self.histogram_rows.append(json.loads(text))
+
+    def to_json(self) -> str:
+        """``{"actions": [[stream, group, action, rows], ...], "histograms": [row, ...]}``
+        with PEL_HISTOGRAM-shaped rows (bucket lists as ``[label, entries]`` pairs)."""
+        return json.dumps({
+            "actions": [[*key, n] for key, n in self.actions.items()],
+            "histograms": [*(h.row(s, g) for (s, g), h in self.histograms.items()),
+                           *self.histogram_rows],
+        })
+
+
+# A report pass, made per task: given the task's Tally (to add histograms to), the partition
+# function that yields the pass's REPORT batches.
+PassMaker = Callable[[Tally], ArrowFn]
+
+
+def counted(make: PassMaker, tally: Tally, batches: Iterator[pa.RecordBatch]
+            ) -> Iterator[pa.RecordBatch]:
+    """The REPORT batches of the pass `make` makes for `tally`, run over `batches`, each
+    counted into `tally` as it goes by (both writers count the same way)."""
+    for batch in make(tally)(batches):
+        tally.count(batch)
+        yield batch
+
+
+def tallied(make: PassMaker) -> ArrowFn:
+    """The report pass `make` makes, as TALLIED batches for Spark's writer: its REPORT
+    batches with a null ``tally`` column, followed by one tally row of what they held."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        tally = Tally()
+        for batch in counted(make, tally, batches):
+            yield pa.RecordBatch.from_arrays(
+                [*batch.columns, pa.nulls(batch.num_rows, pa.string())], schema=TALLIED_ARROW)
+        yield tally_row(tally.to_json())
+
+    return run
+
+
+def tally_row(text: str) -> pa.RecordBatch:
+    """A one-row TALLIED batch: every report column null, ``tally`` = `text`."""
+    columns = [*(pa.nulls(1, f.type) for f in list(TALLIED_ARROW)[:-1]), pa.array([text])]
+    return pa.RecordBatch.from_arrays(columns, schema=TALLIED_ARROW)
+
+
+def unit_counts(tallies: Iterable[str], actions: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Per (stream, group) rows of the merged tallies, sorted: each action's rows and a
+    ``total``; only units that have report rows."""
+    counts: ActionCounts = Counter()
+    for text in tallies:
+        counts.update({(s, g, a): n for s, g, a, n in json.loads(text)["actions"]})
+    units: dict[tuple[str, str], dict[str, Any]] = {}
+    for (stream, group, action), n in counts.items():
+        row = units.setdefault((stream, group), {"stream": stream, "group": group,
+                                                 **dict.fromkeys(actions, 0)})
+        row[action] = row.get(action, 0) + n
+    for row in units.values():
+        row["total"] = sum(row[a] for a in actions)
+    return [units[key] for key in sorted(units)]
+
+
+def histogram_rows(tallies: Iterable[str]) -> list[dict[str, Any]]:
+    """The PEL_HISTOGRAM rows the tallies carry (one per unit; none without
+    ``report.pel_histograms`` or in a dry run)."""
+    return [row for text in tallies for row in json.loads(text)["histograms"]]

@@ -1,0 +1,213 @@
+"""Opening Redis clients and turning Redis failures into the job's typed errors.
+
+Retry policy, chosen on purpose: every command the job sends is safe to repeat. Claims are
+reconciled against the job consumer's own PEL (a lost XAUTOCLAIM reply is recovered by the
+XPENDING read that follows), dead-letter moves and acks are conditional server-side scripts
+(an entry that is no longer pending and ours is left alone). So a few quick retries on
+connection errors are allowed, with a bounded backoff, and never the default 10.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import (
+    AskError,
+    AuthenticationError,
+    AuthorizationError,
+    InvalidResponse,
+    NoPermissionError,
+    NoScriptError,
+    ResponseError,
+)
+from redis.retry import Retry
+
+from recovery.errors import (
+    RecoveryError,
+    RedisAuthError,
+    RedisPermissionError,
+    RedisUnavailableError,
+    StreamUnitError,
+)
+from recovery.params import RedisParams
+from recovery.redis_io.acl_errors import denied_command, is_script_denial
+from recovery.redis_io.cluster import host_port, open_client, redirected_error
+from recovery.redis_io.scripts import load_scripts
+from recovery.redis_io.tls_errors import tls_hint
+
+RETRIES = 3
+RAW_REPLY_COMMANDS = ("XAUTOCLAIM", "XPENDING", "XRANGE", "XINFO GROUPS", "XINFO CONSUMERS")
+VANISHED = "vanished"  # reply element of a script call whose stream or group no longer exists
+UNIT_GONE_CODES = ("NOGROUP", "WRONGTYPE")
+PIPELINE_PREFIX = re.compile(r"^Command # \d+ \((.*?)\) of pipeline caused error: ", re.DOTALL)
+
+# (items, queue): `queue(pipe)` queues one script call replying one element per item.
+ScriptCall = tuple[Sequence[Any], Callable[[Any], object]]
+
+
+def connect(params: RedisParams) -> redis.Redis:
+    """A client for `params`, with raw (unparsed, bytes) replies for stream commands."""
+    kwargs: dict[str, object] = {
+        "username": params.username,
+        "password": params.password,
+        "socket_connect_timeout": params.connect_timeout_s,
+        "socket_timeout": params.socket_timeout_s,
+        "retry": Retry(ExponentialBackoff(cap=1.0, base=0.1), RETRIES),
+        "client_name": "stream-recovery",
+        "protocol": 2,
+    }
+    if params.url.startswith("rediss://"):
+        kwargs.update(
+            ssl_ca_certs=params.tls_ca_file,
+            ssl_certfile=params.tls_cert_file,
+            ssl_keyfile=params.tls_key_file,
+            ssl_check_hostname=params.tls_check_hostname,
+            # The chain is always verified; tls_check_hostname only drops the name match.
+            ssl_cert_reqs="required",
+        )
+    with redis_errors(params):  # "auto" asks the server whether it is a cluster
+        # A StreamCluster answers like redis.Redis for everything the job sends.
+        client: redis.Redis = open_client(params.url, kwargs, params.cluster)  # type: ignore[assignment]
+    for command in RAW_REPLY_COMMANDS:
+        client.set_response_callback(command, _raw_reply)
+    return client
+
+
+def _raw_reply(response: object, **_: object) -> object:
+    return response
+
+
+def where(params: RedisParams) -> str:
+    """host:port of the server, for messages (never the password)."""
+    return host_port(params.url)
+
+
+@contextlib.contextmanager
+def redis_errors(params: RedisParams, stream: str | None = None, group: str | None = None
+                 ) -> Iterator[None]:
+    """Translate redis-py exceptions into typed, one-line RecoveryErrors."""
+    try:
+        yield
+    except RecoveryError:
+        raise
+    except (AuthenticationError, AuthorizationError) as exc:
+        raise RedisAuthError(
+            f"Redis at {where(params)} refused the login ({_first_word(exc)}): check "
+            "redis.username and the password (RECOVERY_REDIS__PASSWORD or redis.password_file)"
+        ) from None
+    except NoPermissionError as exc:
+        raise permission_error(exc, params) from None
+    except AskError as exc:  # MOVED or ASK: a cluster node, and redis.cluster = false
+        raise redirected_error(exc, where(params)) from None
+    except ResponseError as exc:
+        raise _response_error(exc, params, stream, group) from None
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        raise RedisUnavailableError(
+            f"cannot reach Redis at {where(params)} ({type(exc).__name__}: {exc}): "
+            + (tls_hint(str(exc), params.url)
+               or "check redis.url, that the server runs, and the network")
+        ) from None
+    except InvalidResponse as exc:  # not the Redis protocol: something else answered
+        raise RedisUnavailableError(
+            f"Redis at {where(params)} gave an unexpected reply ({type(exc).__name__}: {exc}): "
+            "check that redis.url points at a Redis server"
+        ) from None
+
+
+def _response_error(exc: ResponseError, params: RedisParams, stream: str | None,
+                    group: str | None) -> RecoveryError:
+    text = str(exc)
+    code = _first_word(exc)
+    if code == "NOGROUP" and stream is not None:
+        return StreamUnitError("no-group", stream, group,
+                               "the stream or its consumer group does not exist")
+    if code == "WRONGTYPE" and stream is not None:
+        return StreamUnitError("wrong-type", stream, group, "the key is not a stream")
+    if server_text(exc).lower() == "no such key" and stream is not None:  # XINFO ("ERR ...")
+        return StreamUnitError("no-key", stream, group, "the stream does not exist (any more)")
+    if code in ("NOAUTH", "WRONGPASS"):
+        return RedisAuthError(
+            f"Redis at {where(params)} refused the login ({code}): check redis.username "
+            "and the password (RECOVERY_REDIS__PASSWORD or redis.password_file)"
+        )
+    if code == "NOPERM" or is_script_denial(text):  # scripts: no NOPERM code, see acl_errors
+        return permission_error(exc, params)
+    return RecoveryError(f"Redis at {where(params)} answered an error: {text}")
+
+
+def permission_error(exc: ResponseError, params: RedisParams) -> RedisPermissionError:
+    """A one-line error naming the command (or key) the ACL user may not use, and the fix."""
+    text = server_text(exc)
+    user = params.username or "default"
+    denied = denied_command(text)
+    if denied:
+        command = denied.upper().replace("|", " ")
+        return RedisPermissionError(
+            f"the Redis user {user!r} may not run {command}, which the job needs: grant it, "
+            f"e.g. ACL SETUSER {user} +{denied} (see README, 'ACL')"
+        )
+    return RedisPermissionError(
+        f"the Redis user {user!r} was refused ({text}): grant it the job's commands and "
+        "access to the stream and dead-letter keys in its ACL rule (see README, 'ACL')"
+    )
+
+
+def server_text(exc: Exception) -> str:
+    """The server's error text, without redis-py's "Command # n (...) of pipeline" prefix."""
+    return PIPELINE_PREFIX.sub("", str(exc)).strip()
+
+
+def _first_word(exc: Exception) -> str:
+    text = server_text(exc)
+    return text.split(" ", 1)[0].upper() if text else type(exc).__name__
+
+
+def unit_vanished(exc: Exception) -> bool:
+    """True for NOGROUP / WRONGTYPE: the stream or its group is gone (or was replaced)."""
+    return isinstance(exc, ResponseError) and _first_word(exc) in UNIT_GONE_CODES
+
+
+def run_script_calls(client: redis.Redis, calls: Sequence[ScriptCall]) -> list[tuple[Any, Any]]:
+    """Send script calls in one pipeline; return (item, reply element) pairs in call order.
+
+    A call whose stream or group vanished mid-run (NOGROUP, WRONGTYPE) yields ``VANISHED`` for
+    each of its items, so other units go on. Any other error reply is raised.
+    """
+    replies = script_replies(client, [queue for _, queue in calls])
+    pairs: list[tuple[Any, Any]] = []
+    for (items, _), reply in zip(calls, replies, strict=True):
+        if isinstance(reply, Exception):
+            if not unit_vanished(reply):
+                raise reply
+            reply = [VANISHED] * len(items)
+        pairs += zip(items, reply, strict=True)
+    return pairs
+
+
+def script_replies(client: redis.Redis, queues: Sequence[Callable[[Any], object]]
+                   ) -> list[Any]:
+    """Each `queue(pipe)` queues one script call; all are sent in one pipeline. Returns each
+    call's reply, or the error the server answered for it (returned, not raised).
+
+    Calls that met NOSCRIPT (the server restarted or flushed its script cache since the
+    scripts were loaded) did not run: the scripts are loaded and those calls sent once more.
+    """
+    replies = _execute(client, queues)
+    again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+    if again:
+        load_scripts(client)
+        for i, reply in zip(again, _execute(client, [queues[i] for i in again]), strict=True):
+            replies[i] = reply
+    return replies
+
+
+def _execute(client: redis.Redis, queues: Sequence[Callable[[Any], object]]) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    for queue in queues:
+        queue(pipe)
+    return pipe.execute(raise_on_error=False)

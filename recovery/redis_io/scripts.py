@@ -1,0 +1,168 @@
+"""Server-side Lua scripts of the job (recovery/redis_io/lua/*.lua), registered once per client.
+
+Each call goes through EVALSHA. Every write helper takes an optional pipeline so callers can
+batch. Alone, a call loads its script on NOSCRIPT (redis-py's Script does); queued on a
+pipeline, a NOSCRIPT reply is the caller's to handle (``load_scripts``, then send it again):
+redis-py would otherwise ask SCRIPT EXISTS before every pipeline it sends, one more round
+trip each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from itertools import chain
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+from recovery.redis_io.streams import Fields
+
+SCRIPT_NAMES = ("dead_letter", "lease_owned", "delete_empty_consumer", "redrive", "requeue",
+                "reassign")
+
+
+def _source(name: str) -> str:
+    return resources.files("recovery.redis_io").joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
+def scripts_for(client: redis.Redis) -> dict[str, Script]:
+    """The job's scripts registered on `client` (cached on the client object)."""
+    cached: dict[str, Script] | None = getattr(client, "_recovery_scripts", None)
+    if cached is None:
+        cached = {name: client.register_script(_source(name)) for name in SCRIPT_NAMES}
+        client._recovery_scripts = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def load_scripts(client: redis.Redis) -> None:
+    """Load the job's scripts into the server's script cache (after a NOSCRIPT reply: the
+    server restarted or its cache was flushed)."""
+    for script in scripts_for(client).values():
+        client.script_load(script.script)
+
+
+def _call(client: redis.Redis, name: str, keys: Sequence[Any], args: Sequence[Any],
+          pipe: Any) -> Any:
+    """Run the job's script `name` now (its reply), or queue it on `pipe` (see module doc)."""
+    script = scripts_for(client)[name]
+    if pipe is None:
+        return script(keys=keys, args=args)
+    return pipe.evalsha(script.sha, len(keys), *keys, *args)
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One entry to dead-letter, with the metadata written next to its fields."""
+
+    id: str
+    delivery_count: int
+    idle_ms: int
+    last_owner: str | None
+    reason: str
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class DeadLetterContext:
+    """What is the same for every entry of one dead-letter batch."""
+
+    stream: str
+    group: str
+    consumer: str
+    dlq: str
+    run_id: str
+    delivery_limit: int
+    death_time_ms: int
+
+
+MOVED_NOT_OURS = 0
+MOVED_DELETED = -1
+MOVED_TOO_BIG = -2
+
+
+def dead_letter_batch(client: redis.Redis, ctx: DeadLetterContext,
+                      entries: Sequence[DeadLetter], pipe: Any = None) -> list[Any]:
+    """Move `entries` to `ctx.dlq` in one atomic call; only entries pending and owned by
+    `ctx.consumer` move.
+
+    Reply (without pipe): one element per entry, in order: the dead-letter ID (bytes) if
+    moved, ``MOVED_NOT_OURS`` (0) if left alone, ``MOVED_DELETED`` (-1) if it was deleted
+    upstream (then only acked), ``MOVED_TOO_BIG`` (-2) if it has too many fields (~3950) to be
+    re-added from a script (left pending).
+    """
+    args: list[Any] = [ctx.group, ctx.consumer, ctx.run_id, ctx.delivery_limit,
+                       ctx.death_time_ms, ctx.stream]
+    for e in entries:
+        args += [e.id, e.delivery_count, e.idle_ms, e.last_owner or "", e.reason, e.error or ""]
+    return _call(client, "dead_letter", [ctx.stream, ctx.dlq], args, pipe)  # type: ignore[no-any-return]
+
+
+def requeue_batch(client: redis.Redis, stream: str, target: str, group: str, consumer: str,
+                  entries: Sequence[tuple[str, Fields]], pipe: Any = None) -> list[Any]:
+    """Requeue `entries` ((id, the copy's fields), in ascending ID order) from `stream` to
+    `target` in one atomic call; only entries pending and owned by `consumer` move. The job
+    sends the copies' fields itself: no read per entry.
+
+    Reply (without pipe): one element per entry, in order: the copy's ID (bytes) if
+    requeued, or ``MOVED_NOT_OURS`` / ``MOVED_TOO_BIG`` as for :func:`dead_letter_batch`.
+    """
+    args: list[Any] = [group, consumer, entries[0][0], entries[-1][0]]
+    for entry_id, fields in entries:
+        args += [entry_id, 2 * len(fields), *chain.from_iterable(fields)]
+    return _call(client, "requeue", [stream, target], args, pipe)  # type: ignore[no-any-return]
+
+
+REASSIGNED = 1
+
+
+def reassign_batch(client: redis.Redis, stream: str, group: str, consumer: str,
+                   entries: Sequence[tuple[str, str, int]], pipe: Any = None) -> list[Any]:
+    """Give `entries` ((id, new owner, delivery count to set)) to their new owners in one
+    atomic call; only entries pending and owned by `consumer` move.
+
+    Reply (without pipe): one integer per entry, in order: ``REASSIGNED`` (1), or
+    ``MOVED_NOT_OURS`` (0) / ``MOVED_DELETED`` (-1) as for :func:`dead_letter_batch`.
+    """
+    args: list[Any] = [group, consumer]
+    for entry_id, owner, count in entries:
+        args += [entry_id, owner, count]
+    return _call(client, "reassign", [stream], args, pipe)  # type: ignore[no-any-return]
+
+
+LEASE_RENEWED = 1
+LEASE_LOST = 0
+LEASE_DELETED = -1
+
+
+def renew_lease(client: redis.Redis, stream: str, group: str, consumer: str,
+                ids: Sequence[str], pipe: Any = None, fresh_ms: int = 0) -> list[int]:
+    """Make sure the `ids` still pending and owned by `consumer` hold a lease: those idle
+    `fresh_ms` ms or longer get their idle time reset to 0 (keeping their delivery counts);
+    younger ones already hold one. Acks those deleted from the stream (found on renewal).
+
+    `ids` must be in ascending ID order (``recovery.redis_io.streams.stream_id_key``). Reply
+    (without pipe): one integer per ID, in order: ``LEASE_RENEWED`` (1), ``LEASE_LOST`` (0:
+    no longer pending or another owner), ``LEASE_DELETED`` (-1: deleted upstream, now
+    acked).
+    """
+    return _call(client, "lease_owned", [stream], [group, consumer, fresh_ms, *ids], pipe)  # type: ignore[no-any-return]
+
+
+def fresh_lease_ms(min_idle_ms: int, handler_timeout_s: float | None) -> int:
+    """How long after a claim or renewal an entry needs no renewal before a handler call:
+    the call must end before the entry has been idle `min_idle_ms` (when another run may
+    claim it). With a timeout that leaves min_idle minus the timeout; without one, half."""
+    budget_ms = handler_timeout_s * 1000 if handler_timeout_s is not None else min_idle_ms / 2
+    return max(0, int(min_idle_ms - budget_ms))
+
+
+def delete_empty_consumer(client: redis.Redis, stream: str, group: str, consumer: str,
+                          pipe: Any = None) -> Any:
+    """Delete `consumer` from the group if it owns no pending entry.
+
+    Reply (without pipe): True when deleted, False when kept."""
+    reply = _call(client, "delete_empty_consumer", [stream], [group, consumer], pipe)
+    return reply if pipe is not None else bool(reply)

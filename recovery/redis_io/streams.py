@@ -1,0 +1,244 @@
+"""Redis Streams commands the job uses, one function per command.
+
+Times are milliseconds. IDs are ``str`` (``"<ms>-<seq>"``); field names and values stay
+``bytes``, in stream order, duplicates kept. All functions expect a client from
+``recovery.redis_io.redis_conn.connect`` (raw replies for stream commands).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import redis
+
+Fields = list[tuple[bytes, bytes]]
+FlatFields = list[bytes]  # [name1, value1, name2, value2, ...] as Redis replies
+END_CURSOR = "0-0"
+
+
+# One XPENDING extended-form row as Redis sends it: [id, consumer, idle ms, delivery count]
+# (id and consumer are bytes). Kept raw: a million rows are parsed by hiredis, not by Python.
+PendingRow = list
+ID, OWNER, IDLE, COUNT = range(4)  # positions in a PendingRow
+
+
+@dataclass(frozen=True)
+class ClaimBatch:
+    """One XAUTOCLAIM step.
+
+    `ids` / `flats`: the claimed entries (ID as bytes, flat fields); `deleted`: IDs (bytes)
+    found in the PEL but gone from the stream (7.0+: the third reply element; 6.2: entries
+    returned as nil, see ``deleted_by_position``); `before`: ID -> the PendingRow of the same
+    range read atomically just before the claim (last owner, idle time, count); `own_first`:
+    the ID of the claiming consumer's first own entry at or after the cursor just before the
+    claim, if any; `unresolved`: how many nil entries (6.2) could not be matched to an ID
+    (they are now the claiming consumer's: a read of its own range finds them).
+    """
+
+    next_cursor: str
+    ids: list[bytes]
+    flats: list[FlatFields]
+    deleted: list[bytes]
+    before: dict[bytes, PendingRow]
+    own_first: bytes | None
+    unresolved: int = 0
+
+
+def as_str(value: bytes | str) -> str:
+    """A reply element as ``str`` (UTF-8 bytes decoded)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def pairs(flat: Sequence[bytes]) -> Fields:
+    """``[f1, v1, f2, v2]`` -> ``[(f1, v1), (f2, v2)]``."""
+    return [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+
+
+def server_version(client: redis.Redis) -> tuple[int, int, int]:
+    """(major, minor, patch) of the server (INFO server, ``redis_version``)."""
+    text = str(client.info("server").get("redis_version", "0.0.0"))
+    major, minor, patch, *_ = [*(int(p) for p in text.split(".")[:3] if p.isdigit()), 0, 0, 0]
+    return major, minor, patch
+
+
+def scan_keys(client: redis.Redis, match: str, count: int) -> Iterator[bytes]:
+    """Every key matching `match`, whatever its type (SCAN MATCH .. COUNT ..)."""
+    yield from client.scan_iter(match=match, count=count)
+
+
+def key_type(client: redis.Redis, key: str) -> str:
+    """TYPE of `key`: ``stream``, ``none``, ``hash`` ..."""
+    return as_str(client.type(key))
+
+
+PIPELINE_CHUNK = 1000
+
+
+def each(client: redis.Redis, commands: Sequence[Sequence[object]]) -> list[object]:
+    """Send `commands` in pipelines of ``PIPELINE_CHUNK`` (no transaction): one round trip per
+    chunk instead of one per command. Returns each raw reply in order, or the exception the
+    server answered for that command (returned, not raised: callers decide per command)."""
+    replies: list[object] = []
+    for start in range(0, len(commands), PIPELINE_CHUNK):
+        pipe = client.pipeline(transaction=False)
+        for command in commands[start : start + PIPELINE_CHUNK]:
+            pipe.execute_command(*command)
+        replies += pipe.execute(raise_on_error=False)
+    return replies
+
+
+def shown(name: bytes | str) -> str:
+    """A group or consumer name as text for reports and logs: bytes that are not UTF-8 appear
+    as ``\\xNN`` escapes (such a name cannot be sent back as text)."""
+    return name.decode("utf-8", "backslashreplace") if isinstance(name, bytes) else name
+
+
+def info_rows(reply: Sequence[Sequence[object]]) -> list[dict[str, object]]:
+    """An XINFO GROUPS / XINFO CONSUMERS reply as dicts with str keys. Values are decoded
+    where they are UTF-8; a name that is not stays bytes."""
+    return [_info_dict(row) for row in reply]
+
+
+def _info_dict(row: Sequence[object]) -> dict[str, object]:
+    return {as_str(row[i]): (_text(v) if isinstance(v := row[i + 1], bytes) else v)  # type: ignore[arg-type]
+            for i in range(0, len(row), 2)}
+
+
+def _text(value: bytes) -> str | bytes:
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return value
+
+
+def live_consumers(client: redis.Redis, stream: str, group: str, within_ms: int,
+                   excluded_prefix: str) -> list[str]:
+    """The group's consumers seen within `within_ms` ms, fewest pending entries first (then
+    by name), leaving out names that start with `excluded_prefix` or are not UTF-8. Seen:
+    XINFO CONSUMERS ``inactive`` (since the last successful read; Redis 7.2+, Valkey; -1 for
+    never) where the server reports it, else ``idle`` (since the last interaction)."""
+    rows = info_rows(client.execute_command("XINFO CONSUMERS", stream, group))
+    live = []
+    for row in rows:
+        name, seen = row["name"], row.get("inactive", row["idle"])
+        if isinstance(name, str) and not name.startswith(excluded_prefix) and \
+                0 <= int(seen) <= within_ms:  # type: ignore[call-overload]
+            live.append((int(row["pending"]), name))  # type: ignore[call-overload]
+    return [name for _, name in sorted(live)]
+
+
+def pending_count(client: redis.Redis, stream: str, group: str) -> int:
+    """Number of entries in the group's PEL (XPENDING summary form; the notebook uses it)."""
+    return int(client.execute_command("XPENDING", stream, group)[0])
+
+
+def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
+                min_idle_ms: int, cursor: str, count: int) -> ClaimBatch:
+    """One XAUTOCLAIM step from `cursor`, with atomic XPENDING reads just before it: the
+    idle entries of the same range, and `consumer`'s own first entry from `cursor` on.
+
+    MULTI/EXEC makes the three see the same PEL, so the last owner, idle time and count of
+    each claimed entry are known. (XAUTOCLAIM's COUNT counts entries deleted upstream just as
+    the XPENDING page does, and skips entries not idle enough without counting them: seen on
+    Redis 6.2, 7.0 and Valkey 8.1.)
+    """
+    pipe = client.pipeline(transaction=True)
+    pipe.execute_command(*pending_command(stream, group, cursor, "+", count,
+                                          min_idle_ms=min_idle_ms))
+    pipe.execute_command(*pending_command(stream, group, cursor, "+", 1, consumer))
+    pipe.execute_command("XAUTOCLAIM", stream, group, consumer, min_idle_ms, cursor,
+                         "COUNT", count)
+    before_rows, own_rows, reply = pipe.execute()
+    next_cursor, items = as_str(reply[0]), reply[1]
+    found = [item for item in items if item is not None]
+    ids = [item[0] for item in found]
+    flats = [item[1] for item in found]
+    deleted = list(reply[2]) if len(reply) > 2 else []
+    unresolved = 0
+    if None in items:  # Redis 6.2: an entry deleted upstream comes back as nil
+        nil_ids = deleted_by_position(items, before_rows, next_cursor)
+        if nil_ids is None:
+            unresolved = len(items) - len(ids)
+        else:
+            deleted += nil_ids
+    return ClaimBatch(next_cursor, ids, flats, deleted, {r[ID]: r for r in before_rows},
+                      own_rows[0][ID] if own_rows else None, unresolved)
+
+
+def deleted_by_position(items: Sequence[object], before_rows: Sequence[PendingRow],
+                        next_cursor: str) -> list[bytes] | None:
+    """The IDs of the nil items of a Redis 6.2 XAUTOCLAIM reply (entries deleted upstream,
+    claimed all the same and left in the PEL), or None when they cannot be told for sure.
+
+    6.2 claims the first COUNT idle PEL entries from the cursor, in ID order, and replies one
+    item per claimed entry in that order, nil for an entry gone from the stream. The
+    ``XPENDING ... IDLE`` read just before lists the same entries in the same order, unless
+    an entry became idle enough between the two commands (MULTI does not stop the clock on
+    6.2) and was claimed as well. Such a shift shows: an item's ID differs from the row at
+    its position, there are more items than rows, or the last row matched lies at or past the
+    next cursor (so it was not examined). Then None.
+    """
+    if len(items) > len(before_rows):
+        return None
+    nil_ids: list[bytes] = []
+    for item, row in zip(items, before_rows, strict=False):
+        if item is None:
+            nil_ids.append(row[ID])
+        elif item[0] != row[ID]:  # type: ignore[index]
+            return None
+    last = as_str(before_rows[len(items) - 1][ID]) if items else None
+    if last is not None and next_cursor != END_CURSOR and \
+            stream_id_key(last) >= stream_id_key(next_cursor):
+        return None
+    return nil_ids
+
+
+def stream_id_key(entry_id: str) -> tuple[int, int]:
+    """Sort key of a stream ID ``"<ms>-<seq>"``: numeric, not lexical."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def pending_command(stream: str, group: str, start: str, end: str, count: int,
+                    consumer: str | None = None, min_idle_ms: int | None = None
+                    ) -> tuple[object, ...]:
+    """The XPENDING extended-form command for up to `count` PEL rows with start <= id <= end,
+    only `consumer`'s and only those idle >= `min_idle_ms` ms when given (for pipelines)."""
+    idle = ("IDLE", min_idle_ms) if min_idle_ms is not None else ()
+    owner = (consumer,) if consumer is not None else ()
+    return ("XPENDING", stream, group, *idle, start, end, count, *owner)
+
+
+def pending_page(client: redis.Redis, stream: str, group: str, start: str, end: str,
+                 count: int, consumer: str | None = None,
+                 min_idle_ms: int | None = None) -> list[PendingRow]:
+    """XPENDING extended form: up to `count` PEL rows with start <= id <= end (raw rows)."""
+    return client.execute_command(  # type: ignore[no-any-return]
+        *pending_command(stream, group, start, end, count, consumer, min_idle_ms))
+
+
+def pending_pages(client: redis.Redis, stream: str, group: str, page: int,
+                  consumer: str | None = None, min_idle_ms: int | None = None,
+                  start: str = "-", end: str = "+") -> Iterator[list[PendingRow]]:
+    """The whole PEL (or `consumer`'s part, or entries idle >= `min_idle_ms`; or only IDs from
+    `start` to `end`, ``(`` for exclusive) in ID order, `page` raw rows per XPENDING call."""
+    while True:
+        rows = pending_page(client, stream, group, start, end, page, consumer, min_idle_ms)
+        if rows:
+            yield rows
+        if len(rows) < page:
+            return
+        start = "(" + as_str(rows[-1][ID])
+
+
+def fetch_entries(client: redis.Redis, stream: str, ids: Sequence[str]
+                  ) -> dict[str, Fields | None]:
+    """Fields of each ID (pipelined XRANGE id id); None for IDs gone from the stream."""
+    pipe = client.pipeline(transaction=False)
+    for entry_id in ids:
+        pipe.execute_command("XRANGE", stream, entry_id, entry_id)
+    result: dict[str, Fields | None] = {}
+    for entry_id, reply in zip(ids, pipe.execute(), strict=True):
+        result[entry_id] = pairs(reply[0][1]) if reply else None
+    return result

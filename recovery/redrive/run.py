@@ -1,0 +1,203 @@
+"""A redrive, orchestrated on the driver: dead letters go back to their source streams.
+
+Why no Spark stage: the work is one server-side script per batch (``lua/redrive.lua``) that
+reads, filters and moves entries inside Redis, so no message crosses the network and there is
+nothing for executors to share; a dead-letter stream is one key on one shard, where scripts run
+one at a time anyway; and a global ``limit`` and rate cap are exact in one sequential loop.
+``jobs/redrive.py`` is still a spark-submit entry point, like every job of the package.
+
+Each redriven entry is appended to its source stream with a new ID (XADD ``*``), not made
+pending for any group: every consumer group of the source reads it with ``XREADGROUP >``,
+as for any new message. Re-running is always safe: an entry leaves the dead-letter stream only
+in the script call that re-adds it, so a killed redrive leaves each entry in exactly one place.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import redis
+
+from recovery.config import RedriveSettings, Settings, executor_params
+from recovery.driver.discovery import Skipped, check_server, selected_keys
+from recovery.errors import ConfigError, DeadLetterNameError, StreamUnitError
+from recovery.executor.throttle import Throttle
+from recovery.params import RedisParams
+from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.redis_io.redis_conn import connect, redis_errors
+from recovery.redis_io.streams import key_type
+from recovery.redrive.io import RedriveFilter, length, redrive_step
+
+log = logging.getLogger(__name__)
+EXAMINE_PER_MOVE = 10  # entries one script call may examine per entry it may move
+MAX_EXAMINE = 10_000  # bound on one call's work, so the script never blocks Redis for long
+MAX_SEQ = 2**64 - 1
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass
+class RedriveSummary:
+    """What one redrive did; ``matched`` counts what a dry run would move."""
+
+    run_id: str
+    dry_run: bool = False
+    status: str = "ok"
+    totals: dict[str, int] = field(
+        default_factory=lambda: {"examined": 0, "matched": 0, "redriven": 0})
+    units: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    duration_s: float = 0.0
+    error: str | None = None
+
+    def add_unit(self, unit: dict[str, Any]) -> None:
+        self.units.append(unit)
+        for key in self.totals:
+            self.totals[key] += unit[key]
+
+    def json_line(self) -> str:
+        """The last line of stdout, for schedulers (Airflow XCom)."""
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+
+@dataclass
+class _Budget:
+    """The limit and rate cap shared by every stream of one redrive."""
+
+    batch_size: int
+    limit: int | None
+    throttle: Throttle
+    rate: float | None
+    matched: int = 0
+
+    def moves_for_next_call(self) -> int:
+        """How many entries the next call may move (>= 1 unless the limit is reached)."""
+        n = self.batch_size
+        if self.rate is not None:  # small calls keep a slow rate smooth
+            n = min(n, max(1, math.floor(self.rate)))
+        if self.limit is not None:
+            n = min(n, self.limit - self.matched)
+        return n
+
+    def spend(self, n: int) -> None:
+        self.matched += n
+        self.throttle.take(n)
+
+
+def id_range(r: RedriveSettings) -> tuple[str, str]:
+    """XRANGE bounds over dead-letter IDs from from_id/to_id and since/until (intersected).
+
+    Raises ConfigError when the range is empty.
+    """
+    starts = [r.from_id] + ([str(_epoch_ms(r.since))] if r.since else [])
+    ends = [r.to_id] + ([str(_epoch_ms(r.until))] if r.until else [])
+    start = max(starts, key=lambda b: _bound_key(b, is_end=False))
+    end = min(ends, key=lambda b: _bound_key(b, is_end=True))
+    if _bound_key(start, is_end=False) > _bound_key(end, is_end=True):
+        raise ConfigError(
+            f"redrive range is empty (from {start} to {end}): check redrive.from_id, "
+            "redrive.to_id, redrive.since and redrive.until"
+        )
+    return start, end
+
+
+def _epoch_ms(moment: datetime) -> int:
+    """Milliseconds since the epoch, floored exactly (no float rounding)."""
+    return (moment - EPOCH) // timedelta(milliseconds=1)
+
+
+def _bound_key(bound: str, is_end: bool) -> tuple[int, int]:
+    """Sort key of an XRANGE bound; a bare ``ms`` means seq 0 as a start, max as an end."""
+    if bound == "-":
+        return (0, 0)
+    if bound == "+":
+        return (MAX_SEQ, MAX_SEQ)
+    ms, _, seq = bound.partition("-")
+    return (int(ms), int(seq) if seq else (MAX_SEQ if is_end else 0))
+
+
+def select_units(client: redis.Redis, settings: Settings, params: RedisParams
+                 ) -> tuple[list[RedriveFilter], list[Skipped]]:
+    """Source streams to redrive into, each with its dead-letter stream and filters.
+
+    Explicit ``streams.keys`` count even if the source or its dead-letter stream is gone
+    (XADD re-creates the source); ``streams.match`` finds existing keys that have a
+    dead-letter stream. A dead-letter key of another type is skipped with a reason.
+    """
+    r, suffix = settings.redrive, settings.dead_letter.suffix
+    skipped: list[Skipped] = []
+    units: list[RedriveFilter] = []
+    for name, explicit in selected_keys(client, settings, params, skipped).items():
+        try:
+            dlq = dead_letter_key(name, suffix)
+        except DeadLetterNameError as exc:
+            skipped.append(Skipped(name, None, str(exc)))
+            continue
+        with redis_errors(params):
+            kind = key_type(client, dlq)
+        if kind not in ("stream", "none"):
+            skipped.append(Skipped(name, None, f"{dlq} is a {kind}, not a stream: left alone"))
+        elif kind == "stream" or explicit:
+            units.append(RedriveFilter(name, dlq, tuple(r.groups), tuple(r.reasons)))
+    return units, skipped
+
+
+def run_redrive(settings: Settings, summary: RedriveSummary) -> RedriveSummary:
+    """One redrive (or dry run, per ``redrive.dry_run``), filling `summary` as it goes, so a
+    failure still shows what was done. Raises RecoveryError subclasses."""
+    started = time.monotonic()
+    r = settings.redrive
+    summary.dry_run = r.dry_run
+    start, end = id_range(r)
+    params = executor_params(settings, summary.run_id).redis
+    budget = _Budget(r.batch_size, r.limit, Throttle(r.max_entries_per_s), r.max_entries_per_s)
+    client = connect(params)
+    try:
+        check_server(client, params)
+        units, skipped = select_units(client, settings, params)
+        summary.skipped = [asdict(s) for s in skipped]
+        for flt in units:
+            if budget.moves_for_next_call() <= 0:
+                break
+            _redrive_one(client, params, flt, (start, end), budget, summary)
+    finally:
+        client.close()
+        summary.duration_s = round(time.monotonic() - started, 3)
+    if summary.skipped and summary.status == "ok":
+        summary.status = "partial"
+    return summary
+
+
+def _redrive_one(client: redis.Redis, params: RedisParams, flt: RedriveFilter,
+                 bounds: tuple[str, str], budget: _Budget, summary: RedriveSummary) -> None:
+    """Walk one dead-letter stream with script calls until the range or the budget ends."""
+    unit: dict[str, Any] = {"stream": flt.source, "dead_letter_stream": flt.dead_letter_stream,
+                            "examined": 0, "matched": 0, "redriven": 0}
+    start, end = bounds
+    try:
+        while (moves := budget.moves_for_next_call()) > 0:
+            with redis_errors(params, flt.source):
+                step = redrive_step(client, flt, start, end,
+                                    min(MAX_EXAMINE, moves * EXAMINE_PER_MOVE), moves,
+                                    summary.dry_run)
+            unit["examined"] += step.examined
+            unit["matched"] += len(step.moved)
+            unit["redriven"] += 0 if summary.dry_run else len(step.moved)
+            log.debug("redrive %s: %s", flt.source, step.moved)
+            budget.spend(len(step.moved))
+            if step.cursor is None:
+                break
+            start = "(" + step.cursor
+    except StreamUnitError as exc:
+        summary.skipped.append(asdict(Skipped(flt.source, None, str(exc))))
+    with redis_errors(params, flt.dead_letter_stream):
+        unit["left_in_dead_letter"] = length(client, flt.dead_letter_stream)
+    log.info("redrive %s <- %s: %d matched, %d redriven, %d examined%s", flt.source,
+             flt.dead_letter_stream, unit["matched"], unit["redriven"], unit["examined"],
+             " (dry run)" if summary.dry_run else "")
+    summary.add_unit(unit)

@@ -1,0 +1,148 @@
+"""The run's report: per-entry Parquet rows, a per-stream table, a one-line JSON summary."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from recovery.driver.discovery import Skipped
+from recovery.errors import FailureThresholdError
+from recovery.executor.tally import TALLIED, TALLY, PassMaker, tallied, unit_counts
+from recovery.report.worker_files import local_directory, write_by_workers
+from recovery.schemas import ACTIONS, HEALTH, REPORT, Action, arrow
+
+
+@dataclass
+class RunSummary:
+    """What one run did: totals per action, a row per (stream, group), what it skipped."""
+
+    run_id: str
+    status: str = "ok"
+    report_path: str | None = None
+    totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ACTIONS, 0))
+    units: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    duration_s: float = 0.0
+    error: str | None = None
+    dry_run: bool = False
+    health: dict[str, Any] = field(default_factory=dict)
+    health_path: str | None = None
+
+    def failed_ratio(self) -> float:
+        """Failed handler messages over all messages given to the handler (0 when none)."""
+        handled = self.totals[Action.FAILED] + self.totals[Action.REPROCESSED]
+        return self.totals[Action.FAILED] / handled if handled else 0.0
+
+    def check_failure_threshold(self, max_failed_ratio: float | None) -> None:
+        """Raise FailureThresholdError (exit 1) when too many handled messages failed."""
+        if max_failed_ratio is None or self.failed_ratio() <= max_failed_ratio:
+            return
+        self.status = "failed"
+        raise FailureThresholdError(
+            f"{self.failed_ratio():.1%} of handled messages failed, above "
+            f"handler.max_failed_ratio {max_failed_ratio:.1%}: see the report at "
+            f"{self.report_path}"
+        )
+
+    def json_line(self) -> str:
+        """The last line of stdout, for schedulers (Airflow XCom)."""
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+
+def run_path(base: str, run_id: str) -> str:
+    """Where one run's per-entry Parquet files go (Hive-style partition by run)."""
+    return f"{base.rstrip('/')}/entries/run_id={run_id}"
+
+
+def health_path(base: str, run_id: str) -> str:
+    """Where one run's group health (one row per stream and group) goes."""
+    return f"{base.rstrip('/')}/health/run_id={run_id}"
+
+
+def write_report(report: DataFrame, base: str, run_id: str) -> list[str]:
+    """Write one run's REPORT rows to ``<base>/run_id=<run id>/`` (Hive-style, so reading
+    `base` gives every run with a run_id column); an empty run still gets its directory.
+
+    `report` is a tallied pass's output (``recovery.executor.tally.TALLIED``): its tally rows are
+    observed during the write, not written, and returned (JSON texts, one per task).
+    """
+    observation = Observation()
+    observed = report.observe(observation, F.collect_list(TALLY).alias("tallies"))
+    rows = observed.where(F.col(TALLY).isNull()).drop(TALLY)
+    rows.write.mode("append").parquet(run_path(base, run_id))
+    return list(observation.get["tallies"])
+
+
+def write_pass(frame: DataFrame, make: PassMaker, base: str, run_id: str,
+               by_workers: bool) -> list[str]:
+    """Run the report pass `make` makes over `frame` and write its REPORT rows to
+    ``run_path(base, run_id)``; returns the tallies (JSON texts, one per task).
+
+    With `by_workers` (only for runs whose tasks Spark never retries) and a local report
+    directory, the Python workers write the files (``recovery.report.worker_files``); otherwise
+    Spark's writer does (``write_report``).
+    """
+    directory = local_directory(run_path(base, run_id)) if by_workers else None
+    if directory is None:
+        return write_report(frame.mapInArrow(tallied(make), TALLIED), base, run_id)
+    return write_by_workers(frame, make, directory)
+
+
+def read_run(spark: SparkSession, base: str, run_id: str) -> DataFrame:
+    """The report rows of one run (REPORT: the run id is in the path). Read with the known schema:
+    inferring it costs a Spark job that reads a footer."""
+    return spark.read.schema(REPORT).parquet(run_path(base, run_id))
+
+
+def fill_summary(summary: RunSummary, tallies: list[str], skipped: list[Skipped],
+                 actions: tuple[str, ...] = ACTIONS) -> None:
+    """Totals and unit rows from the report passes' tallies (one small text per task)."""
+    summary.totals = dict.fromkeys(actions, 0)
+    summary.units = unit_counts(tallies, actions)
+    for unit in summary.units:
+        for action in actions:
+            summary.totals[action] += int(unit[action])
+    summary.skipped = [asdict(s) for s in skipped]
+    if skipped and summary.status == "ok":
+        summary.status = "partial"
+
+
+def write_health(spark: SparkSession, health: list[dict[str, Any]], base: str,
+                 run_id: str) -> None:
+    """Group health rows as Parquet (one per stream and group), handed to Spark as one Arrow
+    table: no Python worker task just to turn dicts into rows."""
+    if health:
+        table = pa.Table.from_pylist(health, schema=arrow(HEALTH))
+        spark.createDataFrame(table).write.mode("append").parquet(health_path(base, run_id))
+
+
+def health_totals(health: list[dict[str, Any]]) -> dict[str, Any]:
+    """The health headline for the JSON summary: units, pending, oldest idle, stalest unit."""
+    oldest = max(health, key=lambda h: h["oldest_idle_ms"] or -1, default=None)
+    return {
+        "units": len(health),
+        "pending": sum(h["pending"] for h in health),
+        "oldest_idle_ms": oldest["oldest_idle_ms"] if oldest else None,
+        "oldest_unit": f"{oldest['stream']}/{oldest['group']}" if oldest else None,
+    }
+
+
+def format_table(summary: RunSummary) -> str:
+    """A fixed-width table of the per-unit counts, for the log."""
+    actions = tuple(summary.totals)
+    headers = ["stream", "group", *actions, "total"]
+    rows = [[str(u.get(h, "")) for h in headers] for u in summary.units]
+    rows.append(["TOTAL", "", *(str(summary.totals[a]) for a in actions),
+                 str(sum(summary.totals.values()))])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    for s in summary.skipped:
+        lines.append(f"skipped {s['stream']}" + (f" / {s['group']}" if s["group"] else "")
+                     + f": {s['reason']}")
+    return "\n".join(lines)
