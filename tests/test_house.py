@@ -1,27 +1,106 @@
 """House rules that CI enforces beside ruff and mypy (``make lint``): runtime modules stay
-small enough to read in one sitting."""
+small enough to read in one sitting, and the packages keep to their roles. What runs in
+Spark's Python workers (``recovery/executor/``) and the Redis I/O both sides use
+(``recovery/redis_io/``) never import the driver side; the job never imports its test
+tooling (``recovery/testing/``)."""
 
 from __future__ import annotations
 
+import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "recovery"
 MAX_LINES = 400
+MODULES = sorted(PACKAGE.rglob("*.py"))
+# The driver side: orchestration, the settings model and the library it is built with.
+DRIVER_SIDE = ("recovery.driver", "recovery.config", "pydantic", "pydantic_settings")
+WORKER_SIDE = sorted(m for m in MODULES if m.relative_to(PACKAGE).parts[0] in
+                     ("executor", "redis_io"))
+TEST_TOOLING = ("recovery.testing", "tests")
 
 
-@pytest.mark.parametrize("module", sorted(PACKAGE.rglob("*.py")), ids=lambda p: p.name)
+def dotted(module: Path) -> str:
+    """``recovery/executor/claim.py`` -> ``recovery.executor.claim`` (a package's
+    ``__init__.py``: the package)."""
+    parts = module.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(module: Path) -> set[str]:
+    """Every module `module` imports, anywhere in it (at run time, in a function, for type
+    checking), as absolute names; ``from a import b`` counts as ``a`` and ``a.b``."""
+    here = dotted(module) if module.name == "__init__.py" else dotted(module).rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package `level - 1` levels above this one
+                anchor = ".".join(here.split(".")[:len(here.split(".")) - node.level + 1])
+                base = f"{anchor}.{base}" if base else anchor
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def within(name: str, roots: tuple[str, ...]) -> bool:
+    return any(name == root or name.startswith(root + ".") for root in roots)
+
+
+def loaded_by(modules: list[str]) -> list[str]:
+    """Every module a fresh interpreter holds after importing `modules`."""
+    code = ("import importlib, json, sys\n"
+            f"for name in {modules!r}:\n    importlib.import_module(name)\n"
+            "print(json.dumps(sorted(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    return list(json.loads(done.stdout))
+
+
+def module_id(module: Path) -> str:
+    return str(module.relative_to(PACKAGE.parent))
+
+
+@pytest.mark.parametrize("module", MODULES, ids=module_id)
 def test_runtime_module_is_under_the_house_limit(module: Path) -> None:
     lines = len(module.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, (
-        f"{module.relative_to(PACKAGE.parent)} has {lines} lines (limit {MAX_LINES}): "
-        "split it by concern")
+        f"{module_id(module)} has {lines} lines (limit {MAX_LINES}): split it by concern")
+
+
+@pytest.mark.parametrize("module", WORKER_SIDE, ids=module_id)
+def test_executor_and_redis_io_never_import_the_driver_side(module: Path) -> None:
+    """Python workers import these modules at their first task: the settings model
+    (pydantic) and the orchestration stay on the driver; only ``recovery.params`` travels."""
+    assert sorted(n for n in imported(module) if within(n, DRIVER_SIDE)) == []
+
+
+def test_what_the_workers_import_loads_no_driver_side() -> None:
+    """The rule above, through every import of every worker-side module (the top-level
+    modules they use, the report's workers' writer, the handlers), in a fresh interpreter."""
+    workers = [dotted(m) for m in WORKER_SIDE]
+    workers += ["recovery.handlers", "recovery.params", "recovery.report.worker_files"]
+    assert [m for m in loaded_by(workers) if within(m, DRIVER_SIDE)] == []
 
 
 def test_the_job_never_imports_its_test_tooling() -> None:
     """recovery/testing/ (throwaway servers, seeded backlogs) is for the demo, notebook and
-    tests: no module of the job itself imports it."""
-    runtime = [m for m in PACKAGE.rglob("*.py") if "testing" not in m.relative_to(PACKAGE).parts]
-    offenders = [m.name for m in runtime if "recovery.testing" in m.read_text(encoding="utf-8")]
-    assert offenders == []
+    tests: no module of the job itself imports it, nor anything of tests/."""
+    runtime = [m for m in MODULES if m.relative_to(PACKAGE).parts[0] != "testing"]
+    offenders = {module_id(m): sorted(n for n in imported(m) if within(n, TEST_TOOLING))
+                 for m in runtime}
+    assert {m: names for m, names in offenders.items() if names} == {}
+
+
+def test_the_daemon_module_loads_no_pyspark() -> None:
+    """Spark's Python daemon is ``recovery.driver.pyspark_path``, which must fix the path
+    before anything imports pyspark: ``recovery`` and ``recovery.driver`` import nothing
+    heavy."""
+    heavy = ("pyspark", "py4j", "pydantic", "redis")
+    assert [m for m in loaded_by(["recovery.driver.pyspark_path"]) if within(m, heavy)] == []

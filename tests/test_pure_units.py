@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import gc
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -164,14 +162,3 @@ def test_young_collections_rarer_while_a_task_runs_then_as_before():
     with pytest.raises(RuntimeError), young_collections_rarer(777):
         raise RuntimeError("a failed task")
     assert gc.get_threshold() == before  # a reused worker gets its setting back
-
-
-def test_the_executors_modules_load_neither_the_settings_nor_pydantic() -> None:
-    """Python workers import the partition functions at their first task: the settings model
-    (pydantic) stays on the driver, and only ``recovery.params`` travels."""
-    code = ("import sys, recovery.executor.partitions, recovery.executor.survey, "
-            "recovery.handlers; "
-            "print(sorted(m for m in ('pydantic', 'recovery.config') if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)
-    assert done.stdout.strip() == "[]"

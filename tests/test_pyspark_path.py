@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from recovery.driver import pyspark_path
 from recovery.driver.pyspark_path import prefer_installed_pyspark, with_installed_pyspark
 
 
@@ -60,8 +61,8 @@ def _where_pyspark_comes_from(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.
 
 
 def test_python_workers_import_the_installed_pyspark(spark):
-    """The session (like the job's) starts its workers through recovery.driver.pyspark_path: they
-    import PySpark from site-packages, with the zips still on the path behind it."""
+    """The session (like the job's) starts its workers through recovery.driver.pyspark_path:
+    they import PySpark from site-packages, with the zips still on the path behind it."""
     rows = spark.range(2, numPartitions=2).mapInArrow(
         _where_pyspark_comes_from, "file string, path array<string>").collect()
     for row in rows:
@@ -70,6 +71,7 @@ def test_python_workers_import_the_installed_pyspark(spark):
 
 
 def test_the_daemon_is_ours_when_recovery_is_installed():
-    """(From a --py-files zip it is PySpark's own: tests/test_packaging.py runs that.)"""
+    """(From a --py-files zip it is PySpark's own: tests/test_packaging.py runs that.) The
+    daemon named is this very module, wherever it moves."""
     builder = with_installed_pyspark(SparkSession.builder)
-    assert builder._options["spark.python.daemon.module"] == "recovery.driver.pyspark_path"
+    assert builder._options["spark.python.daemon.module"] == pyspark_path.__name__
