@@ -11,7 +11,7 @@ import pytest
 
 # Python workers must run this interpreter (the venv), and fault injection reads this file.
 os.environ["PYSPARK_PYTHON"] = sys.executable
-ROOT = Path(__file__).resolve().parent.parent  # executors import tests.handlers from here
+ROOT = Path(__file__).resolve().parent.parent  # executors import tests.support.handlers
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
 # One fault file per pytest process, set here rather than inherited: xdist workers inherit the
@@ -25,16 +25,9 @@ from redis import Redis  # noqa: E402
 
 from recovery.config import Settings, load_settings  # noqa: E402
 from recovery.driver.local_spark import local_session  # noqa: E402
-from recovery.testing.local_redis import LocalServer, server_binary  # noqa: E402
-from tests.cluster_fixtures import LocalCluster  # noqa: E402
-
-# Every server the job supports, by the flavors of recovery.testing.local_redis.server_binary:
-# Redis 7.0 (Debian), Valkey 8.1 and Redis 6.2, the oldest (README "Servers supported").
-FLAVORS = ("redis", "valkey", "redis62")
-# The two Redis versions whose reply shapes differ most (6.2: XAUTOCLAIM's nil entries, no
-# lag, no inactive time, its own ACL error texts): for the slow fault and ACL-refusal tests,
-# where a third server would cost more than it tells (Valkey answers as Redis 7.2 does).
-REDIS_VERSIONS = ("redis", "redis62")
+from recovery.testing.local_redis import LocalServer  # noqa: E402
+from tests.support.cluster_fixtures import LocalCluster  # noqa: E402
+from tests.support.servers import FLAVORS, REDIS_VERSIONS, start_server  # noqa: E402
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -52,13 +45,6 @@ def spark() -> Iterator[SparkSession]:
         "spark.sql.shuffle.partitions": "2", "spark.python.worker.reuse": "true"})
     yield session
     session.stop()
-
-
-def start_server(flavor: str, *args: str) -> LocalServer:
-    binary = server_binary(flavor)
-    if binary is None:  # a missing server is a broken install, not a reason to skip
-        raise RuntimeError(f"no {flavor} server binary: run .ci/run or install it")
-    return LocalServer(binary, args=args).start()
 
 
 @pytest.fixture(params=FLAVORS)

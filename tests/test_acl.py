@@ -19,9 +19,9 @@ from redis import Redis
 from recovery.driver.cli import run_recovery
 from recovery.redrive.cli import redrive_main
 from recovery.testing.local_redis import LocalServer
-from tests.backlogs import Seeded, seed
-from tests.cluster_fixtures import LocalCluster
-from tests.invariants import dead_letters, final_states, pel
+from tests.support.backlogs import Seeded, seed
+from tests.support.cluster_fixtures import LocalCluster
+from tests.support.invariants import dead_letters, final_states, pel
 
 ACL_DOC = Path(__file__).resolve().parent.parent / "docs" / "ACL.md"
 PASSWORD = "acl-test-9d41"
@@ -61,7 +61,8 @@ def refusals(nodes: list[Redis]) -> set[tuple[str, str, str]]:
 def job_args(url: str, user: str, tmp_path: Path, *extra: str) -> list[str]:
     sets = [f"redis.url={url}", f"redis.username={user}", f"redis.password={PASSWORD}",
             f"report.path={tmp_path / 'reports'}", "claim.count=7",
-            "claim.min_idle_ms=600000", "handler.path=tests.handlers:verify_or_fail", *extra]
+            "claim.min_idle_ms=600000", "handler.path=tests.support.handlers:verify_or_fail",
+            *extra]
     return [arg for s in sets for arg in ("--set", s)]
 
 

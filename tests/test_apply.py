@@ -22,7 +22,7 @@ from recovery.executor.lease import REASON_VANISHED
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import connect
 from recovery.schemas import CLAIMED, Action, arrow
-from tests.handlers import LIVE_ACK_URL_ENV, MEANWHILE_ENV, SEEN
+from tests.support.handlers import LIVE_ACK_URL_ENV, MEANWHILE_ENV, SEEN
 
 GROUP, DEAD, JOB = "workers", "crashed", "recovery-r1-0"
 
@@ -49,7 +49,7 @@ def run_apply(server, make_settings, batch: pa.RecordBatch, *extra: str,
               ) -> list[dict]:
     """apply_batch on `batch`; `claimed_s_ago`: the batch comes straight from a claim sent
     that long ago (one pass), else it comes from a checkpoint (no reading of its own)."""
-    settings = make_settings('streams.keys=["s"]', f"handler.path=tests.handlers:{handler}",
+    settings = make_settings('streams.keys=["s"]', f"handler.path=tests.support.handlers:{handler}",
                              "handler.batch_size=4", *extra)
     params = executor_params(settings, "r1")
     client = connect(params.redis)

@@ -20,9 +20,8 @@ from redis import Redis
 from recovery.executor.lease import LEASE_FRESH_S
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.testing.local_redis import LocalServer, free_port
-from tests.backlogs import DEAD, HOUR_MS, binary_fields
-from tests.conftest import start_server
-from tests.fault_tools import (
+from tests.support.backlogs import DEAD, HOUR_MS, binary_fields
+from tests.support.fault_tools import (
     GROUP,
     JobResult,
     Key,
@@ -35,9 +34,10 @@ from tests.fault_tools import (
     seed_kinds,
     write_control,
 )
-from tests.handlers import CHECKSUM, FIRST_CALL_ENTRIES, checksum
-from tests.invariants import final_states, pel
-from tests.lost_reply import ReplyDropper
+from tests.support.handlers import CHECKSUM, FIRST_CALL_ENTRIES, checksum
+from tests.support.invariants import final_states, pel
+from tests.support.lost_reply import ReplyDropper
+from tests.support.servers import start_server
 
 
 def assert_one_error_line(result: JobResult, code: int, *fragments: str) -> str:
@@ -118,9 +118,9 @@ def test_bad_environment_variable_and_missing_file_and_unknown_option(tmp_path, 
 @pytest.mark.parametrize(("path", "fragments"), [
     ("no_such_module:handle", ["handler.path 'no_such_module:handle'", "does not import",
                                "install it on driver and executors or fix the path"]),
-    ("tests.handlers:NOT_CALLABLE", ["'NOT_CALLABLE' is not a callable",
+    ("tests.support.handlers:NOT_CALLABLE", ["'NOT_CALLABLE' is not a callable",
                                      "name a function as package.module:function"]),
-    ("tests.handlers:no_such_function", ["'no_such_function' is not a callable"]),
+    ("tests.support.handlers:no_such_function", ["'no_such_function' is not a callable"]),
 ])
 def test_handler_that_does_not_import_or_call_exits_2(path, fragments, tmp_path):
     """Checked before Redis is contacted (the URL here leads nowhere) and before Spark."""

@@ -19,8 +19,8 @@ from recovery.redis_io import streams
 from recovery.redis_io.redis_conn import connect
 from recovery.redis_io.streams import deleted_by_position
 from recovery.testing.backlog import make_stuck
-from tests.conftest import start_server
-from tests.lost_reply import ReplyDropper
+from tests.support.lost_reply import ReplyDropper
+from tests.support.servers import start_server
 
 GROUP, DEAD, JOB = "workers", "crashed", "recovery-r1-0"
 HOUR_MS = 3_600_000

@@ -1,8 +1,9 @@
 """The job on a real Redis Cluster: three primaries, a replica, streams on every primary.
 
-The same end-to-end invariants as on one server (``tests/backlogs.py``, ``tests/invariants.py``
-with a cluster client), keys that cannot have a same-slot dead-letter stream reported per key,
-and a failover (CLUSTER FAILOVER on the replica) in the middle of a run.
+The same end-to-end invariants as on one server (``tests/support/backlogs.py``,
+``tests/support/invariants.py`` with a cluster client), keys that cannot have a same-slot
+dead-letter stream reported per key, and a failover (CLUSTER FAILOVER on the replica) in the
+middle of a run.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from recovery.redis_io.cluster import StreamCluster, groups_by_node
 from recovery.redis_io.dlq_names import dead_letter_key, requeue_key
 from recovery.redis_io.redis_conn import connect
 from recovery.report.run_report import read_run
-from tests.backlogs import HOUR_MS, Seeded, age_pending, seed
-from tests.cluster_fixtures import LocalCluster, keys_on_every_primary
-from tests.invariants import final_states, pel
+from tests.support.backlogs import HOUR_MS, Seeded, age_pending, seed
+from tests.support.cluster_fixtures import LocalCluster, keys_on_every_primary
+from tests.support.invariants import final_states, pel
 
 GROUPS = ["billing", "audit"]
 ACTION_SCHEMA = StructType([StructField(n, StringType(), False)
@@ -53,7 +54,7 @@ def cluster_settings(cluster: LocalCluster, tmp_path, *extra: str):
     return load_settings(None, [
         f"redis.url={cluster.url}", f"report.path={tmp_path / 'reports'}",
         "streams.match=*", "claim.count=7", "claim.min_idle_ms=600000",
-        "claim.max_deliveries=5", "handler.path=tests.handlers:verify_or_fail",
+        "claim.max_deliveries=5", "handler.path=tests.support.handlers:verify_or_fail",
         "spark.partitions=4", *extra])
 
 

@@ -12,7 +12,7 @@ from redis import Redis
 from recovery.driver import job
 from recovery.driver.job import run
 from recovery.report.run_report import health_path, read_run, run_path
-from tests.backlogs import DEAD, LIVE, seed
+from tests.support.backlogs import DEAD, LIVE, seed
 
 STREAMS = ["orders", "bin{tag}"]
 WORKERS_FILE = re.compile(r"part-\d{5}-[0-9a-f]{32}\.parquet")  # Spark's: ...-c000.snappy.parquet

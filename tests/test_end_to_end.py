@@ -16,9 +16,9 @@ from redis import Redis
 from recovery.config import Settings
 from recovery.driver.job import run
 from recovery.report.run_report import read_run
-from tests.backlogs import HOUR_MS, LIVE, Seeded, age_pending, seed
-from tests.handlers import CHECKSUM, checksum
-from tests.invariants import dead_letters, final_states, pel
+from tests.support.backlogs import HOUR_MS, LIVE, Seeded, age_pending, seed
+from tests.support.handlers import CHECKSUM, checksum
+from tests.support.invariants import dead_letters, final_states, pel
 
 STREAMS = ["orders", "bin{tag}"]
 GROUPS = ["billing", "audit"]
@@ -35,7 +35,7 @@ def recover(spark: SparkSession, settings: Settings):
 def settings_for(make_settings: Callable[..., Settings], *extra: str) -> Settings:
     # COUNT 7: each unit's PEL (166 entries) is longer than COUNT*10, so cursors must loop.
     return make_settings("streams.match=*", "claim.count=7", "claim.max_deliveries=5",
-                         "handler.path=tests.handlers:verify_or_fail", *extra)
+                         "handler.path=tests.support.handlers:verify_or_fail", *extra)
 
 
 def expected_states(seeded: Seeded) -> dict:
@@ -148,7 +148,7 @@ def test_runs_under_spark_connect(redis_server, tmp_path):
     client = redis_server.client()
     seeded = seed(client, ["orders"], ["billing"])
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.connect_run", redis_server.url, str(tmp_path / "r")],
+        [sys.executable, "-m", "tests.support.connect_run", redis_server.url, str(tmp_path / "r")],
         capture_output=True, text=True, timeout=240, cwd=Path(__file__).parent.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -25,9 +25,8 @@ from pyspark.sql import SparkSession
 from redis import Redis
 
 from recovery.testing.local_redis import LocalServer, free_port
-from tests.backlogs import DEAD
-from tests.conftest import FLAVORS, start_server
-from tests.fault_tools import (
+from tests.support.backlogs import DEAD
+from tests.support.fault_tools import (
     GROUP,
     KINDS,
     Key,
@@ -49,8 +48,9 @@ from tests.fault_tools import (
     wait_until,
     write_control,
 )
-from tests.handlers import HANDLED, LIVE_ACKED, VIOLATIONS, entry_key
-from tests.invariants import final_states
+from tests.support.handlers import HANDLED, LIVE_ACKED, VIOLATIONS, entry_key
+from tests.support.invariants import final_states
+from tests.support.servers import FLAVORS, start_server
 
 KILL_TRIALS = int(os.environ.get("RECOVERY_KILL_TRIALS", "3"))
 KILL_SEED = int(os.environ.get("RECOVERY_KILL_SEED", "4"))

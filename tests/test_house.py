@@ -2,7 +2,7 @@
 small enough to read in one sitting, and the packages keep to their roles. What runs in
 Spark's Python workers (``recovery/executor/``) and the Redis I/O both sides use
 (``recovery/redis_io/``) never import the driver side; the job never imports its test
-tooling (``recovery/testing/``)."""
+tooling (``recovery/testing/``); tests share code only through ``tests/support/``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "recovery"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "recovery"
 MAX_LINES = 400
 MODULES = sorted(PACKAGE.rglob("*.py"))
 # The driver side: orchestration, the settings model and the library it is built with.
@@ -27,7 +28,7 @@ TEST_TOOLING = ("recovery.testing", "tests")
 def dotted(module: Path) -> str:
     """``recovery/executor/claim.py`` -> ``recovery.executor.claim`` (a package's
     ``__init__.py``: the package)."""
-    parts = module.relative_to(PACKAGE.parent).with_suffix("").parts
+    parts = module.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -64,7 +65,7 @@ def loaded_by(modules: list[str]) -> list[str]:
 
 
 def module_id(module: Path) -> str:
-    return str(module.relative_to(PACKAGE.parent))
+    return str(module.relative_to(ROOT))
 
 
 @pytest.mark.parametrize("module", MODULES, ids=module_id)
@@ -95,6 +96,16 @@ def test_the_job_never_imports_its_test_tooling() -> None:
     runtime = [m for m in MODULES if m.relative_to(PACKAGE).parts[0] != "testing"]
     offenders = {module_id(m): sorted(n for n in imported(m) if within(n, TEST_TOOLING))
                  for m in runtime}
+    assert {m: names for m, names in offenders.items() if names} == {}
+
+
+def test_tests_share_code_only_through_their_support_package() -> None:
+    """A helper a second test module needs lives in tests/support/, not in a test module or
+    conftest.py (pytest may import those under another name, and run a module's tests
+    twice where another imports it)."""
+    shared = ("tests.conftest", *(f"tests.{m.stem}" for m in (ROOT / "tests").glob("test_*.py")))
+    offenders = {module_id(m): sorted(n for n in imported(m) if within(n, shared))
+                 for m in sorted((ROOT / "tests").rglob("*.py"))}
     assert {m: names for m, names in offenders.items() if names} == {}
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from recovery.testing.local_redis import LocalServer, PortTaken
-from tests.conftest import start_server
+from tests.support.servers import start_server
 
 
 def served_by(server: LocalServer) -> int:

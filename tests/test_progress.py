@@ -18,7 +18,7 @@ from recovery.params import RedisParams
 from recovery.redis_io.redis_conn import connect
 from recovery.testing.backlog import add_entries, create_group, deliver
 from recovery.testing.local_redis import LocalServer
-from tests.conftest import start_server
+from tests.support.servers import start_server
 
 PREFIX, RUN = "recovery", "run7"
 JOB = [f"{PREFIX}-{RUN}-{part}" for part in range(2)]

@@ -10,9 +10,9 @@ from collections import Counter
 
 import pytest
 
-from tests.fault_tools import GROUP, job_args, report_rows, rows_by_key, run_in_process
-from tests.invariants import final_states, pel
-from tests.reprocess_tools import (
+from tests.support.fault_tools import GROUP, job_args, report_rows, rows_by_key, run_in_process
+from tests.support.invariants import final_states, pel
+from tests.support.reprocess_tools import (
     LIVE,
     WINDOW_MS,
     kept_alive,

@@ -31,9 +31,10 @@ from recovery.redis_io.streams import Fields, pairs
 from recovery.redrive.run import RedriveSummary, run_redrive
 from recovery.testing.backlog import add_entries, deliver
 from recovery.testing.local_redis import LocalServer
-from tests.backlogs import seed
-from tests.cluster_fixtures import keys_on_every_primary
-from tests.handlers import CHECKSUM, checksum
+from tests.support.backlogs import seed
+from tests.support.cluster_fixtures import keys_on_every_primary
+from tests.support.handlers import CHECKSUM, checksum
+from tests.support.redrive_tools import redrive
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTER = b"x-redrive-count"
@@ -78,11 +79,6 @@ def new_group(client: redis.Redis, stream: str, group: str) -> None:
     client.xgroup_create(stream, group, id="$", mkstream=True)
 
 
-def redrive(server: LocalServer, *overrides: str) -> RedriveSummary:
-    settings = load_settings(None, [f"redis.url={server.url}", *overrides])
-    return run_redrive(settings, RedriveSummary("test"))
-
-
 def redriven_fields(original: Fields, count: int = 1) -> Fields:
     """What a redriven entry must hold: the original fields and the counter."""
     return [*original, (COUNTER, str(count).encode())]
@@ -93,7 +89,7 @@ def redriven_fields(original: Fields, count: int = 1) -> Fields:
 def test_recover_then_redrive_restores_every_byte(spark, client, server, make_settings):
     seed(client, ["orders"], ["billing"])
     settings = make_settings("streams.keys=orders", "claim.count=50", "claim.max_deliveries=5",
-                             "handler.path=tests.handlers:verify_or_fail")
+                             "handler.path=tests.support.handlers:verify_or_fail")
     run(spark, settings)
     raw = raw_client(server)
     source = dict(entries(raw, "orders"))

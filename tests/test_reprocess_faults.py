@@ -20,7 +20,7 @@ import pytest
 from redis import Redis
 
 from recovery.testing.local_redis import LocalServer
-from tests.fault_tools import (
+from tests.support.fault_tools import (
     GROUP,
     finished,
     job_args,
@@ -29,8 +29,8 @@ from tests.fault_tools import (
     spark_submit,
     wait_until,
 )
-from tests.invariants import final_states, pel
-from tests.reprocess_tools import LIVE, WINDOW_MS, copies, kept_alive, stuck
+from tests.support.invariants import final_states, pel
+from tests.support.reprocess_tools import LIVE, WINDOW_MS, copies, kept_alive, stuck
 
 KINDS = {"ok": (40, 1), "poison": (6, 9)}
 SLOW = ["claim.count=5", "claim.max_entries_per_s=60", "dead_letter.batch_size=3"]

@@ -11,11 +11,11 @@ from recovery.driver.job import run
 from recovery.redis_io.dlq_names import dead_letter_key, requeue_key
 from recovery.report.run_report import read_run
 from recovery.testing.backlog import make_stuck
-from tests.backlogs import HOUR_MS, binary_fields
-from tests.fault_tools import GROUP, job_args, report_rows, rows_by_key, run_in_process
-from tests.invariants import dead_letters, final_states, pel
-from tests.reprocess_tools import copies, run_with_small_batches, stuck
-from tests.test_redrive import redrive
+from tests.support.backlogs import HOUR_MS, binary_fields
+from tests.support.fault_tools import GROUP, job_args, report_rows, rows_by_key, run_in_process
+from tests.support.invariants import dead_letters, final_states, pel
+from tests.support.redrive_tools import redrive
+from tests.support.reprocess_tools import copies, run_with_small_batches, stuck
 
 CARRIED = b"x-recovery-deliveries"
 APP = "app-1"  # the application's consumer, reading the copies

@@ -32,9 +32,9 @@ import zstandard
 from recovery.driver.local_spark import LOCAL_JVM_OPTIONS
 from recovery.driver.pyspark_path import DAEMON_MODULE
 from recovery.testing.local_redis import LocalServer, free_port
-from tests.backlogs import seed
-from tests.conftest import start_server
-from tests.invariants import final_states
+from tests.support.backlogs import seed
+from tests.support.invariants import final_states
+from tests.support.servers import start_server
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -175,7 +175,7 @@ def job_config(url: str, username: str | None = None, password_file: Path | None
     return (f'[redis]\nurl = "{url}"\n{user}connect_timeout_s = 2\n'
             '[streams]\nkeys = ["orders"]\n'
             '[claim]\ncount = 50\nmin_idle_ms = 1800000\n'
-            '[handler]\npath = "tests.handlers:verify_or_fail"\n')
+            '[handler]\npath = "tests.support.handlers:verify_or_fail"\n')
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.streams import ClaimBatch
 from recovery.schemas import ACTIONS, UNIT, arrow
 from recovery.testing.backlog import add_entries, deliver, make_stuck
-from tests.backlogs import DEAD, HOUR_MS, LIVE, binary_fields, seed
+from tests.support.backlogs import DEAD, HOUR_MS, LIVE, binary_fields, seed
 
 STREAM, GROUP, JOB = "orders", "billing", "recovery-t1-0"
 
@@ -72,7 +72,7 @@ def test_one_pass_counts_the_pel_as_the_health_pass_finds_it(client: Redis, make
     assert fresh + stuck == late
     settings = make_settings(f"streams.keys={STREAM}", "claim.count=1",
                              "claim.max_deliveries=5",
-                             "handler.path=tests.handlers:verify_or_fail")
+                             "handler.path=tests.support.handlers:verify_or_fail")
     params = executor_params(settings, "t1")
     (found,) = pa.Table.from_batches(histogram_partition(params)(iter([unit_batch()]))
                                      ).to_pylist()

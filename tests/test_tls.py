@@ -21,10 +21,10 @@ from recovery.errors import RedisUnavailableError
 from recovery.redis_io.cluster import StreamCluster
 from recovery.redis_io.redis_conn import connect
 from recovery.testing.local_redis import LocalServer
-from tests.backlogs import seed
-from tests.cluster_fixtures import LocalCluster, keys_on_every_primary
-from tests.invariants import final_states
-from tests.tls_fixtures import TlsFiles, make_tls_files, tls_server
+from tests.support.backlogs import seed
+from tests.support.cluster_fixtures import LocalCluster, keys_on_every_primary
+from tests.support.invariants import final_states
+from tests.support.tls_fixtures import TlsFiles, make_tls_files, tls_server
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_the_job_runs_over_tls_with_a_client_certificate(spark, tls_files, tls_r
     settings = load_settings(None, [
         *tls_settings(tls_files, tls_redis.url), f"report.path={tmp_path / 'r'}",
         "claim.count=7", "claim.min_idle_ms=600000",
-        "handler.path=tests.handlers:verify_or_fail"])
+        "handler.path=tests.support.handlers:verify_or_fail"])
     assert settings.redis.url.startswith("rediss://") and settings.redis.tls_check_hostname
     summary = run(spark, settings)
     expected = {k: v for k, v in seeded.state.items() if v != "gone"}
@@ -143,7 +143,7 @@ def test_the_job_runs_on_a_tls_cluster(spark, tls_files, tls_cluster, tmp_path):
     settings = load_settings(None, [
         *tls_settings(tls_files, tls_cluster.url), "streams.match=*",
         f"report.path={tmp_path / 'r'}", "claim.min_idle_ms=600000",
-        "handler.path=tests.handlers:verify_or_fail"])
+        "handler.path=tests.support.handlers:verify_or_fail"])
     client = connect(redis_params(settings))
     assert isinstance(client, StreamCluster)
     assert {n.port for n in client.get_primaries()} == {n.port for n in tls_cluster.primaries}

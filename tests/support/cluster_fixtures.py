@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from redis.cluster import RedisCluster
 
 from recovery.testing.local_redis import LocalServer, server_binary
-from tests.tls_fixtures import TlsFiles, tls_client_options, tls_server_args
+from tests.support.tls_fixtures import TlsFiles, tls_client_options, tls_server_args
 
 NODE_TIMEOUT_MS = 2000
 

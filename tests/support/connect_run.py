@@ -1,4 +1,5 @@
-"""Run the job under Spark Connect: ``python -m tests.connect_run <redis url> <report dir>``.
+"""Run the job under Spark Connect:
+``python -m tests.support.connect_run <redis url> <report dir>``.
 
 Used by test_end_to_end in a subprocess, since a Connect session cannot share a process with
 the suite's classic session. Prints the run's JSON summary as the last line.
@@ -19,7 +20,7 @@ def main(url: str, reports: str) -> int:
     assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
     settings = load_settings(None, [
         f"redis.url={url}", f"report.path={reports}", "streams.match=*", "claim.count=7",
-        "claim.min_idle_ms=600000", "handler.path=tests.handlers:verify_or_fail"])
+        "claim.min_idle_ms=600000", "handler.path=tests.support.handlers:verify_or_fail"])
     summary = run(spark, settings)
     print(summary.json_line())
     spark.stop()

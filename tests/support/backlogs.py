@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from redis import Redis
 
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
-from tests.handlers import CHECKSUM, checksum
+from tests.support.handlers import CHECKSUM, checksum
 
 HOUR_MS = 3_600_000
 DEAD = "worker-dead"

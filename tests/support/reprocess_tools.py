@@ -11,8 +11,8 @@ from pyspark.sql import SparkSession
 from redis import Redis
 
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
-from tests.backlogs import DEAD, HOUR_MS, binary_fields
-from tests.fault_tools import GROUP, JobResult, run_in_process
+from tests.support.backlogs import DEAD, HOUR_MS, binary_fields
+from tests.support.fault_tools import GROUP, JobResult, run_in_process
 
 SMALL_BATCHES = "spark.sql.execution.arrow.maxRecordsPerBatch"
 LIVE = ("app-a", "app-b")  # the application's consumers in the reassign tests

@@ -1,7 +1,8 @@
 """Helpers of the fault and bad-input tests: real job processes and what they left in Redis.
 
-- the recording handler's control file (``tests.handlers:recording`` reads it on executors; its
-  path goes into the environment here, at import, before the suite's SparkSession starts);
+- the recording handler's control file (``tests.support.handlers:recording`` reads it on
+  executors; its path goes into the environment here, at import, before the suite's
+  SparkSession starts);
 - a small stuck backlog with one kind of entry per expected fate;
 - the job run in-process (``run_recovery`` with the suite's session) or as a real spark-submit
   process, and SIGKILL of that process with everything it started;
@@ -32,10 +33,10 @@ from recovery.driver.local_spark import LOCAL_JVM_OPTIONS
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.report.run_report import read_run, run_path
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
-from tests.backlogs import DEAD, HOUR_MS, binary_fields
-from tests.handlers import CHECKSUM, CONTROL_ENV, HANDLED, checksum
+from tests.support.backlogs import DEAD, HOUR_MS, binary_fields
+from tests.support.handlers import CHECKSUM, CONTROL_ENV, HANDLED, checksum
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SPARK_SUBMIT = ROOT / ".venv" / "bin" / "spark-submit"
 CONTROL_FILE = Path(os.environ.setdefault(
     CONTROL_ENV, f"/tmp/recovery-test-handler-{os.getpid()}.json"))
@@ -63,7 +64,7 @@ def seed_kinds(client: Redis, streams: list[str], kinds: dict[str, tuple[int, in
                group: str = GROUP, flag: str | None = None) -> dict[Key, str]:
     """Stuck entries (idle an hour, owned by a dead consumer) of every kind: key -> kind.
 
-    `flag`: a field name every entry also carries (tests.handlers:recording reacts to it).
+    `flag`: a field name every entry also carries (tests.support.handlers:recording reacts to it).
     """
     seeded: dict[Key, str] = {}
     for stream in streams:
@@ -90,7 +91,7 @@ def job_args(url: str, reports: Path, streams: list[str], *overrides: str,
              run_id: str | None = None) -> list[str]:
     """Arguments of jobs/recover.py for the recording handler and max_deliveries 5."""
     sets = [f"redis.url={url}", f"report.path={reports}", "streams.keys=" + ",".join(streams),
-            "claim.max_deliveries=5", "handler.path=tests.handlers:recording", *overrides]
+            "claim.max_deliveries=5", "handler.path=tests.support.handlers:recording", *overrides]
     args = [a for s in sets for a in ("--set", s)]
     return [*args, "--run-id", run_id] if run_id else args
 
@@ -282,7 +283,7 @@ def rows_by_key(rows: Iterable[dict[str, Any]]) -> dict[Key, list[dict[str, Any]
 
 
 def key_of(entry: str) -> Key:
-    """Inverse of tests.handlers.entry_key."""
+    """Inverse of tests.support.handlers.entry_key."""
     stream, group, entry_id = entry.split(" ")
     return stream, group, entry_id
 

@@ -1,4 +1,4 @@
-"""Handlers used by the tests (imported on executors as tests.handlers:...)."""
+"""Handlers used by the tests (imported on executors as tests.support.handlers:...)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ NOT_CALLABLE = 42
 
 # --- A recording handler for the fault tests (tests/test_faults.py, tests/test_bad_input.py).
 # It runs on executors, so it is steered through a JSON control file named by an environment
-# variable that the test process sets before Spark starts (tests/fault_tools.py).
+# variable that the test process sets before Spark starts (tests/support/fault_tools.py).
 
 CONTROL_ENV = "RECOVERY_TEST_HANDLER_FILE"
 HANDLED = "test:handled"            # hash: "<stream> <group> <id>" -> times handed over
