@@ -16,7 +16,7 @@ from recovery.testing.local_redis import LocalServer
 from tests.benchmark import report, spark_log, timeline
 from tests.benchmark.loops import DLQ_SUFFIX, run_loop
 from tests.benchmark.measure import LastSeenCpu, Sample
-from tests.benchmark.run import main
+from tests.benchmark.run import main, master_of, parse_args
 from tests.benchmark.seed import BacklogSpec, seed_backlog
 from tests.benchmark.spark_job import EXECUTOR_CLASS, JobOptions, driver_role, submit_command
 from tests.benchmark.verify import VerificationError, verify_recovered
@@ -26,17 +26,30 @@ SPEC = BacklogSpec(streams=3, per_stream=200)  # 5% over the limit: 10 per strea
 
 def test_harness_runs_both_loops_and_verifies_them(tmp_path: Path) -> None:
     out, raw_json = tmp_path / "results.md", tmp_path / "results.json"
-    code = main(["--sizes", "3x200", "--repeats", "1", "--contenders", "naive,raw",
+    code = main(["--sizes", "3x200", "--repeats", "1", "--contenders", "naive,raw,raw-requeue",
                  "--idle-probe-s", "0.1", "--out", str(out), "--json", str(raw_json)])
 
-    assert code == 0
+    assert code == 0  # each run verified in Redis: raw-requeue's copies are in their streams
     records = json.loads(raw_json.read_text())["records"]
     assert sorted((r["contender"], r["acked"], r["dead_lettered"]) for r in records) == [
-        ("naive", 570, 30), ("raw", 570, 30)]
+        ("naive", 570, 30), ("raw", 570, 30), ("raw-requeue", 570, 30)]
+    requeue = next(r for r in records if r["contender"] == "raw-requeue")
+    assert requeue["per_command"]["xadd"][0] >= 570  # one XADD per copy
     assert all(r["round_trips"] > 0 and r["redis_commands"] > 0 for r in records)
     table = out.read_text()
     assert "| naive | 3x200 | 1 |" in table
     assert "| raw | 3x200 | 1 |" in table
+
+
+def test_the_job_runs_once_per_master_given() -> None:
+    args = parse_args(["--contenders", "raw,job", "--master", "local[2]",
+                       "--master", "local-cluster[2,1,1024]"])
+
+    assert args.contender_list == ["raw", "job", "job@local-cluster[2,1,1024]"]
+    assert [master_of(name, args) for name in args.contender_list[1:]] == [
+        "local[2]", "local-cluster[2,1,1024]"]
+    assert report.probe_of("job@local-cluster[2,1,1024]") == "job-startup@local-cluster[2,1,1024]"
+    assert parse_args(["--contenders", "job"]).contender_list == ["job"]
 
 
 def test_verification_fails_on_pending_and_doubled_entries(redis_server: LocalServer) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from recovery.testing.local_redis import LocalServer, any_server_binary
-from tests.benchmark.loops import LOOPS, Tally
+from tests.benchmark.loops import LOOPS, REQUEUE_LOOP, Tally
 from tests.benchmark.measure import children_cpu_s, idle_cpu_rate, redis_counters
 from tests.benchmark.seed import BacklogSpec, seed_backlog
 from tests.benchmark.spark_job import ROOT, JobOptions, python_path, run_job
@@ -135,7 +135,8 @@ def run_contender(name: str, spec: BacklogSpec, repeat: int, workdir: Path,
             measured = _measure_loop(name, spec, server.url, options.code_root)
         delta, reaped_cpu = redis_counters(client) - before, children_cpu_s() - cpu_before
         load_end = os.getloadavg()[0]
-        requeued = name == JOB and "reprocess.mode=requeue" in options.overrides
+        requeued = name == REQUEUE_LOOP or (
+            name == JOB and "reprocess.mode=requeue" in options.overrides)
         outcome = verify_recovered(client, seeded, requeued)
     said = (measured.said_acked, measured.said_dead_lettered)
     if said != (outcome.acked, outcome.dead_lettered):

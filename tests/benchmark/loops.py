@@ -20,12 +20,14 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from importlib import resources
 from typing import Any
 
 import redis
 
 from recovery.handlers import Message, noop
+from recovery.schemas import CARRIED_DELIVERIES
 from tests.benchmark.seed import BacklogSpec
 
 try:
@@ -40,6 +42,7 @@ DLQ_BATCH = 200
 NAIVE_CONSUMER = "naive-recovery"
 RAW_CONSUMER = "raw-recovery"
 END = b"0-0"
+REQUEUE_LOOP = "raw-requeue"
 
 
 class CountingConnection(redis.Connection):
@@ -115,10 +118,14 @@ class Writes:
 
     acks: dict[str, list[bytes]] = field(default_factory=dict)
     moves: list[tuple[str, list[Any]]] = field(default_factory=list)  # (stream, script args)
+    copies: list[tuple[str, list[Any]]] = field(default_factory=list)  # (stream, XADD fields)
 
     def queue(self, pipe: Any, spec: BacklogSpec, sha: str) -> list[str]:
         """Queue everything on `pipe`; returns the kind of each queued reply, in order."""
         kinds = []
+        for stream, fields in self.copies:
+            pipe.execute_command("XADD", stream, "*", *fields)
+            kinds.append("copy")
         for stream, ids in self.acks.items():
             pipe.execute_command("XACK", stream, spec.group, *ids)
             kinds.append("ack")
@@ -129,10 +136,14 @@ class Writes:
         return kinds
 
 
-def raw_recover(client: redis.Redis, spec: BacklogSpec, count: int = RAW_COUNT) -> Tally:
+def raw_recover(client: redis.Redis, spec: BacklogSpec, count: int = RAW_COUNT,
+                requeue: bool = False) -> Tally:
     """One round trip per claimed batch, one MULTI/EXEC: [the previous batch's XACK and
     dead-letter script calls, XPENDING IDLE of the range about to be claimed (last owner, idle
-    ms, delivery count before the claim), XAUTOCLAIM COUNT `count`]."""
+    ms, delivery count before the claim), XAUTOCLAIM COUNT `count`]. With `requeue`, each
+    entry the handler would get is instead XADDed back to its stream (its fields plus
+    ``x-recovery-deliveries``) in the same MULTI as its XACK: the least Redis work a requeue
+    can cost, without the job's ownership check."""
     sha = client.script_load(_dead_letter_source())
     tally, writes = Tally(), Writes()
     for stream in spec.stream_names():
@@ -143,7 +154,7 @@ def raw_recover(client: redis.Redis, spec: BacklogSpec, count: int = RAW_COUNT) 
                 ("XAUTOCLAIM", stream, spec.group, RAW_CONSUMER, spec.min_idle_ms, cursor,
                  "COUNT", count),
             ])
-            writes = _route(spec, stream, claim[1], before, tally)
+            writes = _route(spec, stream, claim[1], before, tally, requeue)
             cursor = claim[0]
             if cursor == END:
                 break
@@ -163,13 +174,13 @@ def _round_trip(client: redis.Redis, spec: BacklogSpec, sha: str, writes: Writes
     for kind, reply in zip(kinds, replies, strict=False):
         if kind == "ack":
             tally.acked += int(reply)
-        else:
+        elif kind == "move":
             tally.dead_lettered += sum(1 for r in reply if isinstance(r, bytes))
     return replies[len(kinds):]
 
 
 def _route(spec: BacklogSpec, stream: str, entries: list[Any], before: list[Any],
-           tally: Tally) -> Writes:
+           tally: Tally, requeue: bool = False) -> Writes:
     """Split one claimed batch: over the limit -> dead-letter script args; the rest -> the
     handler, then ack. `before` holds the XPENDING rows read atomically before the claim
     ([id, owner, idle ms, count]); the claim added one delivery."""
@@ -196,6 +207,10 @@ def _route(spec: BacklogSpec, stream: str, entries: list[Any], before: list[Any]
                                               deliveries)))
     if len(move_args) > len(header):
         moves.append((stream, move_args))
+    if requeue:
+        copies = [(stream, [*(v for pair in m.fields for v in pair), CARRIED_DELIVERIES,
+                            m.delivery_count]) for _, m in handled]
+        return Writes({stream: [i for i, _ in handled]} if handled else {}, moves, copies)
     results = noop([m for _, m in handled])
     acks = [entry_id for (entry_id, _), ok in zip(handled, results, strict=True) if ok]
     return Writes({stream: acks} if acks else {}, moves)
@@ -221,6 +236,7 @@ def raw_client(url: str) -> redis.Redis:
 LOOPS: dict[str, tuple[Callable[[str], redis.Redis], Callable[..., Tally]]] = {
     "naive": (counting_client, naive_recover),
     "raw": (raw_client, raw_recover),
+    REQUEUE_LOOP: (raw_client, partial(raw_recover, requeue=True)),
 }
 
 

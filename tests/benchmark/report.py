@@ -38,6 +38,20 @@ from tests.benchmark.contenders import JOB, RunRecord
 from tests.benchmark.measure import Samples
 
 PROBE = "job-startup"
+
+
+def is_job(name: str) -> bool:
+    """A job contender: ``job`` (the first master) or ``job@<master>`` (any further one)."""
+    return name == JOB or name.startswith(JOB + "@")
+
+
+def probe_of(job: str) -> str:
+    """The probe runs' label of a job contender (``job-startup``, ``job-startup@<master>``)."""
+    return PROBE + job[len(JOB):]
+
+
+def is_probe(name: str) -> bool:
+    return name == PROBE or name.startswith(PROBE + "@")
 MB = 1 << 20
 TOP_COMMANDS = 8
 
@@ -114,7 +128,7 @@ def _steady(records: list[RunRecord], probes: list[RunRecord] | None
             ) -> tuple[float | None, float | None, float | None]:
     """(fixed s, steady s, steady client CPU s): loops time and measure themselves; the job
     is paired with its probes."""
-    if records[0].contender == JOB:
+    if is_job(records[0].contender):
         return (_median(probes or [], lambda r: r.wall_s),
                 _median(records, _minus_probe(probes, lambda r: r.wall_s)),
                 _median(records, _minus_probe(probes, lambda r: r.client_cpu_s)))
@@ -129,8 +143,8 @@ def make_row(records: list[RunRecord], probes: list[RunRecord] | None = None) ->
     first = records[0]
     fixed, steady, steady_cpu = _steady(records, probes)
     phases = {name: _median(records, _detail("phases", name))
-              for name in ("session_s", "run_s", "exit_s")} if first.contender == JOB else {}
-    if first.contender == JOB:
+              for name in ("session_s", "run_s", "exit_s")} if is_job(first.contender) else {}
+    if is_job(first.contender):
         phases["heap_after_gc_bytes"] = _median(records, _detail("heap_after_gc", "jvm"))
     return Row(
         contender=first.contender, size=first.size, messages=first.messages,
@@ -175,9 +189,9 @@ def build_rows(records: list[RunRecord]) -> list[Row]:
         groups[(record.contender, record.size)].append(record)
     rows = []
     for (contender, size), group in groups.items():
-        if contender == PROBE:
+        if is_probe(contender):
             continue
-        rows.append(make_row(group, groups.get((PROBE, size))))
+        rows.append(make_row(group, groups.get((probe_of(contender), size))))
     return rows
 
 
@@ -264,12 +278,13 @@ def ratio_table(rows: list[Row]) -> list[list[str]]:
     """job/raw and job/naive per size (msg/s: above 1 means the job is faster)."""
     by_key = {(r.contender, r.size): r for r in rows}
     lines = []
-    for job in (r for r in rows if r.contender == JOB):
+    for job in (r for r in rows if is_job(r.contender)):
         for other in ("raw", "naive"):
             base = by_key.get((other, job.size))
             if base is None:
                 continue
-            lines.append([job.size, f"job/{other}" + (" (extrapolated)" if base.note else ""),
+            versus = f"{job.contender}/{other}" + (" (extrapolated)" if base.note else "")
+            lines.append([job.size, versus,
                           _fmt(_ratio(job.msg_per_s, base.msg_per_s), 2),
                           _fmt(_ratio(job.steady_msg_per_s, base.steady_msg_per_s), 2),
                           _fmt(_ratio(job.steady_client_cpu_us_per_msg,
@@ -279,7 +294,8 @@ def ratio_table(rows: list[Row]) -> list[list[str]]:
     return lines
 
 
-PHASE_HEADER = ("size", "session start s", "run() s", "exit s", "fixed start-up s (probe)",
+PHASE_HEADER = ("contender", "size", "session start s", "run() s", "exit s",
+                "fixed start-up s (probe)",
                 "JVM peak MB", "driver Python peak MB", "Python workers peak MB",
                 "executor JVM peak MB", "driver JVM heap after GC, peak MB",
                 "JVM CPU s, JIT compiler: job / probe", "JVM CPU s, task threads: job / probe")
@@ -290,16 +306,18 @@ def phase_table(rows: list[Row], records: list[RunRecord]) -> list[list[str]]:
     largest heap in use after a collection (what it kept alive), and the CPU of the JVM's
     compiler and task threads (the probe's beside it: what its 40 entries cost)."""
     lines = []
-    for row in (r for r in rows if r.contender == JOB):
-        runs = [r for r in records if r.contender == JOB and r.size == row.size]
-        probes = [r for r in records if r.contender == PROBE and r.size == row.size]
+    for row in (r for r in rows if is_job(r.contender)):
+        runs = [r for r in records if r.contender == row.contender and r.size == row.size]
+        probes = [r for r in records
+                  if r.contender == probe_of(row.contender) and r.size == row.size]
         rss = {role: _median(runs, _detail("peak_rss", role))
                for role in ("jvm", "driver_python", "python_workers", "executor_jvm")}
         rss["heap_after_gc"] = row.extras.get("heap_after_gc_bytes")
         threads = [_fmt(_median(runs, _detail("jvm_threads_cpu_s", kind))) + " / "
                    + _fmt(_median(probes, _detail("jvm_threads_cpu_s", kind)))
                    for kind in ("jit", "tasks")]
-        lines.append([row.size, _fmt(row.extras.get("session_s")), _fmt(row.extras.get("run_s")),
+        lines.append([row.contender, row.size, _fmt(row.extras.get("session_s")),
+                      _fmt(row.extras.get("run_s")),
                       _fmt(row.extras.get("exit_s")), _fmt(row.fixed_s),
                       *(_fmt(v / MB if v else None, 0) for v in rss.values()), *threads])
     return lines
@@ -335,27 +353,31 @@ def markdown(header: Iterable[str], lines: list[list[str]]) -> str:
 
 def targets(rows: list[Row]) -> list[str]:
     """The issue's targets, each with the measured value (informational, never asserted)."""
-    jobs = sorted((r for r in rows if r.contender == JOB), key=lambda r: r.messages)
+    jobs = sorted((r for r in rows if is_job(r.contender)), key=lambda r: r.messages)
     raw = {r.size: r for r in rows if r.contender == "raw"}
     out = []
     for job in jobs:
         base = raw.get(job.size)
         if base is not None:
-            out.append(f"- {job.size}: job steady {_fmt(job.steady_msg_per_s, 0)} msg/s vs raw "
+            out.append(f"- {job.size}: {job.contender} steady "
+                       f"{_fmt(job.steady_msg_per_s, 0)} msg/s vs raw "
                        f"{_fmt(base.steady_msg_per_s, 0)} (target: job >= raw, aim 200k); "
                        f"Redis CPU/msg job/raw "
                        f"{_fmt(_ratio(job.cpu_us_per_msg, base.cpu_us_per_msg), 2)}x "
                        "(target <= 1.2x)")
         if job.messages >= 1_000_000:
-            out.append(f"- {job.size}: end to end {_fmt(job.wall_s)} s (target < 25 s)")
+            out.append(f"- {job.size}: {job.contender} end to end {_fmt(job.wall_s)} s "
+                       "(target < 25 s)")
     rates = {(m.contender, m.small, m.large): m for m in marginals(rows)}
     for (contender, small, large), job_m in rates.items():
         raw_m = rates.get(("raw", small, large))
-        if contender == JOB and raw_m is not None:
-            out.append(f"- marginal {small} -> {large}: job {_fmt(job_m.msg_per_s, 0)} msg/s vs "
+        if is_job(contender) and raw_m is not None:
+            out.append(f"- marginal {small} -> {large}: {contender} "
+                       f"{_fmt(job_m.msg_per_s, 0)} msg/s vs "
                        f"raw {_fmt(raw_m.msg_per_s, 0)} "
                        f"({_fmt(_ratio(job_m.msg_per_s, raw_m.msg_per_s), 2)}x; target: job >= "
                        "raw)")
+    jobs = [j for j in jobs if j.contender == JOB]  # memory growth: the first master's
     if len(jobs) > 1 and jobs[0].peak_rss_mb and jobs[-1].peak_rss_mb:
         growth = jobs[-1].peak_rss_mb / jobs[0].peak_rss_mb
         out.append(f"- driver peak RSS {jobs[-1].size} / {jobs[0].size}: {growth:.2f}x "
@@ -375,7 +397,7 @@ PROFILE_ROWS = 15
 
 def profile_table(records: list[RunRecord]) -> list[list[str]]:
     """The py-spy summary of the first profiled job run at the largest size."""
-    profiled = [r for r in records if r.contender == JOB and r.details.get("py_spy")]
+    profiled = [r for r in records if is_job(r.contender) and r.details.get("py_spy")]
     if not profiled:
         return []
     largest = max(r.messages for r in profiled)
@@ -399,10 +421,10 @@ def _median_run(records: list[RunRecord]) -> RunRecord:
     return sorted(records, key=lambda r: r.wall_s)[len(records) // 2]
 
 
-def timeline_table(records: list[RunRecord]) -> tuple[str, list[list[str]]]:
-    """The job's median-wall run at the largest size cut at its log lines, with Redis' CPU
-    per segment. Returns (the run's size and repeat, table lines)."""
-    runs = [r for r in records if r.contender == JOB and r.details.get("segments")]
+def timeline_table(records: list[RunRecord], job: str = JOB) -> tuple[str, list[list[str]]]:
+    """Job contender `job`'s median-wall run at the largest size cut at its log lines, with
+    Redis' CPU per segment. Returns (the run's contender, size and repeat, table lines)."""
+    runs = [r for r in records if r.contender == job and r.details.get("segments")]
     if not runs:
         return "", []
     largest = max(r.messages for r in runs)
@@ -413,4 +435,4 @@ def timeline_table(records: list[RunRecord]) -> tuple[str, list[list[str]]]:
         lines.append([seg["label"] or "-", _fmt(seg["start_s"]), _fmt(seg["seconds"]),
                       _fmt(seg["redis_cpu_s"], 2),
                       _fmt(seg["redis_cpu_s"] * 1e6 / run.messages, 2), top or "-"])
-    return f"{run.size}, run #{run.repeat + 1}", lines
+    return f"{job} {run.size}, run #{run.repeat + 1}", lines

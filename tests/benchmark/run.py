@@ -40,6 +40,7 @@ from tests.benchmark.spark_job import ROOT, JobOptions
 from tests.benchmark.verify import VerificationError
 
 log = logging.getLogger("tests.benchmark")
+DEFAULT_CONTENDERS = "naive,raw,job"  # raw-requeue: on request, beside a requeue job run
 PROBE_SPEC = (2, 20)  # the job's fixed cost: 2 streams (one per partition) x 20 entries
 
 
@@ -49,13 +50,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sizes", default="100x1000,1000x1000",
                         help="comma-separated <streams>x<entries per stream>")
     parser.add_argument("--repeats", type=int, default=3, help="runs per contender and size")
-    parser.add_argument("--contenders", default=",".join(CONTENDERS),
+    parser.add_argument("--contenders", default=DEFAULT_CONTENDERS,
                         help=f"comma-separated subset of {','.join(CONTENDERS)}")
     parser.add_argument("--over-limit", type=float, default=0.05,
                         help="fraction of entries delivered more than the limit")
     parser.add_argument("--naive-max-messages", type=int, default=100_000,
                         help="run the naive loop only up to this size; extrapolate above")
-    parser.add_argument("--master", default="local[2]", help="spark-submit --master")
+    parser.add_argument("--master", action="append", default=[],
+                        help="spark-submit --master (default local[2]); repeat it to run the "
+                             "job on several masters in one invocation: the first one's runs "
+                             "are `job`, the others' `job@<master>`")
     parser.add_argument("--job-set", action="append", default=[], metavar="SECTION.FIELD=V",
                         help="extra --set for the job (repeatable)")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
@@ -81,13 +85,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.specs = [BacklogSpec(*parse_size(s), over_limit_fraction=args.over_limit)
                   for s in args.sizes.split(",") if s]
+    args.masters = args.master or ["local[2]"]
     args.contender_list = [c for c in args.contenders.split(",") if c]
     args.code_root, args.code_sha = export_code(args.code) if args.code else (None, None)
     unknown = set(args.contender_list) - set(CONTENDERS)
     if unknown or args.repeats < 1 or not args.specs:
         parser.error(f"unknown contenders {sorted(unknown)}" if unknown
                      else "need at least one size and one repeat")
+    args.contender_list = [name for c in args.contender_list for name in _per_master(c, args)]
     return args
+
+
+def _per_master(contender: str, args: argparse.Namespace) -> list[str]:
+    """The job once per master (``job``, then ``job@<master>``); any other contender once."""
+    if contender != JOB:
+        return [contender]
+    return [JOB] + [f"{JOB}@{master}" for master in args.masters[1:]]
+
+
+def master_of(name: str, args: argparse.Namespace) -> str:
+    """The master a job contender (``job``, ``job@<master>``) runs on."""
+    return name.partition("@")[2] or args.masters[0]
 
 
 def _runs_for(args: argparse.Namespace, spec: BacklogSpec, repeat: int) -> list[str]:
@@ -96,6 +114,10 @@ def _runs_for(args: argparse.Namespace, spec: BacklogSpec, repeat: int) -> list[
              if c != "naive" or spec.messages <= args.naive_max_messages]
     shift = repeat % len(names) if names else 0
     return names[shift:] + names[:shift]
+
+
+def _path_safe(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in label)
 
 
 def wait_for_load(limit: float, timeout_s: float = 300.0) -> None:
@@ -107,17 +129,19 @@ def wait_for_load(limit: float, timeout_s: float = 300.0) -> None:
 
 def _run_one(args: argparse.Namespace, name: str, spec: BacklogSpec, repeat: int,
              probe: bool = False) -> RunRecord:
-    options = JobOptions(args.master, tuple(args.job_set), tuple(args.spark_conf),
-                         args.py_spy, args.code_root)
+    job = report.is_job(name)
+    options = JobOptions(master_of(name, args) if job else args.masters[0],
+                         tuple(args.job_set), tuple(args.spark_conf), args.py_spy,
+                         args.code_root)
     if args.wait_for_load is not None:
         wait_for_load(args.wait_for_load, args.wait_max_s)
-    label = report.PROBE if probe else name
-    workdir = ROOT / ".bench" / "runs" / f"{spec.label}-{repeat}-{label}"
+    label = report.probe_of(name) if probe else name
+    workdir = ROOT / ".bench" / "runs" / f"{spec.label}-{repeat}-{_path_safe(label)}"
     run_spec = BacklogSpec(*PROBE_SPEC, over_limit_fraction=0.05) if probe else spec
-    record = run_contender(name, run_spec, repeat, workdir, options, args.idle_probe_s)
+    record = run_contender(JOB if job else name, run_spec, repeat, workdir, options,
+                           args.idle_probe_s)
     shutil.rmtree(workdir / "reports", ignore_errors=True)
-    if probe:
-        record = replace(record, contender=report.PROBE, size=spec.label)
+    record = replace(record, contender=label, size=spec.label)
     log.info("%-11s %-10s #%d: %8.2f s wall, %9.0f msg/s, verified: %d acked, %d "
              "dead-lettered (load %.1f -> %.1f)", label, spec.label, repeat + 1, record.wall_s,
              record.messages / record.wall_s, record.acked, record.dead_lettered,
@@ -132,8 +156,8 @@ def run_all(args: argparse.Namespace) -> list[RunRecord]:
         for repeat in range(args.repeats):
             for name in _runs_for(args, spec, repeat):
                 records.append(_run_one(args, name, spec, repeat))
-            if JOB in args.contender_list and not args.no_probe:
-                records.append(_run_one(args, JOB, spec, repeat, probe=True))
+                if report.is_job(name) and not args.no_probe:
+                    records.append(_run_one(args, name, spec, repeat, probe=True))
     return records
 
 
@@ -152,7 +176,7 @@ def with_extrapolations(rows: list[report.Row], args: argparse.Namespace) -> lis
 def in_order(rows: list[report.Row], args: argparse.Namespace) -> list[report.Row]:
     """By size as given, then naive, raw, job."""
     size = {s.label: i for i, s in enumerate(args.specs)}
-    rank = {c: i for i, c in enumerate(CONTENDERS)}
+    rank = {c: i for i, c in enumerate(args.contender_list)}
     return sorted(rows, key=lambda r: (size.get(r.size, 0), rank.get(r.contender, 0)))
 
 
@@ -203,7 +227,7 @@ def conditions(args: argparse.Namespace, argv: list[str], records: list[RunRecor
         f"- server: {server_version()}, a fresh one per run, no persistence; its idle CPU "
         f"(measured before each run, subtracted): median {idle[len(idle) // 2] * 1000:.2f} "
         "ms/s",
-        f"- job: spark-submit --master {args.master}, handler recovery.handlers:noop, "
+        f"- job: spark-submit --master {' / '.join(args.masters)}, handler recovery.handlers:noop, "
         f"--set {' '.join(args.job_set) or '(defaults)'}; conf {' '.join(args.spark_conf) or '-'}"
         f"; fixed start-up = wall of spark-submit on {PROBE_SPEC[0]}x{PROBE_SPEC[1]} run "
         "right after each job run, steady = job wall - that"
@@ -233,10 +257,11 @@ def render(args: argparse.Namespace, argv: list[str], records: list[RunRecord]) 
     for title, header, lines in sections:
         if lines:
             parts += ["", f"### {title}", "", report.markdown(header, lines)]
-    which, segments = report.timeline_table(records)
-    if segments:
-        parts += ["", f"### The job's timeline ({which}; Redis sampled every 0.5 s)", "",
-                  report.markdown(report.TIMELINE_HEADER, segments)]
+    for job in filter(report.is_job, args.contender_list):
+        which, segments = report.timeline_table(records, job)
+        if segments:
+            parts += ["", f"### The job's timeline ({which}; Redis sampled every 0.5 s)", "",
+                      report.markdown(report.TIMELINE_HEADER, segments)]
     profile = report.profile_table(records)
     if profile:
         title = ("### py-spy: the job's Python processes (largest size, first profiled run; "
