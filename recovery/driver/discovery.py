@@ -5,7 +5,6 @@ Only counts and names cross here, never messages.
 
 from __future__ import annotations
 
-import heapq
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from recovery.errors import (
 )
 from recovery.params import RedisParams, Unit
 from recovery.redis_io.acl_errors import denied_command
-from recovery.redis_io.cluster import groups_by_node, node_of
+from recovery.redis_io.cluster import biggest_first, groups_by_node, node_of
 from recovery.redis_io.dlq_names import dead_letter_key, is_dead_letter_key
 from recovery.redis_io.redis_conn import redis_errors, script_replies, server_text
 from recovery.redis_io.scripts import delete_empty_consumer
@@ -225,12 +224,10 @@ def assign(units: list[WorkUnit], partitions: int, consumer_prefix: str, run_id:
     first = 0
     for group, parts in groups_by_node(units, partitions, lambda u: u.node,
                                        lambda u: u.pending):
-        load = [(0, p) for p in range(first, first + parts)]
-        for unit in sorted(group, key=lambda u: (-u.pending, u.stream, u.group)):
-            size, part = heapq.heappop(load)
-            consumer = job_consumer(consumer_prefix, run_id, part)
-            result.append((Unit(unit.stream, unit.group, consumer), part))
-            heapq.heappush(load, (size + unit.pending, part))
+        by_name = sorted(group, key=lambda u: (u.stream, u.group))
+        for unit, part in biggest_first(by_name, lambda u: u.pending, parts):
+            consumer = job_consumer(consumer_prefix, run_id, first + part)
+            result.append((Unit(unit.stream, unit.group, consumer), first + part))
         first += parts
     return result
 

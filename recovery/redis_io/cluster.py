@@ -208,10 +208,21 @@ def groups_by_node(items: Sequence[T], partitions: int, node: Callable[[T], str]
 def _pack_nodes(by_node: dict[str, list[T]], parts: int, size: Callable[[T], int]
                 ) -> list[tuple[list[T], int]]:
     weight = {n: sum(size(i) for i in group) for n, group in by_node.items()}
-    load = [(0, p) for p in range(parts)]
     packed: list[list[T]] = [[] for _ in range(parts)]
-    for name in sorted(by_node, key=lambda n: (-weight[n], n)):
-        used, part = heapq.heappop(load)
+    for name, part in biggest_first(sorted(by_node), weight.__getitem__, parts):
         packed[part] += by_node[name]
-        heapq.heappush(load, (used + weight[name], part))
     return [(group, 1) for group in packed if group]
+
+
+def biggest_first(items: list[T], weight: Callable[[T], int], bins: int
+                  ) -> list[tuple[T, int]]:
+    """Greedy packing: each item, heaviest first (ties in the order given), with the bin
+    (0 to `bins` - 1) that was the lightest when it came. Returns (item, bin) pairs in
+    that order."""
+    load = [(0, b) for b in range(bins)]
+    placed = []
+    for item in sorted(items, key=lambda i: -weight(i)):
+        used, b = heapq.heappop(load)
+        placed.append((item, b))
+        heapq.heappush(load, (used + weight(item), b))
+    return placed

@@ -14,7 +14,6 @@ in the script call that re-adds it, so a killed redrive leaves each entry in exa
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -33,6 +32,7 @@ from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.redis_io.streams import key_type
 from recovery.redrive.io import RedriveFilter, length, redrive_step
+from recovery.report.json_line import JsonLine
 
 log = logging.getLogger(__name__)
 EXAMINE_PER_MOVE = 10  # entries one script call may examine per entry it may move
@@ -42,7 +42,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass
-class RedriveSummary:
+class RedriveSummary(JsonLine):
     """What one redrive did; ``matched`` counts what a dry run would move."""
 
     run_id: str
@@ -59,10 +59,6 @@ class RedriveSummary:
         self.units.append(unit)
         for key in self.totals:
             self.totals[key] += unit[key]
-
-    def json_line(self) -> str:
-        """The last line of stdout, for schedulers (Airflow XCom)."""
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
 
 
 @dataclass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -13,12 +12,13 @@ from pyspark.sql import functions as F
 from recovery.driver.discovery import Skipped
 from recovery.errors import FailureThresholdError
 from recovery.executor.tally import TALLIED, TALLY, PassMaker, tallied, unit_counts
+from recovery.report.json_line import JsonLine
 from recovery.report.worker_files import local_directory, write_by_workers
 from recovery.schemas import ACTIONS, HEALTH, REPORT, Action, arrow
 
 
 @dataclass
-class RunSummary:
+class RunSummary(JsonLine):
     """What one run did: totals per action, a row per (stream, group), what it skipped."""
 
     run_id: str
@@ -48,10 +48,6 @@ class RunSummary:
             f"handler.max_failed_ratio {max_failed_ratio:.1%}: see the report at "
             f"{self.report_path}"
         )
-
-    def json_line(self) -> str:
-        """The last line of stdout, for schedulers (Airflow XCom)."""
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
 
 
 def run_path(base: str, run_id: str) -> str:
