@@ -142,7 +142,11 @@ def test_two_runs_at_once_and_a_live_consumer_acking_move_each_entry_once(
     time.sleep(WINDOW_MS / 1000 + 0.5)  # seeding touched the dead consumer: let it go stale
     alive = kept_alive(server.client(), streams, LIVE) if mode == "reassign" else nullcontext()
     alive.__enter__()
-    proc = spark_submit(job_args(server.url, tmp_path, streams, *slow, run_id="A"),
+    # A claims at a quarter of B's pace (39 entries: about 8 s), so B's single pass over the
+    # PEL overtakes A's claim loop whatever the machine's speed: B takes what A claimed over
+    # a second ago and what lies ahead of A; A keeps what it claimed in its last second.
+    a_pace = [*slow, "claim.max_entries_per_s=5"]
+    proc = spark_submit(job_args(server.url, tmp_path, streams, *a_pace, run_id="A"),
                         tmp_path / "logs", master="local[2,2]")
     acker = threading.Thread(target=live_acker, daemon=True)
     wait_until(lambda: len(pel(client, "tq-a", GROUP)) < 46 or
