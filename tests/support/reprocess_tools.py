@@ -48,24 +48,27 @@ def copies(client: Redis, target: str, after: str = "-") -> dict[bytes, tuple[st
     return found
 
 
-def seen_now(client: Redis, stream: str, consumer: str) -> None:
+def seen_now(client: Redis, stream: str, consumer: str) -> str:
     """`consumer` reads one new entry: a successful interaction (XINFO CONSUMERS idle and
-    inactive both restart). The entry stays pending on it, too fresh to be claimed."""
+    inactive both restart). The entry stays pending on it, too fresh to be claimed; its ID."""
     add_entries(client, stream, 1, lambda i: {b"kind": b"fresh", b"n": b"%d" % i})
-    assert deliver(client, stream, GROUP, consumer, 1)
+    [entry_id] = deliver(client, stream, GROUP, consumer, 1)
+    return entry_id
 
 
 @contextlib.contextmanager
 def kept_alive(client: Redis, streams: list[str], consumers: tuple[str, ...]
                ) -> Iterator[None]:
-    """`consumers` keep reading (every 0.2 s) while the job runs: live however long it takes."""
+    """`consumers` keep reading (every 0.2 s) while the job runs: live however long it takes.
+    Each acks what it read, as an application does: entries left pending would turn idle
+    enough to claim and grow the PEL under the job's claim loop as fast as it claims."""
     stop = threading.Event()
 
     def poll() -> None:
         while not stop.wait(0.2):
             for stream in streams:
                 for consumer in consumers:
-                    seen_now(client, stream, consumer)
+                    client.xack(stream, GROUP, seen_now(client, stream, consumer))
 
     thread = threading.Thread(target=poll, daemon=True)
     thread.start()
