@@ -136,16 +136,15 @@ def test_two_runs_at_once_and_a_live_consumer_acking_move_each_entry_once(
             if ack_client.xack("tq-a", GROUP, entry_id):
                 acked.add(entry_id)
 
-    slow = ["claim.min_idle_ms=1000", "claim.count=5", "claim.max_entries_per_s=20",
-            "dead_letter.batch_size=2", f"reprocess.mode={mode}",
-            f"reprocess.live_within_ms={WINDOW_MS}"]
+    slow = ["claim.min_idle_ms=1000", "claim.count=5", "dead_letter.batch_size=2",
+            f"reprocess.mode={mode}", f"reprocess.live_within_ms={WINDOW_MS}"]
     time.sleep(WINDOW_MS / 1000 + 0.5)  # seeding touched the dead consumer: let it go stale
     alive = kept_alive(server.client(), streams, LIVE) if mode == "reassign" else nullcontext()
     alive.__enter__()
     # A claims at a quarter of B's pace (39 entries: about 8 s), so B's single pass over the
     # PEL overtakes A's claim loop whatever the machine's speed: B takes what A claimed over
     # a second ago and what lies ahead of A; A keeps what it claimed in its last second.
-    a_pace = [*slow, "claim.max_entries_per_s=5"]
+    a_pace, b_pace = [*slow, "claim.max_entries_per_s=5"], [*slow, "claim.max_entries_per_s=20"]
     proc = spark_submit(job_args(server.url, tmp_path, streams, *a_pace, run_id="A"),
                         tmp_path / "logs", master="local[2,2]")
     acker = threading.Thread(target=live_acker, daemon=True)
@@ -154,7 +153,7 @@ def test_two_runs_at_once_and_a_live_consumer_acking_move_each_entry_once(
                    pel(client, "tq-a", GROUP).values()), proc, 120, "run A's first claim")
     acker.start()
     time.sleep(1.2)
-    run_b = run_in_process(spark, job_args(server.url, tmp_path, streams, *slow, run_id="B"))
+    run_b = run_in_process(spark, job_args(server.url, tmp_path, streams, *b_pace, run_id="B"))
     run_a = finished(proc, Path(tmp_path / "logs"), timeout_s=180)
     alive.__exit__(None, None, None)
     stop.set()
