@@ -134,6 +134,7 @@ class ClaimSettings(_Section):
     max_deliveries: int = Field(5, ge=1)
     consumer_prefix: str = Field("recovery", pattern=r"^[\w.:-]+$")
     max_entries_per_s: float | None = Field(None, gt=0)
+    journal_prefix: str = "recovery:journal:"  # "": no journal (see docs/ACL.md)
 
 
 class DeadLetterSettings(_Section):

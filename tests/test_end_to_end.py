@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StringType, StructField, StructType
@@ -127,21 +128,27 @@ def test_rerun_after_complete_run_changes_nothing(spark, client, make_settings):
                    for c in consumers), "the empty job consumer of the 2nd run was removed"
 
 
-def test_task_retry_during_claim_loses_nothing(spark, client, make_settings, faults):
-    """local[2,3]: the claim task fails after its 2nd XAUTOCLAIM step (14 entries claimed);
-    the retry claims as the same consumer and the PEL read takes those 14 back. (The fault
-    comes before the deleted entries are reached: a failed attempt that drops deleted IDs
-    from the PEL leaves nothing a retry could report, see README "Guarantees".)"""
+@pytest.mark.parametrize("journal", ["recovery:journal:", ""])
+def test_task_retry_during_claim_loses_nothing(spark, client, make_settings, faults, journal):
+    """local[2,3]: the task fails after its 2nd XAUTOCLAIM step (14 entries claimed).
+
+    With the claim journal (one pass), the failed attempt had handed those 14 over: the
+    retry finds them no longer pending and reports them with the rows that attempt
+    journaled. Without it (the claim materialised first), nothing was handed over: the retry
+    claims as the same consumer and the PEL read takes those 14 back. (The fault comes
+    before the deleted entries are reached: a failed attempt that drops deleted IDs from the
+    PEL leaves nothing a retry could report, see README "Guarantees".)"""
     seeded = seed(client, ["orders"], ["billing"])
     faults("claim 2 0")
-    _, report = recover(spark, settings_for(make_settings))
+    _, report = recover(spark, settings_for(make_settings, f"claim.journal_prefix={journal}"))
     assert_redis_matches(client, seeded)
     expected = spark.createDataFrame(
         [(*k, a) for k, a in seeded.action.items()], ACTION_SCHEMA)
     assert_df_equality(report.select("stream", "group", "id", "action"), expected,
                        ignore_row_order=True, ignore_nullable=True)
     taken_back = report.where("previous_consumer IS NULL AND action = 'reprocessed'").count()
-    assert taken_back == 14
+    assert taken_back == (0 if journal else 14)
+    assert client.keys("recovery:journal:*") == []  # the run's journals are deleted
 
 
 def test_runs_under_spark_connect(redis_server, tmp_path):

@@ -5,11 +5,13 @@
    reads, or, in a dry run, from an executor pass of their own);
 3. claim on executors, each entry joined with its PEL row (delivery count);
 4. route, dead-letter, handle and ack on executors, on the claim's own partitions (no
-   shuffle), while writing the per-entry report (without task retries, by the Python
-   workers themselves: ``recovery.report.worker_files``). When Spark never retries a task (local[N])
-   each claim step is handed over at once, in the same task; when it may (a cluster,
-   local[N,F]), the claimed set is first materialised exactly once (eager local checkpoint
-   of packed claim steps), so that a retried hand-over still reports every entry;
+   shuffle), while writing the per-entry report (to a local directory, by the Python
+   workers themselves: ``recovery.report.worker_files``). Each claim step is handed over at
+   once, in the same task. When Spark may run a task twice (a cluster, local[N,F]), each
+   step's IDs are first journaled in Redis (``recovery.redis_io.journal``), so that a
+   retried attempt reports what its failed attempt claimed; where the journal cannot be
+   kept (the ACL user may not write it), the claimed set is instead materialised exactly
+   once (eager local checkpoint of packed claim steps) before a second stage hands it over;
 5. sum up the tallies that came with the report's write (``recovery.executor.tally``), remove the
    job's empty consumers.
 """
@@ -53,7 +55,8 @@ from recovery.executor.survey import histogram_partition, plan_partition
 from recovery.executor.tally import histogram_rows
 from recovery.handlers import load_handler
 from recovery.params import JobParams
-from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.journal import drop_journals, journal_key, open_journals
+from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.report.run_report import (
     RunSummary,
     fill_summary,
@@ -139,7 +142,7 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
                units: list[WorkUnit], summary: RunSummary, dry_run: bool) -> list[str]:
     """Health (as found), the plan or the recovery, then housekeeping. Returns the report
     passes' tallies (``recovery.executor.tally``)."""
-    unit_df = _unit_frame(spark, settings, params, units)
+    unit_df, consumers = _unit_frame(spark, settings, params, units)
     no_retries = not retries_tasks(str(spark.conf.get("spark.master", "") or ""))
     one_pass = not dry_run and no_retries
     # A run counts the PEL histograms in its claim steps' own reads (either path); only a
@@ -157,7 +160,7 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
     with ProgressReporter(client, units, settings.dead_letter.suffix,
                           settings.claim.consumer_prefix, params.run_id,
                           settings.report.progress_interval_s, params.redis):
-        tallies = _recover(spark, settings, params, unit_df, one_pass)
+        tallies = _recover(spark, client, settings, params, unit_df, consumers, one_pass)
     if in_pass:  # the histograms came with the report pass: as its claim steps found them
         add_histograms(health, histogram_rows(tallies))
         _write_health(spark, settings, params, health, summary)
@@ -178,9 +181,9 @@ def _write_health(spark: SparkSession, settings: Settings, params: JobParams,
 
 
 def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
-                units: list[WorkUnit]) -> DataFrame:
+                units: list[WorkUnit]) -> tuple[DataFrame, list[str]]:
     """The units as a small DataFrame with exactly one Spark partition per part (so parts
-    never share a task, whatever the keys hash to)."""
+    never share a task, whatever the keys hash to), and the parts' job consumers."""
     parts = assign(units, settings.spark.partitions, settings.claim.consumer_prefix,
                    params.run_id)
     n = max(part for _, part in parts) + 1
@@ -188,28 +191,51 @@ def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
     by_part: list[list[dict]] = [[] for _ in range(n)]
     for unit, part in parts:
         by_part[part].append({**vars(unit), "part": part})
-    return units_of_parts(spark, by_part)
+    consumers = sorted({unit.consumer for unit, _ in parts})
+    return units_of_parts(spark, by_part), consumers
 
 
-def _recover(spark: SparkSession, settings: Settings, params: JobParams,
-             unit_df: DataFrame, one_pass: bool) -> list[str]:
+def _recover(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
+             unit_df: DataFrame, consumers: list[str], one_pass: bool) -> list[str]:
     """Claim, dead-letter, handle, ack and report: in one pass when Spark never retries a
-    task, else with the claim materialised first (a retried hand-over reports from it).
-    Returns the tallies."""
+    task, or when it may and the claim journal can be kept in Redis (a retried attempt
+    reports from it); else with the claim materialised first (a retried hand-over reports
+    from it). Returns the tallies."""
     master = str(spark.conf.get("spark.master", "") or "")
     if one_pass:
         log.info("run %s: tasks are not retried (master %s): claim and hand-over in one pass",
                  params.run_id, master)
-        started = time.monotonic()
-        histograms = settings.report.pel_histograms
-        tallies = write_pass(unit_df, recover_partition(params, histograms),
-                             settings.report.path, params.run_id, by_workers=True)
-        log.info("run %s: claim, dead-letter, handler, acks and report done in %.1f s",
-                 params.run_id, time.monotonic() - started)
-        return tallies
-    log.info("run %s: a task may run more than once (master %s): the claim is materialised "
-             "before the hand-over", params.run_id, master)
+        return _one_pass(settings, params, unit_df, None)
+    prefix = settings.claim.journal_prefix
+    keys = [journal_key(prefix, consumer) for consumer in consumers] if prefix else []
+    refusal: str | None = "claim.journal_prefix is empty"
+    if prefix:
+        with redis_errors(params.redis):
+            refusal = open_journals(client, keys, params.run_id)
+    if refusal is None:
+        log.info("run %s: a task may run more than once (master %s): claim and hand-over in "
+                 "one pass, each claim step journaled in Redis (%s*)", params.run_id, master,
+                 prefix)
+        try:
+            return _one_pass(settings, params, unit_df, prefix)
+        finally:
+            drop_journals(client, keys)
+    log.info("run %s: a task may run more than once (master %s) and the claim journal cannot "
+             "be kept in Redis (%s): the claim is materialised before the hand-over, which "
+             "is slower (docs/ACL.md: the journal's keys and commands)", params.run_id, master,
+             refusal)
     return _claim_then_apply(spark, settings, params, unit_df)
+
+
+def _one_pass(settings: Settings, params: JobParams, unit_df: DataFrame,
+              journal_prefix: str | None) -> list[str]:
+    """Claim and hand over each claim step at once, in one Spark stage; the tallies."""
+    started = time.monotonic()
+    make = recover_partition(params, settings.report.pel_histograms, journal_prefix)
+    tallies = write_pass(unit_df, make, settings.report.path, params.run_id, by_workers=True)
+    log.info("run %s: claim, dead-letter, handler, acks and report done in %.1f s",
+             params.run_id, time.monotonic() - started)
+    return tallies
 
 
 def _claim_then_apply(spark: SparkSession, settings: Settings, params: JobParams,

@@ -9,7 +9,7 @@ runs per partition. One Redis client per partition; the driver never sees messag
 - ``apply_partition``: PACKED rows of CLAIMED batches -> REPORT rows: route, dead-letter
   moves, handler and acks;
 - ``recover_partition``: UNIT rows -> REPORT rows, all in one pass: each claim step is
-  handed over as soon as it is claimed (for runs whose tasks are never retried).
+  handed over as soon as it is claimed (journaled first where Spark may retry a task).
 
 The last two are report passes (``recovery.executor.tally.PassMaker``): made per task with its
 Tally, and run by ``recovery.report.run_report.write_pass``, which counts their rows.
@@ -32,6 +32,7 @@ from recovery.executor.claim import claim_steps
 from recovery.executor.claimed import Claimed
 from recovery.executor.faults import maybe_fail
 from recovery.executor.histogram import PelHistogram
+from recovery.executor.journaled import TaskJournal
 from recovery.executor.packing import ArrowFn, note_row, packed_rows, unpacked
 from recovery.executor.tally import PassMaker, Tally
 from recovery.executor.throttle import Throttle
@@ -153,19 +154,28 @@ def claim_partition(params: JobParams, histograms: bool = False) -> ArrowFn:
     return _throttled(params, claim_packed)
 
 
-def recover_partition(params: JobParams, histograms: bool = False) -> PassMaker:
+def recover_partition(params: JobParams, histograms: bool = False,
+                      journal_prefix: str | None = None) -> PassMaker:
     """UNIT batches -> REPORT batches: claim each unit step by step and hand every step over
-    at once, its claim serving as the first lease read. Nothing is materialised, so a retried
-    task could not report what its failed attempt did: only for runs without task retries.
-    With `histograms`, the task's tally also carries each unit's PEL histogram, counted from
-    the claim steps' own reads (no separate pass over the PEL)."""
+    at once, its claim serving as the first lease read. Nothing is materialised: without
+    `journal_prefix` a retried task could not report what its failed attempt did (for runs
+    without task retries); with it, each step is journaled in Redis first and a retried
+    attempt reports from the journal (``recovery.executor.journaled``). With `histograms`,
+    the task's tally also carries each unit's PEL histogram, counted from the claim steps'
+    own reads (no separate pass over the PEL)."""
 
     def make(tally: Tally) -> ArrowFn:
+        journal = TaskJournal(params, journal_prefix) if journal_prefix is not None else None
+
         def claim_and_apply(client: redis.Redis, params: JobParams, unit: Unit,
                             throttle: Throttle) -> Iterator[pa.RecordBatch]:
             pel = tally.histogram(unit.stream, unit.group) if histograms else None
             steps = claim_steps(client, params, unit, throttle, pel)
-            return applied(lambda: client, params, steps)
+            if journal is None:
+                return applied(lambda: client, params, steps)
+            return journal.reports(client, unit, steps,
+                                   lambda steps, done: applied(lambda: client, params, steps,
+                                                               done))
 
         return _throttled(params, claim_and_apply)
 
@@ -186,13 +196,17 @@ def _throttled(params: JobParams, claim_fn: ClaimFn) -> ArrowFn:
 
 
 def applied(get_client: Callable[[], redis.Redis], params: JobParams,
-            steps: Iterable[tuple[Claimed, float | None]]) -> Iterator[pa.RecordBatch]:
+            steps: Iterable[tuple[Claimed, float | None]],
+            done: Callable[[pa.RecordBatch], None] | None = None) -> Iterator[pa.RecordBatch]:
     """REPORT batches of claimed `steps` (each with when its lease was last read, or None):
-    route, dead-letter, handle and ack one step at a time."""
+    route, dead-letter, handle and ack one step at a time; `done`, if given, gets each
+    step's report before it is passed on."""
     for step, (claimed, read_at) in enumerate(steps, start=1):
         with redis_errors(params.redis):
             report = apply_batch(get_client(), params, claimed, read_at)
         maybe_fail("apply", step)  # after the side effects: the worst moment
+        if done is not None:
+            done(report)
         yield report
 
 

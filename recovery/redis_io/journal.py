@@ -1,0 +1,121 @@
+"""The claim journal: which entries each part of a run claimed, kept in Redis, so that a
+retried task can report what its failed attempt claimed and finished.
+
+One Redis list per job consumer (``<journal prefix><job consumer>``, the consumer naming run
+and part). The driver opens each with a header element (``run <run id>``) and a TTL before
+any task runs, and deletes them when the run is over. A task appends two elements per claim
+step: the step's entry IDs before its first side effect (about 20 bytes per entry), and
+what the step did once it is done (``recovery.executor.journaled``: its report rows). Both
+are held only while the run lasts. A retried attempt reads the list: a journal without its
+header was evicted or deleted, and the attempt stops rather than leave entries unreported.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import redis
+from redis.exceptions import NoPermissionError, ResponseError
+
+from recovery.errors import RecoveryError
+from recovery.redis_io.streams import each
+
+log = logging.getLogger(__name__)
+
+HEADER = b"run "
+CLAIM = b"c"  # then JSON: ["<stream>", "<group>", ["<id>", ...]]
+OUTCOME = b"o"  # then JSON: ["<stream>", "<group>"], a newline, the outcome's bytes
+TTL_S = 7 * 24 * 3600  # a killed run's journal goes away on its own after a week
+READ_PAGE = 100  # list elements (claim steps) per LRANGE when a retried attempt reads
+
+
+@dataclass
+class Earlier:
+    """What earlier attempts journaled for one unit: the IDs they claimed, and the outcomes
+    they recorded (opaque bytes, in the order recorded)."""
+
+    ids: set[str] = field(default_factory=set)
+    outcomes: list[bytes] = field(default_factory=list)
+
+
+UnitKey = tuple[str, str]  # (stream, group)
+
+
+class JournalLostError(RecoveryError):
+    """A retried task found its run's journal gone (exit 1)."""
+
+
+def journal_key(prefix: str, consumer: str) -> str:
+    """The journal of one part of a run: `prefix` then its job consumer's name."""
+    return prefix + consumer
+
+
+def open_journals(client: redis.Redis, keys: Sequence[str], run_id: str) -> str | None:
+    """Create the run's journals (header and TTL) and read one back, in one round trip per
+    thousand commands. Returns None when they are usable, else the server's refusal (an
+    ACL user without the journal's keys or commands): the run then takes the path that
+    needs no journal. Other errors are raised."""
+    commands: list[tuple[object, ...]] = []
+    for key in keys:
+        commands += [("RPUSH", key, HEADER + run_id.encode()), ("EXPIRE", key, TTL_S),
+                     ("LRANGE", key, 0, 0)]
+    for reply in each(client, commands):
+        if isinstance(reply, NoPermissionError) or (
+                isinstance(reply, ResponseError) and str(reply).startswith("NOPERM")):
+            return str(reply).splitlines()[0]
+        if isinstance(reply, Exception):
+            raise reply
+    return None
+
+
+def drop_journals(client: redis.Redis, keys: Sequence[str]) -> None:
+    """Delete the run's journals; what cannot be deleted expires (logged, not raised)."""
+    failed = [r for r in each(client, [("DEL", key) for key in keys]) if isinstance(r, Exception)]
+    if failed:
+        log.warning("%d claim journal(s) not deleted (they expire in %d s): %s", len(failed),
+                    TTL_S, failed[0])
+
+
+def record_claim(client: redis.Redis, key: str, unit: UnitKey, ids: Iterable[str]) -> None:
+    """Append one claim step's entry IDs to the journal `key` (one round trip)."""
+    client.rpush(key, CLAIM + json.dumps([*unit, list(ids)]).encode())
+
+
+def record_outcome(client: redis.Redis, key: str, unit: UnitKey, outcome: bytes) -> None:
+    """Append what one step did to its entries (`outcome`, opaque) to the journal `key`."""
+    client.rpush(key, OUTCOME + json.dumps(list(unit)).encode() + b"\n" + outcome)
+
+
+def read(client: redis.Redis, key: str) -> dict[UnitKey, Earlier]:
+    """What the journal `key` holds, by unit. Raises JournalLostError when the journal has no
+    header (evicted or deleted while the run went on)."""
+    found: dict[UnitKey, Earlier] = {}
+    start = 0
+    while True:
+        elements: list[bytes] = client.execute_command("LRANGE", key, start,
+                                                       start + READ_PAGE - 1)
+        if start == 0 and not (elements and elements[0].startswith(HEADER)):
+            raise JournalLostError(
+                f"the run's claim journal {key} is gone from Redis (evicted or deleted), so a "
+                "retried task cannot know what its failed attempt did: run the job again "
+                "(nothing is lost; entries not yet handled stay pending), and keep Redis from "
+                "evicting keys (maxmemory-policy noeviction)")
+        for element in elements[1:] if start == 0 else elements:
+            _add(found, element)
+        if len(elements) < READ_PAGE:
+            return found
+        start += READ_PAGE
+
+
+def _add(found: dict[UnitKey, Earlier], element: bytes) -> None:
+    """Add one claim or outcome element to `found`."""
+    if element.startswith(CLAIM):
+        stream, group, ids = json.loads(element[1:])
+        found.setdefault((stream, group), Earlier()).ids.update(ids)
+    elif element.startswith(OUTCOME):
+        head, _, outcome = element[1:].partition(b"\n")
+        stream, group = json.loads(head)
+        found.setdefault((stream, group), Earlier()).outcomes.append(outcome)
