@@ -24,6 +24,7 @@ import pytest
 from pyspark.sql import SparkSession
 from redis import Redis
 
+from recovery.executor.lease import LEASE_FRESH_S
 from recovery.testing.local_redis import LocalServer, free_port
 from tests.support.backlogs import DEAD
 from tests.support.fault_tools import (
@@ -345,20 +346,25 @@ def test_redis_that_never_answers_gives_up_in_bounded_time(spark, tmp_path, sile
 
 # --- (c) two runs at once ---------------------------------------------------------------------
 
-@pytest.mark.parametrize(("one_pass", "redis_version_server"),
-                         [(False, "redis"), (True, "redis"), (False, "redis62")],
-                         ids=["materialised-redis", "one-pass-redis", "materialised-redis62"],
+@pytest.mark.parametrize(("path", "redis_version_server"),
+                         [("materialised", "redis"), ("one-pass", "redis"),
+                          ("journaled", "redis"), ("materialised", "redis62"),
+                          ("journaled", "redis62")],
+                         ids=["materialised-redis", "one-pass-redis", "journaled-redis",
+                              "materialised-redis62", "journaled-redis62"],
                          indirect=["redis_version_server"])
 def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(
-        spark, redis_version_server, tmp_path, small_batches, submit, one_pass):
+        spark, redis_version_server, tmp_path, small_batches, submit, path):
     """Run A (spark-submit) hands over slowly while run B (in-process) claims.
 
-    materialised (local[2,2]: A's tasks may be retried): A claims everything first; once its
-    claims are older than min_idle_ms, B claims what A has not leased yet. Only the lease
-    renewed before each handler call keeps A from handing those entries over as well.
-    one-pass (local[2]): A claims 20 entries at a time and hands each step over at once; B
-    claims what A has not reached, and A's later steps must leave B's entries alone.
+    materialised (local[2,2], no claim journal: A's tasks may be retried): A claims
+    everything first; once its claims are older than min_idle_ms, B claims what A has not
+    leased yet. Only the lease renewed before each handler call keeps A from handing those
+    entries over as well. one-pass (local[2]) and journaled (local[2,2] with the journal):
+    A claims 20 entries at a time and hands each step over at once; B claims what A has not
+    reached, and A's later steps must leave B's entries alone.
     """
+    one_pass = path != "materialised"
     client = redis_version_server.client()
     streams = ["c-a", "c-b"]
     kinds = {"ok": (40, 1), "poison": (6, 9), "fail_at_limit": (4, 4)}
@@ -367,10 +373,10 @@ def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(
     common = ["claim.min_idle_ms=1500", "handler.timeout_s=1", "handler.batch_size=2"]
     logs = tmp_path / "logs"
     # One partition: A hands over 2 entries per 0.5 s, it would need ~22 s for its backlog.
-    a_only = ["claim.count=20"] if one_pass else []
+    a_only = ["claim.count=20"] if one_pass else ["claim.journal_prefix="]
     proc = submit(job_args(redis_version_server.url, tmp_path, streams, *common, *a_only,
                            "spark.partitions=1", run_id="A"), logs, SMALL_BATCHES,
-                  master="local[2]" if one_pass else "local[2,2]")
+                  master="local[2]" if path == "one-pass" else "local[2,2]")
     claimed = ((lambda: job_owned(client, streams, "A") > 0) if one_pass
                else (lambda: owned_by(client, streams, DEAD) == 0))
     assert wait_until(claimed, proc, 180, "run A's claim"), "run A ended before its claim was seen"
@@ -386,6 +392,7 @@ def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(
     run_a = finished(proc, logs, timeout_s=180)
     assert (run_a.code, outcome["b"].code) == (0, 0), (run_a.stderr[-2000:], outcome["b"].stderr)
     assert ("in one pass" in run_a.stderr) is one_pass, "run A did not take the path asked for"
+    assert ("journaled" in run_a.stderr) is (path == "journaled"), "run A: not the path asked"
 
     handed = handed_over(client)
     assert handed and max(handed.values()) == 1, {k: n for k, n in handed.items() if n > 1}
@@ -427,7 +434,8 @@ local rows = redis.call('XPENDING', pick[1], group, '-', '+', 100, pick[2])
 local row = rows[(pick_at % #rows) + 1]
 redis.call('XACK', pick[1], group, row[1])
 local entry = pick[1] .. ' ' .. group .. ' ' .. row[1]
-redis.call('SADD', KEYS[n + 1], entry)
+local now = redis.call('TIME')
+redis.call('HSET', KEYS[n + 1], entry, now[1] * 1000 + math.floor(now[2] / 1000))
 return entry
 """
 
@@ -457,7 +465,8 @@ end
 if #candidates == 0 then return 'none' end
 local pick = candidates[(pick_at % #candidates) + 1]
 redis.call('XACK', pick[1], group, pick[2])
-redis.call('SADD', KEYS[n + 2], pick[3])
+local now = redis.call('TIME')
+redis.call('HSET', KEYS[n + 2], pick[3], now[1] * 1000 + math.floor(now[2] / 1000))
 return pick[3]
 """
 
@@ -510,11 +519,16 @@ class LiveConsumers:
             self.acked_later.append(reply.decode())
 
 
+@pytest.mark.parametrize("journal", ["", "recovery:journal:"], ids=["materialised", "journaled"])
 def test_entries_acked_by_live_consumers_are_never_handed_over_or_dead_lettered(
-        spark, redis_version_server, tmp_path, small_batches):
+        spark, redis_version_server, tmp_path, small_batches, journal):
     """While the job runs, a live consumer keeps reading and acking new entries, and the
     original consumer acks entries the job has claimed: during the claim (the PEL read after
-    the claim must drop them) and during the hand-overs (the lease must find them gone)."""
+    the claim must drop them) and during the hand-overs (the lease must find them gone).
+    Materialised (no claim journal), every claim comes before the first hand-over; journaled
+    (one pass), each claim step is handed over at once, so the acks during the claim land
+    between a step's claim and its hand-over, or on steps still to come, and the claim is
+    over only when little is left to ack later."""
     client = redis_version_server.client()
     streams = ["l-a", "l-b"]
     kinds = {"poison": (10, 9), "ok": (40, 1)}  # entries for the handler come last
@@ -524,19 +538,29 @@ def test_entries_acked_by_live_consumers_are_never_handed_over_or_dead_lettered(
     live.thread.start()
     result = run_in_process(spark, job_args(
         redis_version_server.url, tmp_path, streams, "claim.min_idle_ms=60000",
-        "claim.count=5", "claim.max_entries_per_s=30", "handler.batch_size=4", run_id="live"))
+        "claim.count=5", "claim.max_entries_per_s=30", "handler.batch_size=4",
+        f"claim.journal_prefix={journal}", run_id="live"))
     live.stop.set()
     live.thread.join(10)
     assert result.code == 0, result.stderr
 
-    assert len(live.acked_in_claim) >= 3 and len(live.acked_later) >= 3, \
+    assert len(live.acked_in_claim) >= 3 and (journal or len(live.acked_later) >= 3), \
         (live.acked_in_claim, live.acked_later, "the live consumer acked too little to test")
-    assert client.smembers(VIOLATIONS) == set(), "handed over after a live consumer acked it"
+    # The lease is read again before a call once its last reading is LEASE_FRESH_S old: an
+    # ack younger than that may meet the call (one pass: the claim is the first reading).
+    # A call is recorded moments after its lease check; 400 ms of slack for a loaded machine.
+    late = {k: int(ms) for k, ms in client.hgetall(VIOLATIONS).items()}
+    window_ms = LEASE_FRESH_S * 1000 + 400 if journal else -1
+    assert all(ms <= window_ms for ms in late.values()), \
+        ("handed over after a live consumer acked it", late)
     handed = handed_over(client)
     letters = dead_letter_index(client, streams)
+    # One pass: an entry may be acked while the handler has it (not a violation: the
+    # recording handler saw it still unacked); its row then says the job's ack came second.
+    before_ack = {entry for entry in live.acked_in_claim if journal and handed[key_of(entry)]}
     for entry in live.acked_in_claim + live.acked_later:
         key = key_of(entry)
-        assert handed[key] == 0, f"{entry} handed over after its ack"
+        assert handed[key] == 0 or entry in before_ack, f"{entry} handed over after its ack"
         assert key not in letters, f"{entry} dead-lettered after its ack"
     states = final_states(client, seeded)
     for key, kind in seeded.items():
@@ -548,7 +572,10 @@ def test_entries_acked_by_live_consumers_are_never_handed_over_or_dead_lettered(
     rows = rows_by_key(report_rows(spark, tmp_path, "live"))
     for entry in live.acked_in_claim + live.acked_later:
         (row,) = rows[key_of(entry)]
-        assert row["action"] == "skipped", row
+        if entry in before_ack:
+            assert row["action"] == "reprocessed" and "acked by another consumer" in row["reason"]
+        else:
+            assert row["action"] == "skipped", row
     fresh = [(s, GROUP, i) for s, i in live.fresh]
     assert len(fresh) > 20
     assert not [k for k in fresh if handed[k] or k in letters or k in rows]

@@ -72,8 +72,13 @@ def open_journals(client: redis.Redis, keys: Sequence[str], run_id: str) -> str 
 
 
 def drop_journals(client: redis.Redis, keys: Sequence[str]) -> None:
-    """Delete the run's journals; what cannot be deleted expires (logged, not raised)."""
-    failed = [r for r in each(client, [("DEL", key) for key in keys]) if isinstance(r, Exception)]
+    """Delete the run's journals; what cannot be deleted expires (logged, not raised: this
+    runs also after a failed run, whose own error must come out)."""
+    try:
+        replies = each(client, [("DEL", key) for key in keys])
+    except redis.RedisError as exc:
+        replies = [exc]
+    failed = [r for r in replies if isinstance(r, Exception)]
     if failed:
         log.warning("%d claim journal(s) not deleted (they expire in %d s): %s", len(failed),
                     TTL_S, failed[0])

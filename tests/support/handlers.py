@@ -54,14 +54,18 @@ NOT_CALLABLE = 42
 
 CONTROL_ENV = "RECOVERY_TEST_HANDLER_FILE"
 HANDLED = "test:handled"            # hash: "<stream> <group> <id>" -> times handed over
-LIVE_ACKED = "test:live-acked"      # set: entries a test's live consumer acked
-VIOLATIONS = "test:violations"      # set: entries handed over after a live consumer acked them
+LIVE_ACKED = "test:live-acked"      # hash: entry a test's live consumer acked -> when (ms)
+VIOLATIONS = "test:violations"      # hash: entry handed over after that ack -> ms since it
 FIRST_CALL = "test:first-call-done"
 FIRST_CALL_ENTRIES = "test:first-call-entries"  # set: the entries of that first call
 _RECORD = """
 for i = 1, #ARGV do
   redis.call('HINCRBY', KEYS[1], ARGV[i], 1)
-  if redis.call('SISMEMBER', KEYS[2], ARGV[i]) == 1 then redis.call('SADD', KEYS[3], ARGV[i]) end
+  local acked_at = redis.call('HGET', KEYS[2], ARGV[i])
+  if acked_at then
+    local now = redis.call('TIME')
+    redis.call('HSET', KEYS[3], ARGV[i], now[1] * 1000 + math.floor(now[2] / 1000) - acked_at)
+  end
 end
 return #ARGV
 """
