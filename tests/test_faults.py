@@ -30,6 +30,7 @@ from tests.support.backlogs import DEAD
 from tests.support.fault_tools import (
     GROUP,
     KINDS,
+    JobResult,
     Key,
     dead_letter_index,
     dead_letter_total,
@@ -56,6 +57,8 @@ from tests.support.servers import FLAVORS, start_server
 KILL_TRIALS = int(os.environ.get("RECOVERY_KILL_TRIALS", "3"))
 KILL_SEED = int(os.environ.get("RECOVERY_KILL_SEED", "4"))
 STAGES = ("claim", "dead_letter", "report", "handler")
+# One pass without task retries, then the journaled one pass (tasks may be retried), in turn.
+KILL_MASTERS = ("local[2]", "local[2,2]")
 SMALL_BATCHES = "spark.sql.execution.arrow.maxRecordsPerBatch=20"
 PER_STREAM = {kind: count for kind, (count, _) in KINDS.items()}
 
@@ -216,8 +219,9 @@ def _kill_trial(spark: SparkSession, server: LocalServer, base: Path, trial: int
     killed = f"killed{trial}"
     slow = ["claim.min_idle_ms=1000", "claim.count=5", "claim.max_entries_per_s=40",
             "handler.batch_size=4"]
+    master = KILL_MASTERS[trial % len(KILL_MASTERS)]
     proc = submit(job_args(server.url, base, streams, *slow, run_id=killed),
-                        base / f"logs-{trial}", SMALL_BATCHES)
+                  base / f"logs-{trial}", SMALL_BATCHES, master=master)
     condition, what = _kill_condition(stage, client, streams, killed, rng)
     reached = wait_until(condition, proc, 180, what)
     if reached and stage == "report":
@@ -242,8 +246,9 @@ def _kill_trial(spark: SparkSession, server: LocalServer, base: Path, trial: int
         assert not [c for c in job_consumers(client, stream) if killed in c], \
             "the killed run's emptied consumers are removed by the re-run"
     moment = f"killed at {what}" if exit_code is None else f"finished before the kill ({what})"
-    return (f"trial {trial} stage={stage}: {moment}; {len(reruns)} re-run(s); killed run's "
-            f"report {'readable' if killed in reports else 'lost'}; {sorted(tally.items())}")
+    return (f"trial {trial} {master} stage={stage}: {moment}; {len(reruns)} re-run(s); "
+            f"killed run's report {'readable' if killed in reports else 'lost'}; "
+            f"{sorted(tally.items())}")
 
 
 @pytest.mark.timeout(120 + 180 * KILL_TRIALS)
@@ -583,12 +588,13 @@ def test_entries_acked_by_live_consumers_are_never_handed_over_or_dead_lettered(
 
 # --- (e) Spark task failures (local[2,3] retries) -------------------------------------------
 
+@pytest.mark.parametrize("journal", ["recovery:journal:", ""], ids=["journaled", "materialised"])
 @pytest.mark.parametrize("faults_asked", [
     ("claim 2 0",),
     ("apply 1 0", "apply 2 1"),
 ])
 def test_task_failures_lose_nothing_and_leave_nothing_unreported(
-        spark, server, tmp_path, faults, small_batches, faults_asked):
+        spark, server, tmp_path, faults, small_batches, faults_asked, journal):
     client = server.client()
     streams = ["e-a", "e-b{x}"]
     seeded = seed_kinds(client, streams)
@@ -596,18 +602,49 @@ def test_task_failures_lose_nothing_and_leave_nothing_unreported(
     for line in faults_asked:
         faults(line)
     result = run_in_process(spark, job_args(server.url, tmp_path, streams, "claim.count=5",
-                                            "handler.batch_size=4", run_id="retried"))
-    assert result.code == 0, result.stderr
+                                            "handler.batch_size=4",
+                                            f"claim.journal_prefix={journal}", run_id="retried"))
+    check_retried_run(spark, client, seeded, tmp_path, result)
+
+
+@pytest.mark.timeout(420)
+def test_task_failures_on_executors_of_their_own_through_spark_submit(
+        spark, redis_server, tmp_path, faults, submit):
+    """local-cluster[2,1,1024] (executors of their own, failed tasks retried), the journaled
+    one pass: every task's first attempt fails after its 2nd claim step (two steps handed
+    over and journaled), its second after its 2nd hand-over's side effects (before their
+    outcome is journaled); the third reads both attempts' journal."""
+    client = redis_server.client()
+    streams = ["x-a", "x-b{x}", "x-c"]
+    seeded = seed_kinds(client, streams)
+    write_control(redis_server.url)
+    faults("claim 2 0")
+    faults("apply 2 1")
+    logs = tmp_path / "logs"
+    result = finished(submit(job_args(redis_server.url, tmp_path, streams, "claim.count=5",
+                                      "handler.batch_size=4", run_id="retried"), logs,
+                             SMALL_BATCHES, master="local-cluster[2,1,1024]"),
+                      logs, timeout_s=360)
+    assert "journaled" in result.stderr, "not the journaled one pass"
+    assert result.stderr.count("injected fault") >= 2, "the faults did not fire"
+    check_retried_run(spark, client, seeded, tmp_path, result)
+    assert client.keys("recovery:journal:*") == []
+
+
+def check_retried_run(spark: SparkSession, client: Redis, seeded: dict[Key, str],
+                      reports: Path, result: JobResult) -> None:
+    """A run whose tasks failed and were retried: exit 0, each entry where it belongs in
+    Redis and in the report once, each acked entry handed over once, the summary's totals
+    those of the rows written (not a failed attempt's as well)."""
+    assert result.code == 0, result.stderr[-3000:]
     states = check_states(client, seeded, "retried")
-    rows = rows_by_key(report_rows(spark, tmp_path, "retried"))
+    rows = rows_by_key(report_rows(spark, reports, "retried"))
     handed = handed_over(client)
     for key, kind in seeded.items():
         if kind != "deleted":  # see _account: the failed claim attempt may have dropped it
             assert len(rows.get(key, [])) == 1, (key, rows.get(key))
         if kind == "ok":
             assert handed[key] == 1, f"{key}: an acked entry was handed over again"
-    # the summary (tallies observed on the write) counts the rows written, not a failed
-    # attempt's as well
     written = Counter(r["action"] for v in rows.values() for r in v)
     assert {a: n for a, n in result.summary["totals"].items() if n} == dict(written)
     check_accounting(client, seeded, states, {"retried": [r for v in rows.values() for r in v]},
