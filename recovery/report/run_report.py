@@ -79,7 +79,7 @@ def write_pass(frame: DataFrame, make: PassMaker, base: str, run_id: str,
     """Run the report pass `make` makes over `frame` and write its REPORT rows to
     ``run_path(base, run_id)``; returns the tallies (JSON texts, one per task).
 
-    With `by_workers` (only for runs whose tasks Spark never retries) and a local report
+    With `by_workers` (runs that claim and hand over in one pass) and a local report
     directory, the Python workers write the files (``recovery.report.worker_files``); otherwise
     Spark's writer does (``write_report``).
     """

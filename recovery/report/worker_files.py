@@ -1,5 +1,5 @@
-"""The report written by the Python workers themselves, with pyarrow, for runs whose tasks
-Spark never retries and whose report directory is on the local file system.
+"""The report written by the Python workers themselves, with pyarrow, for one-pass runs whose
+report directory is on the local file system.
 
 Spark's own writer (``recovery.report.run_report.write_report``) turns every report row from Arrow
 into a JVM row and then into Parquet, a large share of the job's CPU (docs/PERFORMANCE.md,
@@ -11,8 +11,9 @@ Files appear the way Spark's own commit makes them appear: each task writes unde
 ``<run dir>/_staging/`` (names starting with ``_`` are skipped by Parquet readers), and
 only once every task has succeeded does the driver move the files into the run's
 directory. A failed run removes its staging directory; a killed one leaves it behind,
-unread, as Spark leaves ``_temporary``. Without task retries every task runs once, so each
-file is a task's whole output, written once.
+unread, as Spark leaves ``_temporary``. Each file is one task attempt's whole output; a
+retried task writes a new one, and only the attempt Spark keeps hands its name to the
+driver, so a failed attempt's file is never moved in.
 """
 
 from __future__ import annotations
