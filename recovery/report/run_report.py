@@ -13,7 +13,7 @@ from recovery.driver.discovery import Skipped
 from recovery.errors import FailureThresholdError
 from recovery.executor.tally import TALLIED, TALLY, PassMaker, tallied, unit_counts
 from recovery.report.json_line import JsonLine
-from recovery.report.worker_files import local_directory, write_by_workers
+from recovery.report.worker_files import local_directory, write_by_driver, write_by_workers
 from recovery.schemas import ACTIONS, HEALTH, REPORT, Action, arrow
 
 
@@ -110,10 +110,16 @@ def fill_summary(summary: RunSummary, tallies: list[str], skipped: list[Skipped]
 
 def write_health(spark: SparkSession, health: list[dict[str, Any]], base: str,
                  run_id: str) -> None:
-    """Group health rows as Parquet (one per stream and group), handed to Spark as one Arrow
-    table: no Python worker task just to turn dicts into rows."""
-    if health:
-        table = pa.Table.from_pylist(health, schema=arrow(HEALTH))
+    """Group health rows as Parquet (one per stream and group): written by the driver itself
+    into a local directory, else handed to Spark's writer as one Arrow table (no Python
+    worker task just to turn dicts into rows)."""
+    if not health:
+        return
+    table = pa.Table.from_pylist(health, schema=arrow(HEALTH))
+    local = local_directory(health_path(base, run_id))
+    if local is not None:
+        write_by_driver(table, local)
+    else:
         spark.createDataFrame(table).write.mode("append").parquet(health_path(base, run_id))
 
 

@@ -129,6 +129,17 @@ def write_by_workers(frame: DataFrame, make: PassMaker, run_dir: Path) -> list[s
     return [row[TALLY] for row in rows]
 
 
+def write_by_driver(table: pa.Table, run_dir: Path) -> None:
+    """Write a small `table` (schema as given) as one Parquet file in `run_dir` from the
+    driver, visible at once and whole (written under a ``_`` name, then renamed), then mark
+    the directory complete: a few rows need no Spark job."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    name = f"part-00000-{uuid.uuid4().hex}.parquet"
+    pq.write_table(table, str(run_dir / f"_{name}"))
+    (run_dir / f"_{name}").rename(run_dir / name)
+    (run_dir / SUCCESS).touch()
+
+
 def commit(staging: Path, run_dir: Path, names: list[str]) -> None:
     """Move the named files from `staging` into `run_dir`, remove `staging`, and mark the
     directory complete with an empty ``_SUCCESS``, as Spark's commit does (schedulers'
