@@ -130,12 +130,10 @@ def test_rerun_after_complete_run_changes_nothing(spark, client, make_settings):
 
 @pytest.mark.parametrize("journal", ["recovery:journal:", ""])
 def test_task_retry_during_claim_loses_nothing(spark, client, make_settings, faults, journal):
-    """local[2,3]: the task fails after its 2nd XAUTOCLAIM step (14 entries claimed).
-
-    With the claim journal (one pass), the failed attempt had handed those 14 over: the
-    retry finds them no longer pending and reports them with the rows that attempt
-    journaled. Without it (the claim materialised first), nothing was handed over: the retry
-    claims as the same consumer and the PEL read takes those 14 back. (The fault comes
+    """local[2,3]: the task fails after its 2nd XAUTOCLAIM step (14 entries claimed), before
+    any hand-over: with the claim journal (one pass) the two small steps were still being
+    gathered (and journaled); without it the claim is materialised first. Either way the
+    retry claims as the same consumer and the PEL read takes those 14 back. (The fault comes
     before the deleted entries are reached: a failed attempt that drops deleted IDs from the
     PEL leaves nothing a retry could report, see README "Guarantees".)"""
     seeded = seed(client, ["orders"], ["billing"])
@@ -147,7 +145,7 @@ def test_task_retry_during_claim_loses_nothing(spark, client, make_settings, fau
     assert_df_equality(report.select("stream", "group", "id", "action"), expected,
                        ignore_row_order=True, ignore_nullable=True)
     taken_back = report.where("previous_consumer IS NULL AND action = 'reprocessed'").count()
-    assert taken_back == (0 if journal else 14)
+    assert taken_back == 14
     assert client.keys("recovery:journal:*") == []  # the run's journals are deleted
 
 

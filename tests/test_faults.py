@@ -667,7 +667,8 @@ def test_one_pass_task_failure_fails_the_run_and_a_rerun_loses_nothing(
     logs = tmp_path / "logs"
     failed = finished(submit(job_args(server.url, tmp_path, streams, "claim.count=5",
                                       "claim.min_idle_ms=500", "handler.batch_size=4",
-                                      run_id="failed"), logs), logs, timeout_s=240)
+                                      run_id="failed"), logs, SMALL_BATCHES),
+                      logs, timeout_s=240)
     assert failed.code == 1, failed.stderr[-3000:]
     assert "one pass" in failed.stderr, "the run did not take the one-pass path"
     assert client.hlen(HANDLED) > 0, "the failed run handed nothing over before its fault"

@@ -49,6 +49,7 @@ from recovery.driver.health import (
 from recovery.driver.progress import ProgressReporter
 from recovery.driver.transforms import units_of_parts
 from recovery.errors import ConfigError, RecoveryError
+from recovery.executor.lease import LEASE_ROWS
 from recovery.executor.packing import PACK_ROWS
 from recovery.executor.partitions import apply_partition, claim_partition, recover_partition
 from recovery.executor.survey import histogram_partition, plan_partition
@@ -229,9 +230,14 @@ def _recover(spark: SparkSession, client: redis.Redis, settings: Settings, param
 
 def _one_pass(settings: Settings, params: JobParams, unit_df: DataFrame,
               journal_prefix: str | None) -> list[str]:
-    """Claim and hand over each claim step at once, in one Spark stage; the tallies."""
+    """Claim and hand over each claim step at once (small ones gathered into hand-overs of up
+    to LEASE_ROWS entries, or of Spark's Arrow batch size where that is smaller), in one
+    Spark stage; the tallies."""
     started = time.monotonic()
-    make = recover_partition(params, settings.report.pel_histograms, journal_prefix)
+    batch_rows = int(unit_df.sparkSession.conf.get(MAX_RECORDS_PER_BATCH)
+                     or DEFAULT_RECORDS_PER_BATCH)
+    make = recover_partition(params, settings.report.pel_histograms, journal_prefix,
+                             rows=min(LEASE_ROWS, batch_rows))
     tallies = write_pass(unit_df, make, settings.report.path, params.run_id, by_workers=True)
     log.info("run %s: claim, dead-letter, handler, acks and report done in %.1f s",
              params.run_id, time.monotonic() - started)

@@ -55,6 +55,12 @@ class Claimed:
                    deleted, previous, idle_ms, fields, counts)
 
     @classmethod
+    def joined(cls, parts: Sequence[Claimed]) -> Claimed:
+        """The entries of `parts`, in order, as one."""
+        return cls(*(list(chain.from_iterable(getattr(p, name) for p in parts))
+                     for name in cls.__dataclass_fields__))
+
+    @classmethod
     def from_arrow(cls, batch: pa.RecordBatch) -> Claimed:
         """A CLAIMED batch (possibly a slice) as columns."""
         col = batch.column

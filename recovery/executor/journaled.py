@@ -1,20 +1,23 @@
 """Claim steps journaled in Redis, so that claim and hand-over can be one pass on a master that
 may run a task more than once (``recovery.redis_io.journal``).
 
-For each claim step the task appends to its part's journal, in this order: the step's entry
-IDs, before the step is handed over (so before any of its side effects); then, once the
-hand-over is done, the step's REPORT rows (Arrow IPC, zstd). A retried attempt reads the
-journal once and claims as its failed attempt did (the claim loop takes back what the job
-consumer still owns). After each unit's loop it reports the journal's other entries of that
-unit, which the failed attempt claimed and which are no longer the job's: with the row that
-attempt recorded, or, for a step it did not finish recording (killed between a side effect
-and the record), as skipped, no longer pending. So every entry any attempt claimed is in the
-kept attempt's report exactly once.
+A task appends to its part's journal each claim step's entry IDs, before the step is handed
+over (so before any of its side effects), and each hand-over's REPORT rows (Arrow IPC, zstd)
+once it is done. A retried attempt reads the journal once and claims as its failed attempt
+did (the claim loop takes back what the job consumer still owns). After each unit's loop it
+hands over, as one more step, the journal's other entries of that unit: the failed attempt
+claimed them and they are no longer the job's (handled and acked, dead-lettered, requeued or
+reassigned by it, or acked by a consumer since). Without a delivery count they are reported
+skipped, no longer pending; ``amended`` then puts back the row an earlier attempt recorded
+for each that has one (all but those of a hand-over killed between a side effect and its
+record). So every entry any attempt claimed is in the kept attempt's report exactly once.
+
+One job consumer per task (a part, ``recovery.driver.discovery.assign``), so one journal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -29,80 +32,91 @@ from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.streams import stream_id_key
 from recovery.schemas import REPORT_ARROW
 
-Done = Callable[[pa.RecordBatch], None]  # called with each step's REPORT batch once it is done
-HandOver = Callable[[Iterable[ClaimStep], Done], Iterator[pa.RecordBatch]]
 IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
+RowKey = tuple[str, str, str]  # (stream, group, entry ID)
 
 
 class TaskJournal:
     """One task's use of its part's journal: what earlier attempts journaled (read on first
-    use, per job consumer), and this attempt's steps, recorded as they come."""
+    use), this attempt's claim steps and hand-overs, recorded as they come."""
 
     def __init__(self, params: JobParams, prefix: str) -> None:
         self.params, self.prefix = params, prefix
-        self._earlier: dict[str, dict[tuple[str, str], Earlier]] = {}  # consumer -> journal
+        self._key: str | None = None
+        self._earlier: Earlier | None = None
+        self._rows: dict[RowKey, dict[str, Any]] | None = None  # earlier attempts' rows
+        self._recorded: dict[RowKey, dict[str, Any]] = {}  # rows to put back (`amended`)
 
-    def reports(self, client: redis.Redis, unit: Unit, steps: Iterable[ClaimStep],
-                hand_over: HandOver) -> Iterator[pa.RecordBatch]:
-        """REPORT batches of `unit`: `hand_over` of `steps`, each step journaled before and
-        after; then the unit's entries earlier attempts claimed that these steps did not
-        (also when the unit's stream or group vanished meanwhile)."""
-        key = journal_key(self.prefix, unit.consumer)
-        earlier = self._read(client, key).pop((unit.stream, unit.group), Earlier())
-
-        def journaled() -> Iterator[ClaimStep]:
+    def steps(self, client: redis.Redis, unit: Unit, steps: Iterable[ClaimStep]
+              ) -> Iterator[ClaimStep]:
+        """`steps` of `unit`, each recorded before it is passed on; then, as one more step,
+        the unit's entries earlier attempts claimed that these steps did not (also when the
+        unit's stream or group vanished meanwhile)."""
+        self._key = journal_key(self.prefix, unit.consumer)
+        earlier = self._read(client).claimed.pop((unit.stream, unit.group), set())
+        try:
             for step in steps:
                 with redis_errors(self.params.redis, unit.stream, unit.group):
-                    record_claim(client, key, (unit.stream, unit.group), step.claimed.id)
-                earlier.ids.difference_update(step.claimed.id)
+                    record_claim(client, self._key, (unit.stream, unit.group), step.claimed.id)
+                earlier.difference_update(step.claimed.id)
                 yield step
-
-        def done(report: pa.RecordBatch) -> None:
-            with redis_errors(self.params.redis, unit.stream, unit.group):
-                record_outcome(client, key, (unit.stream, unit.group), to_ipc(report))
-
-        try:
-            yield from hand_over(journaled(), done)
         except StreamUnitError:
-            yield from _no_longer_ours(unit, earlier, hand_over, done)
+            yield from self._no_longer_ours(unit, earlier)
             raise
-        yield from _no_longer_ours(unit, earlier, hand_over, done)
+        yield from self._no_longer_ours(unit, earlier)
 
-    def _read(self, client: redis.Redis, key: str) -> dict[tuple[str, str], Earlier]:
-        consumer = key[len(self.prefix):]
-        if consumer not in self._earlier:
+    def done(self, client: redis.Redis, report: pa.RecordBatch) -> None:
+        """Record a hand-over's REPORT batch (after its side effects)."""
+        if self._key is not None and report.num_rows:
             with redis_errors(self.params.redis):
-                self._earlier[consumer] = read(client, key)
-        return self._earlier[consumer]
+                record_outcome(client, self._key, to_ipc(report))
+
+    def amended(self, reports: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """`reports`, each row of an entry an earlier attempt finished replaced by the row
+        that attempt recorded for it (the last one, if several)."""
+        for report in reports:
+            if not self._recorded:
+                yield report
+                continue
+            rows = report.to_pylist()
+            keys = [(r["stream"], r["group"], r["id"]) for r in rows]
+            if not any(k in self._recorded for k in keys):
+                yield report
+                continue
+            yield pa.RecordBatch.from_pylist(
+                [self._recorded.pop(k, r) for k, r in zip(keys, rows, strict=True)],
+                schema=REPORT_ARROW)
+
+    def _read(self, client: redis.Redis) -> Earlier:
+        if self._earlier is None:
+            assert self._key is not None
+            with redis_errors(self.params.redis):
+                self._earlier = read(client, self._key)
+        return self._earlier
+
+    def _no_longer_ours(self, unit: Unit, ids: set[str]) -> Iterator[ClaimStep]:
+        """One step of `ids` (if any), ascending, with nothing known of them but their IDs;
+        the rows earlier attempts recorded for them are kept for ``amended``."""
+        if not ids:
+            return
+        rows = self._earlier_rows()
+        for entry_id in ids:
+            key = (unit.stream, unit.group, entry_id)
+            if key in rows:
+                self._recorded[key] = rows[key]
+        n = len(ids)
+        yield ClaimStep(Claimed.of_unit(unit, sorted(ids, key=stream_id_key), [False] * n,
+                                        [None] * n, [None] * n, [None] * n, [None] * n), None)
 
 
-def _no_longer_ours(unit: Unit, earlier: Earlier, hand_over: HandOver, done: Done
-                    ) -> Iterator[pa.RecordBatch]:
-    """The report of entries earlier attempts claimed that this one did not: the last row an
-    attempt recorded for each; the rest handed over without a delivery count (reported
-    skipped, no longer pending), ascending by ID."""
-    if not earlier.ids:
-        return
-    rows = _recorded_rows(earlier)
-    found = [rows[i] for i in sorted(earlier.ids & rows.keys(), key=stream_id_key)]
-    if found:
-        yield pa.RecordBatch.from_pylist(found, schema=REPORT_ARROW)
-    rest = sorted(earlier.ids - rows.keys(), key=stream_id_key)
-    if rest:
-        n = len(rest)
-        gone = Claimed.of_unit(unit, rest, [False] * n, [None] * n, [None] * n, [None] * n,
-                               [None] * n)
-        yield from hand_over([ClaimStep(gone, None)], done)
-
-
-def _recorded_rows(earlier: Earlier) -> dict[str, dict[str, Any]]:
-    """Entry ID -> the last REPORT row earlier attempts recorded for it, among `earlier.ids`."""
-    rows: dict[str, dict[str, Any]] = {}
-    for outcome in earlier.outcomes:
-        for row in from_ipc(outcome).to_pylist():
-            if row["id"] in earlier.ids:
-                rows[row["id"]] = row
-    return rows
+    def _earlier_rows(self) -> dict[RowKey, dict[str, Any]]:
+        """Every row earlier attempts recorded, the last per entry (decoded once)."""
+        if self._rows is None:
+            assert self._earlier is not None
+            self._rows = {(r["stream"], r["group"], r["id"]): r
+                          for outcome in self._earlier.outcomes
+                          for r in from_ipc(outcome).to_pylist()}
+        return self._rows
 
 
 def to_ipc(batch: pa.RecordBatch) -> bytes:

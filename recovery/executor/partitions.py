@@ -22,17 +22,20 @@ import gc
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 import pyarrow as pa
 import redis
 
 from recovery.errors import StreamUnitError
 from recovery.executor.apply import apply_batch
-from recovery.executor.claim import claim_steps
+from recovery.executor.claim import ClaimStep, claim_steps
 from recovery.executor.claimed import Claimed
 from recovery.executor.faults import maybe_fail
+from recovery.executor.gather import gathered
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.journaled import TaskJournal
+from recovery.executor.lease import LEASE_ROWS
 from recovery.executor.packing import ArrowFn, note_row, packed_rows, unpacked
 from recovery.executor.tally import PassMaker, Tally
 from recovery.executor.throttle import Throttle
@@ -155,29 +158,39 @@ def claim_partition(params: JobParams, histograms: bool = False) -> ArrowFn:
 
 
 def recover_partition(params: JobParams, histograms: bool = False,
-                      journal_prefix: str | None = None) -> PassMaker:
-    """UNIT batches -> REPORT batches: claim each unit step by step and hand every step over
-    at once, its claim serving as the first lease read. Nothing is materialised: without
-    `journal_prefix` a retried task could not report what its failed attempt did (for runs
-    without task retries); with it, each step is journaled in Redis first and a retried
-    attempt reports from the journal (``recovery.executor.journaled``). With `histograms`,
-    the task's tally also carries each unit's PEL histogram, counted from the claim steps'
-    own reads (no separate pass over the PEL)."""
+                      journal_prefix: str | None = None, rows: int = LEASE_ROWS) -> PassMaker:
+    """UNIT batches -> REPORT batches: claim each unit step by step and hand the steps over as
+    they come, consecutive small ones gathered into hand-overs of up to `rows` entries
+    (``recovery.executor.gather``), each claim serving as the first lease read. Nothing is
+    materialised: without `journal_prefix` a retried task could not report what its failed
+    attempt did (for runs without task retries); with it, each step is journaled in Redis
+    first and a retried attempt reports from the journal (``recovery.executor.journaled``).
+    With `histograms`, the task's tally also carries each unit's PEL histogram, counted from
+    the claim steps' own reads (no separate pass over the PEL)."""
 
     def make(tally: Tally) -> ArrowFn:
-        journal = TaskJournal(params, journal_prefix) if journal_prefix is not None else None
+        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            client = PartitionClient(params)
+            throttle = Throttle(params.max_entries_per_s_per_partition)
+            journal = TaskJournal(params, journal_prefix) if journal_prefix is not None else None
 
-        def claim_and_apply(client: redis.Redis, params: JobParams, unit: Unit,
-                            throttle: Throttle) -> Iterator[pa.RecordBatch]:
-            pel = tally.histogram(unit.stream, unit.group) if histograms else None
-            steps = claim_steps(client, params, unit, throttle, pel)
-            if journal is None:
-                return applied(lambda: client, params, steps)
-            return journal.reports(client, unit, steps,
-                                   lambda steps, done: applied(lambda: client, params, steps,
-                                                               done))
+            def unit_steps(unit: Unit) -> Iterator[ClaimStep]:
+                pel = tally.histogram(unit.stream, unit.group) if histograms else None
+                steps = claim_steps(client.get(), params, unit, throttle, pel)
+                if journal is not None:
+                    steps = journal.steps(client.get(), unit, steps)
+                return skip_vanished(unit, steps)
 
-        return _throttled(params, claim_and_apply)
+            steps = (step for unit in unit_rows(batches) for step in unit_steps(unit))
+            done = (lambda report: journal.done(client.get(), report)) if journal else None
+            try:
+                with young_collections_rarer():
+                    reports = applied(client.get, params, gathered(steps, rows), done)
+                    yield from journal.amended(reports) if journal else reports
+            finally:
+                client.close()
+
+        return run
 
     return make
 
@@ -210,14 +223,17 @@ def applied(get_client: Callable[[], redis.Redis], params: JobParams,
         yield report
 
 
-def skip_vanished(unit: Unit, batches: Iterator[pa.RecordBatch]
-                   ) -> Iterator[pa.RecordBatch]:
-    """Pass `batches` on; a unit whose stream or group vanished mid-run ends quietly.
+T = TypeVar("T")
+
+
+def skip_vanished(unit: Unit, items: Iterator[T]) -> Iterator[T]:
+    """Pass `items` (a unit's claim steps or REPORT batches) on; a unit whose stream or group
+    vanished mid-run ends quietly.
 
     Its entries already claimed are still reported; other units go on.
     """
     try:
-        yield from batches
+        yield from items
     except StreamUnitError as exc:
         log.warning("stopped %s / %s early: %s", unit.stream, unit.group, exc)
 

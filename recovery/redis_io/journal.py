@@ -3,11 +3,11 @@ retried task can report what its failed attempt claimed and finished.
 
 One Redis list per job consumer (``<journal prefix><job consumer>``, the consumer naming run
 and part). The driver opens each with a header element (``run <run id>``) and a TTL before
-any task runs, and deletes them when the run is over. A task appends two elements per claim
-step: the step's entry IDs before its first side effect (about 20 bytes per entry), and
-what the step did once it is done (``recovery.executor.journaled``: its report rows). Both
-are held only while the run lasts. A retried attempt reads the list: a journal without its
-header was evicted or deleted, and the attempt stops rather than leave entries unreported.
+any task runs, and deletes them when the run is over. A task appends each claim step's entry
+IDs before the step's first side effect (about 20 bytes per entry), and what each hand-over
+did once it is done (``recovery.executor.journaled``: its report rows). Both are held only
+while the run lasts. A retried attempt reads the list: a journal without its header was
+evicted or deleted, and the attempt stops rather than leave entries unreported.
 """
 
 from __future__ import annotations
@@ -27,21 +27,21 @@ log = logging.getLogger(__name__)
 
 HEADER = b"run "
 CLAIM = b"c"  # then JSON: ["<stream>", "<group>", ["<id>", ...]]
-OUTCOME = b"o"  # then JSON: ["<stream>", "<group>"], a newline, the outcome's bytes
+OUTCOME = b"o"  # then the outcome's bytes (opaque here)
 TTL_S = 7 * 24 * 3600  # a killed run's journal goes away on its own after a week
 READ_PAGE = 100  # list elements (claim steps) per LRANGE when a retried attempt reads
 
 
+UnitKey = tuple[str, str]  # (stream, group)
+
+
 @dataclass
 class Earlier:
-    """What earlier attempts journaled for one unit: the IDs they claimed, and the outcomes
-    they recorded (opaque bytes, in the order recorded)."""
+    """What earlier attempts journaled: the IDs they claimed, by unit, and the outcomes they
+    recorded (opaque bytes, in the order recorded)."""
 
-    ids: set[str] = field(default_factory=set)
+    claimed: dict[UnitKey, set[str]] = field(default_factory=dict)
     outcomes: list[bytes] = field(default_factory=list)
-
-
-UnitKey = tuple[str, str]  # (stream, group)
 
 
 class JournalLostError(RecoveryError):
@@ -89,15 +89,15 @@ def record_claim(client: redis.Redis, key: str, unit: UnitKey, ids: Iterable[str
     client.rpush(key, CLAIM + json.dumps([*unit, list(ids)]).encode())
 
 
-def record_outcome(client: redis.Redis, key: str, unit: UnitKey, outcome: bytes) -> None:
-    """Append what one step did to its entries (`outcome`, opaque) to the journal `key`."""
-    client.rpush(key, OUTCOME + json.dumps(list(unit)).encode() + b"\n" + outcome)
+def record_outcome(client: redis.Redis, key: str, outcome: bytes) -> None:
+    """Append what one hand-over did to its entries (`outcome`, opaque) to the journal `key`."""
+    client.rpush(key, OUTCOME + outcome)
 
 
-def read(client: redis.Redis, key: str) -> dict[UnitKey, Earlier]:
-    """What the journal `key` holds, by unit. Raises JournalLostError when the journal has no
-    header (evicted or deleted while the run went on)."""
-    found: dict[UnitKey, Earlier] = {}
+def read(client: redis.Redis, key: str) -> Earlier:
+    """What the journal `key` holds. Raises JournalLostError when the journal has no header
+    (evicted or deleted while the run went on)."""
+    found = Earlier()
     start = 0
     while True:
         elements: list[bytes] = client.execute_command("LRANGE", key, start,
@@ -115,12 +115,10 @@ def read(client: redis.Redis, key: str) -> dict[UnitKey, Earlier]:
         start += READ_PAGE
 
 
-def _add(found: dict[UnitKey, Earlier], element: bytes) -> None:
+def _add(found: Earlier, element: bytes) -> None:
     """Add one claim or outcome element to `found`."""
     if element.startswith(CLAIM):
         stream, group, ids = json.loads(element[1:])
-        found.setdefault((stream, group), Earlier()).ids.update(ids)
+        found.claimed.setdefault((stream, group), set()).update(ids)
     elif element.startswith(OUTCOME):
-        head, _, outcome = element[1:].partition(b"\n")
-        stream, group = json.loads(head)
-        found.setdefault((stream, group), Earlier()).outcomes.append(outcome)
+        found.outcomes.append(element[1:])

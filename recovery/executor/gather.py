@@ -1,0 +1,50 @@
+"""Claim steps of small units gathered into one hand-over (the one pass).
+
+A unit of a few hundred entries is claimed in one step. Handed over alone, each such step
+pays a hand-over of its own: a round trip for its dead-letter moves, one for its acks, a
+REPORT batch and its count. Gathered, consecutive steps (of one unit or several, in claim
+order) share them: their dead-letter moves and acks go out in one pipeline per unit group.
+Each claim stays its own atomic step, and each step is journaled before it is gathered
+(``recovery.executor.journaled``), so before any side effect of the batch it joins.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+
+from recovery.executor.claim import ClaimStep
+from recovery.executor.claimed import Claimed
+
+GATHER_FOR_S = 0.05  # a batch is handed over once its first claim is this old (s)
+
+
+def gathered(steps: Iterable[ClaimStep], rows: int, for_s: float = GATHER_FOR_S
+             ) -> Iterator[ClaimStep]:
+    """`steps` joined into steps of about `rows` entries or fewer: a step is added to the
+    batch being gathered while the batch holds fewer than `rows` entries and its first claim
+    was sent less than `for_s` seconds ago. A joined step's lease reading is its oldest
+    claim's (None when a step has none), so the hand-over reads the lease again when it is
+    stale (``recovery.executor.lease``)."""
+    held: list[ClaimStep] = []
+    size = 0
+    for step in steps:
+        if held and (size + len(step.claimed) > rows or _older_than(held[0], for_s)):
+            yield _joined(held)
+            held, size = [], 0
+        held.append(step)
+        size += len(step.claimed)
+    if held:
+        yield _joined(held)
+
+
+def _older_than(step: ClaimStep, seconds: float) -> bool:
+    return step.sent_at is None or time.monotonic() - step.sent_at > seconds
+
+
+def _joined(steps: list[ClaimStep]) -> ClaimStep:
+    if len(steps) == 1:
+        return steps[0]
+    sent = [s.sent_at for s in steps]
+    oldest = None if None in sent else min(t for t in sent if t is not None)
+    return ClaimStep(Claimed.joined([s.claimed for s in steps]), oldest)
