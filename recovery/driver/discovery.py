@@ -41,13 +41,15 @@ MIN_VERSION = (6, 2, 0)
 
 @dataclass(frozen=True)
 class WorkUnit:
-    """One stream and group to recover, with its PEL size when discovered, and the primary
-    that owns the stream on a Redis Cluster (``host:port``; "" on a standalone server)."""
+    """One stream and group to recover, with its PEL size and lag (None where the server
+    cannot tell) as XINFO GROUPS showed them at discovery, and the primary that owns the
+    stream on a Redis Cluster (``host:port``; "" on a standalone server)."""
 
     stream: str
     group: str
     pending: int
     node: str = ""
+    lag: int | None = None
 
 
 @dataclass(frozen=True)
@@ -194,10 +196,12 @@ def _units_of(client: redis.Redis, stream: str, groups: list[dict[str, object]],
     A group whose name is not UTF-8 is skipped when it has pending entries (and no `wanted`
     name can match it)."""
     pending: dict[str, int] = {}
+    lags: dict[str, int | None] = {}
     for g in groups:
         name, count = g["name"], int(g["pending"])  # type: ignore[call-overload]
         if isinstance(name, str):
             pending[name] = count
+            lags[name] = None if g.get("lag") is None else int(g["lag"])  # type: ignore[call-overload]
         elif count and not wanted:
             skipped.append(Skipped(stream, shown(name),  # type: ignore[arg-type]
                                    "group name is not UTF-8: not supported"))
@@ -206,7 +210,7 @@ def _units_of(client: redis.Redis, stream: str, groups: list[dict[str, object]],
             skipped.append(Skipped(stream, group, "no such consumer group: fix streams.groups"))
     names = [g for g in wanted if g in pending] if wanted else list(pending)
     node = node_of(client, stream)
-    return [WorkUnit(stream, g, pending[g], node) for g in names if pending[g]]
+    return [WorkUnit(stream, g, pending[g], node, lags[g]) for g in names if pending[g]]
 
 
 def assign(units: list[WorkUnit], partitions: int, consumer_prefix: str, run_id: str
