@@ -631,6 +631,32 @@ def test_task_failures_on_executors_of_their_own_through_spark_submit(
     assert client.keys("recovery:journal:*") == []
 
 
+def test_a_journal_gone_mid_run_fails_the_run_in_one_line_and_loses_nothing(
+        spark, redis_server, tmp_path, faults, small_batches):
+    """The handler's first call deletes the run's claim journals (as an evicting Redis might);
+    the task then fails after a hand-over, and its retry finds no journal: it stops rather
+    than leave what the failed attempt did unreported. Exit 1, one line naming the journal;
+    in Redis every entry is where it belongs, and a rerun finishes the work."""
+    client = redis_server.client()
+    streams = ["j-a", "j-b"]
+    seeded = seed_kinds(client, streams)
+    journals = [f"recovery:journal:recovery-gone-{part}" for part in range(2)]
+    write_control(redis_server.url, on_first_call=[["DEL", *journals]])
+    faults("apply 2 0")
+    result = run_in_process(spark, job_args(redis_server.url, tmp_path, streams,
+                                            "claim.count=5", "handler.batch_size=4",
+                                            "spark.partitions=2", run_id="gone"))
+    assert result.code == 1, result.stderr
+    (line,) = result.error_lines()
+    assert "claim journal recovery:journal:recovery-gone-" in line and "is gone" in line, line
+    time.sleep(0.1)
+    write_control(redis_server.url)
+    rerun = run_in_process(spark, job_args(redis_server.url, tmp_path, streams,
+                                           "claim.min_idle_ms=50", run_id="rerun"))
+    assert rerun.code == 0, rerun.stderr
+    check_states(client, seeded, "rerun")
+
+
 def check_retried_run(spark: SparkSession, client: Redis, seeded: dict[Key, str],
                       reports: Path, result: JobResult) -> None:
     """A run whose tasks failed and were retried: exit 0, each entry where it belongs in
