@@ -48,6 +48,8 @@ _HOMES = {
     "dead_letter_views": "recovery.dead_letters.views",
     "health_trend": "recovery.dead_letters.trend",
     "DeadLetterSummary": "recovery.dead_letters.report",
+    "run_redrive": "recovery.redrive.run",
+    "RedriveSummary": "recovery.redrive.run",
     "DEAD_LETTER": "recovery.schemas",
     # the handler contract
     "Message": "recovery.handlers",
@@ -79,6 +81,7 @@ __all__ = [  # the same names as _HOMES (tests/test_public_api.py holds them tog
     "RedisAuthError",
     "RedisPermissionError",
     "RedisUnavailableError",
+    "RedriveSummary",
     "Result",
     "RunSummary",
     "Settings",
@@ -94,6 +97,7 @@ __all__ = [  # the same names as _HOMES (tests/test_public_api.py holds them tog
     "read_run",
     "run",
     "run_dead_letters",
+    "run_redrive",
 ]
 
 if TYPE_CHECKING:
@@ -115,6 +119,7 @@ if TYPE_CHECKING:
         UnsupportedServerError,
     )
     from recovery.handlers import Message, Result
+    from recovery.redrive.run import RedriveSummary, run_redrive
     from recovery.report.run_report import RunSummary, format_table, read_run
     from recovery.schemas import (
         ACTIONS,

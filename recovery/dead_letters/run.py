@@ -31,6 +31,7 @@ from recovery.dead_letters.report import (
     views_path,
 )
 from recovery.dead_letters.stats import (
+    DENIED,
     DeadLetterStream,
     dead_letter_pairs,
     inspect_streams,
@@ -69,6 +70,9 @@ def find_dead_letter_streams(settings: Settings, params: RedisParams
         if s.status == "wrong-type":
             skipped.append(Skipped(s.source, None, f"{s.key} is a {s.kind}, not a stream: "
                                    "not read"))
+        elif s.status == DENIED:
+            skipped.append(Skipped(s.source, None, f"the Redis user may not access {s.key} "
+                                   "(ACL key patterns): not read"))
     return streams, skipped
 
 
@@ -148,7 +152,7 @@ def fill_summary(summary: DeadLetterSummary, streams: list[DeadLetterStream],
     """Per stream status, totals and the `top` signatures; ``partial`` when keys were
     skipped."""
     for s in streams:
-        if s.status == "wrong-type":
+        if s.status in ("wrong-type", DENIED):
             continue  # in `skipped`
         read, bare = per_key.get(s.key, (0, 0))
         summary.streams.append({"stream": s.source, "dead_letter_stream": s.key,

@@ -16,7 +16,7 @@ from typing import Any
 import redis
 
 from recovery.config import Settings
-from recovery.driver.discovery import Skipped, selected_keys
+from recovery.driver.discovery import Skipped, selected_keys, type_unless_denied
 from recovery.errors import DeadLetterNameError
 from recovery.params import RedisParams
 from recovery.redis_io.cluster import node_of
@@ -26,6 +26,7 @@ from recovery.redis_io.streams import as_str, each
 
 log = logging.getLogger(__name__)
 STATS_COMMANDS = 3  # per dead-letter stream: TYPE, XLEN, XRANGE - + COUNT 1
+DENIED = "denied"  # the kind of a key the ACL user may not access (its key patterns)
 
 
 @dataclass(frozen=True)
@@ -44,9 +45,10 @@ class DeadLetterStream:
 
     @property
     def status(self) -> str:
-        """``read`` (a stream with entries), ``empty``, ``missing`` or ``wrong-type``."""
-        if self.kind == "none":
-            return "missing"
+        """``read`` (a stream with entries), ``empty``, ``missing``, ``denied`` (the ACL user
+        may not access it) or ``wrong-type``."""
+        if self.kind in ("none", DENIED):
+            return "missing" if self.kind == "none" else DENIED
         if self.kind != "stream":
             return "wrong-type"
         return "read" if self.length else "empty"
@@ -71,19 +73,17 @@ def dead_letter_pairs(client: redis.Redis, settings: Settings, params: RedisPara
 
 def inspect_streams(client: redis.Redis, pairs: list[tuple[str, str]], params: RedisParams
                     ) -> list[DeadLetterStream]:
-    """Type, length and oldest entry of each dead-letter stream, pipelined. Raises the
-    job's typed errors (e.g. a refused TYPE: RedisPermissionError)."""
+    """Type, length and oldest entry of each dead-letter stream, pipelined. A key the ACL
+    user may not access is of kind ``denied``; a refused command raises the job's
+    RedisPermissionError."""
     commands = [c for _, key in pairs for c in (("TYPE", key), ("XLEN", key),
                                                  ("XRANGE", key, "-", "+", "COUNT", 1))]
     with redis_errors(params):
         replies = each(client, commands)
     found = []
     for i, (source, key) in enumerate(pairs):
-        kind, length, first = replies[i * STATS_COMMANDS : (i + 1) * STATS_COMMANDS]
-        if isinstance(kind, Exception):
-            with redis_errors(params, key):
-                raise kind
-        kind = as_str(kind)  # type: ignore[arg-type]
+        reply, length, first = replies[i * STATS_COMMANDS : (i + 1) * STATS_COMMANDS]
+        kind = type_unless_denied(reply, params) or DENIED
         if kind != "stream":
             found.append(DeadLetterStream(source, key, kind))
             continue
