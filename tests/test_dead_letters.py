@@ -167,7 +167,8 @@ def test_bad_dead_letter_streams_are_reported_not_fatal(spark, redis_server, tmp
     client.xadd("{foreign}:dlq", {b"\xff\xfename": b"\x80\x81", b"x-death-reason": b"mine"})
     client.xadd("{empty}:dlq", {"a": "b"}, id="5-0")
     client.xdel("{empty}:dlq", "5-0")
-    settings = settings_of(redis_server, tmp_path, "streams.keys=bad,foreign,empty,missing")
+    settings = settings_of(redis_server, tmp_path, "streams.keys=bad,foreign,empty,missing",
+                           "dead_letters.write_entries=true")
     before = snapshot(client)
 
     summary = run_dead_letters(spark, settings, DeadLetterSummary("t"))
@@ -178,6 +179,9 @@ def test_bad_dead_letter_streams_are_reported_not_fatal(spark, redis_server, tmp
     assert [(s["stream"], s["status"], s["read"]) for s in summary.streams] == [
         ("foreign", "read", 1), ("empty", "empty", 0), ("missing", "missing", 0)]
     assert summary.totals["without_metadata"] == 1
+    entries = pq.read_table(f"{summary.report_path}/entries").to_pylist()
+    assert [(e["dead_letter_key"], e["source_stream"]) for e in entries] == [
+        ("{foreign}:dlq", None)]
     row = read_dead_letters(spark, settings).collect()[0]
     assert (row.source_stream, row.death_reason, row.death_time) == (None, None, None)
     assert row.fields == {"\\xff\\xfename": bytearray(b"\x80\x81"),
