@@ -10,28 +10,19 @@ from __future__ import annotations
 
 import sys
 
-from recovery.driver.pyspark_path import prefer_installed_pyspark, with_installed_pyspark
+from recovery.driver.pyspark_path import prefer_installed_pyspark
 
 prefer_installed_pyspark()  # before the first pyspark import
 
-from pyspark import SparkConf  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 from recovery.config import Settings  # noqa: E402
-from recovery.driver.cli import run_recovery  # noqa: E402
-
-CONSOLE_PROGRESS = "spark.ui.showConsoleProgress"
+from recovery.driver.cli import run_recovery, submitted_session  # noqa: E402
 
 
 def build_session(settings: Settings) -> SparkSession:
-    """The submitter decides the master; the job names itself and starts its Python
-    workers from the installed PySpark (``recovery.driver.pyspark_path``). Spark's console
-    progress bar would interleave with the job's log lines: off unless the submitter set
-    ``spark.ui.showConsoleProgress`` (``--conf``)."""
-    builder = SparkSession.builder.appName("redis-stream-recovery")
-    if not SparkConf().contains(CONSOLE_PROGRESS):
-        builder = builder.config(CONSOLE_PROGRESS, "false")
-    return with_installed_pyspark(builder).getOrCreate()
+    """The submitter decides the master (``recovery.driver.cli.submitted_session``)."""
+    return submitted_session("redis-stream-recovery")
 
 
 def main(argv: list[str] | None = None) -> int:

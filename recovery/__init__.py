@@ -10,6 +10,7 @@ The public face, for notebooks, scheduler scripts and handler authors::
     pending = recovery.pending_entries(spark, settings)  # DataFrame: what a run would do
     summary = recovery.run(spark, settings)              # claims, moves, acks; RunSummary
     print(recovery.format_table(summary))
+    letters = recovery.read_dead_letters(spark, settings)  # DataFrame: one row per dead letter
 
 A handler is ``def handle(messages: list[recovery.Message]) -> list[recovery.Result]``.
 Everything else in the package is internal and may move. The names below load on first
@@ -41,6 +42,15 @@ _HOMES = {
     "DeathReason": "recovery.schemas",
     "Mode": "recovery.schemas",
     "REPORT": "recovery.schemas",
+    # dead letters as data
+    "read_dead_letters": "recovery.dead_letters.run",
+    "run_dead_letters": "recovery.dead_letters.run",
+    "dead_letter_views": "recovery.dead_letters.views",
+    "health_trend": "recovery.dead_letters.trend",
+    "DeadLetterSummary": "recovery.dead_letters.report",
+    "run_redrive": "recovery.redrive.run",
+    "RedriveSummary": "recovery.redrive.run",
+    "DEAD_LETTER": "recovery.schemas",
     # the handler contract
     "Message": "recovery.handlers",
     "Result": "recovery.handlers",
@@ -56,10 +66,12 @@ _HOMES = {
 }
 __all__ = [  # the same names as _HOMES (tests/test_public_api.py holds them together)
     "ACTIONS",
+    "DEAD_LETTER",
     "PLAN_ACTIONS",
     "REPORT",
     "Action",
     "ConfigError",
+    "DeadLetterSummary",
     "DeathReason",
     "FailureThresholdError",
     "HandlerError",
@@ -69,21 +81,31 @@ __all__ = [  # the same names as _HOMES (tests/test_public_api.py holds them tog
     "RedisAuthError",
     "RedisPermissionError",
     "RedisUnavailableError",
+    "RedriveSummary",
     "Result",
     "RunSummary",
     "Settings",
     "UnsupportedServerError",
     "__version__",
+    "dead_letter_views",
     "format_table",
+    "health_trend",
     "load_settings",
     "local_session",
     "pending_entries",
+    "read_dead_letters",
     "read_run",
     "run",
+    "run_dead_letters",
+    "run_redrive",
 ]
 
 if TYPE_CHECKING:
     from recovery.config import Settings, load_settings
+    from recovery.dead_letters.report import DeadLetterSummary
+    from recovery.dead_letters.run import read_dead_letters, run_dead_letters
+    from recovery.dead_letters.trend import health_trend
+    from recovery.dead_letters.views import dead_letter_views
     from recovery.driver.job import pending_entries, run
     from recovery.driver.local_spark import local_session
     from recovery.errors import (
@@ -97,8 +119,17 @@ if TYPE_CHECKING:
         UnsupportedServerError,
     )
     from recovery.handlers import Message, Result
+    from recovery.redrive.run import RedriveSummary, run_redrive
     from recovery.report.run_report import RunSummary, format_table, read_run
-    from recovery.schemas import ACTIONS, PLAN_ACTIONS, REPORT, Action, DeathReason, Mode
+    from recovery.schemas import (
+        ACTIONS,
+        DEAD_LETTER,
+        PLAN_ACTIONS,
+        REPORT,
+        Action,
+        DeathReason,
+        Mode,
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -37,6 +37,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from recovery.dead_letters.settings import DeadLettersSettings
 from recovery.errors import ConfigError
 from recovery.params import JobParams, RedisParams
 from recovery.redrive.settings import RedriveSettings
@@ -226,6 +227,7 @@ class Settings(BaseSettings):
     housekeeping: HousekeepingSettings = Field(default_factory=HousekeepingSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
     redrive: RedriveSettings = Field(default_factory=RedriveSettings)
+    dead_letters: DeadLettersSettings = Field(default_factory=DeadLettersSettings)
 
     @model_validator(mode="after")
     def _lease_outlasts_handler(self) -> Settings:

@@ -57,3 +57,12 @@ class Unit:
     stream: str
     group: str
     consumer: str
+
+
+@dataclass(frozen=True)
+class DeadLetterReadParams:
+    """What the executors of a dead-letter read need (``recovery.dead_letters.read``):
+    the connection and the XRANGE page size (entries per reply)."""
+
+    redis: RedisParams
+    page: int = 1000

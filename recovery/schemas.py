@@ -83,7 +83,8 @@ REPORT = StructType(
 # Group health as found before the run, one row per (stream, group). Histogram keys are the
 # bucket labels of recovery.executor.survey (delivery counts; idle ages); `oldest_idle_ms` is the
 # largest idle time in the PEL; consumers come from XINFO CONSUMERS (`inactive_ms` needs
-# Redis 7.2+ / Valkey, else null).
+# Redis 7.2+ / Valkey, else null); `dead_letter_length` is XLEN of the stream's dead-letter
+# stream (null in snapshots written before it was collected, or where it could not be read).
 CONSUMER = StructType(
     [
         StructField("name", StringType(), False),
@@ -103,6 +104,7 @@ HEALTH = StructType(
         StructField("oldest_idle_ms", LongType(), True),
         StructField("deliveries", MapType(StringType(), LongType(), False), False),
         StructField("idle_ages", MapType(StringType(), LongType(), False), False),
+        StructField("dead_letter_length", LongType(), True),
     ]
 )
 PEL_HISTOGRAM = StructType(
@@ -173,3 +175,35 @@ PLAN_ACTIONS = (Action.WOULD_REPROCESS, Action.WOULD_DEAD_LETTER, Action.DELETED
 # The field a requeued copy carries: how often the original was delivered to the
 # application before (its PEL count without the job's claim, plus what it carried itself).
 CARRIED_DELIVERIES = b"x-recovery-deliveries"
+
+
+# Dead-letter streams, read (recovery/dead_letters/): one row per DLQ key to read, in its part.
+DEAD_LETTER_KEY = StructType([StructField("dead_letter_key", StringType(), False),
+                              StructField("part", IntegerType(), False)])
+
+# One row per dead letter, as the executors read it. The metadata columns come from the
+# entry's x- fields (recovery/redis_io/lua/dead_letter.lua), null where an entry lacks one or
+# holds no number where a number belongs; `death_time_ms` is epoch ms (x-death-time), `idle_ms`
+# ms. Text is UTF-8, other bytes as \xNN escapes. `fields`: the original fields without the x-
+# metadata and x-redrive-count; names as text (escaped likewise), values byte for byte; a
+# name that repeats keeps its first value. recovery.dead_letters.read.with_times adds
+# `death_time`, a timestamp.
+DEAD_LETTER = StructType(
+    [
+        StructField("dead_letter_key", StringType(), False),
+        StructField("dead_letter_id", StringType(), False),
+        StructField("source_stream", StringType(), True),
+        StructField("group", StringType(), True),
+        StructField("original_id", StringType(), True),
+        StructField("original_consumer", StringType(), True),
+        StructField("delivery_count", LongType(), True),
+        StructField("delivery_limit", LongType(), True),
+        StructField("death_reason", StringType(), True),
+        StructField("death_time_ms", LongType(), True),
+        StructField("death_run_id", StringType(), True),
+        StructField("exception_message", StringType(), True),
+        StructField("idle_ms", LongType(), True),
+        StructField("redrive_count", LongType(), True),
+        StructField("fields", MapType(StringType(), BinaryType(), False), False),
+    ]
+)

@@ -9,6 +9,7 @@ job stops with one line naming it.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
+from recovery.dead_letters.cli import dead_letters_main
 from recovery.driver.cli import run_recovery
 from recovery.redrive.cli import redrive_main
 from recovery.testing.local_redis import LocalServer
@@ -94,6 +96,15 @@ def run_as_documented_users(spark, url: str, client: Redis, nodes: list[Redis],
         names = {c["name"].decode() for c in client.xinfo_consumers(stream, "billing")}
         assert len([n for n in names if n.startswith("recovery-")]) == 1, names
 
+    # The dead-letter read as the recovery user, and its warning (the other DLQ: denied).
+    letters = job_args(url, "recovery", tmp_path, "streams.match=*",
+                       "dead_letters.warn_length=1")
+    assert dead_letters_main(letters, lambda: spark) == 0, capsys.readouterr()
+    read = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert read["totals"]["dead_letters"] == sum(len(dead_letters(client, s)) for s in STREAMS)
+    assert {w["stream"] for w in read["dead_letter_warnings"]} == set(STREAMS)
+    assert [s["stream"] for s in read["skipped"]] == [OUTSIDE]
+
     redrive = job_args(url, "redrive", tmp_path, "streams.match=events:*")
     assert redrive_main(redrive) == 0, capsys.readouterr()
     assert all(dead_letters(client, s) == [] for s in STREAMS)
@@ -101,8 +112,8 @@ def run_as_documented_users(spark, url: str, client: Redis, nodes: list[Redis],
     # which has no such subcommand; Redis 6.2's ACL LOG names only the command, "client".
     setinfo = "client" if client.info("server")["redis_version"].startswith("6.") \
         else "client|setinfo"
-    allowed = {("recovery", "key", OUTSIDE)} | {(u, "command", setinfo)
-                                                for u in ("recovery", "redrive")}
+    allowed = {("recovery", "key", OUTSIDE), ("recovery", "key", f"{{{OUTSIDE}}}:dlq")}
+    allowed |= {(u, "command", setinfo) for u in ("recovery", "redrive")}
     assert refusals(nodes) <= allowed
 
 

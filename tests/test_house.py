@@ -20,8 +20,10 @@ MAX_LINES = 400
 MODULES = sorted(PACKAGE.rglob("*.py"))
 # The driver side: orchestration, the settings model and the library it is built with.
 DRIVER_SIDE = ("recovery.driver", "recovery.config", "pydantic", "pydantic_settings")
+# ...and the one module of another package that Python workers run: the dead-letter reader.
 WORKER_SIDE = sorted(m for m in MODULES if m.relative_to(PACKAGE).parts[0] in
-                     ("executor", "redis_io"))
+                     ("executor", "redis_io")
+                     or m == PACKAGE / "dead_letters" / "read.py")
 TEST_TOOLING = ("recovery.testing", "tests")
 
 

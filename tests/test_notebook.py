@@ -31,7 +31,7 @@ def last_json_line(cell: nbformat.NotebookNode) -> dict:
     return json.loads(printed.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def test_notebook_runs_top_to_bottom_and_draws_three_pictures(monkeypatch):
+def test_notebook_runs_top_to_bottom_and_draws_four_pictures(monkeypatch):
     monkeypatch.delenv("RECOVERY_NOTEBOOK_REDIS_URL", raising=False)
     monkeypatch.setenv("RECOVERY_NOTEBOOK_PER_STREAM", "200")  # small: the test stays fast
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
@@ -42,10 +42,14 @@ def test_notebook_runs_top_to_bottom_and_draws_three_pictures(monkeypatch):
 
     images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if "image/png" in o.get("data", {})]
-    assert len(images) == 3  # delivery counts, pending age, outcomes
+    assert len(images) == 4  # delivery counts, pending age, outcomes, the trend
     plan, summary = (last_json_line(tagged(nb, tag)) for tag in ("dry-run", "real-run"))
     assert (plan["status"], plan["dry_run"], summary["status"]) == ("ok", True, "ok")
     # 3 streams x 2 groups; every 40th of the 150 stuck entries per group is poison (9 deliveries).
     assert summary["totals"]["dead_lettered"] == plan["totals"]["would_dead_letter"] == 3 * 2 * 4
     assert summary["totals"]["reprocessed"] > 0
+    # The biggest cause (one stream, group and reason: 4 poison entries), redriven dry.
+    redrive_plan = last_json_line(tagged(nb, "redrive-plan"))
+    assert redrive_plan["dry_run"] is True
+    assert (redrive_plan["totals"]["matched"], redrive_plan["totals"]["redriven"]) == (4, 0)
     assert os.environ.get("RECOVERY_NOTEBOOK_REDIS_URL") is None

@@ -26,7 +26,6 @@ from recovery.driver.job import run
 from recovery.params import RedisParams
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import connect
-from recovery.redis_io.scripts import DeadLetter, DeadLetterContext, dead_letter_batch
 from recovery.redis_io.streams import Fields, pairs
 from recovery.redrive.run import RedriveSummary, run_redrive
 from recovery.testing.backlog import add_entries, deliver
@@ -34,7 +33,7 @@ from recovery.testing.local_redis import LocalServer
 from tests.support.backlogs import seed
 from tests.support.cluster_fixtures import keys_on_every_primary
 from tests.support.handlers import CHECKSUM, checksum
-from tests.support.redrive_tools import redrive
+from tests.support.redrive_tools import dead_letter, dead_letter_pending, redrive
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTER = b"x-redrive-count"
@@ -53,26 +52,6 @@ def entries(raw: redis.Redis, key: str, start: str = "-") -> list[tuple[str, Fie
 
 def meta(fields: Fields) -> dict[bytes, bytes]:
     return dict(fields)  # metadata come last, so the block's values win
-
-
-def dead_letter(client: redis.Redis, stream: str, group: str,
-                payloads: list[dict[bytes, bytes]], reasons: list[str]) -> list[str]:
-    """XADD `payloads`, deliver them to `group`, dead-letter them with the real move script
-    (dead_letter.lua). The group must have read everything before. Their source IDs."""
-    ids = add_entries(client, stream, len(payloads), lambda i: payloads[i])  # type: ignore[arg-type, return-value]
-    assert deliver(client, stream, group, "c", len(ids)) == ids
-    dead_letter_pending(client, stream, group, ids, reasons)
-    return ids
-
-
-def dead_letter_pending(client: redis.Redis, stream: str, group: str, ids: list[str],
-                        reasons: list[str]) -> None:
-    """Dead-letter `ids`, pending for consumer ``c`` of `group`, with dead_letter.lua."""
-    ctx = DeadLetterContext(stream, group, "c", dead_letter_key(stream, ":dlq"), "run-t", 5,
-                            int(time.time() * 1000))
-    replies = dead_letter_batch(client, ctx, [DeadLetter(i, 6, 1000, "old", r, None)
-                                              for i, r in zip(ids, reasons, strict=True)])
-    assert all(isinstance(r, bytes) for r in replies)
 
 
 def new_group(client: redis.Redis, stream: str, group: str) -> None:

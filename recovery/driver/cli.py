@@ -15,16 +15,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
 from recovery.config import Settings, load_settings, redis_params
 from recovery.driver.discovery import check_server
 from recovery.driver.job import check_report_location, run
+from recovery.driver.pyspark_path import with_installed_pyspark
 from recovery.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, RecoveryError
 from recovery.handlers import load_handler
 from recovery.redis_io.redis_conn import connect
 
 log = logging.getLogger("recovery")
+CONSOLE_PROGRESS = "spark.ui.showConsoleProgress"
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -38,16 +41,33 @@ class _BadArguments(RecoveryError):
     exit_code = EXIT_BAD_INPUT
 
 
-def recover_parser() -> argparse.ArgumentParser:
-    parser = _ArgumentParser(prog="recover", description=__doc__)
+def common_parser(prog: str, description: str | None) -> argparse.ArgumentParser:
+    """The options every entry point takes: --config, --set, --run-id, --log-level."""
+    parser = _ArgumentParser(prog=prog, description=description)
     parser.add_argument("--config", type=Path, help="TOML config file (see conf/recovery.toml)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="SECTION.FIELD=VALUE", help="override one setting (repeatable)")
     parser.add_argument("--run-id", help="run id (default: UTC time plus random suffix)")
     parser.add_argument("--log-level", default="INFO", help="log level of the job's own logs")
+    return parser
+
+
+def recover_parser() -> argparse.ArgumentParser:
+    parser = common_parser("recover", __doc__)
     parser.add_argument("--dry-run", action="store_true",
                         help="plan only: read XPENDING and XRANGE, claim and change nothing")
     return parser
+
+
+def submitted_session(app_name: str) -> SparkSession:
+    """An entry point's session: the submitter decides the master; the job names itself and
+    starts its Python workers from the installed PySpark (``recovery.driver.pyspark_path``).
+    Spark's console progress bar would interleave with the job's log lines: off unless the
+    submitter set ``spark.ui.showConsoleProgress`` (``--conf``)."""
+    builder = SparkSession.builder.appName(app_name)
+    if not SparkConf().contains(CONSOLE_PROGRESS):
+        builder = builder.config(CONSOLE_PROGRESS, "false")
+    return with_installed_pyspark(builder).getOrCreate()
 
 
 def setup_logging(level: str) -> None:

@@ -158,7 +158,7 @@ def _candidate_streams(client: redis.Redis, settings: Settings, params: RedisPar
         kinds = each(client, [("TYPE", n) for n in candidates])
     streams: list[str] = []
     for name, kind in zip(candidates, kinds, strict=True):
-        kind = _type_unless_denied(kind, params)
+        kind = type_unless_denied(kind, params)
         if kind is None:
             skipped.append(Skipped(name, None, "the Redis user may not access this key (ACL "
                                    "key patterns): left alone"))
@@ -171,7 +171,7 @@ def _candidate_streams(client: redis.Redis, settings: Settings, params: RedisPar
     return streams
 
 
-def _type_unless_denied(reply: object, params: RedisParams) -> str | None:
+def type_unless_denied(reply: object, params: RedisParams) -> str | None:
     """A TYPE reply as text; None when the ACL user may not access that key (SCAN lists every
     key, whatever the user's key patterns). A denied *command* still raises."""
     if isinstance(reply, NoPermissionError) and not denied_command(server_text(reply)):

@@ -1,9 +1,10 @@
 """Group health as found before a run: per stream and group and per consumer.
 
 Driver side (a few commands per unit): XLEN, XINFO GROUPS (pending, lag), XINFO CONSUMERS
-(pending, idle, inactive). The PEL histograms come from the executors and are merged here by
-(stream, group): in a run from the claim steps' own reads (``recovery.executor.claim``), in a dry
-run from a pass of their own (``recovery.executor.survey.histogram_partition``).
+(pending, idle, inactive), XLEN of the stream's dead-letter stream. The PEL histograms come
+from the executors and are merged here by (stream, group): in a run from the claim steps' own
+reads (``recovery.executor.claim``), in a dry run from a pass of their own
+(``recovery.executor.survey.histogram_partition``).
 """
 
 from __future__ import annotations
@@ -16,19 +17,22 @@ import redis
 
 from recovery.driver.discovery import WorkUnit, remove_consumers
 from recovery.params import RedisParams
+from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.streams import each, info_rows, shown
 
 log = logging.getLogger(__name__)
 
 
-HEALTH_COMMANDS = 2  # per unit: XINFO CONSUMERS, XLEN
+HEALTH_COMMANDS = 3  # per unit: XINFO CONSUMERS, XLEN, the dead letters' XLEN
 
 
-def _health_row(unit: WorkUnit, consumers: Any, length: Any) -> dict[str, Any]:
+def _health_row(unit: WorkUnit, consumers: Any, length: Any, dead_letters: Any
+                ) -> dict[str, Any]:
     """One unit's health: pending and lag as discovery read them (XINFO GROUPS, just
-    before), its consumers and the stream's length from their raw replies. Lag is None where
-    the server cannot tell (before 7.0, or after deletions in the stream)."""
+    before), its consumers, the stream's and its dead letters' lengths from their raw
+    replies (the dead-letter XLEN may be an error: null). Lag is None where the server
+    cannot tell (before 7.0, or after deletions in the stream)."""
     return {
         "stream": unit.stream, "group": unit.group, "length": int(length),
         "lag": unit.lag, "pending": unit.pending,
@@ -38,6 +42,7 @@ def _health_row(unit: WorkUnit, consumers: Any, length: Any) -> dict[str, Any]:
              "inactive_ms": _maybe_int(c.get("inactive"))}
             for c in info_rows(consumers)
         ],
+        "dead_letter_length": None if isinstance(dead_letters, Exception) else int(dead_letters),
     }
 
 
@@ -45,20 +50,22 @@ def _maybe_int(value: object) -> int | None:
     return None if value is None else int(value)  # type: ignore[call-overload]
 
 
-def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: RedisParams
-                   ) -> list[dict[str, Any]]:
-    """Health of every unit (skipping units that vanished), histograms still empty.
+def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: RedisParams,
+                   dlq_suffix: str) -> list[dict[str, Any]]:
+    """Health of every unit (skipping units that vanished), histograms still empty. Units
+    come from discovery, so their dead-letter names exist (``dlq_names``).
 
-    Pipelined: two commands per unit, a round trip per 500 units."""
+    Pipelined: three commands per unit, a round trip per ~330 units."""
     units = list(units)
     commands = [c for u in units for c in (("XINFO CONSUMERS", u.stream, u.group),
-                                           ("XLEN", u.stream))]
+                                           ("XLEN", u.stream),
+                                           ("XLEN", dead_letter_key(u.stream, dlq_suffix)))]
     with redis_errors(params):
         replies = each(client, commands)
     result = []
     for i, unit in enumerate(units):
         answers = replies[i * HEALTH_COMMANDS : (i + 1) * HEALTH_COMMANDS]
-        if any(isinstance(a, Exception) for a in answers):
+        if any(isinstance(a, Exception) for a in answers[:-1]):
             continue  # vanished since discovery: the run reports it
         result.append(_health_row(unit, *answers))
     add_histograms(result, [])

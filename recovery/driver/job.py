@@ -33,6 +33,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from recovery import errors
 from recovery.config import Settings, executor_params
+from recovery.dead_letters.stats import dead_letter_warnings
 from recovery.driver.discovery import (
     WorkUnit,
     assign,
@@ -110,6 +111,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
                  len(units), len(skipped), " (dry run)" if dry_run else "")
         summary = RunSummary(params.run_id, dry_run=dry_run,
                              report_path=run_path(settings.report.path, params.run_id))
+        summary.dead_letter_warnings = dead_letter_warnings(client, settings, params.redis)
         actions = PLAN_ACTIONS if dry_run else ACTIONS
         with spark_errors():
             tallies = []
@@ -149,7 +151,7 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
     # A run counts the PEL histograms in its claim steps' own reads (either path); only a
     # dry run, which claims nothing, reads the PELs in a pass of their own.
     in_pass = not dry_run and settings.report.pel_histograms
-    health = collect_health(client, units, params.redis)
+    health = collect_health(client, units, params.redis, settings.dead_letter.suffix)
     if settings.report.pel_histograms and not in_pass:
         hist_df = unit_df.mapInArrow(histogram_partition(params), PEL_HISTOGRAM)
         add_histograms(health, [r.asDict() for r in hist_df.collect()])  # a row per unit

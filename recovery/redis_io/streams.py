@@ -232,6 +232,21 @@ def pending_pages(client: redis.Redis, stream: str, group: str, page: int,
         start = "(" + as_str(rows[-1][ID])
 
 
+def range_pages(client: redis.Redis, stream: str, page: int) -> Iterator[list[list[object]]]:
+    """Every entry of `stream` in ID order, `page` entries per XRANGE reply (``COUNT``; the
+    next page starts after the last ID seen: ``(<id>``, Redis 6.2+), never the whole stream
+    in one reply. Each page is XRANGE's raw reply: ``[[id, [name, value, ...]], ...]`` (bytes).
+    A missing key gives no page; a key of another type raises ResponseError WRONGTYPE."""
+    start = "-"
+    while True:
+        entries = client.execute_command("XRANGE", stream, start, "+", "COUNT", page)
+        if entries:
+            yield entries
+        if len(entries) < page:
+            return
+        start = "(" + as_str(entries[-1][0])
+
+
 def fetch_entries(client: redis.Redis, stream: str, ids: Sequence[str]
                   ) -> dict[str, Fields | None]:
     """Fields of each ID (pipelined XRANGE id id); None for IDs gone from the stream."""

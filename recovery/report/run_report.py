@@ -32,6 +32,8 @@ class RunSummary(JsonLine):
     dry_run: bool = False
     health: dict[str, Any] = field(default_factory=dict)
     health_path: str | None = None
+    # Dead-letter streams over a dead_letters.warn_* threshold (recovery.dead_letters.stats).
+    dead_letter_warnings: list[dict[str, Any]] = field(default_factory=list)
 
     def failed_ratio(self) -> float:
         """Failed handler messages over all messages given to the handler (0 when none)."""

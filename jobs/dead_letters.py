@@ -1,0 +1,30 @@
+"""Read the dead-letter streams as data: grouped by cause and by error signature, with
+warnings on their length and age. Read-only: nothing in Redis changes.
+
+    spark-submit jobs/dead_letters.py --config conf/recovery.toml \
+        [--set dead_letters.warn_length=10000] [--set streams.match=orders:*]
+
+The dead-letter streams are those of the streams ``streams.keys`` / ``streams.match`` select.
+Views go to ``<report.path>/dead_letters/run_id=<run id>/`` (``by_reason/``,
+``by_signature/``). Exit codes: 0 success, 2 invalid config or arguments, 1 anything else.
+The last line of stdout is a JSON summary.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from recovery.driver.pyspark_path import prefer_installed_pyspark
+
+prefer_installed_pyspark()  # before the first pyspark import
+
+from recovery.dead_letters.cli import dead_letters_main  # noqa: E402
+from recovery.driver.cli import submitted_session  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    return dead_letters_main(argv, lambda: submitted_session("redis-stream-dead-letters"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

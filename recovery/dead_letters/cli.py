@@ -1,0 +1,34 @@
+"""Command line of ``jobs/dead_letters.py``: the same options and exit codes as
+``jobs/recover.py`` (0 success, 2 invalid config or arguments, 1 anything else), without
+``--dry-run`` (the read changes nothing in Redis).
+
+Errors are one line on stderr; the last line of stdout is always a JSON summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyspark.sql import SparkSession
+
+from recovery.config import load_settings
+from recovery.dead_letters.report import DeadLetterSummary
+from recovery.dead_letters.run import run_dead_letters
+from recovery.driver.cli import Outcome, common_parser, exit_code_of, setup_logging
+from recovery.driver.job import check_report_location, new_run_id
+
+
+def dead_letters_main(argv: list[str] | None, session: Callable[[], SparkSession]) -> int:
+    """Parse, load, read, report; return the exit code. `session` builds the SparkSession,
+    after the config is valid and the report directory writable."""
+
+    def body(summaries: list[Outcome]) -> None:
+        args = common_parser("dead_letters", __doc__).parse_args(argv)
+        setup_logging(args.log_level)
+        settings = load_settings(args.config, args.overrides)
+        check_report_location(settings.report.path)
+        summary = DeadLetterSummary(args.run_id or new_run_id())
+        summaries.append(summary)
+        run_dead_letters(session(), settings, summary)
+
+    return exit_code_of(body, "dead-letter read")

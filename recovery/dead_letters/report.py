@@ -1,0 +1,57 @@
+"""What a dead-letter read reports: where its Parquet views go, its JSON summary, and the
+fixed-width tables it logs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from recovery.report.json_line import JsonLine
+
+VIEWS = ("by_reason", "by_signature")
+ENTRIES = "entries"
+
+
+def views_path(base: str, run_id: str) -> str:
+    """``<report.path>/dead_letters/run_id=<run id>``: the run's ``by_reason/``,
+    ``by_signature/`` and, with ``dead_letters.write_entries``, ``entries/``."""
+    return f"{base.rstrip('/')}/dead_letters/run_id={run_id}"
+
+
+@dataclass
+class DeadLetterSummary(JsonLine):
+    """One dead-letter read: per dead-letter stream its status (``read``, ``empty``,
+    ``missing``), XLEN and oldest age (s) when looked at, and the dead letters read; totals;
+    the top error signatures; warnings (``dead_letter_warnings``); skipped keys (a key of
+    another type, a source without a dead-letter name) with the reason."""
+
+    run_id: str
+    status: str = "ok"
+    totals: dict[str, int] = field(default_factory=lambda: {
+        "dead_letter_streams": 0, "read": 0, "empty": 0, "missing": 0, "dead_letters": 0,
+        "without_metadata": 0})
+    streams: list[dict[str, Any]] = field(default_factory=list)
+    top_signatures: list[dict[str, Any]] = field(default_factory=list)
+    dead_letter_warnings: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    report_path: str | None = None
+    duration_s: float = 0.0
+    error: str | None = None
+
+
+def plain(value: object) -> object:
+    """A view cell for JSON and the log: times as ISO 8601 text, the rest as is."""
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def fixed_width(rows: list[dict[str, Any]], columns: list[str], width: int = 60) -> str:
+    """`rows` as a fixed-width text table of `columns` (cells cut at `width` characters;
+    null as ``-``)."""
+    cells = [[("-" if r[c] is None else str(plain(r[c])))[:width] for c in columns]
+             for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True))
+              for row in cells]
+    return "\n".join(lines)

@@ -1,0 +1,132 @@
+"""Driver side: which dead-letter streams the config points at, what each one is (type,
+length, oldest entry), and the warnings their length and age raise.
+
+Three pipelined commands per dead-letter stream (TYPE, XLEN, XRANGE - + COUNT 1), a round
+trip per ~330 streams; all granted to the documented recovery user (docs/ACL.md). The
+recovery run calls :func:`dead_letter_warnings` too, only when a threshold is set.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from recovery.config import Settings
+from recovery.driver.discovery import Skipped, selected_keys, type_unless_denied
+from recovery.errors import DeadLetterNameError
+from recovery.params import RedisParams
+from recovery.redis_io.cluster import node_of
+from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.streams import as_str, each
+
+log = logging.getLogger(__name__)
+STATS_COMMANDS = 3  # per dead-letter stream: TYPE, XLEN, XRANGE - + COUNT 1
+DENIED = "denied"  # the kind of a key the ACL user may not access (its key patterns)
+
+
+@dataclass(frozen=True)
+class DeadLetterStream:
+    """One dead-letter stream as found: `kind` is its TYPE (``stream``, ``none`` when
+    missing, or another type); `length` its XLEN (0 unless a stream); `oldest_ms` the time
+    part of its first entry's ID, when it was added (epoch ms; None when empty); `node` the
+    primary that owns it on a Redis Cluster (``host:port``; "" on a standalone server)."""
+
+    source: str
+    key: str
+    kind: str
+    length: int = 0
+    oldest_ms: int | None = None
+    node: str = ""
+
+    @property
+    def status(self) -> str:
+        """``read`` (a stream with entries), ``empty``, ``missing``, ``denied`` (the ACL user
+        may not access it) or ``wrong-type``."""
+        if self.kind in ("none", DENIED):
+            return "missing" if self.kind == "none" else DENIED
+        if self.kind != "stream":
+            return "wrong-type"
+        return "read" if self.length else "empty"
+
+    def oldest_age_s(self, now_ms: int) -> float | None:
+        """Seconds since its oldest entry was added (None when it has none)."""
+        return None if self.oldest_ms is None else round((now_ms - self.oldest_ms) / 1000, 3)
+
+
+def dead_letter_pairs(client: redis.Redis, settings: Settings, params: RedisParams,
+                      skipped: list[Skipped]) -> list[tuple[str, str]]:
+    """(source stream, dead-letter stream) for every key ``streams.keys`` /
+    ``streams.match`` select; a key without a valid dead-letter name is added to `skipped`."""
+    pairs = []
+    for source in selected_keys(client, settings, params, skipped):
+        try:
+            pairs.append((source, dead_letter_key(source, settings.dead_letter.suffix)))
+        except DeadLetterNameError as exc:
+            skipped.append(Skipped(source, None, str(exc)))
+    return pairs
+
+
+def inspect_streams(client: redis.Redis, pairs: list[tuple[str, str]], params: RedisParams
+                    ) -> list[DeadLetterStream]:
+    """Type, length and oldest entry of each dead-letter stream, pipelined. A key the ACL
+    user may not access is of kind ``denied``; a refused command raises the job's
+    RedisPermissionError."""
+    commands = [c for _, key in pairs for c in (("TYPE", key), ("XLEN", key),
+                                                 ("XRANGE", key, "-", "+", "COUNT", 1))]
+    with redis_errors(params):
+        replies = each(client, commands)
+    found = []
+    for i, (source, key) in enumerate(pairs):
+        reply, length, first = replies[i * STATS_COMMANDS : (i + 1) * STATS_COMMANDS]
+        kind = type_unless_denied(reply, params) or DENIED
+        if kind != "stream":
+            found.append(DeadLetterStream(source, key, kind))
+            continue
+        oldest = int(as_str(first[0][0]).partition("-")[0]) if first else None  # type: ignore[index]
+        found.append(DeadLetterStream(source, key, kind, int(length), oldest,  # type: ignore[call-overload]
+                                      node_of(client, key)))
+    return found
+
+
+def warnings_for(streams: list[DeadLetterStream], warn_length: int | None,
+                 warn_oldest_age_s: float | None, now_ms: int) -> list[dict[str, Any]]:
+    """One warning per threshold a dead-letter stream reaches (length at least `warn_length`
+    entries; oldest entry at least `warn_oldest_age_s` s old), each logged: dicts with
+    ``stream``, ``dead_letter_stream``, ``warning`` (``length`` or ``oldest_age``),
+    ``value`` and ``threshold``."""
+    found: list[dict[str, Any]] = []
+    for s in streams:
+        age = s.oldest_age_s(now_ms)
+        if warn_length is not None and s.length >= warn_length:
+            found.append(_warning(s, "length", s.length, warn_length))
+        if warn_oldest_age_s is not None and age is not None and age >= warn_oldest_age_s:
+            found.append(_warning(s, "oldest_age_s", age, warn_oldest_age_s))
+    return found
+
+
+def _warning(s: DeadLetterStream, what: str, value: float, threshold: float) -> dict[str, Any]:
+    log.warning("dead-letter stream %s (of %s): %s %s reaches dead_letters.warn_%s %s",
+                s.key, s.source, what, value, what, threshold)
+    return {"stream": s.source, "dead_letter_stream": s.key, "warning": what, "value": value,
+            "threshold": threshold}
+
+
+def now_ms() -> int:
+    """The driver's clock, epoch ms."""
+    return time.time_ns() // 1_000_000
+
+
+def dead_letter_warnings(client: redis.Redis, settings: Settings, params: RedisParams
+                         ) -> list[dict[str, Any]]:
+    """The recovery run's check: the warnings of the dead-letter streams of every selected
+    stream; nothing is read when no threshold is set."""
+    d = settings.dead_letters
+    if d.warn_length is None and d.warn_oldest_age_s is None:
+        return []
+    streams = inspect_streams(client, dead_letter_pairs(client, settings, params, []), params)
+    return warnings_for(streams, d.warn_length, d.warn_oldest_age_s, now_ms())

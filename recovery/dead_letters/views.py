@@ -1,0 +1,107 @@
+"""Pure DataFrame logic of dead letters: typed times, error signatures and the grouped views.
+No I/O here.
+
+A signature is the exception message with what varies from one occurrence to the next
+replaced by placeholders, in this order: quoted values (``<str>``), UUIDs (``<uuid>``),
+stream IDs ``<ms>-<seq>`` (``<id>``), hex numbers (``0x..``, or 8+ hex digits holding a
+digit and a letter: ``<hex>``), numbers (``<n>``); runs of white space become one space. So
+"timeout after 3012 ms on order 88" and "timeout after 17 ms on order 5" are both
+"timeout after <n> ms on order <n>".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+Transform = Callable[[DataFrame], DataFrame]
+
+SIGNATURE_RULES: tuple[tuple[str, str], ...] = (
+    (r"'[^']*'|\"[^\"]*\"", "<str>"),
+    (r"(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", "<uuid>"),
+    (r"\b\d+-\d+\b", "<id>"),
+    (r"\b0[xX][0-9a-fA-F]+\b", "<hex>"),
+    (r"\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b", "<hex>"),
+    (r"\d+(?:\.\d+)?", "<n>"),
+    (r"\s+", " "),
+)
+EXAMPLE = "example"
+
+
+def signature(message: Column) -> Column:
+    """The signature of an exception message column (null stays null)."""
+    for pattern, placeholder in SIGNATURE_RULES:
+        message = F.regexp_replace(message, pattern, placeholder)
+    return F.trim(message)
+
+
+def with_death_time() -> Transform:
+    """DEAD_LETTER rows with ``death_time``, a timestamp, after ``death_time_ms``."""
+
+    def add(df: DataFrame) -> DataFrame:
+        at = df.columns.index("death_time_ms") + 1
+        time = F.timestamp_millis(F.col("death_time_ms")).alias("death_time")
+        return df.select(*df.columns[:at], time, *df.columns[at:])
+
+    return add
+
+
+def causes() -> Transform:
+    """Dead letters (with ``death_time``) -> one row per (dead_letter_key, source_stream,
+    group, death_reason, signature): ``dead_letters`` (count), ``without_metadata`` (rows
+    without an x-original-stream), ``first_death_time``, ``last_death_time`` and one
+    ``example`` (struct: death_time_ms, dead_letter_key, dead_letter_id, exception_message).
+    Small: both views and the summary are built from it, so Redis is read once."""
+
+    def group(df: DataFrame) -> DataFrame:
+        example = F.struct("death_time_ms", "dead_letter_key", "dead_letter_id",
+                           "exception_message")
+        return (df.withColumn("signature", signature(F.col("exception_message")))
+                .groupBy("dead_letter_key", "source_stream", "group", "death_reason",
+                         "signature")
+                .agg(F.count(F.lit(1)).alias("dead_letters"),
+                     F.sum(F.col("source_stream").isNull().cast("long")).alias(
+                         "without_metadata"),
+                     F.min("death_time").alias("first_death_time"),
+                     F.max("death_time").alias("last_death_time"),
+                     F.min(example).alias(EXAMPLE)))
+
+    return group
+
+
+def _rolled_up(keys: list[str]) -> Transform:
+    def roll(df: DataFrame) -> DataFrame:
+        return (df.groupBy(*keys)
+                .agg(F.sum("dead_letters").alias("dead_letters"),
+                     F.min("first_death_time").alias("first_death_time"),
+                     F.max("last_death_time").alias("last_death_time"),
+                     F.min(EXAMPLE).alias(EXAMPLE))
+                .select(*keys, "dead_letters", "first_death_time", "last_death_time",
+                        F.col(f"{EXAMPLE}.dead_letter_key").alias("example_dead_letter_key"),
+                        F.col(f"{EXAMPLE}.dead_letter_id").alias("example_dead_letter_id"),
+                        F.col(f"{EXAMPLE}.exception_message").alias("example_message"))
+                .orderBy(F.desc("dead_letters"), *keys))
+
+    return roll
+
+
+def by_reason() -> Transform:
+    """``causes`` rows -> one per (source_stream, group, death_reason): ``dead_letters``,
+    ``first_death_time``, ``last_death_time`` and an example (``example_dead_letter_key``,
+    ``example_dead_letter_id``, ``example_message``), most dead letters first."""
+    return _rolled_up(["source_stream", "group", "death_reason"])
+
+
+def by_signature() -> Transform:
+    """``causes`` rows -> one per error ``signature`` (null: no exception message), with the
+    same counts, times and example as ``by_reason``, most dead letters first."""
+    return _rolled_up(["signature"])
+
+
+def dead_letter_views(dead_letters: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(by reason, by signature) of a ``read_dead_letters`` frame. Each action on them reads
+    Redis again: cache or checkpoint ``dead_letters.transform(causes())`` to read once."""
+    found = dead_letters.transform(causes())
+    return found.transform(by_reason()), found.transform(by_signature())
