@@ -23,9 +23,9 @@ def gathered(steps: Iterable[ClaimStep], rows: int, for_s: float = GATHER_FOR_S
              ) -> Iterator[ClaimStep]:
     """`steps` joined into steps of about `rows` entries or fewer: a step is added to the
     batch being gathered while the batch holds fewer than `rows` entries and its first claim
-    was sent less than `for_s` seconds ago; a batch that reaches `rows` goes at once. A joined step's lease reading is its oldest
-    claim's (None when a step has none), so the hand-over reads the lease again when it is
-    stale (``recovery.executor.lease``)."""
+    was sent less than `for_s` seconds ago; a batch that reaches `rows` goes at once. A
+    joined step's lease reading is its oldest claim's (None when a step has none), so the
+    hand-over reads the lease again when it is stale (``recovery.executor.lease``)."""
     held: list[ClaimStep] = []
     size = 0
     for step in steps:
