@@ -39,7 +39,7 @@ from recovery.executor.faults import maybe_fail
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.throttle import Throttle
 from recovery.params import JobParams, Unit
-from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.redis_conn import redis_errors, unit_vanished
 from recovery.redis_io.streams import (
     COUNT,
     END_CURSOR,
@@ -48,7 +48,10 @@ from recovery.redis_io.streams import (
     OWNER,
     ClaimBatch,
     PendingRow,
+    as_str,
     claim_batch,
+    each,
+    pending_command,
     pending_pages,
     shown,
     stream_id_key,
@@ -63,10 +66,12 @@ PROGRESS_EVERY = 100_000  # entries between two progress lines of one unit
 class ClaimStep(NamedTuple):
     """Claimed entries and, for entries this loop claimed, when their claim was sent
     (``time.monotonic()`` seconds): the claim is a reading of their lease, no younger than
-    that. None for entries taken back, whose ownership was read earlier in the loop."""
+    that. None for entries taken back, whose ownership was read earlier in the loop.
+    `joins`: how many claim steps it holds (``recovery.executor.gather``)."""
 
     claimed: Claimed
     sent_at: float | None
+    joins: int = 1
 
 
 def claim_unit(client: redis.Redis, params: JobParams, unit: Unit,
@@ -77,14 +82,15 @@ def claim_unit(client: redis.Redis, params: JobParams, unit: Unit,
 
 
 def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
-                throttle: Throttle, histogram: PelHistogram | None = None
-                ) -> Iterator[ClaimStep]:
+                throttle: Throttle, histogram: PelHistogram | None = None,
+                count_left: bool = True) -> Iterator[ClaimStep]:
     """:func:`claim_unit`'s entries step by step (as Python columns), each step with the
     moment its claim was sent.
 
     With `histogram`, also counts the unit's PEL as found: each step's rows as read just
-    before its claim, then, once every step was handed over, one read of what the loop left
-    (the rows other consumers own: entries not idle enough, or delivered meanwhile).
+    before its claim, then (unless `count_left` is False: the caller does it, see
+    ``left_reads``), once every step was handed over, one read of what the loop left (the
+    rows other consumers own: entries not idle enough, or delivered meanwhile).
     """
     stream, group, consumer = unit.stream, unit.group, unit.consumer
     owned: dict[bytes, PendingRow] = {}  # taken back: the job consumer's, not claimed here
@@ -116,7 +122,7 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
         if histogram is not None:
             histogram.add(rows)
         yield ClaimStep(_owned(unit, rows), None)
-    if histogram is not None:
+    if histogram is not None and count_left:
         _count_left(client, params, unit, histogram)
 
 
@@ -133,10 +139,34 @@ def _count_left(client: redis.Redis, params: JobParams, unit: Unit,
                 histogram: PelHistogram) -> None:
     """Count the PEL rows other consumers own once the loop is done: what it did not claim
     (usually none, a read of an empty PEL)."""
-    mine = unit.consumer.encode()
     with redis_errors(params.redis, unit.stream, unit.group):
         for page in pending_pages(client, unit.stream, unit.group, OWN_PAGE):
-            histogram.add([row for row in page if row[OWNER] != mine])
+            _add_left(unit, histogram, page)
+
+
+def left_reads(client: redis.Redis, params: JobParams,
+               units: list[tuple[Unit, PelHistogram]]) -> None:
+    """``_count_left`` for many units, their first pages in one pipeline (a unit that
+    vanished meanwhile is left out)."""
+    replies = each(client, [pending_command(u.stream, u.group, "-", "+", OWN_PAGE)
+                            for u, _ in units])
+    for (unit, histogram), page in zip(units, replies, strict=True):
+        if isinstance(page, Exception):
+            if unit_vanished(page):
+                continue
+            with redis_errors(params.redis, unit.stream, unit.group):
+                raise page
+        _add_left(unit, histogram, page)  # type: ignore[arg-type]
+        if len(page) == OWN_PAGE:  # type: ignore[arg-type]
+            with redis_errors(params.redis, unit.stream, unit.group):
+                for more in pending_pages(client, unit.stream, unit.group, OWN_PAGE,
+                                          start="(" + as_str(page[-1][ID])):  # type: ignore[index]
+                    _add_left(unit, histogram, more)
+
+
+def _add_left(unit: Unit, histogram: PelHistogram, page: list[PendingRow]) -> None:
+    mine = unit.consumer.encode()
+    histogram.add([row for row in page if row[OWNER] != mine])
 
 
 def _read_own_range(client: redis.Redis, unit: Unit, batch: ClaimBatch,

@@ -50,4 +50,5 @@ def _joined(steps: list[ClaimStep]) -> ClaimStep:
         return steps[0]
     sent = [s.sent_at for s in steps]
     oldest = None if None in sent else min(t for t in sent if t is not None)
-    return ClaimStep(Claimed.joined([s.claimed for s in steps]), oldest)
+    return ClaimStep(Claimed.joined([s.claimed for s in steps]), oldest,
+                     sum(s.joins for s in steps))

@@ -36,6 +36,7 @@ from recovery.executor.gather import gathered
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.journaled import TaskJournal
 from recovery.executor.lease import LEASE_ROWS
+from recovery.executor.left_counts import LeftCounts
 from recovery.executor.packing import ArrowFn, note_row, packed_rows, unpacked
 from recovery.executor.tally import PassMaker, Tally
 from recovery.executor.throttle import Throttle
@@ -173,20 +174,28 @@ def recover_partition(params: JobParams, histograms: bool = False,
             client = PartitionClient(params)
             throttle = Throttle(params.max_entries_per_s_per_partition)
             journal = TaskJournal(params, journal_prefix) if journal_prefix is not None else None
+            left = LeftCounts(params) if histograms else None
 
             def unit_steps(unit: Unit) -> Iterator[ClaimStep]:
                 pel = tally.histogram(unit.stream, unit.group) if histograms else None
-                steps = claim_steps(client.get(), params, unit, throttle, pel)
+                steps = claim_steps(client.get(), params, unit, throttle, pel, count_left=False)
                 if journal is not None:
                     steps = journal.steps(client.get(), unit, steps)
-                return skip_vanished(unit, steps)
+                steps = skip_vanished(unit, steps)
+                return left.tracked(unit, pel, steps) if left and pel else steps
 
-            steps = (step for unit in unit_rows(batches) for step in unit_steps(unit))
+            steps = gathered((s for unit in unit_rows(batches) for s in unit_steps(unit)), rows)
             done = (lambda report: journal.done(client.get(), report)) if journal else None
             try:
                 with young_collections_rarer():
-                    reports = applied(client.get, params, gathered(steps, rows), done)
-                    yield from journal.amended(reports) if journal else reports
+                    reports = applied(client.get, params, left.sent(steps) if left else steps,
+                                      done)
+                    for report in journal.amended(reports) if journal else reports:
+                        if left is not None:
+                            left.handed(client.get())
+                        yield report
+                    if left is not None:
+                        left.rest(client.get())
             finally:
                 client.close()
 
@@ -209,14 +218,14 @@ def _throttled(params: JobParams, claim_fn: ClaimFn) -> ArrowFn:
 
 
 def applied(get_client: Callable[[], redis.Redis], params: JobParams,
-            steps: Iterable[tuple[Claimed, float | None]],
+            steps: Iterable[ClaimStep],
             done: Callable[[pa.RecordBatch], None] | None = None) -> Iterator[pa.RecordBatch]:
     """REPORT batches of claimed `steps` (each with when its lease was last read, or None):
     route, dead-letter, handle and ack one step at a time; `done`, if given, gets each
     step's report before it is passed on."""
-    for step, (claimed, read_at) in enumerate(steps, start=1):
+    for step, item in enumerate(steps, start=1):
         with redis_errors(params.redis):
-            report = apply_batch(get_client(), params, claimed, read_at)
+            report = apply_batch(get_client(), params, item.claimed, item.sent_at)
         maybe_fail("apply", step)  # after the side effects: the worst moment
         if done is not None:
             done(report)
@@ -250,7 +259,8 @@ def apply_partition(params: JobParams, rows: int) -> PassMaker:
             try:
                 with young_collections_rarer():
                     yield from applied(client.get, params,
-                                       ((Claimed.from_arrow(batch), None) for batch in steps))
+                                       (ClaimStep(Claimed.from_arrow(batch), None)
+                                        for batch in steps))
             finally:
                 client.close()
 

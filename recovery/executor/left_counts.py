@@ -1,0 +1,65 @@
+"""The last PEL read of each unit for its histogram, in the one pass: after the unit's steps
+are all handed over, pipelined across the units that finished meanwhile.
+
+The claim loop counts each step's PEL rows as it reads them; what the loop leaves (rows
+other consumers own) is read once more when the unit is done. With small steps gathered
+into one hand-over (``recovery.executor.gather``), a unit's claim loop ends before its
+entries are handed over. Read then, the PEL would still hold them (rows of the job's own
+consumer, read only to be dropped). So the read waits until the hand-over of the unit's
+last step, and the units done by then are read in one pipeline.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+
+import redis
+
+from recovery.executor.claim import ClaimStep, left_reads
+from recovery.executor.histogram import PelHistogram
+from recovery.params import JobParams, Unit
+
+
+class LeftCounts:
+    """Which units' claim loops are over, and which of their steps were handed over.
+
+    Steps are counted as they are pulled from the claim loops (``tracked``) and as joined
+    steps go to the hand-over (``sent``); ``handed`` follows each hand-over's report (one
+    per joined step, in order) and reads the PELs of the units whose last step it covered.
+    """
+
+    def __init__(self, params: JobParams) -> None:
+        self.params = params
+        self._pulled = 0  # claim steps pulled from the units' loops
+        self._handed = 0  # claim steps whose hand-over is done
+        self._in_flight: deque[int] = deque()  # claim steps per joined step sent
+        self._waiting: list[tuple[Unit, PelHistogram, int]] = []  # unit, its last step
+
+    def tracked(self, unit: Unit, histogram: PelHistogram, steps: Iterable[ClaimStep]
+                ) -> Iterator[ClaimStep]:
+        """`steps` of `unit`, counted; once they end the unit waits for its read."""
+        for step in steps:
+            self._pulled += 1
+            yield step
+        self._waiting.append((unit, histogram, self._pulled))
+
+    def sent(self, steps: Iterable[ClaimStep]) -> Iterator[ClaimStep]:
+        """Joined `steps` on their way to the hand-over, counted."""
+        for step in steps:
+            self._in_flight.append(step.joins)
+            yield step
+
+    def handed(self, client: redis.Redis) -> None:
+        """One hand-over is done: read the PELs of the units it finished."""
+        self._handed += self._in_flight.popleft()
+        self._read(client, [w for w in self._waiting if w[2] <= self._handed])
+
+    def rest(self, client: redis.Redis) -> None:
+        """Every hand-over is done: read the PELs of the units still waiting."""
+        self._read(client, list(self._waiting))
+
+    def _read(self, client: redis.Redis, ready: list[tuple[Unit, PelHistogram, int]]) -> None:
+        if ready:
+            self._waiting = [w for w in self._waiting if w not in ready]
+            left_reads(client, self.params, [(unit, pel) for unit, pel, _ in ready])
