@@ -6,7 +6,6 @@ Only counts and names cross here, never messages.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
 
@@ -249,29 +248,6 @@ def job_consumer_stem(prefix: str, run_id: str) -> str:
 def is_job_consumer(name: str, stem: str) -> bool:
     """True for a consumer named `stem` (``job_consumer_stem``) followed by a part number."""
     return name.startswith(stem) and name[len(stem):].isdigit()
-
-
-def remove_empty_job_consumers(client: redis.Redis, units: Iterable[WorkUnit], prefix: str,
-                               params: RedisParams) -> int:
-    """Delete the job's own consumers (this run's and earlier ones) that own nothing.
-
-    Consumers of the application are never touched, and a consumer that still owns
-    pending entries is never deleted (the script checks atomically). Pipelined: a few round
-    trips per 1000 units.
-    """
-    units = list(units)
-    with redis_errors(params):
-        replies = each(client, [("XINFO CONSUMERS", u.stream, u.group) for u in units])
-    targets = []
-    for unit, reply in zip(units, replies, strict=True):
-        if isinstance(reply, Exception):
-            log.warning("consumer clean-up skipped for %s / %s: %s", unit.stream, unit.group,
-                        reply)
-            continue
-        targets += [(unit.stream, unit.group, name) for c in info_rows(reply)  # type: ignore[arg-type]
-                    if isinstance(name := c["name"], str) and name.startswith(prefix + "-")
-                    and not c["pending"]]
-    return remove_consumers(client, targets, params)
 
 
 def remove_consumers(client: redis.Redis, targets: list[tuple[str, str, str]],

@@ -97,6 +97,23 @@ def remove_idle_consumers(client: redis.Redis, health: Iterable[dict[str, Any]],
     return removed
 
 
+def remove_empty_job_consumers(client: redis.Redis, health: Iterable[dict[str, Any]],
+                               own: dict[tuple[str, str], str], prefix: str,
+                               params: RedisParams) -> int:
+    """Delete the job's own consumers that own nothing once the run is done: this run's
+    (`own`: (stream, group) -> its consumer) and earlier runs' (``<prefix>-...``, as the
+    group health found them). Consumers of the application are never touched, and a
+    consumer that still owns pending entries is never deleted (the script checks
+    atomically). No XINFO CONSUMERS of its own: pipelined script calls only. Returns how
+    many were deleted."""
+    targets = dict.fromkeys((stream, group, consumer) for (stream, group), consumer in own.items())
+    for h in health:
+        targets.update(dict.fromkeys((h["stream"], h["group"], c["name"]) for c in h["consumers"]
+                                     if c["name"].startswith(prefix + "-")
+                                     and "\\x" not in c["name"]))
+    return remove_consumers(client, list(targets), params)
+
+
 def format_health(health: list[dict[str, Any]]) -> str:
     """A compact per-unit health table for the log: one line per unit, deliveries as
     ``<delivery count bucket>:<entries>`` pairs, consumers with their pending entries and

@@ -39,12 +39,12 @@ from recovery.driver.discovery import (
     assign,
     check_server,
     discover,
-    remove_empty_job_consumers,
 )
 from recovery.driver.health import (
     add_histograms,
     collect_health,
     format_health,
+    remove_empty_job_consumers,
     remove_idle_consumers,
 )
 from recovery.driver.progress import ProgressReporter
@@ -167,7 +167,8 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
     if in_pass:  # the histograms came with the report pass: as its claim steps found them
         add_histograms(health, histogram_rows(tallies))
         _write_health(spark, settings, params, health, summary)
-    remove_empty_job_consumers(client, units, settings.claim.consumer_prefix, params.redis)
+    remove_empty_job_consumers(client, health, consumers, settings.claim.consumer_prefix,
+                               params.redis)
     idle_ms = settings.housekeeping.remove_idle_consumers_ms
     if idle_ms is not None:
         remove_idle_consumers(client, health, idle_ms, params.redis)
@@ -184,9 +185,10 @@ def _write_health(spark: SparkSession, settings: Settings, params: JobParams,
 
 
 def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
-                units: list[WorkUnit]) -> tuple[DataFrame, list[str]]:
+                units: list[WorkUnit]) -> tuple[DataFrame, dict[tuple[str, str], str]]:
     """The units as a small DataFrame with exactly one Spark partition per part (so parts
-    never share a task, whatever the keys hash to), and the parts' job consumers."""
+    never share a task, whatever the keys hash to), and each unit's job consumer by
+    (stream, group)."""
     parts = assign(units, settings.spark.partitions, settings.claim.consumer_prefix,
                    params.run_id)
     n = max(part for _, part in parts) + 1
@@ -194,12 +196,13 @@ def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
     by_part: list[list[dict]] = [[] for _ in range(n)]
     for unit, part in parts:
         by_part[part].append({**vars(unit), "part": part})
-    consumers = sorted({unit.consumer for unit, _ in parts})
+    consumers = {(unit.stream, unit.group): unit.consumer for unit, _ in parts}
     return units_of_parts(spark, by_part), consumers
 
 
 def _recover(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
-             unit_df: DataFrame, consumers: list[str], one_pass: bool) -> list[str]:
+             unit_df: DataFrame, consumers: dict[tuple[str, str], str], one_pass: bool
+             ) -> list[str]:
     """Claim, dead-letter, handle, ack and report: in one pass when Spark never retries a
     task, or when it may and the claim journal can be kept in Redis (a retried attempt
     reports from it); else with the claim materialised first (a retried hand-over reports
@@ -210,7 +213,7 @@ def _recover(spark: SparkSession, client: redis.Redis, settings: Settings, param
                  params.run_id, master)
         return _one_pass(settings, params, unit_df, None)
     prefix = settings.claim.journal_prefix
-    keys = [journal_key(prefix, consumer) for consumer in consumers] if prefix else []
+    keys = [journal_key(prefix, c) for c in sorted(set(consumers.values()))] if prefix else []
     refusal: str | None = "claim.journal_prefix is empty"
     if prefix:
         with redis_errors(params.redis):
