@@ -123,7 +123,7 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
             histogram.add(rows)
         yield ClaimStep(_owned(unit, rows), None)
     if histogram is not None and count_left:
-        _count_left(client, params, unit, histogram)
+        left_reads(client, params, [(unit, histogram)])
 
 
 def examined(batch: ClaimBatch) -> list[PendingRow]:
@@ -135,19 +135,11 @@ def examined(batch: ClaimBatch) -> list[PendingRow]:
     return [row for entry_id, row in batch.before.items() if entry_id in taken]
 
 
-def _count_left(client: redis.Redis, params: JobParams, unit: Unit,
-                histogram: PelHistogram) -> None:
-    """Count the PEL rows other consumers own once the loop is done: what it did not claim
-    (usually none, a read of an empty PEL)."""
-    with redis_errors(params.redis, unit.stream, unit.group):
-        for page in pending_pages(client, unit.stream, unit.group, OWN_PAGE):
-            _add_left(unit, histogram, page)
-
-
 def left_reads(client: redis.Redis, params: JobParams,
                units: list[tuple[Unit, PelHistogram]]) -> None:
-    """``_count_left`` for many units, their first pages in one pipeline (a unit that
-    vanished meanwhile is left out)."""
+    """Count the PEL rows other consumers own once each unit's loop is done: what it did not
+    claim (usually none, a read of an empty PEL). The units' first pages go in one pipeline;
+    a unit that vanished meanwhile is left out."""
     replies = each(client, [pending_command(u.stream, u.group, "-", "+", OWN_PAGE)
                             for u, _ in units])
     for (unit, histogram), page in zip(units, replies, strict=True):

@@ -108,7 +108,6 @@ class TaskJournal:
         yield ClaimStep(Claimed.of_unit(unit, sorted(ids, key=stream_id_key), [False] * n,
                                         [None] * n, [None] * n, [None] * n, [None] * n), None)
 
-
     def _earlier_rows(self) -> dict[RowKey, dict[str, Any]]:
         """Every row earlier attempts recorded, the last per entry (decoded once)."""
         if self._rows is None:

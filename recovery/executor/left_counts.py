@@ -53,13 +53,18 @@ class LeftCounts:
     def handed(self, client: redis.Redis) -> None:
         """One hand-over is done: read the PELs of the units it finished."""
         self._handed += self._in_flight.popleft()
-        self._read(client, [w for w in self._waiting if w[2] <= self._handed])
+        self._read(client, self._handed)
 
     def rest(self, client: redis.Redis) -> None:
         """Every hand-over is done: read the PELs of the units still waiting."""
-        self._read(client, list(self._waiting))
+        self._read(client, self._pulled)
 
-    def _read(self, client: redis.Redis, ready: list[tuple[Unit, PelHistogram, int]]) -> None:
-        if ready:
-            self._waiting = [w for w in self._waiting if w not in ready]
+    def _read(self, client: redis.Redis, handed: int) -> None:
+        """Read the PELs of the waiting units whose last step is among the first `handed`
+        (units finish in order, so they are a prefix of the waiting list)."""
+        n = 0
+        while n < len(self._waiting) and self._waiting[n][2] <= handed:
+            n += 1
+        if n:
+            ready, self._waiting = self._waiting[:n], self._waiting[n:]
             left_reads(client, self.params, [(unit, pel) for unit, pel, _ in ready])
