@@ -13,6 +13,7 @@ import pytest
 from redis import Redis
 
 from recovery.driver.discovery import WorkUnit
+from recovery.driver.health import collect_health
 from recovery.driver.progress import MAX_STREAM_LINES, ProgressReporter
 from recovery.params import RedisParams
 from recovery.redis_io.redis_conn import connect
@@ -51,9 +52,14 @@ def units_of(client: Redis, pairs: list[tuple[str, str]]) -> list[WorkUnit]:
 
 
 def reporter(server: LocalServer, units: list[WorkUnit], interval_s: float,
-             params: RedisParams | None = None) -> ProgressReporter:
+             params: RedisParams | None = None, from_health: bool = False
+             ) -> ProgressReporter:
+    """A reporter for `units`; `from_health`: its baseline is the group health, read here
+    as the job reads it just before its pass."""
     params = params or RedisParams(url=server.url)
-    return ProgressReporter(connect(params), units, ":dlq", PREFIX, RUN, interval_s, params)
+    client = connect(params)
+    health = collect_health(client, units, params, ":dlq") if from_health else None
+    return ProgressReporter(client, units, ":dlq", PREFIX, RUN, interval_s, params, health)
 
 
 def one_stream_reporter(server: LocalServer, interval_s: float) -> tuple[Redis, ProgressReporter]:
@@ -112,14 +118,15 @@ def caplog_info(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     return caplog
 
 
-def test_totals_and_stream_lines_match_redis(server, caplog_info):
+@pytest.mark.parametrize("from_health", [False, True], ids=["read", "from-health"])
+def test_totals_and_stream_lines_match_redis(server, caplog_info, from_health):
     caplog = caplog_info
     client = server.client()
     streams = ["orders", "payments", "shipments{eu}"]
     ids = seed(client, streams, 50)
     client.xadd("{payments}:dlq", {"earlier": "run"})  # dead letters of an earlier run
     units = units_of(client, [(s, GROUP) for s in streams])
-    with reporter(server, units, 0.1) as rep:
+    with reporter(server, units, 0.1, from_health=from_health) as rep:
         assert rep.running
         assert progress_lines(caplog)[0] == (
             "progress start: 150 pending entries in 3 streams; a progress line every 0.1 s")

@@ -162,7 +162,7 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
                           params.run_id, by_workers=no_retries)
     with ProgressReporter(client, units, settings.dead_letter.suffix,
                           settings.claim.consumer_prefix, params.run_id,
-                          settings.report.progress_interval_s, params.redis):
+                          settings.report.progress_interval_s, params.redis, health):
         tallies = _recover(spark, client, settings, params, unit_df, consumers, one_pass)
     if in_pass:  # the histograms came with the report pass: as its claim steps found them
         add_histograms(health, histogram_rows(tallies))

@@ -30,7 +30,8 @@ dead-letter stream (``XLEN``), pipelined (``recovery.driver.progress_read``: a f
   stream's DLQ, shared by its 2 groups)`` when the run has several groups of that stream).
 
 Counts are entries; times are seconds since the reporter started. Definitions, per unit
-(one stream and group), against a baseline read when the reporter starts:
+(one stream and group), against a baseline taken when the reporter starts (the group health
+read just before, when the job passes it; else a reading of its own):
 
 - *done*: baseline pending minus pending now, at least 0 (acked or dead-lettered by the job,
   or acked by anyone else meanwhile; so dead-lettered entries are part of done). A unit
@@ -64,11 +65,18 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import redis
 
 from recovery.driver.discovery import WorkUnit, job_consumer_stem
-from recovery.driver.progress_read import Reading, UnitState, dead_letter_keys, read_progress
+from recovery.driver.progress_read import (
+    Reading,
+    UnitState,
+    dead_letter_keys,
+    health_reading,
+    read_progress,
+)
 from recovery.errors import RecoveryError
 from recovery.params import RedisParams
 from recovery.redis_io.redis_conn import redis_errors
@@ -128,7 +136,9 @@ class ProgressReporter:
     XPENDING replies; standalone or cluster; the driver may go on using it, redis-py clients
     are thread-safe and each read uses its own pipeline); `units` from
     ``recovery.driver.discovery.discover``;
-    `params` only words error messages. Entering reads the baseline and starts a daemon
+    `params` only words error messages; `health`, the group health rows read just before
+    (``recovery.driver.health.collect_health``), is the baseline when given (no read of its
+    own), else entering reads one. Entering takes the baseline and starts a daemon
     thread; leaving stops it at once (an Event, no sleep to the end of the interval), reads
     once more and logs the final totals. `interval_s` <= 0, or no units: nothing is read or
     logged and no thread starts. Never raises for Redis trouble (see the module doc).
@@ -136,8 +146,9 @@ class ProgressReporter:
 
     def __init__(self, client: redis.Redis, units: Sequence[WorkUnit], dlq_suffix: str,
                  consumer_prefix: str, run_id: str, interval_s: float,
-                 params: RedisParams) -> None:
+                 params: RedisParams, health: Sequence[dict[str, Any]] | None = None) -> None:
         self._client = client
+        self._health = health
         self._units = list(units)
         self._interval_s = interval_s
         self._params = params
@@ -191,8 +202,14 @@ class ProgressReporter:
 
     def _take_baseline(self) -> None:
         """Per unit the PEL size now (the discovery count if unreadable), per dead-letter
-        stream its length (unknown until the first reading that can see it)."""
-        reading, failure = self._read()
+        stream its length (unknown until the first reading that can see it): from the
+        group health when the reporter was given it, else read now."""
+        if self._health is not None:
+            reading: Reading | None = health_reading(self._units, self._health, self._dlq,
+                                                     self._stem)
+            failure = ""
+        else:
+            reading, failure = self._read()
         with self._lock:
             if reading is None:
                 log.warning("progress: no baseline (%s); using the pending counts of "

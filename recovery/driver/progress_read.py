@@ -88,6 +88,27 @@ def read_progress(client: redis.Redis, units: Sequence[WorkUnit],
     return Reading(states, dead, errors)
 
 
+def health_reading(units: Sequence[WorkUnit], health: Sequence[dict[str, Any]],
+                   dlq_keys: Sequence[str | None], stem: str) -> Reading:
+    """The group health as found before a run (``recovery.driver.health`` rows: ``pending``,
+    ``consumers`` with their ``pending``, ``dead_letter_length``) as a Reading, so the progress
+    baseline costs no reads of its own. A unit without a health row (vanished since
+    discovery) is None; a dead-letter length the health read could not see, None."""
+    by_unit = {(h["stream"], h["group"]): h for h in health}
+    states: list[UnitState | None] = []
+    dead: dict[str, int | None] = {}
+    for unit, key in zip(units, dlq_keys, strict=True):
+        row = by_unit.get((unit.stream, unit.group))
+        if row is None:
+            states.append(None)
+            continue
+        held = sum(c["pending"] for c in row["consumers"] if is_job_consumer(c["name"], stem))
+        states.append(UnitState(int(row["pending"]), held))
+        if key:
+            dead[key] = row["dead_letter_length"]
+    return Reading(states, dead, [])
+
+
 def _unit_state(reply: object, stem: str, name: str, errors: list[str]) -> UnitState | None:
     if isinstance(reply, Exception):
         if unit_vanished(reply):
