@@ -32,6 +32,7 @@ from recovery.executor.apply import apply_batch
 from recovery.executor.claim import ClaimStep, claim_steps
 from recovery.executor.claimed import Claimed
 from recovery.executor.faults import maybe_fail
+from recovery.executor.first_steps import FirstStep, with_first_steps
 from recovery.executor.gather import gathered
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.journaled import TaskJournal
@@ -176,15 +177,17 @@ def recover_partition(params: JobParams, histograms: bool = False,
             journal = TaskJournal(params, journal_prefix) if journal_prefix is not None else None
             left = LeftCounts(params) if histograms else None
 
-            def unit_steps(unit: Unit) -> Iterator[ClaimStep]:
+            def unit_steps(unit: Unit, first: FirstStep) -> Iterator[ClaimStep]:
                 pel = tally.histogram(unit.stream, unit.group) if histograms else None
-                steps = claim_steps(client.get(), params, unit, throttle, pel, count_left=False)
+                steps = claim_steps(client.get(), params, unit, throttle, pel, count_left=False,
+                                    first=first)
                 if journal is not None:
                     steps = journal.steps(client.get(), unit, steps)
                 steps = skip_vanished(unit, steps)
                 return left.tracked(unit, pel, steps) if left and pel else steps
 
-            steps = gathered((s for unit in unit_rows(batches) for s in unit_steps(unit)), rows)
+            units = with_first_steps(client.get, params, unit_rows(batches))
+            steps = gathered((s for unit, first in units for s in unit_steps(unit, first)), rows)
             done = (lambda report: journal.done(client.get(), report)) if journal else None
             try:
                 with young_collections_rarer():
