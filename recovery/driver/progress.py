@@ -29,6 +29,11 @@ dead-letter stream (``XLEN``), pipelined (``recovery.driver.progress_read``: a f
   growth of the stream's DLQ since the previous tick (omitted when 0; followed by `` (the
   stream's DLQ, shared by its 2 groups)`` when the run has several groups of that stream).
 
+On runs of more than ``UNITS_PER_TICK`` units, a tick reads only that many of the units not
+finished yet, round robin, so a tick's cost does not grow with the number of streams (and
+does not take the CPU from the pass): the other units keep the numbers of their last
+reading. The final reading reads every unit.
+
 Counts are entries; times are seconds since the reporter started. Definitions, per unit
 (one stream and group), against a baseline taken when the reporter starts (the group health
 read just before, when the job passes it; else a reading of its own):
@@ -84,6 +89,7 @@ from recovery.redis_io.redis_conn import redis_errors
 log = logging.getLogger(__name__)
 MAX_STREAM_LINES = 20  # per-unit lines per tick
 MAX_NAMES_IN_WARNING = 5
+UNITS_PER_TICK = 5_000  # units a tick reads at most (the final reading reads all)
 JOIN_TIMEOUT_S = 0.5  # how long exit waits for a tick in flight (e.g. a read of a hung Redis)
 
 
@@ -167,6 +173,7 @@ class ProgressReporter:
         self._dead: dict[str, int | None] = dict(self._base_dead)
         self._ever_held = [False] * len(self._units)
         self._seen_gone = [False] * len(self._units)
+        self._next = 0  # where the next partial reading starts (see _picked)
 
     @property
     def enabled(self) -> bool:
@@ -240,7 +247,9 @@ class ProgressReporter:
         (from the last good reading if this one failed) and closes the reporter."""
         if self._closed:
             return None
-        reading, failure = self._read()
+        with self._lock:
+            picked = self._picked(final)
+        reading, failure = self._read(picked)
         with self._lock:
             if self._closed or (self._stop.is_set() and not final):
                 return None
@@ -262,11 +271,27 @@ class ProgressReporter:
                 log.info("%s", line)
             return totals
 
-    def _read(self) -> tuple[Reading | None, str]:
-        """One reading, or None and why (a one-line error naming host:port, never secrets)."""
+    def _picked(self, final: bool) -> list[int] | None:
+        """The units a reading covers, by index: all (None) for the final reading and on runs
+        of at most ``UNITS_PER_TICK`` units; else the next ``UNITS_PER_TICK`` units not
+        finished yet, round robin."""
+        n = len(self._units)
+        if final or n <= UNITS_PER_TICK:
+            return None
+        order = [(self._next + k) % n for k in range(n)]
+        picked = [i for i in order if not self._finished(i)][:UNITS_PER_TICK]
+        if picked:
+            self._next = (picked[-1] + 1) % n
+        return picked
+
+    def _read(self, picked: list[int] | None = None) -> tuple[Reading | None, str]:
+        """One reading of the `picked` units (all when None; the others read as None: last
+        known numbers kept), or None and why (a one-line error naming host:port, never
+        secrets)."""
         try:
             with redis_errors(self._params):
-                return read_progress(self._client, self._units, self._dlq, self._stem), ""
+                return read_progress(self._client, self._units, self._dlq, self._stem,
+                                     picked), ""
         except RecoveryError as error:
             return None, str(error)
         except Exception as error:  # anything else a client can raise: report, go on

@@ -66,11 +66,20 @@ def dead_letter_keys(units: Sequence[WorkUnit], suffix: str) -> list[str | None]
 
 
 def read_progress(client: redis.Redis, units: Sequence[WorkUnit],
-                  dlq_keys: Sequence[str | None], stem: str) -> Reading:
+                  dlq_keys: Sequence[str | None], stem: str,
+                  picked: Sequence[int] | None = None) -> Reading:
     """XPENDING (summary) per unit and XLEN per distinct dead-letter key, pipelined with
     ``each`` (so per key's slot on a Redis Cluster). Per-command error replies become None
     (a unit whose stream or group vanished: ``GONE``) and an error text; a failure of the
-    whole read (connection lost) raises redis-py's error."""
+    whole read (connection lost) raises redis-py's error. With `picked` (indices), only
+    those units and their dead-letter keys are read; the others' states are None."""
+    if picked is not None:
+        part = read_progress(client, [units[i] for i in picked], [dlq_keys[i] for i in picked],
+                             stem)
+        spread: list[UnitState | None] = [None] * len(units)
+        for i, state in zip(picked, part.units, strict=True):
+            spread[i] = state
+        return Reading(spread, part.dead, part.errors)
     dlqs = list(dict.fromkeys(k for k in dlq_keys if k))
     replies = each(client, [("XPENDING", u.stream, u.group) for u in units]
                    + [("XLEN", key) for key in dlqs])
