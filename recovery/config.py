@@ -43,6 +43,7 @@ from recovery.params import JobParams, RedisParams
 from recovery.redrive.settings import RedriveSettings
 
 MISSING_HINTS = {"streams": "select streams: set streams.keys and/or streams.match"}
+MAX_BACKOFF_FACTOR = 1000
 HANDLER_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -136,6 +137,29 @@ class ClaimSettings(_Section):
     consumer_prefix: str = Field("recovery", pattern=r"^[\w.:-]+$")
     max_entries_per_s: float | None = Field(None, gt=0)
     journal_prefix: str = "recovery:journal:"  # "": no journal (see docs/ACL.md)
+    # Backoff by delivery count (off by default): an entry delivered k times is due once idle
+    # min_idle_ms * backoff_factor^(k-1) ms, at most backoff_max_ms (README "Backoff").
+    backoff_factor: float | None = None
+    backoff_max_ms: int | None = Field(None, ge=1)
+
+    @field_validator("backoff_factor")
+    @classmethod
+    def _factor_shape(cls, factor: float | None) -> float | None:
+        if factor is not None and not 1 <= factor <= MAX_BACKOFF_FACTOR:
+            raise ValueError(
+                f"{factor:g} is not a backoff factor: a schedule only lengthens the wait, so use "
+                f"a number from 1 (no schedule) to {MAX_BACKOFF_FACTOR}, e.g. 2 (each delivery "
+                "doubles the wait), or leave it unset")
+        return factor
+
+    @model_validator(mode="after")
+    def _backoff_shape(self) -> ClaimSettings:
+        if self.backoff_max_ms is not None and self.backoff_max_ms < self.min_idle_ms:
+            raise ValueError(
+                f"backoff_max_ms ({self.backoff_max_ms}) is below min_idle_ms "
+                f"({self.min_idle_ms}): the longest wait cannot be shorter than the first; "
+                "raise backoff_max_ms or leave it unset")
+        return self
 
 
 class DeadLetterSettings(_Section):
@@ -312,6 +336,8 @@ def executor_params(settings: Settings, run_id: str) -> JobParams:
         requeue_stream=settings.reprocess.requeue_stream,
         live_within_ms=settings.reprocess.live_within_ms,
         consumer_prefix=settings.claim.consumer_prefix,
+        backoff_factor=settings.claim.backoff_factor,
+        backoff_max_ms=settings.claim.backoff_max_ms,
         max_entries_per_s_per_partition=(rate / settings.spark.partitions) if rate else None,
     )
 
