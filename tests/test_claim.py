@@ -14,7 +14,7 @@ from redis import Redis
 
 from recovery.config import executor_params, load_settings
 from recovery.executor.backoff import NotDue
-from recovery.executor.claim import claim_steps, claim_unit
+from recovery.executor.claim import claim_steps
 from recovery.executor.claimed import CLAIMED_ARROW
 from recovery.executor.throttle import Throttle
 from recovery.params import Unit

@@ -61,6 +61,7 @@ from recovery.redis_io.journal import drop_journals, journal_key, open_journals
 from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.report.run_report import (
     RunSummary,
+    due_time,
     fill_summary,
     format_table,
     health_path,
@@ -112,6 +113,8 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
         summary = RunSummary(params.run_id, dry_run=dry_run,
                              report_path=run_path(settings.report.path, params.run_id))
         summary.dead_letter_warnings = dead_letter_warnings(client, settings, params.redis)
+        if params.backoff:
+            summary.backoff = {"factor": params.backoff_factor, "max_ms": params.backoff_max_ms}
         actions = PLAN_ACTIONS if dry_run else ACTIONS
         with spark_errors():
             tallies = []
@@ -123,6 +126,10 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
     finally:
         client.close()
     summary.duration_s = round(time.monotonic() - started, 3)
+    if summary.not_due:
+        log.info("run %s: %d entries left pending, not due yet under the backoff schedule; "
+                 "the first becomes due at %s", params.run_id, summary.not_due,
+                 due_time(summary.next_due_ms))
     log.info("run %s summary\n%s", params.run_id, format_table(summary))
     return summary
 
