@@ -136,11 +136,12 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
 
 def pending_entries(spark: SparkSession, settings: Settings) -> DataFrame:
     """Read-only: the pending entries a run would claim now (idle at least
-    ``claim.min_idle_ms``; under a backoff schedule, only those due), one row per entry: ``stream``, ``group``, ``id``,
-    ``previous_consumer`` (its owner now), ``delivery_count`` (as the run's claim would make
-    it, with a requeued copy's carried deliveries), ``idle_ms`` and ``action``, what a run
-    would do (``would_reprocess`` / ``would_requeue`` / ``would_reassign``,
-    ``would_dead_letter``, ``deleted``): a dry run's report (schema REPORT), read back.
+    ``claim.min_idle_ms``; under a backoff schedule, only those due), one row per entry:
+    ``stream``, ``group``, ``id``, ``previous_consumer`` (its owner now),
+    ``delivery_count`` (as the run's claim would make it, with a requeued copy's carried
+    deliveries), ``idle_ms`` and ``action``, what a run would do (``would_reprocess`` /
+    ``would_requeue`` / ``would_reassign``, ``would_dead_letter``, ``deleted``): a dry
+    run's report (schema REPORT), read back.
     Claims nothing; writes only the dry run's report and health files."""
     summary = run(spark, settings, dry_run=True)
     if summary.report_path is None:  # nothing pending anywhere
