@@ -45,6 +45,13 @@ class JobParams:
     requeue_stream: str | None = None  # the retry stream's template; None: the source
     live_within_ms: int = 60_000  # reassign: a consumer seen within this is live
     consumer_prefix: str = "recovery"  # the job's consumers, never reassigned to
+    backoff_factor: float | None = None  # None or 1: no schedule (XAUTOCLAIM, as always)
+    backoff_max_ms: int | None = None  # the longest wait of the schedule; None: no cap
+
+    @property
+    def backoff(self) -> bool:
+        """Whether the claim follows a backoff schedule (``recovery.executor.backoff``)."""
+        return self.backoff_factor is not None and self.backoff_factor > 1
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ runs per partition. One Redis client per partition; the driver never sees messag
 
 - ``claim_partition``: UNIT rows -> PACKED rows of CLAIMED batches, XAUTOCLAIM cursor loops
   (a side effect: the driver materialises its output exactly once), and each unit's PEL
-  histogram as a note;
+  histogram and its entries not due (under a backoff schedule) as a note;
 - ``apply_partition``: PACKED rows of CLAIMED batches -> REPORT rows: route, dead-letter
   moves, handler and acks;
 - ``recover_partition``: UNIT rows -> REPORT rows, all in one pass: each claim step is
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
@@ -29,6 +28,7 @@ import redis
 
 from recovery.errors import StreamUnitError
 from recovery.executor.apply import apply_batch
+from recovery.executor.backoff import NotDue
 from recovery.executor.claim import ClaimStep, claim_steps
 from recovery.executor.claimed import Claimed
 from recovery.executor.faults import maybe_fail
@@ -39,7 +39,7 @@ from recovery.executor.journaled import TaskJournal
 from recovery.executor.lease import LEASE_ROWS
 from recovery.executor.left_counts import LeftCounts
 from recovery.executor.packing import ArrowFn, note_row, packed_rows, unpacked
-from recovery.executor.tally import PassMaker, Tally
+from recovery.executor.tally import PassMaker, Tally, note
 from recovery.executor.throttle import Throttle
 from recovery.params import JobParams, Unit
 from recovery.redis_io.redis_conn import connect, redis_errors
@@ -151,10 +151,12 @@ def claim_partition(params: JobParams, histograms: bool = False) -> ArrowFn:
     def claim_packed(client: redis.Redis, params: JobParams, unit: Unit,
                      throttle: Throttle) -> Iterator[pa.RecordBatch]:
         pel = PelHistogram() if histograms else None
-        for step in claim_steps(client, params, unit, throttle, pel):
+        waiting = NotDue() if params.backoff else None
+        for step in claim_steps(client, params, unit, throttle, pel, waiting=waiting):
             yield from packed_rows(step.claimed.to_arrow())
-        if pel is not None:
-            yield note_row(json.dumps(pel.row(unit.stream, unit.group)).encode())
+        if pel is not None or waiting is not None:
+            yield note_row(note(pel.row(unit.stream, unit.group) if pel else None,
+                                (unit.stream, unit.group, waiting) if waiting else None))
 
     return _throttled(params, claim_packed)
 
@@ -177,10 +179,11 @@ def recover_partition(params: JobParams, histograms: bool = False,
             journal = TaskJournal(params, journal_prefix) if journal_prefix is not None else None
             left = LeftCounts(params) if histograms else None
 
-            def unit_steps(unit: Unit, first: FirstStep) -> Iterator[ClaimStep]:
+            def unit_steps(unit: Unit, first: FirstStep | None) -> Iterator[ClaimStep]:
                 pel = tally.histogram(unit.stream, unit.group) if histograms else None
+                waiting = tally.waiting(unit.stream, unit.group) if params.backoff else None
                 steps = claim_steps(client.get(), params, unit, throttle, pel, count_left=False,
-                                    first=first)
+                                    waiting=waiting, first=first)
                 if journal is not None:
                     steps = journal.steps(client.get(), unit, steps)
                 steps = skip_vanished(unit, steps)
@@ -258,7 +261,7 @@ def apply_partition(params: JobParams, rows: int) -> PassMaker:
     def make(tally: Tally) -> ArrowFn:
         def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             client = PartitionClient(params)
-            steps = unpacked(batches, rows, tally.add_histogram_json)
+            steps = unpacked(batches, rows, tally.add_note)
             try:
                 with young_collections_rarer():
                     yield from applied(client.get, params,
