@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
+
+from recovery.redis_io.pipelined import exchange
 
 Fields = list[tuple[bytes, bytes]]
 FlatFields = list[bytes]  # [name1, value1, name2, value2, ...] as Redis replies
@@ -85,9 +88,14 @@ PIPELINE_CHUNK = 1000
 def each(client: redis.Redis, commands: Sequence[Sequence[object]]) -> list[object]:
     """Send `commands` in pipelines of ``PIPELINE_CHUNK`` (no transaction): one round trip per
     chunk instead of one per command. Returns each raw reply in order, or the exception the
-    server answered for that command (returned, not raised: callers decide per command)."""
+    server answered for that command (returned, not raised: callers decide per command).
+    On a standalone server without redis-py's Pipeline (``recovery.redis_io.pipelined``);
+    on a Redis Cluster its pipeline routes each command to the node of its key."""
     replies: list[object] = []
     for start in range(0, len(commands), PIPELINE_CHUNK):
+        if not isinstance(client, RedisCluster):
+            replies += exchange(client, commands[start : start + PIPELINE_CHUNK])
+            continue
         pipe = client.pipeline(transaction=False)
         for command in commands[start : start + PIPELINE_CHUNK]:
             pipe.execute_command(*command)
