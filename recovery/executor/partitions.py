@@ -191,6 +191,8 @@ def recover_partition(params: JobParams, histograms: bool = False,
 
             units = with_first_steps(client.get, params, unit_rows(batches))
             steps = gathered((s for unit, first in units for s in unit_steps(unit, first)), rows)
+            if journal is not None:
+                steps = journal.recorded(client.get(), steps)
             done = (lambda report: journal.done(client.get(), report)) if journal else None
             try:
                 with young_collections_rarer():
