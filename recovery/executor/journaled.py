@@ -3,14 +3,14 @@ may run a task more than once (``recovery.redis_io.journal``).
 
 A task appends to its part's journal each claim step's entry IDs before the step is handed
 over (so before any of its side effects; the steps of one hand-over in one RPUSH), and each
-hand-over's REPORT rows (Arrow IPC, zstd) once it is done. A retried attempt reads the journal once and claims as its failed attempt
-did (the claim loop takes back what the job consumer still owns). After each unit's loop it
-hands over, as one more step, the journal's other entries of that unit: the failed attempt
-claimed them and they are no longer the job's (handled and acked, dead-lettered, requeued or
-reassigned by it, or acked by a consumer since). Without a delivery count they are reported
-skipped, no longer pending; ``amended`` then puts back the row an earlier attempt recorded
-for each that has one (all but those of a hand-over killed between a side effect and its
-record). So every entry any attempt claimed is in the kept attempt's report exactly once.
+hand-over's REPORT rows (Arrow IPC, zstd) once it is done. A retried attempt reads the
+journal once and claims as its failed attempt did (the claim loop takes back what the job
+consumer still owns). After each unit's loop it hands over, as one more step, the journal's
+other entries of that unit: the failed attempt claimed them and they are no longer the job's
+(handled and acked, dead-lettered, requeued or reassigned by it, or acked by a consumer
+since). Without a delivery count they are reported skipped, no longer pending; ``amended``
+then puts back the row an earlier attempt recorded for each that has one (all but those of a
+hand-over killed between a side effect and its record). So every entry any attempt claimed is in the kept attempt's report exactly once.
 
 One job consumer per task (a part, ``recovery.driver.discovery.assign``), so one journal.
 """
