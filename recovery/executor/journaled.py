@@ -10,7 +10,8 @@ other entries of that unit: the failed attempt claimed them and they are no long
 (handled and acked, dead-lettered, requeued or reassigned by it, or acked by a consumer
 since). Without a delivery count they are reported skipped, no longer pending; ``amended``
 then puts back the row an earlier attempt recorded for each that has one (all but those of a
-hand-over killed between a side effect and its record). So every entry any attempt claimed is in the kept attempt's report exactly once.
+hand-over killed between a side effect and its record). So every entry any attempt claimed
+is in the kept attempt's report exactly once.
 
 One job consumer per task (a part, ``recovery.driver.discovery.assign``), so one journal.
 """

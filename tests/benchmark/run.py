@@ -48,7 +48,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.benchmark.run",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="100x1000,1000x1000,10000x100",
-                        help="comma-separated <streams>x<entries per stream>; the default has big streams and many small ones")
+                        help="comma-separated <streams>x<entries per stream> (the default: "
+                        "big streams and many small ones)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per contender and size")
     parser.add_argument("--contenders", default=DEFAULT_CONTENDERS,
                         help=f"comma-separated subset of {','.join(CONTENDERS)}")
