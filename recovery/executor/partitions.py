@@ -3,6 +3,9 @@
 Each function factory takes the frozen :class:`JobParams` and returns the function Spark
 runs per partition. One Redis client per partition; the driver never sees messages.
 
+Claim tasks take UNIT rows (XAUTOCLAIM loops) or, in a run that applies a plan, PLANNED rows
+(claims by ID): ``unit_claims`` dispatches.
+
 - ``claim_partition``: UNIT rows -> PACKED rows of CLAIMED batches, XAUTOCLAIM cursor loops
   (a side effect: the driver materialises its output exactly once), and each unit's PEL
   histogram as a note;
@@ -22,6 +25,7 @@ import gc
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import TypeVar
 
 import pyarrow as pa
@@ -38,6 +42,7 @@ from recovery.executor.journaled import TaskJournal
 from recovery.executor.lease import LEASE_ROWS
 from recovery.executor.left_counts import LeftCounts
 from recovery.executor.packing import ArrowFn, note_row, packed_rows, unpacked
+from recovery.executor.plan_claim import plan_steps, planned_units
 from recovery.executor.tally import PassMaker, Tally
 from recovery.executor.throttle import Throttle
 from recovery.params import JobParams, Unit
@@ -147,15 +152,49 @@ def claim_partition(params: JobParams, histograms: bool = False) -> ArrowFn:
     unit's PEL histogram, counted from the claim steps' own reads as in one pass, follows
     its entries as a note for the hand-over's tally (no separate pass over the PEL)."""
 
-    def claim_packed(client: redis.Redis, params: JobParams, unit: Unit,
-                     throttle: Throttle) -> Iterator[pa.RecordBatch]:
+    def claim_packed(client: redis.Redis, unit: Unit, claim: UnitClaim
+                     ) -> Iterator[pa.RecordBatch]:
         pel = PelHistogram() if histograms else None
-        for step in claim_steps(client, params, unit, throttle, pel):
+        for step in claim(client, pel, True):
             yield from packed_rows(step.claimed.to_arrow())
         if pel is not None:
             yield note_row(json.dumps(pel.row(unit.stream, unit.group)).encode())
 
-    return _throttled(params, claim_packed)
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        client = PartitionClient(params)
+        try:
+            with young_collections_rarer():
+                for unit, claim in unit_claims(params, batches):
+                    yield from skip_vanished(unit, claim_packed(client.get(), unit, claim))
+        finally:
+            client.close()
+
+    return run
+
+
+# How one unit is claimed: (client, PEL histogram or None, count_left) -> its claim steps.
+UnitClaim = Callable[[redis.Redis, PelHistogram | None, bool], Iterator[ClaimStep]]
+
+
+def unit_claims(params: JobParams, batches: Iterator[pa.RecordBatch]
+                ) -> Iterator[tuple[Unit, UnitClaim]]:
+    """Each unit of a claim task's input and how to claim it, with one throttle per task:
+    its XAUTOCLAIM loop (UNIT rows, ``recovery.executor.claim``) or, in a run that applies
+    a plan, its planned entries by ID (PLANNED rows, ``recovery.executor.plan_claim``; no
+    histogram: such a run reads the PELs in a pass of their own)."""
+    throttle = Throttle(params.max_entries_per_s_per_partition)
+    if not params.planned:
+        for unit in unit_rows(batches):
+            yield unit, partial(_idle_claim, params, unit, throttle)
+        return
+    for unit, planned in planned_units(batches):
+        yield unit, lambda client, _pel, _left, u=unit, p=planned: plan_steps(  # type: ignore[misc]
+            client, params, u, p, throttle)
+
+
+def _idle_claim(params: JobParams, unit: Unit, throttle: Throttle, client: redis.Redis,
+                pel: PelHistogram | None, count_left: bool) -> Iterator[ClaimStep]:
+    return claim_steps(client, params, unit, throttle, pel, count_left=count_left)
 
 
 def recover_partition(params: JobParams, histograms: bool = False,
@@ -172,19 +211,19 @@ def recover_partition(params: JobParams, histograms: bool = False,
     def make(tally: Tally) -> ArrowFn:
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             client = PartitionClient(params)
-            throttle = Throttle(params.max_entries_per_s_per_partition)
             journal = TaskJournal(params, journal_prefix) if journal_prefix is not None else None
             left = LeftCounts(params) if histograms else None
 
-            def unit_steps(unit: Unit) -> Iterator[ClaimStep]:
+            def unit_steps(unit: Unit, claim: UnitClaim) -> Iterator[ClaimStep]:
                 pel = tally.histogram(unit.stream, unit.group) if histograms else None
-                steps = claim_steps(client.get(), params, unit, throttle, pel, count_left=False)
+                steps = claim(client.get(), pel, False)
                 if journal is not None:
                     steps = journal.steps(client.get(), unit, steps)
                 steps = skip_vanished(unit, steps)
                 return left.tracked(unit, pel, steps) if left and pel else steps
 
-            steps = gathered((s for unit in unit_rows(batches) for s in unit_steps(unit)), rows)
+            steps = gathered((s for unit, claim in unit_claims(params, batches)
+                              for s in unit_steps(unit, claim)), rows)
             done = (lambda report: journal.done(client.get(), report)) if journal else None
             try:
                 with young_collections_rarer():
@@ -202,19 +241,6 @@ def recover_partition(params: JobParams, histograms: bool = False,
         return run
 
     return make
-
-
-ClaimFn = Callable[[redis.Redis, JobParams, Unit, Throttle], Iterator[pa.RecordBatch]]
-
-
-def _throttled(params: JobParams, claim_fn: ClaimFn) -> ArrowFn:
-    """`claim_fn` per unit, with one claim throttle per partition."""
-
-    def make() -> UnitFn:
-        throttle = Throttle(params.max_entries_per_s_per_partition)
-        return lambda client, unit: claim_fn(client, params, unit, throttle)
-
-    return per_unit(params, make)
 
 
 def applied(get_client: Callable[[], redis.Redis], params: JobParams,

@@ -94,7 +94,12 @@ def write_pass(frame: DataFrame, make: PassMaker, base: str, run_id: str,
 def read_run(spark: SparkSession, base: str, run_id: str) -> DataFrame:
     """The report rows of one run (REPORT: the run id is in the path). Read with the known schema:
     inferring it costs a Spark job that reads a footer."""
-    return spark.read.schema(REPORT).parquet(run_path(base, run_id))
+    return read_run_dir(spark, run_path(base, run_id))
+
+
+def read_run_dir(spark: SparkSession, run_dir: str) -> DataFrame:
+    """The report rows in one run's directory (``run_path``), read with the REPORT schema."""
+    return spark.read.schema(REPORT).parquet(run_dir)
 
 
 def fill_summary(summary: RunSummary, tallies: list[str], skipped: list[Skipped],
