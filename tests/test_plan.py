@@ -140,8 +140,7 @@ def test_a_plan_that_cannot_be_applied_is_refused_in_one_line(spark, redis_serve
     if case == "real run":
         first = run_in_process(spark, [*args, "--set", "handler.path=recovery.handlers:"
                                        "example_handler"])
-        assert first.code == 0, first.stderr
-        seed_kinds(client, ["r-a", "r-b"], group="g2")  # something left to do
+        assert first.code == 0, first.stderr[-2000:]
         plan_dir = first.summary["report_path"]
     else:
         dry = run_in_process(spark, [*args, "--dry-run"])

@@ -63,24 +63,24 @@ class Manifest:
 
 def server_identity(client: redis.Redis, url: str) -> dict[str, Any]:
     """Which server (and database) a run read: its address without credentials (for the
-    message only), the database, cluster or not, and ``ids``: a standalone server's INFO
-    ``run_id`` (new at every start), a cluster's node IDs (kept across restarts)."""
+    message only), the database, cluster or not, and ``ids``: INFO server ``run_id`` of the
+    server, or of each primary of a cluster (random, new at every start of the process)."""
     db = urlsplit(url).path.strip("/")
-    if isinstance(client, RedisCluster):
-        with redis_errors(RedisParams(url)):
-            nodes = client.execute_command("CLUSTER NODES")
-        ids = sorted(n["node_id"] for n in nodes.values()) if isinstance(nodes, dict) else [
-            line.split()[0] for line in str(nodes).splitlines() if line.strip()]
-    else:
-        ids = [str(client.info("server")["run_id"])]
-    return {"address": strip_userinfo(url), "db": int(db or 0),
-            "cluster": isinstance(client, RedisCluster), "ids": ids}
+    cluster = isinstance(client, RedisCluster)
+    with redis_errors(RedisParams(url)):
+        if cluster:
+            infos = client.info("server", target_nodes=RedisCluster.PRIMARIES)
+            ids = sorted(str(info["run_id"]) for info in infos.values())
+        else:
+            ids = [str(client.info("server")["run_id"])]
+    return {"address": strip_userinfo(url), "db": int(db or 0), "cluster": cluster, "ids": ids}
 
 
 def same_server(planned: dict[str, Any], now: dict[str, Any]) -> bool:
     """Whether two identities name the same server and database: the same database, both
-    cluster or not, and a server ID in common (a cluster keeps most node IDs through
-    failovers and added nodes; a standalone server's run ID changes when it restarts)."""
+    cluster or not, and a server run ID in common. A restarted standalone server has a new
+    run ID (its data may be older or gone: a plan of it is refused); a cluster passes while
+    one primary of the plan's still runs (failovers and restarts of the others)."""
     return (planned.get("db") == now["db"] and planned.get("cluster") == now["cluster"]
             and bool(set(planned.get("ids") or ()) & set(now["ids"])))
 

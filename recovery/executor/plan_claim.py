@@ -59,9 +59,14 @@ NOT_PENDING = ("no longer pending since the plan (acked, or its stream trimmed):
 
 def planned_units(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[Unit, Iterator[Planned]]]:
     """The units of PLANNED batches (sorted by stream, group and ID), each with its planned
-    entries, read lazily: consume a unit's entries before asking for the next unit."""
+    entries, read lazily: consume a unit's entries before asking for the next unit. A task
+    holds one part (one job consumer), as a normal run's does: its journal is that part's."""
     rows = (row for batch in batches for row in batch.to_pylist())
+    consumer = None
     for key, unit_rows in groupby(rows, key=lambda r: (r["stream"], r["group"], r["consumer"])):
+        if consumer not in (None, key[2]):  # the driver's routing keys failed (driver.plan)
+            raise RuntimeError(f"two parts in one task: {consumer} and {key[2]}")
+        consumer = key[2]
         yield Unit(*key), ((r["id"], r["delivery_count"]) for r in unit_rows)
 
 
