@@ -188,3 +188,32 @@ def test_a_plan_that_cannot_be_applied_is_refused_in_one_line(spark, redis_serve
 
 def _server(plan_dir: str) -> dict:
     return json.loads((Path(plan_dir) / MANIFEST).read_text())["server"]
+
+
+def test_planned_entries_among_many_pending_others(spark, server, make_settings):
+    """Six planned entries spread among 300 a live consumer holds: each page's XPENDING read
+    of the range is cut short (it reads 2 x 7 + 64 rows), so the IDs past it are read one by
+    one. The planned ones are claimed, one picked up since is left alone, the others are
+    untouched (owner, delivery count)."""
+    client = server.client()
+    stream, group = "crowd", "g"
+    ids = add_entries(client, stream, 300, lambda i: {"n": str(i)})
+    client.xgroup_create(stream, group, id="0")
+    assert deliver(client, stream, group, LIVE, 300) == ids
+    stuck = ids[40::50]  # 6 entries: the first read of the page reaches only the first two
+    make_stuck(client, stream, group, DEAD, stuck, HOUR_MS, 1)
+    settings = make_settings(f"streams.keys={stream}", "claim.count=7")
+    plan_dir = _dry_run_plan(spark, settings)
+    make_stuck(client, stream, group, LIVE, [stuck[-1]], 5, 2)  # picked up since the plan
+    before = pel(client, stream, group)
+
+    summary = run(spark, settings, plan=plan_dir)
+
+    rows = {r.id: r for r in read_run(spark, settings.report.path, summary.run_id).collect()}
+    assert sorted(rows) == sorted(stuck)
+    assert [rows[i].action for i in stuck] == ["reprocessed"] * 5 + ["skipped"]
+    assert f"picked up by consumer {LIVE}" in rows[stuck[-1]].reason
+    assert all(rows[i].delivery_count == 2 and rows[i].reason is None for i in stuck[:5])
+    after = pel(client, stream, group)
+    assert {i: p for i, p in after.items()} == {
+        i: p for i, p in before.items() if i not in stuck[:5]}
