@@ -59,6 +59,7 @@ def test_a_plan_is_applied_exactly(spark, client, make_settings):
 
     summary = run(spark, settings, plan=plan_dir)
 
+    assert summary.plan == plan_dir and f'"plan":"{plan_dir}"' in summary.json_line()
     rows = {(r.stream, r.group, r.id): r for r in
             read_run(spark, settings.report.path, summary.run_id).collect()}
     assert set(rows) == set(plan), "exactly the planned entries are reported"

@@ -127,7 +127,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             units, skipped = discover(client, settings, params.redis)
         log.info("run %s: %d units with pending entries, %d skipped%s", params.run_id,
                  len(units), len(skipped), " (dry run)" if dry_run else "")
-        summary = RunSummary(params.run_id, dry_run=dry_run,
+        summary = RunSummary(params.run_id, dry_run=dry_run, plan=plan,
                              report_path=run_path(settings.report.path, params.run_id))
         summary.dead_letter_warnings = dead_letter_warnings(client, settings, params.redis)
         actions = PLAN_ACTIONS if dry_run else ACTIONS

@@ -34,6 +34,7 @@ class RunSummary(JsonLine):
     health_path: str | None = None
     # Dead-letter streams over a dead_letters.warn_* threshold (recovery.dead_letters.stats).
     dead_letter_warnings: list[dict[str, Any]] = field(default_factory=list)
+    plan: str | None = None  # the dry run's report directory this run applied (--plan)
 
     def failed_ratio(self) -> float:
         """Failed handler messages over all messages given to the handler (0 when none)."""
