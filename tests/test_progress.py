@@ -13,6 +13,7 @@ import pytest
 from redis import Redis
 
 from recovery.driver.discovery import WorkUnit
+from recovery.driver.health import collect_health
 from recovery.driver.progress import MAX_STREAM_LINES, ProgressReporter
 from recovery.params import RedisParams
 from recovery.redis_io.redis_conn import connect
@@ -51,9 +52,14 @@ def units_of(client: Redis, pairs: list[tuple[str, str]]) -> list[WorkUnit]:
 
 
 def reporter(server: LocalServer, units: list[WorkUnit], interval_s: float,
-             params: RedisParams | None = None) -> ProgressReporter:
+             params: RedisParams | None = None, from_health: bool = False
+             ) -> ProgressReporter:
+    """A reporter for `units`; `from_health`: its baseline is the group health, read here
+    as the job reads it just before its pass."""
     params = params or RedisParams(url=server.url)
-    return ProgressReporter(connect(params), units, ":dlq", PREFIX, RUN, interval_s, params)
+    client = connect(params)
+    health = collect_health(client, units, params, ":dlq") if from_health else None
+    return ProgressReporter(client, units, ":dlq", PREFIX, RUN, interval_s, params, health)
 
 
 def one_stream_reporter(server: LocalServer, interval_s: float) -> tuple[Redis, ProgressReporter]:
@@ -112,14 +118,15 @@ def caplog_info(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     return caplog
 
 
-def test_totals_and_stream_lines_match_redis(server, caplog_info):
+@pytest.mark.parametrize("from_health", [False, True], ids=["read", "from-health"])
+def test_totals_and_stream_lines_match_redis(server, caplog_info, from_health):
     caplog = caplog_info
     client = server.client()
     streams = ["orders", "payments", "shipments{eu}"]
     ids = seed(client, streams, 50)
     client.xadd("{payments}:dlq", {"earlier": "run"})  # dead letters of an earlier run
     units = units_of(client, [(s, GROUP) for s in streams])
-    with reporter(server, units, 0.1) as rep:
+    with reporter(server, units, 0.1, from_health=from_health) as rep:
         assert rep.running
         assert progress_lines(caplog)[0] == (
             "progress start: 150 pending entries in 3 streams; a progress line every 0.1 s")
@@ -275,3 +282,41 @@ def test_exit_is_prompt_with_a_long_interval_and_keeps_the_runs_error(server, ca
     assert start == "progress start: 5 pending entries in 1 stream; a progress line every 60 s"
     assert final.startswith("progress final 0 s: ")
     assert totals(caplog) == [expected(0, 5, 0, 0, 5, 0, 1)]
+
+
+def test_ticks_read_a_slice_of_the_unfinished_units_and_the_final_line_all(
+        server, caplog_info, monkeypatch):
+    """With more units than a tick reads, each tick reads the next ones not finished (round
+    robin), the others keep their last numbers; the final reading reads every unit."""
+    monkeypatch.setattr("recovery.driver.progress.UNITS_PER_TICK", 2)
+    caplog = caplog_info
+    client = server.client()
+    streams = [f"s{i}" for i in range(6)]
+    ids = seed(client, streams, 10)
+    units = units_of(client, [(s, GROUP) for s in streams])
+
+    def pending_reads() -> int:
+        stats = client.info("commandstats").get("cmdstat_xpending", {})
+        return int(stats.get("calls", 0))
+
+    def tick(want: str) -> None:
+        reads = pending_reads()
+        rep.report()
+        assert pending_reads() - reads == 2
+        assert totals(caplog)[-1] == want
+
+    with reporter(server, units, 60) as rep:
+        for stream in ("s0", "s1"):
+            client.xack(stream, GROUP, *ids[stream])
+        client.xack("s3", GROUP, *ids["s3"][:4])
+        tick(expected(20, 60, 0, 0, 40, 2, 6))  # s0, s1
+        tick(expected(24, 60, 0, 0, 36, 3, 6))  # s2, s3
+        client.xack("s2", GROUP, *ids["s2"][:1])
+        client.xack("s5", GROUP, *ids["s5"])
+        tick(expected(34, 60, 0, 0, 26, 4, 6))  # s4, s5: s2's ack not seen yet
+        tick(expected(35, 60, 0, 0, 25, 5, 6))  # s2, s4: the finished ones not read again
+        client.xadd("s1", {"late": "1"})
+        client.xreadgroup(GROUP, "live", {"s1": ">"})
+        reads = pending_reads()
+    assert pending_reads() - reads == 6  # the final reading: every unit
+    assert totals(caplog)[-1] == expected(34, 60, 0, 0, 26, 5, 6)

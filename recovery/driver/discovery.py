@@ -10,13 +10,12 @@ from dataclasses import dataclass
 from functools import partial
 
 import redis
-from redis.exceptions import NoPermissionError
+from redis.exceptions import NoPermissionError, ResponseError
 
 from recovery.config import Settings
 from recovery.errors import (
     ConfigError,
     DeadLetterNameError,
-    StreamUnitError,
     UnsupportedServerError,
 )
 from recovery.params import RedisParams, Unit
@@ -77,24 +76,17 @@ def discover(client: redis.Redis, settings: Settings, params: RedisParams
              ) -> tuple[list[WorkUnit], list[Skipped]]:
     """Units with something pending, and the keys or groups skipped (with reasons).
 
-    Round trips are per 1000 keys (pipelined TYPE, then XINFO GROUPS), not per key.
+    One command per key: XINFO GROUPS, pipelined (a round trip per 1000 keys), whose error
+    replies tell a missing key or one the user may not access; TYPE only for the keys it
+    finds of another type (to name the type in the reason).
     """
     skipped: list[Skipped] = []
-    streams = []
-    for stream in _candidate_streams(client, settings, params, skipped):
+    units: list[WorkUnit] = []
+    for stream, groups in _stream_groups(client, settings, params, skipped):
         try:
             dead_letter_key(stream, settings.dead_letter.suffix)
-            streams.append(stream)
         except DeadLetterNameError as exc:
             skipped.append(Skipped(stream, None, str(exc)))
-    with redis_errors(params):
-        replies = each(client, [("XINFO GROUPS", s) for s in streams])
-    units: list[WorkUnit] = []
-    for stream, reply in zip(streams, replies, strict=True):
-        try:
-            groups = info_rows(_reply_or_raise(reply, params, stream))  # type: ignore[arg-type]
-        except StreamUnitError as exc:
-            skipped.append(Skipped(stream, exc.group, str(exc)))
             continue
         found = _units_of(client, stream, groups, settings.streams.groups, skipped)
         if found and settings.reprocess.mode == Mode.REQUEUE:
@@ -149,25 +141,45 @@ def _reply_or_raise(reply: object, params: RedisParams, stream: str | None = Non
     return reply
 
 
-def _candidate_streams(client: redis.Redis, settings: Settings, params: RedisParams,
-                       skipped: list[Skipped]) -> list[str]:
-    """Explicit keys plus SCAN MATCH hits, each checked to be a stream, de-duplicated."""
+def _stream_groups(client: redis.Redis, settings: Settings, params: RedisParams,
+                   skipped: list[Skipped]) -> list[tuple[str, list[dict[str, object]]]]:
+    """Each selected key that is a stream, with its XINFO GROUPS rows; the others skipped
+    with the reason (no such key, not a stream, not accessible to the ACL user)."""
     candidates = list(selected_keys(client, settings, params, skipped))
     with redis_errors(params):
-        kinds = each(client, [("TYPE", n) for n in candidates])
-    streams: list[str] = []
-    for name, kind in zip(candidates, kinds, strict=True):
+        replies = each(client, [("XINFO GROUPS", n) for n in candidates])
+    other = [n for n, r in zip(candidates, replies, strict=True) if _wrong_type(r)]
+    with redis_errors(params):
+        kinds = dict(zip(other, each(client, [("TYPE", n) for n in other]), strict=True))
+    streams = []
+    for name, reply in zip(candidates, replies, strict=True):
+        reason = _not_a_stream(name, reply, kinds.get(name), params)
+        if reason is not None:
+            skipped.append(Skipped(name, None, reason))
+        else:
+            streams.append((name, info_rows(reply)))  # type: ignore[arg-type]
+    return streams
+
+
+def _wrong_type(reply: object) -> bool:
+    return isinstance(reply, ResponseError) and server_text(reply).startswith("WRONGTYPE")
+
+
+def _not_a_stream(name: str, reply: object, kind: object, params: RedisParams) -> str | None:
+    """Why a key's XINFO GROUPS reply (and TYPE reply `kind`, read for a WRONGTYPE error)
+    rules it out, or None for a stream. Other errors are raised as the job's typed errors."""
+    if isinstance(reply, NoPermissionError) and not denied_command(server_text(reply)):
+        return "the Redis user may not access this key (ACL key patterns): left alone"
+    if isinstance(reply, ResponseError) and server_text(reply).lower() == "no such key":
+        return "no such key: fix streams.keys"
+    if kind is not None:
         kind = type_unless_denied(kind, params)
         if kind is None:
-            skipped.append(Skipped(name, None, "the Redis user may not access this key (ACL "
-                                   "key patterns): left alone"))
-        elif kind == "none":
-            skipped.append(Skipped(name, None, "no such key: fix streams.keys"))
-        elif kind != "stream":
-            skipped.append(Skipped(name, None, f"not a stream (type {kind}): left alone"))
-        else:
-            streams.append(name)
-    return streams
+            return "the Redis user may not access this key (ACL key patterns): left alone"
+        return "no such key: fix streams.keys" if kind == "none" else \
+            f"not a stream (type {kind}): left alone"
+    _reply_or_raise(reply, params, name)
+    return None
 
 
 def type_unless_denied(reply: object, params: RedisParams) -> str | None:

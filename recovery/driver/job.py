@@ -185,7 +185,7 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
                           params.run_id, by_workers=no_retries)
     with ProgressReporter(client, units, settings.dead_letter.suffix,
                           settings.claim.consumer_prefix, params.run_id,
-                          settings.report.progress_interval_s, params.redis):
+                          settings.report.progress_interval_s, params.redis, health):
         work = unit_df if plan is None else planned_frame(
             spark, plan, parts, max(p for _, p in parts) + 1)
         tallies = _recover(spark, client, settings, params, work, consumers, one_pass, in_pass)

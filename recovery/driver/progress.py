@@ -29,8 +29,14 @@ dead-letter stream (``XLEN``), pipelined (``recovery.driver.progress_read``: a f
   growth of the stream's DLQ since the previous tick (omitted when 0; followed by `` (the
   stream's DLQ, shared by its 2 groups)`` when the run has several groups of that stream).
 
+On runs of more than ``UNITS_PER_TICK`` units, a tick reads only that many of the units not
+finished yet, round robin, so a tick's cost does not grow with the number of streams (and
+does not take the CPU from the pass): the other units keep the numbers of their last
+reading. The final reading reads every unit.
+
 Counts are entries; times are seconds since the reporter started. Definitions, per unit
-(one stream and group), against a baseline read when the reporter starts:
+(one stream and group), against a baseline taken when the reporter starts (the group health
+read just before, when the job passes it; else a reading of its own):
 
 - *done*: baseline pending minus pending now, at least 0 (acked or dead-lettered by the job,
   or acked by anyone else meanwhile; so dead-lettered entries are part of done). A unit
@@ -64,11 +70,18 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import redis
 
 from recovery.driver.discovery import WorkUnit, job_consumer_stem
-from recovery.driver.progress_read import Reading, UnitState, dead_letter_keys, read_progress
+from recovery.driver.progress_read import (
+    Reading,
+    UnitState,
+    dead_letter_keys,
+    health_reading,
+    read_progress,
+)
 from recovery.errors import RecoveryError
 from recovery.params import RedisParams
 from recovery.redis_io.redis_conn import redis_errors
@@ -76,6 +89,7 @@ from recovery.redis_io.redis_conn import redis_errors
 log = logging.getLogger(__name__)
 MAX_STREAM_LINES = 20  # per-unit lines per tick
 MAX_NAMES_IN_WARNING = 5
+UNITS_PER_TICK = 5_000  # units a tick reads at most (the final reading reads all)
 JOIN_TIMEOUT_S = 0.5  # how long exit waits for a tick in flight (e.g. a read of a hung Redis)
 
 
@@ -128,7 +142,9 @@ class ProgressReporter:
     XPENDING replies; standalone or cluster; the driver may go on using it, redis-py clients
     are thread-safe and each read uses its own pipeline); `units` from
     ``recovery.driver.discovery.discover``;
-    `params` only words error messages. Entering reads the baseline and starts a daemon
+    `params` only words error messages; `health`, the group health rows read just before
+    (``recovery.driver.health.collect_health``), is the baseline when given (no read of its
+    own), else entering reads one. Entering takes the baseline and starts a daemon
     thread; leaving stops it at once (an Event, no sleep to the end of the interval), reads
     once more and logs the final totals. `interval_s` <= 0, or no units: nothing is read or
     logged and no thread starts. Never raises for Redis trouble (see the module doc).
@@ -136,8 +152,9 @@ class ProgressReporter:
 
     def __init__(self, client: redis.Redis, units: Sequence[WorkUnit], dlq_suffix: str,
                  consumer_prefix: str, run_id: str, interval_s: float,
-                 params: RedisParams) -> None:
+                 params: RedisParams, health: Sequence[dict[str, Any]] | None = None) -> None:
         self._client = client
+        self._health = health
         self._units = list(units)
         self._interval_s = interval_s
         self._params = params
@@ -156,6 +173,7 @@ class ProgressReporter:
         self._dead: dict[str, int | None] = dict(self._base_dead)
         self._ever_held = [False] * len(self._units)
         self._seen_gone = [False] * len(self._units)
+        self._next = 0  # where the next partial reading starts (see _picked)
 
     @property
     def enabled(self) -> bool:
@@ -191,8 +209,14 @@ class ProgressReporter:
 
     def _take_baseline(self) -> None:
         """Per unit the PEL size now (the discovery count if unreadable), per dead-letter
-        stream its length (unknown until the first reading that can see it)."""
-        reading, failure = self._read()
+        stream its length (unknown until the first reading that can see it): from the
+        group health when the reporter was given it, else read now."""
+        if self._health is not None:
+            reading: Reading | None = health_reading(self._units, self._health, self._dlq,
+                                                     self._stem)
+            failure = ""
+        else:
+            reading, failure = self._read()
         with self._lock:
             if reading is None:
                 log.warning("progress: no baseline (%s); using the pending counts of "
@@ -223,7 +247,9 @@ class ProgressReporter:
         (from the last good reading if this one failed) and closes the reporter."""
         if self._closed:
             return None
-        reading, failure = self._read()
+        with self._lock:
+            picked = self._picked(final)
+        reading, failure = self._read(picked)
         with self._lock:
             if self._closed or (self._stop.is_set() and not final):
                 return None
@@ -245,11 +271,27 @@ class ProgressReporter:
                 log.info("%s", line)
             return totals
 
-    def _read(self) -> tuple[Reading | None, str]:
-        """One reading, or None and why (a one-line error naming host:port, never secrets)."""
+    def _picked(self, final: bool) -> list[int] | None:
+        """The units a reading covers, by index: all (None) for the final reading and on runs
+        of at most ``UNITS_PER_TICK`` units; else the next ``UNITS_PER_TICK`` units not
+        finished yet, round robin."""
+        n = len(self._units)
+        if final or n <= UNITS_PER_TICK:
+            return None
+        order = [(self._next + k) % n for k in range(n)]
+        picked = [i for i in order if not self._finished(i)][:UNITS_PER_TICK]
+        if picked:
+            self._next = (picked[-1] + 1) % n
+        return picked
+
+    def _read(self, picked: list[int] | None = None) -> tuple[Reading | None, str]:
+        """One reading of the `picked` units (all when None; the others read as None: last
+        known numbers kept), or None and why (a one-line error naming host:port, never
+        secrets)."""
         try:
             with redis_errors(self._params):
-                return read_progress(self._client, self._units, self._dlq, self._stem), ""
+                return read_progress(self._client, self._units, self._dlq, self._stem,
+                                     picked), ""
         except RecoveryError as error:
             return None, str(error)
         except Exception as error:  # anything else a client can raise: report, go on

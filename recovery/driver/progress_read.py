@@ -66,11 +66,20 @@ def dead_letter_keys(units: Sequence[WorkUnit], suffix: str) -> list[str | None]
 
 
 def read_progress(client: redis.Redis, units: Sequence[WorkUnit],
-                  dlq_keys: Sequence[str | None], stem: str) -> Reading:
+                  dlq_keys: Sequence[str | None], stem: str,
+                  picked: Sequence[int] | None = None) -> Reading:
     """XPENDING (summary) per unit and XLEN per distinct dead-letter key, pipelined with
     ``each`` (so per key's slot on a Redis Cluster). Per-command error replies become None
     (a unit whose stream or group vanished: ``GONE``) and an error text; a failure of the
-    whole read (connection lost) raises redis-py's error."""
+    whole read (connection lost) raises redis-py's error. With `picked` (indices), only
+    those units and their dead-letter keys are read; the others' states are None."""
+    if picked is not None:
+        part = read_progress(client, [units[i] for i in picked], [dlq_keys[i] for i in picked],
+                             stem)
+        spread: list[UnitState | None] = [None] * len(units)
+        for i, state in zip(picked, part.units, strict=True):
+            spread[i] = state
+        return Reading(spread, part.dead, part.errors)
     dlqs = list(dict.fromkeys(k for k in dlq_keys if k))
     replies = each(client, [("XPENDING", u.stream, u.group) for u in units]
                    + [("XLEN", key) for key in dlqs])
@@ -86,6 +95,27 @@ def read_progress(client: redis.Redis, units: Sequence[WorkUnit],
             dead[key] = None
             errors.append(f"{key}: {_reply_text(reply)}")
     return Reading(states, dead, errors)
+
+
+def health_reading(units: Sequence[WorkUnit], health: Sequence[dict[str, Any]],
+                   dlq_keys: Sequence[str | None], stem: str) -> Reading:
+    """The group health as found before a run (``recovery.driver.health`` rows: ``pending``,
+    ``consumers`` with their ``pending``, ``dead_letter_length``) as a Reading, so the progress
+    baseline costs no reads of its own. A unit without a health row (vanished since
+    discovery) is None; a dead-letter length the health read could not see, None."""
+    by_unit = {(h["stream"], h["group"]): h for h in health}
+    states: list[UnitState | None] = []
+    dead: dict[str, int | None] = {}
+    for unit, key in zip(units, dlq_keys, strict=True):
+        row = by_unit.get((unit.stream, unit.group))
+        if row is None:
+            states.append(None)
+            continue
+        held = sum(c["pending"] for c in row["consumers"] if is_job_consumer(c["name"], stem))
+        states.append(UnitState(int(row["pending"]), held))
+        if key:
+            dead[key] = row["dead_letter_length"]
+    return Reading(states, dead, [])
 
 
 def _unit_state(reply: object, stem: str, name: str, errors: list[str]) -> UnitState | None:

@@ -36,6 +36,7 @@ import redis
 
 from recovery.executor.claimed import Claimed, field_pairs, with_carried
 from recovery.executor.faults import maybe_fail
+from recovery.executor.first_steps import FirstStep
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.throttle import Throttle
 from recovery.params import JobParams, Unit
@@ -83,9 +84,11 @@ def claim_unit(client: redis.Redis, params: JobParams, unit: Unit,
 
 def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
                 throttle: Throttle, histogram: PelHistogram | None = None,
-                count_left: bool = True) -> Iterator[ClaimStep]:
+                count_left: bool = True, first: FirstStep | None = None
+                ) -> Iterator[ClaimStep]:
     """:func:`claim_unit`'s entries step by step (as Python columns), each step with the
-    moment its claim was sent.
+    moment its claim was sent. `first`: the unit's first step, already sent
+    (``recovery.executor.first_steps``); the loop goes on from it.
 
     With `histogram`, also counts the unit's PEL as found: each step's rows as read just
     before its claim, then (unless `count_left` is False: the caller does it, see
@@ -96,10 +99,12 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
     owned: dict[bytes, PendingRow] = {}  # taken back: the job consumer's, not claimed here
     cursor, step, claimed = END_CURSOR, 0, 0
     while True:
-        sent_at = time.monotonic()
+        sent_at = time.monotonic() if first is None else first.sent_at
         with redis_errors(params.redis, stream, group):
-            batch = claim_batch(client, stream, group, consumer, params.min_idle_ms, cursor,
-                                params.count)
+            batch = _sent(first) if first is not None else \
+                claim_batch(client, stream, group, consumer, params.min_idle_ms, cursor,
+                            params.count)
+            first = None
             counts = _read_own_range(client, unit, batch, cursor, owned)
         step += 1
         if histogram is not None:
@@ -124,6 +129,13 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
         yield ClaimStep(_owned(unit, rows), None)
     if histogram is not None and count_left:
         left_reads(client, params, [(unit, histogram)])
+
+
+def _sent(first: FirstStep) -> ClaimBatch:
+    """A step sent ahead: its batch, or the error its stream or group answered, raised."""
+    if isinstance(first.batch, Exception):
+        raise first.batch
+    return first.batch
 
 
 def examined(batch: ClaimBatch) -> list[PendingRow]:

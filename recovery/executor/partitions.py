@@ -36,6 +36,7 @@ from recovery.executor.apply import apply_batch
 from recovery.executor.claim import ClaimStep, claim_steps
 from recovery.executor.claimed import Claimed
 from recovery.executor.faults import maybe_fail
+from recovery.executor.first_steps import FirstStep, with_first_steps
 from recovery.executor.gather import gathered
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.journaled import TaskJournal
@@ -176,25 +177,32 @@ def claim_partition(params: JobParams, histograms: bool = False) -> ArrowFn:
 UnitClaim = Callable[[redis.Redis, PelHistogram | None, bool], Iterator[ClaimStep]]
 
 
-def unit_claims(params: JobParams, batches: Iterator[pa.RecordBatch]
+def unit_claims(params: JobParams, batches: Iterator[pa.RecordBatch],
+                client: Callable[[], redis.Redis] | None = None
                 ) -> Iterator[tuple[Unit, UnitClaim]]:
     """Each unit of a claim task's input and how to claim it, with one throttle per task:
-    its XAUTOCLAIM loop (UNIT rows, ``recovery.executor.claim``) or, in a run that applies
-    a plan, its planned entries by ID (PLANNED rows, ``recovery.executor.plan_claim``; no
-    histogram: such a run reads the PELs in a pass of their own)."""
+    its XAUTOCLAIM loop (UNIT rows, ``recovery.executor.claim``; with `client`, the
+    partition's client getter, first steps sent ahead in rounds:
+    ``recovery.executor.first_steps``) or, in a run that applies a plan, its planned entries
+    by ID (PLANNED rows, ``recovery.executor.plan_claim``; no histogram: such a run reads
+    the PELs in a pass of their own)."""
     throttle = Throttle(params.max_entries_per_s_per_partition)
-    if not params.planned:
-        for unit in unit_rows(batches):
-            yield unit, partial(_idle_claim, params, unit, throttle)
+    if params.planned:
+        for unit, planned in planned_units(batches):
+            yield unit, lambda conn, _pel, _left, u=unit, p=planned: plan_steps(  # type: ignore[misc]
+                conn, params, u, p, throttle)
         return
-    for unit, planned in planned_units(batches):
-        yield unit, lambda client, _pel, _left, u=unit, p=planned: plan_steps(  # type: ignore[misc]
-            client, params, u, p, throttle)
+    units = unit_rows(batches)
+    firsts = with_first_steps(client, params, units) if client is not None else \
+        ((unit, None) for unit in units)
+    for unit, first in firsts:
+        yield unit, partial(_idle_claim, params, unit, throttle, first)
 
 
-def _idle_claim(params: JobParams, unit: Unit, throttle: Throttle, client: redis.Redis,
-                pel: PelHistogram | None, count_left: bool) -> Iterator[ClaimStep]:
-    return claim_steps(client, params, unit, throttle, pel, count_left=count_left)
+def _idle_claim(params: JobParams, unit: Unit, throttle: Throttle, first: FirstStep | None,
+                client: redis.Redis, pel: PelHistogram | None, count_left: bool
+                ) -> Iterator[ClaimStep]:
+    return claim_steps(client, params, unit, throttle, pel, count_left=count_left, first=first)
 
 
 def recover_partition(params: JobParams, histograms: bool = False,
@@ -222,7 +230,7 @@ def recover_partition(params: JobParams, histograms: bool = False,
                 steps = skip_vanished(unit, steps)
                 return left.tracked(unit, pel, steps) if left and pel else steps
 
-            steps = gathered((s for unit, claim in unit_claims(params, batches)
+            steps = gathered((s for unit, claim in unit_claims(params, batches, client.get)
                               for s in unit_steps(unit, claim)), rows)
             done = (lambda report: journal.done(client.get(), report)) if journal else None
             try:

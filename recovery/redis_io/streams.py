@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -144,19 +145,53 @@ def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
     Redis 6.2, 7.0 and Valkey 8.1.)
     """
     pipe = client.pipeline(transaction=True)
+    queue_claim(pipe, stream, group, consumer, min_idle_ms, cursor, count)
+    return claim_reply(*pipe.execute())
+
+
+def first_claims(client: redis.Redis, units: Sequence[tuple[str, str, str]],
+                 min_idle_ms: int, count: int) -> list[ClaimBatch | Exception]:
+    """The first step (from ``0-0``) of :func:`claim_batch` for each (stream, group,
+    consumer) of `units`, all in one MULTI (one round trip, each unit's claim atomic with its
+    reads as in :func:`claim_batch`): a ClaimBatch per unit, or the error its stream or
+    group answered (NOGROUP, WRONGTYPE: the other units are claimed all the same). Standalone
+    servers only: on a Redis Cluster a MULTI must stay in one slot."""
+    pipe = client.pipeline(transaction=True)
+    for stream, group, consumer in units:
+        queue_claim(pipe, stream, group, consumer, min_idle_ms, END_CURSOR, count)
+    replies = pipe.execute(raise_on_error=False)
+    result: list[ClaimBatch | Exception] = []
+    for i in range(0, len(replies), CLAIM_REPLIES):
+        three = replies[i : i + CLAIM_REPLIES]
+        error = next((r for r in three if isinstance(r, Exception)), None)
+        result.append(error if error is not None else claim_reply(*three))
+    return result
+
+
+CLAIM_REPLIES = 3  # commands :func:`queue_claim` queues
+
+
+def queue_claim(pipe: redis.client.Pipeline, stream: str, group: str, consumer: str,
+                min_idle_ms: int, cursor: str, count: int) -> None:
+    """Queue one claim step in a MULTI pipeline: XPENDING IDLE of up to `count` rows from
+    `cursor`, XPENDING of `consumer`'s first entry from `cursor`, XAUTOCLAIM."""
     pipe.execute_command(*pending_command(stream, group, cursor, "+", count,
                                           min_idle_ms=min_idle_ms))
     pipe.execute_command(*pending_command(stream, group, cursor, "+", 1, consumer))
     pipe.execute_command("XAUTOCLAIM", stream, group, consumer, min_idle_ms, cursor,
                          "COUNT", count)
-    before_rows, own_rows, reply = pipe.execute()
+
+
+def claim_reply(before_rows: list[PendingRow], own_rows: list[PendingRow],
+                reply: Sequence[Any]) -> ClaimBatch:
+    """A ClaimBatch of one step's three raw replies (:func:`queue_claim`'s commands)."""
     next_cursor, items = as_str(reply[0]), reply[1]
     found = [item for item in items if item is not None]
     ids = [item[0] for item in found]
     flats = [item[1] for item in found]
     deleted = list(reply[2]) if len(reply) > 2 else []
     unresolved = 0
-    if None in items:  # Redis 6.2: an entry deleted upstream comes back as nil
+    if None in items:  # Redis 6.2: a deleted entry comes back as nil
         nil_ids = deleted_by_position(items, before_rows, next_cursor)
         if nil_ids is None:
             unresolved = len(items) - len(ids)

@@ -1,0 +1,72 @@
+"""The first claim step of many small units in one round trip.
+
+A partition's units come biggest first (``recovery.driver.discovery.assign``). Each unit's
+first claim step (XAUTOCLAIM from ``0-0`` with its XPENDING reads,
+``recovery.redis_io.streams.first_claims``) is sent ahead, for as many upcoming units at a
+time as the last ones suggest: one at a time while units need more than one step (a big
+unit's loop goes on as before, and no later unit's entries wait claimed behind it); once
+every unit of a round finished in its first step, the next round takes as many units as
+together hold about one step's ``claim.count`` entries, judged by the biggest of the round
+(at most ``MAX_UNITS``). So a long tail of small streams costs one MULTI per round instead of
+one per stream, and Redis never runs a MULTI much bigger than one ordinary step.
+
+Each unit's claim is still atomic with its reads (the round's MULTI holds them all), and the
+claim loop (``recovery.executor.claim.claim_steps``) goes on from each first step exactly
+as if it had sent it: a lost reply or an earlier attempt's claim is taken back by its own-entry
+read, whatever sent the step. On a Redis Cluster (a MULTI cannot span slots) every round
+holds one unit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
+from typing import NamedTuple
+
+import redis
+from redis.cluster import RedisCluster
+
+from recovery.params import JobParams, Unit
+from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.streams import END_CURSOR, ClaimBatch, first_claims
+
+MAX_UNITS = 64  # units per round at most
+
+
+class FirstStep(NamedTuple):
+    """A unit's first claim step as sent ahead: its batch, or the error its stream or group
+    answered, and when the round was sent (``time.monotonic()`` seconds)."""
+
+    batch: ClaimBatch | Exception
+    sent_at: float
+
+
+def with_first_steps(client: Callable[[], redis.Redis], params: JobParams,
+                     units: Iterable[Unit]) -> Iterator[tuple[Unit, FirstStep]]:
+    """Each unit of `units` (in order) with its first claim step, sent in rounds (see the
+    module doc). `client` gives the partition's client (opened on first use)."""
+    pending = iter(units)
+    width = 1
+    while chunk := list(islice(pending, width)):
+        sent_at = time.monotonic()
+        conn = client()
+        with redis_errors(params.redis):
+            batches = first_claims(conn, [(u.stream, u.group, u.consumer) for u in chunk],
+                                   params.min_idle_ms, params.count)
+        yield from zip(chunk, (FirstStep(b, sent_at) for b in batches), strict=True)
+        width = 1 if isinstance(conn, RedisCluster) else next_width(batches, params.count)
+
+
+def next_width(batches: list[ClaimBatch | Exception], count: int) -> int:
+    """Units in the next round: 1 unless every unit of this round finished in its first step
+    (an error counts as finished); then about `count` entries' worth of units the size of
+    this round's biggest, from 1 to MAX_UNITS."""
+    sizes = []
+    for batch in batches:
+        if isinstance(batch, Exception):
+            continue
+        if batch.next_cursor != END_CURSOR:
+            return 1
+        sizes.append(len(batch.ids) + len(batch.deleted))
+    return max(1, min(MAX_UNITS, count // max([1, *sizes])))
