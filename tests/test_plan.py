@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
+from recovery.driver import plan as plan_module
 from recovery.driver.job import run
 from recovery.driver.plan import MANIFEST
 from recovery.report.run_report import read_run, read_run_dir
@@ -218,3 +219,18 @@ def test_planned_entries_among_many_pending_others(spark, server, make_settings)
     after = pel(client, stream, group)
     assert {i: p for i, p in after.items()} == {
         i: p for i, p in before.items() if i not in stuck[:5]}
+
+
+def test_a_manifest_on_another_file_system_goes_through_spark(spark, tmp_path, monkeypatch):
+    """A report directory that is not local (``s3a://``, ``hdfs://``: here a local one the
+    job is told is not) gets its manifest through Spark's text writer, and reads it back
+    through Spark; without a session (before Spark starts) it is not read at all."""
+    monkeypatch.setattr(plan_module, "local_directory", lambda path: None)
+    run_dir = str(tmp_path / "entries" / "run_id=x")
+    manifest = plan_module.Manifest("x", True, 1_700_000_000_000, 600_000, 5, "handler",
+                                    {"address": "redis://h:1/0", "db": 0, "cluster": False,
+                                     "ids": ["abc"]})
+    plan_module.write_manifest(spark, run_dir, manifest)
+    assert (tmp_path / "entries" / "run_id=x" / MANIFEST).is_dir()
+    assert plan_module.read_manifest(run_dir, spark) == manifest
+    assert plan_module.read_manifest(run_dir, None) is None
