@@ -5,19 +5,26 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from redis import Redis
 
+from recovery.config import executor_params
 from recovery.driver import plan as plan_module
 from recovery.driver.job import run
 from recovery.driver.plan import MANIFEST
+from recovery.executor.plan_claim import plan_steps
+from recovery.executor.throttle import Throttle
+from recovery.params import Unit
+from recovery.redis_io.redis_conn import connect
 from recovery.report.run_report import read_run, read_run_dir
 from recovery.testing.backlog import add_entries, deliver, make_stuck
 from tests.support.backlogs import DEAD, HOUR_MS, LIVE, seed
 from tests.support.fault_tools import job_args, run_in_process, seed_kinds
 from tests.support.invariants import final_states, pel
+from tests.support.lost_reply import ReplyDropper
 from tests.support.servers import start_server
 
 STREAMS = ["p-a", "p-b{t}", "p-c"]
@@ -234,3 +241,32 @@ def test_a_manifest_on_another_file_system_goes_through_spark(spark, tmp_path, m
     assert (tmp_path / "entries" / "run_id=x" / MANIFEST).is_dir()
     assert plan_module.read_manifest(run_dir, spark) == manifest
     assert plan_module.read_manifest(run_dir, None) is None
+
+
+def test_a_planned_page_whose_reply_was_lost_is_taken_back(server, client, make_settings):
+    """The 2nd page's MULTI (XPENDING, XCLAIM) runs but its reply never arrives; redis-py
+    sends it again, whose XCLAIM finds those 5 entries not idle (the job's already): they
+    are taken back, without fields, in a step without a claim time. Every planned entry is
+    output once, with the count Redis has; no extra delivery for the taken-back ones."""
+    ids = add_entries(client, "s", 30, lambda i: {"n": str(i)})
+    client.xgroup_create("s", "g", id="0")
+    assert deliver(client, "s", "g", DEAD, 30) == ids
+    make_stuck(client, "s", "g", DEAD, ids, HOUR_MS, 1)
+    params = replace(executor_params(make_settings("streams.keys=s", "claim.count=5"), "r1"),
+                     planned=True)
+    proxy = ReplyDropper(server.port, b"XCLAIM", nth=2)
+    conn = connect(replace(params.redis, url=proxy.url()))
+    try:
+        steps = list(plan_steps(conn, params, Unit("s", "g", "job-0"),
+                                [(i, 2) for i in ids], Throttle(None)))
+    finally:
+        conn.close()
+        proxy.close()
+    assert proxy.dropped == 1
+    rows = [r for s in steps for r in s.claimed.to_arrow().to_pylist()]
+    assert sorted(r["id"] for r in rows) == sorted(ids)
+    owned = {i: p.delivery_count for i, p in pel(client, "s", "g").items()}
+    assert {r["id"]: r["delivery_count"] for r in rows} == owned == dict.fromkeys(ids, 2)
+    back = [s for s in steps if s.sent_at is None]
+    assert [r["id"] for s in back for r in s.claimed.to_arrow().to_pylist()] == ids[5:10]
+    assert all(r["fields"] is None for s in back for r in s.claimed.to_arrow().to_pylist())
