@@ -135,6 +135,7 @@ REFUSALS = {
     "empty": "holds no entries",
     "corrupt report": "report files cannot be read",
     "other mode": "reprocess.mode = handler",
+    "timeout over the plan's idle": "is not longer than handler.timeout_s (60 s)",
 }
 
 
@@ -181,8 +182,11 @@ def test_a_plan_that_cannot_be_applied_is_refused_in_one_line(spark, redis_serve
             part.write_bytes(b"PAR1 not parquet at all")
     try:
         before = _snapshot(client)
-        extra = ["--set", "reprocess.mode=requeue", "--set",
-                 "reprocess.requeue_stream={stream}:retry"] if case == "other mode" else []
+        extra = {"other mode": ["--set", "reprocess.mode=requeue", "--set",
+                                "reprocess.requeue_stream={stream}:retry"],
+                 "timeout over the plan's idle": ["--set", "handler.timeout_s=60", "--set",
+                                                  "claim.min_idle_ms=120000"],
+                 }.get(case, [])
         result = run_in_process(spark, [*job_args(url, base, ["r-a", "r-b"]), *extra,
                                         "--plan", plan_dir])
         assert result.code == 2, (result.code, result.stderr)

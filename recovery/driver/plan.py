@@ -8,13 +8,15 @@ identity of the server it read (``server_identity``).
 
 A plan is refused (``PlanError``, exit 2, before anything is written to Redis) when its
 directory or manifest is missing or cannot be read, it holds no entries, it comes from a
-real run, it is older than ``plan.max_age_s``, it was made on another server, or with
-another ``reprocess.mode`` than the run's.
+real run, it is older than ``plan.max_age_s``, it was made on another server, with
+another ``reprocess.mode`` than the run's, or with a ``min_idle_ms`` not longer than
+``handler.timeout_s`` (the lease would not outlast a handler call).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -38,6 +40,7 @@ from recovery.report.run_report import read_run_dir
 from recovery.report.worker_files import local_directory
 from recovery.schemas import PLANNED, Mode
 
+log = logging.getLogger(__name__)
 MANIFEST = "_plan.json"
 KIND = "redis-stream-recovery plan"
 
@@ -153,6 +156,12 @@ def check_plan(plan_dir: str, manifest: Manifest, settings: Settings,
                                  f"{manifest.server.get('db')}; or the same one since "
                                  f"restarted) than redis.url ({server['address']}, database "
                                  f"{server['db']})"))
+    timeout_s = settings.handler.timeout_s
+    if timeout_s is not None and timeout_s * 1000 >= manifest.min_idle_ms:
+        raise PlanError(_refusal(plan_dir, f"its min_idle_ms ({manifest.min_idle_ms} ms), which "
+                                 f"this run claims and leases with, is not longer than "
+                                 f"handler.timeout_s ({timeout_s:g} s)", "or lower "
+                                 "handler.timeout_s"))
     if manifest.reprocess_mode != settings.reprocess.mode:
         raise PlanError(_refusal(plan_dir, f"it was made with reprocess.mode = "
                                  f"{manifest.reprocess_mode}, this run has "
@@ -241,6 +250,10 @@ def route_keys(spark: SparkSession, n: int) -> dict[int, int]:
 def planned_params(params: JobParams, manifest: Manifest) -> JobParams:
     """The run's executor parameters with the plan's idle threshold (XCLAIM's guard) and
     delivery limit, claiming by ID."""
+    log.info("run %s applies the plan of dry run %s (made %s ms ago): claim.min_idle_ms %d "
+             "and claim.max_deliveries %d are the plan's", params.run_id, manifest.run_id,
+             int(time.time() * 1000) - manifest.created_at_ms, manifest.min_idle_ms,
+             manifest.max_deliveries)
     return replace(params, min_idle_ms=manifest.min_idle_ms,
                    max_deliveries=manifest.max_deliveries, planned=True)
 
