@@ -367,9 +367,10 @@ def test_redis_that_never_answers_gives_up_in_bounded_time(spark, tmp_path, sile
 @pytest.mark.parametrize(("path", "redis_version_server"),
                          [("materialised", "redis"), ("one-pass", "redis"),
                           ("journaled", "redis"), ("materialised", "redis62"),
-                          ("journaled", "redis62"), ("plan", "redis")],
+                          ("journaled", "redis62"), ("plan", "redis"), ("plan", "valkey")],
                          ids=["materialised-redis", "one-pass-redis", "journaled-redis",
-                              "materialised-redis62", "journaled-redis62", "plan-redis"],
+                              "materialised-redis62", "journaled-redis62", "plan-redis",
+                              "plan-valkey"],
                          indirect=["redis_version_server"])
 def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(
         spark, redis_version_server, tmp_path, small_batches, submit, path):
