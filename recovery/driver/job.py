@@ -117,7 +117,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
     client = connect(params.redis)
     try:
         check_server(client, params.redis)
-        server = server_identity(client, params.redis.url)
+        server = server_identity(client, params.redis)
         if plan is not None:
             manifest = read_manifest(plan, spark)
             check_plan(plan, manifest, settings, server)  # type: ignore[arg-type]

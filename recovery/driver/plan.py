@@ -64,19 +64,20 @@ class Manifest:
     version: int = 1
 
 
-def server_identity(client: redis.Redis, url: str) -> dict[str, Any]:
+def server_identity(client: redis.Redis, params: RedisParams) -> dict[str, Any]:
     """Which server (and database) a run read: its address without credentials (for the
     message only), the database, cluster or not, and ``ids``: INFO server ``run_id`` of the
     server, or of each primary of a cluster (random, new at every start of the process)."""
-    db = urlsplit(url).path.strip("/")
+    db = urlsplit(params.url).path.strip("/")
     cluster = isinstance(client, RedisCluster)
-    with redis_errors(RedisParams(url)):
+    with redis_errors(params):
         if cluster:
             infos = client.info("server", target_nodes=RedisCluster.PRIMARIES)
             ids = sorted(str(info["run_id"]) for info in infos.values())
         else:
             ids = [str(client.info("server")["run_id"])]
-    return {"address": strip_userinfo(url), "db": int(db or 0), "cluster": cluster, "ids": ids}
+    return {"address": strip_userinfo(params.url), "db": int(db or 0), "cluster": cluster,
+            "ids": ids}
 
 
 def same_server(planned: dict[str, Any], now: dict[str, Any]) -> bool:
@@ -90,6 +91,7 @@ def same_server(planned: dict[str, Any], now: dict[str, Any]) -> bool:
 
 def new_manifest(params: JobParams, dry_run: bool, started_ms: int,
                  server: dict[str, Any]) -> Manifest:
+    """The manifest of a run that started at `started_ms` (epoch ms) on `server`."""
     return Manifest(params.run_id, dry_run, started_ms, params.min_idle_ms,
                     params.max_deliveries, params.reprocess_mode, server)
 
@@ -140,7 +142,8 @@ def read_manifest(plan_dir: str, spark: SparkSession | None) -> Manifest | None:
 def check_plan(plan_dir: str, manifest: Manifest, settings: Settings,
                server: dict[str, Any], now_ms: int | None = None) -> None:
     """Refuse (PlanError) a plan that is not a dry run's, is too old, was made on another
-    server or with another reprocess.mode."""
+    server (``same_server``), has a min_idle_ms a handler call may outlast, or was made with
+    another reprocess.mode. `server`: ``server_identity`` now; `now_ms`: epoch ms."""
     if not manifest.dry_run:
         raise PlanError(_refusal(plan_dir, f"it is the report of a real run ({manifest.run_id}), "
                                  "not of a dry run"))
@@ -263,4 +266,4 @@ def local_plan_refusal(plan_dir: str, settings: Settings, client: redis.Redis,
     """Before Spark starts: refuse a plan whose local manifest already says no."""
     manifest = read_manifest(plan_dir, None)
     if manifest is not None:
-        check_plan(plan_dir, manifest, settings, server_identity(client, params.url))
+        check_plan(plan_dir, manifest, settings, server_identity(client, params))
