@@ -54,7 +54,8 @@ from recovery.redis_io.streams import (
 
 Planned = tuple[str, int | None]  # a planned entry: its ID and the plan's delivery count
 ROWS_SLACK = 64  # XPENDING rows read per page beyond twice its planned IDs
-NOT_PENDING = ("no longer pending since the plan (acked, or its stream trimmed): left alone")
+NOT_PENDING = ("no longer pending since the plan (acked by a consumer or by an earlier attempt "
+               "of this task, or its consumer deleted): left alone")
 
 
 def planned_units(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[Unit, Iterator[Planned]]]:
