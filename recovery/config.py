@@ -37,6 +37,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from recovery.claim_settings import ClaimSettings
 from recovery.dead_letters.settings import DeadLettersSettings
 from recovery.errors import ConfigError
 from recovery.params import JobParams, RedisParams
@@ -125,17 +126,6 @@ class StreamsSettings(_Section):
         if not self.keys and not self.match:
             raise ValueError("select streams: set streams.keys and/or streams.match")
         return self
-
-
-class ClaimSettings(_Section):
-    """How entries are claimed."""
-
-    min_idle_ms: int = Field(60_000, ge=1)
-    count: int = Field(1000, ge=1, le=10_000)
-    max_deliveries: int = Field(5, ge=1)
-    consumer_prefix: str = Field("recovery", pattern=r"^[\w.:-]+$")
-    max_entries_per_s: float | None = Field(None, gt=0)
-    journal_prefix: str = "recovery:journal:"  # "": no journal (see docs/ACL.md)
 
 
 class DeadLetterSettings(_Section):
@@ -320,6 +310,8 @@ def executor_params(settings: Settings, run_id: str) -> JobParams:
         requeue_stream=settings.reprocess.requeue_stream,
         live_within_ms=settings.reprocess.live_within_ms,
         consumer_prefix=settings.claim.consumer_prefix,
+        backoff_factor=settings.claim.backoff_factor,
+        backoff_max_ms=settings.claim.backoff_max_ms,
         max_entries_per_s_per_partition=(rate / settings.spark.partitions) if rate else None,
     )
 

@@ -48,6 +48,13 @@ class JobParams:
     # A run that applies a plan (--plan): tasks get PLANNED rows and claim those IDs with
     # XCLAIM (min_idle_ms and max_deliveries are then the plan's).
     planned: bool = False
+    backoff_factor: float | None = None  # None or 1: no schedule (XAUTOCLAIM, as always)
+    backoff_max_ms: int | None = None  # the longest wait of the schedule; None: no cap
+
+    @property
+    def backoff(self) -> bool:
+        """Whether the claim follows a backoff schedule (``recovery.executor.backoff``)."""
+        return self.backoff_factor is not None and self.backoff_factor > 1
 
 
 @dataclass(frozen=True)

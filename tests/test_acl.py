@@ -155,19 +155,23 @@ def test_documented_users_run_everything_on_one_server(spark, acl_server, tmp_pa
     run_as_documented_users(spark, acl_server.url, client, [client], tmp_path, capsys)
 
 
-@pytest.mark.parametrize("mode", ["requeue", "reassign"])
+@pytest.mark.parametrize(("mode", "schedule"), [
+    ("requeue", ()), ("reassign", ()), ("handler", ("claim.backoff_factor=2",)),
+], ids=["requeue", "reassign", "backoff"])
 def test_the_reprocess_modes_need_nothing_more_than_the_documented_rule(
-        spark, redis_version_server, tmp_path, capsys, mode):
-    """README "ACL": requeue into the source stream and reassign add no permission."""
+        spark, redis_version_server, tmp_path, capsys, mode, schedule):
+    """README "ACL": requeue into the source stream, reassign and a backoff schedule (the
+    claim script) add no permission."""
     client = redis_version_server.client()
     create_users([client])
     seed(client, ["events:orders"], ["billing"])
     client.xgroup_createconsumer("events:orders", "billing", "app-1")  # live: just created
     args = job_args(redis_version_server.url, "recovery", tmp_path, "streams.match=events:*",
-                    f"reprocess.mode={mode}")
+                    f"reprocess.mode={mode}", *schedule)
     assert run_recovery(args, lambda s: spark) == 0, capsys.readouterr()
-    done = '"requeued":' if mode == "requeue" else '"reassigned":'
+    done = {"requeue": '"requeued":', "reassign": '"reassigned":'}.get(mode, '"reprocessed":')
     totals = capsys.readouterr().out.rsplit("\n", 2)[-2]
+    assert ('"backoff":null' in totals) is not schedule, totals
     assert f"{done}0," not in totals, totals  # something was moved
     setinfo = "client" if client.info("server")["redis_version"].startswith("6.") \
         else "client|setinfo"

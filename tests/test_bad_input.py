@@ -83,6 +83,11 @@ FIX = "fix it in the --config file, the RECOVERY_<SECTION>__<FIELD> variable or 
     (["redis.url=redis://h:70000/0"], ["redis.url has a port that is not a number from 1"]),
     (["redis.url=redis://h:6379/zero"], ["redis.url names database 'zero'", "must be a number"]),
     (["claim.count"], ["--set 'claim.count': write it as section.field=value"]),
+    (["claim.backoff_factor=0.5"], ["claim.backoff_factor: 0.5 is not a backoff factor",
+                                    "e.g. 2", FIX]),
+    (["claim.backoff_factor=inf"], ["claim.backoff_factor: inf is not a backoff factor"]),
+    (["claim.backoff_max_ms=1000"], ["claim: backoff_max_ms (1000) is below min_idle_ms "
+                                     "(60000)", "raise backoff_max_ms or leave it unset"]),
 ], ids=lambda v: v[0] if isinstance(v, list) else None)
 def test_bad_setting_exits_2_naming_field_and_fix(overrides, fragments, tmp_path):
     argv = ["--set", "streams.keys=orders", "--set", f"report.path={tmp_path}"]

@@ -71,6 +71,35 @@ def test_verification_fails_on_pending_and_doubled_entries(redis_server: LocalSe
         verify_recovered(client, seeded)
 
 
+def test_entries_seeded_not_due_must_stay_pending(redis_server: LocalServer) -> None:
+    """--not-due: about 90% of the entries not over the limit are delivered 3 times; the
+    verification wants exactly those still pending as seeded, so a loop that claims every
+    idle entry (as the job without a schedule would) fails it."""
+    client = redis_server.client()
+    spec = BacklogSpec(streams=3, per_stream=200, not_due_fraction=0.9)
+    seeded = seed_backlog(client, spec)
+    assert 480 <= seeded.not_due_total <= 540
+    counts = {r["message_id"].decode(): r["times_delivered"] for name in spec.stream_names()
+              for r in client.xpending_range(name, spec.group, "-", "+", 1000)}
+    waiting = {i for ids in seeded.not_due.values() for i in ids}
+    over = {i for ids in seeded.over_limit.values() for i in ids}
+    assert not waiting & over
+    assert {i: n for i, n in counts.items() if n == 3} == dict.fromkeys(waiting, 3)
+    run_loop("raw", spec, redis_server.url)
+    with pytest.raises(VerificationError, match="seeded not due"):
+        verify_recovered(client, seeded)
+
+
+def test_not_due_needs_the_job_alone_with_a_schedule() -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--not-due", "0.9", "--contenders", "job"])
+    with pytest.raises(SystemExit):
+        parse_args(["--not-due", "0.9", "--job-set", "claim.backoff_factor=10"])
+    args = parse_args(["--not-due", "0.9", "--contenders", "job",
+                       "--job-set", "claim.backoff_factor=10"])
+    assert all(s.not_due_fraction == 0.9 for s in args.specs)
+
+
 JOB_LOG = """\
 2026-11-21 18:00:10,000 INFO recovery.driver.job: run r1: 2 units with pending entries, 0 skipped
 26/11/21 18:00:12 INFO DAGScheduler: Job 0 finished: collect at job.py:140, took 1500.5 ms

@@ -118,10 +118,15 @@ def test_assign_on_one_server_is_unchanged():
     assert sorted(load.values()) == [70, 80]
 
 
-def test_recovers_every_entry_exactly_once_on_a_cluster(spark, cluster, rc, tmp_path):
+@pytest.mark.parametrize("schedule", [(), ("claim.backoff_factor=1.1",)],
+                         ids=["xautoclaim", "backoff"])
+def test_recovers_every_entry_exactly_once_on_a_cluster(spark, cluster, rc, tmp_path, schedule):
+    """Under a gentle backoff schedule (every entry idle an hour is due) the claim script
+    runs on each stream's primary, loaded there on first use."""
     streams, seeded = seed_everywhere(rc)
-    settings = cluster_settings(cluster, tmp_path)
+    settings = cluster_settings(cluster, tmp_path, *schedule)
     summary = run(spark, settings)
+    assert (summary.backoff is not None) is bool(schedule) and summary.not_due == 0
 
     assert normalised_states(rc, seeded) == expected_states(seeded)
     for stream, group, entry_id in [k for k, v in seeded.state.items() if v == "gone"]:

@@ -136,6 +136,7 @@ REFUSALS = {
     "corrupt report": "report files cannot be read",
     "other mode": "reprocess.mode = handler",
     "timeout over the plan's idle": "is not longer than handler.timeout_s (60 s)",
+    "backoff schedule": "--set claim.backoff_factor=1",
 }
 
 
@@ -186,6 +187,7 @@ def test_a_plan_that_cannot_be_applied_is_refused_in_one_line(spark, redis_serve
                                 "reprocess.requeue_stream={stream}:retry"],
                  "timeout over the plan's idle": ["--set", "handler.timeout_s=60", "--set",
                                                   "claim.min_idle_ms=120000"],
+                 "backoff schedule": ["--set", "claim.backoff_factor=2"],
                  }.get(case, [])
         result = run_in_process(spark, [*job_args(url, base, ["r-a", "r-b"]), *extra,
                                         "--plan", plan_dir])

@@ -8,13 +8,22 @@ from __future__ import annotations
 from collections import Counter
 
 import pyarrow as pa
+import pytest
 from redis import Redis
 
 from recovery.config import executor_params
+from recovery.executor.backoff import NotDue
 from recovery.executor.claim import examined
 from recovery.executor.partitions import recover_partition
 from recovery.executor.survey import histogram_partition
-from recovery.executor.tally import TALLY, Tally, histogram_rows, tallied, unit_counts
+from recovery.executor.tally import (
+    TALLY,
+    Tally,
+    histogram_rows,
+    not_due_counts,
+    tallied,
+    unit_counts,
+)
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.streams import ClaimBatch
 from recovery.schemas import ACTIONS, UNIT, arrow
@@ -59,11 +68,16 @@ def unit_batch() -> pa.RecordBatch:
         [{"stream": STREAM, "group": GROUP, "consumer": JOB, "part": 0}], schema=arrow(UNIT))
 
 
-def test_one_pass_counts_the_pel_as_the_health_pass_finds_it(client: Redis, make_settings):
+@pytest.mark.parametrize("schedule", [(), ("claim.backoff_factor=1000",)],
+                         ids=["xautoclaim", "backoff"])
+def test_one_pass_counts_the_pel_as_the_health_pass_finds_it(client: Redis, make_settings,
+                                                             schedule):
     """Every kind of entry (fresh ones on a live consumer, deleted, poison, failing), then
     idle entries after more fresh ones than one claim step may examine (claim.count=1:
     XAUTOCLAIM gives up after 10 entries). The one pass's histogram equals the health
-    pass's on the same PEL, and its counts are what Redis shows afterwards."""
+    pass's on the same PEL, and its counts are what Redis shows afterwards. Under a steep
+    schedule the entries delivered 4 times (below the limit) are not due: left with their
+    owner, counted not due, and still in the histogram (the last PEL read counts them)."""
     seeded = seed(client, [STREAM], [GROUP])
     late = add_entries(client, STREAM, 12, lambda i: binary_fields(i, "ok"))
     fresh = deliver(client, STREAM, GROUP, "live-2", 11)
@@ -72,7 +86,7 @@ def test_one_pass_counts_the_pel_as_the_health_pass_finds_it(client: Redis, make
     assert fresh + stuck == late
     settings = make_settings(f"streams.keys={STREAM}", "claim.count=1",
                              "claim.max_deliveries=5",
-                             "handler.path=tests.support.handlers:verify_or_fail")
+                             "handler.path=tests.support.handlers:verify_or_fail", *schedule)
     params = executor_params(settings, "t1")
     (found,) = pa.Table.from_batches(histogram_partition(params)(iter([unit_batch()]))
                                      ).to_pylist()
@@ -85,11 +99,15 @@ def test_one_pass_counts_the_pel_as_the_health_pass_finds_it(client: Redis, make
         assert dict(counted[histogram]) == dict(found[histogram]), histogram
     assert 0 <= counted["oldest_idle_ms"] - found["oldest_idle_ms"] < 5_000
     reported = Counter(r["action"] for r in out if r[TALLY] is None)
-    assert reported == Counter(seeded.action.values()) + Counter({"reprocessed": 1})
+    waiting = [k for k, kind in seeded.kind.items() if kind == "fail_at_limit" and schedule]
+    due = [a for k, a in seeded.action.items() if k not in waiting]
+    assert reported == Counter(due) + Counter({"reprocessed": 1})
     (unit,) = unit_counts(tallies, ACTIONS)
     assert {a: unit[a] for a in ACTIONS if unit[a]} == dict(reported)
+    assert not_due_counts(tallies).get((STREAM, GROUP), NotDue()).entries == len(waiting)
     owners = Counter(r["consumer"].decode() for r in client.xpending_range(
         STREAM, GROUP, "-", "+", 1000))
-    assert owners == {JOB: unit["failed"], LIVE: 10, "live-2": 11}
+    assert owners == {JOB: unit["failed"], LIVE: 10, "live-2": 11,
+                      **({DEAD: len(waiting)} if waiting else {})}
     assert client.xlen(dead_letter_key(STREAM, settings.dead_letter.suffix)) == unit[
         "dead_lettered"]

@@ -71,6 +71,7 @@ from recovery.redis_io.journal import drop_journals, journal_key, open_journals
 from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.report.run_report import (
     RunSummary,
+    due_time,
     fill_summary,
     format_table,
     health_path,
@@ -130,6 +131,8 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
         summary = RunSummary(params.run_id, dry_run=dry_run, plan=plan,
                              report_path=run_path(settings.report.path, params.run_id))
         summary.dead_letter_warnings = dead_letter_warnings(client, settings, params.redis)
+        if params.backoff:
+            summary.backoff = {"factor": params.backoff_factor, "max_ms": params.backoff_max_ms}
         actions = PLAN_ACTIONS if dry_run else ACTIONS
         with spark_errors():
             tallies = []
@@ -144,17 +147,22 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
     finally:
         client.close()
     summary.duration_s = round(time.monotonic() - started, 3)
+    if summary.not_due:
+        log.info("run %s: %d entries left pending, not due yet under the backoff schedule; "
+                 "the first becomes due at %s", params.run_id, summary.not_due,
+                 due_time(summary.next_due_ms))
     log.info("run %s summary\n%s", params.run_id, format_table(summary))
     return summary
 
 
 def pending_entries(spark: SparkSession, settings: Settings) -> DataFrame:
     """Read-only: the pending entries a run would claim now (idle at least
-    ``claim.min_idle_ms``), one row per entry: ``stream``, ``group``, ``id``,
-    ``previous_consumer`` (its owner now), ``delivery_count`` (as the run's claim would make
-    it, with a requeued copy's carried deliveries), ``idle_ms`` and ``action``, what a run
-    would do (``would_reprocess`` / ``would_requeue`` / ``would_reassign``,
-    ``would_dead_letter``, ``deleted``): a dry run's report (schema REPORT), read back.
+    ``claim.min_idle_ms``; under a backoff schedule, only those due), one row per entry:
+    ``stream``, ``group``, ``id``, ``previous_consumer`` (its owner now),
+    ``delivery_count`` (as the run's claim would make it, with a requeued copy's carried
+    deliveries), ``idle_ms`` and ``action``, what a run would do (``would_reprocess`` /
+    ``would_requeue`` / ``would_reassign``, ``would_dead_letter``, ``deleted``): a dry
+    run's report (schema REPORT), read back.
     Claims nothing; writes only the dry run's report and health files."""
     summary = run(spark, settings, dry_run=True)
     if summary.report_path is None:  # nothing pending anywhere

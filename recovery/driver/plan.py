@@ -10,7 +10,8 @@ A plan is refused (``PlanError``, exit 2, before anything is written to Redis) w
 directory or manifest is missing or cannot be read, it holds no entries, it comes from a
 real run, it is older than ``plan.max_age_s``, it was made on another server, with
 another ``reprocess.mode`` than the run's, or with a ``min_idle_ms`` not longer than
-``handler.timeout_s`` (the lease would not outlast a handler call).
+``handler.timeout_s`` (the lease would not outlast a handler call); or when the run has a
+backoff schedule (``claim.backoff_factor``), which a claim by ID does not follow.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ class Manifest:
     max_deliveries: int
     reprocess_mode: str
     server: dict[str, Any] = field(default_factory=dict)
+    backoff_factor: float | None = None  # the dry run's schedule (claim.backoff_factor)
+    backoff_max_ms: int | None = None
     kind: str = KIND
     version: int = 1
 
@@ -93,7 +96,8 @@ def new_manifest(params: JobParams, dry_run: bool, started_ms: int,
                  server: dict[str, Any]) -> Manifest:
     """The manifest of a run that started at `started_ms` (epoch ms) on `server`."""
     return Manifest(params.run_id, dry_run, started_ms, params.min_idle_ms,
-                    params.max_deliveries, params.reprocess_mode, server)
+                    params.max_deliveries, params.reprocess_mode, server,
+                    params.backoff_factor, params.backoff_max_ms)
 
 
 def write_manifest(spark: SparkSession, run_dir: str, manifest: Manifest) -> None:
@@ -165,6 +169,12 @@ def check_plan(plan_dir: str, manifest: Manifest, settings: Settings,
                                  f"this run claims and leases with, is not longer than "
                                  f"handler.timeout_s ({timeout_s:g} s)", "or lower "
                                  "handler.timeout_s"))
+    factor = settings.claim.backoff_factor
+    if factor is not None and factor > 1:
+        raise PlanError(_refusal(plan_dir, f"this run has a backoff schedule (claim.backoff_factor "
+                                 f"= {factor:g}), which a plan's claim by ID does not follow "
+                                 "(the plan holds the entries due when it was made)", "or "
+                                 "apply it without one: --set claim.backoff_factor=1"))
     if manifest.reprocess_mode != settings.reprocess.mode:
         raise PlanError(_refusal(plan_dir, f"it was made with reprocess.mode = "
                                  f"{manifest.reprocess_mode}, this run has "

@@ -22,6 +22,11 @@ read of the job consumer's entries in the step's range follow: it takes those en
 counts. The steps' ranges tile the whole PEL, so every entry the job consumer owns when the
 loop ends is in the output exactly once, without a second pass over the PEL. The output is
 in claim order: the unit's entries contiguous, ascending by ID, entries taken back last.
+
+Under a backoff schedule (``claim.backoff_factor``, ``recovery.executor.backoff``) each step
+is instead one script call (``recovery.redis_io.scripts.claim_due_batch``) that reads a page
+of ``XPENDING ... IDLE`` rows and the own first entry, and XCLAIMs exactly the due ones, all
+atomically; the rest of the loop is the same. The entries left alone are counted (``NotDue``).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from typing import NamedTuple
 import pyarrow as pa
 import redis
 
+from recovery.executor.backoff import NotDue, schedule_args
 from recovery.executor.claimed import Claimed, field_pairs, with_carried
 from recovery.executor.faults import maybe_fail
 from recovery.executor.first_steps import FirstStep
@@ -41,6 +47,7 @@ from recovery.executor.histogram import PelHistogram
 from recovery.executor.throttle import Throttle
 from recovery.params import JobParams, Unit
 from recovery.redis_io.redis_conn import redis_errors, unit_vanished
+from recovery.redis_io.scripts import claim_due_batch
 from recovery.redis_io.streams import (
     COUNT,
     END_CURSOR,
@@ -84,7 +91,8 @@ def claim_unit(client: redis.Redis, params: JobParams, unit: Unit,
 
 def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
                 throttle: Throttle, histogram: PelHistogram | None = None,
-                count_left: bool = True, first: FirstStep | None = None
+                count_left: bool = True, waiting: NotDue | None = None,
+                first: FirstStep | None = None
                 ) -> Iterator[ClaimStep]:
     """:func:`claim_unit`'s entries step by step (as Python columns), each step with the
     moment its claim was sent. `first`: the unit's first step, already sent
@@ -94,21 +102,23 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
     before its claim, then (unless `count_left` is False: the caller does it, see
     ``left_reads``), once every step was handed over, one read of what the loop left (the
     rows other consumers own: entries not idle enough, or delivered meanwhile).
+    With `waiting`, counts the entries a backoff schedule left alone, not due yet.
     """
-    stream, group, consumer = unit.stream, unit.group, unit.consumer
+    stream, group = unit.stream, unit.group
     owned: dict[bytes, PendingRow] = {}  # taken back: the job consumer's, not claimed here
     cursor, step, claimed = END_CURSOR, 0, 0
     while True:
         sent_at = time.monotonic() if first is None else first.sent_at
         with redis_errors(params.redis, stream, group):
-            batch = _sent(first) if first is not None else \
-                claim_batch(client, stream, group, consumer, params.min_idle_ms, cursor,
-                            params.count)
+            batch = _sent(first) if first is not None else claim_step(client, params, unit,
+                                                                      cursor)
             first = None
             counts = _read_own_range(client, unit, batch, cursor, owned)
         step += 1
         if histogram is not None:
             histogram.add(examined(batch))
+        if waiting is not None and batch.not_due:
+            waiting.add(batch.not_due, batch.due_in_ms, int(time.time() * 1000))
         seen = len(batch.ids) + len(batch.deleted)
         if seen:
             yield ClaimStep(_claimed(unit, batch, counts), sent_at)
@@ -136,6 +146,16 @@ def _sent(first: FirstStep) -> ClaimBatch:
     if isinstance(first.batch, Exception):
         raise first.batch
     return first.batch
+
+
+def claim_step(client: redis.Redis, params: JobParams, unit: Unit, cursor: str) -> ClaimBatch:
+    """One claim step from `cursor`: XAUTOCLAIM (every idle entry), or under a backoff
+    schedule the script that claims only the due ones."""
+    if params.backoff:
+        return claim_due_batch(client, unit.stream, unit.group, unit.consumer,
+                               params.min_idle_ms, cursor, params.count, schedule_args(params))
+    return claim_batch(client, unit.stream, unit.group, unit.consumer, params.min_idle_ms,
+                       cursor, params.count)
 
 
 def examined(batch: ClaimBatch) -> list[PendingRow]:

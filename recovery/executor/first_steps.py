@@ -14,7 +14,7 @@ Each unit's claim is still atomic with its reads (the round's MULTI holds them a
 claim loop (``recovery.executor.claim.claim_steps``) goes on from each first step exactly
 as if it had sent it: a lost reply or an earlier attempt's claim is taken back by its own-entry
 read, whatever sent the step. On a Redis Cluster (a MULTI cannot span slots) every round
-holds one unit.
+holds one unit; under a backoff schedule no step is sent ahead.
 """
 
 from __future__ import annotations
@@ -43,9 +43,14 @@ class FirstStep(NamedTuple):
 
 
 def with_first_steps(client: Callable[[], redis.Redis], params: JobParams,
-                     units: Iterable[Unit]) -> Iterator[tuple[Unit, FirstStep]]:
+                     units: Iterable[Unit]) -> Iterator[tuple[Unit, FirstStep | None]]:
     """Each unit of `units` (in order) with its first claim step, sent in rounds (see the
-    module doc). `client` gives the partition's client (opened on first use)."""
+    module doc). `client` gives the partition's client (opened on first use). Under a
+    backoff schedule (whose steps are a script, ``recovery.executor.backoff``) no step is
+    sent ahead: None for each."""
+    if params.backoff:
+        yield from ((unit, None) for unit in units)
+        return
     pending = iter(units)
     width = 1
     while chunk := list(islice(pending, width)):

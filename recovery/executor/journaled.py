@@ -1,9 +1,9 @@
 """Claim steps journaled in Redis, so that claim and hand-over can be one pass on a master that
 may run a task more than once (``recovery.redis_io.journal``).
 
-A task appends to its part's journal each claim step's entry IDs, before the step is handed
-over (so before any of its side effects), and each hand-over's REPORT rows (Arrow IPC, zstd)
-once it is done. A retried attempt reads the journal once and claims as its failed attempt
+A task appends to its part's journal each claim step's entry IDs before the step is handed
+over (so before any of its side effects; the steps of one hand-over in one RPUSH), and each
+hand-over's REPORT rows (Arrow IPC, zstd) once it is done. A retried attempt reads the journal once and claims as its failed attempt
 did (the claim loop takes back what the job consumer still owns). After each unit's loop it
 hands over, as one more step, the journal's other entries of that unit: the failed attempt
 claimed them and they are no longer the job's (handled and acked, dead-lettered, requeued or
@@ -27,7 +27,7 @@ from recovery.errors import StreamUnitError
 from recovery.executor.claim import ClaimStep
 from recovery.executor.claimed import Claimed
 from recovery.params import JobParams, Unit
-from recovery.redis_io.journal import Earlier, journal_key, read, record_claim, record_outcome
+from recovery.redis_io.journal import Earlier, journal_key, read, record_claims, record_outcome
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.streams import stream_id_key
 from recovery.schemas import REPORT_ARROW
@@ -46,24 +46,36 @@ class TaskJournal:
         self._earlier: Earlier | None = None
         self._rows: dict[RowKey, dict[str, Any]] | None = None  # earlier attempts' rows
         self._recorded: dict[RowKey, dict[str, Any]] = {}  # rows to put back (`amended`)
+        self._unrecorded: list[tuple[tuple[str, str], list[str]]] = []  # steps, see `recorded`
 
     def steps(self, client: redis.Redis, unit: Unit, steps: Iterable[ClaimStep]
               ) -> Iterator[ClaimStep]:
-        """`steps` of `unit`, each recorded before it is passed on; then, as one more step,
-        the unit's entries earlier attempts claimed that these steps did not (also when the
-        unit's stream or group vanished meanwhile)."""
+        """`steps` of `unit`, each to be recorded (by :meth:`recorded`) before it is handed
+        over; then, as one more step, the unit's entries earlier attempts claimed that these
+        steps did not (also when the unit's stream or group vanished meanwhile)."""
         self._key = journal_key(self.prefix, unit.consumer)
         earlier = self._read(client).claimed.pop((unit.stream, unit.group), set())
         try:
             for step in steps:
-                with redis_errors(self.params.redis, unit.stream, unit.group):
-                    record_claim(client, self._key, (unit.stream, unit.group), step.claimed.id)
+                self._unrecorded.append(((unit.stream, unit.group), step.claimed.id))
                 earlier.difference_update(step.claimed.id)
                 yield step
         except StreamUnitError:
             yield from self._no_longer_ours(unit, earlier)
             raise
         yield from self._no_longer_ours(unit, earlier)
+
+    def recorded(self, client: redis.Redis, steps: Iterable[ClaimStep]) -> Iterator[ClaimStep]:
+        """`steps` (hand-overs, each gathered from the unit steps :meth:`steps` passed on),
+        each passed on only once the claim steps it holds are in the journal: all recorded in
+        one RPUSH, before any side effect of the hand-over."""
+        for step in steps:
+            if self._unrecorded:
+                assert self._key is not None
+                with redis_errors(self.params.redis):
+                    record_claims(client, self._key, self._unrecorded)
+                self._unrecorded = []
+            yield step
 
     def done(self, client: redis.Redis, report: pa.RecordBatch) -> None:
         """Record a hand-over's REPORT batch (after its side effects)."""

@@ -8,7 +8,7 @@ Claim tasks take UNIT rows (XAUTOCLAIM loops) or, in a run that applies a plan, 
 
 - ``claim_partition``: UNIT rows -> PACKED rows of CLAIMED batches, XAUTOCLAIM cursor loops
   (a side effect: the driver materialises its output exactly once), and each unit's PEL
-  histogram as a note;
+  histogram and its entries not due (under a backoff schedule) as a note;
 - ``apply_partition``: PACKED rows of CLAIMED batches -> REPORT rows: route, dead-letter
   moves, handler and acks;
 - ``recover_partition``: UNIT rows -> REPORT rows, all in one pass: each claim step is
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
@@ -33,6 +32,7 @@ import redis
 
 from recovery.errors import StreamUnitError
 from recovery.executor.apply import apply_batch
+from recovery.executor.backoff import NotDue
 from recovery.executor.claim import ClaimStep, claim_steps
 from recovery.executor.claimed import Claimed
 from recovery.executor.faults import maybe_fail
@@ -44,7 +44,7 @@ from recovery.executor.lease import LEASE_ROWS
 from recovery.executor.left_counts import LeftCounts
 from recovery.executor.packing import ArrowFn, note_row, packed_rows, unpacked
 from recovery.executor.plan_claim import plan_steps, planned_units
-from recovery.executor.tally import PassMaker, Tally
+from recovery.executor.tally import PassMaker, Tally, note
 from recovery.executor.throttle import Throttle
 from recovery.params import JobParams, Unit
 from recovery.redis_io.redis_conn import connect, redis_errors
@@ -156,10 +156,12 @@ def claim_partition(params: JobParams, histograms: bool = False) -> ArrowFn:
     def claim_packed(client: redis.Redis, unit: Unit, claim: UnitClaim
                      ) -> Iterator[pa.RecordBatch]:
         pel = PelHistogram() if histograms else None
-        for step in claim(client, pel, True):
+        waiting = NotDue() if params.backoff else None
+        for step in claim(client, pel, waiting, True):
             yield from packed_rows(step.claimed.to_arrow())
-        if pel is not None:
-            yield note_row(json.dumps(pel.row(unit.stream, unit.group)).encode())
+        if pel is not None or waiting is not None:
+            yield note_row(note(pel.row(unit.stream, unit.group) if pel else None,
+                                (unit.stream, unit.group, waiting) if waiting else None))
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         client = PartitionClient(params)
@@ -173,8 +175,10 @@ def claim_partition(params: JobParams, histograms: bool = False) -> ArrowFn:
     return run
 
 
-# How one unit is claimed: (client, PEL histogram or None, count_left) -> its claim steps.
-UnitClaim = Callable[[redis.Redis, PelHistogram | None, bool], Iterator[ClaimStep]]
+# How one unit is claimed: (client, PEL histogram or None, its count of entries not due
+# under a backoff schedule or None, count_left) -> its claim steps.
+UnitClaim = Callable[[redis.Redis, PelHistogram | None, NotDue | None, bool],
+                     Iterator[ClaimStep]]
 
 
 def unit_claims(params: JobParams, batches: Iterator[pa.RecordBatch],
@@ -189,7 +193,7 @@ def unit_claims(params: JobParams, batches: Iterator[pa.RecordBatch],
     throttle = Throttle(params.max_entries_per_s_per_partition)
     if params.planned:
         for unit, planned in planned_units(batches):
-            yield unit, lambda conn, _pel, _left, u=unit, p=planned: plan_steps(  # type: ignore[misc]
+            yield unit, lambda conn, _pel, _due, _left, u=unit, p=planned: plan_steps(  # type: ignore[misc]
                 conn, params, u, p, throttle)
         return
     units = unit_rows(batches)
@@ -200,9 +204,10 @@ def unit_claims(params: JobParams, batches: Iterator[pa.RecordBatch],
 
 
 def _idle_claim(params: JobParams, unit: Unit, throttle: Throttle, first: FirstStep | None,
-                client: redis.Redis, pel: PelHistogram | None, count_left: bool
-                ) -> Iterator[ClaimStep]:
-    return claim_steps(client, params, unit, throttle, pel, count_left=count_left, first=first)
+                client: redis.Redis, pel: PelHistogram | None, waiting: NotDue | None,
+                count_left: bool) -> Iterator[ClaimStep]:
+    return claim_steps(client, params, unit, throttle, pel, count_left=count_left,
+                       waiting=waiting, first=first)
 
 
 def recover_partition(params: JobParams, histograms: bool = False,
@@ -224,7 +229,8 @@ def recover_partition(params: JobParams, histograms: bool = False,
 
             def unit_steps(unit: Unit, claim: UnitClaim) -> Iterator[ClaimStep]:
                 pel = tally.histogram(unit.stream, unit.group) if histograms else None
-                steps = claim(client.get(), pel, False)
+                waiting = tally.waiting(unit.stream, unit.group) if params.backoff else None
+                steps = claim(client.get(), pel, waiting, False)
                 if journal is not None:
                     steps = journal.steps(client.get(), unit, steps)
                 steps = skip_vanished(unit, steps)
@@ -232,6 +238,8 @@ def recover_partition(params: JobParams, histograms: bool = False,
 
             steps = gathered((s for unit, claim in unit_claims(params, batches, client.get)
                               for s in unit_steps(unit, claim)), rows)
+            if journal is not None:
+                steps = journal.recorded(client.get(), steps)
             done = (lambda report: journal.done(client.get(), report)) if journal else None
             try:
                 with young_collections_rarer():
@@ -289,7 +297,7 @@ def apply_partition(params: JobParams, rows: int) -> PassMaker:
     def make(tally: Tally) -> ArrowFn:
         def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             client = PartitionClient(params)
-            steps = unpacked(batches, rows, tally.add_histogram_json)
+            steps = unpacked(batches, rows, tally.add_note)
             try:
                 with young_collections_rarer():
                     yield from applied(client.get, params,

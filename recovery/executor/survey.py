@@ -6,12 +6,14 @@ buckets: ``recovery.executor.histogram``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import redis
 
+from recovery.executor.backoff import NotDue, due_in_ms
 from recovery.executor.claimed import with_carried
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.partitions import ArrowFn, coalesced, per_unit
@@ -66,21 +68,46 @@ def _histogram_unit(client: redis.Redis, params: JobParams, unit: Unit
 
 
 def plan_partition(params: JobParams) -> PassMaker:
-    """UNIT batches -> REPORT batches of what a real run would do (dry run, no claim)."""
-    return lambda _: per_unit(
-        params, lambda: lambda client, unit: _plan_unit(client, params, unit))
+    """UNIT batches -> REPORT batches of what a real run would do (dry run, no claim). Under
+    a backoff schedule the entries not due are left out of the plan and counted in the
+    task's tally, as a run's claim counts them."""
+    return lambda tally: per_unit(
+        params, lambda: lambda client, unit: _plan_unit(
+            client, params, unit, tally.waiting(unit.stream, unit.group) if params.backoff
+            else None))
 
 
-def _plan_unit(client: redis.Redis, params: JobParams, unit: Unit
+def _plan_unit(client: redis.Redis, params: JobParams, unit: Unit, waiting: NotDue | None
                ) -> Iterator[pa.RecordBatch]:
     stream, group = unit.stream, unit.group
     with redis_errors(params.redis, stream, group):
         for page in pending_pages(client, stream, group, PAGE, min_idle_ms=params.min_idle_ms):
+            if waiting is not None:
+                page = _due_rows(params, unit, page, waiting)
+                if not page:
+                    continue
             ids = [r[ID].decode() for r in page]
             found = fetch_entries(client, stream, ids)
             rows = [_plan_row(params, stream, group, i, r, found[i])
                     for i, r in zip(ids, page, strict=True)]
             yield pa.RecordBatch.from_pylist(rows, schema=REPORT_ARROW)
+
+
+def _due_rows(params: JobParams, unit: Unit, page: list[PendingRow], waiting: NotDue
+              ) -> list[PendingRow]:
+    """The rows of `page` due under the schedule; the others are counted in `waiting`."""
+    now_ms = int(time.time() * 1000)
+    mine = unit.consumer.encode()
+    due, waits = [], []
+    for row in page:
+        left = due_in_ms(params, row[COUNT], row[IDLE], row[OWNER] == mine)
+        if left:
+            waits.append(left)
+        else:
+            due.append(row)
+    if waits:
+        waiting.add(len(waits), min(waits), now_ms)
+    return due
 
 
 def _plan_row(params: JobParams, stream: str, group: str, entry_id: str, row: PendingRow,

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import StringType, StructField, StructType
 
+from recovery.executor.backoff import NotDue
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.packing import ArrowFn
 from recovery.schemas import REPORT, arrow
@@ -37,13 +38,15 @@ ActionCounts = Counter[tuple[str, str, str]]  # (stream, group, action) -> repor
 
 
 class Tally:
-    """One task's counts: report rows per (stream, group, action), and PEL histograms per
-    (stream, group) where the task counted them."""
+    """One task's counts: report rows per (stream, group, action), PEL histograms per
+    (stream, group) where the task counted them, and the entries a backoff schedule left
+    alone per (stream, group) (``recovery.executor.backoff.NotDue``)."""
 
     def __init__(self) -> None:
         self.actions: ActionCounts = Counter()
         self.histograms: dict[tuple[str, str], PelHistogram] = {}
         self.histogram_rows: list[dict[str, Any]] = []  # counted by an earlier stage
+        self.not_due: dict[tuple[str, str], NotDue] = {}
 
     def count(self, batch: pa.RecordBatch) -> None:
         """Count a REPORT batch's rows by (stream, group, action). A batch of one unit, as
@@ -67,19 +70,43 @@ class Tally:
         """The (new or growing) PEL histogram of one unit."""
         return self.histograms.setdefault((stream, group), PelHistogram())
 
-    def add_histogram_json(self, text: bytes) -> None:
-        """Carry a unit's PEL histogram row counted by an earlier stage (JSON of
-        ``PelHistogram.row``): the claim stage of a run whose claim is materialised."""
-        self.histogram_rows.append(json.loads(text))
+    def waiting(self, stream: str, group: str) -> NotDue:
+        """The (new or growing) count of one unit's entries not due yet."""
+        return self.not_due.setdefault((stream, group), NotDue())
+
+    def add_note(self, text: bytes) -> None:
+        """Carry what the claim stage of a run whose claim is materialised counted for a
+        unit (a ``note`` of this module): its PEL histogram row, or its entries not due."""
+        note = json.loads(text)
+        if "histogram" in note:
+            self.histogram_rows.append(note["histogram"])
+        if "not_due" in note:
+            stream, group, entries, next_due_ms = note["not_due"]
+            self.waiting(stream, group).merge(NotDue(entries, next_due_ms))
 
     def to_json(self) -> str:
-        """``{"actions": [[stream, group, action, rows], ...], "histograms": [row, ...]}``
-        with PEL_HISTOGRAM-shaped rows (bucket lists as ``[label, entries]`` pairs)."""
+        """``{"actions": [[stream, group, action, rows], ...], "histograms": [row, ...],
+        "not_due": [[stream, group, entries, next due epoch ms or null], ...]}`` with
+        PEL_HISTOGRAM-shaped rows (bucket lists as ``[label, entries]`` pairs)."""
         return json.dumps({
             "actions": [[*key, n] for key, n in self.actions.items()],
             "histograms": [*(h.row(s, g) for (s, g), h in self.histograms.items()),
                            *self.histogram_rows],
+            "not_due": [[*key, w.entries, w.next_due_ms] for key, w in self.not_due.items()],
         })
+
+
+def note(histogram: dict[str, Any] | None = None,
+         not_due: tuple[str, str, NotDue] | None = None) -> bytes:
+    """What a claim stage hands the next stage about a unit (``Tally.add_note``): its PEL
+    histogram row and/or its entries not due."""
+    body: dict[str, Any] = {}
+    if histogram is not None:
+        body["histogram"] = histogram
+    if not_due is not None:
+        stream, group, waiting = not_due
+        body["not_due"] = [stream, group, waiting.entries, waiting.next_due_ms]
+    return json.dumps(body).encode()
 
 
 # A report pass, made per task: given the task's Tally (to add histograms to), the partition
@@ -130,6 +157,16 @@ def unit_counts(tallies: Iterable[str], actions: tuple[str, ...]) -> list[dict[s
     for row in units.values():
         row["total"] = sum(row[a] for a in actions)
     return [units[key] for key in sorted(units)]
+
+
+def not_due_counts(tallies: Iterable[str]) -> dict[tuple[str, str], NotDue]:
+    """(stream, group) -> the entries a backoff schedule left alone, merged over the tasks
+    (only units that had some, or were counted under a schedule)."""
+    merged: dict[tuple[str, str], NotDue] = {}
+    for text in tallies:
+        for stream, group, entries, next_due_ms in json.loads(text).get("not_due", []):
+            merged.setdefault((stream, group), NotDue()).merge(NotDue(entries, next_due_ms))
+    return merged
 
 
 def histogram_rows(tallies: Iterable[str]) -> list[dict[str, Any]]:

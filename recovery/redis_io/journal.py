@@ -84,9 +84,11 @@ def drop_journals(client: redis.Redis, keys: Sequence[str]) -> None:
                     TTL_S, failed[0])
 
 
-def record_claim(client: redis.Redis, key: str, unit: UnitKey, ids: Iterable[str]) -> None:
-    """Append one claim step's entry IDs to the journal `key` (one round trip)."""
-    client.rpush(key, CLAIM + json.dumps([*unit, list(ids)]).encode())
+def record_claims(client: redis.Redis, key: str,
+                  steps: Sequence[tuple[UnitKey, Iterable[str]]]) -> None:
+    """Append claim steps' entry IDs (one element per step) to the journal `key`, in one
+    RPUSH (one round trip)."""
+    client.rpush(key, *(CLAIM + json.dumps([*unit, list(ids)]).encode() for unit, ids in steps))
 
 
 def record_outcome(client: redis.Redis, key: str, outcome: bytes) -> None:

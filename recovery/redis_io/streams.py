@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
+
+from recovery.redis_io.pipelined import exchange
 
 Fields = list[tuple[bytes, bytes]]
 FlatFields = list[bytes]  # [name1, value1, name2, value2, ...] as Redis replies
@@ -35,6 +38,10 @@ class ClaimBatch:
     the ID of the claiming consumer's first own entry at or after the cursor just before the
     claim, if any; `unresolved`: how many nil entries (6.2) could not be matched to an ID
     (they are now the claiming consumer's: a read of its own range finds them).
+
+    Under a backoff schedule (``recovery.redis_io.scripts.claim_due_batch``): `not_due`, the
+    rows read that were left alone, not due yet; `due_in_ms`, ms until the first of them is
+    (None: none).
     """
 
     next_cursor: str
@@ -44,6 +51,8 @@ class ClaimBatch:
     before: dict[bytes, PendingRow]
     own_first: bytes | None
     unresolved: int = 0
+    not_due: int = 0
+    due_in_ms: int | None = None
 
 
 def as_str(value: bytes | str) -> str:
@@ -79,9 +88,14 @@ PIPELINE_CHUNK = 1000
 def each(client: redis.Redis, commands: Sequence[Sequence[object]]) -> list[object]:
     """Send `commands` in pipelines of ``PIPELINE_CHUNK`` (no transaction): one round trip per
     chunk instead of one per command. Returns each raw reply in order, or the exception the
-    server answered for that command (returned, not raised: callers decide per command)."""
+    server answered for that command (returned, not raised: callers decide per command).
+    On a standalone server without redis-py's Pipeline (``recovery.redis_io.pipelined``);
+    on a Redis Cluster its pipeline routes each command to the node of its key."""
     replies: list[object] = []
     for start in range(0, len(commands), PIPELINE_CHUNK):
+        if not isinstance(client, RedisCluster):
+            replies += exchange(client, commands[start : start + PIPELINE_CHUNK])
+            continue
         pipe = client.pipeline(transaction=False)
         for command in commands[start : start + PIPELINE_CHUNK]:
             pipe.execute_command(*command)
@@ -269,6 +283,15 @@ def stream_id_key(entry_id: str) -> tuple[int, int]:
     """Sort key of a stream ID ``"<ms>-<seq>"``: numeric, not lexical."""
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
+
+
+MAX_SEQ = 2**64 - 1
+
+
+def next_id(entry_id: str) -> str:
+    """The smallest stream ID after `entry_id` (an inclusive start for the next read)."""
+    ms, seq = stream_id_key(entry_id)
+    return f"{ms + 1}-0" if seq == MAX_SEQ else f"{ms}-{seq + 1}"
 
 
 def pending_command(stream: str, group: str, start: str, end: str, count: int,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -11,7 +12,14 @@ from pyspark.sql import functions as F
 
 from recovery.driver.discovery import Skipped
 from recovery.errors import FailureThresholdError
-from recovery.executor.tally import TALLIED, TALLY, PassMaker, tallied, unit_counts
+from recovery.executor.tally import (
+    TALLIED,
+    TALLY,
+    PassMaker,
+    not_due_counts,
+    tallied,
+    unit_counts,
+)
 from recovery.report.json_line import JsonLine
 from recovery.report.worker_files import local_directory, write_by_driver, write_by_workers
 from recovery.schemas import ACTIONS, HEALTH, REPORT, Action, arrow
@@ -35,6 +43,11 @@ class RunSummary(JsonLine):
     # Dead-letter streams over a dead_letters.warn_* threshold (recovery.dead_letters.stats).
     dead_letter_warnings: list[dict[str, Any]] = field(default_factory=list)
     plan: str | None = None  # the dry run's report directory this run applied (--plan)
+    # Under a backoff schedule ({"factor": f, "max_ms": ms or None}; None: off): entries left
+    # alone, not due yet, and when the first becomes due (epoch ms). Each unit row has both.
+    backoff: dict[str, Any] | None = None
+    not_due: int = 0
+    next_due_ms: int | None = None
 
     def failed_ratio(self) -> float:
         """Failed handler messages over all messages given to the handler (0 when none)."""
@@ -105,15 +118,40 @@ def read_run_dir(spark: SparkSession, run_dir: str) -> DataFrame:
 
 def fill_summary(summary: RunSummary, tallies: list[str], skipped: list[Skipped],
                  actions: tuple[str, ...] = ACTIONS) -> None:
-    """Totals and unit rows from the report passes' tallies (one small text per task)."""
+    """Totals and unit rows from the report passes' tallies (one small text per task); under
+    a backoff schedule (``summary.backoff`` set), each unit's entries not due as well, also
+    for units with nothing else to report."""
     summary.totals = dict.fromkeys(actions, 0)
     summary.units = unit_counts(tallies, actions)
     for unit in summary.units:
         for action in actions:
             summary.totals[action] += int(unit[action])
+    if summary.backoff is not None:
+        _add_not_due(summary, tallies, actions)
     summary.skipped = [asdict(s) for s in skipped]
     if skipped and summary.status == "ok":
         summary.status = "partial"
+
+
+def _add_not_due(summary: RunSummary, tallies: list[str], actions: tuple[str, ...]) -> None:
+    waiting = not_due_counts(tallies)
+    rows = {(u["stream"], u["group"]): u for u in summary.units}
+    for key in waiting.keys() - rows.keys():
+        rows[key] = {"stream": key[0], "group": key[1], **dict.fromkeys(actions, 0), "total": 0}
+    summary.units = [rows[key] for key in sorted(rows)]
+    for key, unit in rows.items():
+        unit["not_due"] = waiting[key].entries if key in waiting else 0
+        unit["next_due_ms"] = waiting[key].next_due_ms if key in waiting else None
+    summary.not_due = sum(u["not_due"] for u in summary.units)
+    summary.next_due_ms = min((u["next_due_ms"] for u in summary.units
+                               if u["next_due_ms"] is not None), default=None)
+
+
+def due_time(epoch_ms: int | None) -> str:
+    """An epoch-ms time as UTC text for the log (``2026-11-26T04:10:00Z``); '' for None."""
+    if epoch_ms is None:
+        return ""
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def write_health(spark: SparkSession, health: list[dict[str, Any]], base: str,
@@ -143,12 +181,18 @@ def health_totals(health: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def format_table(summary: RunSummary) -> str:
-    """A fixed-width table of the per-unit counts, for the log."""
+    """A fixed-width table of the per-unit counts, for the log; under a backoff schedule
+    also each unit's entries not due and when the first becomes due (UTC)."""
     actions = tuple(summary.totals)
     headers = ["stream", "group", *actions, "total"]
     rows = [[str(u.get(h, "")) for h in headers] for u in summary.units]
     rows.append(["TOTAL", "", *(str(summary.totals[a]) for a in actions),
                  str(sum(summary.totals.values()))])
+    if summary.backoff is not None:
+        headers += ["not_due", "next_due"]
+        total = {"not_due": summary.not_due, "next_due_ms": summary.next_due_ms}
+        for row, unit in zip(rows, [*summary.units, total], strict=True):
+            row += [str(unit.get("not_due", 0)), due_time(unit.get("next_due_ms"))]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]

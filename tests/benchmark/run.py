@@ -1,8 +1,8 @@
 """Benchmark: recover S streams x N stuck entries with the naive loop, the best redis-py loop
 and the Spark job, on fresh seeds, verified in Redis after every run.
 
-    .venv/bin/python -m tests.benchmark.run [--sizes 100x1000,1000x1000] [--repeats 3]
-        [--contenders naive,raw,job] [--naive-max-messages 100000]
+    .venv/bin/python -m tests.benchmark.run [--sizes 100x1000,1000x1000,10000x100] [--repeats 3]
+        [--contenders naive,raw,job] [--naive-max-messages 100000] [--not-due 0.9]
         [--job-set claim.count=5000] [--spark-conf spark.eventLog.enabled=true]
 
 Prints markdown tables and writes them to ``.bench/results.md`` (git-ignored), every run's
@@ -47,13 +47,17 @@ PROBE_SPEC = (2, 20)  # the job's fixed cost: 2 streams (one per partition) x 20
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.benchmark.run",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="100x1000,1000x1000",
-                        help="comma-separated <streams>x<entries per stream>")
+    parser.add_argument("--sizes", default="100x1000,1000x1000,10000x100",
+                        help="comma-separated <streams>x<entries per stream>; the default has big streams and many small ones")
     parser.add_argument("--repeats", type=int, default=3, help="runs per contender and size")
     parser.add_argument("--contenders", default=DEFAULT_CONTENDERS,
                         help=f"comma-separated subset of {','.join(CONTENDERS)}")
     parser.add_argument("--over-limit", type=float, default=0.05,
                         help="fraction of entries delivered more than the limit")
+    parser.add_argument("--not-due", type=float, default=0.0, metavar="FRACTION",
+                        help="fraction of the other entries delivered 3 times, not due under "
+                             "the job's backoff schedule (needs --contenders job and e.g. "
+                             "--job-set claim.backoff_factor=10); they must stay pending")
     parser.add_argument("--naive-max-messages", type=int, default=100_000,
                         help="run the naive loop only up to this size; extrapolate above")
     parser.add_argument("--master", action="append", default=[],
@@ -83,7 +87,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "results.md")
     parser.add_argument("--json", type=Path, default=ROOT / ".bench" / "results.json")
     args = parser.parse_args(argv)
-    args.specs = [BacklogSpec(*parse_size(s), over_limit_fraction=args.over_limit)
+    args.specs = [BacklogSpec(*parse_size(s), over_limit_fraction=args.over_limit,
+                              not_due_fraction=args.not_due)
                   for s in args.sizes.split(",") if s]
     args.masters = args.master or ["local[2]"]
     args.contender_list = [c for c in args.contenders.split(",") if c]
@@ -92,6 +97,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown or args.repeats < 1 or not args.specs:
         parser.error(f"unknown contenders {sorted(unknown)}" if unknown
                      else "need at least one size and one repeat")
+    if args.not_due and (args.contender_list != [JOB] or not any(
+            s.startswith("claim.backoff_factor=") for s in args.job_set)):
+        parser.error("--not-due: run the job alone (--contenders job) with a backoff schedule "
+                     "under which entries delivered 3 times are not due, e.g. --job-set "
+                     "claim.backoff_factor=10 (the loops claim every idle entry)")
     args.contender_list = [name for c in args.contender_list for name in _per_master(c, args)]
     return args
 
@@ -232,7 +242,9 @@ def conditions(args: argparse.Namespace, argv: list[str], records: list[RunRecor
         f"; fixed start-up = wall of spark-submit on {PROBE_SPEC[0]}x{PROBE_SPEC[1]} run "
         "right after each job run, steady = job wall - that"
         + ("; profiled with py-spy (slower)" if args.py_spy else ""),
-        f"- backlog: {args.over_limit:.0%} of entries over max_deliveries=5, 4 fields, ~200 "
+        f"- backlog: {args.over_limit:.0%} of entries over max_deliveries=5"
+        + (f", {args.not_due:.0%} of the rest delivered 3 times (not due)" if args.not_due
+           else "") + ", 4 fields, ~200 "
         f"bytes each; medians of {args.repeats} runs; 1-min load average at run starts/ends: "
         f"min {loads[0]:.1f}, median {loads[len(loads) // 2]:.1f}, max {loads[-1]:.1f} "
         "(other work shared the machine)",

@@ -9,10 +9,12 @@ ages the entries with XCLAIM ... IDLE ms RETRYCOUNT n JUSTID (the trick of
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 
 import redis
+
+from recovery.redis_io.streams import as_str
 
 HOUR_MS = 3_600_000
 STREAMS_PER_PIPELINE = 20
@@ -33,6 +35,10 @@ class BacklogSpec:
     max_deliveries: int = 5
     over_limit_fraction: float = 0.05
     prefix: str = "bench:"
+    # Of the entries not over the limit, about this fraction is delivered `not_due_deliveries`
+    # times (run.py --not-due): not due under a steep enough backoff schedule.
+    not_due_fraction: float = 0.0
+    not_due_deliveries: int = 3
 
     @property
     def messages(self) -> int:
@@ -61,11 +67,18 @@ class BacklogSpec:
 
 @dataclass(frozen=True)
 class SeededBacklog:
-    """What was seeded: the over-limit IDs per stream (they must end in the DLQ once)."""
+    """What was seeded: the over-limit IDs per stream (they must end in the DLQ once), and
+    the IDs delivered ``spec.not_due_deliveries`` times (not due: they must stay pending)."""
 
     spec: BacklogSpec
     over_limit: dict[str, list[str]]
     seconds: float
+    not_due: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def not_due_total(self) -> int:
+        """Entries seeded not due, all streams."""
+        return sum(len(ids) for ids in self.not_due.values())
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -85,21 +98,24 @@ def seed_backlog(client: redis.Redis, spec: BacklogSpec) -> SeededBacklog:
     """Seed `spec` into an empty server; returns the over-limit IDs and the seconds it took.
 
     Ordinary entries get delivery count 1, over-limit ones ``max_deliveries + 3``: after one
-    more claim the first are within the limit, the second are over it, whoever claims.
+    more claim the first are within the limit, the second are over it, whoever claims. With
+    ``spec.not_due_fraction``, that share of the ordinary ones gets ``not_due_deliveries``.
     """
     script = _seed_script(client)
     started = time.perf_counter()
     over_limit: dict[str, list[str]] = {}
+    not_due: dict[str, list[str]] = {}
     for calls in _batched(_seed_calls(spec), STREAMS_PER_PIPELINE):
         pipe = client.pipeline(transaction=False)
         for name, first, size in calls:
             script(keys=[name], client=pipe, args=[
                 spec.group, spec.consumer, size, spec.idle_ms, 1, spec.max_deliveries + 3,
-                spec.over_limit_fraction, "p" * PAYLOAD_BYTES, first])
-        for (name, _, _), ids in zip(calls, pipe.execute(), strict=True):
-            over_limit.setdefault(name, []).extend(
-                i.decode() if isinstance(i, bytes) else i for i in ids)
-    return SeededBacklog(spec, over_limit, time.perf_counter() - started)
+                spec.over_limit_fraction, "p" * PAYLOAD_BYTES, first, spec.not_due_fraction,
+                spec.not_due_deliveries])
+        for (name, _, _), (over, later) in zip(calls, pipe.execute(), strict=True):
+            over_limit.setdefault(name, []).extend(as_str(i) for i in over)
+            not_due.setdefault(name, []).extend(as_str(i) for i in later)
+    return SeededBacklog(spec, over_limit, time.perf_counter() - started, not_due)
 
 
 def _seed_calls(spec: BacklogSpec) -> list[tuple[str, int, int]]:

@@ -1,6 +1,7 @@
 """After every run, check in Redis itself that every seeded entry was recovered exactly once.
 
-- the group's PEL holds none of the seeded entries (each was acked or dead-lettered);
+- the group's PEL holds none of the seeded entries (each was acked or dead-lettered), but
+  those seeded not due under the job's backoff schedule, exactly as seeded;
 - every source stream still holds all its entries (nothing deleted), plus one copy of each
   acked entry when the job requeued them (``reprocess.mode=requeue``);
 - each stream's DLQ holds exactly the over-limit entries, each once (by ``x-original-id``),
@@ -52,8 +53,9 @@ def _pel_and_length(client: redis.Redis, seeded: SeededBacklog, requeued: bool) 
             pipe.xlen(name)
         replies = pipe.execute()
         for name, pending, length in zip(names, replies[::2], replies[1::2], strict=True):
-            if pending["pending"]:
-                problems.append(f"{name}: {pending['pending']} entries still pending")
+            if pending["pending"] != len(seeded.not_due.get(name, [])):
+                problems.append(f"{name}: {pending['pending']} entries still pending, "
+                                f"{len(seeded.not_due.get(name, []))} seeded not due")
             copies = spec.per_stream - len(seeded.over_limit.get(name, [])) if requeued else 0
             if length != spec.per_stream + copies:
                 problems.append(f"{name}: {length} entries, seeded {spec.per_stream}"
@@ -118,8 +120,24 @@ def verify_recovered(client: redis.Redis, seeded: SeededBacklog, requeued: bool 
     (and, `requeued`, each acked one copied once into its stream)."""
     problems = _pel_and_length(client, seeded, requeued)
     dead_lettered, dlq_problems = _dead_letters(client, seeded)
-    problems += dlq_problems + _stray_keys(client, seeded)
+    problems += dlq_problems + _stray_keys(client, seeded) + _not_due_untouched(client, seeded)
     if problems:
         shown = "; ".join(problems[:MAX_PROBLEMS_SHOWN])
         raise VerificationError(f"{len(problems)} problems after the run: {shown}")
-    return Outcome(seeded.spec.messages - dead_lettered, dead_lettered)
+    return Outcome(seeded.spec.messages - dead_lettered - seeded.not_due_total, dead_lettered)
+
+
+def _not_due_untouched(client: redis.Redis, seeded: SeededBacklog) -> list[str]:
+    """The entries seeded not due are still pending with the seed's consumer, with the
+    delivery count they were seeded with (the claim left them alone)."""
+    spec, problems = seeded.spec, []
+    for name, ids in seeded.not_due.items():
+        if not ids:
+            continue
+        rows = client.xpending_range(name, spec.group, ids[0], ids[-1], len(ids))
+        found = {r["message_id"].decode(): (r["consumer"].decode(), r["times_delivered"])
+                 for r in rows}
+        wanted = (spec.consumer, spec.not_due_deliveries)
+        if found != dict.fromkeys(ids, wanted):
+            problems.append(f"{name}: entries seeded not due were claimed or changed")
+    return problems

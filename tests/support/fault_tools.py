@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import redirect_stderr, redirect_stdout, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +51,13 @@ KINDS: dict[str, tuple[int, int]] = {
     "fail": (4, 1),            # the handler fails it: stays pending
     "deleted": (3, 1),         # deleted upstream before the run: never handed over
 }
+# Runs under a backoff schedule (BACKOFF) also get entries not due: delivered twice, idle
+# 2 min (kind -> (entries per stream, delivery count, idle ms)).
+WAITING_KIND: dict[str, tuple[int, ...]] = {"waiting": (5, 2, 120_000)}
+# From min_idle_ms m (1 s or more): delivered once, due at m; more often, at 1000 m (16 min
+# or more), at most 50 min: every entry idle an hour is due, a "waiting" one is not due for
+# the whole test.
+BACKOFF = ("claim.backoff_factor=1000", "claim.backoff_max_ms=3000000")
 
 
 def write_control(url: str, **control: Any) -> None:
@@ -60,19 +67,22 @@ def write_control(url: str, **control: Any) -> None:
     tmp.replace(CONTROL_FILE)
 
 
-def seed_kinds(client: Redis, streams: list[str], kinds: dict[str, tuple[int, int]] = KINDS,
-               group: str = GROUP, flag: str | None = None) -> dict[Key, str]:
-    """Stuck entries (idle an hour, owned by a dead consumer) of every kind: key -> kind.
+def seed_kinds(client: Redis, streams: list[str],
+               kinds: Mapping[str, tuple[int, ...]] = KINDS, group: str = GROUP,
+               flag: str | None = None) -> dict[Key, str]:
+    """Stuck entries (owned by a dead consumer, idle an hour unless a kind's third number
+    says otherwise, in ms) of every kind: key -> kind.
 
     `flag`: a field name every entry also carries (tests.support.handlers:recording reacts to it).
     """
     seeded: dict[Key, str] = {}
     for stream in streams:
         create_group(client, stream, group)
-        for kind, (count, deliveries) in kinds.items():
+        for kind, (count, deliveries, *idle) in kinds.items():
             ids = add_entries(client, stream, count, lambda i, k=kind: _fields(i, k, flag))
             assert deliver(client, stream, group, DEAD, count) == ids
-            make_stuck(client, stream, group, DEAD, ids, HOUR_MS, deliveries)
+            make_stuck(client, stream, group, DEAD, ids, idle[0] if idle else HOUR_MS,
+                       deliveries)
             if kind == "deleted":
                 client.xdel(stream, *ids)
             seeded.update({(stream, group, i): kind for i in ids})

@@ -5,21 +5,27 @@
 -- (ms); ARGV[5]: delivery count of ordinary entries; ARGV[6]: delivery count of over-limit
 -- entries; ARGV[7]: over-limit fraction (0..1); ARGV[8]: payload padding (a string of ~140
 -- bytes); ARGV[9]: the stream-wide number of the slice's first entry (1 for the first slice,
--- which also creates the group).
+-- which also creates the group); ARGV[10]: the fraction (0..1) of the other entries that get
+-- ARGV[11] deliveries instead of ARGV[5] (not due yet under a backoff schedule).
 -- Entry i (1-based, stream-wide) is over the limit when floor(i * f) > floor((i - 1) * f):
--- exactly floor(n * f) of them, evenly spread.
--- Reply: the IDs of the over-limit entries, in stream order.
+-- exactly floor(n * f) of them, evenly spread; the next rule with ARGV[10] picks, among the
+-- others, those delivered ARGV[11] times.
+-- Reply: {the IDs of the over-limit entries, those of the ARGV[11]-times delivered ones}, each
+-- in stream order.
 local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
 local n, idle = tonumber(ARGV[3]), ARGV[4]
 local fraction, pad, first = tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
+local later = tonumber(ARGV[10] or '0')
 local chunk = 1000
-local normal, over = {}, {}
+local normal, over, waiting = {}, {}, {}
 for i = first, first + n - 1 do
   local id = redis.call('XADD', stream, '*',
     'order_id', stream .. '-' .. i, 'amount_cents', tostring(1000 + i % 997),
     'currency', 'EUR', 'payload', pad)
   if math.floor(i * fraction) > math.floor((i - 1) * fraction) then
     over[#over + 1] = id
+  elseif math.floor(i * later) > math.floor((i - 1) * later) then
+    waiting[#waiting + 1] = id
   else
     normal[#normal + 1] = id
   end
@@ -45,4 +51,5 @@ local function age(ids, count)
 end
 age(normal, ARGV[5])
 age(over, ARGV[6])
-return over
+age(waiting, ARGV[11] or ARGV[5])
+return {over, waiting}

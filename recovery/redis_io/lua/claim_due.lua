@@ -1,0 +1,67 @@
+-- One step of a claim under a backoff schedule, atomically: read a page of the group's PEL
+-- (XPENDING ... IDLE), choose the entries due, and XCLAIM exactly those for the job's consumer,
+-- so nothing can change between the choice and the claim.
+-- KEYS[1]: stream. ARGV[1]: group; ARGV[2]: the job's consumer; ARGV[3]: min idle ms (the base
+-- wait); ARGV[4]: the first ID to read (inclusive); ARGV[5]: PEL rows to read (COUNT);
+-- ARGV[6]: factor; ARGV[7]: the longest wait (ms); ARGV[8]: the delivery limit.
+-- An entry delivered k times (its PEL count) is due once idle min_idle * factor^(k-1) ms, at
+-- most the longest wait; due at min_idle whatever k: an entry whose next delivery exceeds the
+-- limit (it is dead-lettered, waiting serves nobody) and one the job's consumer owns (taken
+-- again, as XAUTOCLAIM would). recovery/executor/backoff.py states the same rule in Python.
+-- Reply: {rows, own, claimed, deleted, unresolved, not_due, due_in}:
+--   rows: the page as found, before the claim: {id, owner, idle ms, count} each;
+--   own: {} or the job consumer's first own row at or after ARGV[4] (any idle time);
+--   claimed: XCLAIM's entries {id, {field, value, ...}}, each with one more delivery;
+--   deleted: IDs chosen but gone from the stream (7.0+: XCLAIM dropped them from the PEL;
+--     6.2: XCLAIM answered nil and they stay in the PEL, now the job's);
+--   unresolved: chosen IDs XCLAIM neither returned nor found deleted (never seen; a guard);
+--   not_due: rows left alone; due_in: ms until the first of them is due (-1: none).
+local group, consumer = ARGV[1], ARGV[2]
+local min_idle, start, page = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+local factor, cap, limit = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local chunk = 1000  -- unpack() handles at most ~8000 values
+
+local rows = redis.call('XPENDING', KEYS[1], group, 'IDLE', min_idle, start, '+', page)
+local own = redis.call('XPENDING', KEYS[1], group, start, '+', 1, consumer)
+
+local due, not_due, due_in = {}, 0, -1
+for _, row in ipairs(rows) do
+  local idle, count = row[3], row[4]
+  local wait = min_idle
+  if row[2] ~= consumer and count < limit and count > 1 then
+    wait = math.min(min_idle * factor ^ (count - 1), cap)
+  end
+  if idle >= wait then
+    due[#due + 1] = row[1]
+  else
+    not_due = not_due + 1
+    local left = math.ceil(wait - idle)
+    if due_in < 0 or left < due_in then due_in = left end
+  end
+end
+
+local claimed, deleted, unresolved = {}, {}, 0
+local function missing(id)  -- chosen, pending, yet not returned: 7.0+ drops deleted entries
+  if #redis.call('XRANGE', KEYS[1], id, id) == 0 then
+    deleted[#deleted + 1] = id
+  else
+    unresolved = unresolved + 1
+  end
+end
+for first = 1, #due, chunk do
+  local ids = {unpack(due, first, math.min(first + chunk - 1, #due))}
+  -- min-idle 0: the choice above is the guard, and nothing runs between it and the claim.
+  local items = redis.call('XCLAIM', KEYS[1], group, consumer, 0, unpack(ids))
+  local j = 1
+  for _, item in ipairs(items) do
+    if not item then  -- 6.2: nil in the position of an entry deleted upstream
+      deleted[#deleted + 1] = ids[j]
+    else
+      while j <= #ids and ids[j] ~= item[1] do missing(ids[j]); j = j + 1 end
+      claimed[#claimed + 1] = item
+    end
+    j = j + 1
+  end
+  while j <= #ids do missing(ids[j]); j = j + 1 end
+end
+return {rows, own, claimed, deleted, unresolved, not_due, due_in}
