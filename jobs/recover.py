@@ -1,6 +1,9 @@
 """Recover stuck Redis Streams messages: the spark-submit entry point.
 
     spark-submit jobs/recover.py --config conf/recovery.toml [--set claim.min_idle_ms=60000]
+    spark-submit jobs/recover.py --config conf/recovery.toml --dry-run
+    spark-submit jobs/recover.py --config conf/recovery.toml \
+        --plan reports/entries/run_id=<the dry run's id>     # exactly that dry run's plan
 
 Exit codes: 0 success, 2 invalid config or arguments, 1 anything else. The last line of
 stdout is a JSON summary of the run.

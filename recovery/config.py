@@ -80,7 +80,7 @@ class RedisSettings(_Section):
         try:
             parts = urlsplit(url) if isinstance(url, str) else None
             if parts is not None and parts.password is not None:
-                data["url"] = _strip_userinfo(url)  # type: ignore[arg-type]
+                data["url"] = strip_userinfo(url)  # type: ignore[arg-type]
                 if data.get("password") is None:
                     data["password"] = unquote(parts.password)
                 if data.get("username") is None and parts.username:
@@ -200,6 +200,13 @@ class SparkSettings(_Section):
     partitions: int = Field(2, ge=1, le=10_000)
 
 
+class PlanSettings(_Section):
+    """Applying a dry run's plan (``--plan``): how old a plan may be (s, from when the dry
+    run started)."""
+
+    max_age_s: int = Field(3600, ge=1)
+
+
 class Settings(BaseSettings):
     """All settings of a run."""
 
@@ -216,6 +223,7 @@ class Settings(BaseSettings):
     report: ReportSettings = Field(default_factory=ReportSettings)
     housekeeping: HousekeepingSettings = Field(default_factory=HousekeepingSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
+    plan: PlanSettings = Field(default_factory=PlanSettings)
     redrive: RedriveSettings = Field(default_factory=RedriveSettings)
     dead_letters: DeadLettersSettings = Field(default_factory=DeadLettersSettings)
 
@@ -353,7 +361,8 @@ def _list_value(item: str, value: str) -> list[str]:
     return parsed
 
 
-def _strip_userinfo(url: str) -> str:
+def strip_userinfo(url: str) -> str:
+    """The URL without user name and password."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     if ":" in host:

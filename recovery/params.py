@@ -45,6 +45,9 @@ class JobParams:
     requeue_stream: str | None = None  # the retry stream's template; None: the source
     live_within_ms: int = 60_000  # reassign: a consumer seen within this is live
     consumer_prefix: str = "recovery"  # the job's consumers, never reassigned to
+    # A run that applies a plan (--plan): tasks get PLANNED rows and claim those IDs with
+    # XCLAIM (min_idle_ms and max_deliveries are then the plan's).
+    planned: bool = False
     backoff_factor: float | None = None  # None or 1: no schedule (XAUTOCLAIM, as always)
     backoff_max_ms: int | None = None  # the longest wait of the schedule; None: no cap
 

@@ -41,7 +41,8 @@ UNIT = StructType([*UNIT_KEY, StructField("part", IntegerType(), False)])
 # for entries deleted upstream (`deleted` true) and for entries an earlier task attempt claimed
 # (fetched at hand-over); `previous_consumer` and `idle_ms` are the PEL state just before the
 # claim, null where unknown; `delivery_count` includes this claim, null where the entry was
-# no longer the job's right after it.
+# no longer the job's right after it. A run that applies a plan adds `planned_count` (the
+# plan's delivery count) and, for a planned entry it left alone, `note` (why); else null.
 CLAIMED = StructType(
     [
         *UNIT_KEY,
@@ -51,7 +52,16 @@ CLAIMED = StructType(
         StructField("idle_ms", LongType(), True),
         StructField("fields", FIELDS, True),
         StructField("delivery_count", LongType(), True),
+        StructField("planned_count", LongType(), True),
+        StructField("note", StringType(), True),
     ]
+)
+
+# A planned entry on its way to its unit's task (``--plan``): the unit and its job consumer,
+# the entry's ID and its delivery count as the plan (a dry run's report) shows it. A task's
+# rows come sorted by stream, group and ID (numerically).
+PLANNED = StructType(
+    [*UNIT_KEY, ENTRY_ID, StructField("delivery_count", LongType(), True)]
 )
 
 # CLAIMED (or any) Arrow batches as Spark carries them: one row per batch, `rows` its number

@@ -79,10 +79,15 @@ def seed_with_outsider(client: Redis) -> Seeded:
 
 def run_as_documented_users(spark, url: str, client: Redis, nodes: list[Redis],
                             tmp_path: Path, capsys) -> None:
-    """Dry run, run, second run, redrive: all exit 0; Redis as expected after each."""
+    """Dry run, the run that applies its plan (--plan), a run, a second run, redrive: all
+    exit 0; Redis as expected after each."""
     seeded = seed_with_outsider(client)
     recover = job_args(url, "recovery", tmp_path, "streams.match=*")
     assert run_recovery([*recover, "--dry-run"], lambda s: spark) == 0, capsys.readouterr()
+    plan = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["report_path"]
+    assert run_recovery([*recover, "--plan", plan], lambda s: spark) == 0, capsys.readouterr()
+    applied = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert applied["totals"]["reprocessed"] > 0 and applied["totals"]["skipped"] == 0, applied
     assert run_recovery(recover, lambda s: spark) == 0, capsys.readouterr()
     assert '"reason":"the Redis user may not access this key' in capsys.readouterr().out
     expected = {k: v for k, v in seeded.state.items() if v != "gone"}

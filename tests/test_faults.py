@@ -44,6 +44,7 @@ from tests.support.fault_tools import (
     key_of,
     kill_tree,
     owned_by,
+    planned,
     report_rows,
     rows_by_key,
     run_in_process,
@@ -200,12 +201,16 @@ def rerun_and_account(spark: SparkSession, url: str, base: Path, streams: list[s
 # --- (a) SIGKILL at seeded random moments ----------------------------------------------------
 
 def _kill_condition(stage: str, client: Redis, streams: list[str], run_id: str,
-                    rng: random.Random) -> tuple[Any, str]:
+                    rng: random.Random, plan: bool = False) -> tuple[Any, str]:
     claimable = sum(n for k, n in PER_STREAM.items() if k != "deleted") * len(streams)  # due
     handed = (PER_STREAM["ok"] + PER_STREAM["fail"] + PER_STREAM["fail_at_limit"]) * len(streams)
     letters = (PER_STREAM["poison"] + PER_STREAM["fail_at_limit"]) * len(streams)
     if stage == "claim":
         n = rng.randint(1, claimable - 1)
+        if plan:  # claimed so far: what the dead consumer no longer owns (deleted ones stay)
+            total = sum(PER_STREAM.values()) * len(streams)
+            return ((lambda: total - owned_by(client, streams, DEAD) >= n),
+                    f"{n}/{claimable} claimed")
         return (lambda: job_owned(client, streams, run_id) >= n), f"{n}/{claimable} claimed"
     if stage == "dead_letter":
         n = rng.randint(1, letters - 1)
@@ -219,7 +224,9 @@ def _kill_condition(stage: str, client: Redis, streams: list[str], run_id: str,
 
 def _kill_trial(spark: SparkSession, server: LocalServer, base: Path, trial: int,
                 stage: str, rng: random.Random, submit: Callable[..., Any],
-                schedule: tuple[str, ...]) -> str:
+                schedule: tuple[str, ...], plan: bool = False) -> str:
+    """With `plan`, a dry run's plan is applied (``--plan``) by the killed run and the
+    re-runs."""
     client = server.client()
     client.delete(HANDLED)
     streams = [f"k{trial}-a", f"k{trial}-b{{t}}"]
@@ -228,10 +235,11 @@ def _kill_trial(spark: SparkSession, server: LocalServer, base: Path, trial: int
     killed = f"killed{trial}"
     slow = ["claim.min_idle_ms=1000", "claim.count=5", "claim.max_entries_per_s=40",
             "handler.batch_size=4", *schedule]
+    plan_args = planned(spark, server.url, base, streams, *slow) if plan else []
     master = KILL_MASTERS[trial % len(KILL_MASTERS)]
-    proc = submit(job_args(server.url, base, streams, *slow, run_id=killed),
+    proc = submit([*job_args(server.url, base, streams, *slow, run_id=killed), *plan_args],
                   base / f"logs-{trial}", SMALL_BATCHES, master=master)
-    condition, what = _kill_condition(stage, client, streams, killed, rng)
+    condition, what = _kill_condition(stage, client, streams, killed, rng, plan)
     reached = wait_until(condition, proc, 180, what)
     if reached and stage == "report":
         time.sleep(rng.uniform(0, 2.0))
@@ -242,9 +250,9 @@ def _kill_trial(spark: SparkSession, server: LocalServer, base: Path, trial: int
     reruns = []
     for attempt in range(3):
         reruns.append(f"rerun{trial}-{attempt}")
-        result = run_in_process(spark, job_args(server.url, base, streams,
-                                                "claim.min_idle_ms=1000", *schedule,
-                                                run_id=reruns[-1]))
+        result = run_in_process(spark, [*job_args(server.url, base, streams,
+                                                  "claim.min_idle_ms=1000", *schedule,
+                                                  run_id=reruns[-1]), *plan_args])
         if result.code == 0:
             break
     assert result.code == 0, result.stderr
@@ -286,12 +294,15 @@ def _age_what_the_killed_run_left(client: Redis, seeded: dict[Key, str], killed:
 
 
 @pytest.mark.timeout(120 + 180 * KILL_TRIALS)
-@pytest.mark.parametrize("schedule", [(), BACKOFF], ids=["xautoclaim", "backoff"])
-def test_sigkill_at_random_moments_then_rerun_loses_nothing(spark, tmp_path, submit, schedule):
+@pytest.mark.parametrize(("schedule", "plan"), [((), False), (BACKOFF, False), ((), True)],
+                         ids=["xautoclaim", "backoff", "plan"])
+def test_sigkill_at_random_moments_then_rerun_loses_nothing(spark, tmp_path, submit, schedule,
+                                                           plan):
     """The trials take the servers in turn (Redis 7.0, Valkey 8.1, Redis 6.2, ...), each on a
     fresh one: with the default three trials, one per server at the cost of one server.
     Under a backoff schedule (killed run and re-runs alike), entries not due stay with
-    their owner throughout, and what the killed run claimed waits as delivered once more."""
+    their owner throughout, and what the killed run claimed waits as delivered once more.
+    `plan`: the killed run and its re-runs apply a dry run's plan (claims by ID)."""
     rng = random.Random(KILL_SEED)
     lines = []
     for trial in range(KILL_TRIALS):
@@ -299,7 +310,7 @@ def test_sigkill_at_random_moments_then_rerun_loses_nothing(spark, tmp_path, sub
         flavor = FLAVORS[trial % len(FLAVORS)]
         with start_server(flavor) as server:
             line = _kill_trial(spark, server, tmp_path / "reports", trial, stage, rng, submit,
-                               schedule)
+                               schedule, plan)
         lines.append(f"{flavor} {line}")
         print(lines[-1], flush=True)
     assert len(lines) == KILL_TRIALS
@@ -393,10 +404,12 @@ def test_redis_that_never_answers_gives_up_in_bounded_time(spark, tmp_path, sile
                          [("materialised", "redis", ()), ("one-pass", "redis", ()),
                           ("journaled", "redis", ()), ("materialised", "redis62", ()),
                           ("journaled", "redis62", ()), ("journaled", "redis", BACKOFF),
-                          ("one-pass", "redis62", BACKOFF)],
+                          ("one-pass", "redis62", BACKOFF), ("plan", "redis", ()),
+                          ("plan", "valkey", ())],
                          ids=["materialised-redis", "one-pass-redis", "journaled-redis",
                               "materialised-redis62", "journaled-redis62",
-                              "journaled-redis-backoff", "one-pass-redis62-backoff"],
+                              "journaled-redis-backoff", "one-pass-redis62-backoff",
+                              "plan-redis", "plan-valkey"],
                          indirect=["redis_version_server"])
 def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(
         spark, redis_version_server, tmp_path, small_batches, submit, path, schedule):
@@ -409,7 +422,8 @@ def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(
     A claims 20 entries at a time and hands each step over at once; B claims what A has not
     reached, and A's later steps must leave B's entries alone. Under a backoff schedule
     (both runs), B's claims make its entries not due for A (delivered twice), and entries
-    not due for either run stay with their owner.
+    not due for either run stay with their owner. plan: as journaled, both runs applying
+    the same dry run's plan (claims by ID, XCLAIM's min-idle guard).
     """
     one_pass = path != "materialised"
     client = redis_version_server.client()
@@ -423,15 +437,18 @@ def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(
     logs = tmp_path / "logs"
     # One partition: A hands over 2 entries per 0.5 s, it would need ~22 s for its backlog.
     a_only = ["claim.count=20"] if one_pass else ["claim.journal_prefix="]
-    proc = submit(job_args(redis_version_server.url, tmp_path, streams, *common, *a_only,
-                           "spark.partitions=1", run_id="A"), logs, SMALL_BATCHES,
+    plan = planned(spark, redis_version_server.url, tmp_path, streams, *common) \
+        if path == "plan" else []
+    proc = submit([*job_args(redis_version_server.url, tmp_path, streams, *common, *a_only,
+                             "spark.partitions=1", run_id="A"), *plan], logs, SMALL_BATCHES,
                   master="local[2]" if path == "one-pass" else "local[2,2]")
     claimed = ((lambda: job_owned(client, streams, "A") > 0) if one_pass
                else (lambda: owned_by(client, streams, DEAD) == 0))
     assert wait_until(claimed, proc, 180, "run A's claim"), "run A ended before its claim was seen"
     time.sleep(1.6)  # A's claims are now idle longer than min_idle_ms
     outcome: dict[str, Any] = {}
-    args_b = job_args(redis_version_server.url, tmp_path, streams, *common, run_id="B")
+    args_b = [*job_args(redis_version_server.url, tmp_path, streams, *common, run_id="B"),
+              *plan]
     run_b = threading.Thread(target=lambda: outcome.update(b=run_in_process(spark, args_b)))
     run_b.start()
     wait_until(lambda: job_owned(client, streams, "B") > 0 or not run_b.is_alive(), None, 120,
@@ -441,7 +458,8 @@ def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(
     run_a = finished(proc, logs, timeout_s=180)
     assert (run_a.code, outcome["b"].code) == (0, 0), (run_a.stderr[-2000:], outcome["b"].stderr)
     assert ("in one pass" in run_a.stderr) is one_pass, "run A did not take the path asked for"
-    assert ("journaled" in run_a.stderr) is (path == "journaled"), "run A: not the path asked"
+    assert ("journaled" in run_a.stderr) is (path in ("journaled", "plan")), \
+        "run A: not the path asked"
 
     handed = handed_over(client)
     assert handed and max(handed.values()) == 1, {k: n for k, n in handed.items() if n > 1}
@@ -573,11 +591,12 @@ class LiveConsumers:
             self.acked_later.append(reply.decode())
 
 
-@pytest.mark.parametrize(("journal", "schedule"),
-                         [("", ()), ("recovery:journal:", ()), ("recovery:journal:", BACKOFF)],
-                         ids=["materialised", "journaled", "journaled-backoff"])
+@pytest.mark.parametrize(("journal", "schedule", "plan"),
+                         [("", (), False), ("recovery:journal:", (), False),
+                          ("recovery:journal:", BACKOFF, False), ("recovery:journal:", (), True)],
+                         ids=["materialised", "journaled", "journaled-backoff", "plan"])
 def test_entries_acked_by_live_consumers_are_never_handed_over_or_dead_lettered(
-        spark, redis_version_server, tmp_path, small_batches, journal, schedule):
+        spark, redis_version_server, tmp_path, small_batches, journal, schedule, plan):
     """While the job runs, a live consumer keeps reading and acking new entries, and the
     original consumer acks entries the job has claimed: during the claim (the PEL read after
     the claim must drop them) and during the hand-overs (the lease must find them gone).
@@ -586,18 +605,21 @@ def test_entries_acked_by_live_consumers_are_never_handed_over_or_dead_lettered(
     between a step's claim and its hand-over, or on steps still to come, and the claim is
     over only when little is left to ack later. Under a backoff schedule (every entry
     due: the live consumer's script waits for the dead consumer to own none), the claim
-    script's steps meet the acks."""
+    script's steps meet the acks. plan: as journaled, the run applying a dry run's plan
+    made before the live consumers began (claims by ID)."""
     client = redis_version_server.client()
     streams = ["l-a", "l-b"]
     kinds = {"poison": (10, 9), "ok": (40, 1)}  # entries for the handler come last
     seeded = seed_kinds(client, streams, kinds)
     write_control(redis_version_server.url, delay_s=0.15)
+    settings = ["claim.min_idle_ms=60000", "claim.count=5", "claim.max_entries_per_s=30",
+                "handler.batch_size=4", f"claim.journal_prefix={journal}", *schedule]
+    url = redis_version_server.url
+    plan_args = planned(spark, url, tmp_path, streams, *settings) if plan else []
     live = LiveConsumers(redis_version_server, streams)
     live.thread.start()
-    result = run_in_process(spark, job_args(
-        redis_version_server.url, tmp_path, streams, "claim.min_idle_ms=60000",
-        "claim.count=5", "claim.max_entries_per_s=30", "handler.batch_size=4",
-        f"claim.journal_prefix={journal}", *schedule, run_id="live"))
+    result = run_in_process(spark, [*job_args(url, tmp_path, streams, *settings,
+                                              run_id="live"), *plan_args])
     live.stop.set()
     live.thread.join(10)
     assert result.code == 0, result.stderr
@@ -642,26 +664,30 @@ def test_entries_acked_by_live_consumers_are_never_handed_over_or_dead_lettered(
 # --- (e) Spark task failures (local[2,3] retries) -------------------------------------------
 
 @pytest.mark.parametrize("journal", ["recovery:journal:", ""], ids=["journaled", "materialised"])
-@pytest.mark.parametrize(("faults_asked", "schedule"), [
-    (("claim 2 0",), ()),
-    (("apply 1 0", "apply 2 1"), ()),
-    (("claim 2 0", "apply 2 1"), BACKOFF),
-], ids=["claim", "apply", "claim-apply-backoff"])
+@pytest.mark.parametrize(("faults_asked", "schedule", "plan"), [
+    (("claim 2 0",), (), False),
+    (("apply 1 0", "apply 2 1"), (), False),
+    (("claim 2 0", "apply 2 1"), BACKOFF, False),
+    (("claim 2 0",), (), True),
+    (("apply 1 0", "apply 2 1"), (), True),
+], ids=["claim", "apply", "claim-apply-backoff", "claim-plan", "apply-plan"])
 def test_task_failures_lose_nothing_and_leave_nothing_unreported(
-        spark, server, tmp_path, faults, small_batches, faults_asked, journal, schedule):
+        spark, server, tmp_path, faults, small_batches, faults_asked, journal, schedule, plan):
     """Under a backoff schedule the retried attempt sees its failed attempt's claims
     delivered twice (not due for anyone else): it must take them back all the same, and
-    count only the entries really not due."""
+    count only the entries really not due. `plan`: the run applies a dry run's plan (claims
+    by ID), made just before."""
     client = server.client()
     streams = ["e-a", "e-b{x}"]
     seeded = seed_kinds(client, streams, {**KINDS, **(WAITING_KIND if schedule else {})})
     write_control(server.url)
+    settings = ["claim.count=5", "handler.batch_size=4", f"claim.journal_prefix={journal}",
+                *schedule]
+    plan_args = planned(spark, server.url, tmp_path, streams, *settings) if plan else []
     for line in faults_asked:
         faults(line)
-    result = run_in_process(spark, job_args(server.url, tmp_path, streams, "claim.count=5",
-                                            "handler.batch_size=4",
-                                            f"claim.journal_prefix={journal}", *schedule,
-                                            run_id="retried"))
+    result = run_in_process(spark, [*job_args(server.url, tmp_path, streams, *settings,
+                                              run_id="retried"), *plan_args])
     check_retried_run(spark, client, seeded, tmp_path, result)
     waiting = [k for k, kind in seeded.items() if kind == "waiting"]
     assert result.summary["not_due"] == len(waiting)

@@ -45,6 +45,7 @@ def test_notebook_runs_top_to_bottom_and_draws_four_pictures(monkeypatch):
     assert len(images) == 4  # delivery counts, pending age, outcomes, the trend
     plan, summary = (last_json_line(tagged(nb, tag)) for tag in ("dry-run", "real-run"))
     assert (plan["status"], plan["dry_run"], summary["status"]) == ("ok", True, "ok")
+    assert summary["plan"] == plan["report_path"]  # the real run applied the reviewed plan
     # 3 streams x 2 groups; every 40th of the 150 stuck entries per group is poison (9 deliveries).
     assert summary["totals"]["dead_lettered"] == plan["totals"]["would_dead_letter"] == 3 * 2 * 4
     assert summary["totals"]["reprocessed"] > 0

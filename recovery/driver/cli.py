@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 from recovery.config import Settings, load_settings, redis_params
 from recovery.driver.discovery import check_server
 from recovery.driver.job import check_report_location, run
+from recovery.driver.plan import local_plan_refusal
 from recovery.driver.pyspark_path import with_installed_pyspark
 from recovery.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, RecoveryError
 from recovery.handlers import load_handler
@@ -56,6 +57,9 @@ def recover_parser() -> argparse.ArgumentParser:
     parser = common_parser("recover", __doc__)
     parser.add_argument("--dry-run", action="store_true",
                         help="plan only: read XPENDING and XRANGE, claim and change nothing")
+    parser.add_argument("--plan", metavar="DIR",
+                        help="apply a dry run's plan exactly: its report directory "
+                             "(<report.path>/entries/run_id=<id>)")
     return parser
 
 
@@ -84,8 +88,12 @@ def run_recovery(argv: list[str] | None,
         args = recover_parser().parse_args(argv)
         setup_logging(args.log_level)
         settings = load_settings(args.config, args.overrides)
-        preflight(settings)
-        summary = run(session(settings), settings, args.run_id, dry_run=args.dry_run)
+        if args.plan is not None and args.dry_run:
+            raise _BadArguments("--plan and --dry-run exclude each other: a plan is applied "
+                                "by a real run; drop one of them")
+        preflight(settings, args.plan)
+        summary = run(session(settings), settings, args.run_id, dry_run=args.dry_run,
+                      plan=args.plan)
         summaries.append(summary)
         summary.check_failure_threshold(settings.handler.max_failed_ratio)
 
@@ -110,15 +118,18 @@ def exit_code_of(body: Callable[[list[Outcome]], None], what: str) -> int:
     return code
 
 
-def preflight(settings: Settings) -> None:
+def preflight(settings: Settings, plan: str | None = None) -> None:
     """Fail fast, before Spark starts (10 s or more): the handler must import and Redis must
-    answer (reachable, login accepted, version 6.2 or newer). The run checks both again."""
+    answer (reachable, login accepted, version 6.2 or newer); a `plan` in a local directory
+    must be one this run may apply. The run checks them again."""
     load_handler(settings.handler.path)
     check_report_location(settings.report.path)
     params = redis_params(settings)
     client = connect(params)
     try:
         check_server(client, params)
+        if plan is not None:
+            local_plan_refusal(plan, settings, client, params)
     finally:
         client.close()
 

@@ -47,6 +47,16 @@ from recovery.driver.health import (
     remove_empty_job_consumers,
     remove_idle_consumers,
 )
+from recovery.driver.plan import (
+    check_plan,
+    new_manifest,
+    plan_units,
+    planned_frame,
+    planned_params,
+    read_manifest,
+    server_identity,
+    write_manifest,
+)
 from recovery.driver.progress import ProgressReporter
 from recovery.driver.transforms import units_of_parts
 from recovery.errors import ConfigError, RecoveryError
@@ -56,7 +66,7 @@ from recovery.executor.partitions import apply_partition, claim_partition, recov
 from recovery.executor.survey import histogram_partition, plan_partition
 from recovery.executor.tally import histogram_rows
 from recovery.handlers import load_handler
-from recovery.params import JobParams
+from recovery.params import JobParams, Unit
 from recovery.redis_io.journal import drop_journals, journal_key, open_journals
 from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.report.run_report import (
@@ -94,12 +104,13 @@ def new_run_id() -> str:
 
 
 def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
-        dry_run: bool = False) -> RunSummary:
-    """One recovery run (or, with `dry_run`, its plan: nothing is written to Redis).
+        dry_run: bool = False, plan: str | None = None) -> RunSummary:
+    """One recovery run (or, with `dry_run`, its plan: nothing is written to Redis; or, with
+    `plan`, a dry run's report directory, exactly the entries it planned: ``driver.plan``).
 
     Raises RecoveryError subclasses for what it cannot do.
     """
-    started = time.monotonic()
+    started, started_ms = time.monotonic(), int(time.time() * 1000)
     check_no_speculation(spark.conf.get("spark.speculation", "false"))
     params = executor_params(settings, run_id or new_run_id())
     load_handler(settings.handler.path)
@@ -107,10 +118,17 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
     client = connect(params.redis)
     try:
         check_server(client, params.redis)
-        units, skipped = discover(client, settings, params.redis)
+        server = server_identity(client, params.redis)
+        if plan is not None:
+            manifest = read_manifest(plan, spark)
+            check_plan(plan, manifest, settings, server)  # type: ignore[arg-type]
+            params = planned_params(params, manifest)  # type: ignore[arg-type]
+            units, skipped = plan_units(spark, client, settings, params.redis, plan)
+        else:
+            units, skipped = discover(client, settings, params.redis)
         log.info("run %s: %d units with pending entries, %d skipped%s", params.run_id,
                  len(units), len(skipped), " (dry run)" if dry_run else "")
-        summary = RunSummary(params.run_id, dry_run=dry_run,
+        summary = RunSummary(params.run_id, dry_run=dry_run, plan=plan,
                              report_path=run_path(settings.report.path, params.run_id))
         summary.dead_letter_warnings = dead_letter_warnings(client, settings, params.redis)
         if params.backoff:
@@ -119,7 +137,10 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
         with spark_errors():
             tallies = []
             if units:
-                tallies = _run_units(spark, client, settings, params, units, summary, dry_run)
+                tallies = _run_units(spark, client, settings, params, units, summary, dry_run,
+                                     plan)
+                write_manifest(spark, summary.report_path,  # type: ignore[arg-type]
+                               new_manifest(params, dry_run, started_ms, server))
             else:
                 summary.report_path = None
             fill_summary(summary, tallies, skipped, actions)
@@ -150,15 +171,17 @@ def pending_entries(spark: SparkSession, settings: Settings) -> DataFrame:
 
 
 def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
-               units: list[WorkUnit], summary: RunSummary, dry_run: bool) -> list[str]:
-    """Health (as found), the plan or the recovery, then housekeeping. Returns the report
-    passes' tallies (``recovery.executor.tally``)."""
-    unit_df, consumers = _unit_frame(spark, settings, params, units)
+               units: list[WorkUnit], summary: RunSummary, dry_run: bool,
+               plan: str | None = None) -> list[str]:
+    """Health (as found), the plan or the recovery (of `plan`'s entries, if given), then
+    housekeeping. Returns the report passes' tallies (``recovery.executor.tally``)."""
+    unit_df, consumers, parts = _unit_frame(spark, settings, params, units)
     no_retries = not retries_tasks(str(spark.conf.get("spark.master", "") or ""))
     one_pass = not dry_run and no_retries
-    # A run counts the PEL histograms in its claim steps' own reads (either path); only a
-    # dry run, which claims nothing, reads the PELs in a pass of their own.
-    in_pass = not dry_run and settings.report.pel_histograms
+    # A run counts the PEL histograms in its claim steps' own reads (either path); a dry
+    # run, which claims nothing, and a run that claims planned IDs read the PELs in a pass
+    # of their own.
+    in_pass = not dry_run and plan is None and settings.report.pel_histograms
     health = collect_health(client, units, params.redis, settings.dead_letter.suffix)
     if settings.report.pel_histograms and not in_pass:
         hist_df = unit_df.mapInArrow(histogram_partition(params), PEL_HISTOGRAM)
@@ -171,7 +194,9 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
     with ProgressReporter(client, units, settings.dead_letter.suffix,
                           settings.claim.consumer_prefix, params.run_id,
                           settings.report.progress_interval_s, params.redis, health):
-        tallies = _recover(spark, client, settings, params, unit_df, consumers, one_pass)
+        work = unit_df if plan is None else planned_frame(
+            spark, plan, parts, max(p for _, p in parts) + 1)
+        tallies = _recover(spark, client, settings, params, work, consumers, one_pass, in_pass)
     if in_pass:  # the histograms came with the report pass: as its claim steps found them
         add_histograms(health, histogram_rows(tallies))
         _write_health(spark, settings, params, health, summary)
@@ -193,10 +218,11 @@ def _write_health(spark: SparkSession, settings: Settings, params: JobParams,
 
 
 def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
-                units: list[WorkUnit]) -> tuple[DataFrame, dict[tuple[str, str], str]]:
+                units: list[WorkUnit]
+                ) -> tuple[DataFrame, dict[tuple[str, str], str], list[tuple[Unit, int]]]:
     """The units as a small DataFrame with exactly one Spark partition per part (so parts
-    never share a task, whatever the keys hash to), and each unit's job consumer by
-    (stream, group)."""
+    never share a task, whatever the keys hash to), each unit's job consumer by
+    (stream, group), and the (unit, part) pairs."""
     parts = assign(units, settings.spark.partitions, settings.claim.consumer_prefix,
                    params.run_id)
     n = max(part for _, part in parts) + 1
@@ -205,12 +231,12 @@ def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
     for unit, part in parts:
         by_part[part].append({**vars(unit), "part": part})
     consumers = {(unit.stream, unit.group): unit.consumer for unit, _ in parts}
-    return units_of_parts(spark, by_part), consumers
+    return units_of_parts(spark, by_part), consumers, parts
 
 
 def _recover(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
-             unit_df: DataFrame, consumers: dict[tuple[str, str], str], one_pass: bool
-             ) -> list[str]:
+             unit_df: DataFrame, consumers: dict[tuple[str, str], str], one_pass: bool,
+             histograms: bool) -> list[str]:
     """Claim, dead-letter, handle, ack and report: in one pass when Spark never retries a
     task, or when it may and the claim journal can be kept in Redis (a retried attempt
     reports from it); else with the claim materialised first (a retried hand-over reports
@@ -219,7 +245,7 @@ def _recover(spark: SparkSession, client: redis.Redis, settings: Settings, param
     if one_pass:
         log.info("run %s: tasks are not retried (master %s): claim and hand-over in one pass",
                  params.run_id, master)
-        return _one_pass(settings, params, unit_df, None)
+        return _one_pass(settings, params, unit_df, None, histograms)
     prefix = settings.claim.journal_prefix
     keys = [journal_key(prefix, c) for c in sorted(set(consumers.values()))] if prefix else []
     refusal: str | None = "claim.journal_prefix is empty"
@@ -231,25 +257,25 @@ def _recover(spark: SparkSession, client: redis.Redis, settings: Settings, param
                  "one pass, each claim step journaled in Redis (%s*)", params.run_id, master,
                  prefix)
         try:
-            return _one_pass(settings, params, unit_df, prefix)
+            return _one_pass(settings, params, unit_df, prefix, histograms)
         finally:
             drop_journals(client, keys)
     log.info("run %s: a task may run more than once (master %s) and the claim journal cannot "
              "be kept in Redis (%s): the claim is materialised before the hand-over, which "
              "is slower (docs/ACL.md: the journal's keys and commands)", params.run_id, master,
              refusal)
-    return _claim_then_apply(spark, settings, params, unit_df)
+    return _claim_then_apply(spark, settings, params, unit_df, histograms)
 
 
 def _one_pass(settings: Settings, params: JobParams, unit_df: DataFrame,
-              journal_prefix: str | None) -> list[str]:
+              journal_prefix: str | None, histograms: bool) -> list[str]:
     """Claim and hand over each claim step at once (small ones gathered into hand-overs of up
     to LEASE_ROWS entries, or of Spark's Arrow batch size where that is smaller), in one
     Spark stage; the tallies."""
     started = time.monotonic()
     batch_rows = int(unit_df.sparkSession.conf.get(MAX_RECORDS_PER_BATCH)
                      or DEFAULT_RECORDS_PER_BATCH)
-    make = recover_partition(params, settings.report.pel_histograms, journal_prefix,
+    make = recover_partition(params, histograms, journal_prefix,
                              rows=min(LEASE_ROWS, batch_rows))
     tallies = write_pass(unit_df, make, settings.report.path, params.run_id, by_workers=True)
     log.info("run %s: claim, dead-letter, handler, acks and report done in %.1f s",
@@ -258,9 +284,9 @@ def _one_pass(settings: Settings, params: JobParams, unit_df: DataFrame,
 
 
 def _claim_then_apply(spark: SparkSession, settings: Settings, params: JobParams,
-                      unit_df: DataFrame) -> list[str]:
+                      unit_df: DataFrame, histograms: bool) -> list[str]:
     started = time.monotonic()
-    claim = claim_partition(params, settings.report.pel_histograms)
+    claim = claim_partition(params, histograms)
     claimed = materialise_once(unit_df.mapInArrow(claim, PACKED))
     log.info("run %s: claim done in %.1f s", params.run_id, time.monotonic() - started)
     # The hand-over works in steps of Spark's usual Arrow batch size (rows of entries); the

@@ -128,8 +128,8 @@ def apply_batch(client: redis.Redis, params: JobParams, claimed: Claimed,
     """
     rb = RoutedBatch(claimed, params.max_deliveries)
     routes = rb.by_route()
-    for i in routes[Route.GONE]:
-        rb.set(i, Action.SKIPPED, REASON_GONE)
+    for i in routes[Route.GONE]:  # a planned entry left alone has its note (plan_claim)
+        rb.set(i, Action.SKIPPED, rb.plan_of(i)[1] or REASON_GONE)
     _clear_deleted(client, rb, routes[Route.DELETED])
     over_limit = [DeadLetterJob(i, DeathReason.OVER_LIMIT) for i in routes[Route.DEAD_LETTER]]
     _dead_letter(client, params, rb, over_limit)

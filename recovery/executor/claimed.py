@@ -9,7 +9,7 @@ per entry: docs/PERFORMANCE.md).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate, chain
 
 import pyarrow as pa
@@ -41,6 +41,8 @@ class Claimed:
     idle_ms: list[int | None]
     fields: list[Fields | None]
     delivery_count: list[int | None]
+    planned_count: list[int | None] = field(default_factory=list)
+    note: list[str | None] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.id)
@@ -56,9 +58,17 @@ class Claimed:
 
     @classmethod
     def joined(cls, parts: Sequence[Claimed]) -> Claimed:
-        """The entries of `parts`, in order, as one."""
-        return cls(*(list(chain.from_iterable(getattr(p, name) for p in parts))
+        """The entries of `parts`, in order, as one (plan columns padded with None where a
+        part has none, e.g. a journal's step beside planned ones)."""
+        planned = any(p.planned_count for p in parts)
+        return cls(*(list(chain.from_iterable(_column(p, name, planned) for p in parts))
                      for name in cls.__dataclass_fields__))
+
+    def plan_of(self, i: int) -> tuple[int | None, str | None]:
+        """Entry `i`'s planned delivery count and note; (None, None) outside a plan."""
+        if not self.planned_count:
+            return None, None
+        return self.planned_count[i], self.note[i]
 
     @classmethod
     def from_arrow(cls, batch: pa.RecordBatch) -> Claimed:
@@ -67,7 +77,8 @@ class Claimed:
         return cls(col("stream").to_pylist(), col("group").to_pylist(),
                    col("consumer").to_pylist(), col("id").to_pylist(), col("deleted").to_pylist(),
                    col("previous_consumer").to_pylist(), col("idle_ms").to_pylist(),
-                   _fields_of(col("fields")), col("delivery_count").to_pylist())
+                   _fields_of(col("fields")), col("delivery_count").to_pylist(),
+                   *_plan_columns(batch))
 
     def to_arrow(self) -> pa.RecordBatch:
         """The CLAIMED Arrow batch of these entries (what the materialised path carries)."""
@@ -86,7 +97,28 @@ class Claimed:
             pa.array(self.deleted, pa.bool_()), pa.array(self.previous_consumer, pa.string()),
             pa.array(self.idle_ms, pa.int64()), fields_col,
             pa.array(self.delivery_count, pa.int64()),
+            pa.array(_column(self, "planned_count", True), pa.int64()),
+            pa.array(_column(self, "note", True), pa.string()),
         ], schema=CLAIMED_ARROW)
+
+
+PLAN_COLUMNS = ("planned_count", "note")
+
+
+def _column(claimed: Claimed, name: str, planned: bool) -> list:  # type: ignore[type-arg]
+    """`claimed`'s column `name`; a missing plan column as None per entry when `planned`."""
+    values = getattr(claimed, name)
+    if name in PLAN_COLUMNS and not values and planned:
+        return [None] * len(claimed)
+    return values  # type: ignore[no-any-return]
+
+
+def _plan_columns(batch: pa.RecordBatch) -> tuple[list, list]:  # type: ignore[type-arg]
+    """A CLAIMED batch's plan columns; empty lists when it holds no planned entry."""
+    planned = batch.column("planned_count")
+    if planned.null_count == len(planned):
+        return [], []
+    return planned.to_pylist(), batch.column("note").to_pylist()
 
 
 def field_pairs(flats: Sequence[FlatFields]) -> list[Fields]:

@@ -3,6 +3,9 @@
 Each function factory takes the frozen :class:`JobParams` and returns the function Spark
 runs per partition. One Redis client per partition; the driver never sees messages.
 
+Claim tasks take UNIT rows (XAUTOCLAIM loops) or, in a run that applies a plan, PLANNED rows
+(claims by ID): ``unit_claims`` dispatches.
+
 - ``claim_partition``: UNIT rows -> PACKED rows of CLAIMED batches, XAUTOCLAIM cursor loops
   (a side effect: the driver materialises its output exactly once), and each unit's PEL
   histogram and its entries not due (under a backoff schedule) as a note;
@@ -21,6 +24,7 @@ import contextlib
 import gc
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import TypeVar
 
 import pyarrow as pa
@@ -39,6 +43,7 @@ from recovery.executor.journaled import TaskJournal
 from recovery.executor.lease import LEASE_ROWS
 from recovery.executor.left_counts import LeftCounts
 from recovery.executor.packing import ArrowFn, note_row, packed_rows, unpacked
+from recovery.executor.plan_claim import plan_steps, planned_units
 from recovery.executor.tally import PassMaker, Tally, note
 from recovery.executor.throttle import Throttle
 from recovery.params import JobParams, Unit
@@ -148,17 +153,61 @@ def claim_partition(params: JobParams, histograms: bool = False) -> ArrowFn:
     unit's PEL histogram, counted from the claim steps' own reads as in one pass, follows
     its entries as a note for the hand-over's tally (no separate pass over the PEL)."""
 
-    def claim_packed(client: redis.Redis, params: JobParams, unit: Unit,
-                     throttle: Throttle) -> Iterator[pa.RecordBatch]:
+    def claim_packed(client: redis.Redis, unit: Unit, claim: UnitClaim
+                     ) -> Iterator[pa.RecordBatch]:
         pel = PelHistogram() if histograms else None
         waiting = NotDue() if params.backoff else None
-        for step in claim_steps(client, params, unit, throttle, pel, waiting=waiting):
+        for step in claim(client, pel, waiting, True):
             yield from packed_rows(step.claimed.to_arrow())
         if pel is not None or waiting is not None:
             yield note_row(note(pel.row(unit.stream, unit.group) if pel else None,
                                 (unit.stream, unit.group, waiting) if waiting else None))
 
-    return _throttled(params, claim_packed)
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        client = PartitionClient(params)
+        try:
+            with young_collections_rarer():
+                for unit, claim in unit_claims(params, batches):
+                    yield from skip_vanished(unit, claim_packed(client.get(), unit, claim))
+        finally:
+            client.close()
+
+    return run
+
+
+# How one unit is claimed: (client, PEL histogram or None, its count of entries not due
+# under a backoff schedule or None, count_left) -> its claim steps.
+UnitClaim = Callable[[redis.Redis, PelHistogram | None, NotDue | None, bool],
+                     Iterator[ClaimStep]]
+
+
+def unit_claims(params: JobParams, batches: Iterator[pa.RecordBatch],
+                client: Callable[[], redis.Redis] | None = None
+                ) -> Iterator[tuple[Unit, UnitClaim]]:
+    """Each unit of a claim task's input and how to claim it, with one throttle per task:
+    its XAUTOCLAIM loop (UNIT rows, ``recovery.executor.claim``; with `client`, the
+    partition's client getter, first steps sent ahead in rounds:
+    ``recovery.executor.first_steps``) or, in a run that applies a plan, its planned entries
+    by ID (PLANNED rows, ``recovery.executor.plan_claim``; no histogram: such a run reads
+    the PELs in a pass of their own)."""
+    throttle = Throttle(params.max_entries_per_s_per_partition)
+    if params.planned:
+        for unit, planned in planned_units(batches):
+            yield unit, lambda conn, _pel, _due, _left, u=unit, p=planned: plan_steps(  # type: ignore[misc]
+                conn, params, u, p, throttle)
+        return
+    units = unit_rows(batches)
+    firsts = with_first_steps(client, params, units) if client is not None else \
+        ((unit, None) for unit in units)
+    for unit, first in firsts:
+        yield unit, partial(_idle_claim, params, unit, throttle, first)
+
+
+def _idle_claim(params: JobParams, unit: Unit, throttle: Throttle, first: FirstStep | None,
+                client: redis.Redis, pel: PelHistogram | None, waiting: NotDue | None,
+                count_left: bool) -> Iterator[ClaimStep]:
+    return claim_steps(client, params, unit, throttle, pel, count_left=count_left,
+                       waiting=waiting, first=first)
 
 
 def recover_partition(params: JobParams, histograms: bool = False,
@@ -175,22 +224,20 @@ def recover_partition(params: JobParams, histograms: bool = False,
     def make(tally: Tally) -> ArrowFn:
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             client = PartitionClient(params)
-            throttle = Throttle(params.max_entries_per_s_per_partition)
             journal = TaskJournal(params, journal_prefix) if journal_prefix is not None else None
             left = LeftCounts(params) if histograms else None
 
-            def unit_steps(unit: Unit, first: FirstStep | None) -> Iterator[ClaimStep]:
+            def unit_steps(unit: Unit, claim: UnitClaim) -> Iterator[ClaimStep]:
                 pel = tally.histogram(unit.stream, unit.group) if histograms else None
                 waiting = tally.waiting(unit.stream, unit.group) if params.backoff else None
-                steps = claim_steps(client.get(), params, unit, throttle, pel, count_left=False,
-                                    waiting=waiting, first=first)
+                steps = claim(client.get(), pel, waiting, False)
                 if journal is not None:
                     steps = journal.steps(client.get(), unit, steps)
                 steps = skip_vanished(unit, steps)
                 return left.tracked(unit, pel, steps) if left and pel else steps
 
-            units = with_first_steps(client.get, params, unit_rows(batches))
-            steps = gathered((s for unit, first in units for s in unit_steps(unit, first)), rows)
+            steps = gathered((s for unit, claim in unit_claims(params, batches, client.get)
+                              for s in unit_steps(unit, claim)), rows)
             if journal is not None:
                 steps = journal.recorded(client.get(), steps)
             done = (lambda report: journal.done(client.get(), report)) if journal else None
@@ -210,19 +257,6 @@ def recover_partition(params: JobParams, histograms: bool = False,
         return run
 
     return make
-
-
-ClaimFn = Callable[[redis.Redis, JobParams, Unit, Throttle], Iterator[pa.RecordBatch]]
-
-
-def _throttled(params: JobParams, claim_fn: ClaimFn) -> ArrowFn:
-    """`claim_fn` per unit, with one claim throttle per partition."""
-
-    def make() -> UnitFn:
-        throttle = Throttle(params.max_entries_per_s_per_partition)
-        return lambda client, unit: claim_fn(client, params, unit, throttle)
-
-    return per_unit(params, make)
 
 
 def applied(get_client: Callable[[], redis.Redis], params: JobParams,

@@ -22,6 +22,7 @@ from recovery.params import Unit
 from recovery.redis_io.streams import Fields, stream_id_key
 from recovery.schemas import (
     REPORT_ARROW,
+    Action,
     Route,
 )
 
@@ -61,6 +62,7 @@ class RoutedBatch:
             made.get(key) or made.setdefault(key, Unit(*key))
             for key in zip(claimed.stream, claimed.group, claimed.consumer, strict=True)]
         self.fields = claimed.fields
+        self.plan_of = claimed.plan_of
         self.fetched: dict[int, Fields] = {}
         self._id_keys: list[tuple[int, int]] | None = None
         n = len(claimed)
@@ -132,6 +134,8 @@ class RoutedBatch:
             i = missing[0]
             raise RuntimeError(f"{len(missing)} entries got no outcome, e.g. "
                                f"{self.stream[i]} {self.id[i]}")
+        for i in range(len(self.action)):
+            self._note_count_change(i)
         return pa.RecordBatch.from_arrays([
             pa.array(self.stream, pa.string()), pa.array(self.group, pa.string()),
             pa.array(self.id, pa.string()),
@@ -141,6 +145,19 @@ class RoutedBatch:
             pa.array(self.error, pa.string()), pa.array(self.dead_letter_id, pa.string()),
             pa.array(self.requeued_id, pa.string()), pa.array(self.reassigned_to, pa.string()),
         ], schema=REPORT_ARROW)
+
+
+    def _note_count_change(self, i: int) -> None:
+        """A planned entry handled with another delivery count than its plan's: its reason
+        says so (the current count decided its route)."""
+        planned, _ = self.plan_of(i)
+        count = self.delivery_count[i]
+        if planned is None or count is None or count == planned or \
+                self.action[i] in (Action.SKIPPED, Action.DELETED):
+            return
+        change = (f"delivery count changed since the plan (planned {planned}, now {count}): "
+                  "the current count decided")
+        self.reason[i] = f"{self.reason[i]}; {change}" if self.reason[i] else change
 
 
 def group_rows(rows: Iterable[int], key: Callable[[int], K]) -> dict[K, list[int]]:

@@ -43,7 +43,8 @@ from recovery.redis_io.scripts import load_scripts
 from recovery.redis_io.tls_errors import tls_hint
 
 RETRIES = 3
-RAW_REPLY_COMMANDS = ("XAUTOCLAIM", "XPENDING", "XRANGE", "XINFO GROUPS", "XINFO CONSUMERS")
+RAW_REPLY_COMMANDS = ("XAUTOCLAIM", "XCLAIM", "XPENDING", "XRANGE", "XINFO GROUPS",
+                      "XINFO CONSUMERS")
 VANISHED = "vanished"  # reply element of a script call whose stream or group no longer exists
 UNIT_GONE_CODES = ("NOGROUP", "WRONGTYPE")
 PIPELINE_PREFIX = re.compile(r"^Command # \d+ \((.*?)\) of pipeline caused error: ", re.DOTALL)

@@ -215,6 +215,42 @@ def claim_reply(before_rows: list[PendingRow], own_rows: list[PendingRow],
                       own_rows[0][ID] if own_rows else None, unresolved)
 
 
+@dataclass(frozen=True)
+class IdClaim:
+    """One XCLAIM of given IDs (``claim_ids``).
+
+    `rows`: the PEL rows of the IDs' range as found just before the claim (all owners, any
+    idle time), ID -> PendingRow; `complete`: whether that read reached the last ID (else
+    rows past the last one read are unknown); `ids` / `flats`: the entries claimed, in
+    argument order; `nils`: how many claimed entries came back as nil (Redis 6.2: deleted
+    upstream, now the claiming consumer's; 7.0+ drops a deleted entry from the PEL and
+    replies nothing for it).
+    """
+
+    rows: dict[bytes, PendingRow]
+    complete: bool
+    ids: list[bytes]
+    flats: list[FlatFields]
+    nils: int
+
+
+def claim_ids(client: redis.Redis, stream: str, group: str, consumer: str, min_idle_ms: int,
+              ids: Sequence[str], rows_read: int) -> IdClaim:
+    """``XCLAIM stream group consumer min_idle_ms id...`` (with fields: each claimed entry's
+    delivery count goes up by one), in one MULTI with the XPENDING rows of the range from
+    the first to the last of `ids` (ascending), at most `rows_read` rows. The min-idle
+    guard leaves alone an entry another consumer took (or was given) within `min_idle_ms`
+    ms; an ID no longer pending is not claimed (no FORCE)."""
+    pipe = client.pipeline(transaction=True)
+    pipe.execute_command(*pending_command(stream, group, ids[0], ids[-1], rows_read))
+    pipe.execute_command("XCLAIM", stream, group, consumer, min_idle_ms, *ids)
+    rows, items = pipe.execute()
+    found = [item for item in items if item is not None]
+    complete = len(rows) < rows_read or as_str(rows[-1][ID]) == ids[-1]
+    return IdClaim({r[ID]: r for r in rows}, complete, [item[0] for item in found],
+                   [item[1] for item in found], len(items) - len(found))
+
+
 def deleted_by_position(items: Sequence[object], before_rows: Sequence[PendingRow],
                         next_cursor: str) -> list[bytes] | None:
     """The IDs of the nil items of a Redis 6.2 XAUTOCLAIM reply (entries deleted upstream,

@@ -42,6 +42,7 @@ class RunSummary(JsonLine):
     health_path: str | None = None
     # Dead-letter streams over a dead_letters.warn_* threshold (recovery.dead_letters.stats).
     dead_letter_warnings: list[dict[str, Any]] = field(default_factory=list)
+    plan: str | None = None  # the dry run's report directory this run applied (--plan)
     # Under a backoff schedule ({"factor": f, "max_ms": ms or None}; None: off): entries left
     # alone, not due yet, and when the first becomes due (epoch ms). Each unit row has both.
     backoff: dict[str, Any] | None = None
@@ -107,7 +108,12 @@ def write_pass(frame: DataFrame, make: PassMaker, base: str, run_id: str,
 def read_run(spark: SparkSession, base: str, run_id: str) -> DataFrame:
     """The report rows of one run (REPORT: the run id is in the path). Read with the known schema:
     inferring it costs a Spark job that reads a footer."""
-    return spark.read.schema(REPORT).parquet(run_path(base, run_id))
+    return read_run_dir(spark, run_path(base, run_id))
+
+
+def read_run_dir(spark: SparkSession, run_dir: str) -> DataFrame:
+    """The report rows in one run's directory (``run_path``), read with the REPORT schema."""
+    return spark.read.schema(REPORT).parquet(run_dir)
 
 
 def fill_summary(summary: RunSummary, tallies: list[str], skipped: list[Skipped],

@@ -106,6 +106,14 @@ def job_args(url: str, reports: Path, streams: list[str], *overrides: str,
     return [*args, "--run-id", run_id] if run_id else args
 
 
+def planned(spark: SparkSession, url: str, reports: Path, streams: list[str],
+            *overrides: str) -> list[str]:
+    """A dry run now (in-process, with `overrides`): the arguments that apply its plan."""
+    dry = run_in_process(spark, [*job_args(url, reports, streams, *overrides), "--dry-run"])
+    assert dry.code == 0 and dry.summary["report_path"], dry.stderr[-2000:]
+    return ["--plan", dry.summary["report_path"]]
+
+
 @dataclass
 class JobResult:
     """Exit code, the parsed last stdout line, and stderr of one run."""
