@@ -79,10 +79,12 @@ def test_entries_seeded_not_due_must_stay_pending(redis_server: LocalServer) -> 
     spec = BacklogSpec(streams=3, per_stream=200, not_due_fraction=0.9)
     seeded = seed_backlog(client, spec)
     assert 480 <= seeded.not_due_total <= 540
-    counts = {r["message_id"].decode(): r["times_delivered"] for name in spec.stream_names()
+    # keyed by stream and ID: streams seeded in the same millisecond share IDs
+    counts = {(name, r["message_id"].decode()): r["times_delivered"]
+              for name in spec.stream_names()
               for r in client.xpending_range(name, spec.group, "-", "+", 1000)}
-    waiting = {i for ids in seeded.not_due.values() for i in ids}
-    over = {i for ids in seeded.over_limit.values() for i in ids}
+    waiting = {(s, i) for s, ids in seeded.not_due.items() for i in ids}
+    over = {(s, i) for s, ids in seeded.over_limit.items() for i in ids}
     assert not waiting & over
     assert {i: n for i, n in counts.items() if n == 3} == dict.fromkeys(waiting, 3)
     run_loop("raw", spec, redis_server.url)
