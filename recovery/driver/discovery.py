@@ -35,6 +35,8 @@ from recovery.schemas import Mode
 
 log = logging.getLogger(__name__)
 MIN_VERSION = (6, 2, 0)
+NO_ACCESS = "the Redis user may not access this key (ACL key patterns): left alone"
+NO_KEY = "no such key: fix streams.keys"
 
 
 @dataclass(frozen=True)
@@ -169,15 +171,14 @@ def _not_a_stream(name: str, reply: object, kind: object, params: RedisParams) -
     """Why a key's XINFO GROUPS reply (and TYPE reply `kind`, read for a WRONGTYPE error)
     rules it out, or None for a stream. Other errors are raised as the job's typed errors."""
     if isinstance(reply, NoPermissionError) and not denied_command(server_text(reply)):
-        return "the Redis user may not access this key (ACL key patterns): left alone"
+        return NO_ACCESS
     if isinstance(reply, ResponseError) and server_text(reply).lower() == "no such key":
-        return "no such key: fix streams.keys"
+        return NO_KEY
     if kind is not None:
         kind = type_unless_denied(kind, params)
         if kind is None:
-            return "the Redis user may not access this key (ACL key patterns): left alone"
-        return "no such key: fix streams.keys" if kind == "none" else \
-            f"not a stream (type {kind}): left alone"
+            return NO_ACCESS
+        return NO_KEY if kind == "none" else f"not a stream (type {kind}): left alone"
     _reply_or_raise(reply, params, name)
     return None
 

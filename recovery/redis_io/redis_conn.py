@@ -16,7 +16,6 @@ from typing import Any
 
 import redis
 from redis.backoff import ExponentialBackoff
-from redis.cluster import RedisCluster
 from redis.exceptions import (
     AskError,
     AuthenticationError,
@@ -38,8 +37,8 @@ from recovery.errors import (
 from recovery.params import RedisParams
 from recovery.redis_io.acl_errors import denied_command, is_script_denial
 from recovery.redis_io.cluster import host_port, open_client, redirected_error
-from recovery.redis_io.pipelined import exchange
 from recovery.redis_io.scripts import load_scripts
+from recovery.redis_io.streams import each
 from recovery.redis_io.tls_errors import tls_hint
 
 RETRIES = 3
@@ -210,22 +209,17 @@ def script_replies(client: redis.Redis, queues: Sequence[Callable[[Any], object]
 
 
 def _execute(client: redis.Redis, queues: Sequence[Callable[[Any], object]]) -> list[Any]:
-    """Each queued call's reply or error: on a standalone server in one ``exchange``, on a
-    Redis Cluster in its pipeline (which routes each call to the node of its keys)."""
-    if isinstance(client, RedisCluster):
-        pipe = client.pipeline(transaction=False)
-        for queue in queues:
-            queue(pipe)
-        return pipe.execute(raise_on_error=False)
+    """Each queued call's reply or error, sent with ``each`` (one write on a standalone
+    server; routed by key on a Redis Cluster)."""
     queued = Queued()
     for queue in queues:
         queue(queued)
-    return exchange(client, queued.commands)
+    return each(client, queued.commands)
 
 
 class Queued:
     """Stands in for a pipeline to collect what queue functions send (``evalsha``,
-    ``execute_command``) as command tuples for ``recovery.redis_io.pipelined.exchange``."""
+    ``execute_command``) as command tuples for ``recovery.redis_io.streams.each``."""
 
     def __init__(self) -> None:
         self.commands: list[tuple[object, ...]] = []
