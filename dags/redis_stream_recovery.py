@@ -1,5 +1,16 @@
 """Example Airflow DAGs: recover stuck Redis Streams messages every 15 minutes, and redrive
-dead letters on demand. Both run the package's spark-submit entry points.
+dead letters on demand. All run the package's spark-submit entry points.
+
+A reviewed recovery, by hand, in two DAGs (the scheduled one stays as it was):
+
+- ``redis_stream_dry_run``: ``jobs/recover.py --dry-run``; changes nothing in Redis. Its XCom
+  summary's ``report_path`` is the plan: the dry run's report directory on the worker
+  (``<report.path>/entries/run_id=<id>``; null when nothing was pending). Review it.
+- ``redis_stream_apply_plan``: ``jobs/recover.py --plan {{ params.plan }}`` with the required
+  param ``plan`` (that ``report_path``): does exactly what the dry run reported. A plan the
+  job refuses (a real run's report, too old, another server, missing) fails the task with
+  exit 2 and Redis untouched. No retries: re-triggering with the same plan is safe (what was
+  done is reported ``skipped``), and a refusal would only be refused again.
 
 - A non-zero exit of the job (2 bad config, 1 anything else) fails the task: the Spark
   provider raises on any non-zero spark-submit exit code.
@@ -111,4 +122,48 @@ with DAG(
         name="redis-stream-redrive",
         conn_id="spark_default",
         retries=0,
+    )
+
+with DAG(
+    dag_id="redis_stream_dry_run",
+    description="Dry run of the recovery: report what it would do; its report_path is a plan",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["redis", "spark"],
+) as dry_run_dag:
+    RecoverySubmitOperator(
+        task_id="dry_run",
+        application=f"{APP_DIR}/jobs/recover.py",
+        application_args=["--config", CONFIG, "--dry-run"],
+        name="redis-stream-dry-run",
+        conn_id="spark_default",
+        retries=0,
+        execution_timeout=timedelta(hours=1),
+    )
+
+with DAG(
+    dag_id="redis_stream_apply_plan",
+    description="Apply a reviewed dry run's plan exactly (trigger by hand with its report_path)",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,  # two applies of one plan would race for the same entries
+    params={
+        # No default: a trigger without a plan is refused before any task runs.
+        "plan": Param(type="string", minLength=1, pattern=r"\S",
+                      description="the dry run's report directory on the worker: its XCom "
+                                  "summary's report_path (<report.path>/entries/run_id=<id>)"),
+    },
+    tags=["redis", "spark"],
+) as apply_plan_dag:
+    RecoverySubmitOperator(
+        task_id="apply_plan",
+        application=f"{APP_DIR}/jobs/recover.py",
+        application_args=["--config", CONFIG, "--plan", "{{ params.plan }}"],
+        name="redis-stream-apply-plan",
+        conn_id="spark_default",
+        retries=0,  # a refused plan (exit 2) stays refused; re-trigger by hand, it is safe
+        execution_timeout=timedelta(hours=1),
     )
