@@ -16,7 +16,7 @@ from recovery.testing.local_redis import LocalServer
 from tests.benchmark import report, spark_log, timeline
 from tests.benchmark.loops import DLQ_SUFFIX, run_loop
 from tests.benchmark.measure import LastSeenCpu, Sample
-from tests.benchmark.run import main, master_of, parse_args
+from tests.benchmark.run import job_settings, main, master_of, parse_args
 from tests.benchmark.seed import BacklogSpec, seed_backlog
 from tests.benchmark.spark_job import EXECUTOR_CLASS, JobOptions, driver_role, submit_command
 from tests.benchmark.verify import VerificationError, verify_recovered
@@ -50,6 +50,23 @@ def test_the_job_runs_once_per_master_given() -> None:
         "local[2]", "local-cluster[2,1,1024]"]
     assert report.probe_of("job@local-cluster[2,1,1024]") == "job-startup@local-cluster[2,1,1024]"
     assert parse_args(["--contenders", "job"]).contender_list == ["job"]
+
+
+def test_a_variant_runs_the_job_again_with_its_settings() -> None:
+    args = parse_args(["--contenders", "raw,job", "--job-set", "claim.count=500",
+                       "--variant", "backoff:claim.backoff_factor=2",
+                       "--variant", "backoff:claim.backoff_max_ms=60000",
+                       "--master", "local[2]", "--master", "local-cluster[2,1,1024]"])
+
+    assert args.contender_list == ["raw", "job", "job@local-cluster[2,1,1024]", "job+backoff",
+                                   "job+backoff@local-cluster[2,1,1024]"]
+    assert job_settings("job", args) == ("claim.count=500",)
+    assert job_settings("job+backoff@local-cluster[2,1,1024]", args) == (
+        "claim.count=500", "claim.backoff_factor=2", "claim.backoff_max_ms=60000")
+    assert master_of("job+backoff", args) == "local[2]"
+    assert report.is_job("job+backoff") and report.is_probe(report.probe_of("job+backoff"))
+    with pytest.raises(SystemExit):
+        parse_args(["--variant", "claim.backoff_factor=2"])
 
 
 def test_verification_fails_on_pending_and_doubled_entries(redis_server: LocalServer) -> None:

@@ -41,17 +41,19 @@ PROBE = "job-startup"
 
 
 def is_job(name: str) -> bool:
-    """A job contender: ``job`` (the first master) or ``job@<master>`` (any further one)."""
-    return name == JOB or name.startswith(JOB + "@")
+    """A job contender: ``job`` (the first master), ``job@<master>`` (any further one),
+    ``job+<variant>`` or ``job+<variant>@<master>`` (run with a ``--variant``'s settings)."""
+    return name == JOB or name.startswith((JOB + "@", JOB + "+"))
 
 
 def probe_of(job: str) -> str:
-    """The probe runs' label of a job contender (``job-startup``, ``job-startup@<master>``)."""
+    """The probe runs' label of a job contender (``job-startup``, ``job-startup@<master>``,
+    ``job-startup+<variant>``)."""
     return PROBE + job[len(JOB):]
 
 
 def is_probe(name: str) -> bool:
-    return name == PROBE or name.startswith(PROBE + "@")
+    return name == PROBE or name.startswith((PROBE + "@", PROBE + "+"))
 MB = 1 << 20
 TOP_COMMANDS = 8
 

@@ -67,6 +67,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "are `job`, the others' `job@<master>`")
     parser.add_argument("--job-set", action="append", default=[], metavar="SECTION.FIELD=V",
                         help="extra --set for the job (repeatable)")
+    parser.add_argument("--variant", action="append", default=[],
+                        metavar="NAME:SECTION.FIELD=V",
+                        help="also run the job with this extra --set, as `job+NAME` beside "
+                             "`job` in the same invocation (repeatable; one NAME may take "
+                             "several settings), e.g. backoff:claim.backoff_factor=2")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra spark-submit --conf (repeatable)")
     parser.add_argument("--code", metavar="GIT_REF",
@@ -93,6 +98,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                   for s in args.sizes.split(",") if s]
     args.masters = args.master or ["local[2]"]
     args.contender_list = [c for c in args.contenders.split(",") if c]
+    args.variants = _variants(parser, args.variant)
     args.code_root, args.code_sha = export_code(args.code) if args.code else (None, None)
     unknown = set(args.contender_list) - set(CONTENDERS)
     if unknown or args.repeats < 1 or not args.specs:
@@ -107,16 +113,37 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _variants(parser: argparse.ArgumentParser, given: list[str]) -> dict[str, list[str]]:
+    """``--variant NAME:SECTION.FIELD=V`` options as {NAME: [SECTION.FIELD=V, ...]}."""
+    variants: dict[str, list[str]] = {}
+    for option in given:
+        name, _, setting = option.partition(":")
+        if not name or "=" not in setting or not name.replace("-", "").isalnum():
+            parser.error(f"--variant {option!r}: expected NAME:SECTION.FIELD=VALUE, NAME of "
+                         "letters, digits and dashes")
+        variants.setdefault(name, []).append(setting)
+    return variants
+
+
 def _per_master(contender: str, args: argparse.Namespace) -> list[str]:
-    """The job once per master (``job``, then ``job@<master>``); any other contender once."""
+    """The job once per master (``job``, then ``job@<master>``) and per variant
+    (``job+<variant>``, ``job+<variant>@<master>``); any other contender once."""
     if contender != JOB:
         return [contender]
-    return [JOB] + [f"{JOB}@{master}" for master in args.masters[1:]]
+    return [f"{JOB}{variant}{at}" for variant in ["", *(f"+{v}" for v in args.variants)]
+            for at in ["", *(f"@{master}" for master in args.masters[1:])]]
 
 
 def master_of(name: str, args: argparse.Namespace) -> str:
-    """The master a job contender (``job``, ``job@<master>``) runs on."""
+    """The master a job contender (``job``, ``job@<master>``, ``job+<variant>@...``) runs
+    on."""
     return name.partition("@")[2] or args.masters[0]
+
+
+def job_settings(name: str, args: argparse.Namespace) -> tuple[str, ...]:
+    """The extra ``--set`` of a job contender: ``--job-set``, then its variant's."""
+    variant = name.partition("@")[0].partition("+")[2]
+    return (*args.job_set, *args.variants.get(variant, []))
 
 
 def _runs_for(args: argparse.Namespace, spec: BacklogSpec, repeat: int) -> list[str]:
@@ -142,7 +169,7 @@ def _run_one(args: argparse.Namespace, name: str, spec: BacklogSpec, repeat: int
              probe: bool = False) -> RunRecord:
     job = report.is_job(name)
     options = JobOptions(master_of(name, args) if job else args.masters[0],
-                         tuple(args.job_set), tuple(args.spark_conf), args.py_spy,
+                         job_settings(name, args), tuple(args.spark_conf), args.py_spy,
                          args.code_root)
     if args.wait_for_load is not None:
         wait_for_load(args.wait_for_load, args.wait_max_s)
@@ -240,7 +267,8 @@ def conditions(args: argparse.Namespace, argv: list[str], records: list[RunRecor
         "ms/s",
         f"- job: spark-submit --master {' / '.join(args.masters)}, handler recovery.handlers:noop, "
         f"--set {' '.join(args.job_set) or '(defaults)'}; conf {' '.join(args.spark_conf) or '-'}"
-        f"; fixed start-up = wall of spark-submit on {PROBE_SPEC[0]}x{PROBE_SPEC[1]} run "
+        + "".join(f"; job+{name}: --set {' '.join(sets)}" for name, sets in args.variants.items())
+        + f"; fixed start-up = wall of spark-submit on {PROBE_SPEC[0]}x{PROBE_SPEC[1]} run "
         "right after each job run, steady = job wall - that"
         + ("; profiled with py-spy (slower)" if args.py_spy else ""),
         f"- backlog: {args.over_limit:.0%} of entries over max_deliveries=5"
