@@ -24,7 +24,7 @@ loop ends is in the output exactly once, without a second pass over the PEL. The
 in claim order: the unit's entries contiguous, ascending by ID, entries taken back last.
 
 Under a backoff schedule (``claim.backoff_factor``, ``recovery.executor.backoff``) each step
-is instead one script call (``recovery.redis_io.scripts.claim_due_batch``) that reads a page
+is instead one script call (``recovery.redis_io.claim_due.claim_due_batch``) that reads a page
 of ``XPENDING ... IDLE`` rows and the own first entry, and XCLAIMs exactly the due ones, all
 atomically; the rest of the loop is the same. The entries left alone are counted (``NotDue``).
 """
@@ -46,8 +46,8 @@ from recovery.executor.first_steps import FirstStep
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.throttle import Throttle
 from recovery.params import JobParams, Unit
+from recovery.redis_io.claim_due import claim_due_batch
 from recovery.redis_io.redis_conn import redis_errors, unit_vanished
-from recovery.redis_io.scripts import claim_due_batch
 from recovery.redis_io.streams import (
     COUNT,
     END_CURSOR,

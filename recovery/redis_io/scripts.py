@@ -18,7 +18,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from recovery.redis_io.streams import END_CURSOR, ID, ClaimBatch, Fields, as_str, next_id
+from recovery.redis_io.streams import Fields
 
 SCRIPT_NAMES = ("dead_letter", "lease_owned", "delete_empty_consumer", "redrive", "requeue",
                 "reassign", "claim_due")
@@ -166,23 +166,3 @@ def delete_empty_consumer(client: redis.Redis, stream: str, group: str, consumer
     Reply (without pipe): True when deleted, False when kept."""
     reply = _call(client, "delete_empty_consumer", [stream], [group, consumer], pipe)
     return reply if pipe is not None else bool(reply)
-
-
-def claim_due_batch(client: redis.Redis, stream: str, group: str, consumer: str,
-                    min_idle_ms: int, cursor: str, count: int, schedule: Sequence[Any]
-                    ) -> ClaimBatch:
-    """One step of a claim under a backoff schedule (``claim_due.lua``, atomic): up to
-    `count` PEL rows idle at least `min_idle_ms` ms from `cursor` (an ID, inclusive) on, the
-    due ones claimed for `consumer`; `schedule`: ``recovery.executor.backoff.schedule_args``.
-
-    The same ClaimBatch as ``streams.claim_batch`` (XAUTOCLAIM): `before` holds every row
-    read, claimed or not; the next cursor is the ID after the last row read, ``0-0`` once a
-    read came back short. Also `not_due` and `due_in_ms`.
-    """
-    rows, own, items, deleted, unresolved, not_due, due_in = _call(
-        client, "claim_due", [stream],
-        [group, consumer, min_idle_ms, cursor, count, *schedule], None)
-    next_cursor = next_id(as_str(rows[-1][ID])) if len(rows) >= count else END_CURSOR
-    return ClaimBatch(next_cursor, [item[0] for item in items], [item[1] for item in items],
-                      list(deleted), {r[ID]: r for r in rows}, own[0][ID] if own else None,
-                      int(unresolved), int(not_due), int(due_in) if due_in >= 0 else None)

@@ -39,7 +39,7 @@ class ClaimBatch:
     claim, if any; `unresolved`: how many nil entries (6.2) could not be matched to an ID
     (they are now the claiming consumer's: a read of its own range finds them).
 
-    Under a backoff schedule (``recovery.redis_io.scripts.claim_due_batch``): `not_due`, the
+    Under a backoff schedule (``recovery.redis_io.claim_due.claim_due_batch``): `not_due`, the
     rows read that were left alone, not due yet; `due_in_ms`, ms until the first of them is
     (None: none).
     """

@@ -11,15 +11,16 @@
 -- Reply: {rows, own, claimed, deleted, unresolved, not_due, due_in}:
 --   rows: the page as found, before the claim: {id, owner, idle ms, count} each;
 --   own: {} or the job consumer's first own row at or after ARGV[4] (any idle time);
---   claimed: XCLAIM's entries {id, {field, value, ...}}, each with one more delivery;
---   deleted: IDs chosen but gone from the stream (7.0+: XCLAIM dropped them from the PEL;
---     6.2: XCLAIM answered nil and they stay in the PEL, now the job's);
+--   claimed: the IDs XCLAIM claimed, in PEL order, each with one more delivery (XCLAIM
+--     ... JUSTID RETRYCOUNT <count + 1>: IDs only, their fields are read by the caller;
+--     6.2 claims an entry deleted upstream all the same: the caller finds it gone);
+--   deleted: IDs chosen but gone from the stream (7.0+: XCLAIM dropped them from the PEL);
 --   unresolved: chosen IDs XCLAIM neither returned nor found deleted (never seen; a guard);
 --   not_due: rows left alone; due_in: ms until the first of them is due (-1: none).
 local group, consumer = ARGV[1], ARGV[2]
 local min_idle, start, page = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 local factor, cap, limit = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local chunk = 1000  -- unpack() handles at most ~8000 values
+local chunk = 1000  -- IDs per XCLAIM: unpack() handles at most ~8000 values
 
 local rows = redis.call('XPENDING', KEYS[1], group, 'IDLE', min_idle, start, '+', page)
 local own = redis.call('XPENDING', KEYS[1], group, start, '+', 1, consumer)
@@ -32,7 +33,7 @@ for _, row in ipairs(rows) do
     wait = math.min(min_idle * factor ^ (count - 1), cap)
   end
   if idle >= wait then
-    due[#due + 1] = row[1]
+    due[#due + 1] = row
   else
     not_due = not_due + 1
     local left = math.ceil(wait - idle)
@@ -40,28 +41,41 @@ for _, row in ipairs(rows) do
   end
 end
 
+-- JUSTID leaves the delivery count alone: RETRYCOUNT sets it one higher, as a claim with the
+-- entries would, so the due IDs go in one XCLAIM per count (at most `chunk` IDs each).
+-- min-idle 0: the choice above is the guard, and nothing runs between it and the claim.
+local by_count, counts = {}, {}
+for _, row in ipairs(due) do
+  local ids = by_count[row[4]]
+  if not ids then
+    ids = {}
+    by_count[row[4]] = ids
+    counts[#counts + 1] = row[4]
+  end
+  ids[#ids + 1] = row[1]
+end
+local got = {}
+for _, count in ipairs(counts) do
+  local ids = by_count[count]
+  for first = 1, #ids, chunk do
+    local call = {'XCLAIM', KEYS[1], group, consumer, 0}
+    for i = first, math.min(first + chunk - 1, #ids) do call[#call + 1] = ids[i] end
+    call[#call + 1] = 'RETRYCOUNT'
+    call[#call + 1] = count + 1
+    call[#call + 1] = 'JUSTID'
+    for _, id in ipairs(redis.call(unpack(call))) do got[id] = true end
+  end
+end
+
 local claimed, deleted, unresolved = {}, {}, 0
-local function missing(id)  -- chosen, pending, yet not returned: 7.0+ drops deleted entries
-  if #redis.call('XRANGE', KEYS[1], id, id) == 0 then
+for _, row in ipairs(due) do
+  local id = row[1]
+  if got[id] then
+    claimed[#claimed + 1] = id
+  elseif #redis.call('XRANGE', KEYS[1], id, id) == 0 then  -- 7.0+ dropped it from the PEL
     deleted[#deleted + 1] = id
   else
     unresolved = unresolved + 1
   end
-end
-for first = 1, #due, chunk do
-  local ids = {unpack(due, first, math.min(first + chunk - 1, #due))}
-  -- min-idle 0: the choice above is the guard, and nothing runs between it and the claim.
-  local items = redis.call('XCLAIM', KEYS[1], group, consumer, 0, unpack(ids))
-  local j = 1
-  for _, item in ipairs(items) do
-    if not item then  -- 6.2: nil in the position of an entry deleted upstream
-      deleted[#deleted + 1] = ids[j]
-    else
-      while j <= #ids and ids[j] ~= item[1] do missing(ids[j]); j = j + 1 end
-      claimed[#claimed + 1] = item
-    end
-    j = j + 1
-  end
-  while j <= #ids do missing(ids[j]); j = j + 1 end
 end
 return {rows, own, claimed, deleted, unresolved, not_due, due_in}

@@ -1,0 +1,74 @@
+"""One claim step under a backoff schedule: the ``claim_due.lua`` script call, which chooses
+and claims the due entries atomically (XCLAIM ... JUSTID: IDs only), and the XRANGE that
+reads their fields, sent behind it in the same write.
+
+The script answers IDs rather than entries because turning every claimed entry's fields into
+Lua tables and back costs Redis more than the claim itself. One XRANGE of `count` entries
+from the step's cursor holds the fields of every claimed entry when the pending entries lie
+side by side in the stream (a stuck backlog usually does); any claimed ID it missed (spread
+out entries, or one deleted just now) is read on its own (``XRANGE id id``, pipelined).
+A claimed ID the stream no longer holds is reported deleted, as XAUTOCLAIM's path does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from recovery.redis_io.redis_conn import script_replies
+from recovery.redis_io.scripts import scripts_for
+from recovery.redis_io.streams import (
+    END_CURSOR,
+    ID,
+    ClaimBatch,
+    FlatFields,
+    as_str,
+    each,
+    next_id,
+)
+
+
+def claim_due_batch(client: redis.Redis, stream: str, group: str, consumer: str,
+                    min_idle_ms: int, cursor: str, count: int, schedule: Sequence[Any]
+                    ) -> ClaimBatch:
+    """One step of a claim under a backoff schedule (``claim_due.lua``, atomic): up to
+    `count` PEL rows idle at least `min_idle_ms` ms from `cursor` (an ID, inclusive) on, the
+    due ones claimed for `consumer`; `schedule`: ``recovery.executor.backoff.schedule_args``.
+
+    The same ClaimBatch as ``streams.claim_batch`` (XAUTOCLAIM): `before` holds every row
+    read, claimed or not; the next cursor is the ID after the last row read, ``0-0`` once a
+    read came back short. Also `not_due` and `due_in_ms`. Raises the error the server
+    answered (NOGROUP, WRONGTYPE, ...).
+    """
+    sha = scripts_for(client)["claim_due"].sha
+    args = (group, consumer, min_idle_ms, cursor, count, *schedule)
+    reply, ahead = script_replies(client, [
+        lambda pipe: pipe.evalsha(sha, 1, stream, *args),
+        lambda pipe: pipe.execute_command("XRANGE", stream, cursor, "+", "COUNT", count)])
+    if isinstance(reply, Exception):
+        raise reply
+    rows, own, claimed, deleted, unresolved, not_due, due_in = reply
+    fields = _claimed_fields(client, stream, claimed,
+                             [] if isinstance(ahead, Exception) else ahead)
+    found = [i for i in claimed if fields[i] is not None]
+    next_cursor = next_id(as_str(rows[-1][ID])) if len(rows) >= count else END_CURSOR
+    return ClaimBatch(next_cursor, found, [fields[i] for i in found],  # type: ignore[misc]
+                      [*deleted, *(i for i in claimed if fields[i] is None)],
+                      {r[ID]: r for r in rows}, own[0][ID] if own else None,
+                      int(unresolved), int(not_due), int(due_in) if due_in >= 0 else None)
+
+
+def _claimed_fields(client: redis.Redis, stream: str, claimed: Sequence[bytes],
+                    ahead: Sequence[Any]) -> dict[bytes, FlatFields | None]:
+    """The flat fields of each claimed ID: from `ahead` (an XRANGE reply: [id, [field,
+    value, ...]] entries), else read on its own; None for an ID gone from the stream."""
+    read = {entry[0]: entry[1] for entry in ahead}
+    rest = [i for i in claimed if i not in read]
+    for entry_id, found in zip(rest, each(client, [("XRANGE", stream, i, i) for i in rest]),
+                               strict=True):
+        if isinstance(found, Exception):
+            raise found
+        read[entry_id] = found[0][1] if found else None  # type: ignore[index]
+    return {i: read[i] for i in claimed}
