@@ -63,6 +63,7 @@ class RoutedBatch:
             for key in zip(claimed.stream, claimed.group, claimed.consumer, strict=True)]
         self.fields = claimed.fields
         self.plan_of = claimed.plan_of
+        self.planned = bool(claimed.planned_count)  # entries of a plan (``--plan``)
         self.fetched: dict[int, Fields] = {}
         self._id_keys: list[tuple[int, int]] | None = None
         n = len(claimed)
@@ -134,8 +135,9 @@ class RoutedBatch:
             i = missing[0]
             raise RuntimeError(f"{len(missing)} entries got no outcome, e.g. "
                                f"{self.stream[i]} {self.id[i]}")
-        for i in range(len(self.action)):
-            self._note_count_change(i)
+        if self.planned:
+            for i in range(len(self.action)):
+                self._note_count_change(i)
         return pa.RecordBatch.from_arrays([
             pa.array(self.stream, pa.string()), pa.array(self.group, pa.string()),
             pa.array(self.id, pa.string()),
