@@ -1,11 +1,16 @@
 """Commands sent in one write without redis-py's Pipeline (recovery.redis_io.pipelined),
-against a real server: replies in order, errors returned in place, and when the connection
+against a real server: replies in order, errors returned in place (in a MULTI/EXEC too), and
+when the connection
 is lost before the replies arrive the commands are sent once more (the client's retry
 policy), as redis-py's Pipeline would."""
 
 from __future__ import annotations
 
+import pytest
+from redis.exceptions import ResponseError
+
 from recovery.params import RedisParams
+from recovery.redis_io.pipelined import transaction
 from recovery.redis_io.redis_conn import connect
 from recovery.redis_io.streams import each
 from tests.support.lost_reply import ReplyDropper
@@ -28,3 +33,22 @@ def test_replies_in_order_errors_in_place_and_a_lost_reply_sent_again(server):
     assert "WRONGTYPE" in str(replies[1])
     assert replies[3] == 2  # sent twice: the first write ran before its replies were lost
     assert admin.lrange("list", 0, -1) == [b"a", b"a"]
+
+
+def test_a_transaction_answers_in_place_and_a_refused_command_runs_nothing(server):
+    """MULTI/EXEC sent as one write: raw replies in order, a command's run-time error in its
+    place (the others ran); a command refused while queued (wrong arity) raises it, and
+    EXECABORT leaves Redis untouched."""
+    admin = server.client()
+    admin.set("text", "x")
+    client = connect(RedisParams(url=server.url))
+    try:
+        replies = transaction(client, [("RPUSH", "list", "a"), ("XLEN", "text"),
+                                       ("LRANGE", "list", 0, -1)])
+        assert replies[0] == 1 and replies[2] == [b"a"]
+        assert "WRONGTYPE" in str(replies[1])
+        with pytest.raises(ResponseError, match="wrong number of arguments"):
+            transaction(client, [("RPUSH", "list", "b"), ("XLEN",)])
+    finally:
+        client.close()
+    assert admin.lrange("list", 0, -1) == [b"a"]

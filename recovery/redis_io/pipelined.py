@@ -1,4 +1,5 @@
-"""Many commands in one round trip on a standalone server, without redis-py's Pipeline.
+"""Many commands in one round trip on a standalone server, without redis-py's Pipeline:
+as they come (:func:`exchange`) or as one MULTI/EXEC transaction (:func:`transaction`).
 
 redis-py's Pipeline spends more client CPU per command than the server spends on a cheap
 read (it queues, wraps and parses each command in several Python calls). The driver reads a
@@ -11,21 +12,25 @@ with the client's response callbacks and retry policy, as a non-transactional Pi
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import redis
 from redis.connection import Connection
 from redis.exceptions import ResponseError
 
 
-def exchange(client: redis.Redis, commands: Sequence[Sequence[object]]) -> list[object]:
+def exchange(client: redis.Redis, commands: Sequence[Sequence[object]],
+             parse: bool = True) -> list[object]:
     """Send `commands` (each ``(name, *args)``) in one write and read one reply per command,
-    in order: the reply after the client's response callback for that command, or the error
-    the server answered (returned, not raised). A connection lost midway is retried as a
-    whole per the client's retry policy (every command the job sends this way is a read or
-    safe to repeat), as redis-py's Pipeline does."""
+    in order: the reply after the client's response callback for that command (the raw
+    reply without `parse`), or the error the server answered (returned, not raised). A
+    connection lost midway is retried as a whole per the client's retry policy (every
+    command the job sends this way is a read or safe to repeat), as redis-py's Pipeline
+    does."""
     pool = client.connection_pool
     conn = pool.get_connection()
-    callbacks = _callbacks(client, commands)
+    callbacks: list[Callable[..., object] | None] = (
+        _callbacks(client, commands) if parse else [None] * len(commands))
     try:
         return conn.retry.call_with_retry(  # type: ignore[no-any-return]
             lambda: _round_trip(conn, commands, callbacks), lambda _error: conn.disconnect())
@@ -56,3 +61,17 @@ def _round_trip(conn: Connection, commands: Sequence[Sequence[object]],
             continue
         replies.append(callback(reply) if callback is not None else reply)
     return replies
+
+
+def transaction(client: redis.Redis, commands: Sequence[Sequence[object]]) -> list[Any]:
+    """`commands` in one MULTI/EXEC, sent and read as :func:`exchange` does: each command's
+    raw reply (no response callbacks), or the error the server answered for it in place.
+    A command refused while queued (unknown, wrong arity, denied by ACL) aborts the whole
+    transaction: that error is raised, and nothing ran."""
+    replies = exchange(client, [("MULTI",), *commands, ("EXEC",)], parse=False)
+    refused = next((r for r in replies[1:-1] if isinstance(r, ResponseError)), None)
+    if refused is not None:
+        raise refused
+    if isinstance(replies[-1], Exception):
+        raise replies[-1]
+    return list(replies[-1])  # type: ignore[call-overload]

@@ -14,7 +14,7 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
-from recovery.redis_io.pipelined import exchange
+from recovery.redis_io.pipelined import exchange, transaction
 
 Fields = list[tuple[bytes, bytes]]
 FlatFields = list[bytes]  # [name1, value1, name2, value2, ...] as Redis replies
@@ -168,12 +168,19 @@ def first_claims(client: redis.Redis, units: Sequence[tuple[str, str, str]],
     """The first step (from ``0-0``) of :func:`claim_batch` for each (stream, group,
     consumer) of `units`, all in one MULTI (one round trip, each unit's claim atomic with its
     reads as in :func:`claim_batch`): a ClaimBatch per unit, or the error its stream or
-    group answered (NOGROUP, WRONGTYPE: the other units are claimed all the same). Standalone
-    servers only: on a Redis Cluster a MULTI must stay in one slot."""
-    pipe = client.pipeline(transaction=True)
-    for stream, group, consumer in units:
-        queue_claim(pipe, stream, group, consumer, min_idle_ms, END_CURSOR, count)
-    replies = pipe.execute(raise_on_error=False)
+    group answered (NOGROUP, WRONGTYPE: the other units are claimed all the same). On a
+    standalone server without redis-py's Pipeline (``recovery.redis_io.pipelined``); on a
+    Redis Cluster (a MULTI must stay in one slot) give one unit at a time."""
+    commands = [c for stream, group, consumer in units
+                for c in claim_commands(stream, group, consumer, min_idle_ms, END_CURSOR, count)]
+    replies: list[Any]
+    if isinstance(client, RedisCluster):
+        pipe = client.pipeline(transaction=True)
+        for command in commands:
+            pipe.execute_command(*command)
+        replies = pipe.execute(raise_on_error=False)
+    else:
+        replies = transaction(client, commands)
     result: list[ClaimBatch | Exception] = []
     for i in range(0, len(replies), CLAIM_REPLIES):
         three = replies[i : i + CLAIM_REPLIES]
@@ -182,18 +189,23 @@ def first_claims(client: redis.Redis, units: Sequence[tuple[str, str, str]],
     return result
 
 
-CLAIM_REPLIES = 3  # commands :func:`queue_claim` queues
+CLAIM_REPLIES = 3  # commands :func:`claim_commands` gives
 
 
 def queue_claim(pipe: redis.client.Pipeline, stream: str, group: str, consumer: str,
                 min_idle_ms: int, cursor: str, count: int) -> None:
-    """Queue one claim step in a MULTI pipeline: XPENDING IDLE of up to `count` rows from
-    `cursor`, XPENDING of `consumer`'s first entry from `cursor`, XAUTOCLAIM."""
-    pipe.execute_command(*pending_command(stream, group, cursor, "+", count,
-                                          min_idle_ms=min_idle_ms))
-    pipe.execute_command(*pending_command(stream, group, cursor, "+", 1, consumer))
-    pipe.execute_command("XAUTOCLAIM", stream, group, consumer, min_idle_ms, cursor,
-                         "COUNT", count)
+    """Queue one claim step (:func:`claim_commands`) in a MULTI pipeline."""
+    for command in claim_commands(stream, group, consumer, min_idle_ms, cursor, count):
+        pipe.execute_command(*command)
+
+
+def claim_commands(stream: str, group: str, consumer: str, min_idle_ms: int, cursor: str,
+                   count: int) -> list[tuple[object, ...]]:
+    """One claim step's commands: XPENDING IDLE of up to `count` rows from `cursor`,
+    XPENDING of `consumer`'s first entry from `cursor`, XAUTOCLAIM."""
+    return [pending_command(stream, group, cursor, "+", count, min_idle_ms=min_idle_ms),
+            pending_command(stream, group, cursor, "+", 1, consumer),
+            ("XAUTOCLAIM", stream, group, consumer, min_idle_ms, cursor, "COUNT", count)]
 
 
 def claim_reply(before_rows: list[PendingRow], own_rows: list[PendingRow],
