@@ -1,8 +1,7 @@
 """Commands sent in one write without redis-py's Pipeline (recovery.redis_io.pipelined),
 against a real server: replies in order, errors returned in place (in a MULTI/EXEC too), and
-when the connection
-is lost before the replies arrive the commands are sent once more (the client's retry
-policy), as redis-py's Pipeline would."""
+when the connection is lost before the replies arrive the commands are sent once more (the
+client's retry policy), as redis-py's Pipeline would."""
 
 from __future__ import annotations
 
