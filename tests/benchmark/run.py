@@ -3,7 +3,8 @@ and the Spark job, on fresh seeds, verified in Redis after every run.
 
     .venv/bin/python -m tests.benchmark.run [--sizes 100x1000,1000x1000,10000x100] [--repeats 3]
         [--contenders naive,raw,job] [--naive-max-messages 100000] [--not-due 0.9]
-        [--job-set claim.count=5000] [--spark-conf spark.eventLog.enabled=true]
+        [--job-set claim.count=5000] [--variant backoff:claim.backoff_factor=2]
+        [--spark-conf spark.eventLog.enabled=true]
 
 Prints markdown tables and writes them to ``.bench/results.md`` (git-ignored), every run's
 raw numbers to ``.bench/results.json`` and the job's logs under ``.bench/runs/``. The naive
