@@ -107,11 +107,12 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
     stream, group = unit.stream, unit.group
     owned: dict[bytes, PendingRow] = {}  # taken back: the job consumer's, not claimed here
     cursor, step, claimed = END_CURSOR, 0, 0
+    ahead = params.count  # entries whose fields a backoff step reads ahead (see claim_step)
     while True:
         sent_at = time.monotonic() if first is None else first.sent_at
         with redis_errors(params.redis, stream, group):
             batch = _sent(first) if first is not None else claim_step(client, params, unit,
-                                                                      cursor)
+                                                                      cursor, ahead)
             first = None
             counts = _read_own_range(client, unit, batch, cursor, owned)
         step += 1
@@ -120,6 +121,7 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
         if waiting is not None and batch.not_due:
             waiting.add(batch.not_due, batch.due_in_ms, int(time.time() * 1000))
         seen = len(batch.ids) + len(batch.deleted)
+        ahead = params.count if 2 * seen >= len(batch.before) else 0
         if seen:
             yield ClaimStep(_claimed(unit, batch, counts), sent_at)
         claimed, before = claimed + seen, claimed
@@ -148,12 +150,17 @@ def _sent(first: FirstStep) -> ClaimBatch:
     return first.batch
 
 
-def claim_step(client: redis.Redis, params: JobParams, unit: Unit, cursor: str) -> ClaimBatch:
+def claim_step(client: redis.Redis, params: JobParams, unit: Unit, cursor: str,
+               ahead: int) -> ClaimBatch:
     """One claim step from `cursor`: XAUTOCLAIM (every idle entry), or under a backoff
-    schedule the script that claims only the due ones."""
+    schedule the script that claims only the due ones, with the fields of up to `ahead`
+    stream entries from `cursor` read behind it (the loop passes 0 after a step that
+    claimed fewer than half the rows it read: the due entries are spread out, and reading
+    the ones between them would be waste)."""
     if params.backoff:
         return claim_due_batch(client, unit.stream, unit.group, unit.consumer,
-                               params.min_idle_ms, cursor, params.count, schedule_args(params))
+                               params.min_idle_ms, cursor, params.count, schedule_args(params),
+                               ahead)
     return claim_batch(client, unit.stream, unit.group, unit.consumer, params.min_idle_ms,
                        cursor, params.count)
 

@@ -1,6 +1,7 @@
 """One claim step under a backoff schedule: the ``claim_due.lua`` script call, which chooses
 and claims the due entries atomically (XCLAIM ... JUSTID: IDs only), and the XRANGE that
-reads their fields, sent behind it in the same write.
+reads their fields, sent behind it in the same write (or, where the due entries are spread
+out, a read of each).
 
 The script answers IDs rather than entries because turning every claimed entry's fields into
 Lua tables and back costs Redis more than the claim itself. One XRANGE of `count` entries
@@ -31,27 +32,31 @@ from recovery.redis_io.streams import (
 
 
 def claim_due_batch(client: redis.Redis, stream: str, group: str, consumer: str,
-                    min_idle_ms: int, cursor: str, count: int, schedule: Sequence[Any]
-                    ) -> ClaimBatch:
+                    min_idle_ms: int, cursor: str, count: int, schedule: Sequence[Any],
+                    ahead: int | None = None) -> ClaimBatch:
     """One step of a claim under a backoff schedule (``claim_due.lua``, atomic): up to
     `count` PEL rows idle at least `min_idle_ms` ms from `cursor` (an ID, inclusive) on, the
     due ones claimed for `consumer`; `schedule`: ``recovery.executor.backoff.schedule_args``.
 
     The same ClaimBatch as ``streams.claim_batch`` (XAUTOCLAIM): `before` holds every row
     read, claimed or not; the next cursor is the ID after the last row read, ``0-0`` once a
-    read came back short. Also `not_due` and `due_in_ms`. Raises the error the server
-    answered (NOGROUP, WRONGTYPE, ...).
+    read came back short. Also `not_due` and `due_in_ms`. `ahead`: how many stream entries
+    from `cursor` on to read behind the script (default `count`; 0: none, each claimed
+    entry is read on its own). Raises the error the server answered (NOGROUP, WRONGTYPE,
+    ...).
     """
     sha = scripts_for(client)["claim_due"].sha
     args = (group, consumer, min_idle_ms, cursor, count, *schedule)
-    reply, ahead = script_replies(client, [
-        lambda pipe: pipe.evalsha(sha, 1, stream, *args),
-        lambda pipe: pipe.execute_command("XRANGE", stream, cursor, "+", "COUNT", count)])
+    queues = [lambda pipe: pipe.evalsha(sha, 1, stream, *args)]
+    if ahead is None or ahead > 0:
+        queues.append(lambda pipe: pipe.execute_command("XRANGE", stream, cursor, "+", "COUNT",
+                                                        ahead or count))
+    reply, *read = script_replies(client, queues)
     if isinstance(reply, Exception):
         raise reply
     rows, own, claimed, deleted, unresolved, not_due, due_in = reply
     fields = _claimed_fields(client, stream, claimed,
-                             [] if isinstance(ahead, Exception) else ahead)
+                             read[0] if read and not isinstance(read[0], Exception) else [])
     found = [i for i in claimed if fields[i] is not None]
     next_cursor = next_id(as_str(rows[-1][ID])) if len(rows) >= count else END_CURSOR
     return ClaimBatch(next_cursor, found, [fields[i] for i in found],  # type: ignore[misc]
