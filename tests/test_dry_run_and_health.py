@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from recovery.driver import job
+from recovery.driver import discovery, job
 from recovery.driver.job import run
+from recovery.params import RedisParams
+from recovery.redis_io.redis_conn import connect
 from recovery.report.run_report import health_path, read_run, run_path
 from tests.support.backlogs import DEAD, LIVE, seed
 
@@ -117,3 +119,28 @@ def test_idle_empty_consumers_removed_only_on_request(spark, client, make_settin
     assert b"idle-\xff" in names  # its name cannot be sent back as text: left alone
     (h,) = spark.read.parquet(health_path(settings.report.path, summary.run_id)).collect()
     assert "idle-\\xff" in {c["name"] for c in h["consumers"]}  # shown with an escape
+
+
+def test_consumer_clean_up_deletes_only_empty_consumers_whatever_the_call_batch(
+        server, client, monkeypatch):
+    """The clean-up script deletes each consumer that owns nothing, keeps one that owns a
+    pending entry, and a target whose group is gone costs only itself, across script calls
+    of several targets each (checked in Redis)."""
+    monkeypatch.setattr(discovery, "CLEAN_UP_PER_CALL", 2)
+    for stream in ("a", "b"):
+        client.xgroup_create(stream, "g", id="0", mkstream=True)
+        client.xadd(stream, {"f": "v"})
+    client.xreadgroup("g", "busy", {"a": ">"})
+    for stream, consumer in (("a", "empty-1"), ("b", "empty-2"), ("b", "empty-3")):
+        client.xgroup_createconsumer(stream, "g", consumer)
+    targets = [("a", "g", "empty-1"), ("a", "nogroup", "x"), ("a", "g", "busy"),
+               ("b", "g", "empty-2"), ("missing", "g", "y"), ("b", "g", "empty-3")]
+    conn = connect(RedisParams(url=server.url))
+    try:
+        removed = discovery.remove_consumers(conn, targets, RedisParams(url=server.url))
+    finally:
+        conn.close()
+    assert removed == 3
+    assert [c["name"] for c in client.xinfo_consumers("a", "g")] == [b"busy"]
+    assert client.xinfo_consumers("b", "g") == []
+    assert client.xpending("a", "g")["pending"] == 1

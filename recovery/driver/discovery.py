@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import partial
 
 import redis
+from redis.cluster import RedisCluster
 from redis.exceptions import NoPermissionError, ResponseError
 
 from recovery.config import Settings
@@ -23,7 +24,7 @@ from recovery.redis_io.acl_errors import denied_command
 from recovery.redis_io.cluster import biggest_first, groups_by_node, node_of
 from recovery.redis_io.dlq_names import dead_letter_key, is_dead_letter_key
 from recovery.redis_io.redis_conn import redis_errors, script_replies, server_text
-from recovery.redis_io.scripts import delete_empty_consumer
+from recovery.redis_io.scripts import delete_empty_consumers
 from recovery.redis_io.streams import (
     each,
     info_rows,
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 MIN_VERSION = (6, 2, 0)
 NO_ACCESS = "the Redis user may not access this key (ACL key patterns): left alone"
 NO_KEY = "no such key: fix streams.keys"
+CLEAN_UP_PER_CALL = 100  # consumers per clean-up script call on a standalone server
 
 
 @dataclass(frozen=True)
@@ -265,12 +267,17 @@ def is_job_consumer(name: str, stem: str) -> bool:
 
 def remove_consumers(client: redis.Redis, targets: list[tuple[str, str, str]],
                      params: RedisParams) -> int:
-    """Run the delete-if-empty script for each (stream, group, consumer), pipelined.
-    Returns how many were deleted."""
+    """Run the delete-if-empty script for each (stream, group, consumer): many per script
+    call on a standalone server (``CLEAN_UP_PER_CALL``), one per call on a Redis Cluster
+    (the streams' slots differ), the calls pipelined. Returns how many were deleted."""
+    per_call = 1 if isinstance(client, RedisCluster) else CLEAN_UP_PER_CALL
+    calls = [targets[i : i + per_call] for i in range(0, len(targets), per_call)]
     removed = 0
-    for start in range(0, len(targets), 1000):
-        queues = [partial(delete_empty_consumer, client, stream, group, consumer)
-                  for stream, group, consumer in targets[start : start + 1000]]
+    for start in range(0, len(calls), 1000):
+        queues = [partial(delete_empty_consumers, client, call)
+                  for call in calls[start : start + 1000]]
         with redis_errors(params):
-            removed += sum(1 for r in script_replies(client, queues) if r == 1)
+            replies = script_replies(client, queues)
+        removed += sum(1 for reply in replies if isinstance(reply, list)
+                       for one in reply if one == 1)
     return removed

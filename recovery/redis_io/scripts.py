@@ -159,10 +159,13 @@ def fresh_lease_ms(min_idle_ms: int, handler_timeout_s: float | None) -> int:
     return max(0, int(min_idle_ms - budget_ms))
 
 
-def delete_empty_consumer(client: redis.Redis, stream: str, group: str, consumer: str,
-                          pipe: Any = None) -> Any:
-    """Delete `consumer` from the group if it owns no pending entry.
+def delete_empty_consumers(client: redis.Redis, targets: Sequence[tuple[str, str, str]],
+                           pipe: Any = None) -> Any:
+    """Delete each (stream, group, consumer) of `targets` from its group if it owns no
+    pending entry, in one script call (the streams are its keys: on a Redis Cluster give
+    targets of one slot).
 
-    Reply (without pipe): True when deleted, False when kept."""
-    reply = _call(client, "delete_empty_consumer", [stream], [group, consumer], pipe)
-    return reply if pipe is not None else bool(reply)
+    Reply (without pipe): per target, 1 deleted, 0 kept, or the error its stream or group
+    answered (a ResponseError in its place)."""
+    return _call(client, "delete_empty_consumer", [t[0] for t in targets],
+                 [name for _, group, consumer in targets for name in (group, consumer)], pipe)
