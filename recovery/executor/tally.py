@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from functools import lru_cache
 from typing import Any
 
 import pyarrow as pa
@@ -148,7 +149,7 @@ def unit_counts(tallies: Iterable[str], actions: tuple[str, ...]) -> list[dict[s
     ``total``; only units that have report rows."""
     counts: ActionCounts = Counter()
     for text in tallies:
-        counts.update({(s, g, a): n for s, g, a, n in json.loads(text)["actions"]})
+        counts.update({(s, g, a): n for s, g, a, n in parsed(text)["actions"]})
     units: dict[tuple[str, str], dict[str, Any]] = {}
     for (stream, group, action), n in counts.items():
         row = units.setdefault((stream, group), {"stream": stream, "group": group,
@@ -164,7 +165,7 @@ def not_due_counts(tallies: Iterable[str]) -> dict[tuple[str, str], NotDue]:
     (only units that had some, or were counted under a schedule)."""
     merged: dict[tuple[str, str], NotDue] = {}
     for text in tallies:
-        for stream, group, entries, next_due_ms in json.loads(text).get("not_due", []):
+        for stream, group, entries, next_due_ms in parsed(text).get("not_due", []):
             merged.setdefault((stream, group), NotDue()).merge(NotDue(entries, next_due_ms))
     return merged
 
@@ -172,4 +173,12 @@ def not_due_counts(tallies: Iterable[str]) -> dict[tuple[str, str], NotDue]:
 def histogram_rows(tallies: Iterable[str]) -> list[dict[str, Any]]:
     """The PEL_HISTOGRAM rows the tallies carry (one per unit; none without
     ``report.pel_histograms`` or in a dry run)."""
-    return [row for text in tallies for row in json.loads(text)["histograms"]]
+    return [row for text in tallies for row in parsed(text)["histograms"]]
+
+
+@lru_cache(maxsize=256)
+def parsed(text: str) -> dict[str, Any]:
+    """A tally's JSON text as read (cached: the driver reads each tally for the counts, the
+    entries not due and the histograms; at 100,000 units a tally is megabytes). Read
+    only: callers must not change it."""
+    return json.loads(text)  # type: ignore[no-any-return]
