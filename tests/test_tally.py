@@ -21,6 +21,7 @@ from recovery.executor.tally import (
     Tally,
     histogram_rows,
     not_due_counts,
+    read_tallies,
     tallied,
     unit_counts,
 )
@@ -45,7 +46,7 @@ def test_tallies_count_every_action_per_unit_across_tasks():
     first.count(report_batch([("a", "g", "reprocessed")]))
     first.count(report_batch([]))
     second.count(report_batch([("a", "g", "dead_lettered"), ("a", "h", "skipped")]))
-    counts = unit_counts([first.to_json(), second.to_json()], ACTIONS)
+    counts = unit_counts(read_tallies([first.to_json(), second.to_json()]), ACTIONS)
     zero = dict.fromkeys(ACTIONS, 0)
     assert counts == [
         {"stream": "a", "group": "g", **zero, "reprocessed": 3, "dead_lettered": 1,
@@ -92,7 +93,7 @@ def test_one_pass_counts_the_pel_as_the_health_pass_finds_it(client: Redis, make
                                      ).to_pylist()
     out = pa.Table.from_batches(tallied(recover_partition(params, histograms=True))(
         iter([unit_batch()]))).to_pylist()
-    tallies = [r[TALLY] for r in out if r[TALLY] is not None]
+    tallies = read_tallies(r[TALLY] for r in out if r[TALLY] is not None)
     assert len(tallies) == 1
     (counted,) = histogram_rows(tallies)
     for histogram in ("deliveries", "idle_ages"):

@@ -64,7 +64,7 @@ from recovery.executor.lease import LEASE_ROWS
 from recovery.executor.packing import PACK_ROWS
 from recovery.executor.partitions import apply_partition, claim_partition, recover_partition
 from recovery.executor.survey import histogram_partition, plan_partition
-from recovery.executor.tally import histogram_rows
+from recovery.executor.tally import Tallies, histogram_rows
 from recovery.handlers import load_handler
 from recovery.params import JobParams, Unit
 from recovery.redis_io.journal import drop_journals, journal_key, open_journals
@@ -172,7 +172,7 @@ def pending_entries(spark: SparkSession, settings: Settings) -> DataFrame:
 
 def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
                units: list[WorkUnit], summary: RunSummary, dry_run: bool,
-               plan: str | None = None) -> list[str]:
+               plan: str | None = None) -> Tallies:
     """Health (as found), the plan or the recovery (of `plan`'s entries, if given), then
     housekeeping. Returns the report passes' tallies (``recovery.executor.tally``)."""
     unit_df, consumers, parts = _unit_frame(spark, settings, params, units)
@@ -236,7 +236,7 @@ def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
 
 def _recover(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
              unit_df: DataFrame, consumers: dict[tuple[str, str], str], one_pass: bool,
-             histograms: bool) -> list[str]:
+             histograms: bool) -> Tallies:
     """Claim, dead-letter, handle, ack and report: in one pass when Spark never retries a
     task, or when it may and the claim journal can be kept in Redis (a retried attempt
     reports from it); else with the claim materialised first (a retried hand-over reports
@@ -268,7 +268,7 @@ def _recover(spark: SparkSession, client: redis.Redis, settings: Settings, param
 
 
 def _one_pass(settings: Settings, params: JobParams, unit_df: DataFrame,
-              journal_prefix: str | None, histograms: bool) -> list[str]:
+              journal_prefix: str | None, histograms: bool) -> Tallies:
     """Claim and hand over each claim step at once (small ones gathered into hand-overs of up
     to LEASE_ROWS entries, or of Spark's Arrow batch size where that is smaller), in one
     Spark stage; the tallies."""
@@ -284,7 +284,7 @@ def _one_pass(settings: Settings, params: JobParams, unit_df: DataFrame,
 
 
 def _claim_then_apply(spark: SparkSession, settings: Settings, params: JobParams,
-                      unit_df: DataFrame, histograms: bool) -> list[str]:
+                      unit_df: DataFrame, histograms: bool) -> Tallies:
     started = time.monotonic()
     claim = claim_partition(params, histograms)
     claimed = materialise_once(unit_df.mapInArrow(claim, PACKED))

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from functools import lru_cache
 from typing import Any
 
 import pyarrow as pa
@@ -144,12 +143,21 @@ def tally_row(text: str) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=TALLIED_ARROW)
 
 
-def unit_counts(tallies: Iterable[str], actions: tuple[str, ...]) -> list[dict[str, Any]]:
+Tallies = list[dict[str, Any]]  # the tasks' tallies, each as ``Tally.to_json`` describes
+
+
+def read_tallies(texts: Iterable[str]) -> Tallies:
+    """The tasks' tally texts, each read once (at 100,000 units a tally is megabytes, and
+    the driver takes the counts, the entries not due and the histograms from it)."""
+    return [json.loads(text) for text in texts]
+
+
+def unit_counts(tallies: Tallies, actions: tuple[str, ...]) -> list[dict[str, Any]]:
     """Per (stream, group) rows of the merged tallies, sorted: each action's rows and a
     ``total``; only units that have report rows."""
     counts: ActionCounts = Counter()
-    for text in tallies:
-        counts.update({(s, g, a): n for s, g, a, n in parsed(text)["actions"]})
+    for tally in tallies:
+        counts.update({(s, g, a): n for s, g, a, n in tally["actions"]})
     units: dict[tuple[str, str], dict[str, Any]] = {}
     for (stream, group, action), n in counts.items():
         row = units.setdefault((stream, group), {"stream": stream, "group": group,
@@ -160,25 +168,17 @@ def unit_counts(tallies: Iterable[str], actions: tuple[str, ...]) -> list[dict[s
     return [units[key] for key in sorted(units)]
 
 
-def not_due_counts(tallies: Iterable[str]) -> dict[tuple[str, str], NotDue]:
+def not_due_counts(tallies: Tallies) -> dict[tuple[str, str], NotDue]:
     """(stream, group) -> the entries a backoff schedule left alone, merged over the tasks
     (only units that had some, or were counted under a schedule)."""
     merged: dict[tuple[str, str], NotDue] = {}
-    for text in tallies:
-        for stream, group, entries, next_due_ms in parsed(text).get("not_due", []):
+    for tally in tallies:
+        for stream, group, entries, next_due_ms in tally.get("not_due", []):
             merged.setdefault((stream, group), NotDue()).merge(NotDue(entries, next_due_ms))
     return merged
 
 
-def histogram_rows(tallies: Iterable[str]) -> list[dict[str, Any]]:
+def histogram_rows(tallies: Tallies) -> list[dict[str, Any]]:
     """The PEL_HISTOGRAM rows the tallies carry (one per unit; none without
     ``report.pel_histograms`` or in a dry run)."""
-    return [row for text in tallies for row in parsed(text)["histograms"]]
-
-
-@lru_cache(maxsize=256)
-def parsed(text: str) -> dict[str, Any]:
-    """A tally's JSON text as read (cached: the driver reads each tally for the counts, the
-    entries not due and the histograms; at 100,000 units a tally is megabytes). Read
-    only: callers must not change it."""
-    return json.loads(text)  # type: ignore[no-any-return]
+    return [row for tally in tallies for row in tally["histograms"]]

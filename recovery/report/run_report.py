@@ -16,7 +16,9 @@ from recovery.executor.tally import (
     TALLIED,
     TALLY,
     PassMaker,
+    Tallies,
     not_due_counts,
+    read_tallies,
     tallied,
     unit_counts,
 )
@@ -91,9 +93,9 @@ def write_report(report: DataFrame, base: str, run_id: str) -> list[str]:
 
 
 def write_pass(frame: DataFrame, make: PassMaker, base: str, run_id: str,
-               by_workers: bool) -> list[str]:
+               by_workers: bool) -> Tallies:
     """Run the report pass `make` makes over `frame` and write its REPORT rows to
-    ``run_path(base, run_id)``; returns the tallies (JSON texts, one per task).
+    ``run_path(base, run_id)``; returns the tallies (one per task, read).
 
     With `by_workers` (runs that claim and hand over in one pass) and a local report
     directory, the Python workers write the files (``recovery.report.worker_files``); otherwise
@@ -101,8 +103,9 @@ def write_pass(frame: DataFrame, make: PassMaker, base: str, run_id: str,
     """
     directory = local_directory(run_path(base, run_id)) if by_workers else None
     if directory is None:
-        return write_report(frame.mapInArrow(tallied(make), TALLIED), base, run_id)
-    return write_by_workers(frame, make, directory)
+        return read_tallies(write_report(frame.mapInArrow(tallied(make), TALLIED), base,
+                                         run_id))
+    return read_tallies(write_by_workers(frame, make, directory))
 
 
 def read_run(spark: SparkSession, base: str, run_id: str) -> DataFrame:
@@ -116,9 +119,9 @@ def read_run_dir(spark: SparkSession, run_dir: str) -> DataFrame:
     return spark.read.schema(REPORT).parquet(run_dir)
 
 
-def fill_summary(summary: RunSummary, tallies: list[str], skipped: list[Skipped],
+def fill_summary(summary: RunSummary, tallies: Tallies, skipped: list[Skipped],
                  actions: tuple[str, ...] = ACTIONS) -> None:
-    """Totals and unit rows from the report passes' tallies (one small text per task); under
+    """Totals and unit rows from the report passes' tallies (one per task); under
     a backoff schedule (``summary.backoff`` set), each unit's entries not due as well, also
     for units with nothing else to report."""
     summary.totals = dict.fromkeys(actions, 0)
@@ -133,7 +136,7 @@ def fill_summary(summary: RunSummary, tallies: list[str], skipped: list[Skipped]
         summary.status = "partial"
 
 
-def _add_not_due(summary: RunSummary, tallies: list[str], actions: tuple[str, ...]) -> None:
+def _add_not_due(summary: RunSummary, tallies: Tallies, actions: tuple[str, ...]) -> None:
     waiting = not_due_counts(tallies)
     rows = {(u["stream"], u["group"]): u for u in summary.units}
     for key in waiting.keys() - rows.keys():
