@@ -77,6 +77,26 @@ class RecoverySubmitOperator(SparkSubmitOperator):
         return hook.summary if isinstance(hook, _SummaryHook) else None
 
 
+BY_HAND: dict[str, Any] = {  # the DAGs an operator triggers: one run at a time, no schedule
+    "schedule": None,
+    "start_date": datetime(2026, 1, 1),
+    "catchup": False,
+    "max_active_runs": 1,
+    "tags": ["redis", "spark"],
+}
+
+
+def submit(task_id: str, job: str, args: list[str], name: str | None = None,
+           **operator: Any) -> RecoverySubmitOperator:
+    """The task of a DAG: spark-submit of ``jobs/<job>.py --config <CONFIG> <args>`` on the
+    ``spark_default`` connection, named `name` (default ``redis-stream-<task id>``)."""
+    return RecoverySubmitOperator(
+        task_id=task_id, application=f"{APP_DIR}/jobs/{job}.py",
+        application_args=["--config", CONFIG, *args],
+        name=name or f"redis-stream-{task_id.replace('_', '-')}", conn_id="spark_default",
+        **operator)
+
+
 with DAG(
     dag_id="redis_stream_recovery",
     description="Claim, re-process and dead-letter stuck Redis Streams entries",
@@ -87,83 +107,44 @@ with DAG(
     default_args={"retries": 1, "retry_delay": timedelta(minutes=2)},
     tags=["redis", "spark"],
 ) as recovery_dag:
-    RecoverySubmitOperator(
-        task_id="recover",
-        application=f"{APP_DIR}/jobs/recover.py",
-        application_args=["--config", CONFIG],
-        name="redis-stream-recovery",
-        conn_id="spark_default",
-        execution_timeout=timedelta(hours=1),
-    )
+    submit("recover", "recover", [], name="redis-stream-recovery",
+           execution_timeout=timedelta(hours=1))
 
 with DAG(
     dag_id="redis_stream_redrive",
     description="Move dead letters back to their source streams (trigger by hand)",
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,
     params={
         "dry_run": Param(True, type="boolean", description="count only; change nothing"),
         "reasons": Param("", type="string", description="x-death-reason list, comma separated"),
         "groups": Param("", type="string", description="x-original-group list, comma separated"),
     },
-    tags=["redis", "spark"],
+    **BY_HAND,
 ) as redrive_dag:
-    RecoverySubmitOperator(
-        task_id="redrive",
-        application=f"{APP_DIR}/jobs/redrive.py",
-        application_args=[
-            "--config", CONFIG,
-            "--set", "redrive.dry_run={{ params.dry_run | lower }}",
-            "--set", "redrive.reasons={{ params.reasons }}",
-            "--set", "redrive.groups={{ params.groups }}",
-        ],
-        name="redis-stream-redrive",
-        conn_id="spark_default",
-        retries=0,
-    )
+    submit("redrive", "redrive", [
+        "--set", "redrive.dry_run={{ params.dry_run | lower }}",
+        "--set", "redrive.reasons={{ params.reasons }}",
+        "--set", "redrive.groups={{ params.groups }}",
+    ], retries=0)
 
 with DAG(
     dag_id="redis_stream_dry_run",
     description="Dry run of the recovery: report what it would do; its report_path is a plan",
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,
-    tags=["redis", "spark"],
+    **BY_HAND,
 ) as dry_run_dag:
-    RecoverySubmitOperator(
-        task_id="dry_run",
-        application=f"{APP_DIR}/jobs/recover.py",
-        application_args=["--config", CONFIG, "--dry-run"],
-        name="redis-stream-dry-run",
-        conn_id="spark_default",
-        retries=0,
-        execution_timeout=timedelta(hours=1),
-    )
+    submit("dry_run", "recover", ["--dry-run"], retries=0,
+           execution_timeout=timedelta(hours=1))
 
 with DAG(
     dag_id="redis_stream_apply_plan",
     description="Apply a reviewed dry run's plan exactly (trigger by hand with its report_path)",
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,  # two applies of one plan would race for the same entries
     params={
         # No default: a trigger without a plan is refused before any task runs.
         "plan": Param(type="string", minLength=1, pattern=r"\S",
                       description="the dry run's report directory on the worker: its XCom "
                                   "summary's report_path (<report.path>/entries/run_id=<id>)"),
     },
-    tags=["redis", "spark"],
+    **BY_HAND,  # one at a time: two applies of one plan would race for the same entries
 ) as apply_plan_dag:
-    RecoverySubmitOperator(
-        task_id="apply_plan",
-        application=f"{APP_DIR}/jobs/recover.py",
-        application_args=["--config", CONFIG, "--plan", "{{ params.plan }}"],
-        name="redis-stream-apply-plan",
-        conn_id="spark_default",
-        retries=0,  # a refused plan (exit 2) stays refused; re-trigger by hand, it is safe
-        execution_timeout=timedelta(hours=1),
-    )
+    # retries=0: a refused plan (exit 2) stays refused; re-trigger by hand, it is safe
+    submit("apply_plan", "recover", ["--plan", "{{ params.plan }}"], retries=0,
+           execution_timeout=timedelta(hours=1))
