@@ -26,7 +26,7 @@ from recovery.redis_io.streams import (
     ClaimBatch,
     FlatFields,
     as_str,
-    each,
+    fetch_flats,
     next_id,
 )
 
@@ -70,10 +70,5 @@ def _claimed_fields(client: redis.Redis, stream: str, claimed: Sequence[bytes],
     """The flat fields of each claimed ID: from `ahead` (an XRANGE reply: [id, [field,
     value, ...]] entries), else read on its own; None for an ID gone from the stream."""
     read = {entry[0]: entry[1] for entry in ahead}
-    rest = [i for i in claimed if i not in read]
-    for entry_id, found in zip(rest, each(client, [("XRANGE", stream, i, i) for i in rest]),
-                               strict=True):
-        if isinstance(found, Exception):
-            raise found
-        read[entry_id] = found[0][1] if found else None  # type: ignore[index]
+    read.update(fetch_flats(client, stream, [i for i in claimed if i not in read]))
     return {i: read[i] for i in claimed}

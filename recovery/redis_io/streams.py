@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.cluster import RedisCluster
@@ -18,6 +18,7 @@ from recovery.redis_io.pipelined import exchange, transaction
 
 Fields = list[tuple[bytes, bytes]]
 FlatFields = list[bytes]  # [name1, value1, name2, value2, ...] as Redis replies
+K = TypeVar("K", str, bytes)  # a stream ID as the caller holds it
 END_CURSOR = "0-0"
 
 
@@ -158,9 +159,12 @@ def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
     the XPENDING page does, and skips entries not idle enough without counting them: seen on
     Redis 6.2, 7.0 and Valkey 8.1.)
     """
-    pipe = client.pipeline(transaction=True)
-    queue_claim(pipe, stream, group, consumer, min_idle_ms, cursor, count)
-    return claim_reply(*pipe.execute())
+    replies = in_transaction(client, claim_commands(stream, group, consumer, min_idle_ms,
+                                                    cursor, count))
+    error = next((r for r in replies if isinstance(r, Exception)), None)
+    if error is not None:
+        raise error
+    return claim_reply(*replies)
 
 
 def first_claims(client: redis.Redis, units: Sequence[tuple[str, str, str]],
@@ -169,18 +173,10 @@ def first_claims(client: redis.Redis, units: Sequence[tuple[str, str, str]],
     consumer) of `units`, all in one MULTI (one round trip, each unit's claim atomic with its
     reads as in :func:`claim_batch`): a ClaimBatch per unit, or the error its stream or
     group answered (NOGROUP, WRONGTYPE: the other units are claimed all the same). On a
-    standalone server without redis-py's Pipeline (``recovery.redis_io.pipelined``); on a
     Redis Cluster (a MULTI must stay in one slot) give one unit at a time."""
-    commands = [c for stream, group, consumer in units
-                for c in claim_commands(stream, group, consumer, min_idle_ms, END_CURSOR, count)]
-    replies: list[Any]
-    if isinstance(client, RedisCluster):
-        pipe = client.pipeline(transaction=True)
-        for command in commands:
-            pipe.execute_command(*command)
-        replies = pipe.execute(raise_on_error=False)
-    else:
-        replies = transaction(client, commands)
+    replies = in_transaction(client, [
+        c for stream, group, consumer in units
+        for c in claim_commands(stream, group, consumer, min_idle_ms, END_CURSOR, count)])
     result: list[ClaimBatch | Exception] = []
     for i in range(0, len(replies), CLAIM_REPLIES):
         three = replies[i : i + CLAIM_REPLIES]
@@ -192,11 +188,17 @@ def first_claims(client: redis.Redis, units: Sequence[tuple[str, str, str]],
 CLAIM_REPLIES = 3  # commands :func:`claim_commands` gives
 
 
-def queue_claim(pipe: redis.client.Pipeline, stream: str, group: str, consumer: str,
-                min_idle_ms: int, cursor: str, count: int) -> None:
-    """Queue one claim step (:func:`claim_commands`) in a MULTI pipeline."""
-    for command in claim_commands(stream, group, consumer, min_idle_ms, cursor, count):
+def in_transaction(client: redis.Redis, commands: Sequence[Sequence[object]]) -> list[Any]:
+    """`commands` in one MULTI/EXEC: each raw reply, or the error the server answered for it
+    in its place. On a standalone server without redis-py's Pipeline
+    (``recovery.redis_io.pipelined.transaction``); on a Redis Cluster its transaction
+    pipeline (the commands' keys must share a slot)."""
+    if not isinstance(client, RedisCluster):
+        return transaction(client, commands)
+    pipe = client.pipeline(transaction=True)
+    for command in commands:
         pipe.execute_command(*command)
+    return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
 
 def claim_commands(stream: str, group: str, consumer: str, min_idle_ms: int, cursor: str,
@@ -210,7 +212,7 @@ def claim_commands(stream: str, group: str, consumer: str, min_idle_ms: int, cur
 
 def claim_reply(before_rows: list[PendingRow], own_rows: list[PendingRow],
                 reply: Sequence[Any]) -> ClaimBatch:
-    """A ClaimBatch of one step's three raw replies (:func:`queue_claim`'s commands)."""
+    """A ClaimBatch of one step's three raw replies (:func:`claim_commands`' commands)."""
     next_cursor, items = as_str(reply[0]), reply[1]
     found = [item for item in items if item is not None]
     ids = [item[0] for item in found]
@@ -355,11 +357,19 @@ def range_pages(client: redis.Redis, stream: str, page: int) -> Iterator[list[li
 
 def fetch_entries(client: redis.Redis, stream: str, ids: Sequence[str]
                   ) -> dict[str, Fields | None]:
-    """Fields of each ID (pipelined XRANGE id id); None for IDs gone from the stream."""
-    pipe = client.pipeline(transaction=False)
-    for entry_id in ids:
-        pipe.execute_command("XRANGE", stream, entry_id, entry_id)
-    result: dict[str, Fields | None] = {}
-    for entry_id, reply in zip(ids, pipe.execute(), strict=True):
-        result[entry_id] = pairs(reply[0][1]) if reply else None
+    """Fields of each ID as (name, value) pairs (:func:`fetch_flats`); None for IDs gone."""
+    return {i: None if flat is None else pairs(flat)
+            for i, flat in fetch_flats(client, stream, ids).items()}
+
+
+def fetch_flats(client: redis.Redis, stream: str, ids: Sequence[K]
+                ) -> dict[K, FlatFields | None]:
+    """Flat fields of each ID (str or bytes; XRANGE id id, pipelined with :func:`each`);
+    None for IDs gone from the stream. Raises the first error the server answered."""
+    result: dict[K, FlatFields | None] = {}
+    for entry_id, reply in zip(ids, each(client, [("XRANGE", stream, i, i) for i in ids]),
+                               strict=True):
+        if isinstance(reply, Exception):
+            raise reply
+        result[entry_id] = reply[0][1] if reply else None  # type: ignore[index]
     return result
