@@ -13,16 +13,14 @@ import pytest
 from redis import Redis
 
 from recovery.config import executor_params, load_settings
-from recovery.errors import StreamUnitError
 from recovery.executor.backoff import NotDue
 from recovery.executor.claim import claim_steps
 from recovery.executor.claimed import CLAIMED_ARROW
-from recovery.executor.first_steps import with_first_steps
 from recovery.executor.throttle import Throttle
 from recovery.params import Unit
-from recovery.redis_io import scripts, streams
+from recovery.redis_io import autoclaim, scripts
+from recovery.redis_io.autoclaim import deleted_by_position
 from recovery.redis_io.redis_conn import connect
-from recovery.redis_io.streams import deleted_by_position
 from recovery.testing.backlog import make_stuck
 from tests.support.lost_reply import ReplyDropper
 from tests.support.servers import start_server
@@ -149,7 +147,7 @@ def test_redis_6_2_nil_entries_that_positions_cannot_place_are_found_by_the_own_
     positions then cannot be trusted), forced here on every step: the deleted entries are
     not guessed but read back as the job consumer's own, without fields, so the hand-over
     fetches them, finds them gone and reports them deleted."""
-    monkeypatch.setattr(streams, "deleted_by_position", lambda *_: None)
+    monkeypatch.setattr(autoclaim, "deleted_by_position", lambda *_: None)
     with start_server("redis62") as server:
         client = server.client()
         ids = stuck(client, "s", 20)
@@ -190,44 +188,6 @@ def test_nil_entries_of_redis_6_2_are_matched_by_position_or_not_at_all(
     positions cannot be verified, no ID is guessed (the claim then reads its own range)."""
     items = [_item(c) for c in claimed]
     assert deleted_by_position(items, [_row(r) for r in rows], cursor) == expected
-
-
-def test_small_units_share_their_first_steps_and_each_is_claimed_whole(client, make_settings):
-    """A unit of three steps, then 40 one-entry units (one whose group vanished meanwhile):
-    the small units' first steps go ten to a MULTI, the vanished one's error is its own, and
-    every other entry is output once, as Redis has it."""
-    settings = make_settings('streams.keys=["big"]', "claim.count=10")
-    params = executor_params(settings, "r1")
-    smalls = [f"s{i:02d}" for i in range(40)]
-    ids = {"big": stuck(client, "big", 25), **{s: stuck(client, s, 1) for s in smalls}}
-    client.xgroup_destroy("s05", GROUP)
-    conn = connect(params.redis)
-    multis = multi_calls(client)
-    rows, vanished = {}, []
-    try:
-        for unit, first in with_first_steps(lambda: conn, params,
-                                            [Unit(s, GROUP, JOB) for s in ["big", *smalls]]):
-            try:
-                steps = list(claim_steps(conn, params, unit, Throttle(None), first=first))
-            except StreamUnitError:
-                vanished.append(unit.stream)
-                continue
-            rows[unit.stream] = pa.Table.from_batches(
-                [s.claimed.to_arrow() for s in steps], schema=CLAIMED_ARROW).to_pylist()
-    finally:
-        conn.close()
-    multis = multi_calls(client) - multis
-    assert vanished == ["s05"]
-    assert multis == 3 + 1 + 4  # big's 3 steps, s00 alone, then rounds of 10, 10, 10 and 9
-    for stream, want in ids.items():
-        if stream != "s05":
-            assert sorted(r["id"] for r in rows[stream]) == sorted(want)
-            assert_matches_redis(rows[stream], client, stream)
-
-
-def multi_calls(client: Redis) -> int:
-    """MULTI commands the server ran so far (INFO commandstats)."""
-    return int(client.info("commandstats").get("cmdstat_multi", {}).get("calls", 0))
 
 
 # delivery count before the run, idle ms, due under factor 2 from 10 min, capped at 2,000 s

@@ -25,8 +25,8 @@ from recovery.executor.tally import (
     tallied,
     unit_counts,
 )
+from recovery.redis_io.autoclaim import ClaimBatch
 from recovery.redis_io.dlq_names import dead_letter_key
-from recovery.redis_io.streams import ClaimBatch
 from recovery.schemas import ACTIONS, UNIT, arrow
 from recovery.testing.backlog import add_entries, deliver, make_stuck
 from tests.support.backlogs import DEAD, HOUR_MS, LIVE, binary_fields, seed

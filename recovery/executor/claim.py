@@ -46,6 +46,7 @@ from recovery.executor.first_steps import FirstStep
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.throttle import Throttle
 from recovery.params import JobParams, Unit
+from recovery.redis_io.autoclaim import ClaimBatch, claim_batch
 from recovery.redis_io.claim_due import claim_due_batch
 from recovery.redis_io.redis_conn import redis_errors, unit_vanished
 from recovery.redis_io.streams import (
@@ -54,10 +55,8 @@ from recovery.redis_io.streams import (
     ID,
     IDLE,
     OWNER,
-    ClaimBatch,
     PendingRow,
     as_str,
-    claim_batch,
     each,
     pending_command,
     pending_pages,
@@ -101,7 +100,8 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
     With `histogram`, also counts the unit's PEL as found: each step's rows as read just
     before its claim, then (unless `count_left` is False: the caller does it, see
     ``left_reads``), once every step was handed over, one read of what the loop left (the
-    rows other consumers own: entries not idle enough, or delivered meanwhile).
+    rows other consumers own: entries not idle enough, or delivered meanwhile), unless
+    the first step's read saw the whole PEL (``ClaimBatch.left``: counted from it).
     With `waiting`, counts the entries a backoff schedule left alone, not due yet.
     """
     stream, group = unit.stream, unit.group
@@ -118,6 +118,8 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
         step += 1
         if histogram is not None:
             histogram.add(examined(batch))
+            if batch.left is not None:
+                histogram.add_left(batch.left)
         if waiting is not None and batch.not_due:
             waiting.add(batch.not_due, batch.due_in_ms, int(time.time() * 1000))
         seen = len(batch.ids) + len(batch.deleted)
@@ -139,7 +141,7 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
         if histogram is not None:
             histogram.add(rows)
         yield ClaimStep(_owned(unit, rows), None)
-    if histogram is not None and count_left:
+    if histogram is not None and count_left and not histogram.left_counted:
         left_reads(client, params, [(unit, histogram)])
 
 
@@ -208,7 +210,7 @@ def _read_own_range(client: redis.Redis, unit: Unit, batch: ClaimBatch,
     `owned` (the hand-over fetches their fields and reports those gone as deleted); returns
     the delivery counts of the claimed ones (empty without a read)."""
     missing = [i for i in batch.ids if i not in batch.before]
-    if not missing and batch.own_first is None and not batch.unresolved:
+    if not missing and batch.own_first is None and not batch.unresolved and batch.own_known:
         return {}
     end = "+" if batch.next_cursor == END_CURSOR else "(" + batch.next_cursor
     claimed_now = set(batch.ids) | set(batch.deleted)

@@ -2,13 +2,17 @@
 
 A partition's units come biggest first (``recovery.driver.discovery.assign``). Each unit's
 first claim step (XAUTOCLAIM from ``0-0`` with its XPENDING reads,
-``recovery.redis_io.streams.first_claims``) is sent ahead, for as many upcoming units at a
+``recovery.redis_io.autoclaim.first_claims``) is sent ahead, for as many upcoming units at a
 time as the last ones suggest: one at a time while units need more than one step (a big
 unit's loop goes on as before, and no later unit's entries wait claimed behind it); once
 every unit of a round finished in its first step, the next round takes as many units as
 together hold about one step's ``claim.count`` entries, judged by the biggest of the round
 (at most ``MAX_UNITS``). So a long tail of small streams costs one MULTI per round instead of
-one per stream, and Redis never runs a MULTI much bigger than one ordinary step.
+one per stream, and Redis never runs a MULTI much bigger than one ordinary step. In those
+wide rounds, each unit's claim reads its whole PEL first (one XPENDING of up to
+``claim.count`` rows, any owner: ``first_claims`` with `whole`) instead of its idle rows and
+its own first entry, which also counts what the claim leaves to other consumers for the
+PEL histogram: no read of the unit's PEL follows its hand-over.
 
 Each unit's claim is still atomic with its reads (the round's MULTI holds them all), and the
 claim loop (``recovery.executor.claim.claim_steps``) goes on from each first step exactly
@@ -28,8 +32,9 @@ import redis
 from redis.cluster import RedisCluster
 
 from recovery.params import JobParams, Unit
+from recovery.redis_io.autoclaim import ClaimBatch, first_claims
 from recovery.redis_io.redis_conn import redis_errors
-from recovery.redis_io.streams import END_CURSOR, ClaimBatch, first_claims
+from recovery.redis_io.streams import END_CURSOR
 
 MAX_UNITS = 64  # units per round at most
 
@@ -58,7 +63,7 @@ def with_first_steps(client: Callable[[], redis.Redis], params: JobParams,
         conn = client()
         with redis_errors(params.redis):
             batches = first_claims(conn, [(u.stream, u.group, u.consumer) for u in chunk],
-                                   params.min_idle_ms, params.count)
+                                   params.min_idle_ms, params.count, whole=width > 1)
         yield from zip(chunk, (FirstStep(b, sent_at) for b in batches), strict=True)
         width = 1 if isinstance(conn, RedisCluster) else next_width(batches, params.count)
 

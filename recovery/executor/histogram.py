@@ -36,6 +36,13 @@ class PelHistogram:
         self.counts: Counter[int] = Counter()  # delivery count -> entries
         self.ages: Counter[str] = Counter()  # idle-age label -> entries
         self.oldest: int | None = None  # largest idle time seen, ms
+        self.left_counted = False  # whether the rows the claim left were counted
+
+    def add_left(self, rows: Sequence[PendingRow]) -> None:
+        """Count the rows the unit's claim left to other consumers (no read of them
+        follows: ``recovery.executor.claim.left_reads`` is skipped)."""
+        self.add(rows)
+        self.left_counted = True
 
     def add(self, rows: Sequence[PendingRow]) -> None:
         """Count raw XPENDING rows (each ``[id, owner, idle ms, delivery count]``)."""

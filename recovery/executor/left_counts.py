@@ -38,11 +38,13 @@ class LeftCounts:
 
     def tracked(self, unit: Unit, histogram: PelHistogram, steps: Iterable[ClaimStep]
                 ) -> Iterator[ClaimStep]:
-        """`steps` of `unit`, counted; once they end the unit waits for its read."""
+        """`steps` of `unit`, counted; once they end the unit waits for its read (unless
+        its claim already counted what it left: ``PelHistogram.left_counted``)."""
         for step in steps:
             self._pulled += 1
             yield step
-        self._waiting.append((unit, histogram, self._pulled))
+        if not histogram.left_counted:
+            self._waiting.append((unit, histogram, self._pulled))
 
     def sent(self, steps: Iterable[ClaimStep]) -> Iterator[ClaimStep]:
         """Joined `steps` on their way to the hand-over, counted."""

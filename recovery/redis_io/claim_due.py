@@ -18,12 +18,12 @@ from typing import Any
 
 import redis
 
+from recovery.redis_io.autoclaim import ClaimBatch
 from recovery.redis_io.redis_conn import script_replies
 from recovery.redis_io.scripts import scripts_for
 from recovery.redis_io.streams import (
     END_CURSOR,
     ID,
-    ClaimBatch,
     FlatFields,
     as_str,
     fetch_flats,
@@ -38,7 +38,7 @@ def claim_due_batch(client: redis.Redis, stream: str, group: str, consumer: str,
     `count` PEL rows idle at least `min_idle_ms` ms from `cursor` (an ID, inclusive) on, the
     due ones claimed for `consumer`; `schedule`: ``recovery.executor.backoff.schedule_args``.
 
-    The same ClaimBatch as ``streams.claim_batch`` (XAUTOCLAIM): `before` holds every row
+    The same ClaimBatch as ``autoclaim.claim_batch`` (XAUTOCLAIM): `before` holds every row
     read, claimed or not; the next cursor is the ID after the last row read, ``0-0`` once a
     read came back short. Also `not_due` and `due_in_ms`. `ahead`: how many stream entries
     from `cursor` on to read behind the script (default `count`; 0: none, each claimed

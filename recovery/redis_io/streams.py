@@ -28,34 +28,6 @@ PendingRow = list
 ID, OWNER, IDLE, COUNT = range(4)  # positions in a PendingRow
 
 
-@dataclass(frozen=True)
-class ClaimBatch:
-    """One XAUTOCLAIM step.
-
-    `ids` / `flats`: the claimed entries (ID as bytes, flat fields); `deleted`: IDs (bytes)
-    found in the PEL but gone from the stream (7.0+: the third reply element; 6.2: entries
-    returned as nil, see ``deleted_by_position``); `before`: ID -> the PendingRow of the same
-    range read atomically just before the claim (last owner, idle time, count); `own_first`:
-    the ID of the claiming consumer's first own entry at or after the cursor just before the
-    claim, if any; `unresolved`: how many nil entries (6.2) could not be matched to an ID
-    (they are now the claiming consumer's: a read of its own range finds them).
-
-    Under a backoff schedule (``recovery.redis_io.claim_due.claim_due_batch``): `not_due`, the
-    rows read that were left alone, not due yet; `due_in_ms`, ms until the first of them is
-    (None: none).
-    """
-
-    next_cursor: str
-    ids: list[bytes]
-    flats: list[FlatFields]
-    deleted: list[bytes]
-    before: dict[bytes, PendingRow]
-    own_first: bytes | None
-    unresolved: int = 0
-    not_due: int = 0
-    due_in_ms: int | None = None
-
-
 def as_str(value: bytes | str) -> str:
     """A reply element as ``str`` (UTF-8 bytes decoded)."""
     return value.decode() if isinstance(value, bytes) else value
@@ -149,45 +121,6 @@ def pending_count(client: redis.Redis, stream: str, group: str) -> int:
     return int(client.execute_command("XPENDING", stream, group)[0])
 
 
-def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
-                min_idle_ms: int, cursor: str, count: int) -> ClaimBatch:
-    """One XAUTOCLAIM step from `cursor`, with atomic XPENDING reads just before it: the
-    idle entries of the same range, and `consumer`'s own first entry from `cursor` on.
-
-    MULTI/EXEC makes the three see the same PEL, so the last owner, idle time and count of
-    each claimed entry are known. (XAUTOCLAIM's COUNT counts entries deleted upstream just as
-    the XPENDING page does, and skips entries not idle enough without counting them: seen on
-    Redis 6.2, 7.0 and Valkey 8.1.)
-    """
-    replies = in_transaction(client, claim_commands(stream, group, consumer, min_idle_ms,
-                                                    cursor, count))
-    error = next((r for r in replies if isinstance(r, Exception)), None)
-    if error is not None:
-        raise error
-    return claim_reply(*replies)
-
-
-def first_claims(client: redis.Redis, units: Sequence[tuple[str, str, str]],
-                 min_idle_ms: int, count: int) -> list[ClaimBatch | Exception]:
-    """The first step (from ``0-0``) of :func:`claim_batch` for each (stream, group,
-    consumer) of `units`, all in one MULTI (one round trip, each unit's claim atomic with its
-    reads as in :func:`claim_batch`): a ClaimBatch per unit, or the error its stream or
-    group answered (NOGROUP, WRONGTYPE: the other units are claimed all the same). On a
-    Redis Cluster (a MULTI must stay in one slot) give one unit at a time."""
-    replies = in_transaction(client, [
-        c for stream, group, consumer in units
-        for c in claim_commands(stream, group, consumer, min_idle_ms, END_CURSOR, count)])
-    result: list[ClaimBatch | Exception] = []
-    for i in range(0, len(replies), CLAIM_REPLIES):
-        three = replies[i : i + CLAIM_REPLIES]
-        error = next((r for r in three if isinstance(r, Exception)), None)
-        result.append(error if error is not None else claim_reply(*three))
-    return result
-
-
-CLAIM_REPLIES = 3  # commands :func:`claim_commands` gives
-
-
 def in_transaction(client: redis.Redis, commands: Sequence[Sequence[object]]) -> list[Any]:
     """`commands` in one MULTI/EXEC: each raw reply, or the error the server answered for it
     in its place. On a standalone server without redis-py's Pipeline
@@ -199,34 +132,6 @@ def in_transaction(client: redis.Redis, commands: Sequence[Sequence[object]]) ->
     for command in commands:
         pipe.execute_command(*command)
     return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
-
-
-def claim_commands(stream: str, group: str, consumer: str, min_idle_ms: int, cursor: str,
-                   count: int) -> list[tuple[object, ...]]:
-    """One claim step's commands: XPENDING IDLE of up to `count` rows from `cursor`,
-    XPENDING of `consumer`'s first entry from `cursor`, XAUTOCLAIM."""
-    return [pending_command(stream, group, cursor, "+", count, min_idle_ms=min_idle_ms),
-            pending_command(stream, group, cursor, "+", 1, consumer),
-            ("XAUTOCLAIM", stream, group, consumer, min_idle_ms, cursor, "COUNT", count)]
-
-
-def claim_reply(before_rows: list[PendingRow], own_rows: list[PendingRow],
-                reply: Sequence[Any]) -> ClaimBatch:
-    """A ClaimBatch of one step's three raw replies (:func:`claim_commands`' commands)."""
-    next_cursor, items = as_str(reply[0]), reply[1]
-    found = [item for item in items if item is not None]
-    ids = [item[0] for item in found]
-    flats = [item[1] for item in found]
-    deleted = list(reply[2]) if len(reply) > 2 else []
-    unresolved = 0
-    if None in items:  # Redis 6.2: a deleted entry comes back as nil
-        nil_ids = deleted_by_position(items, before_rows, next_cursor)
-        if nil_ids is None:
-            unresolved = len(items) - len(ids)
-        else:
-            deleted += nil_ids
-    return ClaimBatch(next_cursor, ids, flats, deleted, {r[ID]: r for r in before_rows},
-                      own_rows[0][ID] if own_rows else None, unresolved)
 
 
 @dataclass(frozen=True)
@@ -263,34 +168,6 @@ def claim_ids(client: redis.Redis, stream: str, group: str, consumer: str, min_i
     complete = len(rows) < rows_read or as_str(rows[-1][ID]) == ids[-1]
     return IdClaim({r[ID]: r for r in rows}, complete, [item[0] for item in found],
                    [item[1] for item in found], len(items) - len(found))
-
-
-def deleted_by_position(items: Sequence[object], before_rows: Sequence[PendingRow],
-                        next_cursor: str) -> list[bytes] | None:
-    """The IDs of the nil items of a Redis 6.2 XAUTOCLAIM reply (entries deleted upstream,
-    claimed all the same and left in the PEL), or None when they cannot be told for sure.
-
-    6.2 claims the first COUNT idle PEL entries from the cursor, in ID order, and replies one
-    item per claimed entry in that order, nil for an entry gone from the stream. The
-    ``XPENDING ... IDLE`` read just before lists the same entries in the same order, unless
-    an entry became idle enough between the two commands (MULTI does not stop the clock on
-    6.2) and was claimed as well. Such a shift shows: an item's ID differs from the row at
-    its position, there are more items than rows, or the last row matched lies at or past the
-    next cursor (so it was not examined). Then None.
-    """
-    if len(items) > len(before_rows):
-        return None
-    nil_ids: list[bytes] = []
-    for item, row in zip(items, before_rows, strict=False):
-        if item is None:
-            nil_ids.append(row[ID])
-        elif item[0] != row[ID]:  # type: ignore[index]
-            return None
-    last = as_str(before_rows[len(items) - 1][ID]) if items else None
-    if last is not None and next_cursor != END_CURSOR and \
-            stream_id_key(last) >= stream_id_key(next_cursor):
-        return None
-    return nil_ids
 
 
 def stream_id_key(entry_id: str) -> tuple[int, int]:
