@@ -196,11 +196,12 @@ def _failed(params: JobParams, rb: RoutedBatch, rows: list[int], results: list[R
 
 def _with_fields(client: redis.Redis, rb: RoutedBatch, rows: list[int]) -> list[int]:
     """Fetch fields of rows claimed by an earlier task attempt; report those deleted since."""
-    missing = [i for i in rows if not rb.has_fields(i)]
+    fields, fetched = rb.fields, rb.fetched
+    missing = [i for i in rows if fields[i] is None and i not in fetched]
     if not missing:
         return rows
     gone = []
-    for stream, stream_rows in group_rows(missing, rb.stream.__getitem__).items():
+    for stream, stream_rows in group_rows(missing, rb.stream).items():
         try:
             found = fetch_entries(client, stream, [rb.id[i] for i in stream_rows])
         except redis.ResponseError as exc:
@@ -227,7 +228,7 @@ def _ready(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[i
     dead-lettered."""
     rows = _with_fields(client, rb, rows)
     over = set()
-    for i in rows:
+    for i in rows if rb.fetched else ():
         if i in rb.fetched:
             rb.delivery_count[i] = with_carried(rb.delivery_count[i], rb.fetched[i])
             if route(False, rb.delivery_count[i], params.max_deliveries) == Route.DEAD_LETTER:

@@ -40,7 +40,7 @@ import pyarrow as pa
 import redis
 
 from recovery.executor.backoff import NotDue, schedule_args
-from recovery.executor.claimed import Claimed, field_pairs, with_carried
+from recovery.executor.claimed import Claimed, carrying, field_pairs, with_carried
 from recovery.executor.faults import maybe_fail
 from recovery.executor.first_steps import FirstStep
 from recovery.executor.histogram import PelHistogram
@@ -233,11 +233,13 @@ def _claimed(unit: Unit, batch: ClaimBatch, counts: dict[bytes, int]) -> Claimed
     before = [batch.before.get(i) for i in ids]
     fields = [*field_pairs(batch.flats), *([None] * n_deleted)]
     pel_counts = [b[COUNT] + 1 if b else counts.get(i) for i, b in zip(ids, before, strict=True)]
+    for i in carrying(batch.flats):
+        pel_counts[i] = with_carried(pel_counts[i], fields[i])
+    names = {owner: shown(owner) for owner in {b[OWNER] for b in before if b}}
     return Claimed.of_unit(
         unit, [i.decode() for i in ids], [False] * len(batch.ids) + [True] * n_deleted,
-        [shown(b[OWNER]) if b else None for b in before],
-        [b[IDLE] if b else None for b in before], fields,
-        [with_carried(c, f) for c, f in zip(pel_counts, fields, strict=True)])
+        [names[b[OWNER]] if b else None for b in before],
+        [b[IDLE] if b else None for b in before], fields, pel_counts)
 
 
 def _owned(unit: Unit, rows: list[PendingRow]) -> Claimed:

@@ -195,5 +195,4 @@ def _report_acks(client: redis.Redis, rb: RoutedBatch, acks: dict[Unit, list[int
         if int(reply) < len(rows):
             reason = (f"handled; {len(rows) - int(reply)} of the {len(rows)} entries acked "
                       "with it had been acked by another consumer since their lease")
-        for i in rows:
-            rb.set(i, Action.REPROCESSED, reason)
+        rb.set_rows(rows, Action.REPROCESSED, reason)

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
 import pyarrow as pa
@@ -55,12 +55,14 @@ class RoutedBatch:
         self.previous_consumer = claimed.previous_consumer
         self.route = [route(d, c, max_deliveries)
                       for d, c in zip(claimed.deleted, claimed.delivery_count, strict=True)]
-        # Each row's unit: one Unit object per distinct (stream, group, consumer), shared
-        # by its rows (a batch holds one unit or a few).
-        made: dict[tuple[str, str, str], Unit] = {}
-        self.units: list[Unit] = [
-            made.get(key) or made.setdefault(key, Unit(*key))
+        # Each row's unit, as a position in `_units` (one Unit per distinct stream, group
+        # and consumer; a batch holds one unit or a few): rows are grouped by those ints,
+        # whose hash costs less than a Unit's.
+        made: dict[tuple[str, str, str], int] = {}
+        self._unit_of: list[int] = [
+            made.setdefault(key, len(made))
             for key in zip(claimed.stream, claimed.group, claimed.consumer, strict=True)]
+        self._units = [Unit(*key) for key in made]
         self.fields = claimed.fields
         self.plan_of = claimed.plan_of
         self.planned = bool(claimed.planned_count)  # entries of a plan (``--plan``)
@@ -75,19 +77,19 @@ class RoutedBatch:
         self.reassigned_to: list[str | None] = [None] * n
 
     def unit(self, i: int) -> Unit:
-        return self.units[i]
+        return self._units[self._unit_of[i]]
 
     def by_route(self) -> dict[str, list[int]]:
-        return group_rows(range(len(self.route)), self.route.__getitem__)
+        return group_rows(range(len(self.route)), self.route)
 
     def by_unit(self, rows: Iterable[int], ordered: bool = False) -> dict[Unit, list[int]]:
         """`rows` grouped by unit; with `ordered`, each group in ascending stream-ID order."""
-        grouped = group_rows(rows, self.units.__getitem__)
+        grouped = group_rows(rows, self._unit_of)
         if ordered:
             keys = self.id_keys()
             for unit_rows in grouped.values():
                 unit_rows.sort(key=keys.__getitem__)
-        return grouped
+        return {self._units[k]: unit_rows for k, unit_rows in grouped.items()}
 
     def id_keys(self) -> list[tuple[int, int]]:
         """Each row's ID as (ms, seq), for ordering (computed once per batch)."""
@@ -117,6 +119,17 @@ class RoutedBatch:
                         fetched[i] if fields[i] is None else fields[i],  # type: ignore[arg-type]
                         counts[i] or 0)
                 for i in rows]
+
+    def set_rows(self, rows: list[int], action: str, reason: str | None = None) -> None:
+        """Record the same outcome, without error or new IDs, for every row of `rows` (as
+        :meth:`set` would, in one loop)."""
+        taken = next((i for i in rows if self.action[i] is not None), None)
+        if taken is not None:
+            raise RuntimeError(f"entry {self.stream[taken]} {self.id[taken]} reported twice")
+        actions, reasons = self.action, self.reason
+        for i in rows:
+            actions[i] = action
+            reasons[i] = reason
 
     def set(self, i: int, action: str, reason: str | None = None, error: str | None = None,
             dead_letter_id: str | None = None, requeued_id: str | None = None,
@@ -162,9 +175,10 @@ class RoutedBatch:
         self.reason[i] = f"{self.reason[i]}; {change}" if self.reason[i] else change
 
 
-def group_rows(rows: Iterable[int], key: Callable[[int], K]) -> dict[K, list[int]]:
-    """`rows` grouped by `key(row)`, in first-seen order, each group in input order."""
+def group_rows(rows: Iterable[int], keys: Sequence[K]) -> dict[K, list[int]]:
+    """`rows` grouped by their keys (`keys[row]`), in first-seen order, each group in input
+    order."""
     grouped: dict[K, list[int]] = defaultdict(list)
     for i in rows:
-        grouped[key(i)].append(i)
+        grouped[keys[i]].append(i)
     return grouped
