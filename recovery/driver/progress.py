@@ -68,13 +68,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import redis
 
 from recovery.driver.discovery import WorkUnit, job_consumer_stem
+from recovery.driver.progress_lines import Totals, plural, some_names, totals_line, unit_line
 from recovery.driver.progress_read import (
     Reading,
     UnitState,
@@ -88,50 +88,8 @@ from recovery.redis_io.redis_conn import redis_errors
 
 log = logging.getLogger(__name__)
 MAX_STREAM_LINES = 20  # per-unit lines per tick
-MAX_NAMES_IN_WARNING = 5
 UNITS_PER_TICK = 5_000  # units a tick reads at most (the final reading reads all)
 JOIN_TIMEOUT_S = 0.5  # how long exit waits for a tick in flight (e.g. a read of a hung Redis)
-
-
-@dataclass(frozen=True)
-class Totals:
-    """The run so far, in entries (``at_start``: pending in all units at the baseline) and
-    units (``finished``, ``vanished`` of ``units``)."""
-
-    at_start: int
-    done: int
-    dead_lettered: int
-    held: int
-    still_pending: int
-    finished: int
-    units: int
-    vanished: int
-
-
-def totals_line(label: str, totals: Totals) -> str:
-    """``progress <label>: D of S pending entries done (P%), ...`` (see the module doc)."""
-    t = totals
-    percent = t.done * 100 // t.at_start if t.at_start else 100
-    line = (f"progress {label}: {t.done:,} of {t.at_start:,} pending entries done ({percent}%), "
-            f"{t.dead_lettered:,} dead-lettered, {t.held:,} held by the job, "
-            f"{t.still_pending:,} still pending; {t.finished:,} of {t.units:,} streams finished")
-    return line + (f" ({t.vanished:,} vanished)" if t.vanished else "")
-
-
-def unit_line(unit: WorkUnit, before: UnitState, now: UnitState, dead_delta: int,
-              groups_of_stream: int, finished: bool) -> str:
-    """``progress <stream> / <group>: pending A -> B (job holds H)[, dead-lettered +N]
-    [, finished]``: A at the previous tick, B and H now, N the growth of the stream's DLQ
-    since the previous tick."""
-    name = f"progress {unit.stream} / {unit.group}"
-    if now.gone:
-        return f"{name}: gone (stream or group deleted), counted as finished"
-    line = f"{name}: pending {before.pending:,} -> {now.pending:,} (job holds {now.held:,})"
-    if dead_delta:
-        line += f", dead-lettered {dead_delta:+,}"
-        if groups_of_stream > 1:
-            line += f" (the stream's DLQ, shared by its {groups_of_stream} groups)"
-    return line + (", finished" if finished else "")
 
 
 class ProgressReporter:
@@ -231,7 +189,7 @@ class ProgressReporter:
                 self._warn(self._note_gone(), reading.errors)
         count = len(self._units)
         log.info("progress start: %s pending entries in %s %s; a progress line every %g s",
-                 f"{sum(self._base):,}", f"{count:,}", _plural(count, "stream"), self._interval_s)
+                 f"{sum(self._base):,}", f"{count:,}", plural(count, "stream"), self._interval_s)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval_s):
@@ -330,7 +288,7 @@ class ProgressReporter:
         lines = [line for _, _, line in changed[:MAX_STREAM_LINES]]
         if len(changed) > MAX_STREAM_LINES:
             more = len(changed) - MAX_STREAM_LINES
-            lines.append(f"progress ... and {more:,} more {_plural(more, 'stream')} changed")
+            lines.append(f"progress ... and {more:,} more {plural(more, 'stream')} changed")
         return lines
 
     def _note_gone(self) -> list[str]:
@@ -347,10 +305,10 @@ class ProgressReporter:
         parts = []
         if vanished:
             parts.append(f"{len(vanished):,} vanished (stream or group deleted; counted as "
-                         f"finished): {_some(vanished)}")
+                         f"finished): {some_names(vanished)}")
         if errors:
             parts.append(f"{len(errors):,} could not be read (last known numbers kept): "
-                         f"{_some(errors)}")
+                         f"{some_names(errors)}")
         if parts:
             log.warning("progress: %s", "; ".join(parts))
 
@@ -384,13 +342,3 @@ def _delta(now: dict[str, int | None], before: dict[str, int | None], key: str |
     """Growth of dead-letter stream `key` between two readings (0 if unknown)."""
     new, old = (now.get(key), before.get(key)) if key else (None, None)
     return new - old if new is not None and old is not None else 0
-
-
-def _some(names: list[str]) -> str:
-    listed = ", ".join(names[:MAX_NAMES_IN_WARNING])
-    more = len(names) - MAX_NAMES_IN_WARNING
-    return listed + (f" and {more:,} more" if more > 0 else "")
-
-
-def _plural(count: int, word: str) -> str:
-    return word if count == 1 else word + "s"
