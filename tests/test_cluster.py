@@ -19,12 +19,12 @@ from pyspark.sql.types import StringType, StructField, StructType
 from redis.cluster import RedisCluster
 
 from recovery.config import load_settings, redis_params
-from recovery.driver.discovery import WorkUnit, assign, discover
+from recovery.driver.discovery import WorkUnit, assign, clean_up_consumers, discover
 from recovery.driver.job import run
 from recovery.errors import ConfigError, RecoveryError
 from recovery.redis_io.cluster import StreamCluster, groups_by_node
 from recovery.redis_io.dlq_names import dead_letter_key, requeue_key
-from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.redis_conn import connect, unit_vanished
 from recovery.report.run_report import read_run
 from tests.support.backlogs import HOUR_MS, Seeded, age_pending, seed
 from tests.support.cluster_fixtures import LocalCluster, keys_on_every_primary
@@ -144,6 +144,39 @@ def test_recovers_every_entry_exactly_once_on_a_cluster(spark, cluster, rc, tmp_
     assert pel(rc, NO_SAME_SLOT_NAME, "billing")  # left alone, still pending
     assert summary.status == "partial"
     assert summary.totals["reprocessed"] == 120 * len(streams) * len(GROUPS)
+
+
+def test_consumer_clean_up_reads_each_groups_summary_once_on_its_primary(cluster, rc, tmp_path):
+    """On a Redis Cluster (a script call per group, on its stream's primary): each group's
+    summary as XPENDING shows it, however many of its consumers are targets; the empty job
+    consumers go, an owner and the application's consumer stay; a vanished group costs only
+    itself."""
+    streams = keys_on_every_primary(rc, 1)
+    for stream in streams:
+        rc.xgroup_create(stream, "g", id="0", mkstream=True)
+        rc.xadd(stream, {"f": "v"})
+        rc.xreadgroup("g", "recovery-old-0", {stream: ">"})  # an earlier run's, owning 1
+        for consumer in ("recovery-run-0", "app"):
+            rc.xgroup_createconsumer(stream, "g", consumer)
+    rc.xgroup_destroy(streams[0], "g")
+    params = redis_params(cluster_settings(cluster, tmp_path))
+    client = connect(params)
+    try:
+        cleaned = clean_up_consumers(
+            client, [(s, "g", c) for s in streams for c in ("recovery-run-0", "recovery-old-0")],
+            params)
+    finally:
+        client.close()
+    assert cleaned.removed == len(streams) - 1
+    assert unit_vanished(cleaned.summaries[(streams[0], "g")])  # type: ignore[arg-type]
+    for stream in streams[1:]:
+        names = {c["name"] for c in rc.xinfo_consumers(stream, "g")}
+        assert names == {b"recovery-old-0", b"app"}
+        total, _first, _last, rows = cleaned.summaries[(stream, "g")]  # type: ignore[misc]
+        pending = rc.xpending(stream, "g")
+        assert total == pending["pending"] == 1
+        assert [(name, int(count)) for name, count in rows] == [
+            (c["name"], c["pending"]) for c in pending["consumers"]]
 
 
 class FailoverDuringRun:

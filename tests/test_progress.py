@@ -13,12 +13,15 @@ import pytest
 from redis import Redis
 
 from recovery.driver.discovery import WorkUnit
-from recovery.driver.health import collect_health
+from recovery.driver.health import clean_up_job_consumers, collect_health
+from recovery.driver.job import run
 from recovery.driver.progress import MAX_STREAM_LINES, ProgressReporter
 from recovery.params import RedisParams
+from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import connect
-from recovery.testing.backlog import add_entries, create_group, deliver
+from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.testing.local_redis import LocalServer
+from tests.support import backlogs
 from tests.support.servers import start_server
 
 PREFIX, RUN = "recovery", "run7"
@@ -97,6 +100,32 @@ def expected(done: int, at_start: int, dead: int, held: int, still: int, finishe
             f"{dead:,} dead-lettered, {held:,} held by the job, {still:,} still pending; "
             f"{finished} of {units} streams finished")
     return line + (f" ({vanished} vanished)" if vanished else "")
+
+
+def pending_reads(client: Redis) -> int:
+    """XPENDING calls the server has run so far (those inside scripts included)."""
+    return int(client.info("commandstats").get("cmdstat_xpending", {}).get("calls", 0))
+
+
+def consumer_names(client: Redis, stream: str, group: str = GROUP) -> set[str]:
+    return {c["name"].decode() for c in client.xinfo_consumers(stream, group)}
+
+
+def redis_totals(client: Redis, base: dict[str, int], gone: list[int], group: str,
+                 held_by: Callable[[str], bool], dlqs: list[str]) -> str:
+    """The totals a final line should show, read from Redis itself: XPENDING of each live
+    stream of `base` (its pending count at the start), consumers `held_by` the run; `gone`:
+    the baselines of the units that vanished (all done, finished); the DLQs' XLEN (empty at
+    the start)."""
+    now = {s: client.xpending(s, group) for s in base}
+    pending = sum(x["pending"] for x in now.values())
+    held = {s: sum(c["pending"] for c in x["consumers"] if held_by(c["name"].decode()))
+            for s, x in now.items()}
+    finished = sum(held[s] == 0 and now[s]["pending"] < base[s] for s in base) + len(gone)
+    at_start = sum(base.values()) + sum(gone)
+    return expected(at_start - pending, at_start, sum(client.xlen(k) for k in dlqs),
+                    sum(held.values()), pending - sum(held.values()), finished,
+                    len(base) + len(gone), vanished=len(gone))
 
 
 def claim(client: Redis, stream: str, consumer: str, ids: list[str]) -> None:
@@ -320,3 +349,84 @@ def test_ticks_read_a_slice_of_the_unfinished_units_and_the_final_line_all(
         reads = pending_reads()
     assert pending_reads() - reads == 6  # the final reading: every unit
     assert totals(caplog)[-1] == expected(34, 60, 0, 0, 26, 5, 6)
+
+
+def test_final_line_uses_the_clean_ups_summaries_and_matches_redis(server, caplog_info):
+    """The consumer clean-up reads each group's PEL summary once, however many of its
+    consumers are targets, deletes the job's consumers (this run's and earlier runs') that
+    own nothing, and hands the summaries to the final reading, which then reads no XPENDING
+    of its own; a vanished group and a replaced key cost only their units."""
+    caplog = caplog_info
+    client = server.client()
+    streams = ["orders", "payments", "refunds", "shipments{eu}", "invoices"]
+    ids = seed(client, streams, 20)
+    client.xgroup_createconsumer("orders", GROUP, OTHER_RUN)  # an earlier run's, empty
+    claim(client, "payments", OTHER_RUN, ids["payments"][:4])  # an earlier run's, owning 4
+    for stream in ("payments", "refunds"):
+        client.xgroup_createconsumer(stream, GROUP, "app-idle")  # the application's, empty
+    units = units_of(client, [(s, GROUP) for s in streams])
+    params = RedisParams(url=server.url)
+    conn = connect(params)
+    health = collect_health(conn, units, params, ":dlq")
+    own = {(s, GROUP): JOB[i % 2] for i, s in enumerate(streams)}
+    with ProgressReporter(conn, units, ":dlq", PREFIX, RUN, 60, params, health) as rep:
+        claim(client, "orders", JOB[0], ids["orders"][:5])
+        client.xack("orders", GROUP, *ids["orders"][:2])  # JOB[0] still owns 3
+        claim(client, "payments", JOB[1], ids["payments"][4:10])
+        dead_letter(client, "payments", "{payments}:dlq", ids["payments"][4:10])
+        claim(client, "refunds", JOB[0], ids["refunds"])
+        client.xack("refunds", GROUP, *ids["refunds"])
+        client.xgroup_destroy("shipments{eu}", GROUP)  # NOGROUP
+        client.delete("invoices")
+        client.set("invoices", "not a stream")  # WRONGTYPE
+        reads = pending_reads(client)
+        cleaned = clean_up_job_consumers(conn, health, own, PREFIX, params)
+        assert pending_reads(client) - reads == len(streams)  # one per group, not per target
+        rep.take_final_summaries(cleaned.summaries)
+        reads = pending_reads(client)
+    assert pending_reads(client) == reads  # the final reading read no summary of its own
+    assert cleaned.removed == 3
+    assert consumer_names(client, "orders") == {DEAD, JOB[0]}  # owns 3: kept
+    assert consumer_names(client, "payments") == {DEAD, OTHER_RUN, "app-idle"}
+    assert consumer_names(client, "refunds") == {DEAD, "app-idle"}
+    want = redis_totals(client, {s: 20 for s in streams[:3]}, [20, 20], GROUP,
+                        lambda name: name in JOB, ["{payments}:dlq"])
+    assert want == expected(68, 100, 6, 3, 29, 4, 5, vanished=2)
+    final = [line for line in progress_lines(caplog) if line.startswith("progress final ")]
+    assert len(final) == 1 and final[0].endswith(": " + want), final
+    (warning,) = progress_lines(caplog, logging.WARNING)
+    assert "2 vanished" in warning and "could not be read" not in warning, warning
+    assert "shipments{eu} / workers" in warning and "invoices / workers" in warning
+
+
+def test_a_runs_final_line_matches_redis_and_only_empty_job_consumers_go(
+        spark, server, make_settings, caplog_info):
+    """End to end: the final progress line of a run shows what XPENDING and XLEN show after
+    it; the clean-up removed this run's and an earlier run's consumers that own nothing,
+    and kept those that own entries and every consumer of the application."""
+    caplog = caplog_info
+    client = server.client()
+    backlogs.seed(client, ["orders", "bin{tag}"], ["billing"])
+    add_entries(client, "plain", 5, lambda i: backlogs.binary_fields(i, "ok"))  # no failures
+    create_group(client, "plain", "billing")
+    make_stuck(client, "plain", "billing", DEAD,
+               deliver(client, "plain", "billing", DEAD, 5), backlogs.HOUR_MS)
+    client.xgroup_createconsumer("orders", "billing", "recovery-earlier-0")  # empty
+    add_entries(client, "orders", 3, lambda i: {"late": str(i)})
+    deliver(client, "orders", "billing", "recovery-earlier-1", 3)  # fresh: not claimed
+    client.xgroup_createconsumer("orders", "billing", "app-idle")
+    base = {s: client.xpending(s, "billing")["pending"] for s in ("orders", "bin{tag}", "plain")}
+    summary = run(spark, make_settings(
+        "streams.match=*", "claim.max_deliveries=5", "report.progress_interval_s=60",
+        "handler.path=tests.support.handlers:verify_or_fail"))
+    stem = f"recovery-{summary.run_id}-"
+    want = redis_totals(client, base, [], "billing", lambda name: name.startswith(stem),
+                        [dead_letter_key(s, ":dlq") for s in base])
+    final = [line for line in progress_lines(caplog) if line.startswith("progress final ")]
+    assert len(final) == 1 and final[0].endswith(": " + want), (final, want)
+    assert want == expected(2 * 146 + 5, 2 * 166 + 8, 2 * 18, 2 * 10, 2 * 10 + 3, 1, 3)
+    orders = consumer_names(client, "orders", "billing")
+    assert {n for n in orders if not n.startswith(stem)} == {
+        backlogs.DEAD, backlogs.LIVE, "app-idle", "recovery-earlier-1"}
+    assert len([n for n in orders if n.startswith(stem)]) == 1  # holds the failed entries
+    assert consumer_names(client, "plain", "billing") == {backlogs.DEAD}

@@ -265,19 +265,67 @@ def is_job_consumer(name: str, stem: str) -> bool:
     return name.startswith(stem) and name[len(stem):].isdigit()
 
 
-def remove_consumers(client: redis.Redis, targets: list[tuple[str, str, str]],
-                     params: RedisParams) -> int:
-    """Run the delete-if-empty script for each (stream, group, consumer): many per script
-    call on a standalone server (``CLEAN_UP_PER_CALL``), one per call on a Redis Cluster
-    (the streams' slots differ), the calls pipelined. Returns how many were deleted."""
+@dataclass(frozen=True)
+class CleanUp:
+    """What a consumer clean-up did: how many consumers it `removed`, and per (stream, group)
+    it looked at, that group's PEL summary as the clean-up read it just before its deletions
+    (``delete_empty_consumers``: the raw ``XPENDING stream group`` reply, or the error that
+    the stream or group, or the whole script call, answered in its place)."""
+
+    removed: int
+    summaries: dict[tuple[str, str], object]
+
+
+def clean_up_consumers(client: redis.Redis, targets: list[tuple[str, str, str]],
+                       params: RedisParams) -> CleanUp:
+    """Run the delete-if-empty script for each (stream, group, consumer) of `targets`: one
+    PEL summary read per (stream, group), however many of its consumers are targets; the
+    groups of many streams per script call on a standalone server (up to about
+    ``CLEAN_UP_PER_CALL`` consumers; a group's consumers never split), one group per call on
+    a Redis Cluster (the streams' slots differ), the calls pipelined."""
+    by_group: dict[tuple[str, str], list[str]] = {}
+    for stream, group, consumer in targets:
+        by_group.setdefault((stream, group), []).append(consumer)
     per_call = 1 if isinstance(client, RedisCluster) else CLEAN_UP_PER_CALL
-    calls = [targets[i : i + per_call] for i in range(0, len(targets), per_call)]
-    removed = 0
+    calls = _clean_up_calls(list(by_group.items()), per_call)
+    removed, summaries = 0, {}
     for start in range(0, len(calls), 1000):
-        queues = [partial(delete_empty_consumers, client, call)
-                  for call in calls[start : start + 1000]]
+        chunk = calls[start : start + 1000]
+        queues = [partial(delete_empty_consumers, client, [(s, g, cs) for (s, g), cs in call])
+                  for call in chunk]
         with redis_errors(params):
             replies = script_replies(client, queues)
-        removed += sum(1 for reply in replies if isinstance(reply, list)
-                       for one in reply if one == 1)
-    return removed
+        for call, reply in zip(chunk, replies, strict=True):
+            for (key, _), one in zip(call, _group_replies(reply, len(call)), strict=True):
+                summaries[key] = one[0]
+                removed += sum(1 for r in one[1:] if r == 1)
+    return CleanUp(removed, summaries)
+
+
+def remove_consumers(client: redis.Redis, targets: list[tuple[str, str, str]],
+                     params: RedisParams) -> int:
+    """``clean_up_consumers``, for its count only: how many consumers were deleted."""
+    return clean_up_consumers(client, targets, params).removed
+
+
+def _clean_up_calls(groups: list[tuple[tuple[str, str], list[str]]], per_call: int
+                    ) -> list[list[tuple[tuple[str, str], list[str]]]]:
+    """`groups` ((stream, group), consumers) in script calls of at most `per_call`
+    consumers each, except a group with more, which has a call of its own."""
+    calls: list[list[tuple[tuple[str, str], list[str]]]] = []
+    size = per_call
+    for item in groups:
+        if size + len(item[1]) > per_call:
+            calls.append([])
+            size = 0
+        calls[-1].append(item)
+        size += len(item[1])
+    return calls
+
+
+def _group_replies(reply: object, count: int) -> list[list[object]]:
+    """One script call's reply as ``[summary, r_1, ...]`` per group; a call that failed as a
+    whole (its error in place of the reply) gives that error as each group's summary."""
+    if isinstance(reply, list):
+        return reply
+    return [[reply]] * count

@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from recovery.driver.discovery import WorkUnit, remove_consumers
+from recovery.driver.discovery import CleanUp, WorkUnit, clean_up_consumers, remove_consumers
 from recovery.params import RedisParams
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import redis_errors
@@ -100,18 +100,27 @@ def remove_idle_consumers(client: redis.Redis, health: Iterable[dict[str, Any]],
 def remove_empty_job_consumers(client: redis.Redis, health: Iterable[dict[str, Any]],
                                own: dict[tuple[str, str], str], prefix: str,
                                params: RedisParams) -> int:
+    """``clean_up_job_consumers``, for its count only: how many consumers were deleted."""
+    return clean_up_job_consumers(client, health, own, prefix, params).removed
+
+
+def clean_up_job_consumers(client: redis.Redis, health: Iterable[dict[str, Any]],
+                           own: dict[tuple[str, str], str], prefix: str,
+                           params: RedisParams) -> CleanUp:
     """Delete the job's own consumers that own nothing once the run is done: this run's
     (`own`: (stream, group) -> its consumer) and earlier runs' (``<prefix>-...``, as the
     group health found them). Consumers of the application are never touched, and a
     consumer that still owns pending entries is never deleted (the script checks
-    atomically). No XINFO CONSUMERS of its own: pipelined script calls only. Returns how
-    many were deleted."""
+    atomically). No XINFO CONSUMERS of its own: pipelined script calls only, one PEL
+    summary read per (stream, group). Returns how many were deleted and, per (stream,
+    group) of `own` and of the health, its PEL summary as read just before the deletions
+    (``recovery.driver.discovery.CleanUp``: the final progress reading uses them)."""
     targets = dict.fromkeys((stream, group, consumer) for (stream, group), consumer in own.items())
     for h in health:
         targets.update(dict.fromkeys((h["stream"], h["group"], c["name"]) for c in h["consumers"]
                                      if c["name"].startswith(prefix + "-")
                                      and "\\x" not in c["name"]))
-    return remove_consumers(client, list(targets), params)
+    return clean_up_consumers(client, list(targets), params)
 
 
 def format_health(health: list[dict[str, Any]]) -> str:

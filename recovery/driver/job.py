@@ -12,8 +12,8 @@
    retried attempt reports what its failed attempt claimed; where the journal cannot be
    kept (the ACL user may not write it), the claimed set is instead materialised exactly
    once (eager local checkpoint of packed claim steps) before a second stage hands it over;
-5. sum up the tallies that came with the report's write (``recovery.executor.tally``), remove the
-   job's empty consumers.
+5. remove the job's empty consumers (whose script's PEL summaries the final progress line
+   uses), sum up the tallies that came with the report's write (``recovery.executor.tally``).
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from recovery.driver.discovery import (
 )
 from recovery.driver.health import (
     add_histograms,
+    clean_up_job_consumers,
     collect_health,
     format_health,
-    remove_empty_job_consumers,
     remove_idle_consumers,
 )
 from recovery.driver.plan import (
@@ -193,15 +193,16 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
                           params.run_id, by_workers=no_retries)
     with ProgressReporter(client, units, settings.dead_letter.suffix,
                           settings.claim.consumer_prefix, params.run_id,
-                          settings.report.progress_interval_s, params.redis, health):
+                          settings.report.progress_interval_s, params.redis, health) as pr:
         work = unit_df if plan is None else planned_frame(
             spark, plan, parts, max(p for _, p in parts) + 1)
         tallies = _recover(spark, client, settings, params, work, consumers, one_pass, in_pass)
+        # The clean-up reads each group's PEL summary: the final progress line uses them.
+        pr.take_final_summaries(clean_up_job_consumers(
+            client, health, consumers, settings.claim.consumer_prefix, params.redis).summaries)
     if in_pass:  # the histograms came with the report pass: as its claim steps found them
         add_histograms(health, histogram_rows(tallies))
         _write_health(spark, settings, params, health, summary)
-    remove_empty_job_consumers(client, health, consumers, settings.claim.consumer_prefix,
-                               params.redis)
     idle_ms = settings.housekeeping.remove_idle_consumers_ms
     if idle_ms is not None:
         remove_idle_consumers(client, health, idle_ms, params.redis)

@@ -15,8 +15,9 @@ dead-letter stream (``XLEN``), pipelined (``recovery.driver.progress_read``: a f
     120,000 held by the job, 688,000 still pending; 210 of 1,000 streams finished
 
   (one line in the log; `` (3 vanished)`` appended when units vanished; on exit
-  ``progress final 52 s: ...``, read once more, or ``progress final 52 s (as of the reading
-  at 40 s): ...`` when that last read failed);
+  ``progress final 52 s: ...``, read once more (the PEL summaries as the job's consumer
+  clean-up just read them, the dead-letter lengths anew), or ``progress final 52 s (as of
+  the reading at 40 s): ...`` when that last read failed);
 - then one line per unit that changed since the previous tick (its PEL size, the job's share
   of it, or its stream's DLQ length), largest change first, at most ``MAX_STREAM_LINES`` per
   tick, then ``progress ... and N more streams changed``::
@@ -32,7 +33,9 @@ dead-letter stream (``XLEN``), pipelined (``recovery.driver.progress_read``: a f
 On runs of more than ``UNITS_PER_TICK`` units, a tick reads only that many of the units not
 finished yet, round robin, so a tick's cost does not grow with the number of streams (and
 does not take the CPU from the pass): the other units keep the numbers of their last
-reading. The final reading reads every unit.
+reading. The final reading covers every unit: in a run, each unit's PEL summary comes from
+the consumer clean-up, which reads it once per group anyway, inside the same script that
+deletes the job's empty consumers (``ProgressReporter.take_final_summaries``).
 
 Counts are entries; times are seconds since the reporter started. Definitions, per unit
 (one stream and group), against a baseline taken when the reporter starts (the group health
@@ -67,14 +70,14 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 import redis
 
 from recovery.driver.discovery import WorkUnit, job_consumer_stem
+from recovery.driver.progress_lines import Totals, plural, some_names, totals_line, unit_line
 from recovery.driver.progress_read import (
     Reading,
     UnitState,
@@ -88,50 +91,8 @@ from recovery.redis_io.redis_conn import redis_errors
 
 log = logging.getLogger(__name__)
 MAX_STREAM_LINES = 20  # per-unit lines per tick
-MAX_NAMES_IN_WARNING = 5
 UNITS_PER_TICK = 5_000  # units a tick reads at most (the final reading reads all)
 JOIN_TIMEOUT_S = 0.5  # how long exit waits for a tick in flight (e.g. a read of a hung Redis)
-
-
-@dataclass(frozen=True)
-class Totals:
-    """The run so far, in entries (``at_start``: pending in all units at the baseline) and
-    units (``finished``, ``vanished`` of ``units``)."""
-
-    at_start: int
-    done: int
-    dead_lettered: int
-    held: int
-    still_pending: int
-    finished: int
-    units: int
-    vanished: int
-
-
-def totals_line(label: str, totals: Totals) -> str:
-    """``progress <label>: D of S pending entries done (P%), ...`` (see the module doc)."""
-    t = totals
-    percent = t.done * 100 // t.at_start if t.at_start else 100
-    line = (f"progress {label}: {t.done:,} of {t.at_start:,} pending entries done ({percent}%), "
-            f"{t.dead_lettered:,} dead-lettered, {t.held:,} held by the job, "
-            f"{t.still_pending:,} still pending; {t.finished:,} of {t.units:,} streams finished")
-    return line + (f" ({t.vanished:,} vanished)" if t.vanished else "")
-
-
-def unit_line(unit: WorkUnit, before: UnitState, now: UnitState, dead_delta: int,
-              groups_of_stream: int, finished: bool) -> str:
-    """``progress <stream> / <group>: pending A -> B (job holds H)[, dead-lettered +N]
-    [, finished]``: A at the previous tick, B and H now, N the growth of the stream's DLQ
-    since the previous tick."""
-    name = f"progress {unit.stream} / {unit.group}"
-    if now.gone:
-        return f"{name}: gone (stream or group deleted), counted as finished"
-    line = f"{name}: pending {before.pending:,} -> {now.pending:,} (job holds {now.held:,})"
-    if dead_delta:
-        line += f", dead-lettered {dead_delta:+,}"
-        if groups_of_stream > 1:
-            line += f" (the stream's DLQ, shared by its {groups_of_stream} groups)"
-    return line + (", finished" if finished else "")
 
 
 class ProgressReporter:
@@ -148,6 +109,13 @@ class ProgressReporter:
     thread; leaving stops it at once (an Event, no sleep to the end of the interval), reads
     once more and logs the final totals. `interval_s` <= 0, or no units: nothing is read or
     logged and no thread starts. Never raises for Redis trouble (see the module doc).
+
+    The final reading can take the units' PEL summaries from outside instead of reading them
+    again (``take_final_summaries``): the job's consumer clean-up, the last step inside the
+    ``with`` block, reads each group's summary anyway (``recovery.driver.health
+    .clean_up_job_consumers``), so its reads serve both. The reporter still reads the
+    dead-letter lengths, and itself every unit it was given no usable summary for (all of
+    them when the block ends before the clean-up, e.g. on an error).
     """
 
     def __init__(self, client: redis.Redis, units: Sequence[WorkUnit], dlq_suffix: str,
@@ -174,6 +142,7 @@ class ProgressReporter:
         self._ever_held = [False] * len(self._units)
         self._seen_gone = [False] * len(self._units)
         self._next = 0  # where the next partial reading starts (see _picked)
+        self._final_summaries: dict[tuple[str, str], object] = {}
 
     @property
     def enabled(self) -> bool:
@@ -185,6 +154,13 @@ class ProgressReporter:
         """True while the reporting thread is alive (after exit only if a read of a hung
         Redis is still in flight: it then ends without logging)."""
         return self._thread is not None and self._thread.is_alive()
+
+    def take_final_summaries(self, summaries: Mapping[tuple[str, str], object]) -> None:
+        """Let the final reading use `summaries` (by (stream, group): a raw ``XPENDING stream
+        group`` reply, or the error answered in its place, as ``recovery.driver.discovery
+        .CleanUp`` holds them, read just now) instead of reading those units again. Nothing
+        is read here; a disabled reporter ignores them."""
+        self._final_summaries = dict(summaries)
 
     def __enter__(self) -> ProgressReporter:
         if not self.enabled:
@@ -231,7 +207,7 @@ class ProgressReporter:
                 self._warn(self._note_gone(), reading.errors)
         count = len(self._units)
         log.info("progress start: %s pending entries in %s %s; a progress line every %g s",
-                 f"{sum(self._base):,}", f"{count:,}", _plural(count, "stream"), self._interval_s)
+                 f"{sum(self._base):,}", f"{count:,}", plural(count, "stream"), self._interval_s)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval_s):
@@ -249,7 +225,7 @@ class ProgressReporter:
             return None
         with self._lock:
             picked = self._picked(final)
-        reading, failure = self._read(picked)
+        reading, failure = self._read(picked, self._final_summaries if final else None)
         with self._lock:
             if self._closed or (self._stop.is_set() and not final):
                 return None
@@ -284,14 +260,16 @@ class ProgressReporter:
             self._next = (picked[-1] + 1) % n
         return picked
 
-    def _read(self, picked: list[int] | None = None) -> tuple[Reading | None, str]:
+    def _read(self, picked: list[int] | None = None,
+              known: Mapping[tuple[str, str], object] | None = None
+              ) -> tuple[Reading | None, str]:
         """One reading of the `picked` units (all when None; the others read as None: last
-        known numbers kept), or None and why (a one-line error naming host:port, never
-        secrets)."""
+        known numbers kept; `known` summaries not read again: ``read_progress``), or None
+        and why (a one-line error naming host:port, never secrets)."""
         try:
             with redis_errors(self._params):
                 return read_progress(self._client, self._units, self._dlq, self._stem,
-                                     picked), ""
+                                     picked, known), ""
         except RecoveryError as error:
             return None, str(error)
         except Exception as error:  # anything else a client can raise: report, go on
@@ -330,7 +308,7 @@ class ProgressReporter:
         lines = [line for _, _, line in changed[:MAX_STREAM_LINES]]
         if len(changed) > MAX_STREAM_LINES:
             more = len(changed) - MAX_STREAM_LINES
-            lines.append(f"progress ... and {more:,} more {_plural(more, 'stream')} changed")
+            lines.append(f"progress ... and {more:,} more {plural(more, 'stream')} changed")
         return lines
 
     def _note_gone(self) -> list[str]:
@@ -347,10 +325,10 @@ class ProgressReporter:
         parts = []
         if vanished:
             parts.append(f"{len(vanished):,} vanished (stream or group deleted; counted as "
-                         f"finished): {_some(vanished)}")
+                         f"finished): {some_names(vanished)}")
         if errors:
             parts.append(f"{len(errors):,} could not be read (last known numbers kept): "
-                         f"{_some(errors)}")
+                         f"{some_names(errors)}")
         if parts:
             log.warning("progress: %s", "; ".join(parts))
 
@@ -384,13 +362,3 @@ def _delta(now: dict[str, int | None], before: dict[str, int | None], key: str |
     """Growth of dead-letter stream `key` between two readings (0 if unknown)."""
     new, old = (now.get(key), before.get(key)) if key else (None, None)
     return new - old if new is not None and old is not None else 0
-
-
-def _some(names: list[str]) -> str:
-    listed = ", ".join(names[:MAX_NAMES_IN_WARNING])
-    more = len(names) - MAX_NAMES_IN_WARNING
-    return listed + (f" and {more:,} more" if more > 0 else "")
-
-
-def _plural(count: int, word: str) -> str:
-    return word if count == 1 else word + "s"

@@ -4,7 +4,7 @@ log lines)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -67,34 +67,47 @@ def dead_letter_keys(units: Sequence[WorkUnit], suffix: str) -> list[str | None]
 
 def read_progress(client: redis.Redis, units: Sequence[WorkUnit],
                   dlq_keys: Sequence[str | None], stem: str,
-                  picked: Sequence[int] | None = None) -> Reading:
+                  picked: Sequence[int] | None = None,
+                  known: Mapping[tuple[str, str], object] | None = None) -> Reading:
     """XPENDING (summary) per unit and XLEN per distinct dead-letter key, pipelined with
     ``each`` (so per key's slot on a Redis Cluster). Per-command error replies become None
     (a unit whose stream or group vanished: ``GONE``) and an error text; a failure of the
     whole read (connection lost) raises redis-py's error. With `picked` (indices), only
-    those units and their dead-letter keys are read; the others' states are None."""
+    those units and their dead-letter keys are read; the others' states are None. `known`:
+    summaries read elsewhere just before, by (stream, group) (raw ``XPENDING stream group``
+    replies, or the error answered in their place: ``recovery.driver.discovery.CleanUp``);
+    those units are not read again, except where the error says nothing about the unit
+    (not a vanished stream or group)."""
     if picked is not None:
         part = read_progress(client, [units[i] for i in picked], [dlq_keys[i] for i in picked],
-                             stem)
+                             stem, known=known)
         spread: list[UnitState | None] = [None] * len(units)
         for i, state in zip(picked, part.units, strict=True):
             spread[i] = state
         return Reading(spread, part.dead, part.errors)
+    summaries = {key: reply for key, reply in (known or {}).items() if _usable(reply)}
+    unread = [u for u in units if (u.stream, u.group) not in summaries]
     dlqs = list(dict.fromkeys(k for k in dlq_keys if k))
-    replies = each(client, [("XPENDING", u.stream, u.group) for u in units]
+    replies = each(client, [("XPENDING", u.stream, u.group) for u in unread]
                    + [("XLEN", key) for key in dlqs])
+    summaries.update(zip([(u.stream, u.group) for u in unread], replies[:len(unread)],
+                         strict=True))
     errors: list[str] = []
-    states: list[UnitState | None] = []
-    for unit, reply in zip(units, replies[:len(units)], strict=True):
-        states.append(_unit_state(reply, stem, f"{unit.stream} / {unit.group}", errors))
+    states = [_unit_state(summaries[(unit.stream, unit.group)], stem,
+                          f"{unit.stream} / {unit.group}", errors) for unit in units]
     dead: dict[str, int | None] = {}
-    for key, reply in zip(dlqs, replies[len(units):], strict=True):
+    for key, reply in zip(dlqs, replies[len(unread):], strict=True):
         if isinstance(reply, int):
             dead[key] = reply
         else:
             dead[key] = None
             errors.append(f"{key}: {_reply_text(reply)}")
     return Reading(states, dead, errors)
+
+
+def _usable(summary: object) -> bool:
+    """A summary read elsewhere tells a unit's state: a reply, or its vanishing."""
+    return not isinstance(summary, Exception) or unit_vanished(summary)
 
 
 def health_reading(units: Sequence[WorkUnit], health: Sequence[dict[str, Any]],

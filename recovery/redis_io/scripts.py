@@ -159,13 +159,20 @@ def fresh_lease_ms(min_idle_ms: int, handler_timeout_s: float | None) -> int:
     return max(0, int(min_idle_ms - budget_ms))
 
 
-def delete_empty_consumers(client: redis.Redis, targets: Sequence[tuple[str, str, str]],
+def delete_empty_consumers(client: redis.Redis,
+                           groups: Sequence[tuple[str, str, Sequence[str]]],
                            pipe: Any = None) -> Any:
-    """Delete each (stream, group, consumer) of `targets` from its group if it owns no
-    pending entry, in one script call (the streams are its keys: on a Redis Cluster give
-    targets of one slot).
+    """For each (stream, group, consumers) of `groups`: read the group's PEL summary once,
+    then delete those of `consumers` that own no pending entry, all in one atomic script
+    call (the streams are its keys: on a Redis Cluster give groups of one slot).
 
-    Reply (without pipe): per target, 1 deleted, 0 kept, or the error its stream or group
-    answered (a ResponseError in its place)."""
-    return _call(client, "delete_empty_consumer", [t[0] for t in targets],
-                 [name for _, group, consumer in targets for name in (group, consumer)], pipe)
+    Reply (without pipe): per group, ``[summary, r_1, ..., r_n]``. `summary` is the raw
+    ``XPENDING stream group`` reply as read before the deletions, ``[total, first id, last
+    id, [[consumer, count], ...]]`` (ids and the list None when nothing is pending; names
+    and counts as bytes), or the error its stream or group answered (NOGROUP, WRONGTYPE: a
+    ResponseError in its place); `r_j` per consumer, in order: 1 deleted, 0 kept (it owns
+    pending entries), or that same error."""
+    args: list[Any] = []
+    for _, group, consumers in groups:
+        args += [group, len(consumers), *consumers]
+    return _call(client, "delete_empty_consumer", [g[0] for g in groups], args, pipe)
