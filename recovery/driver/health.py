@@ -97,13 +97,6 @@ def remove_idle_consumers(client: redis.Redis, health: Iterable[dict[str, Any]],
     return removed
 
 
-def remove_empty_job_consumers(client: redis.Redis, health: Iterable[dict[str, Any]],
-                               own: dict[tuple[str, str], str], prefix: str,
-                               params: RedisParams) -> int:
-    """``clean_up_job_consumers``, for its count only: how many consumers were deleted."""
-    return clean_up_job_consumers(client, health, own, prefix, params).removed
-
-
 def clean_up_job_consumers(client: redis.Redis, health: Iterable[dict[str, Any]],
                            own: dict[tuple[str, str], str], prefix: str,
                            params: RedisParams) -> CleanUp:

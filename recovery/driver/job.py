@@ -197,12 +197,12 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
         work = unit_df if plan is None else planned_frame(
             spark, plan, parts, max(p for _, p in parts) + 1)
         tallies = _recover(spark, client, settings, params, work, consumers, one_pass, in_pass)
+        if in_pass:  # the histograms came with the report pass: as its claim steps found them
+            add_histograms(health, histogram_rows(tallies))
+            _write_health(spark, settings, params, health, summary)
         # The clean-up reads each group's PEL summary: the final progress line uses them.
         pr.take_final_summaries(clean_up_job_consumers(
             client, health, consumers, settings.claim.consumer_prefix, params.redis).summaries)
-    if in_pass:  # the histograms came with the report pass: as its claim steps found them
-        add_histograms(health, histogram_rows(tallies))
-        _write_health(spark, settings, params, health, summary)
     idle_ms = settings.housekeeping.remove_idle_consumers_ms
     if idle_ms is not None:
         remove_idle_consumers(client, health, idle_ms, params.redis)

@@ -196,8 +196,8 @@ def _failed(params: JobParams, rb: RoutedBatch, rows: list[int], results: list[R
 
 def _with_fields(client: redis.Redis, rb: RoutedBatch, rows: list[int]) -> list[int]:
     """Fetch fields of rows claimed by an earlier task attempt; report those deleted since."""
-    fields, fetched = rb.fields, rb.fetched
-    missing = [i for i in rows if fields[i] is None and i not in fetched]
+    claimed, fetched = rb.fields, rb.fetched
+    missing = [i for i in rows if claimed[i] is None and i not in fetched]
     if not missing:
         return rows
     gone = []
