@@ -6,12 +6,12 @@ client's retry policy), as redis-py's Pipeline would."""
 from __future__ import annotations
 
 import pytest
-from redis.exceptions import ResponseError
+from redis.exceptions import DataError, ResponseError
 
 from recovery.params import RedisParams
 from recovery.redis_io.pipelined import transaction
 from recovery.redis_io.redis_conn import connect
-from recovery.redis_io.streams import each
+from recovery.redis_io.streams import each, info_rows
 from tests.support.lost_reply import ReplyDropper
 
 
@@ -51,3 +51,26 @@ def test_a_transaction_answers_in_place_and_a_refused_command_runs_nothing(serve
     finally:
         client.close()
     assert admin.lrange("list", 0, -1) == [b"a"]
+
+
+def test_names_with_a_space_numbers_and_text_pack_as_redis_py_does_and_none_is_refused(
+        server):
+    """What the job sends: a two-word command name, ints, floats, text and bytes arguments.
+    An argument no packer can send (None) is refused before anything is written."""
+    admin = server.client()
+    admin.xadd("s", {"f": "v"})
+    admin.xgroup_create("s", "g", id="0")
+    client = connect(RedisParams(url=server.url))
+    try:
+        groups, added, score = each(client, [("XINFO GROUPS", "s"),
+                                             ("XADD", "s", "*", "é", b"\xff", "n", 7),
+                                             ("ZADD", "z", 2.5, "m")])
+        with pytest.raises(DataError):
+            each(client, [("RPUSH", "list", "a"), ("RPUSH", "list", None)])
+    finally:
+        client.close()
+    assert [g["name"] for g in info_rows(groups)] == ["g"]
+    fields = admin.xrange("s", added, added)[0][1]
+    assert fields == {"é".encode(): b"\xff", b"n": b"7"} and score == 1
+    assert admin.zscore("z", "m") == 2.5
+    assert admin.exists("list") == 0
