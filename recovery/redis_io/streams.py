@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, TypeVar
 
 import redis
@@ -89,8 +90,15 @@ def info_rows(reply: Sequence[Sequence[object]]) -> list[dict[str, object]]:
 
 
 def _info_dict(row: Sequence[object]) -> dict[str, object]:
-    return {as_str(row[i]): (_text(v) if isinstance(v := row[i + 1], bytes) else v)  # type: ignore[arg-type]
-            for i in range(0, len(row), 2)}
+    return {_info_key(k): (_text(v) if isinstance(v, bytes) else v)  # type: ignore[arg-type]
+            for k, v in zip(row[0::2], row[1::2], strict=True)}
+
+
+@cache
+def _info_key(name: bytes | str) -> str:
+    """An XINFO field name as text (a few names, read once per stream or group: decoded
+    once per process)."""
+    return as_str(name)
 
 
 def _text(value: bytes) -> str | bytes:
