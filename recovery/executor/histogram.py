@@ -9,6 +9,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Sequence
+from functools import partial
+from operator import itemgetter
 from typing import Any
 
 from recovery.redis_io.streams import COUNT, IDLE, PendingRow
@@ -48,9 +50,10 @@ class PelHistogram:
         """Count raw XPENDING rows (each ``[id, owner, idle ms, delivery count]``)."""
         if not rows:
             return
-        self.counts.update(r[COUNT] for r in rows)
-        idles = [r[IDLE] for r in rows]
-        self.ages.update(IDLE_LABELS[bisect_right(IDLE_BOUNDS, i)] for i in idles)
+        self.counts.update(map(itemgetter(COUNT), rows))
+        idles = list(map(itemgetter(IDLE), rows))
+        for position, n in Counter(map(partial(bisect_right, IDLE_BOUNDS), idles)).items():
+            self.ages[IDLE_LABELS[position]] += n
         top = max(idles)
         self.oldest = top if self.oldest is None else max(self.oldest, top)
 
