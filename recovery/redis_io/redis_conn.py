@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -50,6 +50,7 @@ PIPELINE_PREFIX = re.compile(r"^Command # \d+ \((.*?)\) of pipeline caused error
 
 # (items, queue): `queue(pipe)` queues one script call replying one element per item.
 ScriptCall = tuple[Sequence[Any], Callable[[Any], object]]
+T = TypeVar("T")
 
 
 def connect(params: RedisParams) -> redis.Redis:
@@ -189,6 +190,21 @@ def run_script_calls(client: redis.Redis, calls: Sequence[ScriptCall]) -> list[t
             reply = [VANISHED] * len(items)
         pairs += zip(items, reply, strict=True)
     return pairs
+
+
+def calls_of(groups: Sequence[T], per_call: int, size: Callable[[T], int]) -> list[list[T]]:
+    """`groups` (each what must go in one script call, e.g. a unit's entries, of `size(g)`
+    items) packed in order into calls of at most `per_call` items in all; a group with more
+    has a call of its own."""
+    calls: list[list[T]] = []
+    filled = per_call
+    for group in groups:
+        if filled + size(group) > per_call:
+            calls.append([])
+            filled = 0
+        calls[-1].append(group)
+        filled += size(group)
+    return calls
 
 
 def script_replies(client: redis.Redis, queues: Sequence[Callable[[Any], object]]
