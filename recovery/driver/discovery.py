@@ -23,7 +23,7 @@ from recovery.params import RedisParams, Unit
 from recovery.redis_io.acl_errors import denied_command
 from recovery.redis_io.cluster import biggest_first, groups_by_node, node_of
 from recovery.redis_io.dlq_names import dead_letter_key, is_dead_letter_key
-from recovery.redis_io.redis_conn import redis_errors, script_replies, server_text
+from recovery.redis_io.redis_conn import calls_of, redis_errors, script_replies, server_text
 from recovery.redis_io.scripts import delete_empty_consumers
 from recovery.redis_io.streams import (
     each,
@@ -287,7 +287,7 @@ def clean_up_consumers(client: redis.Redis, targets: list[tuple[str, str, str]],
     for stream, group, consumer in targets:
         by_group.setdefault((stream, group), []).append(consumer)
     per_call = 1 if isinstance(client, RedisCluster) else CLEAN_UP_PER_CALL
-    calls = _clean_up_calls(list(by_group.items()), per_call)
+    calls = calls_of(list(by_group.items()), per_call, lambda item: len(item[1]))
     removed, summaries = 0, {}
     for start in range(0, len(calls), 1000):
         chunk = calls[start : start + 1000]
@@ -306,21 +306,6 @@ def remove_consumers(client: redis.Redis, targets: list[tuple[str, str, str]],
                      params: RedisParams) -> int:
     """``clean_up_consumers``, for its count only: how many consumers were deleted."""
     return clean_up_consumers(client, targets, params).removed
-
-
-def _clean_up_calls(groups: list[tuple[tuple[str, str], list[str]]], per_call: int
-                    ) -> list[list[tuple[tuple[str, str], list[str]]]]:
-    """`groups` ((stream, group), consumers) in script calls of at most `per_call`
-    consumers each, except a group with more, which has a call of its own."""
-    calls: list[list[tuple[tuple[str, str], list[str]]]] = []
-    size = per_call
-    for item in groups:
-        if size + len(item[1]) > per_call:
-            calls.append([])
-            size = 0
-        calls[-1].append(item)
-        size += len(item[1])
-    return calls
 
 
 def _group_replies(reply: object, count: int) -> list[list[object]]:

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 import redis
+from redis.cluster import RedisCluster
 
 from recovery.executor.claimed import Claimed, carried_deliveries, copy_fields, with_carried
 from recovery.executor.lease import (
@@ -45,7 +46,15 @@ from recovery.handlers import (
 )
 from recovery.params import JobParams, Unit
 from recovery.redis_io.dlq_names import dead_letter_key, requeue_key
-from recovery.redis_io.redis_conn import VANISHED, ScriptCall, run_script_calls, unit_vanished
+from recovery.redis_io.redis_conn import (
+    VANISHED,
+    ScriptCall,
+    UnitScriptCall,
+    calls_of,
+    run_script_calls,
+    run_unit_script_calls,
+    unit_vanished,
+)
 from recovery.redis_io.scripts import (
     MOVED_DELETED,
     MOVED_NOT_OURS,
@@ -53,7 +62,7 @@ from recovery.redis_io.scripts import (
     REASSIGNED,
     DeadLetter,
     DeadLetterContext,
-    dead_letter_batch,
+    dead_letter_units,
     fresh_lease_ms,
     reassign_batch,
     requeue_batch,
@@ -333,20 +342,27 @@ def _left_alone(rb: RoutedBatch, i: int, status: Any, error: str | None = None) 
 
 def _dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
                  jobs: list[DeadLetterJob]) -> None:
-    """Move `jobs` to their dead-letter streams, one pipeline of batched script calls."""
+    """Move `jobs` to their dead-letter streams, one pipeline of batched script calls: each
+    unit's jobs in chunks of ``dlq_batch_size``; on a standalone server one call carries the
+    chunks of several units (up to ``dlq_batch_size`` jobs in all), on a Redis Cluster one
+    (the keys of a call must share a slot)."""
     if not jobs:
         return
     now_ms = int(time.time() * 1000)
-    calls: list[ScriptCall] = []
     job_of = {job.row: job for job in jobs}
+    chunks: list[tuple[DeadLetterContext, list[DeadLetterJob]]] = []
     for unit, rows in rb.by_unit(job_of).items():
         ctx = DeadLetterContext(unit.stream, unit.group, unit.consumer,
                                 dead_letter_key(unit.stream, params.dlq_suffix),
                                 params.run_id, params.max_deliveries, now_ms)
-        for chunk in _batches([job_of[i] for i in rows], params.dlq_batch_size):
-            entries = [_dead_letter_entry(rb, j) for j in chunk]
-            calls.append((chunk, partial(dead_letter_batch, client, ctx, entries)))
-    for job, status in run_script_calls(client, calls):
+        chunks += [(ctx, chunk) for chunk in _batches([job_of[i] for i in rows],
+                                                      params.dlq_batch_size)]
+    per_call = 1 if isinstance(client, RedisCluster) else params.dlq_batch_size
+    calls: list[UnitScriptCall] = []
+    for call in calls_of(chunks, per_call, lambda chunk: len(chunk[1])):
+        units = [(ctx, [_dead_letter_entry(rb, j) for j in chunk]) for ctx, chunk in call]
+        calls.append(([chunk for _, chunk in call], partial(dead_letter_units, client, units)))
+    for job, status in run_unit_script_calls(client, calls):
         _report_dead_letter(rb, job, status)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -50,6 +50,10 @@ PIPELINE_PREFIX = re.compile(r"^Command # \d+ \((.*?)\) of pipeline caused error
 
 # (items, queue): `queue(pipe)` queues one script call replying one element per item.
 ScriptCall = tuple[Sequence[Any], Callable[[Any], object]]
+# (items per unit, queue): `queue(pipe)` queues one script call replying one element per
+# unit: a list of one element per item of that unit, or the error that unit answered.
+UnitScriptCall = tuple[Sequence[Sequence[Any]], Callable[[Any], object]]
+T = TypeVar("T")
 
 
 def connect(params: RedisParams) -> redis.Redis:
@@ -183,12 +187,48 @@ def run_script_calls(client: redis.Redis, calls: Sequence[ScriptCall]) -> list[t
     replies = script_replies(client, [queue for _, queue in calls])
     pairs: list[tuple[Any, Any]] = []
     for (items, _), reply in zip(calls, replies, strict=True):
-        if isinstance(reply, Exception):
-            if not unit_vanished(reply):
-                raise reply
-            reply = [VANISHED] * len(items)
-        pairs += zip(items, reply, strict=True)
+        pairs += _item_replies(items, reply)
     return pairs
+
+
+def run_unit_script_calls(client: redis.Redis, calls: Sequence[UnitScriptCall]
+                          ) -> list[tuple[Any, Any]]:
+    """:func:`run_script_calls` for script calls that carry several units each: (item, reply
+    element) pairs in call and unit order. A unit whose stream or group vanished (its error
+    in its place, or the whole call's) yields ``VANISHED`` for each of its items; the other
+    units of its call are read as usual. Any other error reply is raised."""
+    replies = script_replies(client, [queue for _, queue in calls])
+    pairs: list[tuple[Any, Any]] = []
+    for (units, _), reply in zip(calls, replies, strict=True):
+        unit_replies = [reply] * len(units) if isinstance(reply, Exception) else reply
+        for items, unit_reply in zip(units, unit_replies, strict=True):
+            pairs += _item_replies(items, unit_reply)
+    return pairs
+
+
+def _item_replies(items: Sequence[Any], reply: Any) -> list[tuple[Any, Any]]:
+    """(item, reply element) pairs of one call or unit; ``VANISHED`` for each item when its
+    reply is a NOGROUP / WRONGTYPE error; any other error raised."""
+    if isinstance(reply, Exception):
+        if not unit_vanished(reply):
+            raise reply
+        reply = [VANISHED] * len(items)
+    return list(zip(items, reply, strict=True))
+
+
+def calls_of(groups: Sequence[T], per_call: int, size: Callable[[T], int]) -> list[list[T]]:
+    """`groups` (each what must go in one script call, e.g. a unit's entries, of `size(g)`
+    items) packed in order into calls of at most `per_call` items in all; a group with more
+    has a call of its own."""
+    calls: list[list[T]] = []
+    filled = per_call
+    for group in groups:
+        if filled + size(group) > per_call:
+            calls.append([])
+            filled = 0
+        calls[-1].append(group)
+        filled += size(group)
+    return calls
 
 
 def script_replies(client: redis.Redis, queues: Sequence[Callable[[Any], object]]

@@ -83,21 +83,51 @@ MOVED_DELETED = -1
 MOVED_TOO_BIG = -2
 
 
-def dead_letter_batch(client: redis.Redis, ctx: DeadLetterContext,
-                      entries: Sequence[DeadLetter], pipe: Any = None) -> list[Any]:
-    """Move `entries` to `ctx.dlq` in one atomic call; only entries pending and owned by
-    `ctx.consumer` move.
+DeadLetterUnit = tuple[DeadLetterContext, Sequence[DeadLetter]]  # one unit's entries to move
 
-    Reply (without pipe): one element per entry, in order: the dead-letter ID (bytes) if
-    moved, ``MOVED_NOT_OURS`` (0) if left alone, ``MOVED_DELETED`` (-1) if it was deleted
-    upstream (then only acked), ``MOVED_TOO_BIG`` (-2) if it has too many fields (~3950) to be
-    re-added from a script (left pending).
+
+def dead_letter_units(client: redis.Redis, units: Sequence[DeadLetterUnit], pipe: Any = None
+                      ) -> list[Any]:
+    """Move the entries of each of `units` ((context, entries)) to its context's dead-letter
+    stream in one atomic call; only entries pending and owned by their context's consumer move.
+    The contexts must share run id, delivery limit and death time; on a Redis Cluster give one
+    unit per call (a call's keys must share a slot).
+
+    Reply (without pipe): one element per unit, in order: a list with one element per entry,
+    in order: the dead-letter ID (bytes) if moved, ``MOVED_NOT_OURS`` (0) if left alone,
+    ``MOVED_DELETED`` (-1) if it was deleted upstream (then only acked), ``MOVED_TOO_BIG``
+    (-2) if it has too many fields (~3950) to be re-added from a script (left pending); or,
+    in its place, the error (a ResponseError: NOGROUP, WRONGTYPE) that unit's stream, group
+    or dead-letter stream answered: that unit stopped there (entries it moved before stay
+    moved), the other units went on. Other errors fail the call as a whole.
     """
-    args: list[Any] = [ctx.group, ctx.consumer, ctx.run_id, ctx.delivery_limit,
-                       ctx.death_time_ms, ctx.stream]
-    for e in entries:
-        args += [e.id, e.delivery_count, e.idle_ms, e.last_owner or "", e.reason, e.error or ""]
-    return _call(client, "dead_letter", [ctx.stream, ctx.dlq], args, pipe)  # type: ignore[no-any-return]
+    first = units[0][0]
+    header = [first.run_id, first.delivery_limit, first.death_time_ms]
+    keys: list[str] = []
+    args: list[Any] = list(header)
+    for ctx, entries in units:
+        if [ctx.run_id, ctx.delivery_limit, ctx.death_time_ms] != header:
+            raise ValueError("dead-letter units of one call must share run id, limit and time")
+        keys += [ctx.stream, ctx.dlq]
+        args += [ctx.group, ctx.consumer, ctx.stream, len(entries)]
+        for e in entries:
+            args += [e.id, e.delivery_count, e.idle_ms, e.last_owner or "", e.reason,
+                     e.error or ""]
+    return _call(client, "dead_letter", keys, args, pipe)  # type: ignore[no-any-return]
+
+
+def dead_letter_batch(client: redis.Redis, ctx: DeadLetterContext,
+                      entries: Sequence[DeadLetter]) -> list[Any]:
+    """Move `entries` of one unit to `ctx.dlq` now, in one atomic call
+    (:func:`dead_letter_units` with one unit).
+
+    Reply: one element per entry, in order, as for :func:`dead_letter_units`; the error that
+    the unit's stream, group or dead-letter stream answered is raised (a ResponseError).
+    """
+    reply = dead_letter_units(client, [(ctx, entries)])[0]
+    if isinstance(reply, Exception):
+        raise reply
+    return reply  # type: ignore[no-any-return]
 
 
 def requeue_batch(client: redis.Redis, stream: str, target: str, group: str, consumer: str,
@@ -107,7 +137,7 @@ def requeue_batch(client: redis.Redis, stream: str, target: str, group: str, con
     sends the copies' fields itself: no read per entry.
 
     Reply (without pipe): one element per entry, in order: the copy's ID (bytes) if
-    requeued, or ``MOVED_NOT_OURS`` / ``MOVED_TOO_BIG`` as for :func:`dead_letter_batch`.
+    requeued, or ``MOVED_NOT_OURS`` / ``MOVED_TOO_BIG`` as for :func:`dead_letter_units`.
     """
     args: list[Any] = [group, consumer, entries[0][0], entries[-1][0]]
     for entry_id, fields in entries:
@@ -124,7 +154,7 @@ def reassign_batch(client: redis.Redis, stream: str, group: str, consumer: str,
     atomic call; only entries pending and owned by `consumer` move.
 
     Reply (without pipe): one integer per entry, in order: ``REASSIGNED`` (1), or
-    ``MOVED_NOT_OURS`` (0) / ``MOVED_DELETED`` (-1) as for :func:`dead_letter_batch`.
+    ``MOVED_NOT_OURS`` (0) / ``MOVED_DELETED`` (-1) as for :func:`dead_letter_units`.
     """
     args: list[Any] = [group, consumer]
     for entry_id, owner, count in entries:

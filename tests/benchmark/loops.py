@@ -43,6 +43,9 @@ NAIVE_CONSUMER = "naive-recovery"
 RAW_CONSUMER = "raw-recovery"
 END = b"0-0"
 REQUEUE_LOOP = "raw-requeue"
+RAW_RUN_ID = "raw-loop"
+# In dead_letter.lua from before one call could carry several units (`run --code REF`).
+LEGACY_LAYOUT = "ARGV[6]: source name"
 
 
 class CountingConnection(redis.Connection):
@@ -112,15 +115,40 @@ def _naive_one(client: redis.Redis, spec: BacklogSpec, stream: str, dlq: str,
 
 # --- the best single-process loop -----------------------------------------------------------
 
+@dataclass(frozen=True)
+class MoveScript:
+    """The job's dead-letter script (dead_letter.lua) as loaded: one call per stream's batch
+    of dead letters (one unit per call, as the job on a Redis Cluster)."""
+
+    sha: str
+    legacy: bool = False  # the one-unit layout of older commits (`run --code REF`)
+
+    def command(self, spec: BacklogSpec, stream: str, values: list[Any]) -> tuple[Any, ...]:
+        """The EVALSHA that moves `values` (6 per entry) of `stream` to its DLQ."""
+        now_ms = int(time.time() * 1000)
+        if self.legacy:
+            head = [spec.group, RAW_CONSUMER, RAW_RUN_ID, spec.max_deliveries, now_ms, stream]
+        else:
+            head = [RAW_RUN_ID, spec.max_deliveries, now_ms, spec.group, RAW_CONSUMER, stream,
+                    len(values) // 6]
+        return ("EVALSHA", self.sha, 2, stream, dead_letter_key(stream, DLQ_SUFFIX), *head,
+                *values)
+
+    def moved(self, reply: list[Any]) -> int:
+        """How many entries one call's reply says it moved."""
+        entries = reply if self.legacy else reply[0]
+        return sum(1 for r in entries if isinstance(r, bytes))
+
+
 @dataclass
 class Writes:
     """Acks and dead-letter moves of one claimed batch, sent with the next round trip."""
 
     acks: dict[str, list[bytes]] = field(default_factory=dict)
-    moves: list[tuple[str, list[Any]]] = field(default_factory=list)  # (stream, script args)
+    moves: list[tuple[str, list[Any]]] = field(default_factory=list)  # (stream, 6 per entry)
     copies: list[tuple[str, list[Any]]] = field(default_factory=list)  # (stream, XADD fields)
 
-    def queue(self, pipe: Any, spec: BacklogSpec, sha: str) -> list[str]:
+    def queue(self, pipe: Any, spec: BacklogSpec, script: MoveScript) -> list[str]:
         """Queue everything on `pipe`; returns the kind of each queued reply, in order."""
         kinds = []
         for stream, fields in self.copies:
@@ -129,9 +157,8 @@ class Writes:
         for stream, ids in self.acks.items():
             pipe.execute_command("XACK", stream, spec.group, *ids)
             kinds.append("ack")
-        for stream, args in self.moves:
-            pipe.execute_command("EVALSHA", sha, 2, stream, dead_letter_key(stream, DLQ_SUFFIX),
-                                 *args)
+        for stream, values in self.moves:
+            pipe.execute_command(*script.command(spec, stream, values))
             kinds.append("move")
         return kinds
 
@@ -144,12 +171,13 @@ def raw_recover(client: redis.Redis, spec: BacklogSpec, count: int = RAW_COUNT,
     entry the handler would get is instead XADDed back to its stream (its fields plus
     ``x-recovery-deliveries``) in the same MULTI as its XACK: the least Redis work a requeue
     can cost, without the job's ownership check."""
-    sha = client.script_load(_dead_letter_source())
+    source = _dead_letter_source()
+    script = MoveScript(client.script_load(source), LEGACY_LAYOUT in source)
     tally, writes = Tally(), Writes()
     for stream in spec.stream_names():
         cursor = b"0-0"
         while True:
-            before, claim = _round_trip(client, spec, sha, writes, tally, [
+            before, claim = _round_trip(client, spec, script, writes, tally, [
                 ("XPENDING", stream, spec.group, "IDLE", spec.min_idle_ms, cursor, "+", count),
                 ("XAUTOCLAIM", stream, spec.group, RAW_CONSUMER, spec.min_idle_ms, cursor,
                  "COUNT", count),
@@ -158,16 +186,16 @@ def raw_recover(client: redis.Redis, spec: BacklogSpec, count: int = RAW_COUNT,
             cursor = claim[0]
             if cursor == END:
                 break
-    _round_trip(client, spec, sha, writes, tally, [])
+    _round_trip(client, spec, script, writes, tally, [])
     return tally
 
 
-def _round_trip(client: redis.Redis, spec: BacklogSpec, sha: str, writes: Writes,
+def _round_trip(client: redis.Redis, spec: BacklogSpec, script: MoveScript, writes: Writes,
                 tally: Tally, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
     """Send `writes` then `commands` in one MULTI/EXEC pipeline; count the writes; return the
     replies of `commands`."""
     pipe = client.pipeline(transaction=True)
-    kinds = writes.queue(pipe, spec, sha)
+    kinds = writes.queue(pipe, spec, script)
     for command in commands:
         pipe.execute_command(*command)
     replies = pipe.execute()
@@ -175,20 +203,19 @@ def _round_trip(client: redis.Redis, spec: BacklogSpec, sha: str, writes: Writes
         if kind == "ack":
             tally.acked += int(reply)
         elif kind == "move":
-            tally.dead_lettered += sum(1 for r in reply if isinstance(r, bytes))
+            tally.dead_lettered += script.moved(reply)
     return replies[len(kinds):]
 
 
 def _route(spec: BacklogSpec, stream: str, entries: list[Any], before: list[Any],
            tally: Tally, requeue: bool = False) -> Writes:
-    """Split one claimed batch: over the limit -> dead-letter script args; the rest -> the
-    handler, then ack. `before` holds the XPENDING rows read atomically before the claim
-    ([id, owner, idle ms, count]); the claim added one delivery."""
+    """Split one claimed batch: over the limit -> dead-letter script values (6 per entry, in
+    calls of up to ``DLQ_BATCH`` entries); the rest -> the handler, then ack. `before` holds
+    the XPENDING rows read atomically before the claim ([id, owner, idle ms, count]); the
+    claim added one delivery."""
     known = {row[0]: row for row in before}
     handled: list[tuple[bytes, Message]] = []
-    header: list[Any] = [spec.group, RAW_CONSUMER, "raw-loop", spec.max_deliveries,
-                         int(time.time() * 1000), stream]
-    move_args = list(header)
+    move_values: list[Any] = []
     moves: list[tuple[str, list[Any]]] = []
     for entry_id, flat in entries:
         row = known.get(entry_id)
@@ -197,16 +224,16 @@ def _route(spec: BacklogSpec, stream: str, entries: list[Any], before: list[Any]
         tally.claimed += 1
         deliveries = int(row[3]) + 1
         if deliveries > spec.max_deliveries:
-            move_args += [entry_id, deliveries, row[2], row[1], "max-deliveries-exceeded", ""]
-            if len(move_args) >= len(header) + 6 * DLQ_BATCH:
-                moves.append((stream, move_args))
-                move_args = list(header)
+            move_values += [entry_id, deliveries, row[2], row[1], "max-deliveries-exceeded", ""]
+            if len(move_values) >= 6 * DLQ_BATCH:
+                moves.append((stream, move_values))
+                move_values = []
         else:
             pairs = list(zip(flat[::2], flat[1::2], strict=True))
             handled.append((entry_id, Message(stream, spec.group, entry_id.decode(), pairs,
                                               deliveries)))
-    if len(move_args) > len(header):
-        moves.append((stream, move_args))
+    if move_values:
+        moves.append((stream, move_values))
     if requeue:
         copies = [(stream, [*(v for pair in m.fields for v in pair), CARRIED_DELIVERIES,
                             m.delivery_count]) for _, m in handled]

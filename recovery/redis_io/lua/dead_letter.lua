@@ -1,53 +1,89 @@
--- Move a batch of entries from a stream's group PEL to its dead-letter stream, atomically.
--- KEYS[1]: source stream; KEYS[2]: dead-letter stream (same hash slot as KEYS[1]).
--- ARGV[1]: group; ARGV[2]: the job's consumer (only entries it owns move);
--- ARGV[3]: run id; ARGV[4]: delivery limit; ARGV[5]: death time (epoch ms); ARGV[6]: source name;
--- then 6 values per entry: id, delivery count (with a requeued copy's carried deliveries,
--- whose field is not copied), idle ms (before the claim),
--- last owner ('' if unknown), reason, handler error ('' if none).
--- Reply: one element per entry: the new dead-letter ID if moved; 0 if the entry is no longer
--- pending or owned by ARGV[2] (someone acked or claimed it: left alone); -1 if the entry was
--- deleted from the stream upstream (it is acked, so it leaves the PEL, and nothing is written);
--- -2 if the entry has too many fields to be re-added from a script (Lua's unpack() takes at
--- most ~8000 values, i.e. ~3950 fields): left pending, nothing is written.
+-- Move entries of one or more units (stream, group, job consumer) from their group's PEL to
+-- their dead-letter streams, atomically (one script call: on a Redis Cluster give it one
+-- unit, as all keys of a call must share a slot).
+-- KEYS, per unit u in order: KEYS[2u-1] its source stream, KEYS[2u] its dead-letter stream
+-- (same hash slot as its source).
+-- ARGV[1]: run id; ARGV[2]: delivery limit; ARGV[3]: death time (epoch ms); then per unit,
+-- in KEYS order: its group; the job's consumer (only entries it owns move); the source name
+-- (x-original-stream); the number n of its entries; then 6 values per entry: id, delivery
+-- count (with a requeued copy's carried deliveries, whose field is not copied), idle ms
+-- (before the claim), last owner ('' if unknown), reason, handler error ('' if none).
+-- Reply: one element per unit, in order: an array with one element per entry, in order: the
+-- new dead-letter ID if moved; 0 if the entry is no longer pending or owned by the job's
+-- consumer (someone acked or claimed it: left alone); -1 if the entry was deleted from the
+-- stream upstream (it is acked, so it leaves the PEL, and nothing is written); -2 if the entry
+-- has too many fields to be re-added from a script (Lua's unpack() takes at most ~8000 values,
+-- i.e. ~3950 fields): left pending, nothing is written.
+-- Or, in place of that array, the error the unit's stream, group or dead-letter stream
+-- answered (NOGROUP, WRONGTYPE): that unit stops there (entries it moved before stay moved,
+-- as when a script call of its own fails), the other units go on. Any other error (an ACL
+-- refusal, OOM) fails the whole call, as redis.call does.
 local MAX_VALUES = 7900
-local group, consumer = ARGV[1], ARGV[2]
-local reply = {}
-for i = 7, #ARGV, 6 do
+local run_id, limit, death_time = ARGV[1], ARGV[2], ARGV[3]
+
+local function unit_gone(reply)
+  return type(reply) == 'table' and reply.err ~= nil
+    and (reply.err:find('^NOGROUP ') ~= nil or reply.err:find('^WRONGTYPE ') ~= nil)
+end
+
+local function failed(reply)
+  return type(reply) == 'table' and reply.err ~= nil
+end
+
+-- Move one entry (its 6 values at ARGV[i]); its reply element, or the unit's error.
+local function move(stream, dlq, group, consumer, source, i)
   local id = ARGV[i]
-  local owned = redis.call('XPENDING', KEYS[1], group, id, id, 1, consumer)
-  if #owned == 0 then
-    reply[#reply + 1] = 0
-  else
-    local found = redis.call('XRANGE', KEYS[1], id, id)
-    if #found == 0 then
-      redis.call('XACK', KEYS[1], group, id)
-      reply[#reply + 1] = -1
-    elseif #found[1][2] + 26 > MAX_VALUES then
-      reply[#reply + 1] = -2
-    else
-      local args = {KEYS[2], '*'}
-      local fields = found[1][2]
-      for j = 1, #fields, 2 do  -- verbatim, but a requeued copy's carried count (see meta)
-        if fields[j] ~= 'x-recovery-deliveries' then
-          args[#args + 1] = fields[j]; args[#args + 1] = fields[j + 1]
-        end
-      end
-      local meta = {
-        'x-original-stream', ARGV[6], 'x-original-group', group, 'x-original-id', id,
-        'x-delivery-count', ARGV[i + 1], 'x-delivery-limit', ARGV[4], 'x-idle-ms', ARGV[i + 2],
-        'x-death-reason', ARGV[i + 4], 'x-death-time', ARGV[5], 'x-run-id', ARGV[3]}
-      for _, v in ipairs(meta) do args[#args + 1] = v end
-      if ARGV[i + 3] ~= '' then
-        args[#args + 1] = 'x-original-consumer'; args[#args + 1] = ARGV[i + 3]
-      end
-      if ARGV[i + 5] ~= '' then
-        args[#args + 1] = 'x-exception-message'; args[#args + 1] = ARGV[i + 5]
-      end
-      local dlq_id = redis.call('XADD', unpack(args))
-      redis.call('XACK', KEYS[1], group, id)
-      reply[#reply + 1] = dlq_id
+  local owned = redis.pcall('XPENDING', stream, group, id, id, 1, consumer)
+  if unit_gone(owned) then return owned end
+  if failed(owned) then  -- again, to fail as redis.call fails (ACL errors name its line)
+    owned = redis.call('XPENDING', stream, group, id, id, 1, consumer)
+  end
+  if #owned == 0 then return 0 end
+  local found = redis.call('XRANGE', stream, id, id)
+  if #found == 0 then
+    redis.call('XACK', stream, group, id)
+    return -1
+  end
+  if #found[1][2] + 26 > MAX_VALUES then return -2 end
+  local args = {dlq, '*'}
+  local fields = found[1][2]
+  for j = 1, #fields, 2 do  -- verbatim, but a requeued copy's carried count (see meta)
+    if fields[j] ~= 'x-recovery-deliveries' then
+      args[#args + 1] = fields[j]; args[#args + 1] = fields[j + 1]
     end
   end
+  local meta = {
+    'x-original-stream', source, 'x-original-group', group, 'x-original-id', id,
+    'x-delivery-count', ARGV[i + 1], 'x-delivery-limit', limit, 'x-idle-ms', ARGV[i + 2],
+    'x-death-reason', ARGV[i + 4], 'x-death-time', death_time, 'x-run-id', run_id}
+  for _, v in ipairs(meta) do args[#args + 1] = v end
+  if ARGV[i + 3] ~= '' then
+    args[#args + 1] = 'x-original-consumer'; args[#args + 1] = ARGV[i + 3]
+  end
+  if ARGV[i + 5] ~= '' then
+    args[#args + 1] = 'x-exception-message'; args[#args + 1] = ARGV[i + 5]
+  end
+  local dlq_id = redis.pcall('XADD', unpack(args))
+  if unit_gone(dlq_id) then return dlq_id end
+  if failed(dlq_id) then  -- nothing was written: again, to fail as redis.call fails
+    dlq_id = redis.call('XADD', unpack(args))
+  end
+  redis.call('XACK', stream, group, id)
+  return dlq_id
 end
-return reply
+
+local replies = {}
+local at = 4
+for u = 1, #KEYS / 2 do
+  local stream, dlq = KEYS[2 * u - 1], KEYS[2 * u]
+  local group, consumer, source, n = ARGV[at], ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
+  local reply = {}
+  for k = 0, n - 1 do
+    local one = move(stream, dlq, group, consumer, source, at + 4 + 6 * k)
+    if failed(one) then reply = one; break end
+    reply[k + 1] = one
+  end
+  replies[u] = reply
+  at = at + 4 + 6 * n
+end
+return replies
