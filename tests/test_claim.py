@@ -22,21 +22,9 @@ from recovery.redis_io import autoclaim, scripts
 from recovery.redis_io.autoclaim import deleted_by_position
 from recovery.redis_io.redis_conn import connect
 from recovery.testing.backlog import make_stuck
+from tests.support.claim_checks import DEAD, GROUP, HOUR_MS, JOB, assert_matches_redis, stuck
 from tests.support.lost_reply import ReplyDropper
 from tests.support.servers import start_server
-
-GROUP, DEAD, JOB = "workers", "crashed", "recovery-r1-0"
-HOUR_MS = 3_600_000
-
-
-def stuck(client: Redis, stream: str, n: int) -> list[str]:
-    """`n` entries delivered once to a consumer that died an hour ago."""
-    ids = [client.xadd(stream, {"n": str(i)}).decode() for i in range(n)]
-    client.xgroup_create(stream, GROUP, id="0")
-    client.xreadgroup(GROUP, DEAD, {stream: ">"})
-    make_stuck(client, stream, GROUP, DEAD, ids, HOUR_MS)
-    return ids
-
 
 # A schedule steep enough that an entry delivered twice and idle an hour is not due (10 x the
 # 10 min of min_idle_ms), unless the job's consumer owns it.
@@ -63,23 +51,6 @@ def claims_run(client: Redis) -> dict[str, int]:
     stats = client.info("commandstats")
     return {name: stats.get(f"cmdstat_{name}", {}).get("calls", 0)
             for name in ("xautoclaim", "evalsha")}
-
-
-def job_owns(client: Redis, stream: str) -> dict[str, int]:
-    """Entry ID -> delivery count of what the job's consumer owns, by Redis."""
-    rows = client.xpending_range(stream, GROUP, "-", "+", 10_000, consumername=JOB)
-    return {r["message_id"].decode(): r["times_delivered"] for r in rows}
-
-
-def assert_matches_redis(rows: list[dict], client: Redis, stream: str) -> None:
-    ids = [r["id"] for r in rows]
-    assert len(ids) == len(set(ids)), "an entry was output twice"
-    live = {r["id"]: r["delivery_count"] for r in rows if not r["deleted"]}
-    deleted = {r["id"]: r["delivery_count"] for r in rows if r["deleted"]}
-    # Redis 6.2 claims an entry deleted upstream like any other (its PEL slot stays, now the
-    # job's, until the hand-over acks it); 7.0+ drops it from the PEL at the claim.
-    keeps_deleted = client.info("server")["redis_version"].startswith("6.")
-    assert job_owns(client, stream) == ({**live, **deleted} if keeps_deleted else live)
 
 
 @pytest.mark.parametrize("schedule", [(), STEEP], ids=["xautoclaim", "backoff"])

@@ -22,7 +22,7 @@ from recovery.executor.throttle import Throttle
 from recovery.params import JobParams, Unit
 from recovery.redis_io.redis_conn import connect
 from recovery.testing.backlog import make_stuck
-from tests.test_claim import GROUP, HOUR_MS, JOB, assert_matches_redis, stuck
+from tests.support.claim_checks import GROUP, HOUR_MS, JOB, assert_matches_redis, stuck
 
 LIVE = "alive"  # an application consumer at work: its entries are not idle
 
