@@ -116,20 +116,6 @@ def dead_letter_units(client: redis.Redis, units: Sequence[DeadLetterUnit], pipe
     return _call(client, "dead_letter", keys, args, pipe)  # type: ignore[no-any-return]
 
 
-def dead_letter_batch(client: redis.Redis, ctx: DeadLetterContext,
-                      entries: Sequence[DeadLetter]) -> list[Any]:
-    """Move `entries` of one unit to `ctx.dlq` now, in one atomic call
-    (:func:`dead_letter_units` with one unit).
-
-    Reply: one element per entry, in order, as for :func:`dead_letter_units`; the error that
-    the unit's stream, group or dead-letter stream answered is raised (a ResponseError).
-    """
-    reply = dead_letter_units(client, [(ctx, entries)])[0]
-    if isinstance(reply, Exception):
-        raise reply
-    return reply  # type: ignore[no-any-return]
-
-
 def requeue_batch(client: redis.Redis, stream: str, target: str, group: str, consumer: str,
                   entries: Sequence[tuple[str, Fields]], pipe: Any = None) -> list[Any]:
     """Requeue `entries` ((id, the copy's fields), in ascending ID order) from `stream` to

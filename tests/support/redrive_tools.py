@@ -10,7 +10,7 @@ import redis
 
 from recovery.config import load_settings
 from recovery.redis_io.dlq_names import dead_letter_key
-from recovery.redis_io.scripts import DeadLetter, DeadLetterContext, dead_letter_batch
+from recovery.redis_io.scripts import DeadLetter, DeadLetterContext, dead_letter_units
 from recovery.redrive.run import RedriveSummary, run_redrive
 from recovery.testing.backlog import add_entries, deliver
 from recovery.testing.local_redis import LocalServer
@@ -42,7 +42,7 @@ def dead_letter_pending(client: redis.Redis, stream: str, group: str, ids: list[
     ctx = DeadLetterContext(stream, group, "c", dead_letter_key(stream, ":dlq"), "run-t", 5,
                             int(time.time() * 1000))
     errors = errors or [None] * len(ids)
-    replies = dead_letter_batch(client, ctx, [DeadLetter(i, 6, 1000, "old", r, e)
-                                              for i, r, e in zip(ids, reasons, errors,
-                                                                 strict=True)])
+    [replies] = dead_letter_units(client, [(ctx, [DeadLetter(i, 6, 1000, "old", r, e)
+                                                   for i, r, e in zip(ids, reasons, errors,
+                                                                      strict=True)])])
     assert all(isinstance(r, bytes) for r in replies)
