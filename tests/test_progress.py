@@ -29,7 +29,9 @@ JOB = [f"{PREFIX}-{RUN}-{part}" for part in range(2)]
 OTHER_RUN = f"{PREFIX}-run70-0"  # an earlier run's consumer: never counted as this run's
 GROUP = "workers"
 DEAD = "worker-dead"
-TOTALS = re.compile(r"^progress (final )?\d+ s(?: \(as of the reading at \d+ s\))?: (.*)$")
+PARTIAL = r" \(read ([\d,]+) of ([\d,]+) unfinished streams, the others as last read\)"
+TOTALS = re.compile(
+    rf"^progress (final )?\d+ s(?: \(as of the reading at \d+ s\))?(?:{PARTIAL})?: (.*)$")
 PASSWORD = "pw-never-in-a-log-9f3c"
 
 
@@ -79,7 +81,14 @@ def progress_lines(caplog: pytest.LogCaptureFixture, level: int = logging.INFO) 
 
 def totals(caplog: pytest.LogCaptureFixture) -> list[str]:
     """The totals part of every totals line so far (after ``progress <n> s: ``)."""
-    return [m.group(2) for line in progress_lines(caplog) if (m := TOTALS.match(line))]
+    return [m.group(4) for line in progress_lines(caplog) if (m := TOTALS.match(line))]
+
+
+def partial_reads(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str] | None]:
+    """Per totals line: (streams read, streams unfinished) when the tick read only some of
+    the unfinished streams, else None."""
+    return [(m.group(2), m.group(3)) if m.group(2) else None
+            for line in progress_lines(caplog) if (m := TOTALS.match(line))]
 
 
 def unit_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -328,27 +337,31 @@ def test_ticks_read_a_slice_of_the_unfinished_units_and_the_final_line_all(
         stats = client.info("commandstats").get("cmdstat_xpending", {})
         return int(stats.get("calls", 0))
 
-    def tick(want: str) -> None:
+    def tick(want: str, unfinished: int | None) -> None:
+        """A tick reading 2 units; the line says of how many unfinished ones, if fewer."""
         reads = pending_reads()
         rep.report()
         assert pending_reads() - reads == 2
         assert totals(caplog)[-1] == want
+        assert partial_reads(caplog)[-1] == (("2", str(unfinished)) if unfinished else None)
 
     with reporter(server, units, 60) as rep:
         for stream in ("s0", "s1"):
             client.xack(stream, GROUP, *ids[stream])
         client.xack("s3", GROUP, *ids["s3"][:4])
-        tick(expected(20, 60, 0, 0, 40, 2, 6))  # s0, s1
-        tick(expected(24, 60, 0, 0, 36, 3, 6))  # s2, s3
+        tick(expected(20, 60, 0, 0, 40, 2, 6), 6)  # s0, s1
+        tick(expected(24, 60, 0, 0, 36, 3, 6), 4)  # s2, s3
         client.xack("s2", GROUP, *ids["s2"][:1])
         client.xack("s5", GROUP, *ids["s5"])
-        tick(expected(34, 60, 0, 0, 26, 4, 6))  # s4, s5: s2's ack not seen yet
-        tick(expected(35, 60, 0, 0, 25, 5, 6))  # s2, s4: the finished ones not read again
+        tick(expected(34, 60, 0, 0, 26, 4, 6), 3)  # s4, s5: s2's ack not seen yet (s3 is
+        # finished: fewer pending than at the start, none held)
+        tick(expected(35, 60, 0, 0, 25, 5, 6), None)  # s2, s4, the only unfinished ones
         client.xadd("s1", {"late": "1"})
         client.xreadgroup(GROUP, "live", {"s1": ">"})
         reads = pending_reads()
     assert pending_reads() - reads == 6  # the final reading: every unit
     assert totals(caplog)[-1] == expected(34, 60, 0, 0, 26, 5, 6)
+    assert partial_reads(caplog)[-1] is None
 
 
 def test_final_line_uses_the_clean_ups_summaries_and_matches_redis(server, caplog_info):

@@ -33,7 +33,9 @@ dead-letter stream (``XLEN``), pipelined (``recovery.driver.progress_read``: a f
 On runs of more than ``UNITS_PER_TICK`` units, a tick reads only that many of the units not
 finished yet, round robin, so a tick's cost does not grow with the number of streams (and
 does not take the CPU from the pass): the other units keep the numbers of their last
-reading. The final reading covers every unit: in a run, each unit's PEL summary comes from
+reading, and the totals line says so after its time, ``progress 10 s (read 5,000 of 95,000
+unfinished streams, the others as last read): ...`` (its totals then lag behind the run).
+The final reading covers every unit: in a run, each unit's PEL summary comes from
 the consumer clean-up, which reads it once per group anyway, inside the same script that
 deletes the job's empty consumers (``ProgressReporter.take_final_summaries``).
 
@@ -224,13 +226,16 @@ class ProgressReporter:
         if self._closed:
             return None
         with self._lock:
-            picked = self._picked(final)
+            picked, unfinished = self._picked(final)
         reading, failure = self._read(picked, self._final_summaries if final else None)
         with self._lock:
             if self._closed or (self._stop.is_set() and not final):
                 return None
             elapsed = f"{time.monotonic() - self._started:.0f} s"
             label = f"final {elapsed}" if final else elapsed
+            if picked is not None and len(picked) < unfinished:
+                label += (f" (read {len(picked):,} of {unfinished:,} unfinished streams, "
+                          "the others as last read)")
             lines: list[str] = []
             if reading is None:
                 log.warning("progress: cannot read Redis (%s)%s", failure,
@@ -247,18 +252,19 @@ class ProgressReporter:
                 log.info("%s", line)
             return totals
 
-    def _picked(self, final: bool) -> list[int] | None:
+    def _picked(self, final: bool) -> tuple[list[int] | None, int]:
         """The units a reading covers, by index: all (None) for the final reading and on runs
         of at most ``UNITS_PER_TICK`` units; else the next ``UNITS_PER_TICK`` units not
-        finished yet, round robin."""
+        finished yet, round robin. Also how many units were not finished (as last read)."""
         n = len(self._units)
         if final or n <= UNITS_PER_TICK:
-            return None
+            return None, 0
         order = [(self._next + k) % n for k in range(n)]
-        picked = [i for i in order if not self._finished(i)][:UNITS_PER_TICK]
+        unfinished = [i for i in order if not self._finished(i)]
+        picked = unfinished[:UNITS_PER_TICK]
         if picked:
             self._next = (picked[-1] + 1) % n
-        return picked
+        return picked, len(unfinished)
 
     def _read(self, picked: list[int] | None = None,
               known: Mapping[tuple[str, str], object] | None = None
