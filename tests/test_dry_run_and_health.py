@@ -137,7 +137,7 @@ def test_consumer_clean_up_deletes_only_empty_consumers_whatever_the_call_batch(
                ("b", "g", "empty-2"), ("missing", "g", "y"), ("b", "g", "empty-3")]
     conn = connect(RedisParams(url=server.url))
     try:
-        removed = discovery.remove_consumers(conn, targets, RedisParams(url=server.url))
+        removed = discovery.clean_up_consumers(conn, targets, RedisParams(url=server.url)).removed
     finally:
         conn.close()
     assert removed == 3

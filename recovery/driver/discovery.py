@@ -302,12 +302,6 @@ def clean_up_consumers(client: redis.Redis, targets: list[tuple[str, str, str]],
     return CleanUp(removed, summaries)
 
 
-def remove_consumers(client: redis.Redis, targets: list[tuple[str, str, str]],
-                     params: RedisParams) -> int:
-    """``clean_up_consumers``, for its count only: how many consumers were deleted."""
-    return clean_up_consumers(client, targets, params).removed
-
-
 def _group_replies(reply: object, count: int) -> list[list[object]]:
     """One script call's reply as ``[summary, r_1, ...]`` per group; a call that failed as a
     whole (its error in place of the reply) gives that error as each group's summary."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from recovery.driver.discovery import CleanUp, WorkUnit, clean_up_consumers, remove_consumers
+from recovery.driver.discovery import CleanUp, WorkUnit, clean_up_consumers
 from recovery.params import RedisParams
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import redis_errors
@@ -91,7 +91,7 @@ def remove_idle_consumers(client: redis.Redis, health: Iterable[dict[str, Any]],
     deleted."""
     targets = [(h["stream"], h["group"], c["name"]) for h in health for c in h["consumers"]
                if not c["pending"] and c["idle_ms"] >= idle_ms and "\\x" not in c["name"]]
-    removed = remove_consumers(client, targets, params)
+    removed = clean_up_consumers(client, targets, params).removed
     if removed:
         log.info("removed %d idle consumers with nothing pending", removed)
     return removed
