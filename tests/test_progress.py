@@ -443,3 +443,50 @@ def test_a_runs_final_line_matches_redis_and_only_empty_job_consumers_go(
         backlogs.DEAD, backlogs.LIVE, "app-idle", "recovery-earlier-1"}
     assert len([n for n in orders if n.startswith(stem)]) == 1  # holds the failed entries
     assert consumer_names(client, "plain", "billing") == {backlogs.DEAD}
+
+
+def length_reads(client: Redis) -> int:
+    """XLEN calls the server has run so far."""
+    return int(client.info("commandstats").get("cmdstat_xlen", {}).get("calls", 0))
+
+
+def test_a_dead_letter_stream_is_read_again_only_when_a_pel_of_its_stream_changed(
+        server, caplog_info):
+    """A reading reads a dead-letter stream's length only when a PEL summary of one of its
+    stream's units changed since the length was read: not on a quiet tick, yes when a group
+    of a stream of two groups changed, and yes when entries left a PEL and as many new ones
+    came to the same consumer (same count and first ID; the last ID tells). The totals still
+    match XPENDING and XLEN."""
+    caplog = caplog_info
+    client = server.client()
+    ids = seed(client, ["a", "b"], 10)
+    ids |= seed(client, ["c"], 10, groups=(GROUP, "audit"))
+    pairs = [("a", GROUP), ("b", GROUP), ("c", GROUP), ("c", "audit")]
+    dlqs = [dead_letter_key(s, ":dlq") for s in ("a", "b", "c")]
+    with reporter(server, units_of(client, pairs), 60, from_health=True) as rep:
+
+        def tick() -> int:
+            """XLEN calls of one tick."""
+            reads = length_reads(client)
+            rep.report()
+            return length_reads(client) - reads
+
+        assert tick() == 3  # the health's lengths came with no PEL summary
+        assert tick() == 0  # nothing changed
+        claim(client, "a", JOB[0], ids["a"][:2])
+        dead_letter(client, "a", dlqs[0], ids["a"][:2])
+        assert tick() == 1
+        assert totals(caplog)[-1] == expected(2, 40, 2, 0, 38, 1, 4)
+        client.xack("c", "audit", ids["c"][0])
+        assert tick() == 1  # c's dead-letter stream, shared by its two groups
+        claim(client, "b", JOB[1], ids["b"][3:6])
+        dead_letter(client, "b", dlqs[1], ids["b"][3:6])
+        add_entries(client, "b", 3, lambda i: {"late": str(i)})
+        deliver(client, "b", GROUP, DEAD, 3)
+        reads = length_reads(client)
+    assert length_reads(client) - reads == 1  # the final reading: b's
+    pending = sum(client.xpending(s, g)["pending"] for s, g in pairs)
+    dead = sum(client.xlen(k) for k in dlqs)
+    assert (pending, dead) == (37, 5)
+    final = [line for line in progress_lines(caplog) if line.startswith("progress final ")]
+    assert final[0].endswith(": " + expected(40 - pending, 40, dead, 0, pending, 2, 4)), final

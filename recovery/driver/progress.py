@@ -3,9 +3,13 @@
 Executors' logs are not visible on the driver, so the driver asks Redis: every
 ``report.progress_interval_s`` seconds a daemon thread reads, for every work unit, the group's
 PEL summary (``XPENDING stream group``: how many entries are pending, and how many of them
-this run's job consumers ``<prefix>-<run id>-<part>`` hold) and the length of the stream's
+this run's job consumers ``<prefix>-<run id>-<part>`` hold), then the length of the stream's
 dead-letter stream (``XLEN``), pipelined (``recovery.driver.progress_read``: a few round trips per
-1000 units, routed by key on a Redis Cluster). It logs at INFO on ``recovery.driver.progress``:
+1000 units, routed by key on a Redis Cluster). A dead-letter stream's length is read again
+only when a PEL summary of one of its stream's units changed since its length was last read
+(the whole summary: count, first and last ID, each consumer's count): the job moves entries
+to it only out of those PELs, so an unchanged summary means no move of this run since.
+It logs at INFO on ``recovery.driver.progress``:
 
 - on entering, ``progress start: 1,000,000 pending entries in 1,000 streams; a progress line
   every 10 s``;
@@ -53,7 +57,9 @@ read just before, when the job passes it; else a reading of its own):
   claim, or owned by a live consumer).
 - *dead-lettered*: growth of the dead-letter streams' lengths since the baseline, at least 0,
   counted once per dead-letter stream: the groups of one stream share its DLQ, so a unit line
-  says so when its stream has more than one group.
+  says so when its stream has more than one group. Entries others add to a dead-letter
+  stream while its stream's PELs stand still are counted at the next reading that reads it
+  (see above), if any.
 - *finished*: the stream or group vanished, or the job holds none of the unit's entries now
   and either its PEL is below its baseline, or is empty, or the job was seen holding some of
   it at an earlier tick. Entries left pending on purpose (too fresh to claim, or owned by a
@@ -73,6 +79,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from functools import partial
 from types import TracebackType
 from typing import Any
 
@@ -86,6 +93,8 @@ from recovery.driver.progress_read import (
     dead_letter_keys,
     health_reading,
     read_progress,
+    stale_lengths,
+    units_by_key,
 )
 from recovery.errors import RecoveryError
 from recovery.params import RedisParams
@@ -130,6 +139,8 @@ class ProgressReporter:
         self._params = params
         self._stem = job_consumer_stem(consumer_prefix, run_id)
         self._dlq = dead_letter_keys(self._units, dlq_suffix)
+        self._units_of = units_by_key(self._dlq)
+        self._dead_marks: dict[str, tuple[object, ...]] = {}  # see _lengths_for
         self._groups_of = Counter(u.stream for u in self._units)
         self._stop = threading.Event()
         self._lock = threading.RLock()
@@ -275,11 +286,25 @@ class ProgressReporter:
         try:
             with redis_errors(self._params):
                 return read_progress(self._client, self._units, self._dlq, self._stem,
-                                     picked, known), ""
+                                     picked, known, partial(self._lengths_for, picked)), ""
         except RecoveryError as error:
             return None, str(error)
         except Exception as error:  # anything else a client can raise: report, go on
             return None, type(error).__name__
+
+    def _lengths_for(self, picked: Sequence[int] | None, states: Sequence[UnitState | None]
+                     ) -> list[str]:
+        """The dead-letter keys of the `picked` units (all when None) to read, given the
+        `states` just read: ``stale_lengths`` (a unit not read now counts with its last
+        reading, one that could not be read as changed)."""
+        indices = range(len(self._units)) if picked is None else picked
+        with self._lock:
+            marks = [state.mark for state in self._state]
+            for i in indices:
+                state = states[i]
+                marks[i] = state.mark if state is not None else None
+            return stale_lengths((self._dlq[i] for i in indices), self._units_of, marks,
+                                 self._dead_marks, self._dead)
 
     def _apply(self, reading: Reading) -> list[str]:
         """Take in a reading (keeping the last known numbers of what it could not read);
@@ -292,6 +317,7 @@ class ProgressReporter:
         for key, length in reading.dead.items():
             if length is not None:
                 self._dead[key] = length
+                self._dead_marks[key] = tuple(self._state[i].mark for i in self._units_of[key])
                 if self._base_dead.get(key) is None:
                     self._base_dead[key] = length
         self._last_read_s = time.monotonic() - self._started
