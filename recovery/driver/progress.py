@@ -74,6 +74,7 @@ that vanished is named once). Only stream, group and key names and numbers are l
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -326,18 +327,20 @@ class ProgressReporter:
 
     def _changed_lines(self, before: list[UnitState], dead_before: dict[str, int | None]
                        ) -> list[str]:
-        changed: list[tuple[int, int, str]] = []
+        """The lines of the units that changed, largest change first (then by stream and
+        group), at most ``MAX_STREAM_LINES`` and a count of the rest: only the lines logged
+        are worded (a final reading of 100,000 units changes them all)."""
+        changed: list[tuple[int, str, str, int, int]] = []
         for i, (unit, old, new) in enumerate(zip(self._units, before, self._state,
                                                  strict=True)):
             dead_delta = _delta(self._dead, dead_before, self._dlq[i])
             size = (abs(new.pending - old.pending) + abs(new.held - old.held)
                     + abs(dead_delta) + (new.gone != old.gone))
             if size:
-                changed.append((size, i, unit_line(unit, old, new, dead_delta,
-                                                   self._groups_of[unit.stream],
-                                                   self._finished(i))))
-        changed.sort(key=lambda c: (-c[0], self._units[c[1]].stream, self._units[c[1]].group))
-        lines = [line for _, _, line in changed[:MAX_STREAM_LINES]]
+                changed.append((-size, unit.stream, unit.group, i, dead_delta))
+        lines = [unit_line(self._units[i], before[i], self._state[i], dead_delta,
+                           self._groups_of[self._units[i].stream], self._finished(i))
+                 for *_, i, dead_delta in heapq.nsmallest(MAX_STREAM_LINES, changed)]
         if len(changed) > MAX_STREAM_LINES:
             more = len(changed) - MAX_STREAM_LINES
             lines.append(f"progress ... and {more:,} more {plural(more, 'stream')} changed")
