@@ -186,6 +186,9 @@ class ReportSettings(_Section):
     # Seconds between the driver's progress lines (totals, and the streams that changed),
     # read from Redis while the stages run (recovery/driver/progress.py); 0 = off.
     progress_interval_s: float = Field(10.0, ge=0)
+    # Units listed at most in the log's group health and summary tables (the others are
+    # counted; every unit is in the health files and the JSON summary); 0 = all.
+    log_units_max: int = Field(100, ge=0)
 
 
 class HousekeepingSettings(_Section):

@@ -144,3 +144,41 @@ def test_consumer_clean_up_deletes_only_empty_consumers_whatever_the_call_batch(
     assert [c["name"] for c in client.xinfo_consumers("a", "g")] == [b"busy"]
     assert client.xinfo_consumers("b", "g") == []
     assert client.xpending("a", "g")["pending"] == 1
+
+
+def test_log_tables_list_the_largest_units_and_count_the_others(spark, client, make_settings,
+                                                               caplog):
+    """report.log_units_max=1 over three streams: the health table lists the unit with the
+    most pending entries, the summary table the one with the most failed entries (then the
+    most entries), and each counts the other two; the TOTAL row counts all three, as the
+    JSON summary and Redis do."""
+    streams = ["t0", "t1", "t2"]
+    seeded = seed(client, streams, ["billing"])
+    by_kind: dict[tuple[str, str], list[str]] = {}
+    for (stream, _, entry_id), kind in seeded.kind.items():
+        by_kind.setdefault((stream, kind), []).append(entry_id)
+    client.xack("t0", "billing", *by_kind[("t0", "ok")][:10])  # pending 156, 10 to fail
+    client.xack("t1", "billing", *by_kind[("t1", "fail")][:4])  # pending 162, 6 to fail
+    client.xack("t2", "billing", *by_kind[("t2", "ok")][:8])  # pending 158, 10 to fail
+    settings = make_settings("streams.keys=t0,t1,t2", "claim.max_deliveries=5",
+                             "handler.path=tests.support.handlers:verify_or_fail",
+                             "report.log_units_max=1")
+    with caplog.at_level(logging.INFO, logger="recovery.driver.job"):
+        summary = run(spark, settings)
+    lines = caplog.text.splitlines()
+    health = [line for line in lines if re.match(r"t\d / billing: ", line)]
+    assert [line.split(" ")[0] for line in health] == ["t1"]
+    assert health[0].split(", ")[2] == "162"  # length, lag, pending, ...
+    rows = [line.split() for line in lines if re.match(r"(t\d +billing|TOTAL) ", line)]
+    assert [row[0] for row in rows] == ["t2", "TOTAL"]
+    header = next(line.split() for line in lines if line.startswith("stream  group "))
+    total_row = dict(zip(header[2:], rows[1][1:], strict=True))  # TOTAL has no group
+    assert {a: int(total_row[a]) for a in summary.totals} == summary.totals
+    unlisted = [line for line in lines if line.startswith("... and 2 more units not listed")]
+    assert len(unlisted) == 2  # one under each table
+    assert len(summary.units) == 3
+    failed = {u["stream"]: u["failed"] for u in summary.units}
+    assert failed == {"t0": 10, "t1": 6, "t2": 10}
+    assert summary.totals["failed"] == sum(
+        len([r for r in client.xpending_range(s, "billing", "-", "+", 1000)
+             if r["consumer"].decode().startswith("recovery-")]) for s in streams)

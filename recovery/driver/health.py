@@ -20,6 +20,7 @@ from recovery.params import RedisParams
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.streams import each, info_rows, shown
+from recovery.report.run_report import largest, unlisted_line
 
 log = logging.getLogger(__name__)
 
@@ -116,12 +117,14 @@ def clean_up_job_consumers(client: redis.Redis, health: Iterable[dict[str, Any]]
     return clean_up_consumers(client, list(targets), params)
 
 
-def format_health(health: list[dict[str, Any]]) -> str:
+def format_health(health: list[dict[str, Any]], max_units: int = 0) -> str:
     """A compact per-unit health table for the log: one line per unit, deliveries as
     ``<delivery count bucket>:<entries>`` pairs, consumers with their pending entries and
-    idle time."""
+    idle time. With `max_units` above 0, at most that many units are listed (those with the
+    most pending entries) and one line counts the others."""
     lines = ["stream / group: length, lag, pending, oldest idle s, deliveries, consumers"]
-    for h in health:
+    listed, unlisted = largest(health, max_units, lambda h: h["pending"])
+    for h in listed:
         oldest = "-" if h["oldest_idle_ms"] is None else f"{h['oldest_idle_ms'] / 1000:.0f}"
         deliveries = " ".join(f"{label}:{n}" for label, n in h["deliveries"].items()) or "-"
         consumers = ", ".join(f"{c['name']}({c['pending']} pending, idle {c['idle_ms']} ms)"
@@ -129,4 +132,6 @@ def format_health(health: list[dict[str, Any]]) -> str:
         lag = "unknown" if h["lag"] is None else h["lag"]  # before 7.0, or after deletions
         lines.append(f"{h['stream']} / {h['group']}: {h['length']}, {lag}, {h['pending']}, "
                      f"{oldest}, {deliveries}, {consumers}")
+    if unlisted:
+        lines.append(unlisted_line(unlisted, "the group health files"))
     return "\n".join(lines)

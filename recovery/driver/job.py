@@ -151,7 +151,8 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
         log.info("run %s: %d entries left pending, not due yet under the backoff schedule; "
                  "the first becomes due at %s", params.run_id, summary.not_due,
                  due_time(summary.next_due_ms))
-    log.info("run %s summary\n%s", params.run_id, format_table(summary))
+    log.info("run %s summary\n%s", params.run_id,
+             format_table(summary, settings.report.log_units_max))
     return summary
 
 
@@ -215,7 +216,8 @@ def _write_health(spark: SparkSession, settings: Settings, params: JobParams,
     summary.health = health_totals(health)
     summary.health_path = health_path(settings.report.path, params.run_id) if health else None
     write_health(spark, health, settings.report.path, params.run_id)
-    log.info("run %s group health\n%s", params.run_id, format_health(health))
+    log.info("run %s group health\n%s", params.run_id,
+             format_health(health, settings.report.log_units_max))
 
 
 def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -25,6 +26,8 @@ from recovery.executor.tally import (
 from recovery.report.json_line import JsonLine
 from recovery.report.worker_files import local_directory, write_by_driver, write_by_workers
 from recovery.schemas import ACTIONS, HEALTH, REPORT, Action, arrow
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -183,23 +186,45 @@ def health_totals(health: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def format_table(summary: RunSummary) -> str:
+def format_table(summary: RunSummary, max_units: int = 0) -> str:
     """A fixed-width table of the per-unit counts, for the log; under a backoff schedule
-    also each unit's entries not due and when the first becomes due (UTC)."""
+    also each unit's entries not due and when the first becomes due (UTC). With `max_units`
+    above 0, at most that many units are listed (``largest``: the most failed entries, then
+    the most entries) and one line counts the others; the TOTAL row counts every unit."""
     actions = tuple(summary.totals)
     headers = ["stream", "group", *actions, "total"]
-    rows = [[str(u.get(h, "")) for h in headers] for u in summary.units]
+    units, unlisted = largest(summary.units, max_units,
+                              lambda u: (u.get(Action.FAILED, 0), u["total"]))
+    rows = [[str(u.get(h, "")) for h in headers] for u in units]
     rows.append(["TOTAL", "", *(str(summary.totals[a]) for a in actions),
                  str(sum(summary.totals.values()))])
     if summary.backoff is not None:
         headers += ["not_due", "next_due"]
         total = {"not_due": summary.not_due, "next_due_ms": summary.next_due_ms}
-        for row, unit in zip(rows, [*summary.units, total], strict=True):
+        for row, unit in zip(rows, [*units, total], strict=True):
             row += [str(unit.get("not_due", 0)), due_time(unit.get("next_due_ms"))]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    if unlisted:
+        lines.append(unlisted_line(unlisted, "the JSON summary's units"))
     for s in summary.skipped:
         lines.append(f"skipped {s['stream']}" + (f" / {s['group']}" if s["group"] else "")
                      + f": {s['reason']}")
     return "\n".join(lines)
+
+
+def largest(rows: Sequence[T], limit: int, size: Callable[[T], Any]) -> tuple[list[T], int]:
+    """The `limit` rows of `rows` with the largest `size` (ties: the earlier row), in their
+    order, and how many were left out; all of them when `limit` is 0 or not exceeded."""
+    if not limit or len(rows) <= limit:
+        return list(rows), 0
+    kept = sorted(range(len(rows)), key=lambda i: size(rows[i]), reverse=True)[:limit]
+    return [rows[i] for i in sorted(kept)], len(rows) - limit
+
+
+def unlisted_line(count: int, where: str) -> str:
+    """The line under a log table that lists only some units: how many it leaves out and
+    where every unit is (`where`)."""
+    return (f"... and {count:,} more {'unit' if count == 1 else 'units'} not listed (every unit: "
+            f"{where}; report.log_units_max)")
