@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from recovery.driver.discovery import Skipped
+from recovery.driver.progress_lines import plural
 from recovery.errors import FailureThresholdError
 from recovery.executor.tally import (
     TALLIED,
@@ -226,5 +227,5 @@ def largest(rows: Sequence[T], limit: int, size: Callable[[T], Any]) -> tuple[li
 def unlisted_line(count: int, where: str) -> str:
     """The line under a log table that lists only some units: how many it leaves out and
     where every unit is (`where`)."""
-    return (f"... and {count:,} more {'unit' if count == 1 else 'units'} not listed (every unit: "
-            f"{where}; report.log_units_max)")
+    return (f"... and {count:,} more {plural(count, 'unit')} not listed (every unit: {where}; "
+            "report.log_units_max)")
