@@ -6,16 +6,21 @@ Timings are what the harness prints; they are never asserted here.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
+import psutil
 import pytest
 
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.testing.local_redis import LocalServer
 from tests.benchmark import report, spark_log, timeline
 from tests.benchmark.loops import DLQ_SUFFIX, run_loop
-from tests.benchmark.measure import LastSeenCpu, Sample
+from tests.benchmark.measure import TREE_EVERY, LastSeenCpu, PeakRss, Sample
 from tests.benchmark.run import job_settings, main, master_of, parse_args
 from tests.benchmark.seed import BacklogSpec, seed_backlog
 from tests.benchmark.spark_job import EXECUTOR_CLASS, JobOptions, driver_role, submit_command
@@ -216,3 +221,29 @@ def test_cpu_counts_each_process_once_with_its_last_reading() -> None:
     cpu.record(20, "jvm", 7.0)
 
     assert cpu.by_kind() == {"python_workers": 3.0, "jvm": 7.0}
+
+
+def test_process_tree_poll_finds_a_child_started_later_at_the_next_listing() -> None:
+    """PeakRss lists the tree only every TREE_EVERY polls: a child started between listings
+    is counted from the next one, with its CPU so far (cumulative, so none of it is lost)."""
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n" \
+           "time.sleep(30)"
+    poller = PeakRss(os.getpid(), lambda cmd: "child" if "-c" in cmd else "self")
+    child = None
+    try:
+        assert poller.poll_once()  # the first listing: this process alone
+        child = subprocess.Popen([sys.executable, "-c", burn])
+        deadline = time.monotonic() + 20
+        while sum(psutil.Process(child.pid).cpu_times()[:2]) < 0.25:
+            assert time.monotonic() < deadline, "the child never burnt its CPU"
+            time.sleep(0.05)
+        for _ in range(TREE_EVERY - 1):  # polls between listings: known processes only
+            poller.poll_once()
+        assert "child" not in poller.cpu_s
+        poller.poll_once()  # the next listing
+        assert poller.cpu_s["child"] >= 0.25
+        assert poller.peak["child"] > 0
+    finally:
+        if child is not None:
+            child.kill()
+            child.wait()

@@ -31,6 +31,7 @@ import psutil
 import redis
 
 POLL_S = 0.05
+TREE_EVERY = 10  # PeakRss lists the process tree anew every this many polls (0.5 s)
 SETTLE_S = 0.2
 
 
@@ -179,6 +180,11 @@ class PeakRss(BackgroundPoller):
     descendants somebody waited for: PySpark's Python workers are forked by its daemon and
     never reaped by this process, so their CPU would be missing. Up to one poll interval
     (50 ms) of each process' last moments is missed.
+
+    Listing the tree scans every process of the machine (~2 ms of this process' CPU), so it
+    is listed anew only every ``TREE_EVERY`` polls; the polls between read only the processes
+    already known. A process is counted from the first listing that finds it (CPU times are
+    cumulative: nothing of it is lost unless it ends before that listing).
     """
 
     def __init__(self, pid: int, classify: Callable[[list[str]], str | None],
@@ -190,6 +196,8 @@ class PeakRss(BackgroundPoller):
         self.peak: dict[str, int] = {}
         self._cpu = LastSeenCpu()  # by pid; kind: role, or "other"
         self.interval_s = POLL_S
+        self._polls = 0
+        self._processes: list[psutil.Process] = []
 
     @property
     def cpu_s(self) -> dict[str, float]:
@@ -198,10 +206,13 @@ class PeakRss(BackgroundPoller):
         return {**by_role, "total": sum(by_role.values())}
 
     def poll_once(self) -> bool:
-        processes = _tree(self.pid)
-        if processes is None:
-            return False
-        now = self._sample(processes)
+        if self._polls % TREE_EVERY == 0:
+            processes = _tree(self.pid)
+            if processes is None:
+                return False
+            self._processes = processes
+        self._polls += 1
+        now = self._sample(self._processes)
         for combo, roles in self.combos.items():
             now[combo] = sum(now.get(role, 0) for role in roles)
         for role, rss in now.items():
