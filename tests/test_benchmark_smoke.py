@@ -247,3 +247,30 @@ def test_process_tree_poll_finds_a_child_started_later_at_the_next_listing() -> 
         if child is not None:
             child.kill()
             child.wait()
+
+
+def test_a_process_keeps_its_role_when_its_command_line_reads_empty() -> None:
+    """A process whose command line reads empty (as it exits) still counts its CPU under the
+    role it had, not as ``other``."""
+    seen = {"child": 0}
+
+    def classify(cmd: list[str]) -> str | None:
+        if "-c" not in cmd:
+            return "self"
+        seen["child"] += 1
+        return "child" if seen["child"] == 1 else None  # empty from the second reading on
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        poller = PeakRss(os.getpid(), classify)
+        deadline = time.monotonic() + 20
+        while "child" not in poller.cpu_s:
+            assert time.monotonic() < deadline, "the child was never listed"
+            poller.poll_once()
+        poller.poll_once()  # the child read without a role this time
+        assert seen["child"] >= 2
+        assert "other" not in poller.cpu_s
+        assert "child" in poller.cpu_s
+    finally:
+        child.kill()
+        child.wait()

@@ -171,7 +171,9 @@ class PeakRss(BackgroundPoller):
     """Polls a process tree while it runs; keeps the peak RSS (bytes) of each role, and the
     CPU seconds (user + sys) of each process as last seen.
 
-    `classify` names a process' role from its command line (None: not counted for RSS). RSS
+    `classify` names a process' role from its command line (None: not counted for RSS; a
+    process keeps the last role it had, so one whose command line reads empty as it exits
+    still counts its CPU under that role, not as ``other``). RSS
     is summed per role, and per combination of roles in `combos`, at each poll before taking
     the peak: ``peak["driver"]`` with ``combos={"driver": ("jvm", "driver_python")}`` is the
     largest total RSS the JVM and the driver's Python had at one moment.
@@ -198,6 +200,7 @@ class PeakRss(BackgroundPoller):
         self.interval_s = POLL_S
         self._polls = 0
         self._processes: list[psutil.Process] = []
+        self._roles: dict[int, str] = {}  # pid -> its last role (an exiting process has none)
 
     @property
     def cpu_s(self) -> dict[str, float]:
@@ -223,13 +226,14 @@ class PeakRss(BackgroundPoller):
         totals: dict[str, int] = {}
         for proc in processes:
             try:
-                role = self.classify(proc.cmdline())
+                role = self.classify(proc.cmdline()) or self._roles.get(proc.pid)
                 with proc.oneshot():
                     times, rss = proc.cpu_times(), proc.memory_info().rss
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
             self._cpu.record(proc.pid, role or "other", times.user + times.system)
             if role is not None:
+                self._roles[proc.pid] = role
                 totals[role] = totals.get(role, 0) + rss
         return totals
 
