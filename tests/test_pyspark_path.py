@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,3 +77,32 @@ def test_the_daemon_is_ours_when_recovery_is_installed():
     daemon named is this very module, wherever it moves."""
     builder = with_installed_pyspark(SparkSession.builder)
     assert builder._options["spark.python.daemon.module"] == pyspark_path.__name__
+
+
+# Run in a fresh interpreter: PySpark's daemon loop replaced by a report of what the daemon
+# holds when it would start forking workers.
+_DAEMON_AT_FORK = """
+import json, os, sys
+import pyspark.daemon
+def report():
+    print(json.dumps({"modules": sorted(sys.modules),
+                      "threads": len(os.listdir(f"/proc/{os.getpid()}/task"))}))
+pyspark.daemon.manager = report
+from recovery.driver import pyspark_path
+pyspark_path.main()
+"""
+
+
+def test_the_daemon_imports_the_redis_layer_before_it_forks_and_starts_no_thread():
+    """Workers forked from the daemon find the tasks' Redis layer imported; the daemon has
+    still one thread and no pyarrow, numpy or pandas (a fork keeps only the forking thread)."""
+    out = subprocess.run([sys.executable, "-c", _DAEMON_AT_FORK], capture_output=True,
+                         text=True, check=True, timeout=60).stdout
+    held = json.loads(out.strip().splitlines()[-1])
+    expected = pyspark_path.preloaded()
+    assert "recovery.redis_io.autoclaim" in expected and "redis" not in expected
+    assert [m for m in expected if m not in held["modules"]] == []
+    assert "redis.cluster" in held["modules"]
+    assert [m for m in held["modules"] if m.split(".")[0] in ("pyarrow", "numpy", "pandas")] \
+        == []
+    assert held["threads"] == 1

@@ -13,11 +13,18 @@ Spark installation (a cluster's own ``SPARK_HOME``) are left where they are.
 Must run before anything imports ``pyspark``: the driver's entry points call
 ``prefer_installed_pyspark()`` first, and the executors' Python daemon is this module
 (``spark.python.daemon.module``, see :func:`with_installed_pyspark`).
+
+As the daemon, it also imports the tasks' Redis layer once (:func:`preload`) before PySpark
+forks the workers from it, so no worker imports it again (redis-py alone is ~0.2 s of CPU
+per worker, paid while the pass starts).
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
+import pkgutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +35,12 @@ if TYPE_CHECKING:  # not at run time: this module runs before pyspark may be imp
     from pyspark.sql import SparkSession
 
 DAEMON_MODULE = "recovery.driver.pyspark_path"
+# What the daemon imports before it forks: the package and modules whose every module the
+# tasks import, and which start no thread and import neither pyarrow nor numpy (a fork keeps
+# only the forking thread; PySpark's daemon imports even its worker module after the fork
+# for that reason). tests/test_pyspark_path.py checks both.
+PRELOADED_PACKAGE = "recovery.redis_io"
+PRELOADED = ("recovery.errors", "recovery.params", "recovery.handlers")
 
 
 def shadowing_zips(path: list[str]) -> list[str]:
@@ -67,9 +80,27 @@ def with_installed_pyspark(builder: SparkSession.Builder) -> SparkSession.Builde
     return builder.config("spark.python.daemon.module", DAEMON_MODULE)
 
 
+def preloaded() -> list[str]:
+    """The modules :func:`preload` imports: those of ``PRELOADED`` and every module of the
+    ``PRELOADED_PACKAGE`` package."""
+    package = importlib.import_module(PRELOADED_PACKAGE)
+    return [*PRELOADED, *(f"{PRELOADED_PACKAGE}.{m.name}"
+                          for m in pkgutil.iter_modules(package.__path__))]
+
+
+def preload() -> None:
+    """Import :func:`preloaded`'s modules. One that fails to import is skipped: the task
+    that needs it reports the error with its own traceback."""
+    for name in preloaded():
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+
+
 def main() -> None:
-    """The executors' Python daemon: PySpark's own, started after the path is fixed."""
+    """The executors' Python daemon: PySpark's own, started after the path is fixed and the
+    tasks' Redis layer is imported."""
     prefer_installed_pyspark()
+    preload()
     from pyspark import daemon
 
     daemon.manager()
