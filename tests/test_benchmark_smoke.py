@@ -27,6 +27,7 @@ from tests.benchmark.spark_job import EXECUTOR_CLASS, JobOptions, driver_role, s
 from tests.benchmark.verify import VerificationError, verify_recovered
 
 SPEC = BacklogSpec(streams=3, per_stream=200)  # 5% over the limit: 10 per stream
+MARK = "benchmark-smoke-child"  # in the command line of a child a poller test starts
 
 
 def test_harness_runs_both_loops_and_verifies_them(tmp_path: Path) -> None:
@@ -227,8 +228,8 @@ def test_process_tree_poll_finds_a_child_started_later_at_the_next_listing() -> 
     """PeakRss lists the tree only every TREE_EVERY polls: a child started between listings
     is counted from the next one, with its CPU so far (cumulative, so none of it is lost)."""
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n" \
-           "time.sleep(30)"
-    poller = PeakRss(os.getpid(), lambda cmd: "child" if "-c" in cmd else "self")
+           f"time.sleep(30)  # {MARK}"
+    poller = PeakRss(os.getpid(), lambda cmd: "child" if any(MARK in a for a in cmd) else "self")
     child = None
     try:
         assert poller.poll_once()  # the first listing: this process alone
@@ -255,12 +256,12 @@ def test_a_process_keeps_its_role_when_its_command_line_reads_empty() -> None:
     seen = {"child": 0}
 
     def classify(cmd: list[str]) -> str | None:
-        if "-c" not in cmd:
-            return "self"
+        if not any(MARK in a for a in cmd):
+            return "self"  # this process, and any other of its tree (servers, Spark)
         seen["child"] += 1
         return "child" if seen["child"] == 1 else None  # empty from the second reading on
 
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep(30)  # {MARK}"])
     try:
         poller = PeakRss(os.getpid(), classify)
         deadline = time.monotonic() + 20
