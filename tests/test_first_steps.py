@@ -9,8 +9,6 @@ server's own command counts.
 
 from __future__ import annotations
 
-import time
-
 import pyarrow as pa
 from redis import Redis
 
@@ -130,71 +128,3 @@ def test_a_unit_grown_past_its_read_has_its_range_read_for_own_entries(client, m
     assert sorted(r["id"] for r in rows["g"]) == sorted([*ids[3:10], ids[12]])
     assert_matches_redis(rows["g"], client, "g")
     assert buckets(histogram, "g") == found
-
-
-def owned_by_job(client: Redis, streams: list[str]) -> list[str]:
-    """Those of `streams` whose PEL the job's consumer holds entries of now."""
-    return [s for s in streams
-            if any(r["consumer"] == JOB.encode() for r in client.xpending_range(
-                s, GROUP, "-", "+", 10))]
-
-
-def wait_owned(client: Redis, streams: list[str], want: list[str]) -> list[str]:
-    """`owned_by_job` once it shows `want` (a round sent ahead runs while nobody reads it),
-    or as it is after two seconds."""
-    deadline = time.monotonic() + 2
-    while (owned := owned_by_job(client, streams)) != want and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return owned
-
-
-def connected(client: Redis) -> int:
-    return int(client.info("clients")["connected_clients"])
-
-
-def wait_connected(client: Redis, want: int) -> int:
-    """`connected` once it is `want`, or as it is after two seconds."""
-    deadline = time.monotonic() + 2
-    while (n := connected(client)) != want and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return n
-
-
-def test_a_wide_round_is_sent_ahead_before_its_units_are_asked_for(client, make_settings):
-    """Once the round before is read, the next wide round is claimed on Redis while the
-    caller still works on the units before it; a round sent ahead of units never asked for
-    is dropped with its connection (its claims stay the job's, as after a lost reply). With
-    a throttle nothing is sent ahead."""
-    streams = [f"s{i:02d}" for i in range(8)]
-    for s in streams:
-        stuck(client, s, 2)
-    params = executor_params(make_settings('streams.keys=["s00"]', "claim.count=6"), "r1")
-    others = connected(client)
-    conn = connect(params.redis)
-    try:
-        firsts = with_first_steps(lambda: conn, params, [Unit(s, GROUP, JOB) for s in streams])
-        assert next(firsts)[0].stream == "s00"  # a round of one; the next (3 units) sent
-        assert wait_owned(client, streams, streams[:4]) == streams[:4]
-        assert [next(firsts)[0].stream for _ in range(3)] == streams[1:4]  # read; 3 more sent
-        assert wait_owned(client, streams, streams[:7]) == streams[:7]
-        firsts.close()  # s04-s06 never asked for: the round's connection is closed
-        assert wait_connected(client, others) == others
-    finally:
-        conn.close()
-    assert owned_by_job(client, streams) == streams[:7]
-
-    for s in streams:
-        client.delete(s)
-        stuck(client, s, 2)
-    throttled = executor_params(make_settings('streams.keys=["s00"]', "claim.count=6",
-                                              "claim.max_entries_per_s=1000000"), "r2")
-    conn = connect(throttled.redis)
-    try:
-        firsts = with_first_steps(lambda: conn, throttled,
-                                  [Unit(s, GROUP, JOB) for s in streams])
-        next(firsts)
-        time.sleep(0.2)
-        assert owned_by_job(client, streams) == streams[:1]
-        firsts.close()
-    finally:
-        conn.close()

@@ -5,13 +5,11 @@ client's retry policy), as redis-py's Pipeline would."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from redis.exceptions import DataError, ResponseError
 
 from recovery.params import RedisParams
-from recovery.redis_io.pipelined import SentTransaction, transaction
+from recovery.redis_io.pipelined import transaction
 from recovery.redis_io.redis_conn import connect
 from recovery.redis_io.streams import each, info_rows
 from tests.support.lost_reply import ReplyDropper
@@ -76,40 +74,3 @@ def test_names_with_a_space_numbers_and_text_pack_as_redis_py_does_and_none_is_r
     assert fields == {"é".encode(): b"\xff", b"n": b"7"} and score == 1
     assert admin.zscore("z", "m") == 2.5
     assert admin.exists("list") == 0
-
-
-def test_a_transaction_sent_ahead_runs_unread_and_a_lost_reply_is_sent_again(server):
-    """SentTransaction: the server runs the MULTI before anyone reads it; its replies are
-    transaction()'s; a reply lost after the send gets it sent once more (the client's retry
-    policy, as transaction() would); one dropped unread takes its replies away with its
-    connection, so the pool's next command reads its own reply."""
-    admin = server.client()
-    client = connect(RedisParams(url=server.url))
-    try:
-        sent = SentTransaction(client, [("RPUSH", "list", "a"), ("LRANGE", "list", 0, -1)])
-        deadline = time.monotonic() + 2
-        while admin.llen("list") == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert admin.lrange("list", 0, -1) == [b"a"]  # ran, not read yet
-        assert sent.replies() == [1, [b"a"]]
-        others = int(admin.info("clients")["connected_clients"]) - 1  # the client's one
-        dropped = SentTransaction(client, [("RPUSH", "other", "x")])
-        dropped.close()  # its connection closed: no reply of it can reach the pool's next user
-        deadline = time.monotonic() + 2
-        while int(admin.info("clients")["connected_clients"]) > others and \
-                time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert int(admin.info("clients")["connected_clients"]) == others
-        assert each(client, [("LLEN", "list"), ("PING",)]) == [1, True]
-    finally:
-        client.close()
-    proxy = ReplyDropper(server.port, b"RPUSH", nth=1)
-    client = connect(RedisParams(url=proxy.url()))
-    try:
-        replies = SentTransaction(client, [("RPUSH", "lost", "a"),
-                                           ("LRANGE", "lost", 0, -1)]).replies()
-    finally:
-        client.close()
-        proxy.close()
-    assert proxy.dropped == 1
-    assert replies == [2, [b"a", b"a"]]  # sent twice: the first ran before its reply was lost

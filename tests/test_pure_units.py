@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import gc
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,13 +12,9 @@ from recovery.config import executor_params, load_settings, redacted_url
 from recovery.driver.discovery import WorkUnit, assign
 from recovery.driver.job import check_no_speculation, retries_tasks
 from recovery.errors import ConfigError, DeadLetterNameError
-from recovery.executor.claim import ClaimStep
-from recovery.executor.claimed import Claimed
-from recovery.executor.gather import gathered
 from recovery.executor.partitions import young_collections_rarer
 from recovery.executor.throttle import Throttle
 from recovery.handlers import Result, normalise_reply
-from recovery.params import Unit
 from recovery.redis_io.dlq_names import dead_letter_key, requeue_key
 
 
@@ -168,29 +162,3 @@ def test_young_collections_rarer_while_a_task_runs_then_as_before():
     with pytest.raises(RuntimeError), young_collections_rarer(777):
         raise RuntimeError("a failed task")
     assert gc.get_threshold() == before  # a reused worker gets its setting back
-
-
-def _step(n: int, sent_at: float | None) -> ClaimStep:
-    unit = Unit("s", "g", "c")
-    return ClaimStep(Claimed.of_unit(unit, [f"{i}-0" for i in range(n)], [False] * n,
-                                     [None] * n, [None] * n, [None] * n, [1] * n), sent_at)
-
-
-def test_gathering_counts_from_when_a_batch_began_not_from_when_its_claims_were_sent():
-    """Steps claimed long ago (a round sent ahead waited out a hand-over) still gather into
-    one hand-over; a batch goes once it has gathered for_s seconds, or is full; a step with
-    no claim time goes alone. The lease reading of a joined step is its oldest claim's."""
-    old = time.monotonic() - 10
-    joined = list(gathered((_step(100, old + i) for i in range(5)), rows=1000, for_s=0.05))
-    assert [(len(s.claimed), s.joins, s.sent_at) for s in joined] == [(500, 5, old)]
-
-    def slow() -> Iterator[ClaimStep]:
-        for _ in range(3):
-            yield _step(100, time.monotonic())
-            time.sleep(0.06)
-
-    assert [s.joins for s in gathered(slow(), rows=1000, for_s=0.05)] == [1, 1, 1]
-    assert [s.joins for s in gathered((_step(600, old) for _ in range(3)), rows=1000)] \
-        == [1, 1, 1]
-    unknown = [_step(10, None), _step(10, old), _step(10, old)]
-    assert [s.joins for s in gathered(iter(unknown), rows=1000)] == [1, 2]

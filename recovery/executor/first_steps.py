@@ -14,14 +14,6 @@ wide rounds, each unit's claim reads its whole PEL first (one XPENDING of up to
 its own first entry, which also counts what the claim leaves to other consumers for the
 PEL histogram: no read of the unit's PEL follows its hand-over.
 
-A wide round is sent ahead: as soon as the round before is read, before its units are
-handed over, so Redis runs the claims while this task hands the entries of the round before
-over (without a throttle, ``claim.max_entries_per_s``, whose waits come between steps). Its
-entries then wait claimed for about one hand-over, as the later units of a round always did;
-their lease is judged from when the round was sent (``recovery.executor.lease``). A round
-sent ahead and never read (the task failed meanwhile) is dropped with its connection: what
-it claimed stays with the job's consumer, as after a lost reply.
-
 Each unit's claim is still atomic with its reads (the round's MULTI holds them all), and the
 claim loop (``recovery.executor.claim.claim_steps``) goes on from each first step exactly
 as if it had sent it: a lost reply or an earlier attempt's claim is taken back by its own-entry
@@ -40,7 +32,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from recovery.params import JobParams, Unit
-from recovery.redis_io.autoclaim import ClaimBatch, SentFirstClaims, first_claims
+from recovery.redis_io.autoclaim import ClaimBatch, first_claims
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.streams import END_CURSOR
 
@@ -66,56 +58,14 @@ def with_first_steps(client: Callable[[], redis.Redis], params: JobParams,
         return
     pending = iter(units)
     width = 1
-    chunk = list(islice(pending, width))
-    ahead: Round | None = None
-    try:
-        while chunk:
-            conn = client()
-            sent_at, batches = ahead.read() if ahead else _claimed_now(conn, params, chunk,
-                                                                       width > 1)
-            ahead = None
-            width = 1 if isinstance(conn, RedisCluster) else next_width(batches, params.count)
-            following = list(islice(pending, width))
-            if width > 1 and following and params.max_entries_per_s_per_partition is None:
-                ahead = Round(conn, params, following)
-            yield from zip(chunk, (FirstStep(b, sent_at) for b in batches), strict=True)
-            chunk = following
-    finally:
-        if ahead is not None:
-            ahead.close()
-
-
-def _claimed_now(conn: redis.Redis, params: JobParams, chunk: list[Unit], whole: bool
-                 ) -> tuple[float, list[ClaimBatch | Exception]]:
-    """When the round of `chunk` was sent (``time.monotonic()``) and its batches: one
-    round trip now (`whole`: a wide round, whose claims read the whole PELs)."""
-    sent_at = time.monotonic()
-    with redis_errors(params.redis):
-        return sent_at, first_claims(conn, _targets(chunk), params.min_idle_ms, params.count,
-                                     whole=whole)
-
-
-class Round:
-    """A wide round sent ahead: sent when made, so Redis claims it while the units of the
-    round before are handed over; :meth:`read` when its units come, or :meth:`close`."""
-
-    def __init__(self, conn: redis.Redis, params: JobParams, chunk: list[Unit]) -> None:
-        self.params = params
-        self.sent_at = time.monotonic()
+    while chunk := list(islice(pending, width)):
+        sent_at = time.monotonic()
+        conn = client()
         with redis_errors(params.redis):
-            self._sent = SentFirstClaims(conn, _targets(chunk), params.min_idle_ms,
-                                         params.count)
-
-    def read(self) -> tuple[float, list[ClaimBatch | Exception]]:
-        with redis_errors(self.params.redis):
-            return self.sent_at, self._sent.batches()
-
-    def close(self) -> None:
-        self._sent.close()
-
-
-def _targets(chunk: list[Unit]) -> list[tuple[str, str, str]]:
-    return [(u.stream, u.group, u.consumer) for u in chunk]
+            batches = first_claims(conn, [(u.stream, u.group, u.consumer) for u in chunk],
+                                   params.min_idle_ms, params.count, whole=width > 1)
+        yield from zip(chunk, (FirstStep(b, sent_at) for b in batches), strict=True)
+        width = 1 if isinstance(conn, RedisCluster) else next_width(batches, params.count)
 
 
 def next_width(batches: list[ClaimBatch | Exception], count: int) -> int:

@@ -16,29 +16,22 @@ from collections.abc import Iterable, Iterator
 from recovery.executor.claim import ClaimStep
 from recovery.executor.claimed import Claimed
 
-GATHER_FOR_S = 0.05  # a batch is handed over once it has gathered this long (s)
+GATHER_FOR_S = 0.05  # a batch is handed over once its first claim is this old (s)
 
 
 def gathered(steps: Iterable[ClaimStep], rows: int, for_s: float = GATHER_FOR_S
              ) -> Iterator[ClaimStep]:
     """`steps` joined into steps of about `rows` entries or fewer: a step is added to the
-    batch being gathered while the batch holds fewer than `rows` entries and its first step
-    came less than `for_s` seconds ago (a first step with no claim time goes alone); a batch
-    that reaches `rows` goes at once. (Counted
-    from when the first step came, not from when its claim was sent: a round of first steps
-    sent ahead waited out the hand-over before it, ``recovery.executor.first_steps``.) A
+    batch being gathered while the batch holds fewer than `rows` entries and its first claim
+    was sent less than `for_s` seconds ago; a batch that reaches `rows` goes at once. A
     joined step's lease reading is its oldest claim's (None when a step has none), so the
     hand-over reads the lease again when it is stale (``recovery.executor.lease``)."""
     held: list[ClaimStep] = []
     size = 0
-    since = 0.0  # when the first step held came (time.monotonic() seconds)
     for step in steps:
-        if held and (size + len(step.claimed) > rows or held[0].sent_at is None
-                     or time.monotonic() - since > for_s):
+        if held and (size + len(step.claimed) > rows or _older_than(held[0], for_s)):
             yield _joined(held)
             held, size = [], 0
-        if not held:
-            since = time.monotonic()
         held.append(step)
         size += len(step.claimed)
         if size >= rows:  # full: handed over before the next claim (a big unit's steps)
@@ -46,6 +39,10 @@ def gathered(steps: Iterable[ClaimStep], rows: int, for_s: float = GATHER_FOR_S
             held, size = [], 0
     if held:
         yield _joined(held)
+
+
+def _older_than(step: ClaimStep, seconds: float) -> bool:
+    return step.sent_at is None or time.monotonic() - step.sent_at > seconds
 
 
 def _joined(steps: list[ClaimStep]) -> ClaimStep:

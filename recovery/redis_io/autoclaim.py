@@ -12,7 +12,6 @@ from typing import Any
 
 import redis
 
-from recovery.redis_io.pipelined import SentTransaction
 from recovery.redis_io.streams import (
     END_CURSOR,
     ID,
@@ -94,42 +93,11 @@ def first_claims(client: redis.Redis, units: Sequence[tuple[str, str, str]],
     is one XPENDING of the first `count` rows of its PEL, whoever owns them and however idle
     (:func:`whole_reply`), instead of the idle rows and the consumer's first own entry: two
     commands per unit instead of three, and a small PEL is seen whole."""
-    return first_claim_batches(units, in_transaction(client, first_claim_commands(
-        units, min_idle_ms, count, whole)), min_idle_ms, count, whole)
-
-
-class SentFirstClaims:
-    """:func:`first_claims` with `whole` on a standalone server, sent at once and read later
-    (``recovery.redis_io.pipelined.SentTransaction``): :meth:`batches` reads what
-    :func:`first_claims` would return, :meth:`close` drops it unread. One of the two, once."""
-
-    def __init__(self, client: redis.Redis, units: Sequence[tuple[str, str, str]],
-                 min_idle_ms: int, count: int) -> None:
-        self._units, self._min_idle_ms, self._count = units, min_idle_ms, count
-        self._sent = SentTransaction(client, first_claim_commands(units, min_idle_ms, count,
-                                                                  True))
-
-    def batches(self) -> list[ClaimBatch | Exception]:
-        return first_claim_batches(self._units, self._sent.replies(), self._min_idle_ms,
-                                   self._count, True)
-
-    def close(self) -> None:
-        self._sent.close()
-
-
-def first_claim_commands(units: Sequence[tuple[str, str, str]], min_idle_ms: int, count: int,
-                         whole: bool) -> list[tuple[object, ...]]:
-    """The commands of :func:`first_claims`, unit after unit."""
-    make = whole_commands if whole else claim_commands
-    return [c for stream, group, consumer in units
-            for c in make(stream, group, consumer, min_idle_ms, END_CURSOR, count)]
-
-
-def first_claim_batches(units: Sequence[tuple[str, str, str]], replies: list[Any],
-                        min_idle_ms: int, count: int, whole: bool
-                        ) -> list[ClaimBatch | Exception]:
-    """What :func:`first_claims` returns, of the transaction's `replies`."""
     per_unit = WHOLE_REPLIES if whole else CLAIM_REPLIES
+    replies = in_transaction(client, [
+        c for stream, group, consumer in units
+        for c in (whole_commands if whole else claim_commands)(
+            stream, group, consumer, min_idle_ms, END_CURSOR, count)])
     result: list[ClaimBatch | Exception] = []
     for (_, _, consumer), i in zip(units, range(0, len(replies), per_unit), strict=True):
         step = replies[i : i + per_unit]

@@ -1,6 +1,5 @@
 """Many commands in one round trip on a standalone server, without redis-py's Pipeline:
-as they come (:func:`exchange`) or as one MULTI/EXEC transaction (:func:`transaction`), also
-sent now and read later (:class:`SentTransaction`).
+as they come (:func:`exchange`) or as one MULTI/EXEC transaction (:func:`transaction`).
 
 redis-py's Pipeline spends more client CPU per command than the server spends on a cheap
 read (it queues, wraps and parses each command in several Python calls). The driver reads a
@@ -18,7 +17,7 @@ from typing import Any
 import redis
 from hiredis import pack_command
 from redis.connection import Connection
-from redis.exceptions import ConnectionError, DataError, ResponseError, TimeoutError
+from redis.exceptions import DataError, ResponseError
 
 
 def exchange(client: redis.Redis, commands: Sequence[Sequence[object]],
@@ -54,12 +53,6 @@ def _callbacks(client: redis.Redis, commands: Sequence[Sequence[object]]
 def _round_trip(conn: Connection, commands: Sequence[Sequence[object]],
                 callbacks: list[Callable[..., object] | None]) -> list[object]:
     conn.send_packed_command(packed(commands))
-    return _read(conn, callbacks)
-
-
-def _read(conn: Connection, callbacks: list[Callable[..., object] | None]) -> list[object]:
-    """One reply per callback off `conn`, each after its callback (None: raw); an error the
-    server answered is returned in its place."""
     replies: list[object] = []
     for callback in callbacks:
         try:
@@ -76,72 +69,13 @@ def transaction(client: redis.Redis, commands: Sequence[Sequence[object]]) -> li
     raw reply (no response callbacks), or the error the server answered for it in place.
     A command refused while queued (unknown, wrong arity, denied by ACL) aborts the whole
     transaction: that error is raised, and nothing ran."""
-    return _executed(exchange(client, _multi(commands), parse=False))
-
-
-def _multi(commands: Sequence[Sequence[object]]) -> list[Sequence[object]]:
-    return [("MULTI",), *commands, ("EXEC",)]
-
-
-def _executed(replies: list[object]) -> list[Any]:
-    """The EXEC reply's elements of a MULTI's replies, or the error that aborted it."""
+    replies = exchange(client, [("MULTI",), *commands, ("EXEC",)], parse=False)
     refused = next((r for r in replies[1:-1] if isinstance(r, ResponseError)), None)
     if refused is not None:
         raise refused
     if isinstance(replies[-1], Exception):
         raise replies[-1]
     return list(replies[-1])  # type: ignore[call-overload]
-
-
-class SentTransaction:
-    """`commands` in one MULTI/EXEC sent at once on a pooled connection of its own and read
-    later (:meth:`replies`), so the server runs it while the caller does other work; the
-    replies are :func:`transaction`'s. Read it or :meth:`close` it: until then it holds its
-    connection, which nothing else uses."""
-
-    def __init__(self, client: redis.Redis, commands: Sequence[Sequence[object]]) -> None:
-        self._pool = client.connection_pool
-        self._conn: Connection | None = self._pool.get_connection()
-        self._request = packed(_multi(commands))
-        self._count = len(commands) + 2
-        try:
-            self._conn.send_packed_command(self._request)
-            self._sent = True
-        except (ConnectionError, TimeoutError):  # sent again when read, per the retry policy
-            self._conn.disconnect()
-            self._sent = False
-
-    def replies(self) -> list[Any]:
-        """Read the replies (the EXEC reply's elements, an error the server answered in its
-        place; a refused command's error raised, as by :func:`transaction`). A connection
-        lost after the send gets the transaction sent again per the client's retry policy,
-        as :func:`transaction` retries it."""
-        conn = self._take()
-        try:
-            return _executed(conn.retry.call_with_retry(  # type: ignore[no-any-return]
-                lambda: self._attempt(conn), lambda _error: conn.disconnect()))
-        finally:
-            self._pool.release(conn)
-
-    def close(self) -> None:
-        """Drop it unread (if not read yet): its connection is closed, so no reply of it
-        reaches the pool's next user."""
-        if self._conn is not None:
-            conn = self._take()
-            conn.disconnect()
-            self._pool.release(conn)
-
-    def _attempt(self, conn: Connection) -> list[object]:
-        if not self._sent:
-            conn.send_packed_command(self._request)
-        self._sent = False  # a retry sends it again
-        return _read(conn, [None] * self._count)
-
-    def _take(self) -> Connection:
-        conn, self._conn = self._conn, None
-        if conn is None:
-            raise RuntimeError("a sent transaction is read or closed once")
-        return conn
 
 
 def packed(commands: Sequence[Sequence[object]]) -> list[bytes]:
