@@ -35,10 +35,10 @@ if TYPE_CHECKING:  # not at run time: this module runs before pyspark may be imp
     from pyspark.sql import SparkSession
 
 DAEMON_MODULE = "recovery.driver.pyspark_path"
-# What the daemon imports before it forks: the package and modules whose every module the
-# tasks import, and which start no thread and import neither pyarrow nor numpy (a fork keeps
-# only the forking thread; PySpark's daemon imports even its worker module after the fork
-# for that reason). tests/test_pyspark_path.py checks both.
+# What the daemon imports before it forks the workers: every module of PRELOADED_PACKAGE,
+# and PRELOADED. All are modules the tasks import anyway, and none starts a thread or imports
+# pyarrow or numpy (a fork keeps only the forking thread; PySpark's daemon imports even its
+# worker module after the fork for that reason). tests/test_pyspark_path.py checks both.
 PRELOADED_PACKAGE = "recovery.redis_io"
 PRELOADED = ("recovery.errors", "recovery.params", "recovery.handlers")
 
