@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
+import pyspark
 from pyspark.sql import SparkSession
 
 from recovery.driver import pyspark_path
-from recovery.driver.pyspark_path import prefer_installed_pyspark, with_installed_pyspark
+from recovery.driver.pyspark_path import (
+    drop_shadowing_zips,
+    prefer_installed_pyspark,
+    with_installed_pyspark,
+)
 
 
 def _installed_pyspark(site: Path) -> list[str]:
@@ -55,6 +61,27 @@ def test_zips_stay_first_when_their_package_is_not_on_the_path(tmp_path: Path):
     assert path == [*zips, "/app"]
 
 
+def test_the_daemon_drops_the_zips_whose_package_the_path_provides(tmp_path: Path,
+                                                                    monkeypatch):
+    """pyspark is in site-packages: its zip goes, with its cached importer; py4j is not: its
+    zip stays."""
+    site = tmp_path / "site-packages"
+    pyspark_zip, py4j_zip = _installed_pyspark(site)
+    monkeypatch.setitem(sys.path_importer_cache, pyspark_zip, None)
+    path = [pyspark_zip, py4j_zip, "/app", str(site)]
+    assert drop_shadowing_zips(path) == [pyspark_zip]
+    assert path == [py4j_zip, "/app", str(site)]
+    assert pyspark_zip not in sys.path_importer_cache
+
+
+def _spark_submits_zips() -> list[str]:
+    """The zips spark-submit puts on the Python path: those of the installed PySpark."""
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    zips = sorted(str(z) for z in lib.glob("*.zip"))
+    assert len(zips) == 2, zips
+    return zips
+
+
 def _where_pyspark_comes_from(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     import pyspark
 
@@ -64,12 +91,13 @@ def _where_pyspark_comes_from(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.
 
 def test_python_workers_import_the_installed_pyspark(spark):
     """The session (like the job's) starts its workers through recovery.driver.pyspark_path:
-    they import PySpark from site-packages, with the zips still on the path behind it."""
+    they import PySpark from site-packages, and spark-submit's zips of it (and of py4j,
+    installed beside it) are no longer on their path."""
     rows = spark.range(2, numPartitions=2).mapInArrow(
         _where_pyspark_comes_from, "file string, path array<string>").collect()
     for row in rows:
         assert ".zip" not in row["file"], row["file"]
-        assert any(p.endswith("pyspark.zip") for p in row["path"])
+        assert [p for p in row["path"] if p in _spark_submits_zips()] == []
 
 
 def test_the_daemon_is_ours_when_recovery_is_installed():
@@ -79,28 +107,35 @@ def test_the_daemon_is_ours_when_recovery_is_installed():
     assert builder._options["spark.python.daemon.module"] == pyspark_path.__name__
 
 
-# Run in a fresh interpreter: PySpark's daemon loop replaced by a report of what the daemon
-# holds when it would start forking workers.
+# Run in a fresh interpreter: PySpark's daemon loop replaced (before anything imports pyspark)
+# by a report of what the daemon holds when it would start forking workers.
 _DAEMON_AT_FORK = """
-import json, os, sys
-import pyspark.daemon
+import json, os, sys, types
 def report():
-    print(json.dumps({"modules": sorted(sys.modules),
+    print(json.dumps({"modules": sorted(sys.modules), "path": sys.path,
+                      "pyspark": sys.modules["pyspark"].__file__,
                       "threads": len(os.listdir(f"/proc/{os.getpid()}/task"))}))
-pyspark.daemon.manager = report
+sys.modules["pyspark.daemon"] = types.SimpleNamespace(manager=report)
 from recovery.driver import pyspark_path
 pyspark_path.main()
 """
 
 
 def test_the_daemon_imports_the_redis_layer_before_it_forks_and_starts_no_thread():
-    """Workers forked from the daemon find the tasks' Redis layer imported; the daemon has
-    still one thread and no pyarrow, numpy or pandas (a fork keeps only the forking thread)."""
+    """Workers forked from the daemon find the tasks' Redis layer and PySpark's worker module
+    imported, and spark-submit's zips (first on the path, as spark-submit puts them) gone;
+    the daemon has still one thread and no pyarrow, numpy or pandas (a fork keeps only the
+    forking thread)."""
+    zips = _spark_submits_zips()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(zips)}
     out = subprocess.run([sys.executable, "-c", _DAEMON_AT_FORK], capture_output=True,
-                         text=True, check=True, timeout=60).stdout
+                         text=True, check=True, timeout=60, env=env).stdout
     held = json.loads(out.strip().splitlines()[-1])
+    assert [p for p in held["path"] if p in zips] == []
+    assert ".zip" not in held["pyspark"]
     expected = pyspark_path.preloaded()
     assert "recovery.redis_io.autoclaim" in expected and "redis" not in expected
+    assert "pyspark.worker" in expected
     assert [m for m in expected if m not in held["modules"]] == []
     assert "redis.cluster" in held["modules"]
     assert [m for m in held["modules"] if m.split(".")[0] in ("pyarrow", "numpy", "pandas")] \

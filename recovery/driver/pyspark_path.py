@@ -14,15 +14,20 @@ Must run before anything imports ``pyspark``: the driver's entry points call
 ``prefer_installed_pyspark()`` first, and the executors' Python daemon is this module
 (``spark.python.daemon.module``, see :func:`with_installed_pyspark`).
 
-As the daemon, it also imports the tasks' Redis layer once (:func:`preload`) before PySpark
-forks the workers from it, so no worker imports it again (redis-py alone is ~0.2 s of CPU
-per worker, paid while the pass starts).
+As the daemon, it also imports the tasks' Redis layer and PySpark's worker module once
+(:func:`preload`) before PySpark forks the workers from it, so no worker imports them again
+(redis-py alone is ~0.2 s of CPU per worker, paid while the pass starts), and it drops the
+zips from the path (:func:`drop_shadowing_zips`): a worker adds its task's file directory
+to its path and then invalidates the import caches, which makes the importer of each zip
+still on the path read that zip's whole directory again (~0.28 s of CPU per worker for
+``pyspark.zip``, measured with py-spy).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.machinery
 import os
 import pkgutil
 import sys
@@ -38,9 +43,10 @@ DAEMON_MODULE = "recovery.driver.pyspark_path"
 # What the daemon imports before it forks the workers: every module of PRELOADED_PACKAGE,
 # and PRELOADED. All are modules the tasks import anyway, and none starts a thread or imports
 # pyarrow or numpy (a fork keeps only the forking thread; PySpark's daemon imports even its
-# worker module after the fork for that reason). tests/test_pyspark_path.py checks both.
+# worker module after the fork for that reason, not knowing which module it is: ours is
+# PySpark's own, which imports neither). tests/test_pyspark_path.py checks both.
 PRELOADED_PACKAGE = "recovery.redis_io"
-PRELOADED = ("recovery.errors", "recovery.params", "recovery.handlers")
+PRELOADED = ("recovery.errors", "recovery.params", "recovery.handlers", "pyspark.worker")
 
 
 def shadowing_zips(path: list[str]) -> list[str]:
@@ -71,6 +77,24 @@ def prefer_installed_pyspark(path: list[str] | None = None) -> None:
         path.append(entry)
 
 
+def drop_shadowing_zips(path: list[str] | None = None) -> list[str]:
+    """Remove from `path` (default ``sys.path``) the zips of :func:`shadowing_zips` whose
+    package (named by the zip's stem up to its first ``-``: ``pyspark``, ``py4j``) the rest
+    of `path` provides, and forget their cached importers; returns the zips removed. A zip
+    whose package is found nowhere else stays (behind it, as :func:`prefer_installed_pyspark`
+    leaves it)."""
+    path = sys.path if path is None else path
+    dropped = []
+    for entry in shadowing_zips(path):
+        rest = [p for p in path if p != entry]
+        package = Path(entry).stem.split("-")[0]
+        if importlib.machinery.PathFinder.find_spec(package, rest) is not None:
+            path.remove(entry)
+            sys.path_importer_cache.pop(entry, None)
+            dropped.append(entry)
+    return dropped
+
+
 def with_installed_pyspark(builder: SparkSession.Builder) -> SparkSession.Builder:
     """`builder`, set to start the Python workers through :func:`main` when ``recovery`` is
     installed (the executors then import it like any task does). Unchanged when it came as a
@@ -97,9 +121,11 @@ def preload() -> None:
 
 
 def main() -> None:
-    """The executors' Python daemon: PySpark's own, started after the path is fixed and the
-    tasks' Redis layer is imported."""
+    """The executors' Python daemon: PySpark's own, started after the path is fixed (the
+    zips dropped, or put behind the package) and the tasks' Redis layer and PySpark's
+    worker module are imported."""
     prefer_installed_pyspark()
+    drop_shadowing_zips()
     preload()
     from pyspark import daemon
 
