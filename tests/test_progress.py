@@ -453,10 +453,11 @@ def length_reads(client: Redis) -> int:
 def test_a_dead_letter_stream_is_read_again_only_when_a_pel_of_its_stream_changed(
         server, caplog_info):
     """A reading reads a dead-letter stream's length only when a PEL summary of one of its
-    stream's units changed since the length was read: not on a quiet tick, yes when a group
-    of a stream of two groups changed, and yes when entries left a PEL and as many new ones
-    came to the same consumer (same count and first ID; the last ID tells). The totals still
-    match XPENDING and XLEN."""
+    stream's units changed since the length was read: not on a quiet tick, nor at a tick
+    while every unit of the stream is as at the baseline (the health read the lengths), yes
+    when a group of a stream of two groups changed, and, at the final reading, yes when
+    entries left a PEL and as many new ones came to the same consumer (same count and first
+    ID; the last ID tells). The totals still match XPENDING and XLEN."""
     caplog = caplog_info
     client = server.client()
     ids = seed(client, ["a", "b"], 10)
@@ -471,7 +472,7 @@ def test_a_dead_letter_stream_is_read_again_only_when_a_pel_of_its_stream_change
             rep.report()
             return length_reads(client) - reads
 
-        assert tick() == 3  # the health's lengths came with no PEL summary
+        assert tick() == 0  # no unit reached by the job yet: the health's lengths hold
         assert tick() == 0  # nothing changed
         claim(client, "a", JOB[0], ids["a"][:2])
         dead_letter(client, "a", dlqs[0], ids["a"][:2])
@@ -490,3 +491,26 @@ def test_a_dead_letter_stream_is_read_again_only_when_a_pel_of_its_stream_change
     assert (pending, dead) == (37, 5)
     final = [line for line in progress_lines(caplog) if line.startswith("progress final ")]
     assert final[0].endswith(": " + expected(40 - pending, 40, dead, 0, pending, 2, 4)), final
+
+
+def test_a_tick_reads_a_length_the_baseline_could_not_read_even_before_the_job_comes(
+        server, caplog_info):
+    """The health could not read the dead-letter length (the key held a string then): the
+    first tick reads it although the job has not reached the unit, so the job's later moves
+    count from there, not from a length read after them."""
+    caplog = caplog_info
+    client = server.client()
+    ids = seed(client, ["a"], 10)
+    dlq = dead_letter_key("a", ":dlq")
+    client.set(dlq, "not a stream")
+    with reporter(server, units_of(client, [("a", GROUP)]), 60, from_health=True) as rep:
+        client.delete(dlq)
+        for n in range(2):
+            client.xadd(dlq, {"earlier": str(n)})  # dead letters of someone else, or before
+        reads = length_reads(client)
+        rep.report()
+        assert length_reads(client) - reads == 1
+        claim(client, "a", JOB[0], ids["a"][:3])
+        dead_letter(client, "a", dlq, ids["a"][:3])
+    assert client.xlen(dlq) == 5
+    assert totals(caplog)[-1] == expected(3, 10, 3, 0, 7, 1, 1)

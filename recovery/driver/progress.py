@@ -1,14 +1,14 @@
 """Driver-side progress of a run, read from Redis itself while the Spark stages run.
 
 Executors' logs are not visible on the driver, so the driver asks Redis: every
-``report.progress_interval_s`` seconds a daemon thread reads, for every work unit, the group's
-PEL summary (``XPENDING stream group``: how many entries are pending, and how many of them
-this run's job consumers ``<prefix>-<run id>-<part>`` hold), then the length of the stream's
-dead-letter stream (``XLEN``), pipelined (``recovery.driver.progress_read``: a few round trips per
-1000 units, routed by key on a Redis Cluster). A dead-letter stream's length is read again
-only when a PEL summary of one of its stream's units changed since its length was last read
-(the whole summary: count, first and last ID, each consumer's count): the job moves entries
-to it only out of those PELs, so an unchanged summary means no move of this run since.
+``report.progress_interval_s`` seconds a daemon thread reads each work unit's PEL summary
+(``XPENDING stream group``: how many entries are pending, how many of them this run's job
+consumers ``<prefix>-<run id>-<part>`` hold), then the length of the stream's dead-letter
+stream (``XLEN``), pipelined (``recovery.driver.progress_read``: a few round trips per 1000
+units, routed by key on a Redis Cluster). A dead-letter length is read again only when a PEL
+summary of one of its stream's units changed since it was last read (count, first and last
+ID, each consumer's count: the job moves entries to it only out of those PELs), and a tick
+skips the units still as at the baseline (as many pending, none ever held by the job).
 It logs at INFO on ``recovery.driver.progress``:
 
 - on entering, ``progress start: 1,000,000 pending entries in 1,000 streams; a progress line
@@ -18,10 +18,10 @@ It logs at INFO on ``recovery.driver.progress``:
     progress 40 s: 312,000 of 1,000,000 pending entries done (31%), 5,400 dead-lettered,
     120,000 held by the job, 688,000 still pending; 210 of 1,000 streams finished
 
-  (one line in the log; `` (3 vanished)`` appended when units vanished; on exit
-  ``progress final 52 s: ...``, read once more (the PEL summaries as the job's consumer
-  clean-up just read them, the dead-letter lengths anew), or ``progress final 52 s (as of
-  the reading at 40 s): ...`` when that last read failed);
+  (one line; `` (3 vanished)`` appended when units vanished; on exit ``progress final 52 s:
+  ...``, read once more (the PEL summaries as the consumer clean-up just read them, the
+  dead-letter lengths that may have changed), or ``progress final 52 s (as of the reading at
+  40 s): ...`` when that last read failed);
 - then one line per unit that changed since the previous tick (its PEL size, the job's share
   of it, or its stream's DLQ length), largest change first, at most ``MAX_STREAM_LINES`` per
   tick, then ``progress ... and N more streams changed``::
@@ -111,23 +111,18 @@ class ProgressReporter:
     """Logs a run's progress every `interval_s` seconds while the ``with`` block runs.
 
     ``with ProgressReporter(client, units, dlq_suffix, consumer_prefix, run_id, interval_s,
-    params): run_the_stages()``. `client` comes from ``recovery.redis_io.redis_conn.connect`` (raw
-    XPENDING replies; standalone or cluster; the driver may go on using it, redis-py clients
-    are thread-safe and each read uses its own pipeline); `units` from
-    ``recovery.driver.discovery.discover``;
-    `params` only words error messages; `health`, the group health rows read just before
-    (``recovery.driver.health.collect_health``), is the baseline when given (no read of its
-    own), else entering reads one. Entering takes the baseline and starts a daemon
-    thread; leaving stops it at once (an Event, no sleep to the end of the interval), reads
-    once more and logs the final totals. `interval_s` <= 0, or no units: nothing is read or
-    logged and no thread starts. Never raises for Redis trouble (see the module doc).
+    params): run_the_stages()``. `client` from ``recovery.redis_io.redis_conn.connect`` (raw
+    XPENDING replies; standalone or cluster; thread-safe, so the driver may go on using it);
+    `units` from ``recovery.driver.discovery.discover``; `params` only words error messages;
+    `health`, the group health rows read just before (``recovery.driver.health
+    .collect_health``), is the baseline when given, else entering reads one. Entering takes
+    the baseline and starts a daemon thread; leaving stops it at once (an Event), reads once
+    more and logs the final totals. `interval_s` <= 0, or no units: nothing is read or logged
+    and no thread starts. Never raises for Redis trouble (see the module doc).
 
-    The final reading can take the units' PEL summaries from outside instead of reading them
-    again (``take_final_summaries``): the job's consumer clean-up, the last step inside the
-    ``with`` block, reads each group's summary anyway (``recovery.driver.health
-    .clean_up_job_consumers``), so its reads serve both. The reporter still reads the
-    dead-letter lengths, and itself every unit it was given no usable summary for (all of
-    them when the block ends before the clean-up, e.g. on an error).
+    The final reading takes the PEL summaries the job's consumer clean-up read just before
+    (``take_final_summaries``), and reads itself the dead-letter lengths and every unit it was
+    given no usable summary for (all when the block ends before the clean-up, on an error).
     """
 
     def __init__(self, client: redis.Redis, units: Sequence[WorkUnit], dlq_suffix: str,
@@ -171,9 +166,8 @@ class ProgressReporter:
 
     def take_final_summaries(self, summaries: Mapping[tuple[str, str], object]) -> None:
         """Let the final reading use `summaries` (by (stream, group): a raw ``XPENDING stream
-        group`` reply, or the error answered in its place, as ``recovery.driver.discovery
-        .CleanUp`` holds them, read just now) instead of reading those units again. Nothing
-        is read here; a disabled reporter ignores them."""
+        group`` reply or the error answered instead, as ``discovery.CleanUp`` holds them, read
+        just now) instead of reading those units again. A disabled reporter ignores them."""
         self._final_summaries = dict(summaries)
 
     def __enter__(self) -> ProgressReporter:
@@ -201,12 +195,8 @@ class ProgressReporter:
         """Per unit the PEL size now (the discovery count if unreadable), per dead-letter
         stream its length (unknown until the first reading that can see it): from the
         group health when the reporter was given it, else read now."""
-        if self._health is not None:
-            reading: Reading | None = health_reading(self._units, self._health, self._dlq,
-                                                     self._stem)
-            failure = ""
-        else:
-            reading, failure = self._read()
+        reading, failure = ((health_reading(self._units, self._health, self._dlq, self._stem), "")
+                            if self._health is not None else self._read())
         with self._lock:
             if reading is None:
                 log.warning("progress: no baseline (%s); using the pending counts of "
@@ -239,7 +229,8 @@ class ProgressReporter:
             return None
         with self._lock:
             picked, unfinished = self._picked(final)
-        reading, failure = self._read(picked, self._final_summaries if final else None)
+        reading, failure = self._read(picked, self._final_summaries if final else None,
+                                      tick=not final)
         with self._lock:
             if self._closed or (self._stop.is_set() and not final):
                 return None
@@ -279,33 +270,42 @@ class ProgressReporter:
         return picked, len(unfinished)
 
     def _read(self, picked: list[int] | None = None,
-              known: Mapping[tuple[str, str], object] | None = None
+              known: Mapping[tuple[str, str], object] | None = None, tick: bool = False
               ) -> tuple[Reading | None, str]:
         """One reading of the `picked` units (all when None; the others read as None: last
         known numbers kept; `known` summaries not read again: ``read_progress``), or None
-        and why (a one-line error naming host:port, never secrets)."""
+        and why (a one-line error naming host:port, never secrets). A `tick` reads no
+        dead-letter length for units still as at the baseline (``_lengths_for``)."""
         try:
             with redis_errors(self._params):
                 return read_progress(self._client, self._units, self._dlq, self._stem,
-                                     picked, known, partial(self._lengths_for, picked)), ""
+                                     picked, known, partial(self._lengths_for, picked, tick)), ""
         except RecoveryError as error:
             return None, str(error)
         except Exception as error:  # anything else a client can raise: report, go on
             return None, type(error).__name__
 
-    def _lengths_for(self, picked: Sequence[int] | None, states: Sequence[UnitState | None]
-                     ) -> list[str]:
+    def _lengths_for(self, picked: Sequence[int] | None, tick: bool,
+                     states: Sequence[UnitState | None]) -> list[str]:
         """The dead-letter keys of the `picked` units (all when None) to read, given the
         `states` just read: ``stale_lengths`` (a unit not read now counts with its last
-        reading, one that could not be read as changed)."""
+        reading, one that could not be read as changed), at a `tick` not :meth:`_untouched`."""
         indices = range(len(self._units)) if picked is None else picked
         with self._lock:
             marks = [state.mark for state in self._state]
             for i in indices:
-                state = states[i]
-                marks[i] = state.mark if state is not None else None
-            return stale_lengths((self._dlq[i] for i in indices), self._units_of, marks,
-                                 self._dead_marks, self._dead)
+                marks[i] = getattr(states[i], "mark", None)  # None: not read
+            keys = (self._dlq[i] for i in indices if not (tick and self._untouched(i, states[i])))
+            return stale_lengths(keys, self._units_of, marks, self._dead_marks, self._dead)
+
+    def _untouched(self, i: int, state: UnitState | None) -> bool:
+        """Unit `i`, read as `state`, is as at the baseline (module doc), its dead-letter length
+        known: the job moves entries only out of its holdings, acking them, so none came from
+        it, unless as many were delivered anew (the final reading, not skipping, counts them)."""
+        key = self._dlq[i]
+        return (state is not None and not state.gone and state.pending == self._base[i]
+                and state.held == 0 and not self._ever_held[i]
+                and key is not None and self._dead.get(key) is not None)
 
     def _apply(self, reading: Reading) -> list[str]:
         """Take in a reading (keeping the last known numbers of what it could not read);
