@@ -93,11 +93,12 @@ def test_python_workers_import_the_installed_pyspark(spark):
     """The session (like the job's) starts its workers through recovery.driver.pyspark_path:
     they import PySpark from site-packages, and spark-submit's zips of it (and of py4j,
     installed beside it) are no longer on their path."""
+    zips = _spark_submits_zips()
     rows = spark.range(2, numPartitions=2).mapInArrow(
         _where_pyspark_comes_from, "file string, path array<string>").collect()
     for row in rows:
         assert ".zip" not in row["file"], row["file"]
-        assert [p for p in row["path"] if p in _spark_submits_zips()] == []
+        assert [p for p in row["path"] if p in zips] == []
 
 
 def test_the_daemon_is_ours_when_recovery_is_installed():
