@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
+import zipimport
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from recovery.driver import pyspark_path
 from recovery.driver.pyspark_path import (
+    drop_archives_without_modules,
     drop_shadowing_zips,
     prefer_installed_pyspark,
     with_installed_pyspark,
@@ -74,6 +77,39 @@ def test_the_daemon_drops_the_zips_whose_package_the_path_provides(tmp_path: Pat
     assert pyspark_zip not in sys.path_importer_cache
 
 
+def _archive(path: Path, names: list[str]) -> str:
+    """A zip archive at `path` holding empty files of `names`."""
+    with zipfile.ZipFile(path, "w") as archive:
+        for name in names:
+            archive.writestr(name, "")
+    return str(path)
+
+
+def test_the_daemon_drops_archives_from_which_nothing_can_be_imported(tmp_path: Path,
+                                                                       monkeypatch):
+    """A jar of classes goes, with its cached importers (also the one of a directory in it);
+    an archive with a module stays and still imports; so does a file that only looks like an
+    archive (the import system judges it as before)."""
+    classes = _archive(tmp_path / "core.jar", ["org/apache/A.class", "META-INF/MANIFEST.MF"])
+    modules = _archive(tmp_path / "lib.zip", ["pkg/__init__.py", "pkg/tool.pyc"])
+    (tmp_path / "odd.jar").write_bytes(b"not a zip")
+    odd = str(tmp_path / "odd.jar")
+    for key in (classes, os.path.join(classes, "org"), modules):
+        monkeypatch.setitem(sys.path_importer_cache, key, zipimport.zipimporter(key))
+    path = [classes, "/app", modules, odd]
+    assert drop_archives_without_modules(path) == [classes]
+    assert path == ["/app", modules, odd]
+    assert [k for k in sys.path_importer_cache if k.startswith(classes)] == []
+    assert modules in sys.path_importer_cache
+
+
+def _spark_core_jar() -> str:
+    """The jar Spark puts on its workers' Python path (the one of its core classes)."""
+    jars = list((Path(pyspark.__file__).parent / "jars").glob("spark-core_*.jar"))
+    assert len(jars) == 1, jars
+    return str(jars[0])
+
+
 def _spark_submits_zips() -> list[str]:
     """The zips spark-submit puts on the Python path: those of the installed PySpark."""
     lib = Path(pyspark.__file__).parent / "python" / "lib"
@@ -92,8 +128,9 @@ def _where_pyspark_comes_from(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.
 def test_python_workers_import_the_installed_pyspark(spark):
     """The session (like the job's) starts its workers through recovery.driver.pyspark_path:
     they import PySpark from site-packages, and spark-submit's zips of it (and of py4j,
-    installed beside it) are no longer on their path."""
-    zips = _spark_submits_zips()
+    installed beside it) and Spark's core jar (no Python in it) are no longer on their
+    path."""
+    zips = [*_spark_submits_zips(), _spark_core_jar()]
     rows = spark.range(2, numPartitions=2).mapInArrow(
         _where_pyspark_comes_from, "file string, path array<string>").collect()
     for row in rows:
@@ -124,10 +161,10 @@ pyspark_path.main()
 
 def test_the_daemon_imports_the_redis_layer_before_it_forks_and_starts_no_thread():
     """Workers forked from the daemon find the tasks' Redis layer and PySpark's worker module
-    imported, and spark-submit's zips (first on the path, as spark-submit puts them) gone;
-    the daemon has still one thread and no pyarrow, numpy or pandas (a fork keeps only the
-    forking thread)."""
-    zips = _spark_submits_zips()
+    imported, and spark-submit's zips (first on the path, as spark-submit puts them) and
+    Spark's core jar gone; the daemon has still one thread and no pyarrow, numpy or pandas
+    (a fork keeps only the forking thread)."""
+    zips = [*_spark_submits_zips(), _spark_core_jar()]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(zips)}
     out = subprocess.run([sys.executable, "-c", _DAEMON_AT_FORK], capture_output=True,
                          text=True, check=True, timeout=60, env=env).stdout

@@ -20,7 +20,9 @@ As the daemon, it also imports the tasks' Redis layer and PySpark's worker modul
 zips from the path (:func:`drop_shadowing_zips`): a worker adds its task's file directory
 to its path and then invalidates the import caches, which makes the importer of each zip
 still on the path read that zip's whole directory again (~0.28 s of CPU per worker for
-``pyspark.zip``, measured with py-spy).
+``pyspark.zip``, measured with py-spy). For the same reason it drops archives that hold no
+Python at all (:func:`drop_archives_without_modules`: Spark's core jar, which Spark puts
+on the workers' path, was read again at every task).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import importlib.machinery
 import os
 import pkgutil
 import sys
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -104,6 +107,33 @@ def with_installed_pyspark(builder: SparkSession.Builder) -> SparkSession.Builde
     return builder.config("spark.python.daemon.module", DAEMON_MODULE)
 
 
+def drop_archives_without_modules(path: list[str] | None = None) -> list[str]:
+    """Remove from `path` (default ``sys.path``) each zip archive (a ``.jar`` or ``.zip``
+    file) that holds no Python source or bytecode file, and forget its cached importers;
+    returns the archives removed. Nothing can be imported from such an archive, but its
+    importer would read its whole directory again at every cache invalidation. Spark puts
+    its core jar on the workers' path (~6,000 entries, no Python in PySpark 4)."""
+    path = sys.path if path is None else path
+    dropped = [entry for entry in path
+               if entry.endswith((".jar", ".zip")) and not _holds_modules(entry)]
+    for entry in dropped:
+        path.remove(entry)
+        for key in [k for k in sys.path_importer_cache if k == entry or
+                    k.startswith(entry + os.sep)]:
+            del sys.path_importer_cache[key]
+    return dropped
+
+
+def _holds_modules(archive: str) -> bool:
+    """Whether `archive` holds a ``.py`` or ``.pyc`` file; True when it cannot be read as a
+    zip (left for the import system to judge)."""
+    try:
+        with zipfile.ZipFile(archive) as opened:
+            return any(name.endswith((".py", ".pyc")) for name in opened.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return True
+
+
 def preloaded() -> list[str]:
     """The modules :func:`preload` imports: those of ``PRELOADED`` and every module of the
     ``PRELOADED_PACKAGE`` package."""
@@ -126,6 +156,7 @@ def main() -> None:
     worker module are imported."""
     prefer_installed_pyspark()
     drop_shadowing_zips()
+    drop_archives_without_modules()
     preload()
     from pyspark import daemon
 
