@@ -88,8 +88,8 @@ def _archive(path: Path, names: list[str]) -> str:
 def test_the_daemon_drops_archives_from_which_nothing_can_be_imported(tmp_path: Path,
                                                                        monkeypatch):
     """A jar of classes goes, with its cached importers (also the one of a directory in it);
-    an archive with a module stays and still imports; so does a file that only looks like an
-    archive (the import system judges it as before)."""
+    an archive with a module stays, with its importer; so does a file that only looks like
+    an archive (the import system judges it as before)."""
     classes = _archive(tmp_path / "core.jar", ["org/apache/A.class", "META-INF/MANIFEST.MF"])
     modules = _archive(tmp_path / "lib.zip", ["pkg/__init__.py", "pkg/tool.pyc"])
     (tmp_path / "odd.jar").write_bytes(b"not a zip")
@@ -130,12 +130,12 @@ def test_python_workers_import_the_installed_pyspark(spark):
     they import PySpark from site-packages, and spark-submit's zips of it (and of py4j,
     installed beside it) and Spark's core jar (no Python in it) are no longer on their
     path."""
-    zips = [*_spark_submits_zips(), _spark_core_jar()]
+    gone = [*_spark_submits_zips(), _spark_core_jar()]
     rows = spark.range(2, numPartitions=2).mapInArrow(
         _where_pyspark_comes_from, "file string, path array<string>").collect()
     for row in rows:
         assert ".zip" not in row["file"], row["file"]
-        assert [p for p in row["path"] if p in zips] == []
+        assert [p for p in row["path"] if p in gone] == []
 
 
 def test_the_daemon_is_ours_when_recovery_is_installed():
@@ -164,12 +164,12 @@ def test_the_daemon_imports_the_redis_layer_before_it_forks_and_starts_no_thread
     imported, and spark-submit's zips (first on the path, as spark-submit puts them) and
     Spark's core jar gone; the daemon has still one thread and no pyarrow, numpy or pandas
     (a fork keeps only the forking thread)."""
-    zips = [*_spark_submits_zips(), _spark_core_jar()]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(zips)}
+    gone = [*_spark_submits_zips(), _spark_core_jar()]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(gone)}
     out = subprocess.run([sys.executable, "-c", _DAEMON_AT_FORK], capture_output=True,
                          text=True, check=True, timeout=60, env=env).stdout
     held = json.loads(out.strip().splitlines()[-1])
-    assert [p for p in held["path"] if p in zips] == []
+    assert [p for p in held["path"] if p in gone] == []
     assert ".zip" not in held["pyspark"]
     expected = pyspark_path.preloaded()
     assert "recovery.redis_io.autoclaim" in expected and "redis" not in expected
