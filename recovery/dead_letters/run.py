@@ -40,11 +40,12 @@ from recovery.dead_letters.stats import (
 )
 from recovery.dead_letters.views import by_reason, by_signature, causes, with_death_time
 from recovery.driver.discovery import Skipped, check_server
-from recovery.driver.job import check_report_location, spark_errors
+from recovery.driver.job import spark_errors
 from recovery.driver.transforms import units_of_parts
 from recovery.params import DeadLetterReadParams, RedisParams
 from recovery.redis_io.cluster import biggest_first, groups_by_node
 from recovery.redis_io.redis_conn import connect
+from recovery.report.run_report import check_report_location
 from recovery.schemas import DEAD_LETTER, DEAD_LETTER_KEY
 
 log = logging.getLogger(__name__)

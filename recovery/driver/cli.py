@@ -20,12 +20,13 @@ from pyspark.sql import SparkSession
 
 from recovery.config import Settings, load_settings, redis_params
 from recovery.driver.discovery import check_server
-from recovery.driver.job import check_report_location, run
+from recovery.driver.job import run
 from recovery.driver.plan import local_plan_refusal
 from recovery.driver.pyspark_path import with_installed_pyspark
 from recovery.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, RecoveryError
 from recovery.handlers import load_handler
 from recovery.redis_io.redis_conn import connect
+from recovery.report.run_report import check_report_location
 
 log = logging.getLogger("recovery")
 CONSOLE_PROGRESS = "spark.ui.showConsoleProgress"

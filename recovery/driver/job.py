@@ -1,6 +1,7 @@
 """The recovery run, orchestrated on the driver.
 
-1. validate settings and handler, check the server, discover and spread the units;
+1. validate settings and handler, check the server, discover and spread the units (the JVM
+   warms up meanwhile: ``recovery.driver.warm_up``);
 2. group health as found (XINFO on the driver; PEL histograms from the claim steps' own
    reads, or, in a dry run, from an executor pass of their own);
 3. claim on executors, each entry joined with its PEL row (delivery count);
@@ -25,7 +26,6 @@ import secrets
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import redis
 from pyspark import StorageLevel
@@ -59,6 +59,7 @@ from recovery.driver.plan import (
 )
 from recovery.driver.progress import ProgressReporter
 from recovery.driver.transforms import units_of_parts
+from recovery.driver.warm_up import WarmUp, warming_up
 from recovery.errors import ConfigError, RecoveryError
 from recovery.executor.lease import LEASE_ROWS
 from recovery.executor.packing import PACK_ROWS
@@ -71,6 +72,7 @@ from recovery.redis_io.journal import drop_journals, journal_key, open_journals
 from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.report.run_report import (
     RunSummary,
+    check_report_location,
     due_time,
     fill_summary,
     format_table,
@@ -81,7 +83,6 @@ from recovery.report.run_report import (
     write_health,
     write_pass,
 )
-from recovery.report.worker_files import local_directory
 from recovery.schemas import (
     ACTIONS,
     PACKED,
@@ -116,7 +117,8 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
     load_handler(settings.handler.path)
     check_report_location(settings.report.path)
     client = connect(params.redis)
-    try:
+    # The JVM warms up (recovery.driver.warm_up) while the driver reads Redis.
+    with contextlib.closing(client), warming_up(spark) as warm_up:
         check_server(client, params.redis)
         server = server_identity(client, params.redis)
         if plan is not None:
@@ -138,14 +140,12 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             tallies = []
             if units:
                 tallies = _run_units(spark, client, settings, params, units, summary, dry_run,
-                                     plan)
+                                     plan, warm_up)
                 write_manifest(spark, summary.report_path,  # type: ignore[arg-type]
                                new_manifest(params, dry_run, started_ms, server))
             else:
                 summary.report_path = None
             fill_summary(summary, tallies, skipped, actions)
-    finally:
-        client.close()
     summary.duration_s = round(time.monotonic() - started, 3)
     if summary.not_due:
         log.info("run %s: %d entries left pending, not due yet under the backoff schedule; "
@@ -173,10 +173,10 @@ def pending_entries(spark: SparkSession, settings: Settings) -> DataFrame:
 
 def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
                units: list[WorkUnit], summary: RunSummary, dry_run: bool,
-               plan: str | None = None) -> Tallies:
+               plan: str | None = None, warm_up: WarmUp | None = None) -> Tallies:
     """Health (as found), the plan or the recovery (of `plan`'s entries, if given), then
-    housekeeping. Returns the report passes' tallies (``recovery.executor.tally``)."""
-    unit_df, consumers, parts = _unit_frame(spark, settings, params, units)
+    housekeeping; Spark's work waits for `warm_up`, if given. Returns the report passes'
+    tallies (``recovery.executor.tally``)."""
     no_retries = not retries_tasks(str(spark.conf.get("spark.master", "") or ""))
     one_pass = not dry_run and no_retries
     # A run counts the PEL histograms in its claim steps' own reads (either path); a dry
@@ -184,6 +184,9 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
     # of their own.
     in_pass = not dry_run and plan is None and settings.report.pel_histograms
     health = collect_health(client, units, params.redis, settings.dead_letter.suffix)
+    if warm_up is not None:
+        warm_up.wait()
+    unit_df, consumers, parts = _unit_frame(spark, settings, params, units)
     if settings.report.pel_histograms and not in_pass:
         hist_df = unit_df.mapInArrow(histogram_partition(params), PEL_HISTOGRAM)
         add_histograms(health, [r.asDict() for r in hist_df.collect()])  # a row per unit
@@ -372,27 +375,3 @@ def check_no_speculation(value: str | None) -> None:
             "spark.speculation is true: this job's tasks claim and ack in Redis and must not "
             "run twice at once; submit it with --conf spark.speculation=false"
         )
-
-
-def check_report_location(path: str) -> None:
-    """Fail early (exit 2) when a local report directory cannot be written."""
-    local = local_directory(path)
-    if local is None:
-        return  # remote file systems are checked by the write itself
-    probe = local
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir() or not _writable(probe):
-        raise ConfigError(
-            f"report.path {path}: {probe} is not a writable directory; "
-            "point report.path at a directory the job may write"
-        )
-
-
-def _writable(directory: Path) -> bool:
-    try:
-        with open(directory / f".recovery-probe-{secrets.token_hex(4)}", "w") as fh:
-            Path(fh.name).unlink()
-        return True
-    except OSError:
-        return False

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -13,7 +15,7 @@ from pyspark.sql import functions as F
 
 from recovery.driver.discovery import Skipped
 from recovery.driver.progress_lines import plural
-from recovery.errors import FailureThresholdError
+from recovery.errors import ConfigError, FailureThresholdError
 from recovery.executor.tally import (
     TALLIED,
     TALLY,
@@ -80,6 +82,30 @@ def run_path(base: str, run_id: str) -> str:
 def health_path(base: str, run_id: str) -> str:
     """Where one run's group health (one row per stream and group) goes."""
     return f"{base.rstrip('/')}/health/run_id={run_id}"
+
+
+def check_report_location(path: str) -> None:
+    """Fail early (exit 2) when a local report directory cannot be written."""
+    local = local_directory(path)
+    if local is None:
+        return  # remote file systems are checked by the write itself
+    probe = local
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not _writable(probe):
+        raise ConfigError(
+            f"report.path {path}: {probe} is not a writable directory; "
+            "point report.path at a directory the job may write"
+        )
+
+
+def _writable(directory: Path) -> bool:
+    try:
+        with open(directory / f".recovery-probe-{secrets.token_hex(4)}", "w") as fh:
+            Path(fh.name).unlink()
+        return True
+    except OSError:
+        return False
 
 
 def write_report(report: DataFrame, base: str, run_id: str) -> list[str]:
