@@ -92,8 +92,7 @@ def drop_shadowing_zips(path: list[str] | None = None) -> list[str]:
         rest = [p for p in path if p != entry]
         package = Path(entry).stem.split("-")[0]
         if importlib.machinery.PathFinder.find_spec(package, rest) is not None:
-            path.remove(entry)
-            sys.path_importer_cache.pop(entry, None)
+            _forget(path, entry)
             dropped.append(entry)
     return dropped
 
@@ -117,11 +116,17 @@ def drop_archives_without_modules(path: list[str] | None = None) -> list[str]:
     dropped = [entry for entry in path
                if entry.endswith((".jar", ".zip")) and not _holds_modules(entry)]
     for entry in dropped:
-        path.remove(entry)
-        for key in [k for k in sys.path_importer_cache if k == entry or
-                    k.startswith(entry + os.sep)]:
-            del sys.path_importer_cache[key]
+        _forget(path, entry)
     return dropped
+
+
+def _forget(path: list[str], entry: str) -> None:
+    """Remove `entry` from `path` and its cached importers (its own and those of directories
+    inside it, e.g. ``<jar>/org``) from ``sys.path_importer_cache``."""
+    path.remove(entry)
+    for key in [k for k in sys.path_importer_cache
+                if k == entry or k.startswith(entry + os.sep)]:
+        del sys.path_importer_cache[key]
 
 
 def _holds_modules(archive: str) -> bool:
