@@ -7,7 +7,8 @@ Counts are entries. Definitions, per unit (one stream and group), against the ba
 
 - *done*: baseline pending minus pending now, at least 0 (acked or dead-lettered by the job,
   or acked by anyone else meanwhile; so dead-lettered entries are part of done). A unit
-  whose stream or group vanished has nothing pending now: its baseline counts as done.
+  whose stream or group vanished has nothing pending now: its baseline counts as done, and
+  the totals line says how many vanished.
 - *held by the job*: pending entries owned by this run's job consumers (claimed, not yet
   acked or dead-lettered; at the end of a run, the ones whose handler call failed).
 - *still pending*: pending now and not held by the job (not claimed yet, not idle enough to
@@ -15,13 +16,14 @@ Counts are entries. Definitions, per unit (one stream and group), against the ba
 - *dead-lettered*: growth of the dead-letter streams' lengths since the baseline, at least 0,
   counted once per dead-letter stream: the groups of one stream share its DLQ, so a unit line
   says so when its stream has more than one group. Entries others add to a dead-letter
-  stream while its stream's PELs stand still are counted at the next reading that reads it,
-  if any.
+  stream while its stream's PELs stand still are counted at the next reading that reads it
+  (``recovery.driver.progress``: when a length is read again), if any.
 - *finished*: the stream or group vanished, or the job holds none of the unit's entries now
   and either its PEL is below its baseline, or is empty, or the job was seen holding some of
   it at an earlier reading. Entries left pending on purpose (too fresh to claim, or owned by
   a live consumer) do not keep a unit from finishing; a live consumer's acks can make a unit
-  read as finished before the job reaches it.
+  read as finished before the job reaches it. "streams" in the lines count units: a stream
+  with two groups counts twice.
 """
 
 from __future__ import annotations
