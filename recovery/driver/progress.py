@@ -108,12 +108,11 @@ class ProgressReporter:
                  params: RedisParams, health: Sequence[dict[str, Any]] | None = None) -> None:
         self._client = client
         self._health = health
-        self._units = list(units)
         self._interval_s = interval_s
         self._params = params
         self._stem = job_consumer_stem(consumer_prefix, run_id)
-        self._dlq = dead_letter_keys(self._units, dlq_suffix)
-        self._progress = ProgressState(self._units, self._dlq)
+        self._progress = ProgressState(units, dead_letter_keys(units, dlq_suffix))
+        self._units, self._dlq = self._progress.units, self._progress.dlq  # the state's own
         self._stop = threading.Event()
         self._lock = threading.RLock()
         self._thread: threading.Thread | None = None
