@@ -31,12 +31,17 @@ def bucket(value: int, buckets: tuple[tuple[int, str], ...], overflow: str) -> s
     return overflow
 
 
+# Delivery count -> its bucket's label, for the counts below the last bound (one list
+# index per count a histogram row holds, instead of a walk over the buckets).
+DELIVERY_LABELS = [bucket(n, DELIVERY_BUCKETS, ">100") for n in range(DELIVERY_BUCKETS[-1][0])]
+
+
 class PelHistogram:
     """Delivery counts and idle ages of PEL rows, counted as they are read (one unit's)."""
 
     def __init__(self) -> None:
         self.counts: Counter[int] = Counter()  # delivery count -> entries
-        self.ages: Counter[str] = Counter()  # idle-age label -> entries
+        self.ages: Counter[int] = Counter()  # idle-age bucket (index in IDLE_LABELS) -> entries
         self.oldest: int | None = None  # largest idle time seen, ms
         self.left_counted = False  # whether the rows the claim left were counted
 
@@ -52,15 +57,16 @@ class PelHistogram:
             return
         self.counts.update(map(itemgetter(COUNT), rows))
         idles = list(map(itemgetter(IDLE), rows))
-        for position, n in Counter(map(partial(bisect_right, IDLE_BOUNDS), idles)).items():
-            self.ages[IDLE_LABELS[position]] += n
+        self.ages.update(map(partial(bisect_right, IDLE_BOUNDS), idles))
         top = max(idles)
         self.oldest = top if self.oldest is None else max(self.oldest, top)
 
     def row(self, stream: str, group: str) -> dict[str, Any]:
         """A PEL_HISTOGRAM row: bucket label -> entries, for delivery counts and idle ages."""
-        deliveries: Counter[str] = Counter()
+        deliveries: dict[str, int] = {}
         for count, n in self.counts.items():
-            deliveries[bucket(count, DELIVERY_BUCKETS, ">100")] += n
+            label = DELIVERY_LABELS[count] if count < len(DELIVERY_LABELS) else ">100"
+            deliveries[label] = deliveries.get(label, 0) + n
         return {"stream": stream, "group": group, "deliveries": list(deliveries.items()),
-                "idle_ages": list(self.ages.items()), "oldest_idle_ms": self.oldest}
+                "idle_ages": [(IDLE_LABELS[i], n) for i, n in self.ages.items()],
+                "oldest_idle_ms": self.oldest}

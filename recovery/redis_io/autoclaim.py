@@ -7,8 +7,8 @@ Times are milliseconds; IDs of claimed entries stay ``bytes`` as Redis sends the
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import redis
 
@@ -126,20 +126,39 @@ def claim_commands(stream: str, group: str, consumer: str, min_idle_ms: int, cur
 def claim_reply(before_rows: list[PendingRow], own_rows: list[PendingRow],
                 reply: Sequence[Any]) -> ClaimBatch:
     """A ClaimBatch of one step's three raw replies (:func:`claim_commands`' commands)."""
-    next_cursor, items = as_str(reply[0]), reply[1]
-    found = [item for item in items if item is not None]
-    ids = [item[0] for item in found]
-    flats = [item[1] for item in found]
-    deleted = list(reply[2]) if len(reply) > 2 else []
-    unresolved = 0
-    if None in items:  # Redis 6.2: a deleted entry comes back as nil
-        nil_ids = deleted_by_position(items, before_rows, next_cursor)
-        if nil_ids is None:
-            unresolved = len(items) - len(ids)
-        else:
-            deleted += nil_ids
-    return ClaimBatch(next_cursor, ids, flats, deleted, {r[ID]: r for r in before_rows},
-                      own_rows[0][ID] if own_rows else None, unresolved)
+    claim = _Claimed.of(reply, before_rows)
+    return ClaimBatch(claim.next_cursor, claim.ids, claim.flats, claim.deleted,
+                      {r[ID]: r for r in before_rows}, own_rows[0][ID] if own_rows else None,
+                      claim.unresolved)
+
+
+class _Claimed(NamedTuple):
+    """An XAUTOCLAIM reply read: the next cursor, the claimed entries' IDs and flat fields,
+    the IDs of entries deleted upstream, and how many 6.2 nil entries stayed unmatched."""
+
+    next_cursor: str
+    ids: list[bytes]
+    flats: list[FlatFields]
+    deleted: list[bytes]
+    unresolved: int
+
+    @classmethod
+    def of(cls, reply: Sequence[Any], before_rows: Sequence[PendingRow]) -> _Claimed:
+        """The raw XAUTOCLAIM `reply`; `before_rows`, the ``XPENDING ... IDLE`` rows read
+        just before it, match a 6.2 reply's nil entries to their IDs
+        (:func:`deleted_by_position`)."""
+        next_cursor, items = as_str(reply[0]), reply[1]
+        found = [item for item in items if item is not None]
+        ids = [item[0] for item in found]
+        deleted = list(reply[2]) if len(reply) > 2 else []
+        unresolved = 0
+        if None in items:  # Redis 6.2: a deleted entry comes back as nil
+            nil_ids = deleted_by_position(items, before_rows, next_cursor)
+            if nil_ids is None:
+                unresolved = len(items) - len(ids)
+            else:
+                deleted += nil_ids
+        return cls(next_cursor, ids, [item[1] for item in found], deleted, unresolved)
 
 
 WHOLE_REPLIES = 2  # commands :func:`whole_commands` gives
@@ -166,13 +185,16 @@ def whole_reply(rows: list[PendingRow], reply: Sequence[Any], consumer: bytes,
     range is read again (``own_known`` False)."""
     idle = [r for r in rows if r[IDLE] >= min_idle_ms]
     own = next((r for r in rows if r[OWNER] == consumer), None)
-    batch = claim_reply(idle, [own] if own is not None else [], reply)
+    claim = _Claimed.of(reply, idle)
     whole_pel = len(rows) < count
     left = None
-    if whole_pel and batch.next_cursor == END_CURSOR:
-        taken = {*batch.ids, *batch.deleted}
+    if whole_pel and claim.next_cursor == END_CURSOR:
+        taken = {*claim.ids, *claim.deleted}
         left = [r for r in rows if r[OWNER] != consumer and r[ID] not in taken]
-    return replace(batch, own_known=whole_pel or len(idle) == len(rows), left=left)
+    return ClaimBatch(claim.next_cursor, claim.ids, claim.flats, claim.deleted,
+                      {r[ID]: r for r in idle}, own[ID] if own is not None else None,
+                      claim.unresolved, own_known=whole_pel or len(idle) == len(rows),
+                      left=left)
 
 
 def deleted_by_position(items: Sequence[object], before_rows: Sequence[PendingRow],
