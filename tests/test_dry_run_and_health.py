@@ -10,6 +10,7 @@ import pytest
 from redis import Redis
 
 from recovery.driver import discovery, job
+from recovery.driver.health import collect_health
 from recovery.driver.job import run
 from recovery.params import RedisParams
 from recovery.redis_io.redis_conn import connect
@@ -144,6 +145,45 @@ def test_consumer_clean_up_deletes_only_empty_consumers_whatever_the_call_batch(
     assert [c["name"] for c in client.xinfo_consumers("a", "g")] == [b"busy"]
     assert client.xinfo_consumers("b", "g") == []
     assert client.xpending("a", "g")["pending"] == 1
+
+
+def calls(client: Redis) -> dict[str, int]:
+    """How many XLEN and XINFO (any subcommand: 6.2 counts them together) the server ran."""
+    stats = client.info("commandstats")
+    return {"xlen": stats.get("cmdstat_xlen", {}).get("calls", 0),
+            "xinfo": sum(v["calls"] for k, v in stats.items()
+                         if k.split("|")[0] == "cmdstat_xinfo")}
+
+
+def test_health_reads_a_streams_lengths_once_for_all_its_groups(server, client):
+    """Two groups of one stream, one of another: a health row per group, each with its own
+    consumers and its stream's length and dead-letter length, while the server ran XINFO
+    CONSUMERS once per group and XLEN once per stream and once per dead-letter stream."""
+    for stream, groups, entries in (("two", ("g1", "g2"), 5), ("one", ("g1",), 3)):
+        for group in groups:
+            client.xgroup_create(stream, group, id="0", mkstream=True)
+        for i in range(entries):
+            client.xadd(stream, {"n": str(i)})
+        for group in groups:
+            client.xreadgroup(group, f"{group}-worker", {stream: ">"}, count=2)
+    client.xadd("{two}:dlq", {"x": "1"})
+    client.xadd("{two}:dlq", {"x": "2"})
+    units = [discovery.WorkUnit(s, g, 2, None, None)
+             for s, g in (("two", "g1"), ("two", "g2"), ("one", "g1"))]
+    before = calls(client)
+    conn = connect(RedisParams(url=server.url))
+    try:
+        health = collect_health(conn, units, RedisParams(url=server.url), ":dlq")
+    finally:
+        conn.close()
+    after = calls(client)
+    assert {c: after[c] - before[c] for c in after} == {"xlen": 4, "xinfo": 3}
+    assert [(h["stream"], h["group"], h["length"], h["dead_letter_length"],
+             [(c["name"], c["pending"]) for c in h["consumers"]]) for h in health] == [
+        ("two", "g1", 5, 2, [("g1-worker", 2)]),
+        ("two", "g2", 5, 2, [("g2-worker", 2)]),
+        ("one", "g1", 3, 0, [("g1-worker", 2)]),
+    ]
 
 
 def test_log_tables_list_the_largest_units_and_count_the_others(spark, client, make_settings,

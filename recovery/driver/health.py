@@ -1,10 +1,10 @@
 """Group health as found before a run: per stream and group and per consumer.
 
-Driver side (a few commands per unit): XLEN, XINFO GROUPS (pending, lag), XINFO CONSUMERS
-(pending, idle, inactive), XLEN of the stream's dead-letter stream. The PEL histograms come
-from the executors and are merged here by (stream, group): in a run from the claim steps' own
-reads (``recovery.executor.claim``), in a dry run from a pass of their own
-(``recovery.executor.survey.histogram_partition``).
+Driver side (a few commands per unit): XINFO GROUPS (pending, lag, read by discovery), XINFO
+CONSUMERS (pending, idle, inactive), and per stream XLEN of the stream and of its dead-letter
+stream. The PEL histograms come from the executors and are merged here by (stream, group):
+in a run from the claim steps' own reads (``recovery.executor.claim``), in a dry run from a
+pass of their own (``recovery.executor.survey.histogram_partition``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,6 @@ from recovery.redis_io.streams import each, info_rows, shown
 from recovery.report.run_report import largest, unlisted_line
 
 log = logging.getLogger(__name__)
-
-
-HEALTH_COMMANDS = 3  # per unit: XINFO CONSUMERS, XLEN, the dead letters' XLEN
 
 
 def _health_row(unit: WorkUnit, consumers: Any, length: Any, dead_letters: Any
@@ -56,19 +53,24 @@ def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: Redis
     """Health of every unit (skipping units that vanished), histograms still empty. Units
     come from discovery, so their dead-letter names exist (``dlq_names``).
 
-    Pipelined: three commands per unit, a round trip per ~330 units."""
+    Pipelined (``each``, a round trip per 1000 commands): XINFO CONSUMERS per unit, then
+    the XLEN of each stream and of its dead-letter stream once per stream (the stream's
+    groups share both)."""
     units = list(units)
-    commands = [c for u in units for c in (("XINFO CONSUMERS", u.stream, u.group),
-                                           ("XLEN", u.stream),
-                                           ("XLEN", dead_letter_key(u.stream, dlq_suffix)))]
+    streams = list(dict.fromkeys(u.stream for u in units))
+    commands: list[tuple[object, ...]] = [("XINFO CONSUMERS", u.stream, u.group) for u in units]
+    for stream in streams:
+        commands += [("XLEN", stream), ("XLEN", dead_letter_key(stream, dlq_suffix))]
     with redis_errors(params):
         replies = each(client, commands)
+    lengths = replies[len(units):]
+    by_stream = dict(zip(streams, zip(lengths[0::2], lengths[1::2], strict=True), strict=True))
     result = []
-    for i, unit in enumerate(units):
-        answers = replies[i * HEALTH_COMMANDS : (i + 1) * HEALTH_COMMANDS]
-        if any(isinstance(a, Exception) for a in answers[:-1]):
+    for unit, consumers in zip(units, replies[:len(units)], strict=True):
+        length, dead_letters = by_stream[unit.stream]
+        if isinstance(consumers, Exception) or isinstance(length, Exception):
             continue  # vanished since discovery: the run reports it
-        result.append(_health_row(unit, *answers))
+        result.append(_health_row(unit, consumers, length, dead_letters))
     add_histograms(result, [])
     return result
 
