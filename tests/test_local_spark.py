@@ -1,6 +1,7 @@
 """The local sessions that PySpark starts itself run their JVM as ``recovery.driver.local_spark``
 says (C1 only: a short local run's JVM otherwise spends much of its CPU in the C2 compiler),
-and keep Spark's console progress bar out of the log."""
+and keep Spark's console progress bar out of the log; spark-submit runs get the entry
+points' defaults (``recovery.driver.cli.job_defaults``) where the submitter set nothing."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
+from recovery.driver.cli import job_defaults
 from recovery.driver.local_spark import LOCAL_JVM_OPTIONS
 
 
@@ -49,3 +52,16 @@ def test_local_sessions_print_no_console_progress_bar_unless_asked():
     asked for, it shows (so the check would see it)."""
     assert "[Stage " not in spark_stderr()
     assert "[Stage " in spark_stderr("spark.ui.showConsoleProgress=true")
+
+
+def test_submitted_runs_get_the_job_defaults_only_where_the_submitter_set_nothing():
+    """Executors' JVMs with C1 only, no console progress bar; a submitter's own setting of
+    either stays as it is (even an empty one)."""
+    assert job_defaults(SparkConf(loadDefaults=False)) == {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+    theirs = (SparkConf(loadDefaults=False).set("spark.executor.extraJavaOptions", "")
+              .set("spark.ui.showConsoleProgress", "true"))
+    assert job_defaults(theirs) == {}
+    only_bar = SparkConf(loadDefaults=False).set("spark.ui.showConsoleProgress", "true")
+    assert job_defaults(only_bar) == {"spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
