@@ -16,6 +16,7 @@ from recovery.params import RedisParams
 from recovery.redis_io.redis_conn import connect
 from recovery.report.run_report import health_path, read_run, run_path
 from tests.support.backlogs import DEAD, LIVE, seed
+from tests.support.servers import command_calls
 
 STREAMS = ["orders", "bin{tag}"]
 WORKERS_FILE = re.compile(r"part-\d{5}-[0-9a-f]{32}\.parquet")  # Spark's: ...-c000.snappy.parquet
@@ -147,14 +148,6 @@ def test_consumer_clean_up_deletes_only_empty_consumers_whatever_the_call_batch(
     assert client.xpending("a", "g")["pending"] == 1
 
 
-def calls(client: Redis) -> dict[str, int]:
-    """How many XLEN and XINFO (any subcommand: 6.2 counts them together) the server ran."""
-    stats = client.info("commandstats")
-    return {"xlen": stats.get("cmdstat_xlen", {}).get("calls", 0),
-            "xinfo": sum(v["calls"] for k, v in stats.items()
-                         if k.split("|")[0] == "cmdstat_xinfo")}
-
-
 def test_health_reads_a_streams_lengths_once_for_all_its_groups(server, client):
     """Two groups of one stream, one of another: a health row per group, each with its own
     consumers and its stream's length and dead-letter length, while the server ran XINFO
@@ -170,13 +163,13 @@ def test_health_reads_a_streams_lengths_once_for_all_its_groups(server, client):
     client.xadd("{two}:dlq", {"x": "2"})
     units = [discovery.WorkUnit(s, g, 2, None, None)
              for s, g in (("two", "g1"), ("two", "g2"), ("one", "g1"))]
-    before = calls(client)
+    before = {c: command_calls(client, c) for c in ("xlen", "xinfo")}
     conn = connect(RedisParams(url=server.url))
     try:
         health = collect_health(conn, units, RedisParams(url=server.url), ":dlq")
     finally:
         conn.close()
-    after = calls(client)
+    after = {c: command_calls(client, c) for c in ("xlen", "xinfo")}
     assert {c: after[c] - before[c] for c in after} == {"xlen": 4, "xinfo": 3}
     assert [(h["stream"], h["group"], h["length"], h["dead_letter_length"],
              [(c["name"], c["pending"]) for c in h["consumers"]]) for h in health] == [

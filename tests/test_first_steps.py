@@ -23,6 +23,7 @@ from recovery.params import JobParams, Unit
 from recovery.redis_io.redis_conn import connect
 from recovery.testing.backlog import make_stuck
 from tests.support.claim_checks import GROUP, HOUR_MS, JOB, assert_matches_redis, stuck
+from tests.support.servers import command_calls
 
 LIVE = "alive"  # an application consumer at work: its entries are not idle
 
@@ -49,11 +50,6 @@ def claim_all(params: JobParams, streams: list[str], histograms: dict[str, PelHi
     return rows, vanished
 
 
-def calls(client: Redis, command: str) -> int:
-    """How many times the server ran `command` so far (INFO commandstats)."""
-    return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
-
-
 def as_found(client: Redis, stream: str) -> dict:
     """The buckets of a histogram of the whole PEL, every owner, read now."""
     pel = PelHistogram()
@@ -75,10 +71,11 @@ def test_small_units_share_their_first_steps_and_each_is_claimed_whole(client, m
     smalls = [f"s{i:02d}" for i in range(40)]
     ids = {"big": stuck(client, "big", 25), **{s: stuck(client, s, 1) for s in smalls}}
     client.xgroup_destroy("s05", GROUP)
-    multis = calls(client, "multi")
+    multis = command_calls(client, "multi")
     rows, vanished = claim_all(params, ["big", *smalls], {})
     assert vanished == ["s05"]
-    assert calls(client, "multi") - multis == 3 + 1 + 4  # big's 3, s00, rounds of 10,10,10,9
+    # big's 3, s00, rounds of 10,10,10,9
+    assert command_calls(client, "multi") - multis == 3 + 1 + 4
     for stream, want in ids.items():
         if stream != "s05":
             assert sorted(r["id"] for r in rows[stream]) == sorted(want)
@@ -100,11 +97,11 @@ def test_a_round_reads_each_small_pel_once_and_counts_it_as_found(client, make_s
     client.xdel("u4", *ids["u4"][:2])
     found = {s: as_found(client, s) for s in ids}
     histograms = {s: PelHistogram() for s in ids}
-    xpending = calls(client, "xpending")
+    xpending = command_calls(client, "xpending")
     rows, _ = claim_all(params, list(ids), histograms)
     # "a": its idle rows, its own first entry, then what it left; the round: one read per
     # unit, and u3's own range
-    assert calls(client, "xpending") - xpending == 3 + 4 + 1
+    assert command_calls(client, "xpending") - xpending == 3 + 4 + 1
     for stream in ids:
         assert_matches_redis(rows[stream], client, stream)
         assert buckets(histograms[stream], stream) == found[stream], stream

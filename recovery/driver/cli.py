@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 from recovery.config import Settings, load_settings, redis_params
 from recovery.driver.discovery import check_server
 from recovery.driver.job import run
+from recovery.driver.local_spark import C1_ONLY
 from recovery.driver.plan import local_plan_refusal
 from recovery.driver.pyspark_path import with_installed_pyspark
 from recovery.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, RecoveryError
@@ -31,7 +32,6 @@ from recovery.report.run_report import check_report_location
 log = logging.getLogger("recovery")
 CONSOLE_PROGRESS = "spark.ui.showConsoleProgress"
 EXECUTOR_JAVA_OPTIONS = "spark.executor.extraJavaOptions"
-EXECUTOR_JIT = "-XX:TieredStopAtLevel=1"  # C1 only (job_defaults)
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -89,7 +89,7 @@ def job_defaults(submitted: SparkConf) -> dict[str, str]:
       A local master has no executor JVM; there the driver's option is the submitter's
       (README, "Running it").
     """
-    defaults = {CONSOLE_PROGRESS: "false", EXECUTOR_JAVA_OPTIONS: EXECUTOR_JIT}
+    defaults = {CONSOLE_PROGRESS: "false", EXECUTOR_JAVA_OPTIONS: C1_ONLY}
     return {key: value for key, value in defaults.items() if not submitted.contains(key)}
 
 

@@ -15,7 +15,8 @@ from pyspark.sql import SparkSession
 
 from recovery.driver.pyspark_path import with_installed_pyspark
 
-LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+C1_ONLY = "-XX:TieredStopAtLevel=1"  # the JVM compiles with C1 only, never with C2
+LOCAL_JVM_OPTIONS = C1_ONLY
 LOCAL_CONF = {
     "spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS,  # only read when the JVM starts
     "spark.ui.enabled": "false",
