@@ -515,3 +515,68 @@ def test_a_tick_reads_a_length_the_baseline_could_not_read_even_before_the_job_c
         dead_letter(client, "a", dlq, ids["a"][:3])
     assert client.xlen(dlq) == 5
     assert totals(caplog)[-1] == expected(3, 10, 3, 0, 7, 1, 1)
+
+
+def test_ticks_read_along_the_parts_frontiers_and_keep_up_with_the_job(
+        server, caplog_info, monkeypatch):
+    """Given the order each part takes its units in, a tick reads each part's unfinished
+    units up to a little beyond the furthest one the job reached (further while it keeps
+    finding reached ones), not the units beyond; its totals match XPENDING and XLEN; a
+    finished unit is not read again; a tick stopped short by its limit says so."""
+    monkeypatch.setattr("recovery.driver.progress_frontier.CHUNK", 4)
+    caplog = caplog_info
+    client = server.client()
+    streams = [f"s{i:02}" for i in range(40)]
+    ids = seed(client, streams, 3)
+    units = units_of(client, [(s, GROUP) for s in streams])
+    order = [list(range(0, 40, 2)), list(range(1, 40, 2))]  # part 0: s00, s02, ...
+    params = RedisParams(url=server.url)
+    dlqs = [dead_letter_key(s, ":dlq") for s in streams]
+
+    def tick(rep: ProgressReporter, want: str | None = None) -> int:
+        """A tick; its XPENDING calls. Its totals are checked against `want`, by default
+        against Redis."""
+        reads = pending_reads(client)
+        rep.report()
+        reads = pending_reads(client) - reads
+        assert totals(caplog)[-1] == (want or redis_totals(
+            client, dict.fromkeys(streams, 3), [], GROUP, lambda n: n in JOB, dlqs))
+        return reads
+
+    def job_takes(part: int, positions: range, ack: bool = True) -> None:
+        """The job's consumer of `part` claims its units at `positions`; dead-letters the
+        first entry of each and acks the others (`ack`), or keeps them held."""
+        for pos in positions:
+            stream = streams[order[part][pos]]
+            claim(client, stream, JOB[part], ids[stream])
+            if ack:
+                dead_letter(client, stream, dead_letter_key(stream, ":dlq"), ids[stream][:1])
+                client.xack(stream, GROUP, *ids[stream][1:])
+
+    with ProgressReporter(connect(params), units, ":dlq", PREFIX, RUN, 60, params,
+                          order=order) as rep:
+        assert tick(rep) == 8  # 4 per part: nothing reached
+        job_takes(0, range(10))
+        job_takes(1, range(3), ack=False)
+        client.xack(streams[39], GROUP, ids[streams[39]][0])  # a live consumer, far ahead
+        # part 0: 4, 4 more, 4 more, then 6 beyond the tenth (growing by half what it read);
+        # part 1: 4, then 4 more beyond its third. s39's ack shows only at the final reading.
+        assert tick(rep, expected(10 * 3, 120, 10, 9, 81, 10, 40)) == 18 + 8
+        assert partial_reads(caplog)[-1] is None
+        job_takes(1, range(3))  # acks what it held
+        job_takes(1, range(3, 6))
+        # part 0: from its first unfinished unit (s20) as far as the job went at the last
+        # tick (10), nothing reached; part 1: from its first unit (none was finished), 3 + 4
+        # units, then 4 more
+        assert tick(rep, expected(16 * 3, 120, 16, 0, 72, 16, 40)) == 10 + 11
+        assert tick(rep, expected(16 * 3, 120, 16, 0, 72, 16, 40)) == 4 + 4  # 4 beyond each
+        monkeypatch.setattr("recovery.driver.progress.UNITS_PER_TICK", 5)
+        job_takes(0, range(10, 16))
+        # 3 of part 0's (s20, s22, s24), 2 of part 1's: the job's s26 to s30 not seen yet
+        assert tick(rep, expected(19 * 3, 120, 19, 0, 63, 19, 40)) == 5
+        assert partial_reads(caplog)[-1] == ("5", str(40 - 16))
+        reads = pending_reads(client)
+    assert pending_reads(client) - reads == 40  # the final reading: every unit
+    assert totals(caplog)[-1] == redis_totals(
+        client, dict.fromkeys(streams, 3), [], GROUP, lambda n: n in JOB, dlqs)
+    assert totals(caplog)[-1] == expected(16 * 3 + 6 * 3 + 1, 120, 22, 0, 53, 23, 40)

@@ -58,6 +58,7 @@ from recovery.driver.plan import (
     write_manifest,
 )
 from recovery.driver.progress import ProgressReporter
+from recovery.driver.progress_frontier import parts_order
 from recovery.driver.transforms import units_of_parts
 from recovery.driver.warm_up import WarmUp, warming_up
 from recovery.errors import ConfigError, RecoveryError
@@ -195,9 +196,13 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
     if dry_run:
         return write_pass(unit_df, plan_partition(params), settings.report.path,
                           params.run_id, by_workers=no_retries)
+    # A planned run's parts take their entries in the plan's order: its ticks read round robin.
+    order = None if plan is not None else parts_order(
+        [(u.stream, u.group) for u in units], [(u.stream, u.group, p) for u, p in parts])
     with ProgressReporter(client, units, settings.dead_letter.suffix,
                           settings.claim.consumer_prefix, params.run_id,
-                          settings.report.progress_interval_s, params.redis, health) as pr:
+                          settings.report.progress_interval_s, params.redis, health,
+                          order) as pr:
         work = unit_df if plan is None else planned_frame(
             spark, plan, parts, max(p for _, p in parts) + 1)
         tallies = _recover(spark, client, settings, params, work, consumers, one_pass, in_pass)

@@ -35,10 +35,15 @@ It logs at INFO on ``recovery.driver.progress``:
   growth of the stream's DLQ since the previous tick (omitted when 0; followed by `` (the
   stream's DLQ, shared by its 2 groups)`` when the run has several groups of that stream).
 
-On runs of more than ``UNITS_PER_TICK`` units, a tick reads only that many of the units not
-finished yet, round robin, so a tick's cost does not grow with the number of streams (and
-does not take the CPU from the pass): the other units keep the numbers of their last
-reading, and the totals line says so after its time, ``progress 10 s (read 5,000 of 95,000
+Given the order each part takes its units in (a run gives it), a tick reads, per part, its
+units not finished yet up to a little beyond the furthest one the job has reached
+(``recovery.driver.progress_frontier``): units beyond it are as at the baseline, so a tick
+costs about the units the job reached since the previous one. Without that order, a tick
+reads every unit on runs of at most ``UNITS_PER_TICK`` units, else that many of the units
+not finished yet, round robin. Either way a tick reads at most ``UNITS_PER_TICK`` units, so
+its cost does not grow with the number of streams (and does not take the CPU from the
+pass); when that limit leaves unfinished units unread, they keep the numbers of their last
+reading and the totals line says so after its time, ``progress 10 s (read 5,000 of 95,000
 unfinished streams, the others as last read): ...`` (its totals then lag behind the run).
 The final reading covers every unit: in a run, each unit's PEL summary comes from
 the consumer clean-up, which reads it once per group anyway, inside the same script that
@@ -67,12 +72,14 @@ from typing import Any
 import redis
 
 from recovery.driver.discovery import WorkUnit, job_consumer_stem
+from recovery.driver.progress_frontier import Frontier
 from recovery.driver.progress_lines import Totals, plural, some_names, totals_line
 from recovery.driver.progress_read import (
     Reading,
     UnitState,
     dead_letter_keys,
     health_reading,
+    merged,
     read_progress,
 )
 from recovery.driver.progress_state import ProgressState
@@ -83,6 +90,9 @@ from recovery.redis_io.redis_conn import redis_errors
 log = logging.getLogger(__name__)
 UNITS_PER_TICK = 5_000  # units a tick reads at most (the final reading reads all)
 JOIN_TIMEOUT_S = 0.5  # how long exit waits for a tick in flight (e.g. a read of a hung Redis)
+# A reading (None: it failed), why it failed, and (units read, units unfinished as last read)
+# when a tick read only some of the unfinished units.
+Outcome = tuple[Reading | None, str, tuple[int, int] | None]
 
 
 class ProgressReporter:
@@ -96,7 +106,9 @@ class ProgressReporter:
     .collect_health``), is the baseline when given, else entering reads one. Entering takes
     the baseline and starts a daemon thread; leaving stops it at once (an Event), reads once
     more and logs the final totals. `interval_s` <= 0, or no units: nothing is read or logged
-    and no thread starts. Never raises for Redis trouble (see the module doc).
+    and no thread starts. Never raises for Redis trouble (see the module doc). `order`: per
+    part, the indices into `units` of its units in the order the part takes them
+    (``recovery.driver.progress_frontier.parts_order``); without it ticks read round robin.
 
     The final reading takes the PEL summaries the job's consumer clean-up read just before
     (``take_final_summaries``), and reads itself the dead-letter lengths and every unit it was
@@ -105,7 +117,8 @@ class ProgressReporter:
 
     def __init__(self, client: redis.Redis, units: Sequence[WorkUnit], dlq_suffix: str,
                  consumer_prefix: str, run_id: str, interval_s: float,
-                 params: RedisParams, health: Sequence[dict[str, Any]] | None = None) -> None:
+                 params: RedisParams, health: Sequence[dict[str, Any]] | None = None,
+                 order: Sequence[Sequence[int]] | None = None) -> None:
         self._client = client
         self._health = health
         self._interval_s = interval_s
@@ -119,7 +132,8 @@ class ProgressReporter:
         self._closed = False
         self._started = time.monotonic()
         self._last_read_s = 0.0
-        self._next = 0  # where the next partial reading starts (see _picked)
+        self._next = 0  # where the next round robin reading starts
+        self._frontier = Frontier(order) if order is not None else None
         self._final_summaries: dict[tuple[str, str], object] = {}
 
     @property
@@ -191,17 +205,14 @@ class ProgressReporter:
         (from the last good reading if this one failed) and closes the reporter."""
         if self._closed:
             return None
-        with self._lock:
-            picked, unfinished = self._picked(final)
-        reading, failure = self._read(picked, self._final_summaries if final else None,
-                                      tick=not final)
+        reading, failure, some = self._reading(final)
         with self._lock:
             if self._closed or (self._stop.is_set() and not final):
                 return None
             elapsed = f"{time.monotonic() - self._started:.0f} s"
             label = f"final {elapsed}" if final else elapsed
-            if picked is not None and len(picked) < unfinished:
-                label += (f" (read {len(picked):,} of {unfinished:,} unfinished streams, "
+            if some is not None:
+                label += (f" (read {some[0]:,} of {some[1]:,} unfinished streams, "
                           "the others as last read)")
             lines: list[str] = []
             if reading is None:
@@ -219,19 +230,48 @@ class ProgressReporter:
                 log.info("%s", line)
             return totals
 
-    def _picked(self, final: bool) -> tuple[list[int] | None, int]:
-        """The units a reading covers, by index: all (None) for the final reading and on runs
-        of at most ``UNITS_PER_TICK`` units; else the next ``UNITS_PER_TICK`` units not
-        finished yet, round robin. Also how many units were not finished (as last read)."""
+    def _reading(self, final: bool) -> Outcome:
+        """This report's reading: the final one reads every unit (taking the clean-up's
+        summaries), a tick along the parts' frontiers when it knows them, else round robin."""
+        if final:
+            return *self._read(None, self._final_summaries), None
+        if self._frontier is not None:
+            return self._frontier_reading(self._frontier)
+        return self._round_robin_reading()
+
+    def _round_robin_reading(self) -> Outcome:
+        """A tick's reading without the parts' order: all units on runs of at most
+        ``UNITS_PER_TICK`` units, else the next ``UNITS_PER_TICK`` not finished yet, round
+        robin. Also (units read, units unfinished as last read) when that is not all of them."""
         n = len(self._units)
-        if final or n <= UNITS_PER_TICK:
-            return None, 0
-        order = [(self._next + k) % n for k in range(n)]
-        unfinished = [i for i in order if not self._progress.finished(i)]
-        picked = unfinished[:UNITS_PER_TICK]
-        if picked:
-            self._next = (picked[-1] + 1) % n
-        return picked, len(unfinished)
+        if n <= UNITS_PER_TICK:
+            return *self._read(None, tick=True), None
+        with self._lock:
+            order = [(self._next + k) % n for k in range(n)]
+            unfinished = [i for i in order if not self._progress.finished(i)]
+            picked = unfinished[:UNITS_PER_TICK]
+            if picked:
+                self._next = (picked[-1] + 1) % n
+        some = (len(picked), len(unfinished)) if len(picked) < len(unfinished) else None
+        return *self._read(picked, tick=True), some
+
+    def _frontier_reading(self, frontier: Frontier) -> Outcome:
+        """A tick's reading along the parts' frontiers (``recovery.driver.progress_frontier``),
+        at most ``UNITS_PER_TICK`` units, in as many pipelined reads as it takes to find them.
+        Also (units read, units unfinished as last read) when the limit stopped it short."""
+        with self._lock:
+            walk = frontier.walk(self._progress.finished)
+            unfinished = sum(not self._progress.finished(i) for i in range(len(self._units)))
+        reading = Reading([None] * len(self._units), {}, [])
+        read = 0
+        while units := walk.next_units(UNITS_PER_TICK - read):
+            more, failure = self._read(units, tick=True)
+            if more is None:
+                return None, failure, None
+            reading, read = merged(reading, more), read + len(units)
+            with self._lock:
+                walk.saw(i for i in units if not self._progress.as_at_start(i, more.units[i]))
+        return reading, "", (read, unfinished) if walk.truncated else None
 
     def _read(self, picked: list[int] | None = None,
               known: Mapping[tuple[str, str], object] | None = None, tick: bool = False

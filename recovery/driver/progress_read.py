@@ -47,6 +47,12 @@ class Reading:
     errors: list[str]
 
 
+def merged(first: Reading, then: Reading) -> Reading:
+    """Two readings of the same units as one: each unit's and key's state from `then` where
+    it read them, else from `first`; the errors of both."""
+    units = [b if b is not None else a for a, b in zip(first.units, then.units, strict=True)]
+    return Reading(units, {**first.dead, **then.dead}, first.errors + then.errors)
+
 
 def parse_pending_summary(reply: object, stem: str) -> UnitState:
     """A raw RESP2 ``XPENDING stream group`` reply, ``[total, first id, last id,

@@ -101,9 +101,13 @@ class ProgressState:
         holdings, acking them, so none came from it, unless as many were delivered anew
         (the final reading, not skipping, counts them)."""
         key = self.dlq[i]
+        return self.as_at_start(i, state) and key is not None and self._dead.get(key) is not None
+
+    def as_at_start(self, i: int, state: UnitState | None) -> bool:
+        """Unit `i`, read as `state`, is as at the baseline: as many pending, none held by
+        the job now or at an earlier reading (False when it could not be read, or vanished)."""
         return (state is not None and not state.gone and state.pending == self.base[i]
-                and state.held == 0 and not self._ever_held[i]
-                and key is not None and self._dead.get(key) is not None)
+                and state.held == 0 and not self._ever_held[i])
 
     def finished(self, i: int) -> bool:
         """Whether unit `i` is finished (module doc) as last read."""
