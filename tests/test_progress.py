@@ -57,6 +57,13 @@ def units_of(client: Redis, pairs: list[tuple[str, str]]) -> list[WorkUnit]:
     return units
 
 
+def seeded_units(client: Redis, streams: list[str], per_stream: int
+                 ) -> tuple[dict[str, list[str]], list[WorkUnit]]:
+    """`seed` in one group, and the units as discovery makes them."""
+    ids = seed(client, streams, per_stream)
+    return ids, units_of(client, [(s, GROUP) for s in streams])
+
+
 def reporter(server: LocalServer, units: list[WorkUnit], interval_s: float,
              params: RedisParams | None = None, from_health: bool = False
              ) -> ProgressReporter:
@@ -331,18 +338,13 @@ def test_ticks_read_a_slice_of_the_unfinished_units_and_the_final_line_all(
     caplog = caplog_info
     client = server.client()
     streams = [f"s{i}" for i in range(6)]
-    ids = seed(client, streams, 10)
-    units = units_of(client, [(s, GROUP) for s in streams])
-
-    def pending_reads() -> int:
-        stats = client.info("commandstats").get("cmdstat_xpending", {})
-        return int(stats.get("calls", 0))
+    ids, units = seeded_units(client, streams, 10)
 
     def tick(want: str, unfinished: int | None) -> None:
         """A tick reading 2 units; the line says of how many unfinished ones, if fewer."""
-        reads = pending_reads()
+        reads = pending_reads(client)
         rep.report()
-        assert pending_reads() - reads == 2
+        assert pending_reads(client) - reads == 2
         assert totals(caplog)[-1] == want
         assert partial_reads(caplog)[-1] == (("2", str(unfinished)) if unfinished else None)
 
@@ -359,8 +361,8 @@ def test_ticks_read_a_slice_of_the_unfinished_units_and_the_final_line_all(
         tick(expected(35, 60, 0, 0, 25, 5, 6), None)  # s2, s4, the only unfinished ones
         client.xadd("s1", {"late": "1"})
         client.xreadgroup(GROUP, "live", {"s1": ">"})
-        reads = pending_reads()
-    assert pending_reads() - reads == 6  # the final reading: every unit
+        reads = pending_reads(client)
+    assert pending_reads(client) - reads == 6  # the final reading: every unit
     assert totals(caplog)[-1] == expected(34, 60, 0, 0, 26, 5, 6)
     assert partial_reads(caplog)[-1] is None
 
@@ -527,8 +529,7 @@ def test_ticks_read_along_the_parts_frontiers_and_keep_up_with_the_job(
     caplog = caplog_info
     client = server.client()
     streams = [f"s{i:02}" for i in range(40)]
-    ids = seed(client, streams, 3)
-    units = units_of(client, [(s, GROUP) for s in streams])
+    ids, units = seeded_units(client, streams, 3)
     order = [list(range(0, 40, 2)), list(range(1, 40, 2))]  # part 0: s00, s02, ...
     params = RedisParams(url=server.url)
     dlqs = [dead_letter_key(s, ":dlq") for s in streams]
