@@ -30,7 +30,8 @@ JOB = [f"{PREFIX}-{RUN}-{part}" for part in range(2)]
 OTHER_RUN = f"{PREFIX}-run70-0"  # an earlier run's consumer: never counted as this run's
 GROUP = "workers"
 DEAD = "worker-dead"
-PARTIAL = r" \(read ([\d,]+) of ([\d,]+) unfinished streams, the others as last read\)"
+PARTIAL = (r" \(read ([\d,]+) of ([\d,]+) unfinished streams, the others as last read"
+           r"(?:; the job has reached about [\d,]+ of [\d,]+)?\)")
 TOTALS = re.compile(
     rf"^progress (final )?\d+ s(?: \(as of the reading at \d+ s\))?(?:{PARTIAL})?: (.*)$")
 PASSWORD = "pw-never-in-a-log-9f3c"
@@ -524,7 +525,8 @@ def test_ticks_read_along_the_parts_frontiers_and_keep_up_with_the_job(
     """Given the order each part takes its units in, a tick reads each part's unfinished
     units up to a little beyond the furthest one the job reached (further while it keeps
     finding reached ones), not the units beyond; its totals match XPENDING and XLEN; a
-    finished unit is not read again; a tick stopped short by its limit says so."""
+    finished unit is not read again; a tick stopped short by its limit says so, and about
+    how far the job has gone (a binary search over the parts' units)."""
     monkeypatch.setattr("recovery.driver.progress_frontier.CHUNK", 4)
     caplog = caplog_info
     client = server.client()
@@ -572,12 +574,16 @@ def test_ticks_read_along_the_parts_frontiers_and_keep_up_with_the_job(
         assert tick(rep, expected(16 * 3, 120, 16, 0, 72, 16, 40)) == 10 + 11
         assert tick(rep, expected(16 * 3, 120, 16, 0, 72, 16, 40)) == 4 + 4  # 4 beyond each
         monkeypatch.setattr("recovery.driver.progress.UNITS_PER_TICK", 5)
-        job_takes(0, range(10, 16))
-        # 3 of part 0's (s20, s22, s24), 2 of part 1's: the job's s26 to s30 not seen yet
-        assert tick(rep, expected(19 * 3, 120, 19, 0, 63, 19, 40)) == 5
+        job_takes(0, range(10, 20))
+        # 3 of part 0's (s20, s22, s24), 2 of part 1's: the job's s26 to s38 not seen yet;
+        # then how far the job went, in a binary search to within 4 units: part 0 probes
+        # its 16th unit (reached), part 1 its 12th and 8th (not reached)
+        assert tick(rep, expected(19 * 3, 120, 19, 0, 63, 19, 40)) == 5 + 3
         assert partial_reads(caplog)[-1] == ("5", str(40 - 16))
+        line = [line for line in progress_lines(caplog) if TOTALS.match(line)][-1]
+        assert "; the job has reached about 23 of 40): " in line, line
         reads = pending_reads(client)
     assert pending_reads(client) - reads == 40  # the final reading: every unit
     assert totals(caplog)[-1] == redis_totals(
         client, dict.fromkeys(streams, 3), [], GROUP, lambda n: n in JOB, dlqs)
-    assert totals(caplog)[-1] == expected(16 * 3 + 6 * 3 + 1, 120, 22, 0, 53, 23, 40)
+    assert totals(caplog)[-1] == expected(20 * 3 + 6 * 3 + 1, 120, 26, 0, 41, 27, 40)

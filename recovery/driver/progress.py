@@ -45,6 +45,9 @@ its cost does not grow with the number of streams (and does not take the CPU fro
 pass); when that limit leaves unfinished units unread, they keep the numbers of their last
 reading and the totals line says so after its time, ``progress 10 s (read 5,000 of 95,000
 unfinished streams, the others as last read): ...`` (its totals then lag behind the run).
+Along the frontiers it then also says about how far the job has gone, found in a binary
+search of a few PEL summaries per part: ``(read 5,000 of 90,000 unfinished streams, the
+others as last read; the job has reached about 61,000 of 100,000): ...``.
 The final reading covers every unit: in a run, each unit's PEL summary comes from
 the consumer clean-up, which reads it once per group anyway, inside the same script that
 deletes the job's empty consumers (``ProgressReporter.take_final_summaries``).
@@ -67,7 +70,7 @@ import time
 from collections.abc import Mapping, Sequence
 from functools import partial
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
@@ -90,9 +93,20 @@ from recovery.redis_io.redis_conn import redis_errors
 log = logging.getLogger(__name__)
 UNITS_PER_TICK = 5_000  # units a tick reads at most (the final reading reads all)
 JOIN_TIMEOUT_S = 0.5  # how long exit waits for a tick in flight (e.g. a read of a hung Redis)
-# A reading (None: it failed), why it failed, and (units read, units unfinished as last read)
-# when a tick read only some of the unfinished units.
-Outcome = tuple[Reading | None, str, tuple[int, int] | None]
+
+
+class Partial(NamedTuple):
+    """A tick that read only some of the unfinished units: how many it read, how many were
+    unfinished (as last read), and about how many units the job has reached (None: not
+    known, as without the parts' order)."""
+
+    read: int
+    unfinished: int
+    reached: int | None = None
+
+
+# A reading (None: it failed), why it failed, and what it left unread (None: nothing).
+Outcome = tuple[Reading | None, str, Partial | None]
 
 
 class ProgressReporter:
@@ -212,8 +226,11 @@ class ProgressReporter:
             elapsed = f"{time.monotonic() - self._started:.0f} s"
             label = f"final {elapsed}" if final else elapsed
             if some is not None:
-                label += (f" (read {some[0]:,} of {some[1]:,} unfinished streams, "
-                          "the others as last read)")
+                label += (f" (read {some.read:,} of {some.unfinished:,} unfinished streams, "
+                          "the others as last read")
+                if some.reached is not None:
+                    label += f"; the job has reached about {some.reached:,} of {len(self._units):,}"
+                label += ")"
             lines: list[str] = []
             if reading is None:
                 log.warning("progress: cannot read Redis (%s)%s", failure,
@@ -252,7 +269,7 @@ class ProgressReporter:
             picked = unfinished[:UNITS_PER_TICK]
             if picked:
                 self._next = (picked[-1] + 1) % n
-        some = (len(picked), len(unfinished)) if len(picked) < len(unfinished) else None
+        some = Partial(len(picked), len(unfinished)) if len(picked) < len(unfinished) else None
         return *self._read(picked, tick=True), some
 
     def _frontier_reading(self, frontier: Frontier) -> Outcome:
@@ -270,20 +287,34 @@ class ProgressReporter:
                 return None, failure, None
             reading, read = merged(reading, more), read + len(units)
             with self._lock:
-                walk.saw(i for i in units if not self._progress.as_at_start(i, more.units[i]))
-        return reading, "", (read, unfinished) if walk.truncated else None
+                walk.saw(self._moved(units, more))
+        if not walk.truncated:
+            return reading, "", None
+        while units := walk.probes():  # how far the job has gone beyond what was read
+            found, _ = self._read(units, tick=True, lengths=False)
+            if found is None:
+                break
+            with self._lock:
+                walk.probed(units, set(self._moved(units, found)))
+        return reading, "", Partial(read, unfinished, walk.reached())
+
+    def _moved(self, units: Sequence[int], reading: Reading) -> list[int]:
+        """Of `units`, those `reading` shows the job (or anyone) has moved since the baseline."""
+        return [i for i in units if not self._progress.as_at_start(i, reading.units[i])]
 
     def _read(self, picked: list[int] | None = None,
-              known: Mapping[tuple[str, str], object] | None = None, tick: bool = False
-              ) -> tuple[Reading | None, str]:
+              known: Mapping[tuple[str, str], object] | None = None, tick: bool = False,
+              lengths: bool = True) -> tuple[Reading | None, str]:
         """One reading of the `picked` units (all when None; the others read as None: last
         known numbers kept; `known` summaries not read again: ``read_progress``), or None
         and why (a one-line error naming host:port, never secrets). A `tick` reads no
-        dead-letter length for units still as at the baseline (``_lengths_for``)."""
+        dead-letter length for units still as at the baseline (``_lengths_for``); without
+        `lengths`, none at all."""
+        lengths_for = partial(self._lengths_for, picked, tick) if lengths else _no_lengths
         try:
             with redis_errors(self._params):
                 return read_progress(self._client, self._units, self._dlq, self._stem,
-                                     picked, known, partial(self._lengths_for, picked, tick)), ""
+                                     picked, known, lengths_for), ""
         except RecoveryError as error:
             return None, str(error)
         except Exception as error:  # anything else a client can raise: report, go on
@@ -321,3 +352,8 @@ class ProgressReporter:
         (``recovery.driver.progress_state``)."""
         with self._lock:
             return self._progress.totals()
+
+
+def _no_lengths(states: Sequence[UnitState | None]) -> list[str]:
+    """Read no dead-letter length (a probe of the frontier needs only PEL summaries)."""
+    return []

@@ -25,7 +25,7 @@ further than it needs. Pure: positions and unit indices only; the reporter
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from itertools import zip_longest
 
 CHUNK = 128  # units per part a tick reads beyond the frontier to find it (and at least per step)
@@ -85,6 +85,7 @@ class Walk:
         self._want = [max(c, f + 1) + s for c, f, s in
                       zip(frontier.cursor, frontier.furthest, frontier.step, strict=True)]
         self._start_furthest = list(frontier.furthest)
+        self._search: dict[int, list[int]] = {}  # part -> [last seen moved, first not] positions
         self.truncated = False
 
     def next_units(self, budget: int) -> list[int]:
@@ -118,6 +119,32 @@ class Walk:
             if self._want[p] == self._read_to[p] and f.furthest[p] >= self._read_to[p] - CHUNK:
                 grown = (self._read_to[p] - f.cursor[p]) // 2
                 self._want[p] = self._read_to[p] + max(CHUNK, grown)
+
+    def probes(self) -> list[int]:
+        """Once the budget stopped the walk short of a part's frontier: per such part, the
+        next unit of a binary search for how far the job has reached (positions between the
+        furthest unit seen moved and the part's end; the job reached every unit before the
+        furthest one it reached), until it is known to within ``CHUNK`` units; [] when all
+        are. Tell :meth:`probed` what the probed units showed."""
+        f = self._f
+        for p, units in enumerate(f.order):
+            if (self.truncated and p not in self._search and self._want[p] == self._read_to[p]
+                    and f.furthest[p] >= self._read_to[p] - CHUNK):
+                self._search[p] = [f.furthest[p], len(units)]
+        return [f.order[p][(lo + hi) // 2] for p, (lo, hi) in self._search.items()
+                if hi - lo > CHUNK]
+
+    def probed(self, units: Iterable[int], moved: Container[int]) -> None:
+        """The units :meth:`probes` gave, read: those in `moved` the job has reached."""
+        for unit in units:
+            p, pos = self._f.position(unit)
+            bounds = self._search[p]
+            bounds[0 if unit in moved else 1] = pos
+            self._f.furthest[p] = max(self._f.furthest[p], bounds[0])
+
+    def reached(self) -> int:
+        """About how many units the job has reached (to within ``CHUNK`` per part searched)."""
+        return sum(furthest + 1 for furthest in self._f.furthest)
 
     def settle(self, finished: Callable[[int], bool]) -> None:
         """Mark settled the units this tick read that are `finished`; move each part's cursor
