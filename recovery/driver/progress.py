@@ -1,15 +1,15 @@
 """Driver-side progress of a run, read from Redis itself while the Spark stages run.
 
 Executors' logs are not visible on the driver, so the driver asks Redis: every
-``report.progress_interval_s`` seconds a daemon thread reads each work unit's PEL summary
-(``XPENDING stream group``: how many entries are pending, how many of them this run's job
-consumers ``<prefix>-<run id>-<part>`` hold), then the length of the stream's dead-letter
-stream (``XLEN``), pipelined (``recovery.driver.progress_read``: a few round trips per 1000
-units, routed by key on a Redis Cluster). A dead-letter length is read again only when a PEL
-summary of one of its stream's units changed since it was last read (count, first and last
-ID, each consumer's count: the job moves entries to it only out of those PELs), and a tick
-skips the units still as at the baseline (as many pending, none ever held by the job).
-It logs at INFO on ``recovery.driver.progress``:
+``report.progress_interval_s`` seconds a daemon thread reads work units' PEL summaries
+(which units: below; ``XPENDING stream group``: how many entries are pending, how many of
+them this run's job consumers ``<prefix>-<run id>-<part>`` hold), then the lengths of their
+streams' dead-letter streams (``XLEN``), pipelined (``recovery.driver.progress_read``: a few
+round trips per 1000 units, routed by key on a Redis Cluster). A dead-letter length is read
+again only when a PEL summary of one of its stream's units changed since it was last read
+(count, first and last ID, each consumer's count: the job moves entries to it only out of
+those PELs), and a tick reads none for units still as at the baseline (as many pending, none
+ever held by the job). It logs at INFO on ``recovery.driver.progress``:
 
 - on entering, ``progress start: 1,000,000 pending entries in 1,000 streams; a progress line
   every 10 s``;
