@@ -6,8 +6,9 @@ of at most ``recovery.executor.first_steps.MAX_UNITS``). So at any moment each p
 *frontier*: the furthest of its units the job has reached. Behind it, units are done or
 still held by the job (claimed, not yet acked); beyond it, units are as at the baseline and
 need no reading. A tick therefore reads, per part, its units from the first one not
-*settled* up to a little beyond where the frontier was, and further in growing steps while
-it keeps finding units the job reached near the end of what it read. Its cost follows the
+*settled* to beyond where the frontier was by as much as it moved in the previous interval
+(at least ``CHUNK`` units), and further, in steps growing by half, while it keeps finding
+units the job reached within ``CHUNK`` of the end of what it read. Its cost follows the
 units the job reached since the previous tick, not the number of streams, and its totals
 keep up with the run while the job reaches fewer units between two ticks than a tick may
 read (``recovery.driver.progress.UNITS_PER_TICK``), where reading a fixed share of the
