@@ -104,6 +104,13 @@ class Partial(NamedTuple):
     unfinished: int
     reached: int | None = None
 
+    def words(self, units: int) -> str:
+        """What the totals line says after its time, of a run of `units` units."""
+        reached = "" if self.reached is None else (
+            f"; the job has reached about {self.reached:,} of {units:,}")
+        return (f" (read {self.read:,} of {self.unfinished:,} unfinished streams, the others"
+                f" as last read{reached})")
+
 
 # A reading (None: it failed), why it failed, and what it left unread (None: nothing).
 Outcome = tuple[Reading | None, str, Partial | None]
@@ -226,11 +233,7 @@ class ProgressReporter:
             elapsed = f"{time.monotonic() - self._started:.0f} s"
             label = f"final {elapsed}" if final else elapsed
             if some is not None:
-                label += (f" (read {some.read:,} of {some.unfinished:,} unfinished streams, "
-                          "the others as last read")
-                if some.reached is not None:
-                    label += f"; the job has reached about {some.reached:,} of {len(self._units):,}"
-                label += ")"
+                label += some.words(len(self._units))
             lines: list[str] = []
             if reading is None:
                 log.warning("progress: cannot read Redis (%s)%s", failure,

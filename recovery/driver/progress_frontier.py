@@ -117,9 +117,15 @@ class Walk:
             p, pos = f.position(unit)
             f.furthest[p] = max(f.furthest[p], pos)
         for p in range(len(f.order)):
-            if self._want[p] == self._read_to[p] and f.furthest[p] >= self._read_to[p] - CHUNK:
+            if self._may_lie_beyond(p):
                 grown = (self._read_to[p] - f.cursor[p]) // 2
                 self._want[p] = self._read_to[p] + max(CHUNK, grown)
+
+    def _may_lie_beyond(self, p: int) -> bool:
+        """Part `p` read all it wanted and found a moved unit within ``CHUNK`` of the end of
+        what it read: its frontier may lie further."""
+        return (self._want[p] == self._read_to[p]
+                and self._f.furthest[p] >= self._read_to[p] - CHUNK)
 
     def probes(self) -> list[int]:
         """Once the budget stopped the walk short of a part's frontier: per such part, the
@@ -129,8 +135,7 @@ class Walk:
         are. Tell :meth:`probed` what the probed units showed."""
         f = self._f
         for p, units in enumerate(f.order):
-            if (self.truncated and p not in self._search and self._want[p] == self._read_to[p]
-                    and f.furthest[p] >= self._read_to[p] - CHUNK):
+            if self.truncated and p not in self._search and self._may_lie_beyond(p):
                 self._search[p] = [f.furthest[p], len(units)]
         return [f.order[p][(lo + hi) // 2] for p, (lo, hi) in self._search.items()
                 if hi - lo > CHUNK]
