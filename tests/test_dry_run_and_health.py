@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import re
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -177,6 +179,54 @@ def test_health_reads_a_streams_lengths_once_for_all_its_groups(server, client):
         ("two", "g2", 5, 2, [("g2-worker", 2)]),
         ("one", "g1", 3, 0, [("g1-worker", 2)]),
     ]
+
+
+def test_discovery_reads_each_stream_once_and_the_health_shows_what_xinfo_would(
+        server, client, make_settings):
+    """On a single server discovery reads each stream once (XINFO STREAM FULL, with the server's
+    clock from INFO per round trip), and the group health then reads only the dead-letter
+    lengths: rows equal to those of the reads it replaces (XINFO CONSUMERS, XLEN), idle and
+    inactive times up to the time between the two reads below the server's own, at least the
+    time since."""
+    for stream, groups in (("two", ("g1", "g2")), ("one", ("g1",))):
+        for group in groups:
+            client.xgroup_create(stream, group, id="0", mkstream=True)
+        for i in range(4):
+            client.xadd(stream, {"n": str(i)})
+        for group in groups:
+            client.xreadgroup(group, f"{group}-worker", {stream: ">"}, count=3)
+    client.xgroup_createconsumer("two", "g2", "never-active")
+    client.xadd("{one}:dlq", {"x": "1"})
+    time.sleep(0.05)
+    params = RedisParams(url=server.url)
+    conn = connect(params)
+    try:
+        before = {c: command_calls(client, c) for c in ("xlen", "xinfo")}
+        units, _ = discovery.discover(conn, make_settings("streams.keys=two,one"), params)
+        full = collect_health(conn, units, params, ":dlq")
+        after = {c: command_calls(client, c) for c in ("xlen", "xinfo")}
+        unseen = collect_health(conn, [replace(u, seen=None) for u in units], params, ":dlq")
+    finally:
+        conn.close()
+    assert {c: after[c] - before[c] for c in after} == {"xlen": 2, "xinfo": 2}
+    assert [(h["stream"], h["group"], h["length"], h["pending"], h["dead_letter_length"])
+            for h in full] == [
+        ("two", "g1", 4, 3, 0), ("two", "g2", 4, 3, 0), ("one", "g1", 4, 3, 1)]
+    lags = {(s, g["name"].decode()): g.get("lag") for s in ("one", "two")
+            for g in client.xinfo_groups(s)}
+    assert [h["lag"] for h in full] == [lags[(h["stream"], h["group"])] for h in full]
+    times = ("idle_ms", "inactive_ms")
+    assert [{**h, "consumers": [{k: v for k, v in c.items() if k not in times}
+                                for c in h["consumers"]]} for h in full] == [
+        {**h, "consumers": [{k: v for k, v in c.items() if k not in times}
+                            for c in h["consumers"]]} for h in unseen]
+    for seen_by_full, seen_later in zip(full, unseen, strict=True):
+        for c, later in zip(seen_by_full["consumers"], seen_later["consumers"], strict=True):
+            for key in times:
+                if later[key] is None or later[key] == -1:  # unknown (before 7.2), never
+                    assert c[key] == later[key], (c, later)
+                else:
+                    assert 50 <= c[key] <= later[key] < c[key] + 5_000, (c, later)
 
 
 def test_log_tables_list_the_largest_units_and_count_the_others(spark, client, make_settings,

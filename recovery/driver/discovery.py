@@ -6,7 +6,7 @@ Only counts and names cross here, never messages.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import redis
@@ -25,6 +25,7 @@ from recovery.redis_io.cluster import biggest_first, groups_by_node, node_of
 from recovery.redis_io.dlq_names import dead_letter_key, is_dead_letter_key
 from recovery.redis_io.redis_conn import calls_of, redis_errors, script_replies, server_text
 from recovery.redis_io.scripts import delete_empty_consumers
+from recovery.redis_io.stream_full import GroupSeen, StreamSeen, read_streams
 from recovery.redis_io.streams import (
     each,
     info_rows,
@@ -44,14 +45,17 @@ CLEAN_UP_PER_CALL = 100  # consumers per clean-up script call on a standalone se
 @dataclass(frozen=True)
 class WorkUnit:
     """One stream and group to recover, with its PEL size and lag (None where the server
-    cannot tell) as XINFO GROUPS showed them at discovery, and the primary that owns the
-    stream on a Redis Cluster (``host:port``; "" on a standalone server)."""
+    cannot tell) as discovery read them, and the primary that owns the stream on a Redis
+    Cluster (``host:port``; "" on a standalone server). `seen`: the stream's length and the
+    group's consumers where discovery read them too (its FULL read, ``stream_full``), so the
+    group health need not read them again; None otherwise."""
 
     stream: str
     group: str
     pending: int
     node: str = ""
     lag: int | None = None
+    seen: GroupSeen | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -80,19 +84,21 @@ def discover(client: redis.Redis, settings: Settings, params: RedisParams
              ) -> tuple[list[WorkUnit], list[Skipped]]:
     """Units with something pending, and the keys or groups skipped (with reasons).
 
-    One command per key: XINFO GROUPS, pipelined (a round trip per 1000 keys), whose error
-    replies tell a missing key or one the user may not access; TYPE only for the keys it
-    finds of another type (to name the type in the reason).
+    One command per key, pipelined (a round trip per 1000 keys): ``XINFO STREAM <key> FULL
+    COUNT 1`` on a standalone server whose user may run it (``stream_full``; the units keep
+    what it shows for the group health), else XINFO GROUPS. Their error replies tell a
+    missing key or one the user may not access; TYPE only for the keys found of another
+    type (to name the type in the reason).
     """
     skipped: list[Skipped] = []
     units: list[WorkUnit] = []
-    for stream, groups in _stream_groups(client, settings, params, skipped):
+    for stream, groups, full in _stream_groups(client, settings, params, skipped):
         try:
             dead_letter_key(stream, settings.dead_letter.suffix)
         except DeadLetterNameError as exc:
             skipped.append(Skipped(stream, None, str(exc)))
             continue
-        found = _units_of(client, stream, groups, settings.streams.groups, skipped)
+        found = _units_of(client, stream, groups, settings.streams.groups, skipped, full)
         if found and settings.reprocess.mode == Mode.REQUEUE:
             check_requeue_target(stream, [shown(g["name"]) for g in groups],  # type: ignore[arg-type]
                                  settings.reprocess.requeue_stream)
@@ -146,22 +152,28 @@ def _reply_or_raise(reply: object, params: RedisParams, stream: str | None = Non
 
 
 def _stream_groups(client: redis.Redis, settings: Settings, params: RedisParams,
-                   skipped: list[Skipped]) -> list[tuple[str, list[dict[str, object]]]]:
-    """Each selected key that is a stream, with its XINFO GROUPS rows; the others skipped
-    with the reason (no such key, not a stream, not accessible to the ACL user)."""
+                   skipped: list[Skipped]
+                   ) -> list[tuple[str, list[dict[str, object]], StreamSeen | None]]:
+    """Each selected key that is a stream, with its groups as XINFO GROUPS rows and its
+    FULL read (None where XINFO GROUPS was read instead); the others skipped with the reason
+    (no such key, not a stream, not accessible to the ACL user)."""
     candidates = list(selected_keys(client, settings, params, skipped))
     with redis_errors(params):
-        replies = each(client, [("XINFO GROUPS", n) for n in candidates])
+        replies = read_streams(client, candidates)
+        if replies is None:
+            replies = each(client, [("XINFO GROUPS", n) for n in candidates])
     other = [n for n, r in zip(candidates, replies, strict=True) if _wrong_type(r)]
     with redis_errors(params):
         kinds = dict(zip(other, each(client, [("TYPE", n) for n in other]), strict=True))
-    streams = []
+    streams: list[tuple[str, list[dict[str, object]], StreamSeen | None]] = []
     for name, reply in zip(candidates, replies, strict=True):
         reason = _not_a_stream(name, reply, kinds.get(name), params)
         if reason is not None:
             skipped.append(Skipped(name, None, reason))
+        elif isinstance(reply, StreamSeen):
+            streams.append((name, reply.groups, reply))
         else:
-            streams.append((name, info_rows(reply)))  # type: ignore[arg-type]
+            streams.append((name, info_rows(reply), None))  # type: ignore[arg-type]
     return streams
 
 
@@ -170,7 +182,7 @@ def _wrong_type(reply: object) -> bool:
 
 
 def _not_a_stream(name: str, reply: object, kind: object, params: RedisParams) -> str | None:
-    """Why a key's XINFO GROUPS reply (and TYPE reply `kind`, read for a WRONGTYPE error)
+    """Why a key's discovery read (and TYPE reply `kind`, read for a WRONGTYPE error)
     rules it out, or None for a stream. Other errors are raised as the job's typed errors."""
     if isinstance(reply, NoPermissionError) and not denied_command(server_text(reply)):
         return NO_ACCESS
@@ -205,10 +217,11 @@ def key_text(key: bytes, skipped: list[Skipped]) -> str:
 
 
 def _units_of(client: redis.Redis, stream: str, groups: list[dict[str, object]],
-              wanted: list[str], skipped: list[Skipped]) -> list[WorkUnit]:
-    """The stream's groups (all, or the `wanted` ones) with pending entries (XINFO GROUPS).
-    A group whose name is not UTF-8 is skipped when it has pending entries (and no `wanted`
-    name can match it)."""
+              wanted: list[str], skipped: list[Skipped], full: StreamSeen | None
+              ) -> list[WorkUnit]:
+    """The stream's groups (all, or the `wanted` ones) with pending entries (XINFO GROUPS
+    rows), each with what the stream's `full` read showed of it. A group whose name is not
+    UTF-8 is skipped when it has pending entries (and no `wanted` name can match it)."""
     pending: dict[str, int] = {}
     lags: dict[str, int | None] = {}
     for g in groups:
@@ -224,7 +237,8 @@ def _units_of(client: redis.Redis, stream: str, groups: list[dict[str, object]],
             skipped.append(Skipped(stream, group, "no such consumer group: fix streams.groups"))
     names = [g for g in wanted if g in pending] if wanted else list(pending)
     node = node_of(client, stream)
-    return [WorkUnit(stream, g, pending[g], node, lags[g]) for g in names if pending[g]]
+    return [WorkUnit(stream, g, pending[g], node, lags[g], None if full is None else full.of(g))
+            for g in names if pending[g]]
 
 
 def assign(units: list[WorkUnit], partitions: int, consumer_prefix: str, run_id: str

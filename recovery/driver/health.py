@@ -1,10 +1,12 @@
 """Group health as found before a run: per stream and group and per consumer.
 
-Driver side (a few commands per unit): XINFO GROUPS (pending, lag, read by discovery), XINFO
-CONSUMERS (pending, idle, inactive), and per stream XLEN of the stream and of its dead-letter
-stream. The PEL histograms come from the executors and are merged here by (stream, group):
-in a run from the claim steps' own reads (``recovery.executor.claim``), in a dry run from a
-pass of their own (``recovery.executor.survey.histogram_partition``).
+Driver side (one or a few commands per unit): discovery's read per stream (``XINFO STREAM ..
+FULL``: its length, and per group pending, lag and consumers with their pending, idle and
+inactive times; or, where that read is not possible, discovery's XINFO GROUPS, then here XINFO
+CONSUMERS per unit and the stream's XLEN), and per stream the XLEN of its dead-letter stream.
+The PEL histograms come from the executors and are merged here by (stream, group): in a run
+from the claim steps' own reads (``recovery.executor.claim``), in a dry run from a pass of
+their own (``recovery.executor.survey.histogram_partition``).
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ from recovery.report.run_report import largest, unlisted_line
 log = logging.getLogger(__name__)
 
 
-def _health_row(unit: WorkUnit, consumers: Any, length: Any, dead_letters: Any
-                ) -> dict[str, Any]:
-    """One unit's health: pending and lag as discovery read them (XINFO GROUPS, just
-    before), its consumers, the stream's and its dead letters' lengths from their raw
-    replies (the dead-letter XLEN may be an error: null). Lag is None where the server
+def _health_row(unit: WorkUnit, consumers: list[dict[str, object]], length: Any,
+                dead_letters: Any) -> dict[str, Any]:
+    """One unit's health: pending and lag as discovery read them (just before), its
+    consumers (XINFO CONSUMERS rows), the stream's and its dead letters' lengths from their
+    raw replies (the dead-letter XLEN may be an error: null). Lag is None where the server
     cannot tell (before 7.0, or after deletions in the stream)."""
     return {
         "stream": unit.stream, "group": unit.group, "length": int(length),
@@ -38,7 +40,7 @@ def _health_row(unit: WorkUnit, consumers: Any, length: Any, dead_letters: Any
             {"name": shown(c["name"]), "pending": int(c["pending"]),  # type: ignore[arg-type, call-overload]
              "idle_ms": int(c["idle"]),  # type: ignore[call-overload]
              "inactive_ms": _maybe_int(c.get("inactive"))}
-            for c in info_rows(consumers)
+            for c in consumers
         ],
         "dead_letter_length": None if isinstance(dead_letters, Exception) else int(dead_letters),
     }
@@ -53,24 +55,36 @@ def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: Redis
     """Health of every unit (skipping units that vanished), histograms still empty. Units
     come from discovery, so their dead-letter names exist (``dlq_names``).
 
-    Pipelined (``each``, a round trip per 1000 commands): XINFO CONSUMERS per unit, then
-    the XLEN of each stream and of its dead-letter stream once per stream (the stream's
-    groups share both)."""
+    Pipelined (``each``, a round trip per 1000 commands): the XLEN of each stream's
+    dead-letter stream, once per stream (the stream's groups share it). A unit that
+    discovery's FULL read showed (``WorkUnit.seen``) costs nothing more; for the others
+    (``--plan``, a Redis Cluster, a user that may not run XINFO STREAM) XINFO CONSUMERS per
+    unit and the stream's XLEN once per stream."""
     units = list(units)
+    unseen = [u for u in units if u.seen is None]
+    unseen_streams = list(dict.fromkeys(u.stream for u in unseen))
     streams = list(dict.fromkeys(u.stream for u in units))
-    commands: list[tuple[object, ...]] = [("XINFO CONSUMERS", u.stream, u.group) for u in units]
-    for stream in streams:
-        commands += [("XLEN", stream), ("XLEN", dead_letter_key(stream, dlq_suffix))]
+    commands: list[tuple[object, ...]] = [
+        *(("XINFO CONSUMERS", u.stream, u.group) for u in unseen),
+        *(("XLEN", s) for s in unseen_streams),
+        *(("XLEN", dead_letter_key(s, dlq_suffix)) for s in streams)]
     with redis_errors(params):
-        replies = each(client, commands)
-    lengths = replies[len(units):]
-    by_stream = dict(zip(streams, zip(lengths[0::2], lengths[1::2], strict=True), strict=True))
+        replies = iter(each(client, commands))
+    consumers = {(u.stream, u.group): next(replies) for u in unseen}
+    lengths = {s: next(replies) for s in unseen_streams}
+    dead_letters = {s: next(replies) for s in streams}
     result = []
-    for unit, consumers in zip(units, replies[:len(units)], strict=True):
-        length, dead_letters = by_stream[unit.stream]
-        if isinstance(consumers, Exception) or isinstance(length, Exception):
-            continue  # vanished since discovery: the run reports it
-        result.append(_health_row(unit, consumers, length, dead_letters))
+    for unit in units:
+        rows: list[dict[str, object]]
+        length: object
+        if unit.seen is not None:
+            rows, length = unit.seen.consumers, unit.seen.length
+        else:
+            raw, length = consumers[(unit.stream, unit.group)], lengths[unit.stream]
+            if isinstance(raw, Exception) or isinstance(length, Exception):
+                continue  # vanished since discovery: the run reports it
+            rows = info_rows(raw)  # type: ignore[arg-type]
+        result.append(_health_row(unit, rows, length, dead_letters[unit.stream]))
     add_histograms(result, [])
     return result
 

@@ -90,7 +90,7 @@ def info_rows(reply: Sequence[Sequence[object]]) -> list[dict[str, object]]:
 
 
 def _info_dict(row: Sequence[object]) -> dict[str, object]:
-    return {_info_key(k): (_text(v) if isinstance(v, bytes) else v)  # type: ignore[arg-type]
+    return {_info_key(k): (name_text(v) if isinstance(v, bytes) else v)  # type: ignore[arg-type]
             for k, v in zip(row[0::2], row[1::2], strict=True)}
 
 
@@ -101,7 +101,8 @@ def _info_key(name: bytes | str) -> str:
     return as_str(name)
 
 
-def _text(value: bytes) -> str | bytes:
+def name_text(value: bytes) -> str | bytes:
+    """A name from a reply as text where it is UTF-8, else the bytes as they came."""
     try:
         return value.decode()
     except UnicodeDecodeError:
