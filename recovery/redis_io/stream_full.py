@@ -70,12 +70,15 @@ def read_streams(client: redis.Redis, keys: Sequence[str]) -> list[object] | Non
 
 
 def _denied(reply: object) -> bool:
+    """True when `reply` refuses the command itself (ACL), not the key."""
     return isinstance(reply, NoPermissionError) and denied_command(server_text(reply)) is not None
 
 
 def _timed_reads(client: redis.Redis, keys: Sequence[str]) -> list[object]:
     """FULL reads of `keys` with a clock read first in each pipeline chunk (``each`` sends
-    ``PIPELINE_CHUNK`` commands per round trip), each parsed with its chunk's clock."""
+    ``PIPELINE_CHUNK`` commands per round trip), each parsed with its chunk's clock. The
+    server runs a pipeline's commands in order, so a clock read is never later than the
+    reads after it, however the chunks are sent."""
     per_chunk = PIPELINE_CHUNK - 1
     commands: list[tuple[object, ...]] = []
     for start in range(0, len(keys), per_chunk):
@@ -88,7 +91,7 @@ def _timed_reads(client: redis.Redis, keys: Sequence[str]) -> list[object]:
         if i % PIPELINE_CHUNK == 0:
             now_ms = _clock_ms(reply)
         else:
-            results.append(reply if isinstance(reply, Exception) else seen(reply, now_ms))
+            results.append(reply if isinstance(reply, Exception) else stream_seen(reply, now_ms))
     return results
 
 
@@ -100,29 +103,27 @@ def _clock_ms(reply: object) -> int:
     return int(cast(dict[str, Any], reply)["server_time_usec"]) // 1000
 
 
-def seen(reply: Any, now_ms: int) -> StreamSeen:
+def stream_seen(reply: Any, now_ms: int) -> StreamSeen:
     """A raw RESP2 ``XINFO STREAM .. FULL`` reply (flat field/value lists) as a StreamSeen,
     ages measured against the server clock `now_ms`."""
-    fields = _fields(reply)
     groups, consumers = [], {}
-    for raw in fields[b"groups"]:
-        group = _fields(raw)
-        row: dict[str, object] = {"name": name_text(group[b"name"]),
-                                  "pending": int(group[b"pel-count"])}
-        if b"lag" in group:
-            row["lag"] = group[b"lag"]
+    for group in _field(reply, b"groups"):
+        row: dict[str, object] = {"name": name_text(group[1]),
+                                  "pending": int(_field(group, b"pel-count"))}
+        if b"lag" in group[2:]:
+            row["lag"] = _field(group, b"lag")
         groups.append(row)
-        consumers[row["name"]] = [_consumer(_fields(c), now_ms) for c in group[b"consumers"]]
-    return StreamSeen(int(fields[b"length"]), groups, consumers)
+        consumers[row["name"]] = [_consumer(c, now_ms) for c in _field(group, b"consumers")]
+    return StreamSeen(int(_field(reply, b"length")), groups, consumers)
 
 
-def _consumer(fields: dict[bytes, Any], now_ms: int) -> dict[str, object]:
+def _consumer(flat: list[Any], now_ms: int) -> dict[str, object]:
     """One consumer of a FULL reply as an XINFO CONSUMERS row."""
-    row: dict[str, object] = {"name": name_text(fields[b"name"]),
-                              "pending": int(fields[b"pel-count"]),
-                              "idle": _age(int(fields[b"seen-time"]), now_ms)}
-    if b"active-time" in fields:
-        active = int(fields[b"active-time"])
+    row: dict[str, object] = {"name": name_text(flat[1]),
+                              "pending": int(_field(flat, b"pel-count")),
+                              "idle": _age(int(_field(flat, b"seen-time")), now_ms)}
+    if b"active-time" in flat[2:]:
+        active = int(_field(flat, b"active-time"))
         row["inactive"] = NEVER if active == NEVER else _age(active, now_ms)
     return row
 
@@ -133,5 +134,8 @@ def _age(at_ms: int, now_ms: int) -> int:
     return max(0, now_ms - at_ms)
 
 
-def _fields(flat: Sequence[Any]) -> dict[bytes, Any]:
-    return dict(zip(flat[0::2], flat[1::2], strict=True))
+def _field(flat: list[Any], name: bytes) -> Any:
+    """The value of field `name` in a flat ``[name, value, ...]`` reply whose first field is
+    ``name`` (a group's or consumer's: its value, the only one that can equal a field name,
+    is skipped). Found by ``list.index``: no dict per reply (a read per stream)."""
+    return flat[flat.index(name, 2 if name != b"length" else 0) + 1]
