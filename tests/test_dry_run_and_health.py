@@ -230,6 +230,26 @@ def test_discovery_reads_each_stream_once_and_the_health_shows_what_xinfo_would(
                     assert 50 <= c[key] <= later[key] < c[key] + 5_000, (c, later)
 
 
+@pytest.mark.parametrize("first", ["missing", "a-list"])
+def test_a_first_key_that_is_no_stream_does_not_turn_the_one_read_off(
+        server, client, make_settings, first):
+    """The first key's read, sent alone, decides whether discovery reads XINFO STREAM: a
+    missing key or one of another type answers for itself, not for the command."""
+    client.rpush("a-list", "x")
+    client.xgroup_create("s", "g", id="0", mkstream=True)
+    client.xadd("s", {"n": "1"})
+    client.xreadgroup("g", "w", {"s": ">"})
+    params = RedisParams(url=server.url)
+    conn = connect(params)
+    try:
+        units, skipped = discovery.discover(conn, make_settings(f"streams.keys={first},s"),
+                                            params)
+    finally:
+        conn.close()
+    assert [s.stream for s in skipped] == [first]
+    assert [(u.stream, u.group, u.seen is not None) for u in units] == [("s", "g", True)]
+
+
 def test_log_tables_list_the_largest_units_and_count_the_others(spark, client, make_settings,
                                                                caplog):
     """report.log_units_max=1 over three streams: the health table lists the unit with the

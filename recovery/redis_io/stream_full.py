@@ -11,8 +11,9 @@ at most one round trip's time.
 COUNT 1: one entry of the stream and of each PEL comes along (COUNT 0 would mean all).
 
 A standalone server only: on a Redis Cluster every node has its own clock. Where the user may
-not run XINFO STREAM (ACL rules from before it was granted, docs/ACL.md) the caller falls
-back to XINFO GROUPS and XINFO CONSUMERS; one probe read finds out, so the ACL LOG shows one
+not run XINFO STREAM (ACL rules from before it was granted, docs/ACL.md), or the server
+answers it otherwise than Redis and Valkey do, the caller falls back to XINFO GROUPS and
+XINFO CONSUMERS; the first key's read, sent alone, finds out, so the ACL LOG shows one
 refusal, not one per stream.
 """
 
@@ -23,7 +24,7 @@ from typing import Any, NamedTuple, cast
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import NoPermissionError
+from redis.exceptions import NoPermissionError, ResponseError
 
 from recovery.redis_io.acl_errors import denied_command
 from recovery.redis_io.redis_conn import server_text
@@ -59,19 +60,34 @@ class StreamSeen(NamedTuple):
 def read_streams(client: redis.Redis, keys: Sequence[str]) -> list[object] | None:
     """Per key of `keys`, in order, a StreamSeen or the error the server answered for it (no
     such key, wrong type, a key the ACL user may not access). None when this way does not
-    apply: a Redis Cluster, or a user that may not run XINFO STREAM (then nothing else was
-    sent but the first key's read)."""
+    apply: a Redis Cluster, a user that may not run XINFO STREAM, a server that answers the
+    first key's read otherwise or whose INFO shows no clock (then nothing else was sent but
+    that first read)."""
     if isinstance(client, RedisCluster) or not keys:
         return None
-    first = _timed_reads(client, keys[:1])
-    if _denied(first[0]):
+    try:
+        first = _timed_reads(client, keys[:1])
+    except NoClock:
+        return None
+    if not _answers_for_the_key(first[0]):
         return None
     return first + _timed_reads(client, keys[1:])
 
 
-def _denied(reply: object) -> bool:
-    """True when `reply` refuses the command itself (ACL), not the key."""
-    return isinstance(reply, NoPermissionError) and denied_command(server_text(reply)) is not None
+class NoClock(Exception):
+    """The server's INFO server shows no ``server_time_usec``."""
+
+
+def _answers_for_the_key(reply: object) -> bool:
+    """True for a FULL read or an error about the key itself (no such key, wrong type, a
+    key the ACL user may not access); False for one about the command (refused by ACL,
+    unknown to the server)."""
+    if isinstance(reply, NoPermissionError):
+        return denied_command(server_text(reply)) is None
+    if isinstance(reply, ResponseError):
+        text = server_text(reply)
+        return text.lower() == "no such key" or text.startswith("WRONGTYPE")
+    return True
 
 
 def _timed_reads(client: redis.Redis, keys: Sequence[str]) -> list[object]:
@@ -97,10 +113,13 @@ def _timed_reads(client: redis.Redis, keys: Sequence[str]) -> list[object]:
 
 def _clock_ms(reply: object) -> int:
     """The server's clock in ms from an INFO server reply (redis-py's dict); its error
-    raised."""
+    raised, NoClock where it has none."""
     if isinstance(reply, Exception):
         raise reply
-    return int(cast(dict[str, Any], reply)["server_time_usec"]) // 1000
+    usec = cast(dict[str, Any], reply).get("server_time_usec")
+    if usec is None:
+        raise NoClock
+    return int(usec) // 1000
 
 
 def stream_seen(reply: Any, now_ms: int) -> StreamSeen:
