@@ -92,8 +92,9 @@ REPORT = StructType(
 
 # Group health as found before the run, one row per (stream, group). Histogram keys are the
 # bucket labels of recovery.executor.survey (delivery counts; idle ages); `oldest_idle_ms` is the
-# largest idle time in the PEL; consumers come from XINFO CONSUMERS (`inactive_ms` needs
-# Redis 7.2+ / Valkey, else null); `dead_letter_length` is XLEN of the stream's dead-letter
+# largest idle time in the PEL; consumers are what XINFO CONSUMERS shows (read from
+# discovery's XINFO STREAM FULL where it could; `inactive_ms` needs Redis 7.2+ / Valkey, else
+# null); `dead_letter_length` is XLEN of the stream's dead-letter
 # stream (null in snapshots written before it was collected, or where it could not be read).
 CONSUMER = StructType(
     [
