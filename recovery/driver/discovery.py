@@ -11,7 +11,6 @@ from functools import partial
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import NoPermissionError, ResponseError
 
 from recovery.config import Settings
 from recovery.errors import (
@@ -20,10 +19,16 @@ from recovery.errors import (
     UnsupportedServerError,
 )
 from recovery.params import RedisParams, Unit
-from recovery.redis_io.acl_errors import denied_command
 from recovery.redis_io.cluster import biggest_first, groups_by_node, node_of
 from recovery.redis_io.dlq_names import dead_letter_key, is_dead_letter_key
-from recovery.redis_io.redis_conn import calls_of, redis_errors, script_replies, server_text
+from recovery.redis_io.redis_conn import (
+    calls_of,
+    key_refused,
+    no_such_key,
+    redis_errors,
+    script_replies,
+    wrong_type,
+)
 from recovery.redis_io.scripts import delete_empty_consumers
 from recovery.redis_io.stream_full import GroupSeen, StreamSeen, read_streams
 from recovery.redis_io.streams import (
@@ -162,7 +167,7 @@ def _stream_groups(client: redis.Redis, settings: Settings, params: RedisParams,
         replies = read_streams(client, candidates)
         if replies is None:
             replies = each(client, [("XINFO GROUPS", n) for n in candidates])
-    other = [n for n, r in zip(candidates, replies, strict=True) if _wrong_type(r)]
+    other = [n for n, r in zip(candidates, replies, strict=True) if wrong_type(r)]
     with redis_errors(params):
         kinds = dict(zip(other, each(client, [("TYPE", n) for n in other]), strict=True))
     streams: list[tuple[str, list[dict[str, object]], StreamSeen | None]] = []
@@ -177,16 +182,12 @@ def _stream_groups(client: redis.Redis, settings: Settings, params: RedisParams,
     return streams
 
 
-def _wrong_type(reply: object) -> bool:
-    return isinstance(reply, ResponseError) and server_text(reply).startswith("WRONGTYPE")
-
-
 def _not_a_stream(name: str, reply: object, kind: object, params: RedisParams) -> str | None:
     """Why a key's discovery read (and TYPE reply `kind`, read for a WRONGTYPE error)
     rules it out, or None for a stream. Other errors are raised as the job's typed errors."""
-    if isinstance(reply, NoPermissionError) and not denied_command(server_text(reply)):
+    if key_refused(reply):
         return NO_ACCESS
-    if isinstance(reply, ResponseError) and server_text(reply).lower() == "no such key":
+    if no_such_key(reply):
         return NO_KEY
     if kind is not None:
         kind = type_unless_denied(kind, params)
@@ -200,7 +201,7 @@ def _not_a_stream(name: str, reply: object, kind: object, params: RedisParams) -
 def type_unless_denied(reply: object, params: RedisParams) -> str | None:
     """A TYPE reply as text; None when the ACL user may not access that key (SCAN lists every
     key, whatever the user's key patterns). A denied *command* still raises."""
-    if isinstance(reply, NoPermissionError) and not denied_command(server_text(reply)):
+    if key_refused(reply):
         return None
     kind = _reply_or_raise(reply, params)
     return kind.decode() if isinstance(kind, bytes) else str(kind)

@@ -134,7 +134,7 @@ def _response_error(exc: ResponseError, params: RedisParams, stream: str | None,
                                "the stream or its consumer group does not exist")
     if code == "WRONGTYPE" and stream is not None:
         return StreamUnitError("wrong-type", stream, group, "the key is not a stream")
-    if server_text(exc).lower() == "no such key" and stream is not None:  # XINFO ("ERR ...")
+    if no_such_key(exc) and stream is not None:  # XINFO ("ERR ...")
         return StreamUnitError("no-key", stream, group, "the stream does not exist (any more)")
     if code in ("NOAUTH", "WRONGPASS"):
         return RedisAuthError(
@@ -171,6 +171,21 @@ def server_text(exc: Exception) -> str:
 def _first_word(exc: Exception) -> str:
     text = server_text(exc)
     return text.split(" ", 1)[0].upper() if text else type(exc).__name__
+
+
+def no_such_key(reply: object) -> bool:
+    """True for XINFO's answer about a missing key (``ERR no such key``)."""
+    return isinstance(reply, ResponseError) and server_text(reply).lower() == "no such key"
+
+
+def wrong_type(reply: object) -> bool:
+    """True for a WRONGTYPE error: the key holds another type."""
+    return isinstance(reply, ResponseError) and _first_word(reply) == "WRONGTYPE"
+
+
+def key_refused(reply: object) -> bool:
+    """True for an ACL refusal of the key (its pattern), not of the command."""
+    return isinstance(reply, NoPermissionError) and not denied_command(server_text(reply))
 
 
 def unit_vanished(exc: Exception) -> bool:

@@ -24,10 +24,8 @@ from typing import Any, NamedTuple, cast
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import NoPermissionError, ResponseError
 
-from recovery.redis_io.acl_errors import denied_command
-from recovery.redis_io.redis_conn import server_text
+from recovery.redis_io.redis_conn import key_refused, no_such_key, wrong_type
 from recovery.redis_io.streams import PIPELINE_CHUNK, each, name_text
 
 NEVER = -1  # active-time, and XINFO CONSUMERS' inactive, for a consumer never active
@@ -82,11 +80,8 @@ def _answers_for_the_key(reply: object) -> bool:
     """True for a FULL read or an error about the key itself (no such key, wrong type, a
     key the ACL user may not access); False for one about the command (refused by ACL,
     unknown to the server)."""
-    if isinstance(reply, NoPermissionError):
-        return denied_command(server_text(reply)) is None
-    if isinstance(reply, ResponseError):
-        text = server_text(reply)
-        return text.lower() == "no such key" or text.startswith("WRONGTYPE")
+    if isinstance(reply, Exception):
+        return no_such_key(reply) or wrong_type(reply) or key_refused(reply)
     return True
 
 
@@ -126,14 +121,14 @@ def stream_seen(reply: Any, now_ms: int) -> StreamSeen:
     """A raw RESP2 ``XINFO STREAM .. FULL`` reply (flat field/value lists) as a StreamSeen,
     ages measured against the server clock `now_ms`."""
     groups, consumers = [], {}
-    for group in _field(reply, b"groups"):
+    for group in _field(reply, b"groups", start=0):
         row: dict[str, object] = {"name": name_text(group[1]),
                                   "pending": int(_field(group, b"pel-count"))}
         if b"lag" in group[2:]:
             row["lag"] = _field(group, b"lag")
         groups.append(row)
         consumers[row["name"]] = [_consumer(c, now_ms) for c in _field(group, b"consumers")]
-    return StreamSeen(int(_field(reply, b"length")), groups, consumers)
+    return StreamSeen(int(_field(reply, b"length", start=0)), groups, consumers)
 
 
 def _consumer(flat: list[Any], now_ms: int) -> dict[str, object]:
@@ -153,8 +148,9 @@ def _age(at_ms: int, now_ms: int) -> int:
     return max(0, now_ms - at_ms)
 
 
-def _field(flat: list[Any], name: bytes) -> Any:
-    """The value of field `name` in a flat ``[name, value, ...]`` reply whose first field is
-    ``name`` (a group's or consumer's: its value, the only one that can equal a field name,
-    is skipped). Found by ``list.index``: no dict per reply (a read per stream)."""
-    return flat[flat.index(name, 2 if name != b"length" else 0) + 1]
+def _field(flat: list[Any], name: bytes, start: int = 2) -> Any:
+    """The value of field `name` in a flat ``[field, value, ...]`` reply, looked for from
+    position `start`: 2 skips a group's or consumer's ``name`` and its value (the only value
+    that can equal a field name); 0 for the stream's own fields. Found by ``list.index``: no
+    dict per reply (a read per stream)."""
+    return flat[flat.index(name, start) + 1]
