@@ -18,7 +18,8 @@ import pytest
 
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.testing.local_redis import LocalServer
-from tests.benchmark import report, spark_log, timeline
+from tests.benchmark import report, spark_log, targets, timeline
+from tests.benchmark.contenders import RunRecord
 from tests.benchmark.loops import DLQ_SUFFIX, run_loop
 from tests.benchmark.measure import TREE_EVERY, LastSeenCpu, PeakRss, Sample
 from tests.benchmark.run import job_settings, main, master_of, parse_args
@@ -275,3 +276,35 @@ def test_a_process_keeps_its_role_when_its_command_line_reads_empty() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def _record(contender: str, size: str, wall_s: float, commands: int, cpu_s: float,
+            pass_s: float | None = None) -> RunRecord:
+    """A run of 1M entries; the job's log cut at the one pass's line where `pass_s` is given."""
+    label = f"{targets.PASS_LABEL} in {pass_s} s" if pass_s else "dead-letter ... done"
+    segments = [{"label": "1 units with pending entries", "start_s": 0.0, "seconds": 5.0},
+                {"label": label, "start_s": 5.0, "seconds": pass_s or 9.0}]
+    return RunRecord(contender, size, 1_000_000, 0, wall_s, None, None, 1 << 20, 1.0, None,
+                     cpu_s, 0.0, commands, 0, {}, 0, 0, 0.0, 0.0, 0.0,
+                     {"segments": segments} if contender != "raw" else {})
+
+
+def test_issue_30_compares_the_pass_with_the_raw_loop_and_the_run_with_fewer_streams() -> None:
+    records = [_record("raw", "10000x100", 9.0, 260_000, 4.0),
+               _record("raw", "10000x100", 11.0, 260_000, 4.0),
+               _record("job", "1000x1000", 20.0, 210_000, 4.2, pass_s=9.5),
+               _record("job", "10000x100", 22.0, 288_080, 3.6, pass_s=10.5),
+               _record("job", "10000x100", 22.0, 288_080, 3.6, pass_s=11.5),
+               _record("job@local-cluster[2,1,1024]", "1000x1000", 30.0, 210_000, 4.2),
+               _record("job@local-cluster[2,1,1024]", "10000x100", 33.0, 288_080, 3.6)]
+
+    lines = targets.issue_30(report.build_rows(records), records)
+
+    assert lines == [
+        "- 10000x100: job the pass 11.00 s, 1.100x the raw loop's 10.00 s (target <= 1.1x); "
+        "end to end 22.0 s, 1.100x the 1000x1000 run's 20.0 s (target <= 1.2x); Redis commands "
+        "and CPU per message 1.108x and 0.900x the raw loop's (targets <= 1.2x)",
+        "- 10000x100: job@local-cluster[2,1,1024] the pass - s, -x the raw loop's 10.00 s "
+        "(target <= 1.1x); end to end 33.0 s, 1.100x the 1000x1000 run's 30.0 s (target <= "
+        "1.2x); Redis commands and CPU per message 1.108x and 0.900x the raw loop's (targets "
+        "<= 1.2x)"]

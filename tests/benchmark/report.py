@@ -88,7 +88,7 @@ class Row:
         return self.messages / self.steady_s if self.steady_s else None
 
 
-def _median(records: Iterable[RunRecord], value: Callable[[RunRecord], float | None]
+def median_of(records: Iterable[RunRecord], value: Callable[[RunRecord], float | None]
             ) -> float | None:
     samples = Samples()
     for record in records:
@@ -108,7 +108,7 @@ def _detail(section: str, name: str) -> Callable[[RunRecord], float | None]:
 
 def _per_msg(records: list[RunRecord], value: Callable[[RunRecord], float | None],
              scale: float = 1.0) -> float | None:
-    median = _median(records, value)
+    median = median_of(records, value)
     return None if median is None else median * scale / records[0].messages
 
 
@@ -131,12 +131,12 @@ def _steady(records: list[RunRecord], probes: list[RunRecord] | None
     """(fixed s, steady s, steady client CPU s): loops time and measure themselves; the job
     is paired with its probes."""
     if is_job(records[0].contender):
-        return (_median(probes or [], lambda r: r.wall_s),
-                _median(records, _minus_probe(probes, lambda r: r.wall_s)),
-                _median(records, _minus_probe(probes, lambda r: r.client_cpu_s)))
-    return (_median(records, lambda r: r.wall_s - (r.steady_s or 0.0)),
-            _median(records, lambda r: r.steady_s),
-            _median(records, lambda r: r.steady_client_cpu_s))
+        return (median_of(probes or [], lambda r: r.wall_s),
+                median_of(records, _minus_probe(probes, lambda r: r.wall_s)),
+                median_of(records, _minus_probe(probes, lambda r: r.client_cpu_s)))
+    return (median_of(records, lambda r: r.wall_s - (r.steady_s or 0.0)),
+            median_of(records, lambda r: r.steady_s),
+            median_of(records, lambda r: r.steady_client_cpu_s))
 
 
 def make_row(records: list[RunRecord], probes: list[RunRecord] | None = None) -> Row:
@@ -144,19 +144,19 @@ def make_row(records: list[RunRecord], probes: list[RunRecord] | None = None) ->
     paired with the job's runs by repeat."""
     first = records[0]
     fixed, steady, steady_cpu = _steady(records, probes)
-    phases = {name: _median(records, _detail("phases", name))
+    phases = {name: median_of(records, _detail("phases", name))
               for name in ("session_s", "run_s", "exit_s")} if is_job(first.contender) else {}
     if is_job(first.contender):
-        phases["heap_after_gc_bytes"] = _median(records, _detail("heap_after_gc", "jvm"))
+        phases["heap_after_gc_bytes"] = median_of(records, _detail("heap_after_gc", "jvm"))
     return Row(
         contender=first.contender, size=first.size, messages=first.messages,
-        runs=len(records), wall_s=_median(records, lambda r: r.wall_s) or 0.0,
+        runs=len(records), wall_s=median_of(records, lambda r: r.wall_s) or 0.0,
         fixed_s=fixed, steady_s=steady,
         cpu_us_per_msg=_per_msg(records, _net_cpu_s, 1e6),
         commands_per_msg=_per_msg(records, lambda r: r.redis_commands),
         reads_per_msg=_per_msg(records, lambda r: r.redis_reads),
         round_trips_per_msg=_per_msg(records, lambda r: r.round_trips),
-        peak_rss_mb=(_median(records, lambda r: r.peak_rss_bytes) or 0) / MB,
+        peak_rss_mb=(median_of(records, lambda r: r.peak_rss_bytes) or 0) / MB,
         client_cpu_us_per_msg=_per_msg(records, lambda r: r.client_cpu_s, 1e6),
         steady_client_cpu_us_per_msg=None if steady_cpu is None
         else steady_cpu * 1e6 / first.messages,
@@ -236,11 +236,11 @@ def marginal_table(rows: list[Row]) -> list[list[str]]:
     """The marginal rates, and the job's as a ratio of each contender's over the same sizes."""
     found = marginals(rows)
     job = {(m.small, m.large): m.msg_per_s for m in found if m.contender == JOB}
-    return [[m.contender, m.small, m.large, _fmt(m.msg_per_s, 0), _fmt(m.fixed_s),
-             _fmt(_ratio(job.get((m.small, m.large)), m.msg_per_s), 2)] for m in found]
+    return [[m.contender, m.small, m.large, fmt(m.msg_per_s, 0), fmt(m.fixed_s),
+             fmt(ratio(job.get((m.small, m.large)), m.msg_per_s), 2)] for m in found]
 
 
-def _fmt(value: float | None, digits: int = 1) -> str:
+def fmt(value: float | None, digits: int = 1) -> str:
     if value is None:
         return "-"
     return f"{value:,.{digits}f}"
@@ -258,16 +258,16 @@ def main_table(rows: list[Row]) -> list[list[str]]:
     lines = []
     for row in rows:
         name = row.contender + (f" ({row.note})" if row.note else "")
-        lines.append([name, row.size, str(row.runs), _fmt(row.msg_per_s, 0), _fmt(row.wall_s),
-                      _fmt(row.fixed_s), _fmt(row.steady_s, 2), _fmt(row.steady_msg_per_s, 0),
-                      _fmt(row.client_cpu_us_per_msg, 1) + " / "
-                      + _fmt(row.steady_client_cpu_us_per_msg, 1), _fmt(row.cpu_us_per_msg, 2),
-                      _fmt(row.commands_per_msg, 2), _fmt(row.reads_per_msg, 4),
-                      _fmt(row.round_trips_per_msg, 4), _fmt(row.peak_rss_mb, 0)])
+        lines.append([name, row.size, str(row.runs), fmt(row.msg_per_s, 0), fmt(row.wall_s),
+                      fmt(row.fixed_s), fmt(row.steady_s, 2), fmt(row.steady_msg_per_s, 0),
+                      fmt(row.client_cpu_us_per_msg, 1) + " / "
+                      + fmt(row.steady_client_cpu_us_per_msg, 1), fmt(row.cpu_us_per_msg, 2),
+                      fmt(row.commands_per_msg, 2), fmt(row.reads_per_msg, 4),
+                      fmt(row.round_trips_per_msg, 4), fmt(row.peak_rss_mb, 0)])
     return lines
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
+def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
@@ -287,12 +287,12 @@ def ratio_table(rows: list[Row]) -> list[list[str]]:
                 continue
             versus = f"{job.contender}/{other}" + (" (extrapolated)" if base.note else "")
             lines.append([job.size, versus,
-                          _fmt(_ratio(job.msg_per_s, base.msg_per_s), 2),
-                          _fmt(_ratio(job.steady_msg_per_s, base.steady_msg_per_s), 2),
-                          _fmt(_ratio(job.steady_client_cpu_us_per_msg,
+                          fmt(ratio(job.msg_per_s, base.msg_per_s), 2),
+                          fmt(ratio(job.steady_msg_per_s, base.steady_msg_per_s), 2),
+                          fmt(ratio(job.steady_client_cpu_us_per_msg,
                                       base.steady_client_cpu_us_per_msg), 2),
-                          _fmt(_ratio(job.cpu_us_per_msg, base.cpu_us_per_msg), 2),
-                          _fmt(_ratio(job.commands_per_msg, base.commands_per_msg), 2)])
+                          fmt(ratio(job.cpu_us_per_msg, base.cpu_us_per_msg), 2),
+                          fmt(ratio(job.commands_per_msg, base.commands_per_msg), 2)])
     return lines
 
 
@@ -312,16 +312,16 @@ def phase_table(rows: list[Row], records: list[RunRecord]) -> list[list[str]]:
         runs = [r for r in records if r.contender == row.contender and r.size == row.size]
         probes = [r for r in records
                   if r.contender == probe_of(row.contender) and r.size == row.size]
-        rss = {role: _median(runs, _detail("peak_rss", role))
+        rss = {role: median_of(runs, _detail("peak_rss", role))
                for role in ("jvm", "driver_python", "python_workers", "executor_jvm")}
         rss["heap_after_gc"] = row.extras.get("heap_after_gc_bytes")
-        threads = [_fmt(_median(runs, _detail("jvm_threads_cpu_s", kind))) + " / "
-                   + _fmt(_median(probes, _detail("jvm_threads_cpu_s", kind)))
+        threads = [fmt(median_of(runs, _detail("jvm_threads_cpu_s", kind))) + " / "
+                   + fmt(median_of(probes, _detail("jvm_threads_cpu_s", kind)))
                    for kind in ("jit", "tasks")]
-        lines.append([row.contender, row.size, _fmt(row.extras.get("session_s")),
-                      _fmt(row.extras.get("run_s")),
-                      _fmt(row.extras.get("exit_s")), _fmt(row.fixed_s),
-                      *(_fmt(v / MB if v else None, 0) for v in rss.values()), *threads])
+        lines.append([row.contender, row.size, fmt(row.extras.get("session_s")),
+                      fmt(row.extras.get("run_s")),
+                      fmt(row.extras.get("exit_s")), fmt(row.fixed_s),
+                      *(fmt(v / MB if v else None, 0) for v in rss.values()), *threads])
     return lines
 
 
@@ -340,8 +340,8 @@ def command_table(records: list[RunRecord], contenders: Iterable[str]) -> list[l
         median_run = runs[len(runs) // 2]
         top = sorted(median_run.per_command.items(), key=lambda kv: -kv[1][1])[:TOP_COMMANDS]
         for name, (calls, usec) in top:
-            lines.append([contender, median_run.size, name, _fmt(calls / largest, 4),
-                          _fmt(usec / calls, 2), _fmt(usec / largest, 3)])
+            lines.append([contender, median_run.size, name, fmt(calls / largest, 4),
+                          fmt(usec / calls, 2), fmt(usec / largest, 3)])
     return lines
 
 
@@ -351,45 +351,6 @@ def markdown(header: Iterable[str], lines: list[list[str]]) -> str:
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(line) + " |" for line in lines]
     return "\n".join(out)
-
-
-def targets(rows: list[Row]) -> list[str]:
-    """The issue's targets, each with the measured value (informational, never asserted)."""
-    jobs = sorted((r for r in rows if is_job(r.contender)), key=lambda r: r.messages)
-    raw = {r.size: r for r in rows if r.contender == "raw"}
-    out = []
-    for job in jobs:
-        base = raw.get(job.size)
-        if base is not None:
-            out.append(f"- {job.size}: {job.contender} steady "
-                       f"{_fmt(job.steady_msg_per_s, 0)} msg/s vs raw "
-                       f"{_fmt(base.steady_msg_per_s, 0)} (target: job >= raw, aim 200k); "
-                       f"Redis CPU/msg job/raw "
-                       f"{_fmt(_ratio(job.cpu_us_per_msg, base.cpu_us_per_msg), 2)}x "
-                       "(target <= 1.2x)")
-        if job.messages >= 1_000_000:
-            out.append(f"- {job.size}: {job.contender} end to end {_fmt(job.wall_s)} s "
-                       "(target < 25 s)")
-    rates = {(m.contender, m.small, m.large): m for m in marginals(rows)}
-    for (contender, small, large), job_m in rates.items():
-        raw_m = rates.get(("raw", small, large))
-        if is_job(contender) and raw_m is not None:
-            out.append(f"- marginal {small} -> {large}: {contender} "
-                       f"{_fmt(job_m.msg_per_s, 0)} msg/s vs "
-                       f"raw {_fmt(raw_m.msg_per_s, 0)} "
-                       f"({_fmt(_ratio(job_m.msg_per_s, raw_m.msg_per_s), 2)}x; target: job >= "
-                       "raw)")
-    jobs = [j for j in jobs if j.contender == JOB]  # memory growth: the first master's
-    if len(jobs) > 1 and jobs[0].peak_rss_mb and jobs[-1].peak_rss_mb:
-        growth = jobs[-1].peak_rss_mb / jobs[0].peak_rss_mb
-        out.append(f"- driver peak RSS {jobs[-1].size} / {jobs[0].size}: {growth:.2f}x "
-                   "(target <= 1.10x)")
-        heap = [j.extras.get("heap_after_gc_bytes") for j in (jobs[0], jobs[-1])]
-        if heap[0] and heap[1]:
-            out.append(f"- driver JVM heap in use after GC, peak, {jobs[-1].size} / "
-                       f"{jobs[0].size}: {heap[1] / heap[0]:.2f}x "
-                       f"({heap[0] / MB:.0f} -> {heap[1] / MB:.0f} MB)")
-    return out
 
 
 PROFILE_HEADER = ("rank", "process or job function (recovery/), inclusive", "% of samples",
@@ -410,8 +371,8 @@ def profile_table(records: list[RunRecord]) -> list[list[str]]:
     for rank in range(min(PROFILE_ROWS, max(len(inclusive), len(leaf)))):
         inc = inclusive[rank] if rank < len(inclusive) else ("", 0)
         lf = leaf[rank] if rank < len(leaf) else ("", 0)
-        lines.append([str(rank + 1), f"`{inc[0]}`", _fmt(100 * inc[1] / total),
-                      f"`{lf[0]}`", _fmt(100 * lf[1] / total)])
+        lines.append([str(rank + 1), f"`{inc[0]}`", fmt(100 * inc[1] / total),
+                      f"`{lf[0]}`", fmt(100 * lf[1] / total)])
     return lines
 
 
@@ -434,7 +395,7 @@ def timeline_table(records: list[RunRecord], job: str = JOB) -> tuple[str, list[
     lines = []
     for seg in run.details["segments"]:
         top = ", ".join(f"{name} ({calls})" for name, calls, _usec in seg["top_commands"])
-        lines.append([seg["label"] or "-", _fmt(seg["start_s"]), _fmt(seg["seconds"]),
-                      _fmt(seg["redis_cpu_s"], 2),
-                      _fmt(seg["redis_cpu_s"] * 1e6 / run.messages, 2), top or "-"])
+        lines.append([seg["label"] or "-", fmt(seg["start_s"]), fmt(seg["seconds"]),
+                      fmt(seg["redis_cpu_s"], 2),
+                      fmt(seg["redis_cpu_s"] * 1e6 / run.messages, 2), top or "-"])
     return f"{job} {run.size}, run #{run.repeat + 1}", lines
