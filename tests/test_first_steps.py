@@ -9,20 +9,24 @@ server's own command counts.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+
 import pyarrow as pa
 from redis import Redis
 
 from recovery.config import executor_params
 from recovery.errors import StreamUnitError
-from recovery.executor.claim import claim_steps
+from recovery.executor.claim import ClaimStep, claim_steps
 from recovery.executor.claimed import CLAIMED_ARROW
 from recovery.executor.first_steps import with_first_steps
+from recovery.executor.gather import gathered
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.throttle import Throttle
 from recovery.params import JobParams, Unit
 from recovery.redis_io.redis_conn import connect
 from recovery.testing.backlog import make_stuck
-from tests.support.claim_checks import GROUP, HOUR_MS, JOB, assert_matches_redis, stuck
+from tests.support.claim_checks import DEAD, GROUP, HOUR_MS, JOB, assert_matches_redis, stuck
 from tests.support.servers import command_calls
 
 LIVE = "alive"  # an application consumer at work: its entries are not idle
@@ -125,3 +129,101 @@ def test_a_unit_grown_past_its_read_has_its_range_read_for_own_entries(client, m
     assert sorted(r["id"] for r in rows["g"]) == sorted([*ids[3:10], ids[12]])
     assert_matches_redis(rows["g"], client, "g")
     assert buckets(histogram, "g") == found
+
+
+def owners(client: Redis, stream: str, wait_for: str | None = None) -> set[str]:
+    """The consumers owning `stream`'s pending entries; with `wait_for`, read again (up to
+    2 s) until that consumer is among them: a round written ahead on another connection
+    may reach the server a moment after a read sent later."""
+    deadline = time.monotonic() + 2.0
+    while True:
+        found = {r["consumer"].decode()
+                 for r in client.xpending_range(stream, GROUP, "-", "+", 100)}
+        if wait_for is None or wait_for in found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.01)
+
+
+def test_a_wide_round_is_claimed_while_the_round_before_it_is_handed_over(client,
+                                                                         make_settings):
+    """A unit of three steps, then 31 one-entry units. Nothing is sent ahead behind the big
+    unit (its next unit stays with its owner while its steps go on). Once a round of small
+    units all finished in their first steps, the next round of ten is claimed before this
+    one's units reach the caller (the job's in Redis while the caller holds the earlier
+    unit), and the round after it is not. Every entry is output once, as Redis has it, in
+    as many MULTIs as without sending ahead."""
+    params = executor_params(make_settings('streams.keys=["big"]', "claim.count=10"), "r1")
+    smalls = [f"s{i:02d}" for i in range(31)]
+    ids = {"big": stuck(client, "big", 25), **{s: stuck(client, s, 1) for s in smalls}}
+    multis = command_calls(client, "multi")
+    conn = connect(params.redis)
+    seen: dict[str, tuple[set[str], set[str]]] = {}
+    rows = {}
+    try:
+        for unit, first in with_first_steps(lambda: conn, params,
+                                            [Unit(s, GROUP, JOB) for s in ["big", *smalls]]):
+            if unit.stream in ("big", "s00", "s01"):  # the next round's first, the one after
+                nxt = {"big": "s00", "s00": "s01", "s01": "s11"}[unit.stream]
+                after = {"big": "s01", "s00": "s11", "s01": "s21"}[unit.stream]
+                wait = None if unit.stream == "big" else JOB
+                seen[unit.stream] = (owners(client, nxt, wait), owners(client, after))
+            steps = claim_steps(conn, params, unit, Throttle(None), first=first)
+            rows[unit.stream] = pa.Table.from_batches(
+                [s.claimed.to_arrow() for s in steps], schema=CLAIMED_ARROW).to_pylist()
+    finally:
+        conn.close()
+    assert seen == {"big": ({DEAD}, {DEAD}), "s00": ({JOB}, {DEAD}), "s01": ({JOB}, {DEAD})}
+    assert command_calls(client, "multi") - multis == 3 + 1 + 3  # big's 3, s00, 3 rounds
+    for stream, want in ids.items():
+        assert sorted(r["id"] for r in rows[stream]) == sorted(want)
+        assert_matches_redis(rows[stream], client, stream)
+
+
+def test_a_round_sent_ahead_and_never_read_is_taken_back_by_the_next_attempt(client,
+                                                                             make_settings):
+    """The caller stops at the first unit with a round sent ahead (a task that fails): that
+    round's entries are the job consumer's in Redis; the client still answers its own
+    commands; a second attempt as the same consumer outputs every entry once."""
+    params = executor_params(make_settings('streams.keys=["s00"]', "claim.count=10"), "r1")
+    smalls = [f"s{i:02d}" for i in range(21)]
+    ids = {s: stuck(client, s, 1) for s in smalls}
+    conn = connect(params.redis)
+    try:
+        steps = with_first_steps(lambda: conn, params, [Unit(s, GROUP, JOB) for s in smalls])
+        assert next(steps)[0].stream == "s00"
+        assert owners(client, "s10", wait_for=JOB) == {JOB}
+        steps.close()
+        assert conn.echo("mine") == b"mine"
+    finally:
+        conn.close()
+    assert owners(client, "s11") == {DEAD}
+    rows, vanished = claim_all(params, smalls, {})
+    assert not vanished
+    for stream, want in ids.items():
+        assert sorted(r["id"] for r in rows[stream]) == sorted(want)
+        assert_matches_redis(rows[stream], client, stream)
+
+
+def test_a_round_sent_ahead_is_handed_over_whole_however_old_its_claims(client,
+                                                                        make_settings):
+    """The round sent while s00 is handed over (0.1 s here, more than the 50 ms a batch
+    waits for more) comes at once afterwards: its ten one-entry steps are gathered into one
+    hand-over, though their claims are older than 50 ms by then."""
+    params = executor_params(make_settings('streams.keys=["s00"]', "claim.count=10"), "r1")
+    smalls = [f"s{i:02d}" for i in range(11)]
+    for stream in smalls:
+        stuck(client, stream, 1)
+    conn = connect(params.redis)
+
+    def steps() -> Iterator[ClaimStep]:
+        for unit, first in with_first_steps(lambda: conn, params,
+                                            [Unit(s, GROUP, JOB) for s in smalls]):
+            yield from claim_steps(conn, params, unit, Throttle(None), first=first)
+            if unit.stream == "s00":
+                time.sleep(0.1)
+
+    try:
+        handed = [len(step.claimed) for step in gathered(steps(), rows=1000)]
+    finally:
+        conn.close()
+    assert handed == [1, 10]

@@ -9,7 +9,7 @@ import pytest
 from redis.exceptions import DataError, ResponseError
 
 from recovery.params import RedisParams
-from recovery.redis_io.pipelined import transaction
+from recovery.redis_io.pipelined import exchange, send, send_transaction, transaction
 from recovery.redis_io.redis_conn import connect
 from recovery.redis_io.streams import each, info_rows
 from tests.support.lost_reply import ReplyDropper
@@ -51,6 +51,36 @@ def test_a_transaction_answers_in_place_and_a_refused_command_runs_nothing(serve
     finally:
         client.close()
     assert admin.lrange("list", 0, -1) == [b"a"]
+
+
+def test_a_transaction_sent_ahead_is_read_later_and_sent_again_when_its_reply_is_lost(server):
+    """Written now, read after other commands ran on another connection: its replies as
+    transaction's; when they are lost, the MULTI is sent once more (it ran twice)."""
+    admin = server.client()
+    proxy = ReplyDropper(server.port, b"MULTI", nth=1)
+    client = connect(RedisParams(url=proxy.url()))
+    try:
+        sent = send_transaction(client, [("RPUSH", "list", "a"), ("LLEN", "list")])
+        assert exchange(client, [("RPUSH", "other", "x")]) == [1]  # meanwhile, another connection
+        replies = sent.replies()
+    finally:
+        client.close()
+        proxy.close()
+    assert proxy.dropped == 1
+    assert replies == [2, 2]  # the second sending's: the first ran before its replies were lost
+    assert admin.lrange("list", 0, -1) == [b"a", b"a"]
+
+
+def test_replies_dropped_unread_never_answer_the_next_command(server):
+    """A script still running when its Sent is dropped: the connection is closed, so the
+    client's next command (on a pooled connection) reads its own reply, not the script's."""
+    client = connect(RedisParams(url=server.url))
+    busy = "local i = 0 while i < 3000000 do i = i + 1 end return 'late'"
+    try:
+        send(client, [("EVAL", busy, 0)]).drop()
+        assert exchange(client, [("ECHO", "mine")]) == [b"mine"]
+    finally:
+        client.close()
 
 
 def test_names_with_a_space_numbers_and_text_pack_as_redis_py_does_and_none_is_refused(

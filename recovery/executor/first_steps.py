@@ -14,11 +14,21 @@ wide rounds, each unit's claim reads its whole PEL first (one XPENDING of up to
 its own first entry, which also counts what the claim leaves to other consumers for the
 PEL histogram: no read of the unit's PEL follows its hand-over.
 
+Once a round's units all finished in their first steps, the next round is written before
+this one's units are handed over, on a connection of its own, and read when its units are
+due: Redis runs the next claims while the worker routes, handles and reports this round's
+entries (the worker's Python work and Redis's then overlap instead of taking turns). A round
+is sent ahead only where the rounds are wide (small units), so no unit's entries wait
+claimed behind a big unit's loop; the round's claim is one step like any other, its time
+sent is its units' lease reading.
+
 Each unit's claim is still atomic with its reads (the round's MULTI holds them all), and the
 claim loop (``recovery.executor.claim.claim_steps``) goes on from each first step exactly
 as if it had sent it: a lost reply or an earlier attempt's claim is taken back by its own-entry
-read, whatever sent the step. On a Redis Cluster (a MULTI cannot span slots) every round
-holds one unit; under a backoff schedule no step is sent ahead.
+read, whatever sent the step (a task that fails with a round sent ahead leaves its entries to
+the job's consumer, as any claim whose hand-over did not come). On a Redis Cluster (a MULTI
+cannot span slots) every round holds one unit; under a backoff schedule no step is sent
+ahead.
 """
 
 from __future__ import annotations
@@ -32,7 +42,8 @@ import redis
 from redis.cluster import RedisCluster
 
 from recovery.params import JobParams, Unit
-from recovery.redis_io.autoclaim import ClaimBatch, first_claims
+from recovery.redis_io.autoclaim import ClaimBatch, FirstClaims, first_claims
+from recovery.redis_io.pipelined import send_transaction
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.streams import END_CURSOR
 
@@ -50,22 +61,66 @@ class FirstStep(NamedTuple):
 def with_first_steps(client: Callable[[], redis.Redis], params: JobParams,
                      units: Iterable[Unit]) -> Iterator[tuple[Unit, FirstStep | None]]:
     """Each unit of `units` (in order) with its first claim step, sent in rounds (see the
-    module doc). `client` gives the partition's client (opened on first use). Under a
-    backoff schedule (whose steps are a script, ``recovery.executor.backoff``) no step is
-    sent ahead: None for each."""
+    module doc), the next wide round written before this one's units are yielded. `client`
+    gives the partition's client (opened on first use). Under a backoff schedule (whose
+    steps are a script, ``recovery.executor.backoff``) no step is sent ahead: None for
+    each."""
     if params.backoff:
         yield from ((unit, None) for unit in units)
         return
     pending = iter(units)
-    width = 1
-    while chunk := list(islice(pending, width)):
-        sent_at = time.monotonic()
-        conn = client()
+    this, ahead = _Round.of(client, params, list(islice(pending, 1))), None
+    try:
+        while this is not None:
+            with redis_errors(params.redis):
+                batches = this.read()
+            conn = client()
+            width = 1 if isinstance(conn, RedisCluster) else next_width(batches, params.count)
+            if width > 1:
+                ahead = _Round.ahead(conn, params, list(islice(pending, width)))
+            yield from zip(this.units, (FirstStep(b, this.sent_at) for b in batches),
+                           strict=True)
+            this, ahead = ahead or _Round.of(client, params, list(islice(pending, 1))), None
+    finally:
+        if ahead is not None:
+            ahead.drop()
+
+
+class _Round(NamedTuple):
+    """A round's units, when their first steps were sent (``time.monotonic()`` seconds), how
+    to read them, and how to drop them unread."""
+
+    units: list[Unit]
+    sent_at: float
+    read: Callable[[], list[ClaimBatch | Exception]]
+    drop: Callable[[], None]
+
+    @classmethod
+    def of(cls, client: Callable[[], redis.Redis], params: JobParams, units: list[Unit]
+           ) -> _Round | None:
+        """A round of one unit, sent and read in one round trip when read (any server);
+        None for no unit (and no client opened)."""
+        if not units:
+            return None
+        claims = _claims(params, units, whole=False)
+        return cls(units, time.monotonic(), lambda: first_claims(
+            client(), claims.units, params.min_idle_ms, params.count), lambda: None)
+
+    @classmethod
+    def ahead(cls, conn: redis.Redis, params: JobParams, units: list[Unit]) -> _Round | None:
+        """A wide round written now on a connection of its own (a standalone server); None
+        for no units."""
+        if not units:
+            return None
+        claims, sent_at = _claims(params, units, whole=True), time.monotonic()
         with redis_errors(params.redis):
-            batches = first_claims(conn, [(u.stream, u.group, u.consumer) for u in chunk],
-                                   params.min_idle_ms, params.count, whole=width > 1)
-        yield from zip(chunk, (FirstStep(b, sent_at) for b in batches), strict=True)
-        width = 1 if isinstance(conn, RedisCluster) else next_width(batches, params.count)
+            sent = send_transaction(conn, claims.commands())
+        return cls(units, sent_at, lambda: claims.batches(sent.replies()), sent.drop)
+
+
+def _claims(params: JobParams, units: list[Unit], whole: bool) -> FirstClaims:
+    return FirstClaims([(u.stream, u.group, u.consumer) for u in units], params.min_idle_ms,
+                       params.count, whole)
 
 
 def next_width(batches: list[ClaimBatch | Exception], count: int) -> int:

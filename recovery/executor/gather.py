@@ -16,22 +16,28 @@ from collections.abc import Iterable, Iterator
 from recovery.executor.claim import ClaimStep
 from recovery.executor.claimed import Claimed
 
-GATHER_FOR_S = 0.05  # a batch is handed over once its first claim is this old (s)
+GATHER_FOR_S = 0.05  # a batch is handed over once it has waited this long for more (s)
 
 
 def gathered(steps: Iterable[ClaimStep], rows: int, for_s: float = GATHER_FOR_S
              ) -> Iterator[ClaimStep]:
     """`steps` joined into steps of about `rows` entries or fewer: a step is added to the
-    batch being gathered while the batch holds fewer than `rows` entries and its first claim
-    was sent less than `for_s` seconds ago; a batch that reaches `rows` goes at once. A
-    joined step's lease reading is its oldest claim's (None when a step has none), so the
+    batch being gathered while the batch holds fewer than `rows` entries and has waited less
+    than `for_s` seconds for more since its first step came (a batch whose first step has no
+    lease reading is not gathered); a batch that reaches `rows` goes at once. Claimed
+    entries thus wait at most about `for_s` for later claims, however long ago their own
+    claim was sent (a round sent ahead, ``recovery.executor.first_steps``). A joined
+    step's lease reading is its oldest claim's (None when a step has none), so the
     hand-over reads the lease again when it is stale (``recovery.executor.lease``)."""
     held: list[ClaimStep] = []
-    size = 0
+    size, since = 0, 0.0
     for step in steps:
-        if held and (size + len(step.claimed) > rows or _older_than(held[0], for_s)):
+        if held and (size + len(step.claimed) > rows or held[0].sent_at is None
+                     or time.monotonic() - since > for_s):
             yield _joined(held)
             held, size = [], 0
+        if not held:
+            since = time.monotonic()
         held.append(step)
         size += len(step.claimed)
         if size >= rows:  # full: handed over before the next claim (a big unit's steps)
@@ -39,10 +45,6 @@ def gathered(steps: Iterable[ClaimStep], rows: int, for_s: float = GATHER_FOR_S
             held, size = [], 0
     if held:
         yield _joined(held)
-
-
-def _older_than(step: ClaimStep, seconds: float) -> bool:
-    return step.sent_at is None or time.monotonic() - step.sent_at > seconds
 
 
 def _joined(steps: list[ClaimStep]) -> ClaimStep:

@@ -93,22 +93,44 @@ def first_claims(client: redis.Redis, units: Sequence[tuple[str, str, str]],
     is one XPENDING of the first `count` rows of its PEL, whoever owns them and however idle
     (:func:`whole_reply`), instead of the idle rows and the consumer's first own entry: two
     commands per unit instead of three, and a small PEL is seen whole."""
-    per_unit = WHOLE_REPLIES if whole else CLAIM_REPLIES
-    replies = in_transaction(client, [
-        c for stream, group, consumer in units
-        for c in (whole_commands if whole else claim_commands)(
-            stream, group, consumer, min_idle_ms, END_CURSOR, count)])
-    result: list[ClaimBatch | Exception] = []
-    for (_, _, consumer), i in zip(units, range(0, len(replies), per_unit), strict=True):
-        step = replies[i : i + per_unit]
-        error = next((r for r in step if isinstance(r, Exception)), None)
-        if error is not None:
-            result.append(error)
-        elif whole:
-            result.append(whole_reply(step[0], step[1], consumer.encode(), min_idle_ms, count))
-        else:
-            result.append(claim_reply(*step))
-    return result
+    claims = FirstClaims(units, min_idle_ms, count, whole)
+    return claims.batches(in_transaction(client, claims.commands()))
+
+
+class FirstClaims(NamedTuple):
+    """The first steps of :func:`first_claims` for `units`, as commands and replies: for a
+    round sent ahead of reading it (``send_transaction(client, claims.commands())``, then
+    ``claims.batches(sent.replies())``)."""
+
+    units: Sequence[tuple[str, str, str]]
+    min_idle_ms: int
+    claim_count: int  # claim.count: entries per step at most
+    whole: bool
+
+    def commands(self) -> list[tuple[object, ...]]:
+        """The MULTI's commands, unit by unit."""
+        make = whole_commands if self.whole else claim_commands
+        return [c for stream, group, consumer in self.units
+                for c in make(stream, group, consumer, self.min_idle_ms, END_CURSOR,
+                              self.claim_count)]
+
+    def batches(self, replies: Sequence[Any]) -> list[ClaimBatch | Exception]:
+        """A ClaimBatch, or the error its stream or group answered, per unit, from the
+        MULTI's replies."""
+        per_unit = WHOLE_REPLIES if self.whole else CLAIM_REPLIES
+        result: list[ClaimBatch | Exception] = []
+        for (_, _, consumer), i in zip(self.units, range(0, len(replies), per_unit),
+                                       strict=True):
+            step = replies[i : i + per_unit]
+            error = next((r for r in step if isinstance(r, Exception)), None)
+            if error is not None:
+                result.append(error)
+            elif self.whole:
+                result.append(whole_reply(step[0], step[1], consumer.encode(),
+                                          self.min_idle_ms, self.claim_count))
+            else:
+                result.append(claim_reply(*step))
+        return result
 
 
 CLAIM_REPLIES = 3  # commands :func:`claim_commands` gives

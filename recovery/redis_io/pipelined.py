@@ -1,5 +1,7 @@
 """Many commands in one round trip on a standalone server, without redis-py's Pipeline:
-as they come (:func:`exchange`) or as one MULTI/EXEC transaction (:func:`transaction`).
+as they come (:func:`exchange`) or as one MULTI/EXEC transaction (:func:`transaction`); or
+written now and read later (:func:`send`, :func:`send_transaction`), so that the server runs
+them while the caller works on something else.
 
 redis-py's Pipeline spends more client CPU per command than the server spends on a cheap
 read (it queues, wraps and parses each command in several Python calls). The driver reads a
@@ -17,7 +19,7 @@ from typing import Any
 import redis
 from hiredis import pack_command
 from redis.connection import Connection
-from redis.exceptions import DataError, ResponseError
+from redis.exceptions import ConnectionError, DataError, ResponseError, TimeoutError
 
 
 def exchange(client: redis.Redis, commands: Sequence[Sequence[object]],
@@ -28,15 +30,75 @@ def exchange(client: redis.Redis, commands: Sequence[Sequence[object]],
     connection lost midway is retried as a whole per the client's retry policy (every
     command the job sends this way is a read or safe to repeat), as redis-py's Pipeline
     does."""
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    callbacks: list[Callable[..., object] | None] = (
-        _callbacks(client, commands) if parse else [None] * len(commands))
-    try:
-        return conn.retry.call_with_retry(  # type: ignore[no-any-return]
-            lambda: _round_trip(conn, commands, callbacks), lambda _error: conn.disconnect())
-    finally:
-        pool.release(conn)
+    return send(client, commands, parse).replies()
+
+
+class Sent:
+    """Commands written on a pooled connection of their own, their replies not read yet
+    (:func:`send`). Read them with :meth:`replies` (which gives the connection back), or
+    :meth:`drop` them unread (the connection is closed: its replies would answer the next
+    user's commands)."""
+
+    def __init__(self, client: redis.Redis, commands: Sequence[Sequence[object]],
+                 parse: bool, finish: Callable[[list[object]], list[Any]] | None = None
+                 ) -> None:
+        self._pool = client.connection_pool
+        self._commands = commands
+        self._callbacks: list[Callable[..., object] | None] = (
+            _callbacks(client, commands) if parse else [None] * len(commands))
+        self._finish = finish
+        self._conn: Connection | None = self._pool.get_connection()
+        self._written = False
+        self._send_error: Exception | None = None
+        try:
+            self._conn.send_packed_command(packed(commands))
+            self._written = True
+        except (ConnectionError, TimeoutError) as error:  # the read's first failure: retried
+            self._send_error = error                    # per the retry policy from there
+        except BaseException:
+            self.drop()
+            raise
+
+    def replies(self) -> list[Any]:
+        """The replies as :func:`exchange` gives them (passed through `finish` where
+        given). A connection lost before or while they are read sends the commands again
+        and reads them, per the client's retry policy."""
+        conn = self._conn
+        if conn is None:
+            raise RuntimeError("replies already read or dropped")
+        try:
+            replies = conn.retry.call_with_retry(  # type: ignore[no-any-return]
+                lambda: self._read_or_resend(conn), lambda _error: conn.disconnect())
+        except BaseException:
+            self.drop()
+            raise
+        self._pool.release(conn)
+        self._conn = None
+        return self._finish(replies) if self._finish is not None else replies
+
+    def drop(self) -> None:
+        """Give the connection back closed, replies unread (nothing if already read)."""
+        if self._conn is not None:
+            self._conn.disconnect()
+            self._pool.release(self._conn)
+            self._conn = None
+
+    def _read_or_resend(self, conn: Connection) -> list[object]:
+        """The replies written ahead; after a failure, a whole round trip again."""
+        if self._send_error is not None:
+            error, self._send_error = self._send_error, None
+            raise error
+        if self._written:
+            self._written = False
+            return _read(conn, self._callbacks)
+        return _round_trip(conn, self._commands, self._callbacks)
+
+
+def send(client: redis.Redis, commands: Sequence[Sequence[object]], parse: bool = True
+         ) -> Sent:
+    """Write `commands` in one go on a connection of their own and return at once; their
+    replies, read from the Sent, are :func:`exchange`'s."""
+    return Sent(client, commands, parse)
 
 
 def _callbacks(client: redis.Redis, commands: Sequence[Sequence[object]]
@@ -53,6 +115,12 @@ def _callbacks(client: redis.Redis, commands: Sequence[Sequence[object]]
 def _round_trip(conn: Connection, commands: Sequence[Sequence[object]],
                 callbacks: list[Callable[..., object] | None]) -> list[object]:
     conn.send_packed_command(packed(commands))
+    return _read(conn, callbacks)
+
+
+def _read(conn: Connection, callbacks: list[Callable[..., object] | None]) -> list[object]:
+    """One reply per callback, read off `conn`: the callback's result (the raw reply for
+    None), or the error the server answered in its place."""
     replies: list[object] = []
     for callback in callbacks:
         try:
@@ -69,7 +137,19 @@ def transaction(client: redis.Redis, commands: Sequence[Sequence[object]]) -> li
     raw reply (no response callbacks), or the error the server answered for it in place.
     A command refused while queued (unknown, wrong arity, denied by ACL) aborts the whole
     transaction: that error is raised, and nothing ran."""
-    replies = exchange(client, [("MULTI",), *commands, ("EXEC",)], parse=False)
+    return send_transaction(client, commands).replies()
+
+
+def send_transaction(client: redis.Redis, commands: Sequence[Sequence[object]]) -> Sent:
+    """:func:`transaction` written now, its replies read from the Sent (which raises as
+    :func:`transaction` does)."""
+    return Sent(client, [("MULTI",), *commands, ("EXEC",)], parse=False,
+                finish=_transaction_replies)
+
+
+def _transaction_replies(replies: list[object]) -> list[Any]:
+    """A MULTI/EXEC's replies (MULTI, each QUEUED, EXEC) as its commands' replies; raises the
+    error of a command refused while queued, or EXEC's own error."""
     refused = next((r for r in replies[1:-1] if isinstance(r, ResponseError)), None)
     if refused is not None:
         raise refused
