@@ -258,8 +258,11 @@ def _kill_trial(spark: SparkSession, server: LocalServer, base: Path, trial: int
     assert result.code == 0, result.stderr
     if schedule and _age_what_the_killed_run_left(client, seeded, killed):
         reruns.append(f"rerun{trial}-due")
+        # Idle 10 s: the aged entries (an hour) and the waiting ones (2 min) are examined, the
+        # re-runs' own failures (idle a second or two on a slow machine) are not, so the
+        # not-due count is the waiting seeds alone.
         result = run_in_process(spark, job_args(server.url, base, streams,
-                                                "claim.min_idle_ms=1000", *schedule,
+                                                "claim.min_idle_ms=10000", *schedule,
                                                 run_id=reruns[-1]))
         assert result.code == 0, result.stderr
     # Under a schedule a re-run's failed entries wait for their next due time with it, so
