@@ -39,6 +39,7 @@ from recovery.driver.discovery import (
     assign,
     check_server,
     discover,
+    job_consumer,
 )
 from recovery.driver.health import (
     add_histograms,
@@ -69,7 +70,12 @@ from recovery.executor.survey import histogram_partition, plan_partition
 from recovery.executor.tally import Tallies, histogram_rows
 from recovery.handlers import load_handler
 from recovery.params import JobParams, Unit
-from recovery.redis_io.journal import drop_journals, journal_key, open_journals
+from recovery.redis_io.journal import (
+    check_run_id_unused,
+    drop_journals,
+    journal_key,
+    open_journals,
+)
 from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.report.run_report import (
     RunSummary,
@@ -121,6 +127,11 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
     # The JVM warms up (recovery.driver.warm_up) while the driver reads Redis.
     with contextlib.closing(client), warming_up(spark) as warm_up:
         check_server(client, params.redis)
+        if run_id is not None and not dry_run and settings.claim.journal_prefix:
+            part_0 = job_consumer(settings.claim.consumer_prefix, params.run_id, 0)
+            with redis_errors(params.redis):  # part 0: journaled by every run that claimed
+                check_run_id_unused(client, journal_key(settings.claim.journal_prefix, part_0),
+                                    params.run_id)
         server = server_identity(client, params.redis)
         if plan is not None:
             manifest = read_manifest(plan, spark)

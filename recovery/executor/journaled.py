@@ -9,9 +9,12 @@ consumer still owns). After each unit's loop it hands over, as one more step, th
 other entries of that unit: the failed attempt claimed them and they are no longer the job's
 (handled and acked, dead-lettered, requeued or reassigned by it, or acked by a consumer
 since). Without a delivery count they are reported skipped, no longer pending; ``amended``
-then puts back the row an earlier attempt recorded for each that has one (all but those of a
-hand-over killed between a side effect and its record). So every entry any attempt claimed
-is in the kept attempt's report exactly once.
+then puts back the row an earlier attempt recorded for each, where that row still holds
+(``_keep_rows``): not for an entry claimed again after it (by an attempt killed between a
+side effect and its record), nor a ``failed`` row (it left the entry pending on the job's
+consumer, where it no longer is). A plan's step holds such entries too (planned IDs left
+alone, without a delivery count): their rows are put back the same way. So every entry any
+attempt claimed is in the kept attempt's report exactly once, as Redis now has it.
 
 One job consumer per task (a part, ``recovery.driver.discovery.assign``), so one journal.
 """
@@ -31,7 +34,7 @@ from recovery.params import JobParams, Unit
 from recovery.redis_io.journal import Earlier, journal_key, read, record_claims, record_outcome
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.streams import stream_id_key
-from recovery.schemas import REPORT_ARROW
+from recovery.schemas import REPORT_ARROW, Action
 
 IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
 RowKey = tuple[str, str, str]  # (stream, group, entry ID)
@@ -45,7 +48,7 @@ class TaskJournal:
         self.params, self.prefix = params, prefix
         self._key: str | None = None
         self._earlier: Earlier | None = None
-        self._rows: dict[RowKey, dict[str, Any]] | None = None  # earlier attempts' rows
+        self._rows: dict[RowKey, tuple[int, dict[str, Any]]] | None = None  # earlier rows
         self._recorded: dict[RowKey, dict[str, Any]] = {}  # rows to put back (`amended`)
         self._unrecorded: list[tuple[tuple[str, str], list[str]]] = []  # steps, see `recorded`
 
@@ -55,11 +58,12 @@ class TaskJournal:
         over; then, as one more step, the unit's entries earlier attempts claimed that these
         steps did not (also when the unit's stream or group vanished meanwhile)."""
         self._key = journal_key(self.prefix, unit.consumer)
-        earlier = self._read(client).claimed.pop((unit.stream, unit.group), set())
+        earlier = self._read(client).claimed.pop((unit.stream, unit.group), {})
         try:
             for step in steps:
                 self._unrecorded.append(((unit.stream, unit.group), step.claimed.id))
-                earlier.difference_update(step.claimed.id)
+                if earlier:
+                    self._settle(unit, step.claimed, earlier)
                 yield step
         except StreamUnitError:
             yield from self._no_longer_ours(unit, earlier)
@@ -107,26 +111,53 @@ class TaskJournal:
                 self._earlier = read(client, self._key)
         return self._earlier
 
-    def _no_longer_ours(self, unit: Unit, ids: set[str]) -> Iterator[ClaimStep]:
-        """One step of `ids` (if any), ascending, with nothing known of them but their IDs;
-        the rows earlier attempts recorded for them are kept for ``amended``."""
-        if not ids:
+    def _settle(self, unit: Unit, claimed: Claimed, earlier: dict[str, int]) -> None:
+        """Drop `claimed`'s entries from `earlier` (ID -> position of its last claim in the
+        journal): this attempt reports them. For those it holds without a delivery count and
+        not deleted (no longer the job's: a plan's planned IDs left alone), keep the rows
+        earlier attempts recorded, where they still hold (``_keep_rows``)."""
+        not_ours = []
+        for entry_id, count, deleted in zip(claimed.id, claimed.delivery_count,
+                                            claimed.deleted, strict=True):
+            claimed_at = earlier.pop(entry_id, None)
+            if claimed_at is not None and count is None and not deleted:
+                not_ours.append((entry_id, claimed_at))
+        self._keep_rows(unit, not_ours)
+
+    def _no_longer_ours(self, unit: Unit, earlier: dict[str, int]) -> Iterator[ClaimStep]:
+        """One step of `earlier`'s IDs (if any), ascending, with nothing known of them but
+        their IDs; the rows earlier attempts recorded for them are kept for ``amended``
+        where they still hold."""
+        if not earlier:
             return
-        rows = self._earlier_rows()
-        for entry_id in ids:
-            key = (unit.stream, unit.group, entry_id)
-            if key in rows:
-                self._recorded[key] = rows[key]
-        n = len(ids)
-        yield ClaimStep(Claimed.of_unit(unit, sorted(ids, key=stream_id_key), [False] * n,
+        self._keep_rows(unit, earlier.items())
+        n = len(earlier)
+        yield ClaimStep(Claimed.of_unit(unit, sorted(earlier, key=stream_id_key), [False] * n,
                                         [None] * n, [None] * n, [None] * n, [None] * n), None)
 
-    def _earlier_rows(self) -> dict[RowKey, dict[str, Any]]:
-        """Every row earlier attempts recorded, the last per entry (decoded once)."""
+    def _keep_rows(self, unit: Unit, entries: Iterable[tuple[str, int]]) -> None:
+        """For each of `unit`'s `entries` (ID, position of its last claim in the journal),
+        no longer the job's consumer's: keep for ``amended`` the last row an earlier attempt
+        recorded for it, if that row still holds. It does not when it was recorded before
+        the entry's last claim (an attempt took the entry again and was killed before its
+        record: what it did is unknown), nor when it says ``failed`` (the entry stayed
+        pending on the job's consumer, and is no longer there). Such an entry keeps the row
+        it has: skipped, no longer pending."""
+        rows = self._earlier_rows()
+        for entry_id, claimed_at in entries:
+            key = (unit.stream, unit.group, entry_id)
+            found = rows.get(key)
+            if found is not None and found[0] > claimed_at and \
+                    found[1]["action"] != Action.FAILED:
+                self._recorded[key] = found[1]
+
+    def _earlier_rows(self) -> dict[RowKey, tuple[int, dict[str, Any]]]:
+        """Every row earlier attempts recorded, the last per entry, with its outcome's
+        position in the journal (decoded once)."""
         if self._rows is None:
             assert self._earlier is not None
-            self._rows = {(r["stream"], r["group"], r["id"]): r
-                          for outcome in self._earlier.outcomes
+            self._rows = {(r["stream"], r["group"], r["id"]): (at, r)
+                          for at, outcome in self._earlier.outcomes
                           for r in from_ipc(outcome).to_pylist()}
         return self._rows
 

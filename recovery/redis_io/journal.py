@@ -7,7 +7,10 @@ any task runs, and deletes them when the run is over. A task appends each claim 
 IDs before the step's first side effect (about 20 bytes per entry), and what each hand-over
 did once it is done (``recovery.executor.journaled``: its report rows). Both are held only
 while the run lasts. A retried attempt reads the list: a journal without its header was
-evicted or deleted, and the attempt stops rather than leave entries unreported.
+evicted or deleted, one with a second header holds two runs' elements (a run ID reused,
+which the driver refuses: ``check_run_id_unused``), and either way the attempt stops rather than
+report what it cannot trust. Elements are read with their positions in the list: a row
+recorded before the entry's last claim no longer describes it (``recovery.executor.journaled``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass, field
 import redis
 from redis.exceptions import NoPermissionError, ResponseError
 
-from recovery.errors import RecoveryError
+from recovery.errors import ConfigError, RecoveryError
 from recovery.redis_io.streams import each
 
 log = logging.getLogger(__name__)
@@ -37,20 +40,49 @@ UnitKey = tuple[str, str]  # (stream, group)
 
 @dataclass
 class Earlier:
-    """What earlier attempts journaled: the IDs they claimed, by unit, and the outcomes they
-    recorded (opaque bytes, in the order recorded)."""
+    """What earlier attempts journaled, each element known by its position in the list (the
+    header is 0): the IDs they claimed, by unit, each with the position of its last claim;
+    and the outcomes they recorded (opaque bytes), each with its position, in order."""
 
-    claimed: dict[UnitKey, set[str]] = field(default_factory=dict)
-    outcomes: list[bytes] = field(default_factory=list)
+    claimed: dict[UnitKey, dict[str, int]] = field(default_factory=dict)
+    outcomes: list[tuple[int, bytes]] = field(default_factory=list)
 
 
 class JournalLostError(RecoveryError):
     """A retried task found its run's journal gone (exit 1)."""
 
 
+class RunIdTakenError(ConfigError):
+    """A given run ID's journal is still in Redis (exit 2)."""
+
+
+class JournalConflictError(RecoveryError):
+    """A retried task found another run's elements in its run's journal (exit 1)."""
+
+
 def journal_key(prefix: str, consumer: str) -> str:
     """The journal of one part of a run: `prefix` then its job consumer's name."""
     return prefix + consumer
+
+
+def check_run_id_unused(client: redis.Redis, key: str, run_id: str) -> None:
+    """Refuse (RunIdTakenError, exit 2) a given run ID whose journal `key` is still in Redis:
+    a run with that ID was killed (its journal expires a week after it started) or is still
+    running. Reusing the ID would append to that run's journal and share its consumers;
+    under a new ID its entries are claimed once idle, as any stuck entry. An ACL user who
+    may not read the journal cannot keep one either: nothing to check."""
+    try:
+        first: list[bytes] = client.execute_command("LRANGE", key, 0, 0)
+    except ResponseError as exc:  # NoPermissionError included
+        if isinstance(exc, NoPermissionError) or str(exc).startswith("NOPERM"):
+            return
+        raise
+    if first:
+        raise RunIdTakenError(
+            f"--run-id {run_id} is taken: a run with this ID left its claim journal {key} in "
+            "Redis (killed, or still running): pass a new --run-id, or none for a fresh one "
+            "(the earlier run's entries stay pending on its consumers, and a run claims them "
+            "once idle for claim.min_idle_ms)")
 
 
 def open_journals(client: redis.Redis, keys: Sequence[str], run_id: str) -> str | None:
@@ -98,7 +130,8 @@ def record_outcome(client: redis.Redis, key: str, outcome: bytes) -> None:
 
 def read(client: redis.Redis, key: str) -> Earlier:
     """What the journal `key` holds. Raises JournalLostError when the journal has no header
-    (evicted or deleted while the run went on)."""
+    (evicted or deleted while the run went on), JournalConflictError when it has a second
+    one (another run's elements)."""
     found = Earlier()
     start = 0
     while True:
@@ -110,17 +143,24 @@ def read(client: redis.Redis, key: str) -> Earlier:
                 "retried task cannot know what its failed attempt did: run the job again "
                 "(nothing is lost; entries not yet handled stay pending), and keep Redis from "
                 "evicting keys (maxmemory-policy noeviction)")
-        for element in elements[1:] if start == 0 else elements:
-            _add(found, element)
+        for at, element in enumerate(elements, start=start):
+            if at:
+                _add(found, key, at, element)
         if len(elements) < READ_PAGE:
             return found
         start += READ_PAGE
 
 
-def _add(found: Earlier, element: bytes) -> None:
-    """Add one claim or outcome element to `found`."""
+def _add(found: Earlier, key: str, at: int, element: bytes) -> None:
+    """Add the claim or outcome element at position `at` of the journal `key` to `found`."""
     if element.startswith(CLAIM):
         stream, group, ids = json.loads(element[1:])
-        found.claimed.setdefault((stream, group), set()).update(ids)
+        found.claimed.setdefault((stream, group), {}).update(dict.fromkeys(ids, at))
     elif element.startswith(OUTCOME):
-        found.outcomes.append(element[1:])
+        found.outcomes.append((at, element[1:]))
+    elif element.startswith(HEADER):
+        raise JournalConflictError(
+            f"the run's claim journal {key} holds the elements of two runs (its run ID was "
+            "used again while the other run's journal was there), so a retried task cannot "
+            "tell what its failed attempt did: run the job again with a new --run-id "
+            "(nothing is lost; entries not yet handled stay pending)")
