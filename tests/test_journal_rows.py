@@ -225,3 +225,36 @@ def test_a_journal_with_two_headers_is_not_read_as_one_runs(redis_server):
     assert open_journals(client, [key], "twice") is None
     with pytest.raises(JournalConflictError, match=f"{key} holds the elements of two runs"):
         read(client, key)
+
+
+def test_a_third_attempt_keeps_the_first_attempts_rows_that_the_second_passed_on(
+        spark, redis_server, tmp_path, faults, batches_of_rows):
+    """Attempt 0 acks the first unit's entries 0-19, journals their rows and fails. Attempt
+    1 reports them as recorded (``reprocessed``), hands over the rest of that unit and the
+    first step of the other, and fails before journaling that step. Attempt 2 must still
+    report entries 0-19 of the first unit ``reprocessed`` (attempt 1 journaled them with
+    attempt 0's rows, not as ``skipped``), the other unit's step attempt 1 did not record
+    ``skipped``, everything else ``reprocessed``."""
+    client = redis_server.client()
+    streams = ["r7a", "r7b"]
+    for stream in streams:
+        seed_stream(client, stream, GROUP, 2 * ROWS)
+    write_control(redis_server.url)
+    faults("claim 1 0")  # after the first unit's entries 0-19 are journaled
+    faults("apply 3 1")  # after hand-overs: 20-39, 0-19 as recorded, the other unit's 0-19
+    result = run_in_process(spark, job_args(redis_server.url, tmp_path, streams, *SETTINGS,
+                                            "spark.partitions=1", run_id="retried"))
+    assert result.code == 0, result.stderr[-3000:]
+    assert attempts(client) == {0, 1, 2}, "the faults did not fire as asked"
+    rows = report_rows(spark, tmp_path, "retried")
+    assert rows is not None and len(rows) == 4 * ROWS
+    handed = handed_over(client)
+    for stream in streams:
+        assert pel(client, stream, GROUP) == {}
+        for i in range(2 * ROWS):
+            assert handed[(stream, GROUP, entry_id(i))] == 1
+    # Which unit the task took first is the assigner's choice: one of each, in either order.
+    not_reprocessed = [{r["id"]: r["action"] for r in rows
+                        if r["stream"] == s and r["action"] != "reprocessed"} for s in streams]
+    assert sorted(not_reprocessed, key=len) == [
+        {}, {entry_id(i): "skipped" for i in range(ROWS)}], not_reprocessed

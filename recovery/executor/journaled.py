@@ -83,26 +83,31 @@ class TaskJournal:
             yield step
 
     def done(self, client: redis.Redis, report: pa.RecordBatch) -> None:
-        """Record a hand-over's REPORT batch (after its side effects)."""
+        """Record a hand-over's REPORT batch (after its side effects), as ``amended`` will
+        pass it on: a later attempt then finds the rows this one put back, not the
+        ``skipped`` rows they replace."""
         if self._key is not None and report.num_rows:
             with redis_errors(self.params.redis):
-                record_outcome(client, self._key, to_ipc(report))
+                record_outcome(client, self._key, to_ipc(self._amend(report, keep=True)))
 
     def amended(self, reports: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """`reports`, each row of an entry an earlier attempt finished replaced by the row
-        that attempt recorded for it (the last one, if several)."""
+        that attempt recorded for it (the last one, if several; where it still holds)."""
         for report in reports:
-            if not self._recorded:
-                yield report
-                continue
-            rows = report.to_pylist()
-            keys = [(r["stream"], r["group"], r["id"]) for r in rows]
-            if not any(k in self._recorded for k in keys):
-                yield report
-                continue
-            yield pa.RecordBatch.from_pylist(
-                [self._recorded.pop(k, r) for k, r in zip(keys, rows, strict=True)],
-                schema=REPORT_ARROW)
+            yield self._amend(report, keep=False)
+
+    def _amend(self, report: pa.RecordBatch, keep: bool) -> pa.RecordBatch:
+        """`report` with the rows kept for ``amended`` put in; without `keep`, they are
+        then forgotten (each is put in once)."""
+        if not self._recorded:
+            return report
+        rows = report.to_pylist()
+        keys = [(r["stream"], r["group"], r["id"]) for r in rows]
+        if not any(k in self._recorded for k in keys):
+            return report
+        take = self._recorded.get if keep else self._recorded.pop
+        return pa.RecordBatch.from_pylist(
+            [take(k, r) for k, r in zip(keys, rows, strict=True)], schema=REPORT_ARROW)
 
     def _read(self, client: redis.Redis) -> Earlier:
         if self._earlier is None:
@@ -113,14 +118,16 @@ class TaskJournal:
 
     def _settle(self, unit: Unit, claimed: Claimed, earlier: dict[str, int]) -> None:
         """Drop `claimed`'s entries from `earlier` (ID -> position of its last claim in the
-        journal): this attempt reports them. For those it holds without a delivery count and
-        not deleted (no longer the job's: a plan's planned IDs left alone), keep the rows
-        earlier attempts recorded, where they still hold (``_keep_rows``)."""
+        journal): this attempt reports them. For those it holds neither claimed (no fields)
+        nor taken back (no delivery count) nor deleted, no longer the job's (a plan's
+        planned IDs left alone), keep the rows earlier attempts recorded, where they still
+        hold (``_keep_rows``)."""
         not_ours = []
-        for entry_id, count, deleted in zip(claimed.id, claimed.delivery_count,
-                                            claimed.deleted, strict=True):
+        for entry_id, count, fields, deleted in zip(claimed.id, claimed.delivery_count,
+                                                    claimed.fields, claimed.deleted,
+                                                    strict=True):
             claimed_at = earlier.pop(entry_id, None)
-            if claimed_at is not None and count is None and not deleted:
+            if claimed_at is not None and count is None and fields is None and not deleted:
                 not_ours.append((entry_id, claimed_at))
         self._keep_rows(unit, not_ours)
 
