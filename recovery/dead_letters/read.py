@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 import redis
 
+from recovery.counts import count_of
 from recovery.errors import StreamUnitError
 from recovery.executor.packing import ArrowFn
 from recovery.params import DeadLetterReadParams
@@ -53,13 +54,9 @@ def text(value: bytes) -> str:
 
 
 def number(value: bytes | None) -> int | None:
-    """A decimal integer field, or None when absent or not a number."""
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        return None
+    """A count or time field (ASCII digits, at most the int64 maximum: the column's type),
+    or None when absent or no such number (``recovery.counts.count_of``: never raises)."""
+    return count_of(value)
 
 
 def split_fields(flat: Sequence[bytes]) -> tuple[list[tuple[bytes, bytes]], dict[bytes, bytes]]:

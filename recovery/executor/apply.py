@@ -27,7 +27,7 @@ import pyarrow as pa
 import redis
 from redis.cluster import RedisCluster
 
-from recovery.executor.claimed import Claimed, carried_deliveries, copy_fields, with_carried
+from recovery.executor.claimed import Claimed, carried_deliveries, copy_fields
 from recovery.executor.lease import (
     LEASE_ROWS,
     REASON_DELETED,
@@ -239,7 +239,7 @@ def _ready(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[i
     over = set()
     for i in rows if rb.fetched else ():
         if i in rb.fetched:
-            rb.delivery_count[i] = with_carried(rb.delivery_count[i], rb.fetched[i])
+            rb.add_carried(i)
             if route(False, rb.delivery_count[i], params.max_deliveries) == Route.DEAD_LETTER:
                 over.add(i)
     jobs = [DeadLetterJob(i, DeathReason.OVER_LIMIT) for i in sorted(over)]

@@ -39,8 +39,9 @@ from typing import NamedTuple
 import pyarrow as pa
 import redis
 
+from recovery.counts import saturate_all
 from recovery.executor.backoff import NotDue, schedule_args
-from recovery.executor.claimed import Claimed, carrying, field_pairs, with_carried
+from recovery.executor.claimed import Claimed, carrying, field_pairs
 from recovery.executor.faults import maybe_fail
 from recovery.executor.first_steps import FirstStep
 from recovery.executor.histogram import PelHistogram
@@ -233,18 +234,21 @@ def _claimed(unit: Unit, batch: ClaimBatch, counts: dict[bytes, int]) -> Claimed
     before = [batch.before.get(i) for i in ids]
     fields = [*field_pairs(batch.flats), *([None] * n_deleted)]
     pel_counts = [b[COUNT] + 1 if b else counts.get(i) for i, b in zip(ids, before, strict=True)]
-    for i in carrying(batch.flats):
-        pel_counts[i] = with_carried(pel_counts[i], fields[i])
+    saturate_all(pel_counts)  # a count at the maximum (XNACK FATAL) or wrapped past it
     names = {owner: shown(owner) for owner in {b[OWNER] for b in before if b}}
-    return Claimed.of_unit(
+    claimed = Claimed.of_unit(
         unit, [i.decode() for i in ids], [False] * len(batch.ids) + [True] * n_deleted,
         [names[b[OWNER]] if b else None for b in before],
         [b[IDLE] if b else None for b in before], fields, pel_counts)
+    claimed.add_carried(carrying(batch.flats))
+    return claimed
 
 
 def _owned(unit: Unit, rows: list[PendingRow]) -> Claimed:
     """Entries the job consumer owned without this loop's claim: no previous owner or idle
     time known, no fields (fetched at hand-over), the PEL's delivery count."""
     n = len(rows)
+    counts: list[int | None] = [int(r[COUNT]) for r in rows]
+    saturate_all(counts)
     return Claimed.of_unit(unit, [r[ID].decode() for r in rows], [False] * n, [None] * n,
-                           [None] * n, [None] * n, [int(r[COUNT]) for r in rows])
+                           [None] * n, [None] * n, counts)

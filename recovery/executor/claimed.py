@@ -8,12 +8,14 @@ per entry: docs/PERFORMANCE.md).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, chain
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from recovery.counts import MAX_CARRIED, count_of, saturated
 from recovery.params import Unit
 from recovery.redis_io.streams import Fields, FlatFields
 from recovery.schemas import CARRIED_DELIVERIES, CLAIMED, arrow
@@ -29,7 +31,8 @@ class Claimed:
     `fields`: the entry's (name, value) pairs as the claim read them; None where the claim did
     not read them (deleted upstream, or taken back from an earlier attempt: the hand-over
     fetches those). `delivery_count` None: unknown (no longer in the job consumer's PEL).
-    Times in ms.
+    `odd_carried`: True where the entry's ``CARRIED_DELIVERIES`` holds no count (ignored);
+    empty when no entry's does. Times in ms.
     """
 
     stream: list[str]
@@ -43,6 +46,7 @@ class Claimed:
     delivery_count: list[int | None]
     planned_count: list[int | None] = field(default_factory=list)
     note: list[str | None] = field(default_factory=list)
+    odd_carried: list[bool] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.id)
@@ -58,11 +62,31 @@ class Claimed:
 
     @classmethod
     def joined(cls, parts: Sequence[Claimed]) -> Claimed:
-        """The entries of `parts`, in order, as one (plan columns padded with None where a
-        part has none, e.g. a journal's step beside planned ones)."""
-        planned = any(p.planned_count for p in parts)
-        return cls(*(list(chain.from_iterable(_column(p, name, planned) for p in parts))
+        """The entries of `parts`, in order, as one (optional columns padded where a part has
+        none, e.g. a journal's step beside planned ones)."""
+        padded = {name for name in OPTIONAL_COLUMNS if any(getattr(p, name) for p in parts)}
+        return cls(*(list(chain.from_iterable(_column(p, name, name in padded) for p in parts))
                      for name in cls.__dataclass_fields__))
+
+    def add_carried(self, rows: Iterable[int]) -> None:
+        """Add to the delivery count of each of `rows` the deliveries its fields carry
+        (``carried_deliveries``; a count stays at most the int64 maximum); flag in
+        `odd_carried` those whose carried value is no count (their count is left alone)."""
+        odd = []
+        counts, fields = self.delivery_count, self.fields
+        for i in rows:
+            value = carried_value(fields[i])
+            if value is None:
+                continue
+            carried = count_of(value, MAX_CARRIED)
+            if carried is None:
+                odd.append(i)
+            elif counts[i] is not None:
+                counts[i] = saturated(counts[i] + carried)  # type: ignore[operator]
+        if odd and not self.odd_carried:
+            self.odd_carried = [False] * len(self)
+        for i in odd:
+            self.odd_carried[i] = True
 
     def plan_of(self, i: int) -> tuple[int | None, str | None]:
         """Entry `i`'s planned delivery count and note; (None, None) outside a plan."""
@@ -74,11 +98,12 @@ class Claimed:
     def from_arrow(cls, batch: pa.RecordBatch) -> Claimed:
         """A CLAIMED batch (possibly a slice) as columns."""
         col = batch.column
+        fields = _fields_of(col("fields"))
         return cls(col("stream").to_pylist(), col("group").to_pylist(),
                    col("consumer").to_pylist(), col("id").to_pylist(), col("deleted").to_pylist(),
                    col("previous_consumer").to_pylist(), col("idle_ms").to_pylist(),
-                   _fields_of(col("fields")), col("delivery_count").to_pylist(),
-                   *_plan_columns(batch))
+                   fields, col("delivery_count").to_pylist(),
+                   *_plan_columns(batch), _odd_carried(col("fields"), fields))
 
     def to_arrow(self) -> pa.RecordBatch:
         """The CLAIMED Arrow batch of these entries (what the materialised path carries)."""
@@ -102,14 +127,16 @@ class Claimed:
         ], schema=CLAIMED_ARROW)
 
 
-PLAN_COLUMNS = ("planned_count", "note")
+# Columns that may be empty (no entry has one), and what an entry has in place of one.
+OPTIONAL_COLUMNS = {"planned_count": None, "note": None, "odd_carried": False}
 
 
-def _column(claimed: Claimed, name: str, planned: bool) -> list:  # type: ignore[type-arg]
-    """`claimed`'s column `name`; a missing plan column as None per entry when `planned`."""
+def _column(claimed: Claimed, name: str, padded: bool) -> list:  # type: ignore[type-arg]
+    """`claimed`'s column `name`; an empty optional column as its default per entry when
+    `padded`."""
     values = getattr(claimed, name)
-    if name in PLAN_COLUMNS and not values and planned:
-        return [None] * len(claimed)
+    if name in OPTIONAL_COLUMNS and not values and padded:
+        return [OPTIONAL_COLUMNS[name]] * len(claimed)
     return values  # type: ignore[no-any-return]
 
 
@@ -141,13 +168,29 @@ def _fields_of(col: pa.ListArray) -> list[Fields | None]:
             for i, valid in enumerate(col.is_valid().to_pylist())]
 
 
-def carried_deliveries(fields: Fields | None) -> int:
-    """Deliveries a requeued copy carries from its original (``CARRIED_DELIVERIES``; 0 for
-    an entry that is no copy, or whose value is not a count)."""
+def _odd_carried(col: pa.ListArray, fields: list[Fields | None]) -> list[bool]:
+    """The `odd_carried` flags of a CLAIMED ``fields`` column (`fields`: the same as pairs),
+    empty when no entry's carried value is odd: recomputed, so the flags need no column of
+    their own; the entries are looked at only when Arrow finds a ``CARRIED_DELIVERIES``."""
+    if not pc.any(pc.equal(col.flatten().field("name"), CARRIED_DELIVERIES)).as_py():
+        return []
+    flags = [odd_carried(f) for f in fields]
+    return flags if any(flags) else []
+
+
+def carried_value(fields: Fields | None) -> bytes | None:
+    """The value of ``CARRIED_DELIVERIES`` in `fields` (its first), or None without one."""
     for name, value in fields or ():
         if name == CARRIED_DELIVERIES:
-            return int(value) if value.isdigit() else 0
-    return 0
+            return value
+    return None
+
+
+def carried_deliveries(fields: Fields | None) -> int:
+    """Deliveries a requeued copy carries from its original (``CARRIED_DELIVERIES``; 0 for
+    an entry that is no copy, or whose value is no count: ``recovery.counts.count_of`` up
+    to ``MAX_CARRIED``)."""
+    return count_of(carried_value(fields), MAX_CARRIED) or 0
 
 
 def carrying(flats: Sequence[FlatFields]) -> list[int]:
@@ -157,10 +200,17 @@ def carrying(flats: Sequence[FlatFields]) -> list[int]:
     return [i for i, flat in enumerate(flats) if CARRIED_DELIVERIES in flat]
 
 
+def odd_carried(fields: Fields | None) -> bool:
+    """Whether `fields` hold ``CARRIED_DELIVERIES`` with a value that is no count."""
+    value = carried_value(fields)
+    return value is not None and count_of(value, MAX_CARRIED) is None
+
+
 def with_carried(count: int | None, fields: Fields | None) -> int | None:
-    """A delivery count from the PEL plus the deliveries `fields` carry (None stays None:
-    the entry is no longer the job's)."""
-    return None if count is None else count + carried_deliveries(fields)
+    """A delivery count from the PEL plus the deliveries `fields` carry, at most the int64
+    maximum (a negative PEL count, wrapped past the maximum, reads as it); None stays None:
+    the entry is no longer the job's."""
+    return None if count is None else saturated(count + carried_deliveries(fields))
 
 
 def copy_fields(fields: Fields, deliveries: int) -> Fields:

@@ -31,8 +31,9 @@ from itertools import groupby, islice
 import pyarrow as pa
 import redis
 
+from recovery.counts import saturated
 from recovery.executor.claim import OWN_PAGE, ClaimStep
-from recovery.executor.claimed import Claimed, field_pairs, with_carried
+from recovery.executor.claimed import Claimed, field_pairs
 from recovery.executor.faults import maybe_fail
 from recovery.executor.throttle import Throttle
 from recovery.params import JobParams, Unit
@@ -138,12 +139,13 @@ def _page_steps(unit: Unit, min_idle_ms: int, page: list[Planned], claim: IdClai
         row = rows.get(key)
         if key in fields:
             # The claim's own read shows the count before it; a later read, after it.
-            count = None if row is None else int(row[COUNT]) + (1 if key in claim.rows else 0)
-            now.add(entry_id, planned, row, fields[key], with_carried(count, fields[key]))
+            count = None if row is None else \
+                saturated(int(row[COUNT]) + (1 if key in claim.rows else 0))
+            now.add(entry_id, planned, row, fields[key], count)
         elif key in deleted:
-            now.add(entry_id, planned, row, None, int(row[COUNT]) + 1, deleted=True)  # type: ignore[index]
+            now.add(entry_id, planned, row, None, saturated(int(row[COUNT]) + 1), deleted=True)  # type: ignore[index]
         elif row is not None and row[OWNER] == mine:
-            back.add(entry_id, planned, None, None, int(row[COUNT]))
+            back.add(entry_id, planned, None, None, saturated(int(row[COUNT])))
         else:
             now.add(entry_id, planned, row, None, None, note=_left_alone(row, min_idle_ms))
     return now.claimed(), back.claimed()
@@ -192,4 +194,5 @@ class _Columns:
         entries = Claimed.of_unit(self.unit, self.ids, self.deleted, self.previous, self.idle,
                                   self.fields, self.counts)
         entries.planned_count, entries.note = self.planned, self.notes
+        entries.add_carried(range(len(entries)))  # a requeued copy's carried deliveries
         return entries

@@ -16,17 +16,21 @@ from typing import TypeVar
 
 import pyarrow as pa
 
-from recovery.executor.claimed import Claimed
+from recovery.counts import MAX_CARRIED
+from recovery.executor.claimed import Claimed, odd_carried, with_carried
 from recovery.handlers import Message
 from recovery.params import Unit
 from recovery.redis_io.streams import Fields, stream_id_key
 from recovery.schemas import (
+    CARRIED_DELIVERIES,
     REPORT_ARROW,
     Action,
     Route,
 )
 
 K = TypeVar("K")
+ODD_CARRIED = (f"{CARRIED_DELIVERIES.decode()} holds no count (ASCII digits, at most "
+               f"{MAX_CARRIED}): ignored, the PEL's delivery count alone decided")
 
 
 def route(deleted: bool, count: int | None, max_deliveries: int) -> str:
@@ -66,6 +70,8 @@ class RoutedBatch:
         self.fields = claimed.fields
         self.plan_of = claimed.plan_of
         self.planned = bool(claimed.planned_count)  # entries of a plan (``--plan``)
+        # Rows whose carried deliveries are no count (ignored): their reason says so.
+        self.odd_carried = {i for i, odd in enumerate(claimed.odd_carried) if odd}
         self.fetched: dict[int, Fields] = {}
         self._id_keys: list[tuple[int, int]] | None = None
         n = len(claimed)
@@ -111,6 +117,14 @@ class RoutedBatch:
         fields = self.fields[i]
         return fields if fields is not None else self.fetched[i]
 
+    def add_carried(self, i: int) -> None:
+        """Add to row `i`'s delivery count the deliveries its fetched fields carry (an entry
+        taken back: the claim did not read them); flag it when their value is no count."""
+        fields = self.fetched[i]
+        self.delivery_count[i] = with_carried(self.delivery_count[i], fields)
+        if odd_carried(fields):
+            self.odd_carried.add(i)
+
     def messages(self, rows: list[int]) -> list[Message]:
         """The handler's messages for `rows`, in order."""
         fields, fetched, stream, group, ids, counts = (
@@ -151,6 +165,8 @@ class RoutedBatch:
         if self.planned:
             for i in range(len(self.action)):
                 self._note_count_change(i)
+        for i in self.odd_carried:
+            self._add_reason(i, ODD_CARRIED)
         return pa.RecordBatch.from_arrays([
             pa.array(self.stream, pa.string()), pa.array(self.group, pa.string()),
             pa.array(self.id, pa.string()),
@@ -167,12 +183,17 @@ class RoutedBatch:
         says so (the current count decided its route)."""
         planned, _ = self.plan_of(i)
         count = self.delivery_count[i]
-        if planned is None or count is None or count == planned or \
-                self.action[i] in (Action.SKIPPED, Action.DELETED):
+        if planned is None or count == planned:
             return
-        change = (f"delivery count changed since the plan (planned {planned}, now {count}): "
-                  "the current count decided")
-        self.reason[i] = f"{self.reason[i]}; {change}" if self.reason[i] else change
+        self._add_reason(i, f"delivery count changed since the plan (planned {planned}, "
+                            f"now {count}): the current count decided")
+
+    def _add_reason(self, i: int, words: str) -> None:
+        """Append `words` to row `i`'s reason (or make them its reason), except for a row
+        whose count decided nothing (skipped, deleted upstream, count unknown)."""
+        if self.delivery_count[i] is None or self.action[i] in (Action.SKIPPED, Action.DELETED):
+            return
+        self.reason[i] = f"{self.reason[i]}; {words}" if self.reason[i] else words
 
 
 def group_rows(rows: Iterable[int], keys: Sequence[K]) -> dict[K, list[int]]:

@@ -14,10 +14,10 @@ import pyarrow as pa
 import redis
 
 from recovery.executor.backoff import NotDue, due_in_ms
-from recovery.executor.claimed import with_carried
+from recovery.executor.claimed import odd_carried, with_carried
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.partitions import ArrowFn, coalesced, per_unit
-from recovery.executor.routed import route
+from recovery.executor.routed import ODD_CARRIED, route
 from recovery.executor.tally import PassMaker
 from recovery.params import JobParams, Unit
 from recovery.redis_io.redis_conn import redis_errors
@@ -122,6 +122,8 @@ def _plan_row(params: JobParams, stream: str, group: str, entry_id: str, row: Pe
     else:
         action = PLAN_BY_MODE[Mode(params.reprocess_mode)]
         reason = None
+    if fields is not None and odd_carried(fields):
+        reason = f"{reason}; {ODD_CARRIED}" if reason else ODD_CARRIED
     return {"stream": stream, "group": group, "id": entry_id,
             "previous_consumer": shown(row[OWNER]), "delivery_count": count,
             "idle_ms": row[IDLE], "action": action, "reason": reason, "error": None,

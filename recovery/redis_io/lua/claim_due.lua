@@ -21,6 +21,10 @@ local group, consumer = ARGV[1], ARGV[2]
 local min_idle, start, page = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 local factor, cap, limit = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local chunk = 1000  -- IDs per XCLAIM: unpack() handles at most ~8000 values
+-- A count this large (XNACK FATAL sets the maximum) or negative (a claim wrapped it) is no
+-- exact Lua number: such entries are claimed without RETRYCOUNT (JUSTID leaves the count as
+-- it is); the caller reads them as the maximum count.
+local EXACT = 2^53
 
 local rows = redis.call('XPENDING', KEYS[1], group, 'IDLE', min_idle, start, '+', page)
 local own = redis.call('XPENDING', KEYS[1], group, start, '+', 1, consumer)
@@ -46,11 +50,13 @@ end
 -- min-idle 0: the choice above is the guard, and nothing runs between it and the claim.
 local by_count, counts = {}, {}
 for _, row in ipairs(due) do
-  local ids = by_count[row[4]]
+  local count = row[4]
+  if count < 0 or count + 1 >= EXACT then count = -1 end
+  local ids = by_count[count]
   if not ids then
     ids = {}
-    by_count[row[4]] = ids
-    counts[#counts + 1] = row[4]
+    by_count[count] = ids
+    counts[#counts + 1] = count
   end
   ids[#ids + 1] = row[1]
 end
@@ -60,8 +66,10 @@ for _, count in ipairs(counts) do
   for first = 1, #ids, chunk do
     local call = {'XCLAIM', KEYS[1], group, consumer, 0}
     for i = first, math.min(first + chunk - 1, #ids) do call[#call + 1] = ids[i] end
-    call[#call + 1] = 'RETRYCOUNT'
-    call[#call + 1] = count + 1
+    if count >= 0 then
+      call[#call + 1] = 'RETRYCOUNT'
+      call[#call + 1] = string.format('%d', count + 1)
+    end
     call[#call + 1] = 'JUSTID'
     for _, id in ipairs(redis.call(unpack(call))) do got[id] = true end
   end

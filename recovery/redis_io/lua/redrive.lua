@@ -9,11 +9,13 @@
 -- A matching entry loses its metadata block (from its last x-original-stream field to the end:
 -- dead_letter.lua appends the block after the original fields, starting with that field), gets
 -- x-redrive-count set to one more than before (in place if the original fields carry it, else
--- appended), is XADDed to the source with a new ID, then XDELed from the dead-letter stream.
+-- appended; a value that is no count, i.e. not ASCII digits up to 2147483647, counts as 0: the
+-- count starts again), is XADDed to the source with a new ID, then XDELed from the dead-letter stream.
 -- Reply: {cursor, examined, {dead-letter id, new id, ...}}: cursor is the last examined ID while
 -- more may follow, '' once the range is exhausted; new id is '' in a dry run.
 -- Errors before any write: WRONGTYPE if the source (or the dead-letter key) is not a stream.
 local COUNTER = 'x-redrive-count'
+local MAX_COUNT = 2147483647  -- recovery/counts.py MAX_CARRIED: the largest sane count
 
 local function filter_set(at)
   local n, set = tonumber(ARGV[at]), {}
@@ -58,7 +60,12 @@ local function redriven(flat, block_at)
     if flat[i] == COUNTER then counter_at = #args end
   end
   if counter_at then
-    args[counter_at] = tostring((tonumber(args[counter_at]) or 0) + 1)
+    local before = args[counter_at]
+    -- Only ASCII digits up to MAX_COUNT (tonumber would take '-3', ' 7', '0x10', '1e3',
+    -- 'inf' and thousands of digits, and tostring would write '1e+20' back).
+    local n = before:find('^%d+$') and #before <= 10 and tonumber(before) or 0
+    if n > MAX_COUNT then n = 0 end
+    args[counter_at] = string.format('%d', n + 1)
   else
     args[#args + 1] = COUNTER; args[#args + 1] = '1'
   end
