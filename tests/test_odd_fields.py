@@ -36,7 +36,7 @@ from tests.support.fault_tools import (
     write_control,
 )
 from tests.support.handlers import CHECKSUM, checksum
-from tests.support.invariants import dead_letters, pel
+from tests.support.invariants import Pending, dead_letters, pel
 from tests.support.redrive_tools import dead_letter, redrive
 
 CARRIED = b"x-recovery-deliveries"
@@ -262,3 +262,32 @@ def test_the_dead_letter_reader_reads_odd_numbers_as_null(spark, redis_server, t
                for r in rows}
     assert numbers == {**{name: (None,) * 5 for name in NO_NUMBER},
                        "sane": (6, None, None, 1000, None)}
+
+
+def test_pel_histograms_bucket_counts_at_and_wrapped_past_the_maximum():
+    from recovery.executor.histogram import PelHistogram
+
+    histogram = PelHistogram()
+    histogram.add([[b"1-0", b"c", 5, -(2**63)], [b"2-0", b"c", -1, INT64_MAX],
+                   [b"3-0", b"c", 7, 1], [b"4-0", b"c", 7, -1]])
+    assert dict(histogram.row("s", "g")["deliveries"]) == {">100": 3, "1": 1}
+
+
+def test_a_wrapped_count_left_to_a_live_consumer_stays_as_it_is(spark, redis_server,
+                                                                 tmp_path):
+    """A claim past the maximum wraps the count negative (XNACK FATAL, then any claim): the
+    entry of a live consumer is not due; the run's PEL histograms count it, nothing
+    raises, and it keeps its owner and its count."""
+    client = redis_server.client()
+    poison, innocent = seed_two_streams(client, b"1")
+    make_stuck(client, "d2:a-poison", GROUP, "live", [poison], 0, INT64_MAX)
+    client.xclaim("d2:a-poison", GROUP, "live", 0, [poison])  # +1: wraps in Redis
+    assert pel(client, "d2:a-poison", GROUP)[poison].delivery_count == -(2**63)
+    write_control(redis_server.url)
+    result = run_in_process(spark, job_args(redis_server.url, tmp_path, STREAMS,
+                                            "claim.min_idle_ms=600000", run_id="wrapped"))
+
+    assert result.code == 0, result.stderr[-3000:]
+    assert handed_over(client) == {("d2:b-ok", GROUP, innocent): 1}
+    assert pel(client, "d2:a-poison", GROUP)[poison] == Pending("live", -(2**63))
+    assert pel(client, "d2:b-ok", GROUP) == {}

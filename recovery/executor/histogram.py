@@ -65,7 +65,8 @@ class PelHistogram:
         """A PEL_HISTOGRAM row: bucket label -> entries, for delivery counts and idle ages."""
         deliveries: dict[str, int] = {}
         for count, n in self.counts.items():
-            label = DELIVERY_LABELS[count] if count < len(DELIVERY_LABELS) else ">100"
+            # A negative count wrapped past the server's maximum (XNACK FATAL, then a claim).
+            label = DELIVERY_LABELS[count] if 0 <= count < len(DELIVERY_LABELS) else ">100"
             deliveries[label] = deliveries.get(label, 0) + n
         return {"stream": stream, "group": group, "deliveries": list(deliveries.items()),
                 "idle_ages": [(IDLE_LABELS[i], n) for i, n in self.ages.items()],
