@@ -28,11 +28,13 @@ from tests.support.backlogs import DEAD, HOUR_MS, binary_fields
 from tests.support.fault_tools import (
     BACKOFF,
     GROUP,
+    finished,
     handed_over,
     job_args,
     report_rows,
     rows_by_key,
     run_in_process,
+    spark_submit,
     write_control,
 )
 from tests.support.handlers import CHECKSUM, checksum
@@ -110,6 +112,21 @@ def test_a_report_with_odd_counts_builds_and_says_why():
     assert rows[2]["reason"] is None
 
 
+def test_an_entry_taken_back_gets_its_carried_count_from_its_fetched_fields():
+    """An earlier attempt's entries come without fields (the hand-over fetches them)."""
+    claimed = Claimed.of_unit(Unit("s", "g", "c"), ["1-0", "2-0", "3-0"], [False] * 3,
+                              [None] * 3, [None] * 3, [None] * 3, [3, 3, INT64_MAX])
+    rb = RoutedBatch(claimed, 5)
+    rb.fetched = {0: [(CARRIED, b"\xd9\xa3")], 1: [(CARRIED, b"4")],
+                  2: [(CARRIED, b"4")]}
+    for i in range(3):
+        rb.add_carried(i)
+    assert rb.delivery_count == [3, 7, INT64_MAX]
+    assert rb.odd_carried == {0}
+    rb.set_rows([0, 1, 2], "reprocessed")
+    assert [r["reason"] is not None for r in rb.report().to_pylist()] == [True, False, False]
+
+
 NO_NUMBER = {**{k: v for k, v in ODD.items() if k != "above the bound"},
              "int64 + 1": str(INT64_MAX + 1).encode()}
 
@@ -173,6 +190,44 @@ def test_an_odd_carried_count_costs_nobody_anything(spark, redis_server, tmp_pat
     assert "x-recovery-deliveries" in odd_row["reason"] and "ignored" in odd_row["reason"]
     assert (ok_row["action"], ok_row["delivery_count"], ok_row["reason"]) == \
         ("reprocessed", 2, None)
+
+
+def test_a_dry_run_plans_an_odd_carried_count_as_ignored(spark, redis_server, tmp_path):
+    client = redis_server.client()
+    poison, innocent = seed_two_streams(client, ODD["20 digits"])
+    before = {s: pel(client, s, GROUP) for s in STREAMS}
+    result = run_in_process(spark, [*job_args(redis_server.url, tmp_path, STREAMS,
+                                              run_id="odd-dry"), "--dry-run"])
+
+    assert result.code == 0, result.stderr[-3000:]
+    assert {s: pel(client, s, GROUP) for s in STREAMS} == before
+    rows = rows_by_key(report_rows(spark, tmp_path, "odd-dry") or [])
+    [odd_row] = rows[("d2:a-poison", GROUP, poison)]
+    assert (odd_row["action"], odd_row["delivery_count"]) == ("would_reprocess", 2)
+    assert "x-recovery-deliveries" in odd_row["reason"]
+    assert rows[("d2:b-ok", GROUP, innocent)][0]["reason"] is None
+
+
+@pytest.mark.timeout(300)
+def test_the_issue_run_through_spark_submit(spark, redis_server, tmp_path):
+    """The run of the issue: spark-submit (local[2]: the one pass, no retries), 5000
+    digits in one stream's entry, an innocent entry in another."""
+    client = redis_server.client()
+    poison, innocent = seed_two_streams(client, ODD["5000 digits"])
+    write_control(redis_server.url)
+    logs = tmp_path / "logs"
+    result = finished(spark_submit(job_args(redis_server.url, tmp_path, STREAMS,
+                                            "claim.min_idle_ms=1", run_id="submitted"),
+                                   logs), logs, timeout_s=240)
+
+    assert result.code == 0, result.stderr[-3000:]
+    assert handed_over(client) == {("d2:a-poison", GROUP, poison): 1,
+                                   ("d2:b-ok", GROUP, innocent): 1}
+    assert pel(client, "d2:a-poison", GROUP) == {} and pel(client, "d2:b-ok", GROUP) == {}
+    assert not client.exists(*(dead_letter_key(s, ":dlq") for s in STREAMS))
+    rows = rows_by_key(report_rows(spark, tmp_path, "submitted") or [])
+    assert "ignored" in rows[("d2:a-poison", GROUP, poison)][0]["reason"]
+    assert rows[("d2:b-ok", GROUP, innocent)][0]["action"] == "reprocessed"
 
 
 def test_a_requeued_copy_carries_a_sane_count_in_place_of_an_odd_one(spark, redis_server,
