@@ -101,6 +101,10 @@ def test_a_report_with_odd_counts_builds_and_says_why():
     assert claimed.odd_carried == [True, False, False]
     assert Claimed.from_arrow(claimed.to_arrow()).odd_carried == [True, False, False]
     assert Claimed.from_arrow(claimed.to_arrow().slice(1)).odd_carried == []
+    plain = Claimed.of_unit(Unit("s", "g", "c"), ["4-0"], [False], [None], [None],
+                            [[(b"n", b"1")]], [1])
+    assert Claimed.joined([plain, claimed]).odd_carried == [False, True, False, False]
+    assert Claimed.joined([plain, plain]).odd_carried == []
     rb = RoutedBatch(claimed, 5)
     assert rb.route == ["handle", "dead_letter", "handle"]
     rb.set_rows([0, 2], "reprocessed")
