@@ -44,7 +44,8 @@ def saturated(count: int) -> int:
 def saturate_all(counts: list[int | None]) -> None:
     """``saturated`` on every count of `counts` (None stays None), in place; a scan in C
     first, as counts out of range are rare."""
-    present: list[int] = list(filter(None, counts))  # 0 and None need no look
+    present: list[int] = ([c for c in counts if c is not None] if None in counts
+                          else counts)  # type: ignore[assignment]
     if not present or (min(present) >= 0 and max(present) <= INT64_MAX):
         return
     for i, count in enumerate(counts):
