@@ -311,6 +311,9 @@ def test_the_dead_letter_reader_reads_odd_numbers_as_null(spark, redis_server, t
                           b"x-idle-ms": value})
     client.xadd(key, {b"name": b"sane", b"x-original-stream": b"dl",
                       b"x-delivery-count": b"6", b"x-idle-ms": b"1000"})
+    client.xadd(key, {b"name": b"far", b"x-original-stream": b"dl",  # past any timestamp
+                      b"x-death-time": str(INT64_MAX).encode(),
+                      b"x-delivery-count": str(INT64_MAX).encode()})
     settings = load_settings(None, [f"redis.url={redis_server.url}",
                                     f"report.path={tmp_path / 'r'}", "streams.keys=dl"])
 
@@ -320,7 +323,9 @@ def test_the_dead_letter_reader_reads_odd_numbers_as_null(spark, redis_server, t
                                            r.death_time_ms, r.idle_ms, r.redrive_count)
                for r in rows}
     assert numbers == {**{name: (None,) * 5 for name in NO_NUMBER},
-                       "sane": (6, None, None, 1000, None)}
+                       "sane": (6, None, None, 1000, None),
+                       "far": (INT64_MAX, None, None, None, None)}
+    assert {r.fields["name"].decode(): r.death_time for r in rows}["far"] is None
 
 
 def test_pel_histograms_bucket_counts_at_and_wrapped_past_the_maximum():

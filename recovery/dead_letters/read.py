@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 import redis
 
-from recovery.counts import count_of
+from recovery.counts import INT64_MAX, count_of
 from recovery.errors import StreamUnitError
 from recovery.executor.packing import ArrowFn
 from recovery.params import DeadLetterReadParams
@@ -44,7 +44,12 @@ META_COLUMNS = {
     b"x-exception-message": "exception_message",
     b"x-idle-ms": "idle_ms",
 }
-NUMBERS = frozenset({"delivery_count", "delivery_limit", "death_time_ms", "idle_ms"})
+# Number columns -> the largest value each takes; a field that is no count up to it is null.
+# x-death-time: the last epoch ms of year 9999, the last a timestamp (``death_time``) and
+# Python's datetime both hold.
+MAX_EPOCH_MS = 253_402_300_799_999
+NUMBERS = {"delivery_count": INT64_MAX, "delivery_limit": INT64_MAX,
+           "death_time_ms": MAX_EPOCH_MS, "idle_ms": INT64_MAX}
 COLUMNS = [f.name for f in DEAD_LETTER.fields]
 
 
@@ -53,10 +58,11 @@ def text(value: bytes) -> str:
     return value.decode("utf-8", "backslashreplace")
 
 
-def number(value: bytes | None) -> int | None:
-    """A count or time field (ASCII digits, at most the int64 maximum: the column's type),
-    or None when absent or no such number (``recovery.counts.count_of``: never raises)."""
-    return count_of(value)
+def number(value: bytes | None, bound: int = INT64_MAX) -> int | None:
+    """A count or time field (ASCII digits, at most `bound`; the int64 maximum: the column's
+    type), or None when absent or no such number (``recovery.counts.count_of``: never
+    raises)."""
+    return count_of(value, bound)
 
 
 def split_fields(flat: Sequence[bytes]) -> tuple[list[tuple[bytes, bytes]], dict[bytes, bytes]]:
@@ -83,7 +89,7 @@ def dead_letter_row(key: str, entry_id: bytes, flat: Sequence[bytes]) -> dict[st
     for name, column in META_COLUMNS.items():
         value = block.get(name)
         if column in NUMBERS:
-            row[column] = number(value)
+            row[column] = number(value, NUMBERS[column])
         else:
             row[column] = None if value is None else text(value)
     fields: dict[str, bytes] = {}
