@@ -9,7 +9,11 @@ error must fail before a SparkSession is even asked for.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,12 +21,16 @@ from collections.abc import Iterator
 import pytest
 from redis import Redis
 
+from recovery.config import load_settings
+from recovery.dead_letters.report import DeadLetterSummary
+from recovery.dead_letters.run import run_dead_letters
 from recovery.executor.lease import LEASE_FRESH_S
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.testing.local_redis import LocalServer, free_port
 from tests.support.backlogs import DEAD, HOUR_MS, binary_fields
 from tests.support.fault_tools import (
     GROUP,
+    ROOT,
     JobResult,
     Key,
     dead_letter_index,
@@ -37,6 +45,7 @@ from tests.support.fault_tools import (
 from tests.support.handlers import CHECKSUM, FIRST_CALL_ENTRIES, checksum
 from tests.support.invariants import final_states, pel
 from tests.support.lost_reply import ReplyDropper
+from tests.support.redrive_tools import dead_letter
 from tests.support.servers import start_server
 
 
@@ -475,3 +484,169 @@ def test_handler_that_raises_returns_garbage_or_hangs(spark, redis_server, tmp_p
         "failed", "dead_lettered"}
     assert any("timed out" in (r["error"] or "") for (r,) in rows.values())
 
+
+
+# --- options a job does not act on, levels and values it does not know -------------------
+
+JOBS = ("recover", "redrive", "dead_letters")
+
+
+def run_job(job: str, *args: str) -> JobResult:
+    """``python jobs/<job>.py`` as a user runs it (a refusal comes before Spark is needed)."""
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, f"jobs/{job}.py", *args], cwd=ROOT, text=True,
+                          capture_output=True, timeout=120, env={**os.environ})
+    summary = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else {}
+    return JobResult(proc.returncode, summary, proc.stderr,
+                     time.monotonic() - started)
+
+
+def _letters(client: Redis, stream: str, n: int, reason: str = "max-deliveries-exceeded"
+             ) -> None:
+    """`n` dead letters of `stream` (group ``g``), made with the real move script."""
+    client.xgroup_create(stream, "g", id="$", mkstream=True)
+    dead_letter(client, stream, "g", [{b"n": b"%d" % i} for i in range(n)], [reason] * n)
+
+
+def _redis_state(client: Redis) -> dict[bytes, object]:
+    """Every key with its stream entries (or its type): what a refused job must not change."""
+    state: dict[bytes, object] = {}
+    for key in sorted(client.keys("*")):
+        kind = client.type(key)
+        state[key] = client.xrange(key) if kind == b"stream" else kind
+    return state
+
+
+@pytest.mark.parametrize("extra", [[], ["--dry-run"]], ids=["real", "dry-run"])
+def test_redrive_refuses_plan_and_moves_nothing(redis_server, tmp_path, extra):
+    """``--plan`` belongs to jobs/recover.py; the redrive cannot honour it and says so."""
+    client = redis_server.client()
+    _letters(client, "orders", 5)
+    before = _redis_state(client)
+    result = run_job("redrive", "--set", f"redis.url={redis_server.url}",
+                     "--set", "streams.keys=orders", "--plan", str(tmp_path / "nope"), *extra)
+    assert_one_error_line(result, 2, "unrecognized arguments: --plan", "(see --help)")
+    assert _redis_state(client) == before
+    assert client.xlen("{orders}:dlq") == 5
+
+
+@pytest.mark.parametrize("option", [["--plan", "/x"], ["--dry-run"]], ids=["plan", "dry-run"])
+def test_dead_letters_refuses_options_it_does_not_act_on(redis_server, option):
+    result = run_job("dead_letters", "--set", f"redis.url={redis_server.url}",
+                     "--set", "streams.keys=orders", *option)
+    assert_one_error_line(result, 2, f"unrecognized arguments: {option[0]}")
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_help_lists_only_the_options_the_job_acts_on(job):
+    proc = subprocess.run([sys.executable, f"jobs/{job}.py", "--help"], cwd=ROOT, text=True,
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    options = proc.stdout.partition("\noptions:")[2]  # after the description's prose
+    assert options, proc.stdout
+    assert ("--plan" in options) == (job == "recover"), proc.stdout
+    assert ("--dry-run" in options) == (job != "dead_letters"), proc.stdout
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_unknown_log_level_exits_2_naming_the_levels(redis_server, job):
+    client = redis_server.client()
+    _letters(client, "orders", 3)
+    before = _redis_state(client)
+    result = run_job(job, "--set", f"redis.url={redis_server.url}", "--set",
+                     "streams.keys=orders", "--log-level", "bogus")
+    assert_one_error_line(result, 2, "--log-level 'bogus'", "DEBUG, INFO, WARNING, ERROR")
+    assert "Traceback" not in result.stderr
+    assert _redis_state(client) == before
+
+
+def test_handler_mode_without_handler_path_is_refused_and_nothing_claimed(redis_server,
+                                                                          tmp_path):
+    """No default handler: a handler-mode run that names none is refused before Redis is
+    touched (the example handler would ack every entry)."""
+    client = redis_server.client()
+    seed_kinds(client, ["o"], {"ok": (4, 1)})
+    before = _redis_state(client)
+    pels = pel(client, "o", GROUP)
+    argv = ["--set", f"redis.url={redis_server.url}", "--set", f"report.path={tmp_path}",
+            "--set", "streams.keys=o"]
+    result = run_in_process(None, argv)
+    assert_one_error_line(result, 2, "handler.path is not set", "reprocess.mode = handler",
+                          "package.module:function")
+    assert pel(client, "o", GROUP) == pels and _redis_state(client) == before
+    assert not list(tmp_path.iterdir()), "no report written"
+
+
+def test_without_handler_path_a_dry_run_and_a_requeue_run_need_none(spark, redis_server,
+                                                                    tmp_path):
+    """A dry run calls no handler (it plans, and says a real run needs one); requeue and
+    reassign hand entries to Redis, not to a handler."""
+    client = redis_server.client()
+    seeded = seed_kinds(client, ["o"], {"ok": (4, 1)})
+    argv = ["--set", f"redis.url={redis_server.url}", "--set", f"report.path={tmp_path}",
+            "--set", "streams.keys=o", "--set", "claim.max_deliveries=5"]
+    dry = run_in_process(spark, [*argv, "--dry-run"])
+    assert dry.code == 0, dry.stderr
+    assert dry.summary["totals"]["would_reprocess"] == 4
+    assert "a real run in handler mode needs handler.path" in dry.stderr
+    requeue = run_in_process(spark, [*argv, "--set", "reprocess.mode=requeue"])
+    assert requeue.code == 0, requeue.stderr
+    assert requeue.summary["totals"]["requeued"] == 4
+    assert set(final_states(client, seeded).values()) == {"acked"}
+    assert client.xlen("o") == 8, "the four originals and their four copies"
+
+
+def test_unknown_redrive_reason_exits_2_naming_the_reasons(redis_server):
+    client = redis_server.client()
+    _letters(client, "orders", 3)
+    before = _redis_state(client)
+    result = run_job("redrive", "--set", f"redis.url={redis_server.url}",
+                     "--set", "streams.keys=orders",
+                     "--set", "redrive.reasons=max-delivery-exceeded")
+    assert_one_error_line(result, 2, "redrive.reasons", "'max-delivery-exceeded'",
+                          "max-deliveries-exceeded, handler-failed-at-limit")
+    assert _redis_state(client) == before
+
+
+# --- selections that match nothing say so ------------------------------------------------
+
+def test_recover_selection_matching_no_key_warns(spark, redis_server, tmp_path):
+    client = redis_server.client()
+    seeded = seed_kinds(client, ["o"], {"ok": (3, 1)})
+    write_control(redis_server.url)
+    result = run_in_process(spark, job_args(redis_server.url, tmp_path, [],
+                                            "streams.keys=", "streams.match=nomatch:*"))
+    assert result.code == 0, result.stderr
+    warning = "streams.match 'nomatch:*' matched no stream"
+    assert any("WARNING" in line and warning in line for line in result.stderr.splitlines())
+    assert any(warning in w for w in result.summary["warnings"]), result.summary
+    assert set(final_states(client, seeded).values()) == {f"pending:{DEAD}"}
+
+
+@pytest.mark.parametrize(("overrides", "warning"), [
+    (["streams.match=nomatch:*"], "streams.match 'nomatch:*' matched no stream"),
+    (["streams.keys=nosuch"], "nosuch: no dead-letter stream {nosuch}:dlq"),
+    (["streams.keys=orders", "redrive.groups=nosuch"],
+     "matched none of the 3 dead letters examined"),
+], ids=["match", "keys", "filters"])
+def test_redrive_that_matches_nothing_warns(redis_server, overrides, warning):
+    client = redis_server.client()
+    _letters(client, "orders", 3)
+    before = _redis_state(client)
+    args = [a for o in [f"redis.url={redis_server.url}", *overrides] for a in ("--set", o)]
+    result = run_job("redrive", *args)
+    assert result.code == 0, result.stderr
+    assert result.summary["totals"]["matched"] == 0
+    assert any("WARNING" in line and warning in line for line in result.stderr.splitlines()), \
+        result.stderr
+    assert any(warning in w for w in result.summary["warnings"]), result.summary
+    assert _redis_state(client) == before
+
+
+def test_dead_letter_read_that_matches_nothing_warns(spark, redis_server, tmp_path):
+    _letters(redis_server.client(), "orders", 2)
+    settings = load_settings(None, [f"redis.url={redis_server.url}",
+                                    f"report.path={tmp_path}", "streams.match=nomatch:*"])
+    summary = run_dead_letters(spark, settings, DeadLetterSummary("t"))
+    assert summary.totals["dead_letter_streams"] == 0
+    assert any("streams.match 'nomatch:*' matched no stream" in w for w in summary.warnings)
