@@ -136,17 +136,18 @@ class DeadLetterSettings(_Section):
 
 
 class HandlerSettings(_Section):
-    """The re-processing handler: ``package.module:function`` over batches of messages."""
+    """The re-processing handler: ``package.module:function`` over batches of messages. No
+    default: a real run in ``handler`` mode names one (``recovery.driver.handler_choice``)."""
 
-    path: str = "recovery.handlers:example_handler"
+    path: str | None = None
     batch_size: int = Field(100, ge=1, le=100_000)
     max_failed_ratio: float | None = Field(None, ge=0, le=1)
     timeout_s: float | None = Field(None, gt=0, le=86_400)
 
     @field_validator("path")
     @classmethod
-    def _path_shape(cls, path: str) -> str:
-        if not HANDLER_PATH.match(path):
+    def _path_shape(cls, path: str | None) -> str | None:
+        if path is not None and not HANDLER_PATH.match(path):
             raise ValueError(
                 f"{path!r} is not a handler path: write it as package.module:function, "
                 "e.g. recovery.handlers:example_handler"
@@ -306,7 +307,7 @@ def executor_params(settings: Settings, run_id: str) -> JobParams:
         max_deliveries=settings.claim.max_deliveries,
         dlq_suffix=settings.dead_letter.suffix,
         dlq_batch_size=settings.dead_letter.batch_size,
-        handler_path=settings.handler.path,
+        handler_path=settings.handler.path or "",  # "": none (requeue, reassign, dry run)
         handler_batch_size=settings.handler.batch_size,
         handler_timeout_s=settings.handler.timeout_s,
         reprocess_mode=settings.reprocess.mode,

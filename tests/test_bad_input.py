@@ -21,9 +21,7 @@ from collections.abc import Iterator
 import pytest
 from redis import Redis
 
-from recovery.config import load_settings
-from recovery.dead_letters.report import DeadLetterSummary
-from recovery.dead_letters.run import run_dead_letters
+from recovery.dead_letters.cli import dead_letters_main
 from recovery.executor.lease import LEASE_FRESH_S
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.testing.local_redis import LocalServer, free_port
@@ -555,7 +553,8 @@ def test_unknown_log_level_exits_2_naming_the_levels(redis_server, job):
     before = _redis_state(client)
     result = run_job(job, "--set", f"redis.url={redis_server.url}", "--set",
                      "streams.keys=orders", "--log-level", "bogus")
-    assert_one_error_line(result, 2, "--log-level 'bogus'", "DEBUG, INFO, WARNING, ERROR")
+    assert_one_error_line(result, 2, "argument --log-level: 'bogus' is not a log level",
+                          "DEBUG, INFO, WARNING, ERROR")
     assert "Traceback" not in result.stderr
     assert _redis_state(client) == before
 
@@ -578,7 +577,7 @@ def test_handler_mode_without_handler_path_is_refused_and_nothing_claimed(redis_
 
 
 def test_without_handler_path_a_dry_run_and_a_requeue_run_need_none(spark, redis_server,
-                                                                    tmp_path):
+                                                                    tmp_path, caplog):
     """A dry run calls no handler (it plans, and says a real run needs one); requeue and
     reassign hand entries to Redis, not to a handler."""
     client = redis_server.client()
@@ -588,7 +587,8 @@ def test_without_handler_path_a_dry_run_and_a_requeue_run_need_none(spark, redis
     dry = run_in_process(spark, [*argv, "--dry-run"])
     assert dry.code == 0, dry.stderr
     assert dry.summary["totals"]["would_reprocess"] == 4
-    assert "a real run in handler mode needs handler.path" in dry.stderr
+    assert [r.levelname for r in caplog.records
+            if "a real run in handler mode needs handler.path" in r.getMessage()] == ["WARNING"]
     requeue = run_in_process(spark, [*argv, "--set", "reprocess.mode=requeue"])
     assert requeue.code == 0, requeue.stderr
     assert requeue.summary["totals"]["requeued"] == 4
@@ -610,7 +610,7 @@ def test_unknown_redrive_reason_exits_2_naming_the_reasons(redis_server):
 
 # --- selections that match nothing say so ------------------------------------------------
 
-def test_recover_selection_matching_no_key_warns(spark, redis_server, tmp_path):
+def test_recover_selection_matching_no_key_warns(spark, redis_server, tmp_path, caplog):
     client = redis_server.client()
     seeded = seed_kinds(client, ["o"], {"ok": (3, 1)})
     write_control(redis_server.url)
@@ -618,7 +618,7 @@ def test_recover_selection_matching_no_key_warns(spark, redis_server, tmp_path):
                                             "streams.keys=", "streams.match=nomatch:*"))
     assert result.code == 0, result.stderr
     warning = "streams.match 'nomatch:*' matched no stream"
-    assert any("WARNING" in line and warning in line for line in result.stderr.splitlines())
+    assert [r.levelname for r in caplog.records if warning in r.getMessage()] == ["WARNING"]
     assert any(warning in w for w in result.summary["warnings"]), result.summary
     assert set(final_states(client, seeded).values()) == {f"pending:{DEAD}"}
 
@@ -643,10 +643,14 @@ def test_redrive_that_matches_nothing_warns(redis_server, overrides, warning):
     assert _redis_state(client) == before
 
 
-def test_dead_letter_read_that_matches_nothing_warns(spark, redis_server, tmp_path):
+def test_dead_letter_read_that_matches_nothing_warns(spark, redis_server, tmp_path, capsys,
+                                                     caplog):
     _letters(redis_server.client(), "orders", 2)
-    settings = load_settings(None, [f"redis.url={redis_server.url}",
-                                    f"report.path={tmp_path}", "streams.match=nomatch:*"])
-    summary = run_dead_letters(spark, settings, DeadLetterSummary("t"))
-    assert summary.totals["dead_letter_streams"] == 0
-    assert any("streams.match 'nomatch:*' matched no stream" in w for w in summary.warnings)
+    argv = [a for o in [f"redis.url={redis_server.url}", f"report.path={tmp_path}",
+                        "streams.match=nomatch:*"] for a in ("--set", o)]
+    assert dead_letters_main(argv, lambda: spark) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["totals"]["dead_letter_streams"] == 0
+    warning = "streams.match 'nomatch:*' matched no stream with a dead-letter stream"
+    assert any(warning in w for w in summary["warnings"]), summary
+    assert [r.levelname for r in caplog.records if warning in r.getMessage()] == ["WARNING"]

@@ -1,6 +1,7 @@
-"""Command line of ``jobs/dead_letters.py``: the same options and exit codes as
-``jobs/recover.py`` (0 success, 2 invalid config or arguments, 1 anything else), without
-``--dry-run`` (the read changes nothing in Redis).
+"""Command line of ``jobs/dead_letters.py``: ``--config``, ``--set``, ``--run-id`` and
+``--log-level``, with the exit codes of ``jobs/recover.py`` (0 success, 2 invalid config or
+arguments, 1 anything else); no ``--dry-run`` (the read changes nothing in Redis) nor
+``--plan``: any option it does not act on is refused, exit 2.
 
 Errors are one line on stderr; the last line of stdout is always a JSON summary.
 """
@@ -15,6 +16,7 @@ from recovery.config import load_settings
 from recovery.dead_letters.report import DeadLetterSummary
 from recovery.dead_letters.run import run_dead_letters
 from recovery.driver.cli import Outcome, common_parser, exit_code_of, setup_logging
+from recovery.driver.discovery import matched_nothing, warn
 from recovery.driver.job import new_run_id
 from recovery.report.run_report import check_report_location
 
@@ -31,5 +33,7 @@ def dead_letters_main(argv: list[str] | None, session: Callable[[], SparkSession
         summary = DeadLetterSummary(args.run_id or new_run_id())
         summaries.append(summary)
         run_dead_letters(session(), settings, summary)
+        if not summary.totals["dead_letter_streams"] and not summary.skipped:
+            warn(summary.warnings, matched_nothing(settings, "stream with a dead-letter stream"))
 
     return exit_code_of(body, "dead-letter read")

@@ -38,6 +38,7 @@ class DeadLetterSummary(JsonLine):
     report_path: str | None = None
     duration_s: float = 0.0
     error: str | None = None
+    warnings: list[str] = field(default_factory=list)  # a selection that matched nothing
 
 
 def plain(value: object) -> object:
@@ -50,7 +51,7 @@ def fixed_width(rows: list[dict[str, Any]], columns: list[str], width: int = 60)
     null as ``-``)."""
     cells = [[("-" if r[c] is None else str(plain(r[c])))[:width] for c in columns]
              for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True))
               for row in cells]

@@ -20,16 +20,17 @@ from pyspark.sql import SparkSession
 
 from recovery.config import Settings, load_settings, redis_params
 from recovery.driver.discovery import check_server
+from recovery.driver.handler_choice import check_handler
 from recovery.driver.job import run
 from recovery.driver.local_spark import C1_ONLY
 from recovery.driver.plan import local_plan_refusal
 from recovery.driver.pyspark_path import with_installed_pyspark
 from recovery.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, RecoveryError
-from recovery.handlers import load_handler
 from recovery.redis_io.redis_conn import connect
 from recovery.report.run_report import check_report_location
 
 log = logging.getLogger("recovery")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 CONSOLE_PROGRESS = "spark.ui.showConsoleProgress"
 EXECUTOR_JAVA_OPTIONS = "spark.executor.extraJavaOptions"
 
@@ -46,17 +47,28 @@ class _BadArguments(RecoveryError):
 
 
 def common_parser(prog: str, description: str | None) -> argparse.ArgumentParser:
-    """The options every entry point takes: --config, --set, --run-id, --log-level."""
+    """The options every entry point takes: --config, --set, --run-id, --log-level. Each job
+    adds only the options it acts on; any other is refused (exit 2, before anything)."""
     parser = _ArgumentParser(prog=prog, description=description)
     parser.add_argument("--config", type=Path, help="TOML config file (see conf/recovery.toml)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="SECTION.FIELD=VALUE", help="override one setting (repeatable)")
     parser.add_argument("--run-id", help="run id (default: UTC time plus random suffix)")
-    parser.add_argument("--log-level", default="INFO", help="log level of the job's own logs")
+    parser.add_argument("--log-level", default="INFO", type=log_level, metavar="LEVEL",
+                        help=f"log level of the job's own logs: {', '.join(LOG_LEVELS)}")
     return parser
 
 
+def log_level(text: str) -> str:
+    """A ``--log-level`` value as a level name; any other is a bad argument (exit 2)."""
+    if text.upper() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a log level: use one of {', '.join(LOG_LEVELS)}")
+    return text.upper()
+
+
 def recover_parser() -> argparse.ArgumentParser:
+    """common_parser's options, --dry-run and --plan."""
     parser = common_parser("recover", __doc__)
     parser.add_argument("--dry-run", action="store_true",
                         help="plan only: read XPENDING and XRANGE, claim and change nothing")
@@ -110,7 +122,7 @@ def run_recovery(argv: list[str] | None,
         if args.plan is not None and args.dry_run:
             raise _BadArguments("--plan and --dry-run exclude each other: a plan is applied "
                                 "by a real run; drop one of them")
-        preflight(settings, args.plan)
+        preflight(settings, args.plan, args.dry_run)
         summary = run(session(settings), settings, args.run_id, dry_run=args.dry_run,
                       plan=args.plan)
         summaries.append(summary)
@@ -137,11 +149,13 @@ def exit_code_of(body: Callable[[list[Outcome]], None], what: str) -> int:
     return code
 
 
-def preflight(settings: Settings, plan: str | None = None) -> None:
-    """Fail fast, before Spark starts (10 s or more): the handler must import and Redis must
-    answer (reachable, login accepted, version 6.2 or newer); a `plan` in a local directory
-    must be one this run may apply. The run checks them again."""
-    load_handler(settings.handler.path)
+def preflight(settings: Settings, plan: str | None = None, dry_run: bool = False) -> None:
+    """Fail fast, before Spark starts (10 s or more): a real run in handler mode must name a
+    handler, the handler named must import, and Redis must answer (reachable, login accepted,
+    version 6.2 or newer); a `plan` in a local directory must be one this run may apply. The
+    run checks them again (and warns a dry run without a handler)."""
+    if settings.handler.path is not None or not dry_run:
+        check_handler(settings)
     check_report_location(settings.report.path)
     params = redis_params(settings)
     client = connect(params)

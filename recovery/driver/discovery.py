@@ -85,9 +85,10 @@ def check_server(client: redis.Redis, params: RedisParams) -> tuple[int, int, in
     return version
 
 
-def discover(client: redis.Redis, settings: Settings, params: RedisParams
-             ) -> tuple[list[WorkUnit], list[Skipped]]:
-    """Units with something pending, and the keys or groups skipped (with reasons).
+def discover(client: redis.Redis, settings: Settings, params: RedisParams,
+             warnings: list[str] | None = None) -> tuple[list[WorkUnit], list[Skipped]]:
+    """Units with something pending, and the keys or groups skipped (with reasons); a
+    selection that matches no key at all is added to `warnings` (and logged).
 
     One command per key, pipelined (a round trip per 1000 keys): ``XINFO STREAM <key> FULL
     COUNT 1`` on a standalone server whose user may run it (``stream_full``; the units keep
@@ -97,7 +98,7 @@ def discover(client: redis.Redis, settings: Settings, params: RedisParams
     """
     skipped: list[Skipped] = []
     units: list[WorkUnit] = []
-    for stream, groups, full in _stream_groups(client, settings, params, skipped):
+    for stream, groups, full in _stream_groups(client, settings, params, skipped, warnings):
         try:
             dead_letter_key(stream, settings.dead_letter.suffix)
         except DeadLetterNameError as exc:
@@ -127,10 +128,12 @@ def check_requeue_target(stream: str, groups: list[str], template: str | None) -
 
 
 def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
-                  skipped: list[Skipped]) -> dict[str, bool]:
+                  skipped: list[Skipped], warnings: list[str] | None = None
+                  ) -> dict[str, bool]:
     """The keys ``streams.keys`` and ``streams.match`` select -> whether named explicitly:
     the explicit keys, then the SCAN MATCH hits in order; dead-letter streams left out (before
-    any TYPE: the job's ACL user needs no read access to them), non-UTF-8 names skipped."""
+    any TYPE: the job's ACL user needs no read access to them), non-UTF-8 names skipped.
+    None at all: ``matched_nothing`` is added to `warnings`, if given, and logged."""
     sel, suffix = settings.streams, settings.dead_letter.suffix
     names = dict.fromkeys(sel.keys, True)
     if sel.match:
@@ -144,7 +147,25 @@ def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
             log.info("skip %s: it is a dead-letter stream", name)
         elif name:
             selected[name] = explicit
+    if not selected and warnings is not None:
+        warn(warnings, matched_nothing(settings))
     return selected
+
+
+def matched_nothing(settings: Settings, what: str = "stream") -> str:
+    """The warning for a selection (``streams.keys`` / ``streams.match``) that selected no
+    `what`: a typo in a name or a pattern otherwise passes for a quiet day."""
+    sel = settings.streams
+    named = ([f"streams.keys {','.join(sel.keys)!r}"] if sel.keys else []) + (
+        [f"streams.match {sel.match!r}"] if sel.match else [])
+    return (f"{' and '.join(named)} matched no {what}: nothing was done; check the names, "
+            "the pattern and dead_letter.suffix")
+
+
+def warn(warnings: list[str], message: str) -> None:
+    """Log `message` as a WARNING line and add it to `warnings` (a summary's)."""
+    log.warning("%s", message)
+    warnings.append(message)
 
 
 def _reply_or_raise(reply: object, params: RedisParams, stream: str | None = None,
@@ -157,12 +178,12 @@ def _reply_or_raise(reply: object, params: RedisParams, stream: str | None = Non
 
 
 def _stream_groups(client: redis.Redis, settings: Settings, params: RedisParams,
-                   skipped: list[Skipped]
+                   skipped: list[Skipped], warnings: list[str] | None = None
                    ) -> list[tuple[str, list[dict[str, object]], StreamSeen | None]]:
     """Each selected key that is a stream, with its groups as XINFO GROUPS rows and its
     FULL read (None where XINFO GROUPS was read instead); the others skipped with the reason
     (no such key, not a stream, not accessible to the ACL user)."""
-    candidates = list(selected_keys(client, settings, params, skipped))
+    candidates = list(selected_keys(client, settings, params, skipped, warnings))
     with redis_errors(params):
         replies = read_streams(client, candidates)
         if replies is None:

@@ -41,6 +41,7 @@ from recovery.driver.discovery import (
     discover,
     job_consumer,
 )
+from recovery.driver.handler_choice import check_handler
 from recovery.driver.health import (
     add_histograms,
     clean_up_job_consumers,
@@ -68,7 +69,6 @@ from recovery.executor.packing import PACK_ROWS
 from recovery.executor.partitions import apply_partition, claim_partition, recover_partition
 from recovery.executor.survey import histogram_partition, plan_partition
 from recovery.executor.tally import Tallies, histogram_rows
-from recovery.handlers import load_handler
 from recovery.params import JobParams, Unit
 from recovery.redis_io.journal import (
     check_run_id_unused,
@@ -121,7 +121,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
     started, started_ms = time.monotonic(), int(time.time() * 1000)
     check_no_speculation(spark.conf.get("spark.speculation", "false"))
     params = executor_params(settings, run_id or new_run_id())
-    load_handler(settings.handler.path)
+    check_handler(settings, dry_run)  # none by default: handler mode names one
     check_report_location(settings.report.path)
     client = connect(params.redis)
     # The JVM warms up (recovery.driver.warm_up) while the driver reads Redis.
@@ -133,16 +133,17 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
                 check_run_id_unused(client, journal_key(settings.claim.journal_prefix, part_0),
                                     params.run_id)
         server = server_identity(client, params.redis)
+        warnings: list[str] = []  # a selection that matched nothing (discovery)
         if plan is not None:
             manifest = read_manifest(plan, spark)
             check_plan(plan, manifest, settings, server)  # type: ignore[arg-type]
             params = planned_params(params, manifest)  # type: ignore[arg-type]
             units, skipped = plan_units(spark, client, settings, params.redis, plan)
         else:
-            units, skipped = discover(client, settings, params.redis)
+            units, skipped = discover(client, settings, params.redis, warnings)
         log.info("run %s: %d units with pending entries, %d skipped%s", params.run_id,
                  len(units), len(skipped), " (dry run)" if dry_run else "")
-        summary = RunSummary(params.run_id, dry_run=dry_run, plan=plan,
+        summary = RunSummary(params.run_id, dry_run=dry_run, plan=plan, warnings=warnings,
                              report_path=run_path(settings.report.path, params.run_id))
         summary.dead_letter_warnings = dead_letter_warnings(client, settings, params.redis)
         if params.backoff:

@@ -1,5 +1,7 @@
-"""Command line of ``jobs/redrive.py``: the same options and exit codes as ``jobs/recover.py``
-(0 success, 2 invalid config or arguments, 1 anything else), plus ``--dry-run``.
+"""Command line of ``jobs/redrive.py``: ``--config``, ``--set``, ``--run-id``,
+``--log-level`` and ``--dry-run``, with the exit codes of ``jobs/recover.py`` (0 success, 2
+invalid config or arguments, 1 anything else). It has no ``--plan`` (a redrive's filters are
+its plan): any option it does not act on is refused, exit 2, before anything is touched.
 
 Errors are one line on stderr; the last line of stdout is always a JSON summary.
 """
@@ -9,18 +11,20 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from recovery.config import load_settings
-from recovery.driver.cli import Outcome, exit_code_of, recover_parser, setup_logging
+from recovery.config import Settings, load_settings
+from recovery.driver.cli import Outcome, common_parser, exit_code_of, setup_logging
+from recovery.driver.discovery import matched_nothing, warn
 from recovery.driver.job import new_run_id
 from recovery.redrive.run import RedriveSummary, id_range, run_redrive
 
+FILTERS = ("groups", "reasons", "from_id", "to_id", "since", "until")
+
 
 def redrive_parser() -> argparse.ArgumentParser:
-    """recover's parser (--config, --set, --run-id, --log-level, --dry-run), its dry run
-    described for a redrive."""
-    parser = recover_parser()
-    parser.prog, parser.description = "redrive", __doc__
-    parser._option_string_actions["--dry-run"].help = "count what would be redriven; change nothing"
+    """The options every job takes (``recovery.driver.cli.common_parser``) and --dry-run."""
+    parser = common_parser("redrive", __doc__)
+    parser.add_argument("--dry-run", action="store_true",
+                        help="count what would be redriven; change nothing")
     return parser
 
 
@@ -38,5 +42,27 @@ def redrive_main(argv: list[str] | None, on_start: Callable[[], None] = lambda: 
         summary = RedriveSummary(args.run_id or new_run_id())
         summaries.append(summary)
         run_redrive(settings, summary)
+        for message in redrive_warnings(settings, summary):
+            warn(summary.warnings, message)
 
     return exit_code_of(body, "redrive")
+
+
+def redrive_warnings(settings: Settings, summary: RedriveSummary) -> list[str]:
+    """Why a finished redrive matched nothing, where a typo is the likely cause: no selected
+    stream has a dead-letter stream; a named stream's dead-letter stream is missing or
+    empty; the ``[redrive]`` filters matched none of the dead letters examined."""
+    if summary.totals["matched"] or summary.status != "ok":
+        return []
+    if not summary.units:
+        return [matched_nothing(settings, "stream with a dead-letter stream")]
+    messages = [f"{u['stream']}: no dead-letter stream {u['dead_letter_stream']} (or it is "
+                "empty): check streams.keys and dead_letter.suffix"
+                for u in summary.units if not u["examined"] and not u["left_in_dead_letter"]]
+    examined = summary.totals["examined"]
+    chosen = [f"redrive.{name}" for name in FILTERS
+              if getattr(settings.redrive, name) not in (None, [], "-", "+")]
+    if examined and chosen:
+        messages.append(f"the filters ({', '.join(chosen)}) matched none of the {examined} "
+                        "dead letters examined: check their values")
+    return messages

@@ -54,6 +54,7 @@ class RedriveSummary(JsonLine):
     skipped: list[dict[str, Any]] = field(default_factory=list)
     duration_s: float = 0.0
     error: str | None = None
+    warnings: list[str] = field(default_factory=list)  # a selection that matched nothing
 
     def add_unit(self, unit: dict[str, Any]) -> None:
         self.units.append(unit)

@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from recovery.schemas import DeathReason
+
 STREAM_ID_BOUND = r"^(-|\+|\d+(-\d+)?)$"
 
 
@@ -17,9 +19,10 @@ class RedriveSettings(BaseModel):
 
     Source streams are chosen by ``streams.keys`` / ``streams.match`` and their dead-letter
     streams named by ``dead_letter.suffix``, as for the recovery run. Every filter narrows:
-    ``groups`` (x-original-group) and ``reasons`` (x-death-reason), empty = all; ``from_id`` /
-    ``to_id``, inclusive dead-letter entry IDs; ``since`` / ``until``, the time an entry was
-    dead-lettered (the time part of its dead-letter ID; ISO 8601, UTC if no zone, or epoch);
+    ``groups`` (x-original-group) and ``reasons`` (x-death-reason: a ``DeathReason`` value),
+    empty = all; ``from_id`` / ``to_id``, inclusive dead-letter entry IDs; ``since`` /
+    ``until``, the time an entry was dead-lettered (the time part of its dead-letter ID;
+    ISO 8601, UTC if no zone, or epoch);
     ``limit`` entries in all. ``max_entries_per_s`` caps moves per second (all streams).
     """
 
@@ -40,6 +43,16 @@ class RedriveSettings(BaseModel):
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
         return [v for v in value.split(",") if v] if isinstance(value, str) else value
+
+    @field_validator("reasons", mode="after")
+    @classmethod
+    def _known_reasons(cls, reasons: list[str]) -> list[str]:
+        known = [r.value for r in DeathReason]
+        unknown = [r for r in reasons if r not in known]
+        if unknown:  # a typo would match nothing and pass for "no such dead letters"
+            raise ValueError(f"{', '.join(map(repr, unknown))} is not a dead-letter reason: "
+                             f"use {', '.join(known)}")
+        return reasons
 
     @field_validator("from_id", "to_id", mode="after")
     @classmethod

@@ -56,6 +56,8 @@ class RunSummary(JsonLine):
     backoff: dict[str, Any] | None = None
     not_due: int = 0
     next_due_ms: int | None = None
+    # Selections that matched nothing (a typo in streams.keys / streams.match), as logged.
+    warnings: list[str] = field(default_factory=list)
 
     def failed_ratio(self) -> float:
         """Failed handler messages over all messages given to the handler (0 when none)."""
