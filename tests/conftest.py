@@ -88,11 +88,13 @@ def client(server: LocalServer) -> Redis:
 
 @pytest.fixture
 def make_settings(server: LocalServer, tmp_path: Path) -> Callable[..., Settings]:
-    """Settings against `server` with a temp report dir; extra ``section.field=value``."""
+    """Settings against `server` with a temp report dir and the example handler (named: there
+    is no default); extra ``section.field=value``."""
 
     def _make(*overrides: str) -> Settings:
         base = [f"redis.url={server.url}", f"report.path={tmp_path / 'reports'}",
-                "claim.min_idle_ms=600000"]  # stuck entries are an hour old
+                "claim.min_idle_ms=600000",  # stuck entries are an hour old
+                "handler.path=recovery.handlers:example_handler"]
         return load_settings(None, [*base, *overrides])
 
     return _make

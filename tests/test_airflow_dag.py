@@ -98,6 +98,7 @@ def airflow_run(env: dict[str, str], dag_id: str | None = None, conf: dict | Non
 def write_config(tmp_path: Path, url: str) -> Path:
     config = tmp_path / "recovery.toml"
     config.write_text(f'[redis]\nurl = "{url}"\n[streams]\nmatch = "*"\n'
+                      '[handler]\npath = "recovery.handlers:example_handler"\n'  # no default
                       f'[report]\npath = "{tmp_path / "reports"}"\n')
     return config
 

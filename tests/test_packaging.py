@@ -72,7 +72,8 @@ def test_jobs_run_from_the_wheel_in_a_clean_directory(wheel_zip, redis_server, t
     base = ["--set", f"redis.url={redis_server.url}", "--set", "streams.match=*"]
 
     code, summary, err = submit(tmp_path / "app", python, wheel_zip, "jobs/recover.py", *base,
-                                "--set", f"report.path={tmp_path / 'reports'}")
+                                "--set", f"report.path={tmp_path / 'reports'}",
+                                "--set", "handler.path=recovery.handlers:example_handler")
     assert code == 0, err[-3000:]
     assert summary["totals"]["dead_lettered"] == 24  # 4 poison entries x 3 streams x 2 groups
     assert client.xlen("{orders}:dlq") == 8

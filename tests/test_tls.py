@@ -48,7 +48,8 @@ def wrong_name_redis(tls_files: TlsFiles) -> Iterator[LocalServer]:
 
 def tls_settings(files: TlsFiles, url: str, ca: Path | None = None, client_cert: bool = True,
                  *extra: str) -> list[str]:
-    sets = [f"redis.url={url}", f"redis.tls_ca_file={ca or files.ca}", "streams.keys=orders"]
+    sets = [f"redis.url={url}", f"redis.tls_ca_file={ca or files.ca}", "streams.keys=orders",
+            "handler.path=recovery.handlers:example_handler"]  # named: there is no default
     if client_cert:
         sets += [f"redis.tls_cert_file={files.client_cert}",
                  f"redis.tls_key_file={files.client_key}"]
