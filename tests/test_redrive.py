@@ -171,7 +171,7 @@ FILTER_CASES: dict[str, tuple[Callable[[FilterWorld], list[str]], Predicate]] = 
               lambda w, i, m: m[b"x-original-group"] == b"audit"),
     "reason": (lambda w: [f"redrive.reasons={R_FAILED}"],
                lambda w, i, m: m[b"x-death-reason"] == R_FAILED.encode()),
-    "group and reasons": (lambda w: ["redrive.groups=billing", f"redrive.reasons={R_LIMIT},x"],
+    "group and reasons": (lambda w: ["redrive.groups=billing", f"redrive.reasons={R_LIMIT}"],
                           lambda w, i, m: m[b"x-original-group"] == b"billing"
                           and m[b"x-death-reason"] == R_LIMIT.encode()),
     "from id": (lambda w: [f"redrive.from_id={w.phase_b}"],
