@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 @dataclass
 class ReplyDropper:
     """Forwards 127.0.0.1:`port` to the server at `target_port`; drops the reply to the
-    `nth` request (1-based) whose bytes contain `marker`, once. `dropped` counts drops.
-    `rewrite` (old, new): replaces `old` by `new` (of the same length) in every reply."""
+    `nth` request (1-based) whose bytes contain `marker`, once. `dropped` counts replies
+    really thrown away (the server answered, the client's connection was closed unanswered):
+    a test asserting it proves its fault happened. `rewrite` (old, new): replaces `old` by
+    `new` (of the same length) in every reply."""
 
     target_port: int
     marker: bytes
@@ -66,7 +68,9 @@ class ReplyDropper:
                         return
                     upstream.sendall(data)
                     if self._drop_this(data):
-                        _swallow(upstream)
+                        if _swallow(upstream):
+                            with self._lock:
+                                self.dropped += 1
                         return
                 if upstream in ready:
                     data = upstream.recv(65536)
@@ -84,14 +88,13 @@ class ReplyDropper:
             if self.marker not in request:
                 return False
             self._seen += 1
-            if self._seen != self.nth:
-                return False
-            self.dropped += 1
-            return True
+            return self._seen == self.nth
 
 
-def _swallow(upstream: socket.socket) -> None:
-    """Read the server's reply (so the command surely ran) and throw it away."""
+def _swallow(upstream: socket.socket) -> bool:
+    """Read the server's reply (so the command surely ran) and throw it away. False if none
+    came within 2 s."""
     upstream.settimeout(2.0)
     with contextlib.suppress(OSError):
-        upstream.recv(65536)
+        return bool(upstream.recv(65536))
+    return False
