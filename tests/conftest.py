@@ -102,11 +102,23 @@ def make_settings(server: LocalServer, tmp_path: Path) -> Callable[..., Settings
 
 @pytest.fixture
 def faults() -> Iterator[Callable[[str], None]]:
-    """Ask executors to fail: ``faults("claim 2 0")`` fails claim step 2 of attempt 0."""
+    """Ask executors to fail: ``faults("claim 2 0")`` fails claim step 2 of attempt 0. A test
+    in which an asked fault never fired fails at teardown: it did not test its fault."""
+    from recovery.executor.faults import FIRED_SUFFIX
+    from tests.support.fault_tools import assert_fired
+
+    asked: list[str] = []
+    fired = Path(str(FAULT_FILE) + FIRED_SUFFIX)
+    fired.unlink(missing_ok=True)
 
     def _inject(line: str) -> None:
+        asked.append(line)
         with FAULT_FILE.open("a") as fh:
             fh.write(line + "\n")
 
     yield _inject
     FAULT_FILE.unlink(missing_ok=True)
+    try:
+        assert_fired(*asked)
+    finally:
+        fired.unlink(missing_ok=True)

@@ -4,7 +4,10 @@ every seeded entry is exactly one of acked, in its dead-letter stream exactly on
 pending, or deleted upstream; and the reports account for what happened.
 
 ``RECOVERY_KILL_TRIALS`` (default 3) sets the number of kill trials, ``RECOVERY_KILL_SEED``
-their random seed; each trial prints one line (``pytest -s`` shows them).
+their random seed; each trial whose kill landed prints one line (``pytest -s`` shows them).
+Every fault here is proven to have happened, or the test fails: the kill landed mid-work
+(exit -9, its moment seen in Redis, work left), the injected task failure fired (its
+marker, ``assert_fired``), Redis went down while the run was in flight.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,7 @@ from tests.support.fault_tools import (
     WAITING_KIND,
     JobResult,
     Key,
+    assert_fired,
     dead_letter_index,
     dead_letter_total,
     finished,
@@ -42,6 +47,7 @@ from tests.support.fault_tools import (
     job_consumers,
     job_owned,
     key_of,
+    kill_landed,
     kill_tree,
     owned_by,
     planned,
@@ -59,6 +65,7 @@ from tests.support.servers import FLAVORS, start_server
 
 KILL_TRIALS = int(os.environ.get("RECOVERY_KILL_TRIALS", "3"))
 KILL_SEED = int(os.environ.get("RECOVERY_KILL_SEED", "4"))
+KILL_ATTEMPTS = 3  # per trial: a kill that misses its moment is tried again, earlier
 STAGES = ("claim", "dead_letter", "report", "handler")
 # One pass without task retries, then the journaled one pass (tasks may be retried), in turn.
 KILL_MASTERS = ("local[2]", "local[2,2]")
@@ -200,59 +207,130 @@ def rerun_and_account(spark: SparkSession, url: str, base: Path, streams: list[s
 
 # --- (a) SIGKILL at seeded random moments ----------------------------------------------------
 
-def _kill_condition(stage: str, client: Redis, streams: list[str], run_id: str,
-                    rng: random.Random, plan: bool = False) -> tuple[Any, str]:
-    claimable = sum(n for k, n in PER_STREAM.items() if k != "deleted") * len(streams)  # due
+def _side_effect_totals(streams: list[str]) -> tuple[int, int, int]:
+    """(entries due to claim, hand-overs, dead letters) a finished run of `streams` makes."""
+    claimable = sum(n for k, n in PER_STREAM.items() if k != "deleted") * len(streams)
     handed = (PER_STREAM["ok"] + PER_STREAM["fail"] + PER_STREAM["fail_at_limit"]) * len(streams)
     letters = (PER_STREAM["poison"] + PER_STREAM["fail_at_limit"]) * len(streams)
+    return claimable, handed, letters
+
+
+def _kill_moment(stage: str, streams: list[str], rng: random.Random) -> int:
+    """Where a trial's first attempt kills: after that many of its stage's side effects
+    (claims, dead letters, hand-overs), or (stage ``report``) that many ms after the last."""
+    claimable, handed, letters = _side_effect_totals(streams)
+    if stage == "report":
+        return int(rng.uniform(0, 2000))
+    return rng.randint(1, {"claim": claimable, "dead_letter": letters, "handler": handed}[stage]
+                       - 1)
+
+
+def _kill_condition(stage: str, client: Redis, streams: list[str], run_id: str, n: int,
+                    plan: bool = False) -> tuple[Callable[[], bool], str]:
+    """When to kill (read in Redis) and what that moment is, for `n` of _kill_moment."""
+    claimable, handed, letters = _side_effect_totals(streams)
     if stage == "claim":
-        n = rng.randint(1, claimable - 1)
         if plan:  # claimed so far: what the dead consumer no longer owns (deleted ones stay)
             total = sum(PER_STREAM.values()) * len(streams)
             return ((lambda: total - owned_by(client, streams, DEAD) >= n),
                     f"{n}/{claimable} claimed")
         return (lambda: job_owned(client, streams, run_id) >= n), f"{n}/{claimable} claimed"
     if stage == "dead_letter":
-        n = rng.randint(1, letters - 1)
         return (lambda: dead_letter_total(client, streams) >= n), f"{n}/{letters} dead letters"
     if stage == "handler":
-        n = rng.randint(1, handed - 1)
         return (lambda: client.hlen(HANDLED) >= n), f"{n}/{handed} handed over"
-    return (lambda: client.hlen(HANDLED) >= handed
-            and dead_letter_total(client, streams) >= letters), "all side effects done"
+    return (lambda: _side_effects(client, streams)[0]), f"all side effects done, then {n} ms"
+
+
+def _side_effects(client: Redis, streams: list[str]) -> tuple[bool, str]:
+    """Whether every hand-over and dead letter of a finished run is in Redis, and how many."""
+    _, handed, letters = _side_effect_totals(streams)
+    now_handed, now_letters = client.hlen(HANDLED), dead_letter_total(client, streams)
+    return (now_handed >= handed and now_letters >= letters,
+            f"{now_handed}/{handed} handed over, {now_letters}/{letters} dead letters")
+
+
+@dataclass
+class KillAttempt:
+    """One spark-submit run killed at a moment. `landed`: the moment aimed at was seen in
+    Redis, the job was still running and died of this SIGKILL (exit -9), and Redis shows it
+    had done part of its work, not all: side effects left to do (stage ``report``: every
+    side effect done, the run itself not over). `at_kill`: Redis' count at the kill."""
+
+    streams: list[str]
+    seeded: dict[Key, str]
+    killed: str
+    plan_args: list[str]
+    aimed: str
+    landed: bool
+    at_kill: str
+
+
+def _kill_attempt(spark: SparkSession, server: LocalServer, base: Path, trial: int,
+                  attempt: int, stage: str, n: int, submit: Callable[..., Any],
+                  schedule: tuple[str, ...], plan: bool) -> KillAttempt:
+    """Seed streams of this attempt's own, start the job (with `plan`, applying a dry run's
+    plan) and SIGKILL it at `n` (_kill_condition)."""
+    client = server.client()
+    client.delete(HANDLED)
+    streams = [f"k{trial}.{attempt}-a", f"k{trial}.{attempt}-b{{t}}"]
+    seeded = seed_kinds(client, streams, {**KINDS, **(WAITING_KIND if schedule else {})})
+    write_control(server.url, delay_s=0.12)
+    killed = f"killed{trial}-{attempt}"
+    slow = ["claim.min_idle_ms=1000", "claim.count=5", "claim.max_entries_per_s=40",
+            "handler.batch_size=4", *schedule]
+    plan_args = planned(spark, server.url, base, streams, *slow) if plan else []
+    proc = submit([*job_args(server.url, base, streams, *slow, run_id=killed), *plan_args],
+                  base / f"logs-{trial}-{attempt}", SMALL_BATCHES,
+                  master=KILL_MASTERS[trial % len(KILL_MASTERS)])
+    condition, aimed = _kill_condition(stage, client, streams, killed, n, plan)
+    reached = wait_until(condition, proc, 180, aimed)
+    if reached and stage == "report":
+        time.sleep(n / 1000)
+    by_this_kill = kill_landed(proc)
+    all_done, at_kill = _side_effects(client, streams)
+    write_control(server.url, delay_s=0)
+    landed = reached and by_this_kill and all_done == (stage == "report")
+    client.close()
+    return KillAttempt(streams, seeded, killed, plan_args, aimed, landed, at_kill)
 
 
 def _kill_trial(spark: SparkSession, server: LocalServer, base: Path, trial: int,
                 stage: str, rng: random.Random, submit: Callable[..., Any],
-                schedule: tuple[str, ...], plan: bool = False) -> str:
-    """With `plan`, a dry run's plan is applied (``--plan``) by the killed run and the
-    re-runs."""
+                schedule: tuple[str, ...], plan: bool = False) -> tuple[str | None, list[str]]:
+    """Kill a run at a seeded random moment of `stage`, then re-run until one finishes and
+    account for every entry. A kill that misses (the job got past the moment, or ended,
+    before it) is tried again, on fresh streams, at an earlier moment: half as far (a
+    quarter of the wait, stage ``report``), up to KILL_ATTEMPTS in all. Returns the
+    trial's line (None when no attempt's kill landed) and the missed attempts."""
+    first = _kill_moment(stage, [f"k{trial}-a", f"k{trial}-b"], rng)
+    missed = []
+    for attempt in range(KILL_ATTEMPTS):
+        n = first // 4 ** attempt if stage == "report" else max(1, first >> attempt)
+        run = _kill_attempt(spark, server, base, trial, attempt, stage, n, submit, schedule,
+                            plan)
+        if run.landed:
+            return _rerun_after_kill(spark, server, base, (trial, stage), run, schedule,
+                                     missed), missed
+        missed.append(f"aimed at {run.aimed}, missed ({run.at_kill} at the kill)")
+    return None, missed
+
+
+def _rerun_after_kill(spark: SparkSession, server: LocalServer, base: Path,
+                      trial_stage: tuple[int, str], run: KillAttempt,
+                      schedule: tuple[str, ...], missed: list[str]) -> str:
+    """Re-run (up to 3 times) until a run finishes, then check Redis and the reports;
+    returns the trial's line."""
+    trial, stage = trial_stage
     client = server.client()
-    client.delete(HANDLED)
-    streams = [f"k{trial}-a", f"k{trial}-b{{t}}"]
-    seeded = seed_kinds(client, streams, {**KINDS, **(WAITING_KIND if schedule else {})})
-    write_control(server.url, delay_s=0.12)
-    killed = f"killed{trial}"
-    slow = ["claim.min_idle_ms=1000", "claim.count=5", "claim.max_entries_per_s=40",
-            "handler.batch_size=4", *schedule]
-    plan_args = planned(spark, server.url, base, streams, *slow) if plan else []
-    master = KILL_MASTERS[trial % len(KILL_MASTERS)]
-    proc = submit([*job_args(server.url, base, streams, *slow, run_id=killed), *plan_args],
-                  base / f"logs-{trial}", SMALL_BATCHES, master=master)
-    condition, what = _kill_condition(stage, client, streams, killed, rng, plan)
-    reached = wait_until(condition, proc, 180, what)
-    if reached and stage == "report":
-        time.sleep(rng.uniform(0, 2.0))
-    exit_code = proc.poll()
-    kill_tree(proc)
-    write_control(server.url, delay_s=0)
+    streams, seeded, killed = run.streams, run.seeded, run.killed
     time.sleep(1.1)  # the killed run's claims become idle enough (min_idle_ms 1000)
     reruns = []
     for attempt in range(3):
         reruns.append(f"rerun{trial}-{attempt}")
         result = run_in_process(spark, [*job_args(server.url, base, streams,
                                                   "claim.min_idle_ms=1000", *schedule,
-                                                  run_id=reruns[-1]), *plan_args])
+                                                  run_id=reruns[-1]), *run.plan_args])
         if result.code == 0:
             break
     assert result.code == 0, result.stderr
@@ -275,8 +353,11 @@ def _kill_trial(spark: SparkSession, server: LocalServer, base: Path, trial: int
     for stream in streams:
         assert not [c for c in job_consumers(client, stream) if killed in c], \
             "the killed run's emptied consumers are removed by the re-run"
-    moment = f"killed at {what}" if exit_code is None else f"finished before the kill ({what})"
-    return (f"trial {trial} {master} stage={stage}: {moment}; {len(reruns)} re-run(s); "
+    client.close()
+    master = KILL_MASTERS[trial % len(KILL_MASTERS)]
+    return (f"trial {trial} {master} stage={stage}: killed at {run.aimed} ({run.at_kill})"
+            f"{f' after {len(missed)} missed attempt(s)' if missed else ''}; "
+            f"{len(reruns)} re-run(s); "
             f"killed run's report {'readable' if killed in reports else 'lost'}; "
             f"{sorted(tally.items())}")
 
@@ -298,7 +379,7 @@ def _age_what_the_killed_run_left(client: Redis, seeded: dict[Key, str], killed:
     return len(left)
 
 
-@pytest.mark.timeout(120 + 180 * KILL_TRIALS)
+@pytest.mark.timeout(120 + 240 * KILL_TRIALS)
 @pytest.mark.parametrize(("schedule", "plan"), [((), False), (BACKOFF, False), ((), True)],
                          ids=["xautoclaim", "backoff", "plan"])
 def test_sigkill_at_random_moments_then_rerun_loses_nothing(spark, tmp_path, submit, schedule,
@@ -307,18 +388,24 @@ def test_sigkill_at_random_moments_then_rerun_loses_nothing(spark, tmp_path, sub
     fresh one: with the default three trials, one per server at the cost of one server.
     Under a backoff schedule (killed run and re-runs alike), entries not due stay with
     their owner throughout, and what the killed run claimed waits as delivered once more.
-    `plan`: the killed run and its re-runs apply a dry run's plan (claims by ID)."""
+    `plan`: the killed run and its re-runs apply a dry run's plan (claims by ID).
+    Only trials whose kill landed count (see _kill_trial); one whose every attempt missed
+    fails the test."""
     rng = random.Random(KILL_SEED)
-    lines = []
+    landed, missed = [], []
     for trial in range(KILL_TRIALS):
         stage = STAGES[trial] if trial < len(STAGES) else rng.choice(STAGES)
         flavor = FLAVORS[trial % len(FLAVORS)]
         with start_server(flavor) as server:
-            line = _kill_trial(spark, server, tmp_path / "reports", trial, stage, rng, submit,
-                               schedule, plan)
-        lines.append(f"{flavor} {line}")
-        print(lines[-1], flush=True)
-    assert len(lines) == KILL_TRIALS
+            line, misses = _kill_trial(spark, server, tmp_path / "reports", trial, stage, rng,
+                                       submit, schedule, plan)
+        if line is None:
+            missed.append(f"{flavor} trial {trial} stage={stage}: {misses}")
+            continue
+        landed.append(f"{flavor} {line}")
+        print(landed[-1], flush=True)
+    assert len(landed) == KILL_TRIALS, \
+        f"no kill landed in {KILL_ATTEMPTS} attempts: {missed} (landed: {len(landed)})"
 
 
 # --- (b) Redis restarts mid-run; Redis unreachable at start ---------------------------------
@@ -348,13 +435,21 @@ def test_redis_restart_mid_run_then_rerun_loses_nothing(spark, aof_server, tmp_p
     job = threading.Thread(target=lambda: outcome.update(r=run_in_process(spark, args)))
     job.start()
     wait_until(lambda: client.hlen(HANDLED) >= 12, None, 120, "12 hand-overs")
+    handed_at_kill = client.hlen(HANDLED)
     aof_server.kill()
+    # The fault landed mid-run: hand-overs were left, and the job outlived the server (what
+    # is left of a run, its consumers' clean-up included, needs Redis).
+    in_flight = job.is_alive()
     time.sleep(down_s)
     aof_server.start()
     job.join(120)
     assert not job.is_alive()
+    _, handed_total, _ = _side_effect_totals(streams)
+    assert in_flight and handed_at_kill < handed_total, \
+        ("Redis restarted after the run, not during it", in_flight, handed_at_kill)
     first = outcome["r"]
-    print(f"run during the restart: exit {first.code} {first.error_lines()}", flush=True)
+    print(f"run during the restart (killed at {handed_at_kill}/{handed_total} hand-overs): "
+          f"exit {first.code} {first.error_lines()}", flush=True)
     assert first.code in ((0, 1) if down_s < 5 else (1,))
     if first.code == 1:
         assert len(first.error_lines()) == 1, first.stderr
@@ -689,15 +784,32 @@ def test_task_failures_lose_nothing_and_leave_nothing_unreported(
     settings = ["claim.count=5", "handler.batch_size=4", f"claim.journal_prefix={journal}",
                 *schedule]
     plan_args = planned(spark, server.url, tmp_path, streams, *settings) if plan else []
-    for line in faults_asked:
+    asked = faults_asked if journal else _in_stages_of_their_own(faults_asked)
+    for line in asked:
         faults(line)
     result = run_in_process(spark, [*job_args(server.url, tmp_path, streams, *settings,
                                               run_id="retried"), *plan_args])
+    assert_fired(*asked)
     check_retried_run(spark, client, seeded, tmp_path, result)
     waiting = [k for k, kind in seeded.items() if kind == "waiting"]
     assert result.summary["not_due"] == len(waiting)
     for unit in result.summary["units"]:
         assert unit.get("not_due", 0) == (5 if schedule else 0), unit
+
+
+def _in_stages_of_their_own(asked: tuple[str, ...]) -> tuple[str, ...]:
+    """Fault lines for the materialised path, where the claim and the hand-over are Spark
+    stages of their own, each counting its tasks' attempts from 0: an apply fault asked of
+    the attempt after the claim faults (one pass) is asked of the apply stage's attempt
+    that many fewer (else it would never fire)."""
+    claim_faults = sum(1 for line in asked if line.startswith("claim "))
+    shifted = []
+    for line in asked:
+        stage, step, attempt = line.split()
+        if stage == "apply":
+            line = f"{stage} {step} {int(attempt) - claim_faults}"
+        shifted.append(line)
+    return tuple(shifted)
 
 
 @pytest.mark.timeout(420)
@@ -720,6 +832,7 @@ def test_task_failures_on_executors_of_their_own_through_spark_submit(
                       logs, timeout_s=360)
     assert "journaled" in result.stderr, "not the journaled one pass"
     assert result.stderr.count("injected fault") >= 2, "the faults did not fire"
+    assert_fired("claim 2 0", "apply 2 1")
     check_retried_run(spark, client, seeded, tmp_path, result)
     assert client.keys("recovery:journal:*") == []
     # The second attempts finished two hand-overs of 20 rows each (SMALL_BATCHES) and
@@ -745,6 +858,7 @@ def test_a_journal_gone_mid_run_fails_the_run_in_one_line_and_loses_nothing(
     result = run_in_process(spark, job_args(redis_server.url, tmp_path, streams,
                                             "claim.count=5", "handler.batch_size=4",
                                             "spark.partitions=2", run_id="gone"))
+    assert_fired("apply 2 0")
     assert result.code == 1, result.stderr
     (line,) = result.error_lines()
     assert "claim journal recovery:journal:recovery-gone-" in line and "is gone" in line, line
@@ -796,6 +910,7 @@ def test_one_pass_task_failure_fails_the_run_and_a_rerun_loses_nothing(
                                       "claim.min_idle_ms=500", "handler.batch_size=4",
                                       run_id="failed"), logs, SMALL_BATCHES),
                       logs, timeout_s=240)
+    assert_fired(fault)  # the injected failure, not something else, failed the run
     assert failed.code == 1, failed.stderr[-3000:]
     assert "one pass" in failed.stderr, "the run did not take the one-pass path"
     assert client.hlen(HANDLED) > 0, "the failed run handed nothing over before its fault"

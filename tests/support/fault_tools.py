@@ -30,6 +30,7 @@ from redis import Redis
 
 from recovery.driver.cli import run_recovery
 from recovery.driver.local_spark import LOCAL_JVM_OPTIONS
+from recovery.executor.faults import FIRED_SUFFIX
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.report.run_report import read_run, run_path
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
@@ -215,6 +216,15 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=30)
 
 
+def kill_landed(proc: subprocess.Popen[bytes]) -> bool:
+    """SIGKILL the tree (kill_tree); True only if that kill is what ended the job: it was
+    still running when frozen and its exit status is SIGKILL's (a job that exited on its own
+    meanwhile keeps its own exit code)."""
+    running = proc.poll() is None
+    kill_tree(proc)
+    return running and proc.returncode == -signal.SIGKILL
+
+
 def _signal(pid: int, sig: signal.Signals) -> None:
     with suppress(ProcessLookupError):
         os.kill(pid, sig)
@@ -231,6 +241,22 @@ def wait_until(condition: Callable[[], bool], proc: subprocess.Popen[bytes] | No
             return False
         time.sleep(0.02)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def fired_faults() -> Counter[str]:
+    """How often each injected fault line (``<stage> <step> <attempt>``) fired so far: read
+    from the marker recovery.executor.faults writes beside RECOVERY_FAULT_FILE."""
+    marker = Path(os.environ["RECOVERY_FAULT_FILE"] + FIRED_SUFFIX)
+    lines = marker.read_text(encoding="utf-8").splitlines() if marker.exists() else []
+    return Counter(line for line in lines if line.strip())
+
+
+def assert_fired(*asked: str) -> Counter[str]:
+    """Fail unless every asked fault line fired at least once; returns fired_faults()."""
+    fired = fired_faults()
+    missed = [line for line in asked if not fired[" ".join(line.split())]]
+    assert not missed, f"injected faults that never fired: {missed} (fired: {dict(fired)})"
+    return fired
 
 
 def handed_over(client: Redis) -> Counter[Key]:
