@@ -3,7 +3,7 @@ exactly once as requeued (one copy, the original acked), reassigned (pending on 
 consumer), dead-lettered or still pending; nothing a live consumer acked is moved.
 
 - SIGKILL of a real spark-submit (local[2], one pass) at a random moment of its moves, then
-  a run that finishes;
+  a run that finishes (the kill proven to land mid-move, or the test fails);
 - two runs at once (spark-submit and in-process) over the same groups, while a live
   consumer acks entries of them.
 """
@@ -24,7 +24,7 @@ from tests.support.fault_tools import (
     GROUP,
     finished,
     job_args,
-    kill_tree,
+    kill_landed,
     run_in_process,
     spark_submit,
     wait_until,
@@ -35,6 +35,7 @@ from tests.support.reprocess_tools import LIVE, WINDOW_MS, copies, kept_alive, s
 KINDS = {"ok": (40, 1), "poison": (6, 9)}
 SLOW = ["claim.count=5", "claim.max_entries_per_s=60", "dead_letter.batch_size=3"]
 SEED = 7
+KILL_ATTEMPTS = 3  # a kill that misses its moment is tried again, earlier
 
 
 def first_ids(client: Redis, streams: list[str]) -> dict[str, str]:
@@ -80,34 +81,66 @@ CASES = pytest.mark.parametrize(
     indirect=["redis_version_server"])
 
 
-@pytest.mark.timeout(240)
+def _kill_mid_move(server: LocalServer, tmp_path: Path, streams: list[str], seeded: dict,
+                   mode: str, n: int, run_id: str) -> tuple[bool, str]:
+    """Start a real spark-submit (local[2], one pass) moving `streams` slowly, SIGKILL it once
+    `n` entries are moved. Returns whether the kill landed (the moment seen in Redis, the
+    job still running and ended by this SIGKILL, exit -9, with moves left to do) and how far
+    the moves were at the kill."""
+    client = server.client()
+    total = sum(1 for kind in seeded.values() if kind == "ok")
+    proc = spark_submit(job_args(server.url, tmp_path, streams, "claim.min_idle_ms=1000",
+                                 *SLOW, *_mode_args(mode), run_id=run_id),
+                        tmp_path / f"logs-{run_id}")
+    reached = wait_until(lambda: moved(client, seeded, streams, mode) >= n, proc, 180,
+                         f"{n} entries moved")
+    by_this_kill = kill_landed(proc)
+    at_kill = moved(client, seeded, streams, mode)
+    client.close()
+    return reached and by_this_kill and at_kill < total, f"{at_kill}/{total} moved"
+
+
+def _mode_args(mode: str) -> list[str]:
+    return [f"reprocess.mode={mode}", f"reprocess.live_within_ms={WINDOW_MS}"]
+
+
+@pytest.mark.timeout(480)
 @CASES
 def test_sigkill_mid_move_then_rerun_moves_each_entry_once(spark, redis_version_server,
                                                           tmp_path, mode):
+    """The kill must land mid-move (see _kill_mid_move); one that misses is tried again, on
+    fresh streams, after half as many moves, up to KILL_ATTEMPTS times, else the test
+    fails."""
     server: LocalServer = redis_version_server
     client = server.client()
     rng = random.Random(f"{SEED}-{mode}")
-    streams = ["kq-a", "kq-b{t}"]
-    seeded = {}
-    for stream in streams:
-        seeded.update(stuck(client, stream, KINDS))
-    before = first_ids(client, streams)
-    time.sleep(WINDOW_MS / 1000 + 0.5)  # seeding touched the dead consumer: let it go stale
-    mode_args = [f"reprocess.mode={mode}", f"reprocess.live_within_ms={WINDOW_MS}"]
-    alive = kept_alive(server.client(), streams, LIVE) if mode == "reassign" else nullcontext()
-    with alive:
-        proc = spark_submit(job_args(server.url, tmp_path, streams, "claim.min_idle_ms=1000",
-                                     *SLOW, *mode_args, run_id="killed"), tmp_path / "logs")
-        n = rng.randint(1, 79)
-        reached = wait_until(lambda: moved(client, seeded, streams, mode) >= n, proc, 180,
-                             f"{n} entries moved")
-        kill_tree(proc)
-        time.sleep(1.1)  # what the killed run claimed becomes idle enough to claim again
-        rerun = run_in_process(spark, job_args(server.url, tmp_path, streams,
-                                               "claim.min_idle_ms=1000", *mode_args,
-                                               run_id="rerun"))
+    first = rng.randint(1, 79)
+    missed = []
+    for attempt in range(KILL_ATTEMPTS):
+        n = max(1, first >> attempt)
+        streams = [f"kq{attempt}-a", f"kq{attempt}-b{{t}}"]
+        seeded = {}
+        for stream in streams:
+            seeded.update(stuck(client, stream, KINDS))
+        before = first_ids(client, streams)
+        time.sleep(WINDOW_MS / 1000 + 0.5)  # seeding touched the dead consumer: let it go stale
+        alive = kept_alive(server.client(), streams, LIVE) if mode == "reassign" \
+            else nullcontext()
+        with alive:
+            landed, at_kill = _kill_mid_move(server, tmp_path, streams, seeded, mode, n,
+                                             f"killed{attempt}")
+            if landed:
+                time.sleep(1.1)  # what the killed run claimed becomes idle enough to claim again
+                rerun = run_in_process(spark, job_args(server.url, tmp_path, streams,
+                                                       "claim.min_idle_ms=1000",
+                                                       *_mode_args(mode), run_id="rerun"))
+        if landed:
+            break
+        missed.append(f"aimed at {n} moves, missed ({at_kill} at the kill)")
+    assert landed, f"no kill landed mid-move in {KILL_ATTEMPTS} attempts: {missed}"
     assert rerun.code == 0, rerun.stderr
-    print(f"{mode}: killed after {n} moves ({'reached' if reached else 'finished first'})")
+    print(f"{mode}: killed after {n} moves ({at_kill} at the kill; {len(missed)} missed "
+          f"attempt(s) before)", flush=True)
     check_each_once(client, seeded, streams, before, mode)
 
 
@@ -159,6 +192,7 @@ def test_two_runs_at_once_and_a_live_consumer_acking_move_each_entry_once(
     stop.set()
     acker.join(10)
     assert (run_a.code, run_b.code) == (0, 0), (run_a.stderr[-2000:], run_b.stderr)
+    assert acked, "the live consumer acked nothing: the fault this test is about did not happen"
     check_each_once(client, seeded, streams, before, mode, acked)
     action = "requeued" if mode == "requeue" else "reassigned"
     moved_by = {r: run.summary["totals"][action] for r, run in (("A", run_a), ("B", run_b))}
