@@ -24,6 +24,7 @@ import redis
 from redis.exceptions import NoPermissionError, ResponseError
 
 from recovery.errors import ConfigError, RecoveryError
+from recovery.redis_io.error_codes import error_code
 from recovery.redis_io.streams import each
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ def open_journals(client: redis.Redis, keys: Sequence[str], run_id: str) -> str 
                      ("LRANGE", key, 0, 0)]
     for reply in each(client, commands):
         if isinstance(reply, NoPermissionError) or (
-                isinstance(reply, ResponseError) and str(reply).startswith("NOPERM")):
+                isinstance(reply, ResponseError) and error_code(reply) == "NOPERM"):
             return str(reply).splitlines()[0]
         if isinstance(reply, Exception):
             raise reply

@@ -10,7 +10,6 @@ connection errors are allowed, with a bounded backoff, and never the default 10.
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -37,6 +36,7 @@ from recovery.errors import (
 from recovery.params import RedisParams
 from recovery.redis_io.acl_errors import denied_command, is_script_denial
 from recovery.redis_io.cluster import host_port, open_client, redirected_error
+from recovery.redis_io.error_codes import error_code, server_text
 from recovery.redis_io.scripts import load_scripts
 from recovery.redis_io.streams import each
 from recovery.redis_io.tls_errors import tls_hint
@@ -45,8 +45,7 @@ RETRIES = 3
 RAW_REPLY_COMMANDS = ("XAUTOCLAIM", "XCLAIM", "XPENDING", "XRANGE", "XINFO GROUPS",
                       "XINFO CONSUMERS")
 VANISHED = "vanished"  # reply element of a script call whose stream or group no longer exists
-UNIT_GONE_CODES = ("NOGROUP", "WRONGTYPE")
-PIPELINE_PREFIX = re.compile(r"^Command # \d+ \((.*?)\) of pipeline caused error: ", re.DOTALL)
+UNIT_GONE_CODES = ("NOGROUP", "WRONGTYPE")  # also raised inside scripts: see error_codes
 
 # (items, queue): `queue(pipe)` queues one script call replying one element per item.
 ScriptCall = tuple[Sequence[Any], Callable[[Any], object]]
@@ -103,7 +102,7 @@ def redis_errors(params: RedisParams, stream: str | None = None, group: str | No
         raise
     except (AuthenticationError, AuthorizationError) as exc:
         raise RedisAuthError(
-            f"Redis at {where(params)} refused the login ({_first_word(exc)}): check "
+            f"Redis at {where(params)} refused the login ({error_code(exc)}): check "
             "redis.username and the password (RECOVERY_REDIS__PASSWORD or redis.password_file)"
         ) from None
     except NoPermissionError as exc:
@@ -128,7 +127,7 @@ def redis_errors(params: RedisParams, stream: str | None = None, group: str | No
 def _response_error(exc: ResponseError, params: RedisParams, stream: str | None,
                     group: str | None) -> RecoveryError:
     text = str(exc)
-    code = _first_word(exc)
+    code = error_code(exc)  # also inside a script's error on Redis 6.2
     if code == "NOGROUP" and stream is not None:
         return StreamUnitError("no-group", stream, group,
                                "the stream or its consumer group does not exist")
@@ -141,7 +140,7 @@ def _response_error(exc: ResponseError, params: RedisParams, stream: str | None,
             f"Redis at {where(params)} refused the login ({code}): check redis.username "
             "and the password (RECOVERY_REDIS__PASSWORD or redis.password_file)"
         )
-    if code == "NOPERM" or is_script_denial(text):  # scripts: no NOPERM code, see acl_errors
+    if code == "NOPERM" or is_script_denial(text):  # script refusals: no code, see acl_errors
         return permission_error(exc, params)
     return RecoveryError(f"Redis at {where(params)} answered an error: {text}")
 
@@ -163,16 +162,6 @@ def permission_error(exc: ResponseError, params: RedisParams) -> RedisPermission
     )
 
 
-def server_text(exc: Exception) -> str:
-    """The server's error text, without redis-py's "Command # n (...) of pipeline" prefix."""
-    return PIPELINE_PREFIX.sub("", str(exc)).strip()
-
-
-def _first_word(exc: Exception) -> str:
-    text = server_text(exc)
-    return text.split(" ", 1)[0].upper() if text else type(exc).__name__
-
-
 def no_such_key(reply: object) -> bool:
     """True for XINFO's answer about a missing key (``ERR no such key``)."""
     return isinstance(reply, ResponseError) and server_text(reply).lower() == "no such key"
@@ -180,7 +169,7 @@ def no_such_key(reply: object) -> bool:
 
 def wrong_type(reply: object) -> bool:
     """True for a WRONGTYPE error: the key holds another type."""
-    return isinstance(reply, ResponseError) and _first_word(reply) == "WRONGTYPE"
+    return isinstance(reply, ResponseError) and error_code(reply) == "WRONGTYPE"
 
 
 def key_refused(reply: object) -> bool:
@@ -189,8 +178,9 @@ def key_refused(reply: object) -> bool:
 
 
 def unit_vanished(exc: Exception) -> bool:
-    """True for NOGROUP / WRONGTYPE: the stream or its group is gone (or was replaced)."""
-    return isinstance(exc, ResponseError) and _first_word(exc) in UNIT_GONE_CODES
+    """True for NOGROUP / WRONGTYPE: the stream or its group is gone (or was replaced), as a
+    command's reply or raised inside one of the job's scripts (any server version)."""
+    return isinstance(exc, ResponseError) and error_code(exc) in UNIT_GONE_CODES
 
 
 def run_script_calls(client: redis.Redis, calls: Sequence[ScriptCall]) -> list[tuple[Any, Any]]:

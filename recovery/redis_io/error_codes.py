@@ -1,0 +1,61 @@
+"""The code of a server's error reply (``NOGROUP``, ``WRONGTYPE``, ``NOSCRIPT``, ...),
+wherever it sits in the text: the one place the job classifies server errors.
+
+A reply starts with its code (``NOGROUP No such key 's' or consumer group 'g'``), but the
+code is not always the first word of what reaches the job:
+
+- an error raised by ``redis.call`` inside a script: Redis 7.0+ and Valkey keep the code
+  first and add where it happened (``NOGROUP No such key ... script: <sha>, on
+  @user_script:25.``); Redis 6.2 wraps it in a generic error: ``ERR Error running script
+  (call to f_<sha>): @user_script:25: NOGROUP No such key ...``;
+- redis-py takes off the codes it maps to its own classes (``ERR``, ``NOSCRIPT``, ``NOPERM``,
+  ``WRONGPASS``, ...) and keeps them as the exception's ``status_code``;
+- redis-py's pipelines put ``Command # n (...) of pipeline caused error: `` before the text.
+
+ACL refusals inside scripts carry no code at all: see ``acl_errors``.
+"""
+
+from __future__ import annotations
+
+import re
+
+GENERIC = "ERR"  # the code of an error that names none
+PIPELINE_PREFIX = re.compile(r"^Command # \d+ \((.*?)\) of pipeline caused error: ", re.DOTALL)
+# Redis 6.2's wrapper of an error raised in a script: "Error running script (call to
+# f_<sha>): @user_script:<line>: " (the line may be "?"; an ACL refusal repeats the place as
+# "@user_script: <line>: "). Group 1: the error as raised.
+SCRIPT_WRAPPER = re.compile(
+    r"^(?:ERR )?Error running script \(call to [^)]*\): (?:@?\w+: ?[\d?]+: )*(.*)$", re.DOTALL)
+CODE = re.compile(r"^([A-Z][A-Z0-9_]+)(?:\s|$)")  # codes are upper case, e.g. "NOGROUP "
+
+
+def server_text(error: object) -> str:
+    """The server's error text of `error` (an exception or a text), without redis-py's
+    pipeline prefix; "" when it has none. Never raises."""
+    try:
+        text = error if isinstance(error, (str, bytes)) else str(error) if error is not None \
+            else ""
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        return PIPELINE_PREFIX.sub("", text).strip()
+    except Exception:  # an exception whose str() fails: no text
+        return ""
+
+
+def error_code(error: object) -> str:
+    """The code of a server error (an exception or its text): the code of the error a script
+    raised inside Redis 6.2's wrapper, else the one redis-py took off (``status_code``),
+    else the text's first word when it is a code; ``ERR`` when there is none. Never raises."""
+    text = server_text(error)
+    wrapped = SCRIPT_WRAPPER.match(text)
+    if wrapped:
+        return _leading_code(wrapped.group(1).strip()) or GENERIC
+    taken_off = getattr(error, "status_code", None)
+    if isinstance(taken_off, str) and CODE.match(taken_off):
+        return taken_off
+    return _leading_code(text) or GENERIC
+
+
+def _leading_code(text: str) -> str | None:
+    found = CODE.match(text)
+    return found.group(1) if found else None

@@ -1,0 +1,284 @@
+"""A stream's group that vanishes mid-run costs only that unit, on every server, in every
+script the job runs: the server's error code is found wherever the server put it.
+
+Redis 6.2 wraps an error raised by ``redis.call`` in a script (``Error running script (call
+to f_<sha>): @user_script:25: NOGROUP ...``); 7.0+ and Valkey keep the code first. The codes
+are read from real replies of each server here; then whole runs on Redis 6.2 and 7.0 lose a
+group at the moment each script meets it (the backoff claim, the requeue, the lease renewal,
+the reassignment) and must skip that unit, succeed, and leave nothing of the surviving one
+on the job's consumer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+from redis import Redis
+from redis.exceptions import NoScriptError, ResponseError
+
+from recovery.redis_io.error_codes import error_code, server_text
+from recovery.redis_io.redis_conn import unit_vanished, wrong_type
+from recovery.redis_io.scripts import scripts_for
+from recovery.redis_io.streams import each
+from recovery.testing.local_redis import LocalServer
+from tests.support.acting_proxy import ActingProxy
+from tests.support.backlogs import DEAD
+from tests.support.fault_tools import (
+    GROUP,
+    Key,
+    handed_over,
+    job_args,
+    report_rows,
+    rows_by_key,
+    run_in_process,
+    seed_kinds,
+    write_control,
+)
+from tests.support.invariants import final_states, pel
+
+# --- the classifier, on replies captured from the real servers ------------------------------
+
+NOGROUP_IN_SCRIPT = "return redis.call('XAUTOCLAIM', KEYS[1], 'nogroup', 'c', 0, '0-0')"
+WRONGTYPE_IN_SCRIPT = "return redis.call('XPENDING', KEYS[1], 'g', '-', '+', 10)"
+BUSYGROUP_IN_SCRIPT = "return redis.call('XGROUP', 'CREATE', KEYS[1], 'g', '0')"
+
+
+def _error(call: Any) -> Exception:
+    """The error `call()` raised (the test fails if it raised none)."""
+    try:
+        call()
+    except Exception as exc:  # any error is what is being captured
+        return exc
+    raise AssertionError("no error")
+
+
+def captured(client: Redis) -> dict[str, Exception]:
+    """Errors of the real server: inside scripts, plain, pipelined, and redis-py's own."""
+    client.xadd("s", {"a": 1})
+    client.xgroup_create("s", "g", "0")
+    client.set("str", "x")
+    pipe = client.pipeline(transaction=False)
+    pipe.eval(NOGROUP_IN_SCRIPT, 1, "s")
+    return {
+        "script NOGROUP": _error(lambda: client.eval(NOGROUP_IN_SCRIPT, 1, "s")),
+        "script NOGROUP no key": _error(lambda: client.eval(NOGROUP_IN_SCRIPT, 1, "none")),
+        "script WRONGTYPE": _error(lambda: client.eval(WRONGTYPE_IN_SCRIPT, 1, "str")),
+        "script BUSYGROUP": _error(lambda: client.eval(BUSYGROUP_IN_SCRIPT, 1, "s")),
+        "plain NOGROUP": _error(lambda: client.xautoclaim("s", "nogroup", "c", 0)),
+        "plain WRONGTYPE": _error(lambda: client.xautoclaim("str", "g", "c", 0)),
+        "plain BUSYGROUP": _error(lambda: client.xgroup_create("s", "g", "0")),
+        "NOSCRIPT": _error(lambda: client.evalsha("0" * 40, 0)),
+        "pipelined script NOGROUP": _error(pipe.execute),
+        "each script NOGROUP": each(client, [("EVAL", NOGROUP_IN_SCRIPT, 1, "s")])[0],
+        "no such key": each(client, [("XINFO", "STREAM", "none")])[0],
+    }
+
+
+EXPECTED_CODES = {
+    "script NOGROUP": "NOGROUP", "script NOGROUP no key": "NOGROUP",
+    "script WRONGTYPE": "WRONGTYPE", "script BUSYGROUP": "BUSYGROUP",
+    "plain NOGROUP": "NOGROUP", "plain WRONGTYPE": "WRONGTYPE", "plain BUSYGROUP": "BUSYGROUP",
+    "NOSCRIPT": "NOSCRIPT", "pipelined script NOGROUP": "NOGROUP",
+    "each script NOGROUP": "NOGROUP", "no such key": "ERR",
+}
+
+
+def test_error_codes_of_real_replies_wherever_the_server_put_them(server: LocalServer):
+    """Redis 7.0, Valkey 8.1 and Redis 6.2 (whose script errors start with 'Error running
+    script'): every captured reply gets its code, and a vanished unit is told apart."""
+    client = server.client()
+    errors = captured(client)
+    if client.info("server")["redis_version"].startswith("6.2."):  # the shape at issue
+        assert server_text(errors["script NOGROUP"]).startswith("Error running script (call to")
+    assert {name: error_code(exc) for name, exc in errors.items()} == EXPECTED_CODES, \
+        {name: str(exc) for name, exc in errors.items()}
+    assert isinstance(errors["NOSCRIPT"], NoScriptError)
+    vanished = {name for name, exc in errors.items() if unit_vanished(exc)}
+    assert vanished == {"script NOGROUP", "script NOGROUP no key", "script WRONGTYPE",
+                        "plain NOGROUP", "plain WRONGTYPE", "pipelined script NOGROUP",
+                        "each script NOGROUP"}
+    assert {n for n, exc in errors.items() if wrong_type(exc)} == \
+        {"script WRONGTYPE", "plain WRONGTYPE"}
+
+
+@pytest.mark.parametrize(("text", "code"), [
+    ("", "ERR"),
+    ("   ", "ERR"),
+    ("no such key", "ERR"),
+    ("Error running script (call to f_", "ERR"),
+    ("Error running script (call to f_abc): @user_script:1: ", "ERR"),
+    ("Error running script (call to f_abc): @user_script:?: NOGROUP x", "NOGROUP"),
+    ("Error running script (call to f_abc): @user_script:1: @user_script: 1: The user "
+     "executing the script can't run this command or subcommand", "ERR"),
+    ("ERR Error running script (call to f_abc): @user_script:25: WRONGTYPE Operation", "WRONGTYPE"),
+    ("Command # 3 (EVALSHA abc 1 s) of pipeline caused error: Error running script (call to "
+     "f_abc): @user_script:25: NOGROUP No such key 's'", "NOGROUP"),
+    ("Command # 1 (X) of pipeline caused error: BUSYGROUP Consumer Group name already exists",
+     "BUSYGROUP"),
+    ("nogroup lower case is not a code", "ERR"),
+    ("NOGROUP\nsecond line", "NOGROUP"),
+    ("\udcff\x00 \u00e9", "ERR"),
+    ("Error running script " * 10_000, "ERR"),
+    ("A", "ERR"),
+])
+def test_error_code_of_a_text_of_any_shape_never_raises(text: str, code: str):
+    assert error_code(ResponseError(text)) == code
+    assert error_code(text) == code
+
+
+def test_error_code_reads_the_code_redis_py_took_off_and_odd_exceptions():
+    assert error_code(ResponseError("no matching script", status_code="NOSCRIPT")) == "NOSCRIPT"
+    assert error_code(ResponseError("Error running script (call to f_a): @user_script:2: "
+                                    "NOGROUP x", status_code="ERR")) == "NOGROUP"
+    assert error_code(ResponseError()) == "ERR"
+    assert error_code(ResponseError(b"\xffNOGROUP", 3)) == "ERR"
+    assert error_code(ValueError(None)) == "ERR"
+    assert error_code(b"WRONGTYPE Operation") == "WRONGTYPE"
+    assert error_code(None) == "ERR"
+    assert not unit_vanished(ValueError("NOGROUP not a server reply"))
+
+
+# --- whole runs: a group destroyed at the moment a script meets it --------------------------
+
+FIRST, SECOND = "w-first", "w-second"
+STREAMS = [FIRST, SECOND]
+KINDS = {"ok": (6, 1)}
+DESTROY_SECOND = ["XGROUP", "DESTROY", SECOND, GROUP]
+T = TypeVar("T")
+
+
+def failed_tasks_in(spark, run: Callable[[], T]) -> tuple[T, int]:
+    """`run()`'s result and how many Spark task attempts failed while it ran (the suite's
+    session retries a failed task: the retry finds the group gone at a plain command and
+    would hide the failure)."""
+    tracker = spark.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup())
+    result = run()
+    failed = 0
+    for job in set(tracker.getJobIdsForGroup()) - before:
+        info = tracker.getJobInfo(job)
+        for stage in info.stageIds if info else ():
+            stage_info = tracker.getStageInfo(stage)
+            failed += stage_info.numFailedTasks if stage_info else 0
+    return result, failed
+
+
+def run_job(spark, url: str, tmp_path, run_id: str, *overrides: str) -> Any:
+    """The job on both streams, one task; asserts that it succeeded with no task failing."""
+    result, failed = failed_tasks_in(spark, lambda: run_in_process(spark, job_args(
+        url, tmp_path, STREAMS, "spark.partitions=1", *overrides, run_id=run_id)))
+    assert result.code == 0, result.stderr[-3000:]
+    assert failed == 0, f"{failed} task attempts failed: {result.stderr[-3000:]}"
+    assert result.summary["status"] in ("ok", "partial"), result.summary
+    return result
+
+
+def check_vanished_and_survivor(client: Redis, spark, tmp_path, run_id: str,
+                                seeded: dict[Key, str], done: str) -> list[dict[str, Any]]:
+    """The second unit's group is gone and every entry of it the run reports is skipped as
+    vanished; the first unit's entries all got `done`, and in Redis none of them is left on
+    a job consumer, nor is a job consumer left in its group. Returns the second's rows."""
+    assert client.xinfo_groups(SECOND) == [], "the group is really gone"
+    rows = rows_by_key(report_rows(spark, tmp_path, run_id) or [])
+    second = [r for key, rs in rows.items() if key[0] == SECOND for r in rs]
+    assert all(r["action"] == "skipped" and "vanished" in r["reason"] for r in second), second
+    first = [k for k in seeded if k[0] == FIRST]
+    assert {k: [r["action"] for r in rows[k]] for k in first} == {k: [done] for k in first}
+    owners = {p.consumer for p in pel(client, FIRST, GROUP).values()}
+    assert not any(o.startswith("recovery-") for o in owners), owners
+    assert not [c for c in client.xinfo_consumers(FIRST, GROUP)
+                if c["name"].startswith(b"recovery-")]
+    return second
+
+
+@pytest.mark.timeout(300)
+def test_a_group_destroyed_while_the_first_unit_is_handed_over_skips_the_backoff_claim(
+        spark, redis_version_server: LocalServer, tmp_path):
+    """Backoff (claim_due.lua): the first unit (1,000 entries, claimed in two steps of 500,
+    a full hand-over: handed over before the next claim) comes first, being the bigger; the
+    handler's first call destroys the second unit's group, whose first claim step then
+    meets NOGROUP inside the script. That unit has nothing claimed: no rows, no entries."""
+    server = redis_version_server
+    client = server.client()
+    seeded = seed_kinds(client, [FIRST], {"ok": (1000, 1)})
+    seeded.update(seed_kinds(client, [SECOND], KINDS))
+    write_control(server.url, on_first_call=[DESTROY_SECOND])
+    run_job(spark, server.url, tmp_path, "bk", "claim.backoff_factor=2",
+            "claim.backoff_max_ms=2000000", "claim.count=500")
+    second = check_vanished_and_survivor(client, spark, tmp_path, "bk", seeded, "reprocessed")
+    assert second == [], "destroyed before its claim"
+    assert final_states(client, {k: v for k, v in seeded.items() if k[0] == FIRST}) == \
+        {k: "acked" for k in seeded if k[0] == FIRST}
+    assert not [k for k in handed_over(client) if k[0] == SECOND]
+
+
+def proxied_run(spark, server: LocalServer, tmp_path, script: str, run_id: str,
+                *overrides: str) -> Any:
+    """A run through a proxy that destroys the second unit's group just before the first
+    call of `script` that names the second stream reaches the server (asserted to happen)."""
+    sha = scripts_for(server.client())[script].sha.encode()
+    proxy = ActingProxy(server.port, [sha, SECOND.encode()], [DESTROY_SECOND])
+    try:
+        result = run_job(spark, proxy.url(), tmp_path, run_id, *overrides)
+    finally:
+        proxy.close()
+    assert proxy.acted == 1, f"{script} never named {SECOND}"
+    return result
+
+
+@pytest.mark.timeout(300)
+def test_a_group_destroyed_between_claim_and_requeue_skips_that_unit(
+        spark, redis_version_server: LocalServer, tmp_path):
+    """requeue.lua meets NOGROUP: the second unit's entries (all claimed) are skipped, the
+    first unit's requeued (one copy each, originals acked)."""
+    server = redis_version_server
+    client = server.client()
+    seeded = seed_kinds(client, STREAMS, KINDS)
+    write_control(server.url)
+    proxied_run(spark, server, tmp_path, "requeue", "rq", "reprocess.mode=requeue")
+    second = check_vanished_and_survivor(client, spark, tmp_path, "rq", seeded, "requeued")
+    assert len(second) == KINDS["ok"][0]
+    assert pel(client, FIRST, GROUP) == {}, "originals acked"
+    assert client.xlen(FIRST) == 2 * KINDS["ok"][0], "one copy each"
+    assert client.xlen(SECOND) == KINDS["ok"][0], "no copy"
+
+
+@pytest.mark.timeout(300)
+def test_a_group_destroyed_before_the_lease_renewal_skips_that_unit(
+        spark, redis_version_server: LocalServer, tmp_path):
+    """lease_owned.lua meets NOGROUP: the claim is materialised (every lease is read before
+    its call) and a lease older than 1 ms is renewed (handler.timeout_s just under
+    min_idle), so the renewal runs; the second unit's entries are never handed over."""
+    server = redis_version_server
+    client = server.client()
+    seeded = seed_kinds(client, STREAMS, KINDS)
+    write_control(server.url)
+    proxied_run(spark, server, tmp_path, "lease_owned", "ls", "claim.journal_prefix=",
+                "claim.min_idle_ms=600000", "handler.timeout_s=599.999")
+    second = check_vanished_and_survivor(client, spark, tmp_path, "ls", seeded, "reprocessed")
+    assert len(second) == KINDS["ok"][0]
+    assert pel(client, FIRST, GROUP) == {}, "handled and acked"
+    assert not [k for k in handed_over(client) if k[0] == SECOND]
+
+
+@pytest.mark.timeout(300)
+def test_a_group_destroyed_before_the_reassignment_skips_that_unit(
+        spark, redis_version_server: LocalServer, tmp_path):
+    """reassign.lua meets NOGROUP (its live consumers were read just before): the second
+    unit is skipped; the first unit's entries each go to the live consumer the report names
+    (the seeding consumer: it was seen just now)."""
+    server = redis_version_server
+    client = server.client()
+    seeded = seed_kinds(client, STREAMS, KINDS)
+    write_control(server.url)
+    proxied_run(spark, server, tmp_path, "reassign", "ra", "reprocess.mode=reassign")
+    second = check_vanished_and_survivor(client, spark, tmp_path, "ra", seeded, "reassigned")
+    assert len(second) == KINDS["ok"][0]
+    rows = rows_by_key(report_rows(spark, tmp_path, "ra") or [])
+    now = pel(client, FIRST, GROUP)
+    first = [k for k in seeded if k[0] == FIRST]
+    assert {k: now[k[2]].consumer for k in first} == {k: rows[k][0]["reassigned_to"]
+                                                       for k in first}
+    assert {now[k[2]].consumer for k in first} == {DEAD}
