@@ -202,6 +202,10 @@ class SparkSettings(_Section):
     """How the work is spread."""
 
     partitions: int = Field(2, ge=1, le=10_000)
+    # A stream and group with at least this many pending entries, and more than its share of
+    # the run (all pending entries over `partitions`), is claimed and handed over by several
+    # tasks at once (recovery.driver.split); 0 keeps each stream and group in one task.
+    split_min_pending: int = Field(5000, ge=0)
 
 
 class PlanSettings(_Section):

@@ -62,11 +62,16 @@ class Unit:
     """One stream and group of a run, with the job's consumer that claims for it
     (``<prefix>-<run id>-<part>``): what a partition works on, and what a batch's rows are
     grouped by. The driver makes them (``recovery.driver.discovery.assign``); they reach the
-    executors as UNIT rows and become Units again there (``recovery.executor.partitions``)."""
+    executors as UNIT rows and become Units again there (``recovery.executor.partitions``).
+
+    `cursor`: for a unit split over several parts (a big PEL: ``recovery.driver.split``),
+    the key of the cursor its parts claim it with, step after step (``claim_due.lua``);
+    None for a unit one part claims whole."""
 
     stream: str
     group: str
     consumer: str
+    cursor: str | None = None
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,10 @@ FIELD = StructType(
 FIELDS = ArrayType(FIELD, containsNull=False)
 
 # One (stream, group) work unit, built on the driver; `consumer` is the job's consumer name,
-# derived from run id and partition so a retried task takes back what its first attempt claimed.
-UNIT = StructType([*UNIT_KEY, StructField("part", IntegerType(), False)])
+# derived from run id and partition so a retried task takes back what its first attempt claimed;
+# `cursor`: the shared cursor's key of a unit split over several parts, else null.
+UNIT = StructType([*UNIT_KEY, StructField("part", IntegerType(), False),
+                   StructField("cursor", StringType(), True)])
 
 # What the XAUTOCLAIM loops returned, each entry joined with its PEL row. `fields` is null
 # for entries deleted upstream (`deleted` true) and for entries an earlier task attempt claimed

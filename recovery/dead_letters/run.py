@@ -40,7 +40,7 @@ from recovery.dead_letters.stats import (
 )
 from recovery.dead_letters.views import by_reason, by_signature, causes, with_death_time
 from recovery.driver.discovery import Skipped, check_server
-from recovery.driver.job import spark_errors
+from recovery.driver.spark_errors import spark_errors
 from recovery.driver.transforms import units_of_parts
 from recovery.params import DeadLetterReadParams, RedisParams
 from recovery.redis_io.cluster import biggest_first, groups_by_node

@@ -6,6 +6,7 @@ Only counts and names cross here, never messages.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -13,13 +14,14 @@ import redis
 from redis.cluster import RedisCluster
 
 from recovery.config import Settings
+from recovery.driver.split import spread
 from recovery.errors import (
     ConfigError,
     DeadLetterNameError,
     UnsupportedServerError,
 )
 from recovery.params import RedisParams, Unit
-from recovery.redis_io.cluster import biggest_first, groups_by_node, node_of
+from recovery.redis_io.cluster import groups_by_node, node_of
 from recovery.redis_io.dlq_names import dead_letter_key, is_dead_letter_key
 from recovery.redis_io.redis_conn import (
     calls_of,
@@ -263,8 +265,9 @@ def _units_of(client: redis.Redis, stream: str, groups: list[dict[str, object]],
             for g in names if pending[g]]
 
 
-def assign(units: list[WorkUnit], partitions: int, consumer_prefix: str, run_id: str
-           ) -> list[tuple[Unit, int]]:
+def assign(units: list[WorkUnit], partitions: int, consumer_prefix: str, run_id: str,
+           splits: list[int] | None = None,
+           cursor: Callable[[WorkUnit], str | None] | None = None) -> list[tuple[Unit, int]]:
     """Spread units over at most `partitions` parts, biggest PEL first to the lightest part:
     (unit, part) pairs.
 
@@ -273,15 +276,25 @@ def assign(units: list[WorkUnit], partitions: int, consumer_prefix: str, run_id:
     partition talks to the node that owns its keys. The consumer name depends only on run
     and part, so a retried task claims as the same consumer and takes back what its failed
     attempt claimed.
+
+    `splits`: how many parts claim each unit (``recovery.driver.split.split_counts``; all 1
+    when not given); a unit split over k > 1 parts is in k pairs, on k different parts of
+    its node, each with that part's consumer and the unit's shared cursor, `cursor(unit)`.
     """
+    counts = splits or [1] * len(units)
+    pieces = [(unit, k) for unit, k in zip(units, counts, strict=True) for _ in range(k)]
     result: list[tuple[Unit, int]] = []
     first = 0
-    for group, parts in groups_by_node(units, partitions, lambda u: u.node,
-                                       lambda u: u.pending):
-        by_name = sorted(group, key=lambda u: (u.stream, u.group))
-        for unit, part in biggest_first(by_name, lambda u: u.pending, parts):
+    for group, parts in groups_by_node(pieces, partitions, lambda p: p[0].node,
+                                       lambda p: p[0].pending // p[1]):
+        whole = sorted(dict.fromkeys(group), key=lambda p: (p[0].stream, p[0].group))
+        placed = spread([u for u, _ in whole], [k for _, k in whole], lambda u: u.pending,
+                        parts)
+        shared = {u for u, k in whole if min(k, parts) > 1}
+        for unit, part in placed:
             consumer = job_consumer(consumer_prefix, run_id, first + part)
-            result.append((Unit(unit.stream, unit.group, consumer), first + part))
+            key = cursor(unit) if cursor is not None and unit in shared else None
+            result.append((Unit(unit.stream, unit.group, consumer, key), first + part))
         first += parts
     return result
 

@@ -115,17 +115,17 @@ def remove_idle_consumers(client: redis.Redis, health: Iterable[dict[str, Any]],
 
 
 def clean_up_job_consumers(client: redis.Redis, health: Iterable[dict[str, Any]],
-                           own: dict[tuple[str, str], str], prefix: str,
+                           own: Iterable[tuple[str, str, str]], prefix: str,
                            params: RedisParams) -> CleanUp:
     """Delete the job's own consumers that own nothing once the run is done: this run's
-    (`own`: (stream, group) -> its consumer) and earlier runs' (``<prefix>-...``, as the
+    (`own`: (stream, group, consumer) triples) and earlier runs' (``<prefix>-...``, as the
     group health found them). Consumers of the application are never touched, and a
     consumer that still owns pending entries is never deleted (the script checks
     atomically). No XINFO CONSUMERS of its own: pipelined script calls only, one PEL
     summary read per (stream, group). Returns how many were deleted and, per (stream,
     group) of `own` and of the health, its PEL summary as read just before the deletions
     (``recovery.driver.discovery.CleanUp``: the final progress reading uses them)."""
-    targets = dict.fromkeys((stream, group, consumer) for (stream, group), consumer in own.items())
+    targets = dict.fromkeys(own)
     for h in health:
         targets.update(dict.fromkeys((h["stream"], h["group"], c["name"]) for c in h["consumers"]
                                      if c["name"].startswith(prefix + "-")

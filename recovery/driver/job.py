@@ -26,12 +26,12 @@ import secrets
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from functools import partial
 
 import redis
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
-from recovery import errors
 from recovery.config import Settings, executor_params
 from recovery.dead_letters.stats import dead_letter_warnings
 from recovery.driver.discovery import (
@@ -39,7 +39,9 @@ from recovery.driver.discovery import (
     assign,
     check_server,
     discover,
+    is_job_consumer,
     job_consumer,
+    job_consumer_stem,
 )
 from recovery.driver.handler_choice import check_handler
 from recovery.driver.health import (
@@ -60,10 +62,13 @@ from recovery.driver.plan import (
     write_manifest,
 )
 from recovery.driver.progress import ProgressReporter
-from recovery.driver.progress_frontier import parts_order
+from recovery.driver.progress_frontier import parts_order, progress_parts
+from recovery.driver.spark_errors import spark_errors
+from recovery.driver.split import Split, drop_split, open_split
 from recovery.driver.transforms import units_of_parts
 from recovery.driver.warm_up import WarmUp, warming_up
-from recovery.errors import ConfigError, RecoveryError
+from recovery.errors import ConfigError
+from recovery.executor.histogram import merged_rows
 from recovery.executor.lease import LEASE_ROWS
 from recovery.executor.packing import PACK_ROWS
 from recovery.executor.partitions import apply_partition, claim_partition, recover_partition
@@ -99,11 +104,9 @@ from recovery.schemas import (
 )
 
 log = logging.getLogger(__name__)
-TYPED_ERROR = re.compile(r"recovery\.errors\.(\w+): ([^\n]+)")
 MAX_RECORDS_PER_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
 DEFAULT_RECORDS_PER_BATCH = 10_000  # Spark's default for the key above
 LOCAL_MASTER = re.compile(r"local(?:\[[^,\]]+(?:,\s*(\d+))?\])?")  # local, local[N], local[N,F]
-PYTHON_ERROR = re.compile(r"^[\w.]+(?:Error|Exception|Fault): [^\n]+", re.MULTILINE)
 
 
 def new_run_id() -> str:
@@ -191,7 +194,6 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
     housekeeping; Spark's work waits for `warm_up`, if given. Returns the report passes'
     tallies (``recovery.executor.tally``)."""
     no_retries = not retries_tasks(str(spark.conf.get("spark.master", "") or ""))
-    one_pass = not dry_run and no_retries
     # A run counts the PEL histograms in its claim steps' own reads (either path); a dry
     # run, which claims nothing, and a run that claims planned IDs read the PELs in a pass
     # of their own.
@@ -199,7 +201,24 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
     health = collect_health(client, units, params.redis, settings.dead_letter.suffix)
     if warm_up is not None:
         warm_up.wait()
-    unit_df, consumers, parts = _unit_frame(spark, settings, params, units)
+    # A run that claims spreads each big PEL over several tasks (recovery.driver.split).
+    split = None if dry_run or plan is not None else open_split(
+        client, units, settings.spark.partitions, settings.spark.split_min_pending,
+        settings.claim.count, params.run_id)
+    try:
+        return _spread_units(spark, client, settings, params, units, summary, dry_run, plan,
+                             split, in_pass, health, no_retries)
+    finally:
+        drop_split(client, split)
+
+
+def _spread_units(spark: SparkSession, client: redis.Redis, settings: Settings,
+                  params: JobParams, units: list[WorkUnit], summary: RunSummary,
+                  dry_run: bool, plan: str | None, split: Split | None, in_pass: bool,
+                  health: list[dict], no_retries: bool) -> Tallies:
+    """The rest of :func:`_run_units`, once the units' split is chosen."""
+    one_pass = not dry_run and no_retries
+    unit_df, consumers, parts = _unit_frame(spark, settings, params, units, split)
     if settings.report.pel_histograms and not in_pass:
         hist_df = unit_df.mapInArrow(histogram_partition(params), PEL_HISTOGRAM)
         add_histograms(health, [r.asDict() for r in hist_df.collect()])  # a row per unit
@@ -210,7 +229,7 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
                           params.run_id, by_workers=no_retries)
     # A planned run's parts take their entries in the plan's order: its ticks read round robin.
     order = None if plan is not None else parts_order(
-        [(u.stream, u.group) for u in units], [(u.stream, u.group, p) for u, p in parts])
+        [(u.stream, u.group) for u in units], progress_parts(parts))
     with ProgressReporter(client, units, settings.dead_letter.suffix,
                           settings.claim.consumer_prefix, params.run_id,
                           settings.report.progress_interval_s, params.redis, health,
@@ -219,7 +238,9 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
             spark, plan, parts, max(p for _, p in parts) + 1)
         tallies = _recover(spark, client, settings, params, work, consumers, one_pass, in_pass)
         if in_pass:  # the histograms came with the report pass: as its claim steps found them
-            add_histograms(health, histogram_rows(tallies))
+            stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
+            left = split.left_rows(client, partial(is_job_consumer, stem=stem)) if split else []
+            add_histograms(health, merged_rows([*histogram_rows(tallies), *left]))
             _write_health(spark, settings, params, health, summary)
         # The clean-up reads each group's PEL summary: the final progress line uses them.
         pr.take_final_summaries(clean_up_job_consumers(
@@ -241,24 +262,25 @@ def _write_health(spark: SparkSession, settings: Settings, params: JobParams,
 
 
 def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
-                units: list[WorkUnit]
-                ) -> tuple[DataFrame, dict[tuple[str, str], str], list[tuple[Unit, int]]]:
+                units: list[WorkUnit], split: Split | None = None
+                ) -> tuple[DataFrame, list[tuple[str, str, str]], list[tuple[Unit, int]]]:
     """The units as a small DataFrame with exactly one Spark partition per part (so parts
-    never share a task, whatever the keys hash to), each unit's job consumer by
-    (stream, group), and the (unit, part) pairs."""
+    never share a task, whatever the keys hash to), the (stream, group, job consumer)
+    triples (several per unit split over several parts), and the (unit, part) pairs."""
     parts = assign(units, settings.spark.partitions, settings.claim.consumer_prefix,
-                   params.run_id)
+                   params.run_id, split.counts if split else None,
+                   split.cursor if split else None)
     n = max(part for _, part in parts) + 1
     spark.conf.set("spark.sql.shuffle.partitions", str(n))
     by_part: list[list[dict]] = [[] for _ in range(n)]
     for unit, part in parts:
         by_part[part].append({**vars(unit), "part": part})
-    consumers = {(unit.stream, unit.group): unit.consumer for unit, _ in parts}
+    consumers = sorted({(unit.stream, unit.group, unit.consumer) for unit, _ in parts})
     return units_of_parts(spark, by_part), consumers, parts
 
 
 def _recover(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
-             unit_df: DataFrame, consumers: dict[tuple[str, str], str], one_pass: bool,
+             unit_df: DataFrame, consumers: list[tuple[str, str, str]], one_pass: bool,
              histograms: bool) -> Tallies:
     """Claim, dead-letter, handle, ack and report: in one pass when Spark never retries a
     task, or when it may and the claim journal can be kept in Redis (a retried attempt
@@ -270,7 +292,8 @@ def _recover(spark: SparkSession, client: redis.Redis, settings: Settings, param
                  params.run_id, master)
         return _one_pass(settings, params, unit_df, None, histograms)
     prefix = settings.claim.journal_prefix
-    keys = [journal_key(prefix, c) for c in sorted(set(consumers.values()))] if prefix else []
+    keys = [journal_key(prefix, c) for c in sorted({c for _, _, c in consumers})] \
+        if prefix else []
     refusal: str | None = "claim.journal_prefix is empty"
     if prefix:
         with redis_errors(params.redis):
@@ -356,31 +379,6 @@ def materialise_once(claimed: DataFrame) -> DataFrame:
     and skip them). On disk, not in memory: a backlog may be far bigger than the executors'
     memory, and the hand-over streams it back batch by batch."""
     return claimed.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
-
-
-@contextlib.contextmanager
-def spark_errors() -> Iterator[None]:
-    """Turn a failed Spark action back into the typed error raised on the executor."""
-    try:
-        yield
-    except RecoveryError:
-        raise
-    except Exception as exc:
-        raise from_spark_error(exc) from None
-
-
-def from_spark_error(exc: Exception) -> RecoveryError:
-    """The executor's RecoveryError, if the Spark error carries one; else a generic one."""
-    text = str(exc)
-    match = TYPED_ERROR.search(text)
-    if match:
-        cls = getattr(errors, match.group(1), RecoveryError)
-        if isinstance(cls, type) and issubclass(cls, RecoveryError):
-            return cls(match.group(2).strip())
-    cause = PYTHON_ERROR.search(text)
-    first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
-    detail = cause.group(0).strip() if cause else first
-    return RecoveryError(f"the Spark job failed: {detail[:500]}")
 
 
 def check_no_speculation(value: str | None) -> None:

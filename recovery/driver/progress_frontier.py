@@ -29,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Iterable, Sequence
 from itertools import zip_longest
 
+from recovery.params import Unit
+
 CHUNK = 128  # units per part a tick reads beyond the frontier to find it (and at least per step)
 
 
@@ -44,6 +46,21 @@ def parts_order(units: Sequence[tuple[str, str]], parts: Iterable[tuple[str, str
     result = [order.get(p, []) for p in range(max(order, default=-1) + 1)]
     if sorted(i for part in result for i in part) != list(range(len(units))):
         raise ValueError("the parts do not hold every unit exactly once")
+    return result
+
+
+def progress_parts(parts: list[tuple[Unit, int]]) -> list[tuple[str, str, int]]:
+    """(stream, group, part) in the order each part takes its units, each unit once (the
+    progress frontier's order): a split unit, taken first by each of its parts, counts as
+    the first part's."""
+    seen: set[tuple[str, str]] = set()
+    result = []
+    for shared in (True, False):
+        for unit, part in parts:
+            key = (unit.stream, unit.group)
+            if (unit.cursor is not None) == shared and key not in seen:
+                seen.add(key)
+                result.append((*key, part))
     return result
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
+from bisect import bisect_right
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -107,6 +108,7 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
     """
     stream, group = unit.stream, unit.group
     owned: dict[bytes, PendingRow] = {}  # taken back: the job consumer's, not claimed here
+    ranges: list[tuple[str, str]] = []  # a shared claim's steps: (start, next cursor)
     cursor, step, claimed = END_CURSOR, 0, 0
     ahead = params.count  # entries whose fields a backoff step reads ahead (see claim_step)
     while True:
@@ -115,6 +117,9 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
             batch = _sent(first) if first is not None else claim_step(client, params, unit,
                                                                       cursor, ahead)
             first = None
+            if batch.start is not None:
+                cursor = batch.start
+                ranges.append((cursor, batch.next_cursor))
             counts = _read_own_range(client, unit, batch, cursor, owned)
         step += 1
         if histogram is not None:
@@ -135,6 +140,9 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
         cursor = batch.next_cursor
         if cursor == END_CURSOR:
             break
+    if unit.cursor is not None:
+        with redis_errors(params.redis, stream, group):
+            _owned_elsewhere(client, unit, ranges, owned)
     if owned:
         log.info("claim %s / %s: %d entries taken back (claimed by an earlier attempt or "
                  "through a lost reply)", stream, group, len(owned))
@@ -142,8 +150,37 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
         if histogram is not None:
             histogram.add(rows)
         yield ClaimStep(_owned(unit, rows), None)
-    if histogram is not None and count_left and not histogram.left_counted:
+    if histogram is not None and count_left and not histogram.left_counted \
+            and unit.cursor is None:
         left_reads(client, params, [(unit, histogram)])
+
+
+def _owned_elsewhere(client: redis.Redis, unit: Unit, ranges: list[tuple[str, str]],
+                     owned: dict[bytes, PendingRow]) -> None:
+    """A shared claim's last read: the job consumer's entries outside this loop's steps'
+    ranges (`ranges`: (start, next cursor) each, ascending), taken back into `owned`.
+
+    The steps of a shared claim do not tile the PEL (the other parts take the ranges
+    between them), so an own entry outside them was claimed by an earlier attempt of this
+    part, or by a step whose reply was lost and was sent again (taking the next range). The
+    consumer's own rows are normally none but this loop's, which lie in its ranges."""
+    starts = [stream_id_key(start) for start, _ in ranges]
+    for page in pending_pages(client, unit.stream, unit.group, OWN_PAGE, unit.consumer):
+        for row in page:
+            if row[ID] not in owned and not _in_ranges(row[ID].decode(), starts, ranges):
+                owned[row[ID]] = row
+
+
+def _in_ranges(entry_id: str, starts: list[tuple[int, int]],
+               ranges: list[tuple[str, str]]) -> bool:
+    """Whether `entry_id` lies in one of `ranges` ((inclusive start, exclusive end; ``0-0``:
+    no end), ascending; `starts`: their starts as keys)."""
+    key = stream_id_key(entry_id)
+    i = bisect_right(starts, key) - 1
+    if i < 0:
+        return False
+    end = ranges[i][1]
+    return end == END_CURSOR or key < stream_id_key(end)
 
 
 def _sent(first: FirstStep) -> ClaimBatch:
@@ -160,10 +197,10 @@ def claim_step(client: redis.Redis, params: JobParams, unit: Unit, cursor: str,
     stream entries from `cursor` read behind it (the loop passes 0 after a step that
     claimed fewer than half the rows it read: the due entries are spread out, and reading
     the ones between them would be waste)."""
-    if params.backoff:
+    if params.backoff or unit.cursor is not None:
         return claim_due_batch(client, unit.stream, unit.group, unit.consumer,
                                params.min_idle_ms, cursor, params.count, schedule_args(params),
-                               ahead)
+                               ahead, unit.cursor)
     return claim_batch(client, unit.stream, unit.group, unit.consumer, params.min_idle_ms,
                        cursor, params.count)
 

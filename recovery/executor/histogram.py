@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import partial
 from operator import itemgetter
 from typing import Any
@@ -71,3 +71,24 @@ class PelHistogram:
         return {"stream": stream, "group": group, "deliveries": list(deliveries.items()),
                 "idle_ages": [(IDLE_LABELS[i], n) for i, n in self.ages.items()],
                 "oldest_idle_ms": self.oldest}
+
+
+def merged_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """PEL_HISTOGRAM rows of the same (stream, group) added up into one (the parts of a unit
+    split over several tasks each count the PEL rows their steps read): bucket counts
+    summed, the largest idle time kept. In the order each unit first appears."""
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["stream"], row["group"])
+        into = merged.get(key)
+        if into is None:
+            merged[key] = {**row, "deliveries": list(row["deliveries"]),
+                           "idle_ages": list(row["idle_ages"])}
+            continue
+        for name in ("deliveries", "idle_ages"):
+            counts = Counter(dict(into[name]))
+            counts.update(dict(row[name]))
+            into[name] = list(counts.items())
+        ages = [a for a in (into["oldest_idle_ms"], row["oldest_idle_ms"]) if a is not None]
+        into["oldest_idle_ms"] = max(ages) if ages else None
+    return list(merged.values())

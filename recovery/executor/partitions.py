@@ -25,6 +25,7 @@ import gc
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
+from itertools import chain
 from typing import TypeVar
 
 import pyarrow as pa
@@ -59,7 +60,7 @@ def unit_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[Unit]:
     """The Units of UNIT batches."""
     for batch in batches:
         for row in batch.to_pylist():
-            yield Unit(row["stream"], row["group"], row["consumer"])
+            yield Unit(row["stream"], row["group"], row["consumer"], row.get("cursor"))
 
 
 class PartitionClient:
@@ -187,7 +188,8 @@ def unit_claims(params: JobParams, batches: Iterator[pa.RecordBatch],
     """Each unit of a claim task's input and how to claim it, with one throttle per task:
     its XAUTOCLAIM loop (UNIT rows, ``recovery.executor.claim``; with `client`, the
     partition's client getter, first steps sent ahead in rounds:
-    ``recovery.executor.first_steps``) or, in a run that applies a plan, its planned entries
+    ``recovery.executor.first_steps``; the parts of split units first, claimed through
+    their shared cursor) or, in a run that applies a plan, its planned entries
     by ID (PLANNED rows, ``recovery.executor.plan_claim``; no histogram: such a run reads
     the PELs in a pass of their own)."""
     throttle = Throttle(params.max_entries_per_s_per_partition)
@@ -196,10 +198,12 @@ def unit_claims(params: JobParams, batches: Iterator[pa.RecordBatch],
             yield unit, lambda conn, _pel, _due, _left, u=unit, p=planned: plan_steps(  # type: ignore[misc]
                 conn, params, u, p, throttle)
         return
-    units = unit_rows(batches)
-    firsts = with_first_steps(client, params, units) if client is not None else \
-        ((unit, None) for unit in units)
-    for unit, first in firsts:
+    units = list(unit_rows(batches))
+    whole = [unit for unit in units if unit.cursor is None]
+    firsts = with_first_steps(client, params, whole) if client is not None else \
+        ((unit, None) for unit in whole)
+    # Parts of split units first (a shared claim's steps are never sent ahead).
+    for unit, first in chain(((u, None) for u in units if u.cursor is not None), firsts):
         yield unit, partial(_idle_claim, params, unit, throttle, first)
 
 
@@ -234,7 +238,10 @@ def recover_partition(params: JobParams, histograms: bool = False,
                 if journal is not None:
                     steps = journal.steps(client.get(), unit, steps)
                 steps = skip_vanished(unit, steps)
-                return left.tracked(unit, pel, steps) if left and pel else steps
+                # A split unit's PEL is read for what its claim left once every part is done
+                # (on the driver: recovery.driver.split).
+                shared = unit.cursor is not None
+                return left.tracked(unit, pel, steps) if left and pel and not shared else steps
 
             steps = gathered((s for unit, claim in unit_claims(params, batches, client.get)
                               for s in unit_steps(unit, claim)), rows)

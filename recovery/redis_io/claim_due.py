@@ -33,7 +33,7 @@ from recovery.redis_io.streams import (
 
 def claim_due_batch(client: redis.Redis, stream: str, group: str, consumer: str,
                     min_idle_ms: int, cursor: str, count: int, schedule: Sequence[Any],
-                    ahead: int | None = None) -> ClaimBatch:
+                    ahead: int | None = None, shared: str | None = None) -> ClaimBatch:
     """One step of a claim under a backoff schedule (``claim_due.lua``, atomic): up to
     `count` PEL rows idle at least `min_idle_ms` ms from `cursor` (an ID, inclusive) on, the
     due ones claimed for `consumer`; `schedule`: ``recovery.executor.backoff.schedule_args``.
@@ -44,17 +44,25 @@ def claim_due_batch(client: redis.Redis, stream: str, group: str, consumer: str,
     from `cursor` on to read behind the script (default `count`; 0: none, each claimed
     entry is read on its own). Raises the error the server answered (NOGROUP, WRONGTYPE,
     ...).
+
+    With `shared`, the key of a cursor several tasks claim one PEL with (``claim_due.lua``):
+    the step reads from where it stands instead of `cursor` and moves it on; the batch's
+    `start` says where that was (None: the cursor was done, nothing read). The claimed
+    entries' fields are read after the script (one XRANGE from the first of them).
     """
     sha = scripts_for(client)["claim_due"].sha
+    keys = (stream,) if shared is None else (stream, shared)
     args = (group, consumer, min_idle_ms, cursor, count, *schedule)
-    queues = [lambda pipe: pipe.evalsha(sha, 1, stream, *args)]
-    if ahead is None or ahead > 0:
+    queues = [lambda pipe: pipe.evalsha(sha, len(keys), *keys, *args)]
+    if shared is None and (ahead is None or ahead > 0):
         queues.append(lambda pipe: pipe.execute_command("XRANGE", stream, cursor, "+", "COUNT",
                                                         ahead or count))
     reply, *read = script_replies(client, queues)
     if isinstance(reply, Exception):
         raise reply
-    rows, own, claimed, deleted, unresolved, not_due, due_in = reply
+    rows, own, claimed, deleted, unresolved, not_due, due_in, start = reply
+    if shared is not None and claimed:
+        read = [client.execute_command("XRANGE", stream, claimed[0], "+", "COUNT", count)]
     fields = _claimed_fields(client, stream, claimed,
                              read[0] if read and not isinstance(read[0], Exception) else [])
     found = [i for i in claimed if fields[i] is not None]
@@ -62,7 +70,16 @@ def claim_due_batch(client: redis.Redis, stream: str, group: str, consumer: str,
     return ClaimBatch(next_cursor, found, [fields[i] for i in found],  # type: ignore[misc]
                       [*deleted, *(i for i in claimed if fields[i] is None)],
                       {r[ID]: r for r in rows}, own[0][ID] if own else None,
-                      int(unresolved), int(not_due), int(due_in) if due_in >= 0 else None)
+                      int(unresolved), int(not_due), int(due_in) if due_in >= 0 else None,
+                      start=None if shared is None else step_start(as_str(start)))
+
+
+def step_start(stored: str) -> str | None:
+    """A shared cursor's value as an inclusive start ID (``claim_due.lua`` stores ``(<id>``
+    after a step, ``0-0`` before the first); None when it was done."""
+    if stored == "done":
+        return None
+    return next_id(stored[1:]) if stored.startswith("(") else stored
 
 
 def _claimed_fields(client: redis.Redis, stream: str, claimed: Sequence[bytes],

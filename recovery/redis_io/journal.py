@@ -16,7 +16,6 @@ recorded before the entry's last claim no longer describes it (``recovery.execut
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -24,10 +23,8 @@ import redis
 from redis.exceptions import NoPermissionError, ResponseError
 
 from recovery.errors import ConfigError, RecoveryError
-from recovery.redis_io.error_codes import error_code
+from recovery.redis_io.split_cursors import drop_keys, permission_refusal
 from recovery.redis_io.streams import each
-
-log = logging.getLogger(__name__)
 
 HEADER = b"run "
 CLAIM = b"c"  # then JSON: ["<stream>", "<group>", ["<id>", ...]]
@@ -96,25 +93,17 @@ def open_journals(client: redis.Redis, keys: Sequence[str], run_id: str) -> str 
         commands += [("RPUSH", key, HEADER + run_id.encode()), ("EXPIRE", key, TTL_S),
                      ("LRANGE", key, 0, 0)]
     for reply in each(client, commands):
-        if isinstance(reply, NoPermissionError) or (
-                isinstance(reply, ResponseError) and error_code(reply) == "NOPERM"):
-            return str(reply).splitlines()[0]
+        refusal = permission_refusal(reply)
+        if refusal is not None:
+            return refusal
         if isinstance(reply, Exception):
             raise reply
     return None
 
 
 def drop_journals(client: redis.Redis, keys: Sequence[str]) -> None:
-    """Delete the run's journals; what cannot be deleted expires (logged, not raised: this
-    runs also after a failed run, whose own error must come out)."""
-    try:
-        replies = each(client, [("DEL", key) for key in keys])
-    except redis.RedisError as exc:
-        replies = [exc]
-    failed = [r for r in replies if isinstance(r, Exception)]
-    if failed:
-        log.warning("%d claim journal(s) not deleted (they expire in %d s): %s", len(failed),
-                    TTL_S, failed[0])
+    """Delete the run's journals; what cannot be deleted expires (logged, not raised)."""
+    drop_keys(client, keys, "claim journal(s)", TTL_S)
 
 
 def record_claims(client: redis.Redis, key: str,

@@ -1,7 +1,11 @@
 -- One step of a claim under a backoff schedule, atomically: read a page of the group's PEL
 -- (XPENDING ... IDLE), choose the entries due, and XCLAIM exactly those for the job's consumer,
 -- so nothing can change between the choice and the claim.
--- KEYS[1]: stream. ARGV[1]: group; ARGV[2]: the job's consumer; ARGV[3]: min idle ms (the base
+-- KEYS[1]: stream; KEYS[2], when given: a cursor shared by the tasks that claim one PEL
+-- together (its value: where the next step reads from, an exclusive '(<id>' or '0-0'; 'done'
+-- once a read came back short; a missing key reads as 'done'): the step reads from it, in
+-- place of ARGV[4], and moves it on in the same atomic call, so no two steps read the same
+-- rows. ARGV[1]: group; ARGV[2]: the job's consumer; ARGV[3]: min idle ms (the base
 -- wait); ARGV[4]: the first ID to read (inclusive); ARGV[5]: PEL rows to read (COUNT);
 -- ARGV[6]: factor; ARGV[7]: the longest wait (ms); ARGV[8]: the delivery limit.
 -- An entry delivered k times (its PEL count) is due once idle min_idle * factor^(k-1) ms, at
@@ -16,7 +20,8 @@
 --     6.2 claims an entry deleted upstream all the same: the caller finds it gone);
 --   deleted: IDs chosen but gone from the stream (7.0+: XCLAIM dropped them from the PEL);
 --   unresolved: chosen IDs XCLAIM neither returned nor found deleted (never seen; a guard);
---   not_due: rows left alone; due_in: ms until the first of them is due (-1: none).
+--   not_due: rows left alone; due_in: ms until the first of them is due (-1: none);
+--   with a shared cursor, also the step's start as read from it ('done': nothing read).
 local group, consumer = ARGV[1], ARGV[2]
 local min_idle, start, page = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 local factor, cap, limit = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -26,7 +31,17 @@ local chunk = 1000  -- IDs per XCLAIM: unpack() handles at most ~8000 values
 -- it is); the caller reads them as the maximum count.
 local EXACT = 2^53
 
+local shared = KEYS[2]
+if shared then
+  start = redis.call('GET', shared) or 'done'
+  if start == 'done' then return {{}, {}, {}, {}, 0, 0, -1, start} end
+end
 local rows = redis.call('XPENDING', KEYS[1], group, 'IDLE', min_idle, start, '+', page)
+if shared then
+  local after = 'done'
+  if #rows >= page then after = '(' .. rows[#rows][1] end
+  redis.call('SET', shared, after, 'KEEPTTL')
+end
 local own = redis.call('XPENDING', KEYS[1], group, start, '+', 1, consumer)
 
 local due, not_due, due_in = {}, 0, -1
@@ -86,4 +101,4 @@ for _, row in ipairs(due) do
     unresolved = unresolved + 1
   end
 end
-return {rows, own, claimed, deleted, unresolved, not_due, due_in}
+return {rows, own, claimed, deleted, unresolved, not_due, due_in, start}

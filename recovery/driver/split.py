@@ -1,0 +1,130 @@
+"""One big PEL spread over several parts (issue 49): which units are split, over how many
+parts, and what the driver reads of them after the pass.
+
+A unit (stream and group) is split when it holds at least ``spark.split_min_pending``
+entries and more than its share of the run (all units' pending entries over
+``spark.partitions``): then several parts, each a task with a job consumer of its own,
+claim its PEL through one shared cursor (``recovery.redis_io.split_cursors``), step by
+step, each step taking the next ``claim.count`` rows. Parts balance by entries whatever
+the PEL's shape, none waits for another, and no row is read by two steps. Small units stay
+whole: the run of 10,000 small streams is the run it always was.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import redis
+
+from recovery.executor.histogram import PelHistogram
+from recovery.redis_io.split_cursors import TTL_MS, cursor_key, drop_keys, open_cursors
+from recovery.redis_io.streams import OWNER, pending_pages, shown
+
+if TYPE_CHECKING:
+    from recovery.driver.discovery import WorkUnit
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+SHOWN = 10  # split units named in the log line at most
+LEFT_PAGE = 10_000  # XPENDING rows per read of what a split unit's parts left
+
+
+def split_counts(pending: Sequence[int], partitions: int, min_pending: int,
+                 step: int) -> list[int]:
+    """How many parts claim each unit (`pending`: each unit's PEL size): 1 (whole) unless it
+    holds at least `min_pending` entries (0: never split) and more than its share of the
+    run (all pending over `partitions`); then as many as its share of the run, at most
+    `partitions`, and at most one per claim `step` (entries per claim step) it holds."""
+    total = sum(pending)
+    if min_pending <= 0 or partitions < 2 or not total:
+        return [1] * len(pending)
+    share = total / partitions
+    return [max(1, min(partitions, math.ceil(n / share), n // step))
+            if n >= min_pending and n > share else 1 for n in pending]
+
+
+def spread(items: Sequence[T], parts: Sequence[int], weight: Callable[[T], int], bins: int
+           ) -> list[tuple[T, int]]:
+    """Greedy packing of items that may take several bins: each item (heaviest share first,
+    ties in the order given) goes to its `parts` (at most `bins`) lightest bins, one share
+    of its weight each. Returns (item, bin) pairs, an item's bins in ascending order.
+    With every part 1 it is ``recovery.redis_io.cluster.biggest_first``."""
+    load: list[tuple[float, int]] = [(0.0, b) for b in range(bins)]
+    placed: list[tuple[T, int]] = []
+    order = sorted(range(len(items)),
+                   key=lambda i: -weight(items[i]) / min(parts[i], bins))
+    for i in order:
+        k = min(parts[i], bins)
+        share = weight(items[i]) / k
+        taken = [heapq.heappop(load) for _ in range(k)]
+        placed += [(items[i], b) for _, b in sorted(taken, key=lambda t: t[1])]
+        for used, b in taken:
+            heapq.heappush(load, (used + share, b))
+    return placed
+
+
+def left_histogram(client: redis.Redis, stream: str, group: str,
+                   is_job: Callable[[str], bool]) -> PelHistogram:
+    """The rows a split unit's parts left to other consumers once the pass is done (what the
+    claim of a whole unit reads after its hand-over): its PEL's rows not owned by this run's
+    job consumers (`is_job`: a consumer name's test)."""
+    histogram = PelHistogram()
+    for page in pending_pages(client, stream, group, LEFT_PAGE):
+        histogram.add([row for row in page if not is_job(shown(row[OWNER]))])
+    return histogram
+
+
+@dataclass(frozen=True)
+class Split:
+    """The run's split units: how many parts claim each unit (in discovery order) and, by
+    (stream, group), the key of each split unit's cursor (created, with a TTL)."""
+
+    counts: list[int]
+    keys: dict[tuple[str, str], str]
+
+    def cursor(self, unit: WorkUnit) -> str | None:
+        """`unit`'s cursor key, None for a unit claimed whole."""
+        return self.keys.get((unit.stream, unit.group))
+
+    def left_rows(self, client: redis.Redis, is_job: Callable[[str], bool]
+                  ) -> list[dict[str, Any]]:
+        """A PEL_HISTOGRAM row per split unit of what its parts left (``left_histogram``);
+        the parts' own rows come with their tallies (add them up: ``merged_rows``)."""
+        return [left_histogram(client, stream, group, is_job).row(stream, group)
+                for stream, group in self.keys]
+
+
+def open_split(client: redis.Redis, units: Sequence[WorkUnit], partitions: int,
+               min_pending: int, step: int, run_id: str) -> Split | None:
+    """Choose the units to split (``split_counts``) and create their cursors. None when no
+    unit is split, or when the server refuses the cursors (an ACL user without their keys or
+    commands: every unit is then claimed whole, as a line in the log says)."""
+    counts = split_counts([u.pending for u in units], partitions, min_pending, step)
+    keys = {(u.stream, u.group): key for u, k in zip(units, counts, strict=True) if k > 1
+            for key in [cursor_key(u.stream, u.group, run_id)] if key is not None}
+    if not keys:
+        return None
+    refusal = open_cursors(client, list(keys.values()))
+    if refusal is not None:
+        log.info("run %s: %d streams hold more than their share of the run, but their claim "
+                 "cursors cannot be kept in Redis (%s): each is claimed by one task "
+                 "(docs/ACL.md: the cursors' keys and commands)", run_id, len(keys), refusal)
+        return None
+    counts = [k if (u.stream, u.group) in keys else 1 for u, k in zip(units, counts, strict=True)]
+    shown_units = [f"{u.stream} / {u.group}: {k} tasks"
+                   for u, k in zip(units, counts, strict=True) if k > 1][:SHOWN]
+    log.info("run %s: %d streams split over several tasks each (%s%s)", run_id, len(keys),
+             ", ".join(shown_units), ", ..." if len(keys) > SHOWN else "")
+    return Split(counts, keys)
+
+
+def drop_split(client: redis.Redis, split: Split | None) -> None:
+    """Delete the split units' cursors (what cannot be deleted expires)."""
+    if split is not None:
+        drop_keys(client, list(split.keys.values()), "split cursor(s)", TTL_MS // 1000)
