@@ -33,6 +33,7 @@ from recovery.testing.local_redis import LocalServer, free_port
 from tests.support.backlogs import DEAD, HOUR_MS, age_pending
 from tests.support.fault_tools import (
     BACKOFF,
+    SPLIT,
     GROUP,
     KINDS,
     WAITING_KIND,
@@ -277,8 +278,9 @@ def _kill_attempt(spark: SparkSession, server: LocalServer, base: Path, trial: i
     seeded = seed_kinds(client, streams, {**KINDS, **(WAITING_KIND if schedule else {})})
     write_control(server.url, delay_s=0.12)
     killed = f"killed{trial}-{attempt}"
+    # Odd trials split each stream over two parts (a shared cursor), the others keep it whole.
     slow = ["claim.min_idle_ms=1000", "claim.count=5", "claim.max_entries_per_s=40",
-            "handler.batch_size=4", *schedule]
+            "handler.batch_size=4", *schedule, *(SPLIT if trial % 2 else ())]
     plan_args = planned(spark, server.url, base, streams, *slow) if plan else []
     proc = submit([*job_args(server.url, base, streams, *slow, run_id=killed), *plan_args],
                   base / f"logs-{trial}-{attempt}", SMALL_BATCHES,
@@ -764,25 +766,30 @@ def test_entries_acked_by_live_consumers_are_never_handed_over_or_dead_lettered(
 # --- (e) Spark task failures (local[2,3] retries) -------------------------------------------
 
 @pytest.mark.parametrize("journal", ["recovery:journal:", ""], ids=["journaled", "materialised"])
-@pytest.mark.parametrize(("faults_asked", "schedule", "plan"), [
-    (("claim 2 0",), (), False),
-    (("apply 1 0", "apply 2 1"), (), False),
-    (("claim 2 0", "apply 2 1"), BACKOFF, False),
-    (("claim 2 0",), (), True),
-    (("apply 1 0", "apply 2 1"), (), True),
-], ids=["claim", "apply", "claim-apply-backoff", "claim-plan", "apply-plan"])
+@pytest.mark.parametrize(("faults_asked", "schedule", "plan", "split"), [
+    (("claim 2 0",), (), False, ()),
+    (("apply 1 0", "apply 2 1"), (), False, ()),
+    (("claim 2 0", "apply 2 1"), BACKOFF, False, ()),
+    (("claim 2 0",), (), True, ()),
+    (("apply 1 0", "apply 2 1"), (), True, ()),
+    (("claim 2 0", "apply 2 1"), (), False, SPLIT),
+    (("claim 2 0", "apply 2 1"), BACKOFF, False, SPLIT),
+], ids=["claim", "apply", "claim-apply-backoff", "claim-plan", "apply-plan",
+        "claim-apply-split", "claim-apply-backoff-split"])
 def test_task_failures_lose_nothing_and_leave_nothing_unreported(
-        spark, server, tmp_path, faults, small_batches, faults_asked, journal, schedule, plan):
+        spark, server, tmp_path, faults, small_batches, caplog, faults_asked, journal,
+        schedule, plan, split):
     """Under a backoff schedule the retried attempt sees its failed attempt's claims
     delivered twice (not due for anyone else): it must take them back all the same, and
     count only the entries really not due. `plan`: the run applies a dry run's plan (claims
-    by ID), made just before."""
+    by ID), made just before. `split`: each stream is claimed by two parts through a shared
+    cursor; a retried part's earlier claims lie outside its own steps' ranges."""
     client = server.client()
     streams = ["e-a", "e-b{x}"]
     seeded = seed_kinds(client, streams, {**KINDS, **(WAITING_KIND if schedule else {})})
     write_control(server.url)
     settings = ["claim.count=5", "handler.batch_size=4", f"claim.journal_prefix={journal}",
-                *schedule]
+                *schedule, *split]
     plan_args = planned(spark, server.url, tmp_path, streams, *settings) if plan else []
     asked = faults_asked if journal else _in_stages_of_their_own(faults_asked)
     for line in asked:
@@ -795,6 +802,8 @@ def test_task_failures_lose_nothing_and_leave_nothing_unreported(
     assert result.summary["not_due"] == len(waiting)
     for unit in result.summary["units"]:
         assert unit.get("not_due", 0) == (5 if schedule else 0), unit
+    if split:
+        assert "2 streams split over several tasks" in caplog.text, "the streams were not split"
 
 
 def _in_stages_of_their_own(asked: tuple[str, ...]) -> tuple[str, ...]:

@@ -15,14 +15,21 @@ from __future__ import annotations
 import heapq
 import logging
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
 from recovery.executor.histogram import PelHistogram
-from recovery.redis_io.split_cursors import TTL_MS, cursor_key, drop_keys, open_cursors
+from recovery.params import Unit
+from recovery.redis_io.split_cursors import (
+    TTL_MS,
+    cursor_key,
+    drop_keys,
+    open_cursors,
+    ranges_key,
+)
 from recovery.redis_io.streams import OWNER, pending_pages, shown
 
 if TYPE_CHECKING:
@@ -80,13 +87,20 @@ def left_histogram(client: redis.Redis, stream: str, group: str,
     return histogram
 
 
-@dataclass(frozen=True)
+@dataclass
 class Split:
     """The run's split units: how many parts claim each unit (in discovery order) and, by
-    (stream, group), the key of each split unit's cursor (created, with a TTL)."""
+    (stream, group), the key of each split unit's cursor (created, with a TTL); once the
+    parts are assigned, `parts` the keys of their lists of ranges taken (``ranges_key``,
+    made by the claim script)."""
 
     counts: list[int]
     keys: dict[tuple[str, str], str]
+    parts: list[str] = field(default_factory=list)
+
+    def assigned(self, parts: Iterable[tuple[Unit, int]]) -> None:
+        """Note the lists of ranges the assigned `parts` of split units will make."""
+        self.parts = [ranges_key(u.cursor, u.consumer) for u, _ in parts if u.cursor]
 
     def cursor(self, unit: WorkUnit) -> str | None:
         """`unit`'s cursor key, None for a unit claimed whole."""
@@ -127,4 +141,5 @@ def open_split(client: redis.Redis, units: Sequence[WorkUnit], partitions: int,
 def drop_split(client: redis.Redis, split: Split | None) -> None:
     """Delete the split units' cursors (what cannot be deleted expires)."""
     if split is not None:
-        drop_keys(client, list(split.keys.values()), "split cursor(s)", TTL_MS // 1000)
+        drop_keys(client, [*split.keys.values(), *split.parts], "split cursor(s) and range lists",
+                  TTL_MS // 1000)

@@ -47,8 +47,8 @@ class ClaimBatch:
     Under a backoff schedule (``recovery.redis_io.claim_due.claim_due_batch``): `not_due`, the
     rows read that were left alone, not due yet; `due_in_ms`, ms until the first of them is
     (None: none). A step of a claim several tasks share (``claim_due_batch`` with a shared
-    cursor): `start`, the step's first ID (inclusive) as the cursor stood, None when the
-    cursor was done (nothing read).
+    cursor): `taken`, the range it took (``claim_due.taken_range``), None when the cursor was
+    done (nothing read).
     """
 
     next_cursor: str
@@ -62,7 +62,7 @@ class ClaimBatch:
     due_in_ms: int | None = None
     own_known: bool = True
     left: list[PendingRow] | None = None
-    start: str | None = None
+    taken: str | None = None
 
 
 def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,

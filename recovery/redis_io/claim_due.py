@@ -33,10 +33,12 @@ from recovery.redis_io.streams import (
 
 def claim_due_batch(client: redis.Redis, stream: str, group: str, consumer: str,
                     min_idle_ms: int, cursor: str, count: int, schedule: Sequence[Any],
-                    ahead: int | None = None, shared: str | None = None) -> ClaimBatch:
+                    ahead: int | None = None, end: str = "+",
+                    shared: tuple[str, str] | None = None) -> ClaimBatch:
     """One step of a claim under a backoff schedule (``claim_due.lua``, atomic): up to
-    `count` PEL rows idle at least `min_idle_ms` ms from `cursor` (an ID, inclusive) on, the
-    due ones claimed for `consumer`; `schedule`: ``recovery.executor.backoff.schedule_args``.
+    `count` PEL rows idle at least `min_idle_ms` ms from `cursor` to `end` (IDs, inclusive),
+    the due ones claimed for `consumer`; `schedule`:
+    ``recovery.executor.backoff.schedule_args``.
 
     The same ClaimBatch as ``autoclaim.claim_batch`` (XAUTOCLAIM): `before` holds every row
     read, claimed or not; the next cursor is the ID after the last row read, ``0-0`` once a
@@ -45,22 +47,23 @@ def claim_due_batch(client: redis.Redis, stream: str, group: str, consumer: str,
     entry is read on its own). Raises the error the server answered (NOGROUP, WRONGTYPE,
     ...).
 
-    With `shared`, the key of a cursor several tasks claim one PEL with (``claim_due.lua``):
-    the step reads from where it stands instead of `cursor` and moves it on; the batch's
-    `start` says where that was (None: the cursor was done, nothing read). The claimed
-    entries' fields are read after the script (one XRANGE from the first of them).
+    With `shared` (the keys of a cursor several tasks claim one PEL with, and of the list of
+    ranges this task's part took: ``claim_due.lua``), the step reads from where the cursor
+    stands instead of `cursor` and moves it on; the batch's `taken` is the range it took
+    (None: the cursor was done, nothing read). The claimed entries' fields are then read
+    after the script (one XRANGE from the first of them).
     """
     sha = scripts_for(client)["claim_due"].sha
-    keys = (stream,) if shared is None else (stream, shared)
-    args = (group, consumer, min_idle_ms, cursor, count, *schedule)
+    keys = (stream,) if shared is None else (stream, *shared)
+    args = (group, consumer, min_idle_ms, cursor, count, *schedule, end)
     queues = [lambda pipe: pipe.evalsha(sha, len(keys), *keys, *args)]
     if shared is None and (ahead is None or ahead > 0):
-        queues.append(lambda pipe: pipe.execute_command("XRANGE", stream, cursor, "+", "COUNT",
+        queues.append(lambda pipe: pipe.execute_command("XRANGE", stream, cursor, end, "COUNT",
                                                         ahead or count))
     reply, *read = script_replies(client, queues)
     if isinstance(reply, Exception):
         raise reply
-    rows, own, claimed, deleted, unresolved, not_due, due_in, start = reply
+    rows, own, claimed, deleted, unresolved, not_due, due_in, taken = reply
     if shared is not None and claimed:
         read = [client.execute_command("XRANGE", stream, claimed[0], "+", "COUNT", count)]
     fields = _claimed_fields(client, stream, claimed,
@@ -71,15 +74,15 @@ def claim_due_batch(client: redis.Redis, stream: str, group: str, consumer: str,
                       [*deleted, *(i for i in claimed if fields[i] is None)],
                       {r[ID]: r for r in rows}, own[0][ID] if own else None,
                       int(unresolved), int(not_due), int(due_in) if due_in >= 0 else None,
-                      start=None if shared is None else step_start(as_str(start)))
+                      taken=None if shared is None or taken == b"done" else as_str(taken))
 
 
-def step_start(stored: str) -> str | None:
-    """A shared cursor's value as an inclusive start ID (``claim_due.lua`` stores ``(<id>``
-    after a step, ``0-0`` before the first); None when it was done."""
-    if stored == "done":
-        return None
-    return next_id(stored[1:]) if stored.startswith("(") else stored
+def taken_range(taken: str) -> tuple[str, str]:
+    """A range a shared claim's step took (``claim_due.lua``: ``<start> <last>``, start
+    ``0-0`` or an exclusive ``(<id>``, last an ID or ``+``) as (first ID, last ID or ``+``),
+    both inclusive."""
+    start, last = taken.split(" ")
+    return (next_id(start[1:]) if start.startswith("(") else start), last
 
 
 def _claimed_fields(client: redis.Redis, stream: str, claimed: Sequence[bytes],

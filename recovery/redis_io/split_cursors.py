@@ -1,6 +1,7 @@
 """The cursors of split units: one string key per (stream, group) that several parts claim
 together, each step reading from where it stands and moving it on in the same script call
-(``claim_due.lua``), so no two steps read the same PEL rows.
+(``claim_due.lua``), so no two steps read the same PEL rows; and per part a list of the
+ranges it took (``ranges_key``: ``recovery.executor.shared_claim`` reads it).
 
 A cursor shares its stream's Redis Cluster hash slot (the dead-letter naming rule,
 ``recovery.redis_io.dlq_names``): ``{orders}:recovery-split:<run id>:<group>``. The driver
@@ -33,6 +34,12 @@ def cursor_key(stream: str, group: str, run_id: str) -> str | None:
         return dead_letter_key(stream, f"{SUFFIX}{run_id}:{group}")
     except DeadLetterNameError:
         return None
+
+
+def ranges_key(cursor: str, consumer: str) -> str:
+    """The list of the ranges one part (its job `consumer`) took through `cursor`
+    (``claim_due.lua``): in the same hash slot as the cursor, and so as the stream."""
+    return f"{cursor}:{consumer}"
 
 
 def permission_refusal(reply: object) -> str | None:

@@ -1,13 +1,17 @@
 -- One step of a claim under a backoff schedule, atomically: read a page of the group's PEL
 -- (XPENDING ... IDLE), choose the entries due, and XCLAIM exactly those for the job's consumer,
 -- so nothing can change between the choice and the claim.
--- KEYS[1]: stream; KEYS[2], when given: a cursor shared by the tasks that claim one PEL
--- together (its value: where the next step reads from, an exclusive '(<id>' or '0-0'; 'done'
--- once a read came back short; a missing key reads as 'done'): the step reads from it, in
--- place of ARGV[4], and moves it on in the same atomic call, so no two steps read the same
--- rows. ARGV[1]: group; ARGV[2]: the job's consumer; ARGV[3]: min idle ms (the base
--- wait); ARGV[4]: the first ID to read (inclusive); ARGV[5]: PEL rows to read (COUNT);
--- ARGV[6]: factor; ARGV[7]: the longest wait (ms); ARGV[8]: the delivery limit.
+-- KEYS[1]: stream; KEYS[2] and KEYS[3], when given: a cursor shared by the tasks that claim
+-- one PEL together, and the list of the ranges this task's part took from it. The cursor's
+-- value is where the next step reads from ('0-0', then an exclusive '(<id>'; 'done' once a
+-- read came back short; a missing key reads as 'done'): the step reads from it, in place
+-- of ARGV[4], moves it on and appends its range to the list ('<start> <last id read>', or
+-- '<start> +' for the last), all in the same atomic call, so no two steps read the same
+-- rows and a part's later attempts know every range its earlier ones took.
+-- ARGV[1]: group; ARGV[2]: the job's consumer; ARGV[3]: min idle ms (the base wait);
+-- ARGV[4]: the first ID to read (inclusive); ARGV[5]: PEL rows to read (COUNT);
+-- ARGV[6]: factor; ARGV[7]: the longest wait (ms); ARGV[8]: the delivery limit;
+-- ARGV[9]: the last ID to read (inclusive, or '+'; without a shared cursor).
 -- An entry delivered k times (its PEL count) is due once idle min_idle * factor^(k-1) ms, at
 -- most the longest wait; due at min_idle whatever k: an entry whose next delivery exceeds the
 -- limit (it is dead-lettered, waiting serves nobody) and one the job's consumer owns (taken
@@ -21,7 +25,7 @@
 --   deleted: IDs chosen but gone from the stream (7.0+: XCLAIM dropped them from the PEL);
 --   unresolved: chosen IDs XCLAIM neither returned nor found deleted (never seen; a guard);
 --   not_due: rows left alone; due_in: ms until the first of them is due (-1: none);
---   with a shared cursor, also the step's start as read from it ('done': nothing read).
+--   with a shared cursor, also the range it appended to the list ('done': nothing read).
 local group, consumer = ARGV[1], ARGV[2]
 local min_idle, start, page = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 local factor, cap, limit = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -31,18 +35,25 @@ local chunk = 1000  -- IDs per XCLAIM: unpack() handles at most ~8000 values
 -- it is); the caller reads them as the maximum count.
 local EXACT = 2^53
 
-local shared = KEYS[2]
+local shared, finish, taken = KEYS[2], ARGV[9] or '+', 'done'
 if shared then
   start = redis.call('GET', shared) or 'done'
-  if start == 'done' then return {{}, {}, {}, {}, 0, 0, -1, start} end
+  if start == 'done' then return {{}, {}, {}, {}, 0, 0, -1, taken} end
 end
-local rows = redis.call('XPENDING', KEYS[1], group, 'IDLE', min_idle, start, '+', page)
+local rows = redis.call('XPENDING', KEYS[1], group, 'IDLE', min_idle, start, finish, page)
 if shared then
-  local after = 'done'
-  if #rows >= page then after = '(' .. rows[#rows][1] end
+  local after, last = 'done', '+'
+  if #rows >= page then
+    last = rows[#rows][1]
+    after = '(' .. last
+  end
   redis.call('SET', shared, after, 'KEEPTTL')
+  taken = start .. ' ' .. last
+  if redis.call('RPUSH', KEYS[3], taken) == 1 then
+    redis.call('PEXPIRE', KEYS[3], math.max(redis.call('PTTL', shared), 1000))
+  end
 end
-local own = redis.call('XPENDING', KEYS[1], group, start, '+', 1, consumer)
+local own = redis.call('XPENDING', KEYS[1], group, start, finish, 1, consumer)
 
 local due, not_due, due_in = {}, 0, -1
 for _, row in ipairs(rows) do
@@ -101,4 +112,4 @@ for _, row in ipairs(due) do
     unresolved = unresolved + 1
   end
 end
-return {rows, own, claimed, deleted, unresolved, not_due, due_in, start}
+return {rows, own, claimed, deleted, unresolved, not_due, due_in, taken}
