@@ -33,9 +33,9 @@ from recovery.testing.local_redis import LocalServer, free_port
 from tests.support.backlogs import DEAD, HOUR_MS, age_pending
 from tests.support.fault_tools import (
     BACKOFF,
-    SPLIT,
     GROUP,
     KINDS,
+    SPLIT,
     WAITING_KIND,
     JobResult,
     Key,
@@ -507,14 +507,14 @@ def test_redis_that_never_answers_gives_up_in_bounded_time(spark, tmp_path, sile
                           ("journaled", "redis", ()), ("materialised", "redis62", ()),
                           ("journaled", "redis62", ()), ("journaled", "redis", BACKOFF),
                           ("one-pass", "redis62", BACKOFF), ("plan", "redis", ()),
-                          ("plan", "valkey", ())],
+                          ("plan", "valkey", ()), ("journaled-split", "redis", ())],
                          ids=["materialised-redis", "one-pass-redis", "journaled-redis",
                               "materialised-redis62", "journaled-redis62",
                               "journaled-redis-backoff", "one-pass-redis62-backoff",
-                              "plan-redis", "plan-valkey"],
+                              "plan-redis", "plan-valkey", "journaled-split-redis"],
                          indirect=["redis_version_server"])
 def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(
-        spark, redis_version_server, tmp_path, small_batches, submit, path, schedule):
+        spark, redis_version_server, tmp_path, small_batches, submit, caplog, path, schedule):
     """Run A (spark-submit) hands over slowly while run B (in-process) claims.
 
     materialised (local[2,2], no claim journal: A's tasks may be retried): A claims
@@ -525,7 +525,8 @@ def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(
     reached, and A's later steps must leave B's entries alone. Under a backoff schedule
     (both runs), B's claims make its entries not due for A (delivered twice), and entries
     not due for either run stay with their owner. plan: as journaled, both runs applying
-    the same dry run's plan (claims by ID, XCLAIM's min-idle guard).
+    the same dry run's plan (claims by ID, XCLAIM's min-idle guard). journaled-split: as
+    journaled, run B splitting each stream over two parts (a shared cursor).
     """
     one_pass = path != "materialised"
     client = redis_version_server.client()
@@ -549,8 +550,9 @@ def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(
     assert wait_until(claimed, proc, 180, "run A's claim"), "run A ended before its claim was seen"
     time.sleep(1.6)  # A's claims are now idle longer than min_idle_ms
     outcome: dict[str, Any] = {}
-    args_b = [*job_args(redis_version_server.url, tmp_path, streams, *common, run_id="B"),
-              *plan]
+    split = SPLIT if path.endswith("-split") else ()
+    args_b = [*job_args(redis_version_server.url, tmp_path, streams, *common, *split,
+                        run_id="B"), *plan]
     run_b = threading.Thread(target=lambda: outcome.update(b=run_in_process(spark, args_b)))
     run_b.start()
     wait_until(lambda: job_owned(client, streams, "B") > 0 or not run_b.is_alive(), None, 120,
@@ -560,7 +562,7 @@ def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(
     run_a = finished(proc, logs, timeout_s=180)
     assert (run_a.code, outcome["b"].code) == (0, 0), (run_a.stderr[-2000:], outcome["b"].stderr)
     assert ("in one pass" in run_a.stderr) is one_pass, "run A did not take the path asked for"
-    assert ("journaled" in run_a.stderr) is (path in ("journaled", "plan")), \
+    assert ("journaled" in run_a.stderr) is (path in ("journaled", "plan", "journaled-split")), \
         "run A: not the path asked"
 
     handed = handed_over(client)
@@ -577,6 +579,8 @@ def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(
         assert len(done) == (0 if kind == "waiting" else 1), (key, done)
     b_final = [r for r in reports["B"] if r["action"] in final]
     assert b_final, "run B took over nothing: the race this test is about did not happen"
+    if split:
+        assert "2 streams split over several tasks" in caplog.text, "run B split nothing"
     if schedule:
         waiting = sum(1 for kind in seeded.values() if kind == "waiting")
         assert outcome["b"].summary["not_due"] >= waiting
@@ -695,10 +699,12 @@ class LiveConsumers:
 
 @pytest.mark.parametrize(("journal", "schedule", "plan"),
                          [("", (), False), ("recovery:journal:", (), False),
-                          ("recovery:journal:", BACKOFF, False), ("recovery:journal:", (), True)],
-                         ids=["materialised", "journaled", "journaled-backoff", "plan"])
+                          ("recovery:journal:", BACKOFF, False), ("recovery:journal:", (), True),
+                          ("recovery:journal:", SPLIT, False)],
+                         ids=["materialised", "journaled", "journaled-backoff", "plan",
+                              "journaled-split"])
 def test_entries_acked_by_live_consumers_are_never_handed_over_or_dead_lettered(
-        spark, redis_version_server, tmp_path, small_batches, journal, schedule, plan):
+        spark, redis_version_server, tmp_path, small_batches, caplog, journal, schedule, plan):
     """While the job runs, a live consumer keeps reading and acking new entries, and the
     original consumer acks entries the job has claimed: during the claim (the PEL read after
     the claim must drop them) and during the hand-overs (the lease must find them gone).
@@ -708,7 +714,8 @@ def test_entries_acked_by_live_consumers_are_never_handed_over_or_dead_lettered(
     over only when little is left to ack later. Under a backoff schedule (every entry
     due: the live consumer's script waits for the dead consumer to own none), the claim
     script's steps meet the acks. plan: as journaled, the run applying a dry run's plan
-    made before the live consumers began (claims by ID)."""
+    made before the live consumers began (claims by ID). journaled-split: as journaled, each
+    stream split over two parts (a shared cursor: the "schedule" settings carry it)."""
     client = redis_version_server.client()
     streams = ["l-a", "l-b"]
     kinds = {"poison": (10, 9), "ok": (40, 1)}  # entries for the handler come last
@@ -725,6 +732,7 @@ def test_entries_acked_by_live_consumers_are_never_handed_over_or_dead_lettered(
     live.stop.set()
     live.thread.join(10)
     assert result.code == 0, result.stderr
+    assert (schedule != SPLIT) or "2 streams split over several tasks" in caplog.text
 
     assert len(live.acked_in_claim) >= 3 and (journal or len(live.acked_later) >= 3), \
         (live.acked_in_claim, live.acked_later, "the live consumer acked too little to test")

@@ -59,9 +59,9 @@ WAITING_KIND: dict[str, tuple[int, ...]] = {"waiting": (5, 2, 120_000)}
 # or more), at most 50 min: every entry idle an hour is due, a "waiting" one is not due for
 # the whole test.
 BACKOFF = ("claim.backoff_factor=1000", "claim.backoff_max_ms=3000000")
-# Runs that split each stream over two parts (about 57 entries per stream, four partitions:
-# each stream holds more than its share), claimed through a shared cursor.
-SPLIT = ("spark.partitions=4", "spark.split_min_pending=10")
+# Runs that split each stream over two parts (50 or more entries per stream, four partitions:
+# each stream holds more than its share), claimed through a shared cursor in steps of 5.
+SPLIT = ("spark.partitions=4", "spark.split_min_pending=10", "claim.count=5")
 
 
 def write_control(url: str, **control: Any) -> None:
