@@ -16,36 +16,57 @@ from pathlib import Path
 import psutil
 import pytest
 
+from recovery.handlers import Message, noop
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.testing.local_redis import LocalServer
-from tests.benchmark import report, spark_log, targets, timeline
+from tests.benchmark import handlers, report, spark_log, targets, timeline
 from tests.benchmark.contenders import RunRecord
 from tests.benchmark.loops import DLQ_SUFFIX, run_loop
 from tests.benchmark.measure import TREE_EVERY, LastSeenCpu, PeakRss, Sample
 from tests.benchmark.run import job_settings, main, master_of, parse_args
 from tests.benchmark.seed import BacklogSpec, seed_backlog
-from tests.benchmark.spark_job import EXECUTOR_CLASS, JobOptions, driver_role, submit_command
+from tests.benchmark.spark_job import (
+    EXECUTOR_CLASS,
+    JobOptions,
+    config_text,
+    driver_role,
+    submit_command,
+)
 from tests.benchmark.verify import VerificationError, verify_recovered
 
 SPEC = BacklogSpec(streams=3, per_stream=200)  # 5% over the limit: 10 per stream
 MARK = "benchmark-smoke-child"  # in the command line of a child a poller test starts
 
 
-def test_harness_runs_both_loops_and_verifies_them(tmp_path: Path) -> None:
+def test_harness_runs_both_loops_with_a_slow_handler_and_verifies_them(tmp_path: Path) -> None:
+    """Both loops at one stream and at four, their handler 1 ms per message: the delay must
+    reach the loops' own processes (their own timers hold at least that much sleep)."""
     out, raw_json = tmp_path / "results.md", tmp_path / "results.json"
-    code = main(["--sizes", "3x200", "--repeats", "1", "--contenders", "naive,raw,raw-requeue",
-                 "--idle-probe-s", "0.1", "--out", str(out), "--json", str(raw_json)])
+    code = main(["--sizes", "1x200,4x50", "--repeats", "1", "--handler-delay-ms", "1",
+                 "--contenders", "naive,raw,raw-requeue", "--idle-probe-s", "0.1",
+                 "--out", str(out), "--json", str(raw_json)])
 
     assert code == 0  # each run verified in Redis: raw-requeue's copies are in their streams
     records = json.loads(raw_json.read_text())["records"]
-    assert sorted((r["contender"], r["acked"], r["dead_lettered"]) for r in records) == [
-        ("naive", 570, 30), ("raw", 570, 30), ("raw-requeue", 570, 30)]
+    assert sorted((r["contender"], r["size"], r["acked"], r["dead_lettered"],
+                   r["handler_delay_ms"]) for r in records) == [
+        ("naive", "1x200", 190, 10, 1.0), ("naive", "4x50", 192, 8, 1.0),
+        ("raw", "1x200", 190, 10, 1.0), ("raw", "4x50", 192, 8, 1.0),
+        ("raw-requeue", "1x200", 190, 10, 0.0), ("raw-requeue", "4x50", 192, 8, 0.0)]
+    handled = [r for r in records if r["contender"] != "raw-requeue"]
+    assert all(r["steady_s"] >= r["acked"] / 1000 for r in handled)  # 1 ms per handled entry
     requeue = next(r for r in records if r["contender"] == "raw-requeue")
-    assert requeue["per_command"]["xadd"][0] >= 570  # one XADD per copy
+    assert requeue["per_command"]["xadd"][0] >= 190  # one XADD per copy
     assert all(r["round_trips"] > 0 and r["redis_commands"] > 0 for r in records)
     table = out.read_text()
-    assert "| naive | 3x200 | 1 |" in table
-    assert "| raw | 3x200 | 1 |" in table
+    assert "- handler: tests.benchmark.handlers:slow_service, 1 ms per message" in table
+    assert "| naive | 1x200 | 1 |" in table
+    main_table = table.split("| contender | size | runs |")[1].split("\n\n")[0]
+    delays = {tuple(line.split(" | ")[:2]): line.split(" | ")[-1]
+              for line in main_table.splitlines()[2:]}
+    assert delays == {("| naive", "1x200"): "1 |", ("| raw", "1x200"): "1 |",
+                      ("| raw-requeue", "1x200"): "0 |", ("| naive", "4x50"): "1 |",
+                      ("| raw", "4x50"): "1 |", ("| raw-requeue", "4x50"): "0 |"}
 
 
 def test_the_job_runs_once_per_master_given() -> None:
@@ -308,3 +329,36 @@ def test_issue_30_compares_the_pass_with_the_raw_loop_and_the_run_with_fewer_str
         "(target <= 1.1x); end to end 33.0 s, 1.100x the 1000x1000 run's 30.0 s (target <= "
         "1.2x); Redis commands and CPU per message 1.108x and 0.900x the raw loop's (targets "
         "<= 1.2x)"]
+
+
+def test_the_slow_handler_takes_its_delay_from_the_environment_or_fails(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    message = Message("s", "g", "1-0", [(b"k", b"v")], 1)
+    monkeypatch.delenv(handlers.DELAY_ENV, raising=False)
+    assert handlers.from_environment() is noop
+    with pytest.raises(RuntimeError, match=handlers.DELAY_ENV):
+        handlers.slow_service([message])  # its batch fails: the run's verification fails
+    monkeypatch.setenv(handlers.DELAY_ENV, "20")
+    started = time.perf_counter()
+    assert handlers.slow_service([message] * 3) == [True] * 3
+    assert time.perf_counter() - started >= 0.06
+    assert handlers.from_environment() is handlers.slow_service
+    # an inherited value never slows a run without a delay down
+    assert handlers.DELAY_ENV not in handlers.handler_env(os.environ, 0)
+    assert handlers.handler_env({}, 2.5) == {handlers.DELAY_ENV: "2.5"}
+
+
+def test_a_slow_handler_job_names_it_and_gives_executors_its_delay(tmp_path: Path) -> None:
+    spec = BacklogSpec(streams=1, per_stream=200)
+    slow = config_text(spec, "redis://127.0.0.1:1/0", tmp_path, handler_delay_ms=1)
+    assert 'path = "tests.benchmark.handlers:slow_service"' in slow
+    assert 'path = "recovery.handlers:noop"' in config_text(spec, "redis://x:1/0", tmp_path)
+
+    command = submit_command(tmp_path / "bench.toml", JobOptions(handler_delay_ms=1.5))
+    assert f"spark.executorEnv.{handlers.DELAY_ENV}=1.5" in command
+    assert not any("executorEnv" in arg for arg in submit_command(tmp_path / "b.toml",
+                                                                  JobOptions()))
+    args = parse_args(["--sizes", "1x200"])
+    assert args.handler_delay_ms == 0
+    with pytest.raises(SystemExit):
+        parse_args(["--handler-delay-ms", "-1"])

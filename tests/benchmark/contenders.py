@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from recovery.testing.local_redis import LocalServer, any_server_binary
+from tests.benchmark.handlers import handler_env
 from tests.benchmark.loops import LOOPS, REQUEUE_LOOP, Tally
 from tests.benchmark.measure import children_cpu_s, idle_cpu_rate, redis_counters
 from tests.benchmark.seed import BacklogSpec, seed_backlog
@@ -59,13 +60,14 @@ class RunRecord:
     load_avg_1m: float  # at the start of the run
     load_avg_1m_end: float
     details: dict[str, Any] = field(default_factory=dict)
+    handler_delay_ms: float = 0.0  # per handled message; 0: the no-op handler, or none called
 
 
-def run_loop_process(name: str, spec: BacklogSpec, url: str, code_root: Path | None = None
-                     ) -> tuple[float, Tally]:
-    """Run loop `name` in a fresh interpreter (with `code_root`'s ``recovery`` if given);
-    (wall seconds, what it reported)."""
-    env = {**os.environ, "PYTHONPATH": python_path(code_root)}
+def run_loop_process(name: str, spec: BacklogSpec, url: str, code_root: Path | None = None,
+                     handler_delay_ms: float = 0.0) -> tuple[float, Tally]:
+    """Run loop `name` in a fresh interpreter (with `code_root`'s ``recovery`` if given, its
+    handler `handler_delay_ms` ms per message); (wall seconds, what it reported)."""
+    env = {**handler_env(os.environ, handler_delay_ms), "PYTHONPATH": python_path(code_root)}
     started = time.perf_counter()
     # with `-m` the cwd comes first on sys.path: it decides which `recovery` is imported
     done = subprocess.run([sys.executable, "-m", "tests.benchmark.loops", name,
@@ -111,9 +113,8 @@ def _measure_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions
                     job.sampler_calls, job.cpu_s.get("total"))
 
 
-def _measure_loop(name: str, spec: BacklogSpec, url: str, code_root: Path | None
-                  ) -> Measured:
-    wall, tally = run_loop_process(name, spec, url, code_root)
+def _measure_loop(name: str, spec: BacklogSpec, url: str, options: JobOptions) -> Measured:
+    wall, tally = run_loop_process(name, spec, url, options.code_root, options.handler_delay_ms)
     return Measured(wall, tally.seconds, tally.round_trips, tally.maxrss_bytes, tally.cpu_s,
                     tally.acked, tally.dead_lettered, {"claimed": tally.claimed})
 
@@ -132,7 +133,7 @@ def run_contender(name: str, spec: BacklogSpec, repeat: int, workdir: Path,
         if name == JOB:
             measured = _measure_job(spec, server.url, workdir, options)
         else:
-            measured = _measure_loop(name, spec, server.url, options.code_root)
+            measured = _measure_loop(name, spec, server.url, options)
         delta, reaped_cpu = redis_counters(client) - before, children_cpu_s() - cpu_before
         load_end = os.getloadavg()[0]
         requeued = name == REQUEUE_LOOP or (
@@ -154,4 +155,5 @@ def run_contender(name: str, spec: BacklogSpec, repeat: int, workdir: Path,
         redis_reads=delta.reads - measured.own_redis_calls,
         per_command=delta.per_command, acked=outcome.acked,
         dead_lettered=outcome.dead_lettered, seed_s=seeded.seconds, load_avg_1m=load,
-        load_avg_1m_end=load_end, details={**measured.details, "reaped_cpu_s": reaped_cpu})
+        load_avg_1m_end=load_end, details={**measured.details, "reaped_cpu_s": reaped_cpu},
+        handler_delay_ms=0.0 if requeued else options.handler_delay_ms)

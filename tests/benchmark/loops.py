@@ -2,7 +2,9 @@
 
 Both recover every stream of a :class:`BacklogSpec` as the job does: claim idle entries with an
 XAUTOCLAIM cursor loop, read delivery counts, dead-letter entries delivered more than
-``max_deliveries`` times, hand the rest to ``recovery.handlers.noop`` and ack them.
+``max_deliveries`` times, hand the rest to the handler and ack them. The handler is
+``recovery.handlers.noop``, or the slow one of ``tests.benchmark.handlers`` when
+``BENCH_HANDLER_DELAY_MS`` is set (the job's handler, with the same delay per message).
 
 Run one in its own process (clean memory and import costs)::
 
@@ -28,6 +30,7 @@ import redis
 
 from recovery.handlers import Message, noop
 from recovery.schemas import CARRIED_DELIVERIES
+from tests.benchmark.handlers import Handler, from_environment
 from tests.benchmark.seed import BacklogSpec
 
 try:
@@ -81,8 +84,9 @@ class Tally:
 
 # --- the naive loop, as many tutorials show it --------------------------------------------
 
-def naive_recover(client: redis.Redis, spec: BacklogSpec) -> Tally:
-    """XAUTOCLAIM COUNT 100; per claimed entry one XPENDING, then XADD + XACK or XACK."""
+def naive_recover(client: redis.Redis, spec: BacklogSpec, handle: Handler = noop) -> Tally:
+    """XAUTOCLAIM COUNT 100; per claimed entry one XPENDING, then XADD + XACK or `handle`
+    and XACK."""
     tally = Tally()
     for stream in spec.stream_names():
         dlq = dead_letter_key(stream, DLQ_SUFFIX)
@@ -92,14 +96,15 @@ def naive_recover(client: redis.Redis, spec: BacklogSpec) -> Tally:
                                                     spec.min_idle_ms, cursor, count=NAIVE_COUNT)
             for entry_id, fields in entries:
                 tally.claimed += 1
-                _naive_one(client, spec, stream, dlq, entry_id, fields, tally)
+                _naive_one(client, spec, stream, dlq, entry_id, fields, tally, handle)
             if cursor == END:
                 break
     return tally
 
 
 def _naive_one(client: redis.Redis, spec: BacklogSpec, stream: str, dlq: str,
-               entry_id: bytes, fields: dict[bytes, bytes], tally: Tally) -> None:
+               entry_id: bytes, fields: dict[bytes, bytes], tally: Tally,
+               handle: Handler) -> None:
     info = client.xpending_range(stream, spec.group, entry_id, entry_id, 1)
     deliveries = int(info[0]["times_delivered"])
     if deliveries > spec.max_deliveries:
@@ -109,7 +114,7 @@ def _naive_one(client: redis.Redis, spec: BacklogSpec, stream: str, dlq: str,
         tally.dead_lettered += client.xack(stream, spec.group, entry_id)
         return
     message = Message(stream, spec.group, entry_id.decode(), list(fields.items()), deliveries)
-    if noop([message])[0]:
+    if handle([message])[0]:
         tally.acked += client.xack(stream, spec.group, entry_id)
 
 
@@ -164,13 +169,13 @@ class Writes:
 
 
 def raw_recover(client: redis.Redis, spec: BacklogSpec, count: int = RAW_COUNT,
-                requeue: bool = False) -> Tally:
+                requeue: bool = False, handle: Handler = noop) -> Tally:
     """One round trip per claimed batch, one MULTI/EXEC: [the previous batch's XACK and
     dead-letter script calls, XPENDING IDLE of the range about to be claimed (last owner, idle
     ms, delivery count before the claim), XAUTOCLAIM COUNT `count`]. With `requeue`, each
     entry the handler would get is instead XADDed back to its stream (its fields plus
     ``x-recovery-deliveries``) in the same MULTI as its XACK: the least Redis work a requeue
-    can cost, without the job's ownership check."""
+    can cost, without the job's ownership check. Else `handle` gets each batch to ack."""
     source = _dead_letter_source()
     script = MoveScript(client.script_load(source), LEGACY_LAYOUT in source)
     tally, writes = Tally(), Writes()
@@ -182,7 +187,7 @@ def raw_recover(client: redis.Redis, spec: BacklogSpec, count: int = RAW_COUNT,
                 ("XAUTOCLAIM", stream, spec.group, RAW_CONSUMER, spec.min_idle_ms, cursor,
                  "COUNT", count),
             ])
-            writes = _route(spec, stream, claim[1], before, tally, requeue)
+            writes = _route(spec, stream, claim[1], before, tally, requeue, handle)
             cursor = claim[0]
             if cursor == END:
                 break
@@ -208,9 +213,9 @@ def _round_trip(client: redis.Redis, spec: BacklogSpec, script: MoveScript, writ
 
 
 def _route(spec: BacklogSpec, stream: str, entries: list[Any], before: list[Any],
-           tally: Tally, requeue: bool = False) -> Writes:
+           tally: Tally, requeue: bool = False, handle: Handler = noop) -> Writes:
     """Split one claimed batch: over the limit -> dead-letter script values (6 per entry, in
-    calls of up to ``DLQ_BATCH`` entries); the rest -> the handler, then ack. `before` holds
+    calls of up to ``DLQ_BATCH`` entries); the rest -> `handle`, then ack. `before` holds
     the XPENDING rows read atomically before the claim ([id, owner, idle ms, count]); the
     claim added one delivery."""
     known = {row[0]: row for row in before}
@@ -238,7 +243,7 @@ def _route(spec: BacklogSpec, stream: str, entries: list[Any], before: list[Any]
         copies = [(stream, [*(v for pair in m.fields for v in pair), CARRIED_DELIVERIES,
                             m.delivery_count]) for _, m in handled]
         return Writes({stream: [i for i, _ in handled]} if handled else {}, moves, copies)
-    results = noop([m for _, m in handled])
+    results = handle([m for _, m in handled])
     acks = [entry_id for (entry_id, _), ok in zip(handled, results, strict=True) if ok]
     return Writes({stream: acks} if acks else {}, moves)
 
@@ -273,13 +278,16 @@ def _cpu_s() -> float:
 
 
 def run_loop(name: str, spec: BacklogSpec, url: str) -> Tally:
-    """Connect, run loop `name` over `spec`, time it (s) and count its round trips."""
+    """Connect, run loop `name` over `spec` with the handler the environment chooses
+    (:func:`tests.benchmark.handlers.from_environment`), time it (s) and count its round
+    trips."""
     make_client, recover = LOOPS[name]
+    handle = from_environment()
     client = make_client(url)
     client.ping()  # connect outside the timed part, as the job's start-up is timed apart
     CountingConnection.sent = 0
     started, cpu = time.perf_counter(), _cpu_s()
-    tally = recover(client, spec)
+    tally = recover(client, spec, handle=handle)
     tally.seconds, tally.cpu_s = time.perf_counter() - started, _cpu_s() - cpu
     tally.round_trips = CountingConnection.sent
     tally.maxrss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -78,6 +78,7 @@ class Row:
     steady_client_cpu_us_per_msg: float | None = None
     note: str = ""
     extras: dict[str, float | None] = field(default_factory=dict)
+    handler_delay_ms: float = 0.0  # per message (0: the no-op handler, or none called)
 
     @property
     def msg_per_s(self) -> float:
@@ -160,7 +161,7 @@ def make_row(records: list[RunRecord], probes: list[RunRecord] | None = None) ->
         client_cpu_us_per_msg=_per_msg(records, lambda r: r.client_cpu_s, 1e6),
         steady_client_cpu_us_per_msg=None if steady_cpu is None
         else steady_cpu * 1e6 / first.messages,
-        extras=phases,
+        extras=phases, handler_delay_ms=first.handler_delay_ms,
     )
 
 
@@ -180,7 +181,7 @@ def extrapolate(row: Row, size: str, messages: int) -> Row:
         reads_per_msg=row.reads_per_msg, round_trips_per_msg=row.round_trips_per_msg,
         peak_rss_mb=None, client_cpu_us_per_msg=row.client_cpu_us_per_msg,
         steady_client_cpu_us_per_msg=row.steady_client_cpu_us_per_msg,
-        note=f"extrapolated from {row.size}",
+        note=f"extrapolated from {row.size}", handler_delay_ms=row.handler_delay_ms,
     )
 
 
@@ -250,7 +251,8 @@ MAIN_HEADER = ("contender", "size", "runs", "msg/s (end to end)", "wall s", "fix
                "steady s", "steady msg/s", "client CPU us/msg: all / steady",
                "Redis CPU us/msg",
                "Redis cmds/msg",
-               "Redis reads/msg", "client round trips/msg", "driver peak RSS MB")
+               "Redis reads/msg", "client round trips/msg", "driver peak RSS MB",
+               "handler delay ms/msg")
 
 
 def main_table(rows: list[Row]) -> list[list[str]]:
@@ -263,7 +265,8 @@ def main_table(rows: list[Row]) -> list[list[str]]:
                       fmt(row.client_cpu_us_per_msg, 1) + " / "
                       + fmt(row.steady_client_cpu_us_per_msg, 1), fmt(row.cpu_us_per_msg, 2),
                       fmt(row.commands_per_msg, 2), fmt(row.reads_per_msg, 4),
-                      fmt(row.round_trips_per_msg, 4), fmt(row.peak_rss_mb, 0)])
+                      fmt(row.round_trips_per_msg, 4), fmt(row.peak_rss_mb, 0),
+                      f"{row.handler_delay_ms:g}"])
     return lines
 
 

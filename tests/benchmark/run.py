@@ -2,7 +2,8 @@
 and the Spark job, on fresh seeds, verified in Redis after every run.
 
     .venv/bin/python -m tests.benchmark.run [--sizes 100x1000,1000x1000,10000x100] [--repeats 3]
-        [--contenders naive,raw,job] [--naive-max-messages 100000] [--not-due 0.9]
+        [--contenders naive,raw,job] [--handler-delay-ms 0]
+        [--naive-max-messages 100000] [--not-due 0.9]
         [--job-set claim.count=5000] [--variant backoff:claim.backoff_factor=2]
         [--spark-conf spark.eventLog.enabled=true]
 
@@ -10,7 +11,8 @@ Prints markdown tables and writes them to ``.bench/results.md`` (git-ignored), e
 raw numbers to ``.bench/results.json`` and the job's logs under ``.bench/runs/``. The naive
 loop runs only up to ``--naive-max-messages``; bigger sizes show it extrapolated (labelled).
 Exit code 0, or 1 when a contender failed or Redis did not hold what an exactly-once
-recovery leaves behind.
+recovery leaves behind. With ``--handler-delay-ms X`` every contender's handler takes X ms
+per message (``tests.benchmark.handlers``), as a service call would.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import redis.utils
 from recovery.testing.local_redis import any_server_binary
 from tests.benchmark import report, targets
 from tests.benchmark.contenders import CONTENDERS, JOB, ContenderFailed, RunRecord, run_contender
+from tests.benchmark.handlers import DELAY_ENV, handler_path
 from tests.benchmark.seed import BacklogSpec, parse_size
 from tests.benchmark.spark_job import ROOT, JobOptions
 from tests.benchmark.verify import VerificationError
@@ -54,6 +57,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="runs per contender and size")
     parser.add_argument("--contenders", default=DEFAULT_CONTENDERS,
                         help=f"comma-separated subset of {','.join(CONTENDERS)}")
+    parser.add_argument("--handler-delay-ms", type=float, default=0.0, metavar="MS",
+                        help="per message, the handler's delay (a service call) in the job "
+                             "and the loops alike; 0: the no-op handler")
     parser.add_argument("--over-limit", type=float, default=0.05,
                         help="fraction of entries delivered more than the limit")
     parser.add_argument("--not-due", type=float, default=0.0, metavar="FRACTION",
@@ -102,6 +108,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.variants = _variants(parser, args.variant)
     args.code_root, args.code_sha = export_code(args.code) if args.code else (None, None)
     unknown = set(args.contender_list) - set(CONTENDERS)
+    if args.handler_delay_ms < 0:
+        parser.error("--handler-delay-ms: milliseconds per message, 0 or more")
     if unknown or args.repeats < 1 or not args.specs:
         parser.error(f"unknown contenders {sorted(unknown)}" if unknown
                      else "need at least one size and one repeat")
@@ -169,9 +177,10 @@ def wait_for_load(limit: float, timeout_s: float = 300.0) -> None:
 def _run_one(args: argparse.Namespace, name: str, spec: BacklogSpec, repeat: int,
              probe: bool = False) -> RunRecord:
     job = report.is_job(name)
+    # the probe measures the fixed start-up: without the handler's delay
     options = JobOptions(master_of(name, args) if job else args.masters[0],
                          job_settings(name, args), tuple(args.spark_conf), args.py_spy,
-                         args.code_root)
+                         args.code_root, 0.0 if probe else args.handler_delay_ms)
     if args.wait_for_load is not None:
         wait_for_load(args.wait_for_load, args.wait_max_s)
     label = report.probe_of(name) if probe else name
@@ -266,7 +275,8 @@ def conditions(args: argparse.Namespace, argv: list[str], records: list[RunRecor
         f"- server: {server_version()}, a fresh one per run, no persistence; its idle CPU "
         f"(measured before each run, subtracted): median {idle[len(idle) // 2] * 1000:.2f} "
         "ms/s",
-        f"- job: spark-submit --master {' / '.join(args.masters)}, handler recovery.handlers:noop, "
+        f"- handler: {_handler_line(args.handler_delay_ms)}",
+        f"- job: spark-submit --master {' / '.join(args.masters)}, "
         f"--set {' '.join(args.job_set) or '(defaults)'}; conf {' '.join(args.spark_conf) or '-'}"
         + "".join(f"; job+{name}: --set {' '.join(sets)}" for name, sets in args.variants.items())
         + f"; fixed start-up = wall of spark-submit on {PROBE_SPEC[0]}x{PROBE_SPEC[1]} run "
@@ -279,6 +289,14 @@ def conditions(args: argparse.Namespace, argv: list[str], records: list[RunRecor
         f"min {loads[0]:.1f}, median {loads[len(loads) // 2]:.1f}, max {loads[-1]:.1f} "
         "(other work shared the machine)",
     ]
+
+
+def _handler_line(delay_ms: float) -> str:
+    """Which handler every contender ran, for the conditions."""
+    if not delay_ms:
+        return f"{handler_path(0)} in the job, the same no-op in the loops"
+    return (f"{handler_path(delay_ms)}, {delay_ms:g} ms per message ({DELAY_ENV}), in the "
+            "job and the loops alike; the job's probe runs with the no-op handler")
 
 
 def render(args: argparse.Namespace, argv: list[str], records: list[RunRecord]) -> str:

@@ -1,6 +1,8 @@
 """The job contender: ``spark-submit --master local[2] jobs/recover.py`` on a seeded backlog.
 
-Writes a TOML config for the backlog, runs spark-submit with the no-op handler, polls the
+Writes a TOML config for the backlog, runs spark-submit with the no-op handler (or the slow
+one of ``tests.benchmark.handlers``, its delay in the environment and ``spark.executorEnv``,
+so it reaches Python workers on executors of their own too), polls the
 process tree's memory and Redis' counters, and reads the JSON summary (last stdout line) and
 the logs (``tests.benchmark.spark_log``) to split the wall time into session start, ``run()``
 and exit, and into segments between the job's log lines (``tests.benchmark.timeline``).
@@ -20,13 +22,13 @@ from typing import Any
 import redis
 
 from tests.benchmark import pyspy, spark_log, timeline
+from tests.benchmark.handlers import DELAY_ENV, handler_env, handler_path
 from tests.benchmark.measure import JvmThreadCpu, PeakRss, RedisSampler
 from tests.benchmark.seed import BacklogSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 SPARK_SUBMIT = ROOT / ".venv" / "bin" / "spark-submit"
 VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
-HANDLER = "recovery.handlers:noop"
 DRIVER = {"driver": ("jvm", "driver_python")}
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
@@ -37,13 +39,15 @@ class JobOptions:
     """How to submit: the master, extra ``--set`` overrides and ``--conf`` Spark settings;
     `py_spy`: path of a py-spy binary to profile the Python processes with (slows them);
     `code_root`: a directory with ``recovery/`` and ``jobs/`` to run instead of the working
-    tree (a pristine export of one commit)."""
+    tree (a pristine export of one commit); `handler_delay_ms`: per message, the slow
+    handler's delay (0: the no-op handler; the loops take it too)."""
 
     master: str = "local[2]"
     overrides: tuple[str, ...] = ()
     spark_conf: tuple[str, ...] = ()
     py_spy: str | None = None
     code_root: Path | None = None
+    handler_delay_ms: float = 0.0
 
 
 @dataclass
@@ -69,14 +73,16 @@ class JobRun:
     cpu_s: dict[str, float] = field(default_factory=dict)  # per role and "total" (PeakRss)
 
 
-def config_text(spec: BacklogSpec, url: str, report_dir: Path) -> str:
-    """The TOML config of a benchmark run: the seeded streams, the no-op handler."""
+def config_text(spec: BacklogSpec, url: str, report_dir: Path, handler_delay_ms: float = 0.0
+                ) -> str:
+    """The TOML config of a benchmark run: the seeded streams, the handler for
+    `handler_delay_ms` (the no-op one for 0)."""
     return "\n".join([
         "[redis]", f'url = "{url}"',
         "[streams]", f'match = "{spec.match}"',
         "[claim]", f"min_idle_ms = {spec.min_idle_ms}", f"max_deliveries = {spec.max_deliveries}",
         "[dead_letter]", 'suffix = ":dlq"',
-        "[handler]", f'path = "{HANDLER}"',
+        "[handler]", f'path = "{handler_path(handler_delay_ms)}"',
         "[report]", f'path = "{report_dir}"',
         "",
     ])
@@ -94,6 +100,8 @@ def submit_command(config: Path, options: JobOptions, gc_log: Path | None = None
     collections there (added to any ``spark.driver.extraJavaOptions`` of `options`)."""
     command = [str(SPARK_SUBMIT), "--master", options.master]
     confs = dict(conf.split("=", 1) for conf in options.spark_conf)
+    if options.handler_delay_ms > 0:  # executor JVMs apart from the driver's: local-cluster
+        confs[f"spark.executorEnv.{DELAY_ENV}"] = f"{options.handler_delay_ms:g}"
     if gc_log is not None:
         java = confs.get(JAVA_OPTIONS, "")
         confs[JAVA_OPTIONS] = f"{java} -Xlog:gc:file={gc_log}".strip()
@@ -126,8 +134,9 @@ def run_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions) -> 
     """Submit the job against `url`, wait for it, and measure it."""
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "bench.toml"
-    config.write_text(config_text(spec, url, workdir / "reports"))
-    env = {**os.environ, "PYTHONPATH": python_path(options.code_root),
+    config.write_text(config_text(spec, url, workdir / "reports", options.handler_delay_ms))
+    env = {**handler_env(os.environ, options.handler_delay_ms),
+           "PYTHONPATH": python_path(options.code_root),
            "PYSPARK_PYTHON": str(VENV_PYTHON if VENV_PYTHON.exists() else sys.executable)}
     stdout, stderr = workdir / "stdout.txt", workdir / "stderr.txt"
     stacks, gc_log = workdir / "py-spy.txt", workdir / "gc.log"
