@@ -24,7 +24,7 @@ from tests.benchmark.contenders import RunRecord
 from tests.benchmark.loops import DLQ_SUFFIX, run_loop
 from tests.benchmark.measure import TREE_EVERY, LastSeenCpu, PeakRss, Sample
 from tests.benchmark.run import job_settings, main, master_of, parse_args
-from tests.benchmark.seed import BacklogSpec, seed_backlog
+from tests.benchmark.seed import BacklogSpec, parse_size, seed_backlog
 from tests.benchmark.spark_job import (
     EXECUTOR_CLASS,
     JobOptions,
@@ -317,7 +317,8 @@ def test_issue_30_compares_the_pass_with_the_raw_loop_and_the_run_with_fewer_str
                _record("job", "10000x100", 22.0, 288_080, 3.6, pass_s=10.5),
                _record("job", "10000x100", 22.0, 288_080, 3.6, pass_s=11.5),
                _record("job@local-cluster[2,1,1024]", "1000x1000", 30.0, 210_000, 4.2),
-               _record("job@local-cluster[2,1,1024]", "10000x100", 33.0, 288_080, 3.6)]
+               _record("job@local-cluster[2,1,1024]", "10000x100", 33.0, 288_080, 3.6),
+               _record("job", "1x1000000", 15.0, 200_000, 3.0, pass_s=6.0)]  # issue 49's
 
     lines = targets.issue_30(report.build_rows(records), records)
 
@@ -329,6 +330,59 @@ def test_issue_30_compares_the_pass_with_the_raw_loop_and_the_run_with_fewer_str
         "(target <= 1.1x); end to end 33.0 s, 1.100x the 1000x1000 run's 30.0 s (target <= "
         "1.2x); Redis commands and CPU per message 1.108x and 0.900x the raw loop's (targets "
         "<= 1.2x)"]
+
+
+def _timed(contender: str, size: str, wall_s: float, steady_s: float | None = None,
+           pass_s: float | None = None, delay_ms: float = 0.0) -> RunRecord:
+    """A run of `size` (the loops' own timer `steady_s`; the job's pass `pass_s`)."""
+    streams, per_stream = parse_size(size)
+    segments = [{"label": f"{targets.PASS_LABEL} in {pass_s} s", "start_s": 1.0,
+                 "seconds": pass_s}] if pass_s else []
+    return RunRecord(contender, size, streams * per_stream, 0, wall_s, steady_s, None, 1 << 20,
+                     1.0, None, 1.0, 0.0, 1000, 0, {}, 0, 0, 0.0, 0.0, 0.0,
+                     {"segments": segments}, handler_delay_ms=delay_ms)
+
+
+def test_issue_49_with_a_slow_handler_compares_one_stream_with_the_same_entries_spread() -> None:
+    records = [_timed("raw", "1x2000", 2.5, 2.0, delay_ms=1),
+               _timed("raw", "8x250", 2.5, 2.0, delay_ms=1),
+               _timed("job", "1x2000", 20.0, pass_s=5.0, delay_ms=1),
+               _timed("job", "8x250", 19.0, pass_s=4.0, delay_ms=1),
+               _timed("job", "4x500", 19.0, pass_s=5.0, delay_ms=1),
+               _timed("job", "1x500", 15.0, pass_s=2.0, delay_ms=1),  # no other 500 entries
+               _timed("job@local-cluster[2,1,1024]", "1x2000", 30.0, delay_ms=1),
+               _timed("job@local-cluster[2,1,1024]", "8x250", 29.0, pass_s=4.0, delay_ms=1)]
+
+    lines = targets.issue_49(report.build_rows(records), records, "local[2]")
+
+    assert [line for line in lines if "steady" not in line] == [
+        "- 1x2000 (handler 1 ms/msg): job the pass 5.00 s, 1.250x the 8x250 run's 4.00 s "
+        "(target <= 1.25x)",
+        "- 1x2000 (handler 1 ms/msg): job the pass 5.00 s, 1.000x the 4x500 run's 5.00 s "
+        "(target <= 1.25x)",
+        "- 1x2000 (handler 1 ms/msg): job@local-cluster[2,1,1024] the pass - s, -x the 8x250 "
+        "run's 4.00 s (target <= 1.25x)"]
+    assert "- 8x250 (handler 1 ms/msg): job steady - msg/s vs raw 1,000: -x (no target: " \
+           "beside 1x2000's)" in lines  # no probe runs: no steady figure for the job
+
+
+def test_issue_49_without_a_delay_compares_one_stream_with_the_raw_loop_per_master() -> None:
+    records = [_timed("raw", "1x1000000", 9.0, 8.0), _timed("raw", "1000x1000", 9.0, 8.0),
+               _timed("job", "1x1000000", 20.0), _timed("job-startup", "1x1000000", 10.0),
+               _timed("job", "1000x1000", 18.0), _timed("job-startup", "1000x1000", 10.0),
+               _timed("job@local-cluster[2,1,1024]", "1x1000000", 25.0),
+               _timed("job-startup@local-cluster[2,1,1024]", "1x1000000", 17.0)]
+
+    lines = targets.issue_49(report.build_rows(records), records, "local[2]")
+
+    assert lines == [
+        "- 1x1000000 (no handler delay): job on local[2] steady 100,000 msg/s vs raw 125,000: "
+        "0.80x (target at 1x1000000: >= 1.3x on local[2])",
+        "- 1000x1000 (no handler delay): job steady 125,000 msg/s vs raw 125,000: 1.00x "
+        "(no target: beside 1x1000000's)",
+        "- 1x1000000 (no handler delay): job@local-cluster[2,1,1024] on "
+        "local-cluster[2,1,1024] steady 125,000 msg/s vs raw 125,000: 1.00x (target at "
+        "1x1000000: >= 1.0x on local-cluster[2,1,1024])"]
 
 
 def test_the_slow_handler_takes_its_delay_from_the_environment_or_fails(

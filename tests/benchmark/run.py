@@ -327,7 +327,9 @@ def render(args: argparse.Namespace, argv: list[str], records: list[RunRecord]) 
         title = ("### py-spy: the job's Python processes (largest size, first profiled run; "
                  "samples of running threads, all processes together)")
         parts += ["", title, "", report.markdown(report.PROFILE_HEADER, profile)]
-    for issue, checks in (("3", targets.issue_3(rows)), ("30", targets.issue_30(rows, records))):
+    issue_49 = targets.issue_49(rows, records, args.masters[0])
+    for issue, checks in (("3", targets.issue_3(rows)), ("30", targets.issue_30(rows, records)),
+                          ("49", issue_49)):
         if checks:
             parts += ["", f"### Targets of issue {issue} (measured, not asserted)", "", *checks]
     return "\n".join(parts) + "\n"

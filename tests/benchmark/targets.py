@@ -5,7 +5,12 @@
 - issue 30 (many small streams): per job contender and backlog of as many entries as a
   backlog with fewer streams, the one pass against the raw loop's whole run, end to end
   against the fewer streams' run, and Redis commands and CPU per message against the raw
-  loop's.
+  loop's (against the backlog of the fewest streams but more than one: a single stream is
+  issue 49's);
+- issue 49 (one hot stream, many tasks): per job contender and one-stream backlog ``1xN``,
+  with a handler delay the one pass against that of each backlog of ``k`` streams of
+  ``N/k`` entries; without one, the steady rate against the raw loop's, and beside it
+  (no target) those of the ``kxN/k`` backlogs.
 """
 
 from __future__ import annotations
@@ -84,11 +89,10 @@ def issue_30(rows: list[Row], records: list[RunRecord]) -> list[str]:
     than another measured backlog of as many entries (the one with the fewest streams)."""
     raw = {r.size: r for r in rows if r.contender == "raw" and r.runs}
     out = []
-    for job in (r for r in rows if is_job(r.contender) and r.runs):
+    for job in (r for r in rows if is_job(r.contender) and r.runs and _streams(r) > 1):
         fewer = min((r for r in rows if r.contender == job.contender and r.runs
-                     and r.messages == job.messages),
-                    key=lambda r: parse_size(r.size)[0])
-        if parse_size(fewer.size)[0] >= parse_size(job.size)[0]:
+                     and r.messages == job.messages and _streams(r) > 1), key=_streams)
+        if _streams(fewer) >= _streams(job):
             continue
         base, passed = raw.get(job.size), pass_seconds(records, job.contender, job.size)
         line = f"- {job.size}: {job.contender}"
@@ -104,4 +108,61 @@ def issue_30(rows: list[Row], records: list[RunRecord]) -> list[str]:
                      f"{fmt(ratio(job.cpu_us_per_msg, base.cpu_us_per_msg), 3)}x the raw "
                      "loop's (targets <= 1.2x)")
         out.append(line)
+    return out
+
+
+def _streams(row: Row) -> int:
+    return parse_size(row.size)[0]
+
+
+# Issue 49's targets: the one pass of one stream against the same entries over k streams,
+# with a slow handler; the steady rate of one stream without a delay against the raw loop's
+# (at 1x1000000; on masters whose executors run in the driver's JVM, local[N], and others).
+ONE_STREAM_PASS_RATIO = 1.25
+ONE_STREAM_SPEEDUP_LOCAL = 1.3  # local[N]: executors in the driver's JVM
+ONE_STREAM_SPEEDUP_CLUSTER = 1.0  # local-cluster[...] and any other master
+
+
+def _speedup_target(master: str) -> float:
+    return ONE_STREAM_SPEEDUP_LOCAL if master.startswith("local[") \
+        else ONE_STREAM_SPEEDUP_CLUSTER
+
+
+def _delay(row: Row) -> str:
+    return f"handler {row.handler_delay_ms:g} ms/msg" if row.handler_delay_ms \
+        else "no handler delay"
+
+
+def _steady_vs_raw(job: Row, raw: Row) -> str:
+    return (f"steady {fmt(job.steady_msg_per_s, 0)} msg/s vs raw "
+            f"{fmt(raw.steady_msg_per_s, 0)}: "
+            f"{fmt(ratio(job.steady_msg_per_s, raw.steady_msg_per_s), 2)}x")
+
+
+def issue_49(rows: list[Row], records: list[RunRecord], first_master: str) -> list[str]:
+    """Issue 49's targets, per job contender (``job`` runs on `first_master`, ``job@<m>`` on
+    ``m``) and one-stream backlog: with a handler delay, (a) its pass against that of each
+    backlog of as many entries over more streams; without, (b) its steady rate against the
+    raw loop's; then (c) the steady rates of those other backlogs against the raw loop's,
+    printed for the reader to compare."""
+    raw = {r.size: r for r in rows if r.contender == "raw" and r.runs}
+    out = []
+    for one in (r for r in rows if is_job(r.contender) and r.runs and _streams(r) == 1):
+        spread = [r for r in rows if r.contender == one.contender and r.runs
+                  and r.messages == one.messages and _streams(r) > 1]
+        head = f"- {one.size} ({_delay(one)}): {one.contender}"
+        if one.handler_delay_ms:
+            passed = pass_seconds(records, one.contender, one.size)
+            for other in spread:
+                theirs = pass_seconds(records, other.contender, other.size)
+                out.append(f"{head} the pass {fmt(passed, 2)} s, "
+                           f"{fmt(ratio(passed, theirs), 3)}x the {other.size} run's "
+                           f"{fmt(theirs, 2)} s (target <= {ONE_STREAM_PASS_RATIO}x)")
+        elif one.size in raw:
+            master = one.contender.partition("@")[2] or first_master
+            out.append(f"{head} on {master} {_steady_vs_raw(one, raw[one.size])} "
+                       f"(target at 1x1000000: >= {_speedup_target(master)}x on {master})")
+        out += [f"- {other.size} ({_delay(other)}): {other.contender} "
+                f"{_steady_vs_raw(other, raw[other.size])} (no target: beside "
+                f"{one.size}'s)" for other in spread if other.size in raw]
     return out
