@@ -414,5 +414,6 @@ def test_a_slow_handler_job_names_it_and_gives_executors_its_delay(tmp_path: Pat
                                                                   JobOptions()))
     args = parse_args(["--sizes", "1x200"])
     assert args.handler_delay_ms == 0
+    assert "1x1000000" in parse_args([]).sizes.split(",")
     with pytest.raises(SystemExit):
         parse_args(["--handler-delay-ms", "-1"])

@@ -1,8 +1,8 @@
 """Benchmark: recover S streams x N stuck entries with the naive loop, the best redis-py loop
 and the Spark job, on fresh seeds, verified in Redis after every run.
 
-    .venv/bin/python -m tests.benchmark.run [--sizes 100x1000,1000x1000,10000x100] [--repeats 3]
-        [--contenders naive,raw,job] [--handler-delay-ms 0]
+    .venv/bin/python -m tests.benchmark.run [--sizes 100x1000,1x1000000,1000x1000,10000x100]
+        [--repeats 3] [--contenders naive,raw,job] [--handler-delay-ms 0]
         [--naive-max-messages 100000] [--not-due 0.9]
         [--job-set claim.count=5000] [--variant backoff:claim.backoff_factor=2]
         [--spark-conf spark.eventLog.enabled=true]
@@ -51,9 +51,9 @@ PROBE_SPEC = (2, 20)  # the job's fixed cost: 2 streams (one per partition) x 20
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.benchmark.run",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="100x1000,1000x1000,10000x100",
+    parser.add_argument("--sizes", default="100x1000,1x1000000,1000x1000,10000x100",
                         help="comma-separated <streams>x<entries per stream> (the default: "
-                        "big streams and many small ones)")
+                        "big streams, one hot stream and many small ones)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per contender and size")
     parser.add_argument("--contenders", default=DEFAULT_CONTENDERS,
                         help=f"comma-separated subset of {','.join(CONTENDERS)}")
