@@ -645,3 +645,34 @@ def test_a_hot_stream_claimed_whole_on_a_cluster_is_counted_once(
         assert split_log_line(caplog) == "", "the log calls a stream split that one task claims"
     finally:
         rc.close()
+
+
+# --- a split unit that vanishes mid-run -------------------------------------------------------
+
+@pytest.mark.parametrize("vanish", [["XGROUP", "DESTROY", STREAM, GROUP], ["DEL", STREAM]],
+                         ids=["group-destroyed", "stream-deleted"])
+def test_a_split_stream_that_vanishes_mid_run_costs_only_itself(spark, redis_server, tmp_path,
+                                                                caplog, vanish):
+    """README: a stream or group that vanishes mid-run costs only that unit. The handler's
+    first call destroys the hot stream's group (or deletes the stream) while its parts
+    claim: the run still succeeds, the hot stream's rows are skipped as vanished, and the
+    other stream is recovered, no job consumer left in its group."""
+    client = redis_server.client()
+    seeded = seed_interleaved(client, STREAM, ["ok"] * 1200)
+    seeded.update(seed_interleaved(client, "other", ["ok"] * 100))
+    write_control(redis_server.url, on_first_call=[vanish])
+    caplog.set_level(logging.INFO, logger="recovery")
+    result = run_in_process(spark, job_args(redis_server.url, tmp_path, [STREAM, "other"],
+                                            HANDLER, *SPLIT_SMALL, run_id="split"))
+    assert result.code == 0, result.stderr[-3000:]
+    assert f"{SPLIT_LOG} ({STREAM} / {GROUP}: " in caplog.text
+    assert pel(client, "other", GROUP) == {}
+    assert job_consumers(client, "other") == []
+    rows = rows_by_key(report_rows(spark, tmp_path, "split") or [])
+    other = [k for k in seeded if k[0] == "other"]
+    assert {k: [r["action"] for r in rows[k]] for k in other} == \
+        {k: ["reprocessed"] for k in other}
+    hot = [r for k, rs in rows.items() if k[0] == STREAM for r in rs]
+    assert len(hot) == len({r["id"] for r in hot}), "a hot entry reported twice"
+    assert all(r["action"] in ("reprocessed", "skipped") for r in hot), hot
+    assert split_keys(client) == [] and client.keys("recovery:journal:*") == []
