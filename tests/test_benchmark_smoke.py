@@ -362,27 +362,30 @@ def test_issue_49_with_a_slow_handler_compares_one_stream_with_the_same_entries_
         "(target <= 1.25x)",
         "- 1x2000 (handler 1 ms/msg): job@local-cluster[2,1,1024] the pass - s, -x the 8x250 "
         "run's 4.00 s (target <= 1.25x)"]
-    assert "- 8x250 (handler 1 ms/msg): job steady - msg/s vs raw 1,000: -x (no target: " \
-           "beside 1x2000's)" in lines  # no probe runs: no steady figure for the job
+    assert "- 8x250 (handler 1 ms/msg): job steady - msg/s vs raw 1,000: -x; by the pass " \
+           "(4.00 s) 500 msg/s: 0.50x (no target: beside 1x2000's)" in lines  # no probe runs
 
 
 def test_issue_49_without_a_delay_compares_one_stream_with_the_raw_loop_per_master() -> None:
     records = [_timed("raw", "1x1000000", 9.0, 8.0), _timed("raw", "1000x1000", 9.0, 8.0),
-               _timed("job", "1x1000000", 20.0), _timed("job-startup", "1x1000000", 10.0),
+               _timed("job", "1x1000000", 20.0, pass_s=6.4),
+               _timed("job-startup", "1x1000000", 10.0),
                _timed("job", "1000x1000", 18.0), _timed("job-startup", "1000x1000", 10.0),
-               _timed("job@local-cluster[2,1,1024]", "1x1000000", 25.0),
+               _timed("job@local-cluster[2,1,1024]", "1x1000000", 25.0, pass_s=10.0),
                _timed("job-startup@local-cluster[2,1,1024]", "1x1000000", 17.0)]
 
     lines = targets.issue_49(report.build_rows(records), records, "local[2]")
 
     assert lines == [
         "- 1x1000000 (no handler delay): job on local[2] steady 100,000 msg/s vs raw 125,000: "
-        "0.80x (target at 1x1000000: >= 1.3x on local[2])",
-        "- 1000x1000 (no handler delay): job steady 125,000 msg/s vs raw 125,000: 1.00x "
-        "(no target: beside 1x1000000's)",
+        "0.80x; by the pass (6.40 s) 156,250 msg/s: 1.25x (target at 1x1000000: >= 1.3x on "
+        "local[2])",
+        "- 1000x1000 (no handler delay): job steady 125,000 msg/s vs raw 125,000: 1.00x; by "
+        "the pass (- s) - msg/s: -x (no target: beside 1x1000000's)",
         "- 1x1000000 (no handler delay): job@local-cluster[2,1,1024] on "
-        "local-cluster[2,1,1024] steady 125,000 msg/s vs raw 125,000: 1.00x (target at "
-        "1x1000000: >= 1.0x on local-cluster[2,1,1024])"]
+        "local-cluster[2,1,1024] steady 125,000 msg/s vs raw 125,000: 1.00x; by the pass "
+        "(10.00 s) 100,000 msg/s: 0.80x (target at 1x1000000: >= 1.0x on "
+        "local-cluster[2,1,1024])"]
 
 
 def test_the_slow_handler_takes_its_delay_from_the_environment_or_fails(
