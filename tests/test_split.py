@@ -27,8 +27,9 @@ from recovery.driver.discovery import WorkUnit, assign
 from recovery.driver.split import split_counts, spread
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.split_cursors import TTL_MS, cursor_key
+from recovery.testing.backlog import deliver, make_stuck
 from recovery.testing.local_redis import LocalServer
-from tests.support.backlogs import DEAD, LIVE
+from tests.support.backlogs import DEAD, HOUR_MS, LIVE
 from tests.support.cluster_fixtures import LocalCluster, keys_on_every_primary
 from tests.support.fault_tools import (
     GROUP,
@@ -47,7 +48,13 @@ from tests.support.fault_tools import (
 )
 from tests.support.invariants import pel
 from tests.support.reprocess_tools import LIVE as LIVE_APPS
-from tests.support.reprocess_tools import SMALL_BATCHES, WINDOW_MS, copies, kept_alive
+from tests.support.reprocess_tools import (
+    SMALL_BATCHES,
+    WINDOW_MS,
+    copies,
+    kept_alive,
+    seen_now,
+)
 from tests.support.split_tools import (
     pattern,
     seed_interleaved,
@@ -158,7 +165,7 @@ def test_assign_gives_each_part_its_own_consumer_and_the_units_cursor():
 
 
 def run_split(spark: SparkSession, url: str, tmp_path: Path, streams: list[str],
-              *extra: str, run_id: str = "split", delay_s: float = 0) -> JobResult:
+              *extra: str, run_id: str = "split", delay_s: float = 0.01) -> JobResult:
     """The job in-process (the session's master retries tasks: the journaled one pass); the
     handler watches the run's consumers and split keys, and sleeps `delay_s` per call (so
     a task started a little later still finds work left)."""
@@ -204,7 +211,7 @@ def test_one_hot_stream_is_recovered_by_several_tasks(spark, server, tmp_path, c
     caplog.set_level(logging.INFO, logger="recovery")
     result = run_split(spark, server.url, tmp_path, [STREAM], "spark.partitions=4",
                        "spark.split_min_pending=1000", f"claim.count={entries // 30}",
-                       "handler.batch_size=50", delay_s=0.01)
+                       "handler.batch_size=50")
     assert result.code == 0, result.stderr[-3000:]
     assert f"{SPLIT_LOG} ({STREAM} / {GROUP}: 4 tasks)" in caplog.text
 
@@ -224,6 +231,10 @@ def test_one_hot_stream_is_recovered_by_several_tasks(spark, server, tmp_path, c
     assert health["deliveries"] == {"1": entries}
     assert sum(health["idle_ages"].values()) == entries
     assert result.summary["health"]["pending"] == entries
+    progress = [r.getMessage() for r in caplog.records
+                if r.getMessage().startswith(f"progress {STREAM} / {GROUP}:")]
+    assert progress == [f"progress {STREAM} / {GROUP}: pending {entries:,} -> 0 (job holds 0), "
+                        "finished"], progress
     check_clean(client, [STREAM], "split")
     consumers, ttls = seen_meanwhile(client)
     assert len(consumers) > 1 and consumers <= {f"recovery-split-{p}" for p in range(4)}, \
@@ -232,6 +243,38 @@ def test_one_hot_stream_is_recovered_by_several_tasks(spark, server, tmp_path, c
     assert cursor in ttls and set(ttls) - {cursor}, ttls  # the cursor, the parts' lists
     assert all(key == cursor or key.startswith(f"{cursor}:recovery-split-") for key in ttls)
     assert all(0 < ttl <= TTL_MS for ttl in ttls.values()), "a killed run's keys expire"
+
+
+def test_two_groups_of_a_hot_stream_and_a_second_hot_stream_each_split(
+        spark, redis_server, tmp_path, caplog):
+    """Three hot units in one run (two groups of one stream, and a stream with a hash tag):
+    each is split over 2 of the 4 partitions with a cursor of its own, each entry of each
+    group handed over once, each unit one row of the summary."""
+    client = redis_server.client()
+    seeded = seed_interleaved(client, STREAM, ["ok"] * 1200)
+    client.xgroup_create(STREAM, "audit", id="0")
+    ids = deliver(client, STREAM, "audit", DEAD, 1200)
+    make_stuck(client, STREAM, "audit", DEAD, ids, HOUR_MS)
+    seeded.update({(STREAM, "audit", i): "ok" for i in ids})
+    seeded.update(seed_interleaved(client, "hot2{x}", ["ok"] * 1200))
+    caplog.set_level(logging.INFO, logger="recovery")
+    result = run_split(spark, redis_server.url, tmp_path, [STREAM, "hot2{x}"],
+                       *SPLIT_SMALL)
+    assert result.code == 0, result.stderr[-3000:]
+    assert ("3 streams split over several tasks each (hot / audit: 2 tasks, hot / g: 2 tasks, "
+            "hot2{x} / g: 2 tasks)") in caplog.text
+    for stream, group in [(STREAM, GROUP), (STREAM, "audit"), ("hot2{x}", GROUP)]:
+        assert client.xpending(stream, group)["pending"] == 0, (stream, group)
+        assert not [c for c in client.xinfo_consumers(stream, group)
+                    if c["name"].startswith(b"recovery-")]
+    assert handed_over(client) == dict.fromkeys(seeded, 1)
+    one_row_each(spark, tmp_path, "split", dict.fromkeys(seeded, "reprocessed"))
+    assert sorted((u["stream"], u["group"], u["total"]) for u in result.summary["units"]) == \
+        [(STREAM, "audit", 1200), (STREAM, GROUP, 1200), ("hot2{x}", GROUP, 1200)]
+    _, ttls = seen_meanwhile(client)
+    assert {cursor_key(STREAM, GROUP, "split"), cursor_key(STREAM, "audit", "split"),
+            cursor_key("hot2{x}", GROUP, "split")} <= set(ttls), ttls
+    assert split_keys(client) == [] and client.keys("recovery:journal:*") == []
 
 
 # --- 3. the same shape: dead letters, deletions, failures, the other modes, backoff -------
@@ -328,6 +371,8 @@ def test_a_split_stream_reassigns_each_entry_to_one_live_consumer(spark, redis_s
     client = redis_server.client()
     seeded = seed_interleaved(client, STREAM, ["ok"] * 1200)
     time.sleep(WINDOW_MS / 1000 + 0.5)  # seeding touched the dead consumer: let it go stale
+    for app in LIVE_APPS:  # live before the run starts, and kept live while it runs
+        seen_now(client, STREAM, app)
     caplog.set_level(logging.INFO, logger="recovery")
     with kept_alive(redis_server.client(), [STREAM], LIVE_APPS):
         result = run_split(spark, redis_server.url, tmp_path, [STREAM], *SPLIT_SMALL,
@@ -336,8 +381,9 @@ def test_a_split_stream_reassigns_each_entry_to_one_live_consumer(spark, redis_s
     assert result.code == 0, result.stderr[-3000:]
     assert f"{SPLIT_LOG} ({STREAM} / {GROUP}: 4 tasks)" in caplog.text
 
-    now = owners(client, STREAM)
-    assert {k[2] for k in seeded} == set(now), "every entry still pending"
+    ids = {k[2] for k in seeded}
+    now = {i: o for i, o in owners(client, STREAM).items() if i in ids}  # not the apps' own
+    assert ids == set(now), "every entry still pending"
     per_app = Counter(owner for owner, _ in now.values())
     assert set(per_app) == set(LIVE_APPS) and min(per_app.values()) >= 400, per_app
     assert {count for _, count in now.values()} == {1}, "the job's claim not counted"
@@ -559,7 +605,7 @@ def run_on_cluster(spark: SparkSession, cluster: LocalCluster, recorder: LocalSe
     seeded = seed_interleaved(rc, STREAM, pattern(1200, {"fail": 13, "fresh": 29}))
     for stream in small:
         seeded.update(seed_interleaved(rc, stream, ["ok"] * 20))
-    write_control(recorder.url)
+    write_control(recorder.url, delay_s=0.01)  # a part started later still finds work
     result = run_in_process(spark, job_args(
         cluster.url, tmp_path, [STREAM, *small], HANDLER, "claim.count=40",
         f"spark.partitions={partitions}", "spark.split_min_pending=500", run_id="split"))
