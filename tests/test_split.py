@@ -29,6 +29,8 @@ from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.split_cursors import TTL_MS, cursor_key
 from recovery.testing.backlog import deliver, make_stuck
 from recovery.testing.local_redis import LocalServer
+from tests.support.acl_rules import PASSWORD as ACL_PASSWORD
+from tests.support.acl_rules import create_users, refusals, setinfo_refusal
 from tests.support.backlogs import DEAD, HOUR_MS, LIVE
 from tests.support.cluster_fixtures import LocalCluster, keys_on_every_primary
 from tests.support.fault_tools import (
@@ -62,8 +64,6 @@ from tests.support.split_tools import (
     split_keys,
     workers,
 )
-from tests.test_acl import PASSWORD as ACL_PASSWORD
-from tests.test_acl import create_users, refusals
 
 HANDLER = "handler.path=tests.support.split_handler:recording_workers"
 STREAM = "hot"
@@ -545,7 +545,7 @@ def test_a_user_without_the_cursor_keys_recovers_the_stream_whole(
     """The documented rules without line 9: the cursor is refused (NOPERM), the log says so,
     and one task recovers every entry; the only refusals in the ACL LOG are the cursor's."""
     client = redis_version_server.client()
-    create_users([client], without=SPLIT_LINE)
+    create_users(client, without=SPLIT_LINE)
     seeded = seed_interleaved(client, ACL_STREAM, pattern(1200, {"poison": 9}))
     write_control(redis_version_server.url)
     caplog.set_level(logging.INFO, logger="recovery")
@@ -563,9 +563,7 @@ def test_a_user_without_the_cursor_keys_recovers_the_stream_whole(
     one_row_each(spark, tmp_path, "acl", {k: "reprocessed" if v == "ok" else "dead_lettered"
                                           for k, v in seeded.items()})
     check_clean(client, [ACL_STREAM], "acl")
-    old = client.info("server")["redis_version"].startswith("6.")
-    setinfo = "client" if old else "client|setinfo"
-    refused = refusals([client]) - {("recovery", "command", setinfo)}
+    refused = refusals(client) - {setinfo_refusal(client)}
     assert refused in ({("recovery", "command", "set")},
                        {("recovery", "key", "{events:hot}:recovery-split:acl:g")}), refused
 
@@ -575,7 +573,7 @@ def test_the_documented_user_splits_the_stream(spark, redis_server, tmp_path, ca
     of ranges and the claim script's calls on them are all granted (no refusal but
     redis-py's CLIENT SETINFO)."""
     client = redis_server.client()
-    create_users([client])
+    create_users(client)
     seeded = seed_interleaved(client, ACL_STREAM, ["ok"] * 1200)
     write_control(redis_server.url)
     caplog.set_level(logging.INFO, logger="recovery")
@@ -586,7 +584,7 @@ def test_the_documented_user_splits_the_stream(spark, redis_server, tmp_path, ca
     assert handed_over(client) == dict.fromkeys(seeded, 1)
     one_row_each(spark, tmp_path, "acl", dict.fromkeys(seeded, "reprocessed"))
     check_clean(client, [ACL_STREAM], "acl")
-    assert refusals([client]) <= {("recovery", "command", "client|setinfo")}
+    assert refusals(client) <= {setinfo_refusal(client)}
 
 
 # --- 7. a split unit on a Redis Cluster ---------------------------------------------------
