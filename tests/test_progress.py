@@ -385,7 +385,7 @@ def test_final_line_uses_the_clean_ups_summaries_and_matches_redis(server, caplo
     params = RedisParams(url=server.url)
     conn = connect(params)
     health = collect_health(conn, units, params, ":dlq")
-    own = {(s, GROUP): JOB[i % 2] for i, s in enumerate(streams)}
+    own = [(s, GROUP, JOB[i % 2]) for i, s in enumerate(streams)]
     with ProgressReporter(conn, units, ":dlq", PREFIX, RUN, 60, params, health) as rep:
         claim(client, "orders", JOB[0], ids["orders"][:5])
         client.xack("orders", GROUP, *ids["orders"][:2])  # JOB[0] still owns 3

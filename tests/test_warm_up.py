@@ -14,8 +14,8 @@ def test_the_warm_up_collects_two_dummy_units_in_the_units_shape(spark):
     warm.wait()
     assert warm.error is None
     assert sorted(warm.rows, key=lambda r: r["part"]) == [
-        {"stream": "", "group": "", "consumer": "", "part": 0},
-        {"stream": "", "group": "", "consumer": "", "part": 1}]
+        {"stream": "", "group": "", "consumer": "", "part": 0, "cursor": None},
+        {"stream": "", "group": "", "consumer": "", "part": 1, "cursor": None}]
 
 
 def test_a_warm_up_that_fails_is_kept_not_raised(spark):

@@ -220,7 +220,7 @@ def _spread_units(spark: SparkSession, client: redis.Redis, settings: Settings,
     one_pass = not dry_run and no_retries
     unit_df, consumers, parts = _unit_frame(spark, settings, params, units, split)
     if split is not None:
-        split.assigned(parts)
+        split.assigned(parts, params.run_id)
     if settings.report.pel_histograms and not in_pass:
         hist_df = unit_df.mapInArrow(histogram_partition(params), PEL_HISTOGRAM)
         add_histograms(health, [r.asDict() for r in hist_df.collect()])  # a row per unit

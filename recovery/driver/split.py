@@ -15,14 +15,17 @@ from __future__ import annotations
 import heapq
 import logging
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
+from redis.exceptions import ResponseError
 
 from recovery.executor.histogram import PelHistogram
 from recovery.params import Unit
+from recovery.redis_io.redis_conn import unit_vanished
 from recovery.redis_io.split_cursors import (
     TTL_MS,
     cursor_key,
@@ -80,27 +83,42 @@ def left_histogram(client: redis.Redis, stream: str, group: str,
                    is_job: Callable[[str], bool]) -> PelHistogram:
     """The rows a split unit's parts left to other consumers once the pass is done (what the
     claim of a whole unit reads after its hand-over): its PEL's rows not owned by this run's
-    job consumers (`is_job`: a consumer name's test)."""
+    job consumers (`is_job`: a consumer name's test). A stream or group that vanished
+    meanwhile counts what was read before (nothing, usually): it costs only itself."""
     histogram = PelHistogram()
-    for page in pending_pages(client, stream, group, LEFT_PAGE):
-        histogram.add([row for row in page if not is_job(shown(row[OWNER]))])
+    try:
+        for page in pending_pages(client, stream, group, LEFT_PAGE):
+            histogram.add([row for row in page if not is_job(shown(row[OWNER]))])
+    except ResponseError as exc:
+        if not unit_vanished(exc):
+            raise
     return histogram
 
 
 @dataclass
 class Split:
-    """The run's split units: how many parts claim each unit (in discovery order) and, by
-    (stream, group), the key of each split unit's cursor (created, with a TTL); once the
-    parts are assigned, `parts` the keys of their lists of ranges taken (``ranges_key``,
-    made by the claim script)."""
+    """The run's split units: how many parts claim each unit (in discovery order), the
+    cursors created (with a TTL) and, once the parts are assigned (``assigned``), by
+    (stream, group) the cursor of each unit that really got several parts, and the keys of
+    the parts' lists of ranges taken (``ranges_key``, made by the claim script)."""
 
     counts: list[int]
     keys: dict[tuple[str, str], str]
+    created: list[str] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
 
-    def assigned(self, parts: Iterable[tuple[Unit, int]]) -> None:
-        """Note the lists of ranges the assigned `parts` of split units will make."""
+    def assigned(self, parts: Sequence[tuple[Unit, int]], run_id: str) -> None:
+        """Keep the units the assignment gave several parts (on a Redis Cluster a unit gets
+        at most its primary's parts: with one, it stays whole) and note their parts' lists;
+        log them."""
+        tasks = Counter((u.stream, u.group) for u, _ in parts if u.cursor)
+        self.keys = {key: cursor for key, cursor in self.keys.items() if key in tasks}
         self.parts = [ranges_key(u.cursor, u.consumer) for u, _ in parts if u.cursor]
+        if not self.keys:
+            return
+        shown_units = [f"{s} / {g}: {n} tasks" for (s, g), n in tasks.items()][:SHOWN]
+        log.info("run %s: %d streams split over several tasks each (%s%s)", run_id,
+                 len(self.keys), ", ".join(shown_units), ", ..." if len(tasks) > SHOWN else "")
 
     def cursor(self, unit: WorkUnit) -> str | None:
         """`unit`'s cursor key, None for a unit claimed whole."""
@@ -131,15 +149,11 @@ def open_split(client: redis.Redis, units: Sequence[WorkUnit], partitions: int,
                  "(docs/ACL.md: the cursors' keys and commands)", run_id, len(keys), refusal)
         return None
     counts = [k if (u.stream, u.group) in keys else 1 for u, k in zip(units, counts, strict=True)]
-    shown_units = [f"{u.stream} / {u.group}: {k} tasks"
-                   for u, k in zip(units, counts, strict=True) if k > 1][:SHOWN]
-    log.info("run %s: %d streams split over several tasks each (%s%s)", run_id, len(keys),
-             ", ".join(shown_units), ", ..." if len(keys) > SHOWN else "")
-    return Split(counts, keys)
+    return Split(counts, keys, list(keys.values()))
 
 
 def drop_split(client: redis.Redis, split: Split | None) -> None:
     """Delete the split units' cursors (what cannot be deleted expires)."""
     if split is not None:
-        drop_keys(client, [*split.keys.values(), *split.parts], "split cursor(s) and range lists",
+        drop_keys(client, [*split.created, *split.parts], "split cursor(s) and range lists",
                   TTL_MS // 1000)
