@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,27 +21,13 @@ from recovery.dead_letters.cli import dead_letters_main
 from recovery.driver.cli import run_recovery
 from recovery.redrive.cli import redrive_main
 from recovery.testing.local_redis import LocalServer
+from tests.support.acl_rules import PASSWORD, documented_rules
 from tests.support.backlogs import DEAD, LIVE, Seeded, seed
 from tests.support.cluster_fixtures import LocalCluster
 from tests.support.invariants import dead_letters, final_states, pel
 
-ACL_DOC = Path(__file__).resolve().parent.parent / "docs" / "ACL.md"
-PASSWORD = "acl-test-9d41"
 STREAMS = ["events:orders", "events:{eu}:pay"]
 OUTSIDE = "other"  # a stream the users may not touch
-DOC_RULE = re.compile(r"<!-- acl-rule: (\w+) -->\s*```\n(.*?)```", re.DOTALL)
-
-
-def documented_rules() -> dict[str, list[list[str]]]:
-    """user -> the argument lists of its documented ``ACL SETUSER <user> ...`` lines."""
-    rules: dict[str, list[list[str]]] = {}
-    for name, block in DOC_RULE.findall(ACL_DOC.read_text()):
-        lines = [line.split() for line in block.strip().splitlines()]
-        assert all(line[:3] == ["ACL", "SETUSER", name] for line in lines), block
-        rules[name] = [[t.replace(">CHANGE-ME", f">{PASSWORD}") for t in line[2:]]
-                       for line in lines]
-    assert set(rules) == {"recovery", "redrive"}
-    return rules
 
 
 def create_users(nodes: list[Redis], *extra: str, without: str | None = None,

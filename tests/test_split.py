@@ -24,7 +24,8 @@ from redis import Redis
 from redis.cluster import RedisCluster
 
 from recovery.driver.discovery import WorkUnit, assign
-from recovery.driver.split import split_counts, spread
+from recovery.driver.split import split_counts
+from recovery.redis_io.cluster import spread
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.split_cursors import TTL_MS, cursor_key
 from recovery.testing.backlog import deliver, make_stuck

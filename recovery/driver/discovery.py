@@ -14,14 +14,13 @@ import redis
 from redis.cluster import RedisCluster
 
 from recovery.config import Settings
-from recovery.driver.split import spread
 from recovery.errors import (
     ConfigError,
     DeadLetterNameError,
     UnsupportedServerError,
 )
 from recovery.params import RedisParams, Unit
-from recovery.redis_io.cluster import groups_by_node, node_of
+from recovery.redis_io.cluster import groups_by_node, node_of, spread
 from recovery.redis_io.dlq_names import dead_letter_key, is_dead_letter_key
 from recovery.redis_io.redis_conn import (
     calls_of,

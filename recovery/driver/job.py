@@ -64,7 +64,7 @@ from recovery.driver.plan import (
 from recovery.driver.progress import ProgressReporter
 from recovery.driver.progress_frontier import parts_order, progress_parts
 from recovery.driver.spark_errors import spark_errors
-from recovery.driver.split import Split, drop_split, open_split
+from recovery.driver.split import Split, split_units
 from recovery.driver.transforms import units_of_parts
 from recovery.driver.warm_up import WarmUp, warming_up
 from recovery.errors import ConfigError
@@ -202,55 +202,46 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
     if warm_up is not None:
         warm_up.wait()
     # A run that claims spreads each big PEL over several tasks (recovery.driver.split).
-    split = None if dry_run or plan is not None else open_split(
-        client, units, settings.spark.partitions, settings.spark.split_min_pending,
-        settings.claim.count, params.run_id)
-    try:
-        return _spread_units(spark, client, settings, params, units, summary, dry_run, plan,
-                             split, in_pass, health, no_retries)
-    finally:
-        drop_split(client, split)
-
-
-def _spread_units(spark: SparkSession, client: redis.Redis, settings: Settings,
-                  params: JobParams, units: list[WorkUnit], summary: RunSummary,
-                  dry_run: bool, plan: str | None, split: Split | None, in_pass: bool,
-                  health: list[dict], no_retries: bool) -> Tallies:
-    """The rest of :func:`_run_units`, once the units' split is chosen."""
-    one_pass = not dry_run and no_retries
-    unit_df, consumers, parts = _unit_frame(spark, settings, params, units, split)
-    if split is not None:
-        split.assigned(parts, params.run_id)
-    if settings.report.pel_histograms and not in_pass:
-        hist_df = unit_df.mapInArrow(histogram_partition(params), PEL_HISTOGRAM)
-        add_histograms(health, [r.asDict() for r in hist_df.collect()])  # a row per unit
-    if not in_pass:
-        _write_health(spark, settings, params, health, summary)
-    if dry_run:
-        return write_pass(unit_df, plan_partition(params), settings.report.path,
-                          params.run_id, by_workers=no_retries)
-    # A planned run's parts take their entries in the plan's order: its ticks read round robin.
-    order = None if plan is not None else parts_order(
-        [(u.stream, u.group) for u in units], progress_parts(parts))
-    with ProgressReporter(client, units, settings.dead_letter.suffix,
-                          settings.claim.consumer_prefix, params.run_id,
-                          settings.report.progress_interval_s, params.redis, health,
-                          order) as pr:
-        work = unit_df if plan is None else planned_frame(
-            spark, plan, parts, max(p for _, p in parts) + 1)
-        tallies = _recover(spark, client, settings, params, work, consumers, one_pass, in_pass)
-        if in_pass:  # the histograms came with the report pass: as its claim steps found them
-            stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
-            left = split.left_rows(client, partial(is_job_consumer, stem=stem)) if split else []
-            add_histograms(health, merged_rows([*histogram_rows(tallies), *left]))
+    with split_units(client, units, settings.spark.partitions,
+                     settings.spark.split_min_pending, settings.claim.count, params.run_id,
+                     wanted=not dry_run and plan is None) as split:
+        unit_df, consumers, parts = _unit_frame(spark, settings, params, units, split)
+        if split is not None:
+            split.assigned(parts, params.run_id)
+        if settings.report.pel_histograms and not in_pass:
+            hist_df = unit_df.mapInArrow(histogram_partition(params), PEL_HISTOGRAM)
+            add_histograms(health, [r.asDict() for r in hist_df.collect()])  # a row per unit
+        if not in_pass:
             _write_health(spark, settings, params, health, summary)
-        # The clean-up reads each group's PEL summary: the final progress line uses them.
-        pr.take_final_summaries(clean_up_job_consumers(
-            client, health, consumers, settings.claim.consumer_prefix, params.redis).summaries)
-    idle_ms = settings.housekeeping.remove_idle_consumers_ms
-    if idle_ms is not None:
-        remove_idle_consumers(client, health, idle_ms, params.redis)
-    return tallies
+        if dry_run:
+            return write_pass(unit_df, plan_partition(params), settings.report.path,
+                              params.run_id, by_workers=no_retries)
+        # A planned run's parts take their entries in the plan's order: ticks read round robin.
+        order = None if plan is not None else parts_order(
+            [(u.stream, u.group) for u in units], progress_parts(parts))
+        with ProgressReporter(client, units, settings.dead_letter.suffix,
+                              settings.claim.consumer_prefix, params.run_id,
+                              settings.report.progress_interval_s, params.redis, health,
+                              order) as pr:
+            work = unit_df if plan is None else planned_frame(
+                spark, plan, parts, max(p for _, p in parts) + 1)
+            tallies = _recover(spark, client, settings, params, work, consumers,
+                               not dry_run and no_retries, in_pass)
+            if in_pass:  # the histograms came with the report pass, as its claim steps found
+                # them; a split unit's parts' added up, with what they left
+                stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
+                left = split.left_rows(client, partial(is_job_consumer, stem=stem)) \
+                    if split else []
+                add_histograms(health, merged_rows([*histogram_rows(tallies), *left]))
+                _write_health(spark, settings, params, health, summary)
+            # The clean-up reads each group's PEL summary: the final progress line uses them.
+            pr.take_final_summaries(clean_up_job_consumers(
+                client, health, consumers, settings.claim.consumer_prefix,
+                params.redis).summaries)
+        idle_ms = settings.housekeeping.remove_idle_consumers_ms
+        if idle_ms is not None:
+            remove_idle_consumers(client, health, idle_ms, params.redis)
+        return tallies
 
 
 def _write_health(spark: SparkSession, settings: Settings, params: JobParams,

@@ -12,11 +12,11 @@ whole: the run of 10,000 small streams is the run it always was.
 
 from __future__ import annotations
 
-import heapq
+import contextlib
 import logging
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,14 +26,8 @@ from redis.exceptions import ResponseError
 from recovery.executor.histogram import PelHistogram
 from recovery.params import Unit
 from recovery.redis_io.redis_conn import unit_vanished
-from recovery.redis_io.split_cursors import (
-    TTL_MS,
-    cursor_key,
-    drop_keys,
-    open_cursors,
-    ranges_key,
-)
-from recovery.redis_io.streams import OWNER, pending_pages, shown
+from recovery.redis_io.split_cursors import TTL_MS, cursor_key, open_cursors, ranges_key
+from recovery.redis_io.streams import OWNER, drop_keys, pending_pages, shown
 
 if TYPE_CHECKING:
     from recovery.driver.discovery import WorkUnit
@@ -57,26 +51,6 @@ def split_counts(pending: Sequence[int], partitions: int, min_pending: int,
     share = total / partitions
     return [max(1, min(partitions, math.ceil(n / share), n // step))
             if n >= min_pending and n > share else 1 for n in pending]
-
-
-def spread(items: Sequence[T], parts: Sequence[int], weight: Callable[[T], int], bins: int
-           ) -> list[tuple[T, int]]:
-    """Greedy packing of items that may take several bins: each item (heaviest share first,
-    ties in the order given) goes to its `parts` (at most `bins`) lightest bins, one share
-    of its weight each. Returns (item, bin) pairs, an item's bins in ascending order.
-    With every part 1 it is ``recovery.redis_io.cluster.biggest_first``."""
-    load: list[tuple[float, int]] = [(0.0, b) for b in range(bins)]
-    placed: list[tuple[T, int]] = []
-    order = sorted(range(len(items)),
-                   key=lambda i: -weight(items[i]) / min(parts[i], bins))
-    for i in order:
-        k = min(parts[i], bins)
-        share = weight(items[i]) / k
-        taken = [heapq.heappop(load) for _ in range(k)]
-        placed += [(items[i], b) for _, b in sorted(taken, key=lambda t: t[1])]
-        for used, b in taken:
-            heapq.heappush(load, (used + share, b))
-    return placed
 
 
 def left_histogram(client: redis.Redis, stream: str, group: str,
@@ -126,8 +100,9 @@ class Split:
 
     def left_rows(self, client: redis.Redis, is_job: Callable[[str], bool]
                   ) -> list[dict[str, Any]]:
-        """A PEL_HISTOGRAM row per split unit of what its parts left (``left_histogram``);
-        the parts' own rows come with their tallies (add them up: ``merged_rows``)."""
+        """A PEL_HISTOGRAM row per split unit of what its parts left to consumers other than
+        the run's (`is_job`: a consumer name's test); the parts' own rows come with their
+        tallies (add them up: ``merged_rows``)."""
         return [left_histogram(client, stream, group, is_job).row(stream, group)
                 for stream, group in self.keys]
 
@@ -152,8 +127,17 @@ def open_split(client: redis.Redis, units: Sequence[WorkUnit], partitions: int,
     return Split(counts, keys, list(keys.values()))
 
 
-def drop_split(client: redis.Redis, split: Split | None) -> None:
-    """Delete the split units' cursors (what cannot be deleted expires)."""
-    if split is not None:
-        drop_keys(client, [*split.created, *split.parts], "split cursor(s) and range lists",
-                  TTL_MS // 1000)
+@contextlib.contextmanager
+def split_units(client: redis.Redis, units: Sequence[WorkUnit], partitions: int,
+                min_pending: int, step: int, run_id: str, wanted: bool = True
+                ) -> Iterator[Split | None]:
+    """The run's split (``open_split``; None when not `wanted`: a dry run, a plan's run, or
+    when no unit is split) for the duration; then its cursors and range lists deleted (what
+    cannot be deleted expires)."""
+    split = open_split(client, units, partitions, min_pending, step, run_id) if wanted else None
+    try:
+        yield split
+    finally:
+        if split is not None:
+            drop_keys(client, [*split.created, *split.parts],
+                      "split cursor(s) and range lists", TTL_MS // 1000)

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from pyspark.sql.types import StringType, StructField, StructType
 
 from recovery.executor.backoff import NotDue
-from recovery.executor.histogram import PelHistogram, merged_rows
+from recovery.executor.histogram import PelHistogram
 from recovery.executor.packing import ArrowFn
 from recovery.schemas import REPORT, arrow
 
@@ -179,6 +179,7 @@ def not_due_counts(tallies: Tallies) -> dict[tuple[str, str], NotDue]:
 
 
 def histogram_rows(tallies: Tallies) -> list[dict[str, Any]]:
-    """The PEL_HISTOGRAM rows the tallies carry, one per unit (the parts of a split unit
-    added up); none without ``report.pel_histograms`` or in a dry run."""
-    return merged_rows(row for tally in tallies for row in tally["histograms"])
+    """The PEL_HISTOGRAM rows the tallies carry (one per unit, or per part of a split unit:
+    add them up with ``histogram.merged_rows``; none without ``report.pel_histograms`` or in
+    a dry run)."""
+    return [row for tally in tallies for row in tally["histograms"]]

@@ -218,11 +218,25 @@ def biggest_first(items: list[T], weight: Callable[[T], int], bins: int
                   ) -> list[tuple[T, int]]:
     """Greedy packing: each item, heaviest first (ties in the order given), with the bin
     (0 to `bins` - 1) that was the lightest when it came. Returns (item, bin) pairs in
-    that order."""
-    load = [(0, b) for b in range(bins)]
-    placed = []
-    for item in sorted(items, key=lambda i: -weight(i)):
-        used, b = heapq.heappop(load)
-        placed.append((item, b))
-        heapq.heappush(load, (used + weight(item), b))
+    that order (``spread`` with one bin per item)."""
+    return spread(items, [1] * len(items), weight, bins)
+
+
+def spread(items: Sequence[T], parts: Sequence[int], weight: Callable[[T], int], bins: int
+           ) -> list[tuple[T, int]]:
+    """Greedy packing of items that may take several bins: each item (heaviest share first,
+    ties in the order given) goes to its `parts` (at most `bins`) lightest bins, one share
+    of its weight each. Returns (item, bin) pairs, an item's bins in ascending order.
+    With every part 1 it is :func:`biggest_first`."""
+    load: list[tuple[float, int]] = [(0.0, b) for b in range(bins)]
+    placed: list[tuple[T, int]] = []
+    order = sorted(range(len(items)),
+                   key=lambda i: -weight(items[i]) / min(parts[i], bins))
+    for i in order:
+        k = min(parts[i], bins)
+        share = weight(items[i]) / k
+        taken = [heapq.heappop(load) for _ in range(k)]
+        placed += [(items[i], b) for _, b in sorted(taken, key=lambda t: t[1])]
+        for used, b in taken:
+            heapq.heappush(load, (used + share, b))
     return placed

@@ -18,6 +18,9 @@ ACL refusals inside scripts carry no code at all: see ``acl_errors``.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+
+from redis.exceptions import NoPermissionError, ResponseError
 
 GENERIC = "ERR"  # the code of an error that names none
 PIPELINE_PREFIX = re.compile(r"^Command # \d+ \((.*?)\) of pipeline caused error: ", re.DOTALL)
@@ -59,3 +62,24 @@ def error_code(error: object) -> str:
 def _leading_code(text: str) -> str | None:
     found = CODE.match(text)
     return found.group(1) if found else None
+
+
+def permission_refusal(reply: object) -> str | None:
+    """The first line of `reply` when it is the server's refusal of a key or command for
+    this user (NOPERM, however redis-py classed it), else None."""
+    if isinstance(reply, NoPermissionError) or (
+            isinstance(reply, ResponseError) and error_code(reply) == "NOPERM"):
+        return str(reply).splitlines()[0]
+    return None
+
+
+def first_refusal(replies: Iterable[object]) -> str | None:
+    """The first of `replies` (as ``streams.each`` gives them) that is a permission refusal
+    (``permission_refusal``); None when none is. Another error is raised."""
+    for reply in replies:
+        refusal = permission_refusal(reply)
+        if refusal is not None:
+            return refusal
+        if isinstance(reply, Exception):
+            raise reply
+    return None

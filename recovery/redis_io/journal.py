@@ -23,8 +23,8 @@ import redis
 from redis.exceptions import NoPermissionError, ResponseError
 
 from recovery.errors import ConfigError, RecoveryError
-from recovery.redis_io.split_cursors import drop_keys, permission_refusal
-from recovery.redis_io.streams import each
+from recovery.redis_io.error_codes import first_refusal
+from recovery.redis_io.streams import drop_keys, each
 
 HEADER = b"run "
 CLAIM = b"c"  # then JSON: ["<stream>", "<group>", ["<id>", ...]]
@@ -92,13 +92,7 @@ def open_journals(client: redis.Redis, keys: Sequence[str], run_id: str) -> str 
     for key in keys:
         commands += [("RPUSH", key, HEADER + run_id.encode()), ("EXPIRE", key, TTL_S),
                      ("LRANGE", key, 0, 0)]
-    for reply in each(client, commands):
-        refusal = permission_refusal(reply)
-        if refusal is not None:
-            return refusal
-        if isinstance(reply, Exception):
-            raise reply
-    return None
+    return first_refusal(each(client, commands))
 
 
 def drop_journals(client: redis.Redis, keys: Sequence[str]) -> None:

@@ -10,18 +10,15 @@ creates them before the pass and deletes them after it; a killed run's expire af
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 import redis
-from redis.exceptions import NoPermissionError, ResponseError
 
 from recovery.errors import DeadLetterNameError
 from recovery.redis_io.dlq_names import dead_letter_key
-from recovery.redis_io.error_codes import error_code
+from recovery.redis_io.error_codes import first_refusal
 from recovery.redis_io.streams import each
 
-log = logging.getLogger(__name__)
 SUFFIX = ":recovery-split:"
 TTL_MS = 24 * 3600 * 1000  # a killed run's cursors go away on their own after a day
 START = "0-0"  # a cursor before the first step (claim_due.lua: then '(<id>', then 'done')
@@ -42,37 +39,8 @@ def ranges_key(cursor: str, consumer: str) -> str:
     return f"{cursor}:{consumer}"
 
 
-def permission_refusal(reply: object) -> str | None:
-    """The first line of `reply` when it is the server's refusal of a key or command for
-    this user (NOPERM, however redis-py classed it), else None."""
-    if isinstance(reply, NoPermissionError) or (
-            isinstance(reply, ResponseError) and error_code(reply) == "NOPERM"):
-        return str(reply).splitlines()[0]
-    return None
-
-
 def open_cursors(client: redis.Redis, keys: Sequence[str]) -> str | None:
     """Set each cursor to its start, with a TTL, pipelined. Returns None when they are
     usable, else the server's refusal (an ACL user without the cursors' keys or commands:
     the run then keeps every unit whole). Other errors are raised."""
-    for reply in each(client, [("SET", key, START, "PX", TTL_MS) for key in keys]):
-        refusal = permission_refusal(reply)
-        if refusal is not None:
-            return refusal
-        if isinstance(reply, Exception):
-            raise reply
-    return None
-
-
-def drop_keys(client: redis.Redis, keys: Sequence[str], what: str, ttl_s: int) -> None:
-    """Delete the run's `keys` (journals, cursors: `what` they are); what cannot be deleted
-    expires within `ttl_s` seconds (logged, not raised: this runs also after a failed run,
-    whose own error must come out)."""
-    try:
-        replies = each(client, [("DEL", key) for key in keys])
-    except redis.RedisError as exc:
-        replies = [exc]
-    failed = [r for r in replies if isinstance(r, Exception)]
-    if failed:
-        log.warning("%d %s not deleted (they expire within %d s): %s", len(failed), what,
-                    ttl_s, failed[0])
+    return first_refusal(each(client, [("SET", key, START, "PX", TTL_MS) for key in keys]))

@@ -7,6 +7,7 @@ Times are milliseconds. IDs are ``str`` (``"<ms>-<seq>"``); field names and valu
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -16,6 +17,8 @@ import redis
 from redis.cluster import RedisCluster
 
 from recovery.redis_io.pipelined import exchange, transaction
+
+log = logging.getLogger(__name__)
 
 Fields = list[tuple[bytes, bytes]]
 FlatFields = list[bytes]  # [name1, value1, name2, value2, ...] as Redis replies
@@ -259,3 +262,17 @@ def fetch_flats(client: redis.Redis, stream: str, ids: Sequence[K]
             raise reply
         result[entry_id] = reply[0][1] if reply else None  # type: ignore[index]
     return result
+
+
+def drop_keys(client: redis.Redis, keys: Sequence[str], what: str, ttl_s: int) -> None:
+    """Delete the run's `keys` (journals, cursors: `what` they are); what cannot be deleted
+    expires within `ttl_s` seconds (logged, not raised: this runs also after a failed run,
+    whose own error must come out)."""
+    try:
+        replies = each(client, [("DEL", key) for key in keys])
+    except redis.RedisError as exc:
+        replies = [exc]
+    failed = [r for r in replies if isinstance(r, Exception)]
+    if failed:
+        log.warning("%d %s not deleted (they expire within %d s): %s", len(failed), what,
+                    ttl_s, failed[0])

@@ -1,6 +1,5 @@
 """The least-privilege users of docs/ACL.md, read from the document itself, for tests that
-run the job as those users (tests/test_split.py; tests/test_acl.py has its own copy of these
-helpers, which it could take from here)."""
+run the job as those users (tests/test_acl.py, tests/test_split.py)."""
 
 from __future__ import annotations
 
