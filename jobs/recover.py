@@ -19,8 +19,8 @@ prefer_installed_pyspark()  # before the first pyspark import
 
 from pyspark.sql import SparkSession  # noqa: E402
 
-from recovery.config import Settings  # noqa: E402
 from recovery.driver.cli import run_recovery, submitted_session  # noqa: E402
+from recovery.settings.model import Settings  # noqa: E402
 
 
 def build_session(settings: Settings) -> SparkSession:

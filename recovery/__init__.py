@@ -27,8 +27,8 @@ __version__ = "0.1.0"
 
 _HOMES = {
     # settings
-    "Settings": "recovery.config",
-    "load_settings": "recovery.config",
+    "Settings": "recovery.settings.model",
+    "load_settings": "recovery.settings.model",
     # running it
     "run": "recovery.driver.job",
     "pending_entries": "recovery.driver.job",
@@ -101,7 +101,6 @@ __all__ = [  # the same names as _HOMES (tests/test_public_api.py holds them tog
 ]
 
 if TYPE_CHECKING:
-    from recovery.config import Settings, load_settings
     from recovery.dead_letters.report import DeadLetterSummary
     from recovery.dead_letters.run import read_dead_letters, run_dead_letters
     from recovery.dead_letters.trend import health_trend
@@ -130,6 +129,7 @@ if TYPE_CHECKING:
         DeathReason,
         Mode,
     )
+    from recovery.settings.model import Settings, load_settings
 
 
 def __getattr__(name: str) -> Any:

@@ -1,6 +1,6 @@
 """What travels from the driver to the executors: small frozen dataclasses, no settings object.
 
-Built on the driver from the validated settings (``recovery.config.executor_params``). This
+Built on the driver from the validated settings (``recovery.settings.model.executor_params``). This
 module imports nothing heavy: Spark's Python workers import it at their first task, so they
 need not load pydantic (a test holds it).
 """

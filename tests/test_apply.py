@@ -15,13 +15,13 @@ import pyarrow as pa
 import pytest
 from redis import Redis
 
-from recovery.config import executor_params
 from recovery.executor.apply import apply_batch
 from recovery.executor.claimed import Claimed
 from recovery.executor.lease import REASON_VANISHED
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import connect
 from recovery.schemas import CLAIMED, Action, arrow
+from recovery.settings.model import executor_params
 from tests.support.handlers import LIVE_ACK_URL_ENV, MEANWHILE_ENV, SEEN
 
 GROUP, DEAD, JOB = "workers", "crashed", "recovery-r1-0"

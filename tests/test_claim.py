@@ -12,7 +12,6 @@ import pyarrow as pa
 import pytest
 from redis import Redis
 
-from recovery.config import executor_params, load_settings
 from recovery.executor.backoff import NotDue
 from recovery.executor.claim import claim_steps
 from recovery.executor.claimed import CLAIMED_ARROW
@@ -21,6 +20,7 @@ from recovery.params import Unit
 from recovery.redis_io import autoclaim, scripts
 from recovery.redis_io.autoclaim import deleted_by_position
 from recovery.redis_io.redis_conn import connect
+from recovery.settings.model import executor_params, load_settings
 from recovery.testing.backlog import make_stuck
 from tests.support.claim_checks import DEAD, GROUP, HOUR_MS, JOB, assert_matches_redis, stuck
 from tests.support.lost_reply import ReplyDropper

@@ -18,7 +18,6 @@ from chispa import assert_df_equality
 from pyspark.sql.types import StringType, StructField, StructType
 from redis.cluster import RedisCluster
 
-from recovery.config import load_settings, redis_params
 from recovery.driver.discovery import WorkUnit, assign, clean_up_consumers, discover
 from recovery.driver.job import run
 from recovery.errors import ConfigError, RecoveryError
@@ -26,6 +25,7 @@ from recovery.redis_io.cluster import StreamCluster, groups_by_node
 from recovery.redis_io.dlq_names import dead_letter_key, requeue_key
 from recovery.redis_io.redis_conn import connect, unit_vanished
 from recovery.report.run_report import read_run
+from recovery.settings.model import load_settings, redis_params
 from tests.support.backlogs import HOUR_MS, Seeded, age_pending, seed
 from tests.support.cluster_fixtures import LocalCluster, keys_on_every_primary
 from tests.support.invariants import final_states, pel

@@ -11,7 +11,6 @@ import pyarrow as pa
 import pytest
 from redis import Redis
 
-from recovery.config import executor_params
 from recovery.executor.apply import apply_batch
 from recovery.executor.claimed import Claimed
 from recovery.executor.lease import REASON_DELETED, REASON_GONE, REASON_VANISHED
@@ -19,6 +18,7 @@ from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import connect
 from recovery.redis_io.scripts import load_scripts
 from recovery.schemas import CLAIMED, Action, DeathReason, arrow
+from recovery.settings.model import executor_params
 
 GROUP, DEAD, JOB, RUN = "workers", "crashed", "recovery-r1-0", "r1"
 STREAMS = ("a", "b", "gone", "d")  # the batch's units, in order; "gone" vanishes

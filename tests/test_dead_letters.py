@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 import pytest
 import redis
 
-from recovery.config import Settings, load_settings
 from recovery.dead_letters.cli import dead_letters_main
 from recovery.dead_letters.read import dead_letter_row
 from recovery.dead_letters.report import DeadLetterSummary, views_path
@@ -26,6 +25,7 @@ from recovery.dead_letters.trend import health_trend
 from recovery.dead_letters.views import signature
 from recovery.driver.job import run
 from recovery.schemas import HEALTH, arrow
+from recovery.settings.model import Settings, load_settings
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.testing.local_redis import LocalServer
 from tests.support.redrive_tools import dead_letter

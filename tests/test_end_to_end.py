@@ -14,9 +14,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StringType, StructField, StructType
 from redis import Redis
 
-from recovery.config import Settings
 from recovery.driver.job import run
 from recovery.report.run_report import read_run
+from recovery.settings.model import Settings
 from tests.support.backlogs import HOUR_MS, LIVE, Seeded, age_pending, seed
 from tests.support.handlers import CHECKSUM, checksum
 from tests.support.invariants import dead_letters, final_states, pel

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 import pyarrow as pa
 from redis import Redis
 
-from recovery.config import executor_params
 from recovery.errors import StreamUnitError
 from recovery.executor.claim import ClaimStep, claim_steps
 from recovery.executor.claimed import CLAIMED_ARROW
@@ -25,6 +24,7 @@ from recovery.executor.histogram import PelHistogram
 from recovery.executor.throttle import Throttle
 from recovery.params import JobParams, Unit
 from recovery.redis_io.redis_conn import connect
+from recovery.settings.model import executor_params
 from recovery.testing.backlog import make_stuck
 from tests.support.claim_checks import DEAD, GROUP, HOUR_MS, JOB, assert_matches_redis, stuck
 from tests.support.servers import command_calls

@@ -19,7 +19,7 @@ PACKAGE = ROOT / "recovery"
 MAX_LINES = 400
 MODULES = sorted(PACKAGE.rglob("*.py"))
 # The driver side: orchestration, the settings model and the library it is built with.
-DRIVER_SIDE = ("recovery.driver", "recovery.config", "pydantic", "pydantic_settings")
+DRIVER_SIDE = ("recovery.driver", "recovery.settings", "pydantic", "pydantic_settings")
 # ...and the one module of another package that Python workers run: the dead-letter reader.
 WORKER_SIDE = sorted(m for m in MODULES if m.relative_to(PACKAGE).parts[0] in
                      ("executor", "redis_io")

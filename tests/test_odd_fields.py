@@ -299,8 +299,8 @@ def test_redrive_restarts_an_odd_redrive_count_at_one(redis_server):
 
 
 def test_the_dead_letter_reader_reads_odd_numbers_as_null(spark, redis_server, tmp_path):
-    from recovery.config import load_settings
     from recovery.dead_letters.run import read_dead_letters
+    from recovery.settings.model import load_settings
 
     client = redis_server.client()
     key = dead_letter_key("dl", ":dlq")

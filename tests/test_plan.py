@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from recovery.config import executor_params
 from recovery.driver import plan as plan_module
 from recovery.driver.job import run
 from recovery.driver.plan import MANIFEST
@@ -20,6 +19,7 @@ from recovery.executor.throttle import Throttle
 from recovery.params import Unit
 from recovery.redis_io.redis_conn import connect
 from recovery.report.run_report import read_run, read_run_dir
+from recovery.settings.model import executor_params
 from recovery.testing.backlog import add_entries, deliver, make_stuck
 from tests.support.backlogs import DEAD, HOUR_MS, LIVE, seed
 from tests.support.fault_tools import job_args, run_in_process, seed_kinds

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from redis.crc import key_slot
 
-from recovery.config import executor_params, load_settings, redacted_url
 from recovery.driver.discovery import WorkUnit, assign
 from recovery.driver.job import check_no_speculation, retries_tasks
 from recovery.errors import ConfigError, DeadLetterNameError
@@ -16,6 +15,8 @@ from recovery.executor.partitions import young_collections_rarer
 from recovery.executor.throttle import Throttle
 from recovery.handlers import Result, normalise_reply
 from recovery.redis_io.dlq_names import dead_letter_key, requeue_key
+from recovery.settings.model import executor_params, load_settings
+from recovery.settings.redis import redacted_url
 
 
 @pytest.mark.parametrize(("source", "dlq"), [

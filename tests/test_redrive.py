@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from recovery.config import load_settings
 from recovery.driver.job import run
 from recovery.params import RedisParams
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import connect
 from recovery.redis_io.streams import Fields, pairs
 from recovery.redrive.run import RedriveSummary, run_redrive
+from recovery.settings.model import load_settings
 from recovery.testing.backlog import add_entries, deliver
 from recovery.testing.local_redis import LocalServer
 from tests.support.backlogs import seed

@@ -11,7 +11,6 @@ import pyarrow as pa
 import pytest
 from redis import Redis
 
-from recovery.config import executor_params
 from recovery.executor.claim import claim_steps
 from recovery.executor.claimed import CLAIMED_ARROW
 from recovery.executor.throttle import Throttle
@@ -19,6 +18,7 @@ from recovery.params import Unit
 from recovery.redis_io import scripts
 from recovery.redis_io.redis_conn import connect
 from recovery.redis_io.split_cursors import cursor_key, open_cursors, ranges_key
+from recovery.settings.model import executor_params
 from tests.support.claim_checks import GROUP, JOB, stuck
 from tests.support.lost_reply import ReplyDropper
 

@@ -11,7 +11,6 @@ import pyarrow as pa
 import pytest
 from redis import Redis
 
-from recovery.config import executor_params
 from recovery.executor.backoff import NotDue
 from recovery.executor.claim import examined
 from recovery.executor.partitions import recover_partition
@@ -28,6 +27,7 @@ from recovery.executor.tally import (
 from recovery.redis_io.autoclaim import ClaimBatch
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.schemas import ACTIONS, UNIT, arrow
+from recovery.settings.model import executor_params
 from recovery.testing.backlog import add_entries, deliver, make_stuck
 from tests.support.backlogs import DEAD, HOUR_MS, LIVE, binary_fields, seed
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from recovery.config import load_settings, redis_params
 from recovery.driver.cli import preflight, run_recovery
 from recovery.driver.job import run
 from recovery.errors import RedisUnavailableError
 from recovery.redis_io.cluster import StreamCluster
 from recovery.redis_io.redis_conn import connect
+from recovery.settings.model import load_settings, redis_params
 from recovery.testing.local_redis import LocalServer
 from tests.support.backlogs import seed
 from tests.support.cluster_fixtures import LocalCluster, keys_on_every_primary

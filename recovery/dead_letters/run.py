@@ -21,7 +21,6 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from recovery.config import Settings, redis_params
 from recovery.dead_letters.read import read_partition
 from recovery.dead_letters.report import (
     ENTRIES,
@@ -47,6 +46,7 @@ from recovery.redis_io.cluster import biggest_first, groups_by_node
 from recovery.redis_io.redis_conn import connect
 from recovery.report.run_report import check_report_location
 from recovery.schemas import DEAD_LETTER, DEAD_LETTER_KEY
+from recovery.settings.model import Settings, redis_params
 
 log = logging.getLogger(__name__)
 LOGGED_ROWS = 20  # rows of each view in the log

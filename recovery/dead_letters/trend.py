@@ -8,10 +8,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from recovery.config import Settings
 from recovery.dead_letters.views import Transform
 from recovery.report.worker_files import local_directory
 from recovery.schemas import HEALTH
+from recovery.settings.model import Settings
 
 RUN_ID = StructField("run_id", StringType(), False)
 HEALTH_OF_RUNS = StructType([*HEALTH.fields, RUN_ID])  # health/ read whole: run_id from paths

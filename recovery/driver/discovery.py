@@ -13,7 +13,6 @@ from functools import partial
 import redis
 from redis.cluster import RedisCluster
 
-from recovery.config import Settings
 from recovery.errors import (
     ConfigError,
     DeadLetterNameError,
@@ -40,6 +39,7 @@ from recovery.redis_io.streams import (
     shown,
 )
 from recovery.schemas import Mode
+from recovery.settings.model import Settings
 
 log = logging.getLogger(__name__)
 MIN_VERSION = (6, 2, 0)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 
-from recovery.config import Settings
 from recovery.errors import ConfigError
 from recovery.handlers import load_handler
 from recovery.schemas import Mode
+from recovery.settings.model import Settings
 
 log = logging.getLogger(__name__)
 NO_HANDLER = (

@@ -32,7 +32,6 @@ import redis
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
-from recovery.config import Settings, executor_params
 from recovery.dead_letters.stats import dead_letter_warnings
 from recovery.driver.discovery import (
     WorkUnit,
@@ -102,6 +101,7 @@ from recovery.schemas import (
     PLAN_ACTIONS,
     REPORT,
 )
+from recovery.settings.model import Settings, executor_params
 
 log = logging.getLogger(__name__)
 MAX_RECORDS_PER_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"

@@ -29,7 +29,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from redis.cluster import RedisCluster
 
-from recovery.config import Settings, strip_userinfo
 from recovery.driver.discovery import Skipped, WorkUnit, check_requeue_target
 from recovery.errors import ConfigError, DeadLetterNameError, StreamUnitError
 from recovery.params import JobParams, RedisParams, Unit
@@ -40,6 +39,8 @@ from recovery.redis_io.streams import each, info_rows
 from recovery.report.run_report import read_run_dir
 from recovery.report.worker_files import local_directory
 from recovery.schemas import PLANNED, Mode
+from recovery.settings.model import Settings
+from recovery.settings.redis import strip_userinfo
 
 log = logging.getLogger(__name__)
 MANIFEST = "_plan.json"

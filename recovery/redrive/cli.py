@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from recovery.config import Settings, load_settings
 from recovery.driver.cli import Outcome, common_parser, exit_code_of, setup_logging
 from recovery.driver.discovery import matched_nothing, warn
 from recovery.driver.job import new_run_id
 from recovery.redrive.run import RedriveSummary, id_range, run_redrive
+from recovery.settings.model import Settings, load_settings
 
 FILTERS = ("groups", "reasons", "from_id", "to_id", "since", "until")
 

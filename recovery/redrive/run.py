@@ -23,7 +23,6 @@ from typing import Any
 
 import redis
 
-from recovery.config import RedriveSettings, Settings, executor_params
 from recovery.driver.discovery import Skipped, check_server, selected_keys
 from recovery.errors import ConfigError, DeadLetterNameError, StreamUnitError
 from recovery.executor.throttle import Throttle
@@ -33,6 +32,8 @@ from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.redis_io.streams import key_type
 from recovery.redrive.io import RedriveFilter, length, redrive_step
 from recovery.report.json_line import JsonLine
+from recovery.settings.model import Settings, executor_params
+from recovery.settings.redrive import RedriveSettings
 
 log = logging.getLogger(__name__)
 EXAMINE_PER_MOVE = 10  # entries one script call may examine per entry it may move

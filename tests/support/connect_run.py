@@ -11,8 +11,8 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from recovery.config import load_settings
 from recovery.driver.job import run
+from recovery.settings.model import load_settings
 
 
 def main(url: str, reports: str) -> int:

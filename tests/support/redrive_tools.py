@@ -8,10 +8,10 @@ from collections.abc import Sequence
 
 import redis
 
-from recovery.config import load_settings
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.scripts import DeadLetter, DeadLetterContext, dead_letter_units
 from recovery.redrive.run import RedriveSummary, run_redrive
+from recovery.settings.model import load_settings
 from recovery.testing.backlog import add_entries, deliver
 from recovery.testing.local_redis import LocalServer
 

@@ -1,13 +1,15 @@
 """The ``[dead_letters]`` settings section: how ``jobs/dead_letters.py`` reads dead-letter
 streams, and the warning thresholds both it and the recovery run check (validated on the
-driver, part of ``recovery.config.Settings``)."""
+driver, part of ``recovery.settings.model.Settings``)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from recovery.settings.base import Section
 
 
-class DeadLettersSettings(BaseModel):
+class DeadLettersSettings(Section):
     """Dead letters as data. The dead-letter streams are those of the streams that
     ``streams.keys`` / ``streams.match`` select, named by ``dead_letter.suffix``.
 
@@ -17,8 +19,6 @@ class DeadLettersSettings(BaseModel):
     ``warn_length`` when a dead-letter stream holds at least this many entries,
     ``warn_oldest_age_s`` when its oldest entry was added at least this many seconds ago.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     page_size: int = Field(1000, ge=1, le=10_000)
     top_signatures: int = Field(10, ge=0, le=1000)

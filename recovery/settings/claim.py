@@ -1,18 +1,18 @@
 """The ``[claim]`` settings section: how entries are claimed, and the backoff schedule
-(validated on the driver, part of ``recovery.config.Settings``; executors get
+(validated on the driver, part of ``recovery.settings.model.Settings``; executors get
 ``recovery.params.JobParams``)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from recovery.settings.base import Section
 
 MAX_BACKOFF_FACTOR = 1000
 
 
-class ClaimSettings(BaseModel):
+class ClaimSettings(Section):
     """How entries are claimed."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     min_idle_ms: int = Field(60_000, ge=1)
     count: int = Field(1000, ge=1, le=10_000)

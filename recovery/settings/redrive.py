@@ -1,5 +1,5 @@
 """The ``[redrive]`` settings section: what ``jobs/redrive.py`` moves from dead-letter streams
-back to their sources (validated on the driver, part of ``recovery.config.Settings``)."""
+back to their sources (validated on the driver, part of ``recovery.settings.model.Settings``)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from recovery.schemas import DeathReason
+from recovery.settings.base import Section
 
 STREAM_ID_BOUND = r"^(-|\+|\d+(-\d+)?)$"
 
 
-class RedriveSettings(BaseModel):
+class RedriveSettings(Section):
     """What ``jobs/redrive.py`` moves from dead-letter streams back to their sources.
 
     Source streams are chosen by ``streams.keys`` / ``streams.match`` and their dead-letter
@@ -25,8 +26,6 @@ class RedriveSettings(BaseModel):
     ISO 8601, UTC if no zone, or epoch);
     ``limit`` entries in all. ``max_entries_per_s`` caps moves per second (all streams).
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     groups: list[str] = Field(default_factory=list)
     reasons: list[str] = Field(default_factory=list)

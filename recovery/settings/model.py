@@ -1,0 +1,201 @@
+"""Settings of a recovery run: one pydantic model, validated on the driver.
+
+Sources, lowest to highest precedence:
+
+1. defaults in the sections' modules;
+2. the TOML file given with ``--config``;
+3. environment variables ``RECOVERY_<SECTION>__<FIELD>`` (e.g. ``RECOVERY_CLAIM__MIN_IDLE_MS``);
+4. ``--set section.field=value`` on the command line.
+
+The Redis password may come from ``redis.password`` (better: ``RECOVERY_REDIS__PASSWORD``),
+from ``redis.password_file``, or from the URL; it is held as a ``SecretStr`` and never printed.
+What travels to executors is ``recovery.params.JobParams``, a small frozen dataclass built
+here (:func:`executor_params`); executors never import this module (nor pydantic).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from recovery.errors import ConfigError
+from recovery.params import JobParams, RedisParams
+from recovery.settings.claim import ClaimSettings
+from recovery.settings.dead_letters import DeadLettersSettings
+from recovery.settings.redis import RedisSettings
+from recovery.settings.redrive import RedriveSettings
+from recovery.settings.sections import (
+    DeadLetterSettings,
+    HandlerSettings,
+    HousekeepingSettings,
+    PlanSettings,
+    ReportSettings,
+    ReprocessSettings,
+    SparkSettings,
+    StreamsSettings,
+)
+
+MISSING_HINTS = {"streams": "select streams: set streams.keys and/or streams.match"}
+
+
+class Settings(BaseSettings):
+    """All settings of a run."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RECOVERY_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    redis: RedisSettings = Field(default_factory=RedisSettings)
+    streams: StreamsSettings
+    claim: ClaimSettings = Field(default_factory=ClaimSettings)
+    dead_letter: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
+    handler: HandlerSettings = Field(default_factory=HandlerSettings)
+    reprocess: ReprocessSettings = Field(default_factory=ReprocessSettings)
+    report: ReportSettings = Field(default_factory=ReportSettings)
+    housekeeping: HousekeepingSettings = Field(default_factory=HousekeepingSettings)
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+    plan: PlanSettings = Field(default_factory=PlanSettings)
+    redrive: RedriveSettings = Field(default_factory=RedriveSettings)
+    dead_letters: DeadLettersSettings = Field(default_factory=DeadLettersSettings)
+
+    @model_validator(mode="after")
+    def _lease_outlasts_handler(self) -> Settings:
+        # The lease renewed before each handler call lasts claim.min_idle_ms: a slower call
+        # lets another run claim (and handle) the same entries.
+        timeout_s = self.handler.timeout_s
+        if timeout_s is not None and timeout_s * 1000 >= self.claim.min_idle_ms:
+            raise ValueError(
+                f"handler.timeout_s ({timeout_s:g} s) must be shorter than claim.min_idle_ms "
+                f"({self.claim.min_idle_ms} ms), or another run may claim entries while the "
+                "handler still works on them: lower the timeout or raise min_idle_ms"
+            )
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file, if any, is the toml_file of the subclass load_settings makes for it.
+        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
+
+
+def load_settings(config_file: Path | None, overrides: list[str] | None = None) -> Settings:
+    """Build settings from file, environment and ``section.field=value`` overrides.
+
+    Raises ConfigError with one line naming the field and the fix.
+    """
+    if config_file is not None and not config_file.is_file():
+        raise ConfigError(f"config file {config_file} does not exist: pass an existing --config")
+    init = _overrides_to_dict(overrides or [])
+    settings_cls = Settings
+    if config_file is not None:  # the same model, reading this file (pydantic-settings' way)
+        with_file = SettingsConfigDict(**{**Settings.model_config, "toml_file": config_file})
+        settings_cls = type("FileSettings", (Settings,), {"model_config": with_file})  # type: ignore[assignment]
+    try:
+        return settings_cls(**init)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc)) from None
+    except ValueError as exc:  # TOML syntax errors and unreadable password files
+        if type(exc).__name__ == "TOMLDecodeError":  # tomllib
+            raise ConfigError(
+                f"config file {config_file} is not valid TOML ({exc}): fix its syntax"
+            ) from None
+        raise ConfigError(f"config: {exc}") from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line naming every bad field, what is wrong, and where to fix it."""
+    problems = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "config"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown setting (check the spelling against conf/recovery.toml)"
+        elif err["type"] == "missing":
+            msg = MISSING_HINTS.get(loc, "required; set it in the config file or the environment")
+        problems.append(f"{loc}: {msg}")
+    env_hint = "fix it in the --config file, the RECOVERY_<SECTION>__<FIELD> variable or --set"
+    return "invalid config: " + "; ".join(problems) + f" ({env_hint})"
+
+
+def executor_params(settings: Settings, run_id: str) -> JobParams:
+    """The frozen, picklable subset of settings that executors need."""
+    rate = settings.claim.max_entries_per_s
+    return JobParams(
+        run_id=run_id,
+        redis=redis_params(settings),
+        min_idle_ms=settings.claim.min_idle_ms,
+        count=settings.claim.count,
+        max_deliveries=settings.claim.max_deliveries,
+        dlq_suffix=settings.dead_letter.suffix,
+        dlq_batch_size=settings.dead_letter.batch_size,
+        handler_path=settings.handler.path or "",  # "": none (requeue, reassign, dry run)
+        handler_batch_size=settings.handler.batch_size,
+        handler_timeout_s=settings.handler.timeout_s,
+        reprocess_mode=settings.reprocess.mode,
+        requeue_stream=settings.reprocess.requeue_stream,
+        live_within_ms=settings.reprocess.live_within_ms,
+        consumer_prefix=settings.claim.consumer_prefix,
+        backoff_factor=settings.claim.backoff_factor,
+        backoff_max_ms=settings.claim.backoff_max_ms,
+        max_entries_per_s_per_partition=(rate / settings.spark.partitions) if rate else None,
+    )
+
+
+def redis_params(settings: Settings) -> RedisParams:
+    """The connection parameters of `settings` (the password in plain text: never log it)."""
+    r = settings.redis
+    return RedisParams(
+        url=r.url,
+        username=r.username,
+        password=r.password.get_secret_value() if r.password else None,
+        connect_timeout_s=r.connect_timeout_s,
+        socket_timeout_s=r.socket_timeout_s,
+        tls_ca_file=str(r.tls_ca_file) if r.tls_ca_file else None,
+        tls_cert_file=str(r.tls_cert_file) if r.tls_cert_file else None,
+        tls_key_file=str(r.tls_key_file) if r.tls_key_file else None,
+        tls_check_hostname=r.tls_check_hostname,
+        cluster=r.cluster,
+    )
+
+
+def _overrides_to_dict(overrides: list[str]) -> dict[str, Any]:
+    """``["claim.count=10"]`` -> ``{"claim": {"count": "10"}}`` (pydantic coerces types)."""
+    result: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        path = key.strip().split(".")
+        if not sep or len(path) != 2 or not all(path):
+            raise ConfigError(
+                f"--set {item!r}: write it as section.field=value, e.g. claim.count=500")
+        section, name = path
+        parsed: Any = _list_value(item, value) if name in ("keys", "groups") else value
+        result.setdefault(section, {})[name] = parsed
+    return result
+
+
+def _list_value(item: str, value: str) -> list[str]:
+    """A list setting from --set: ``a,b`` or, as in the TOML file, ``["a", "b"]``."""
+    if not value.strip().startswith("["):
+        return [v for v in value.split(",") if v]
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, list) or not all(isinstance(v, str) for v in parsed):
+        raise ConfigError(f"--set {item!r}: write a list as a,b or as [\"a\", \"b\"]")
+    return parsed
