@@ -10,13 +10,13 @@ import time
 from collections.abc import Callable
 
 import pytest
+from recovery.driver.progress.reporter.reporter import ProgressReporter
+from recovery.driver.progress.reporter.state import MAX_STREAM_LINES
 from redis import Redis
 
 from recovery.driver.discovery import WorkUnit
 from recovery.driver.health import clean_up_job_consumers, collect_health
 from recovery.driver.job import run
-from recovery.driver.progress import ProgressReporter
-from recovery.driver.progress_state import MAX_STREAM_LINES
 from recovery.params import RedisParams
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import connect
@@ -335,7 +335,7 @@ def test_ticks_read_a_slice_of_the_unfinished_units_and_the_final_line_all(
         server, caplog_info, monkeypatch):
     """With more units than a tick reads, each tick reads the next ones not finished (round
     robin), the others keep their last numbers; the final reading reads every unit."""
-    monkeypatch.setattr("recovery.driver.progress.UNITS_PER_TICK", 2)
+    monkeypatch.setattr("recovery.driver.progress.reporter.UNITS_PER_TICK", 2)
     caplog = caplog_info
     client = server.client()
     streams = [f"s{i}" for i in range(6)]
@@ -527,7 +527,7 @@ def test_ticks_read_along_the_parts_frontiers_and_keep_up_with_the_job(
     finding reached ones), not the units beyond; its totals match XPENDING and XLEN; a
     finished unit is not read again; a tick stopped short by its limit says so, and about
     how far the job has gone (a binary search over the parts' units)."""
-    monkeypatch.setattr("recovery.driver.progress_frontier.CHUNK", 4)
+    monkeypatch.setattr("recovery.driver.progress.frontier.CHUNK", 4)
     caplog = caplog_info
     client = server.client()
     streams = [f"s{i:02}" for i in range(40)]
@@ -573,7 +573,7 @@ def test_ticks_read_along_the_parts_frontiers_and_keep_up_with_the_job(
         # units, then 4 more
         assert tick(rep, expected(16 * 3, 120, 16, 0, 72, 16, 40)) == 10 + 11
         assert tick(rep, expected(16 * 3, 120, 16, 0, 72, 16, 40)) == 4 + 4  # 4 beyond each
-        monkeypatch.setattr("recovery.driver.progress.UNITS_PER_TICK", 5)
+        monkeypatch.setattr("recovery.driver.progress.reporter.UNITS_PER_TICK", 5)
         job_takes(0, range(10, 20))
         # 3 of part 0's (s20, s22, s24), 2 of part 1's: the job's s26 to s38 not seen yet;
         # then how far the job went, in a binary search to within 4 units: part 0 probes

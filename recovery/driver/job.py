@@ -60,8 +60,8 @@ from recovery.driver.plan import (
     server_identity,
     write_manifest,
 )
-from recovery.driver.progress import ProgressReporter
-from recovery.driver.progress_frontier import parts_order, progress_parts
+from recovery.driver.progress.reporter.frontier import parts_order, progress_parts
+from recovery.driver.progress.reporter.reporter import ProgressReporter
 from recovery.driver.spark_errors import spark_errors
 from recovery.driver.split import Split, split_units
 from recovery.driver.transforms import units_of_parts

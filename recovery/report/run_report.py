@@ -14,7 +14,6 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from recovery.driver.discovery import Skipped
-from recovery.driver.progress_lines import plural
 from recovery.errors import ConfigError, FailureThresholdError
 from recovery.executor.tally import (
     TALLIED,
@@ -27,6 +26,7 @@ from recovery.executor.tally import (
     unit_counts,
 )
 from recovery.report.json_line import JsonLine
+from recovery.report.wording import plural
 from recovery.report.worker_files import local_directory, write_by_driver, write_by_workers
 from recovery.schemas import ACTIONS, HEALTH, REPORT, Action, arrow
 

@@ -85,7 +85,7 @@ class ReportSettings(Section):
     path: str = Field("reports", min_length=1)
     pel_histograms: bool = True  # read each group's whole PEL once for the health histograms
     # Seconds between the driver's progress lines (totals, and the streams that changed),
-    # read from Redis while the stages run (recovery/driver/progress.py); 0 = off.
+    # read from Redis while the stages run (recovery/driver/progress/reporter.py); 0 = off.
     progress_interval_s: float = Field(10.0, ge=0)
     # Units listed at most in the log's group health and summary tables (the others are
     # counted; every unit is in the health files and the JSON summary); 0 = all.

@@ -1,6 +1,6 @@
 """Progress readings from Redis, on the driver: each unit's PEL summary, then the lengths of
 the dead-letter streams that may have changed, in two pipelined reads
-(``recovery.driver.progress`` turns readings into log lines)."""
+(``recovery.driver.progress.reporter`` turns readings into log lines)."""
 
 from __future__ import annotations
 

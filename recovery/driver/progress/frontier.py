@@ -11,7 +11,7 @@ need no reading. A tick therefore reads, per part, its units from the first one 
 units the job reached within ``CHUNK`` of the end of what it read. Its cost follows the
 units the job reached since the previous tick, not the number of streams, and its totals
 keep up with the run while the job reaches fewer units between two ticks than a tick may
-read (``recovery.driver.progress.UNITS_PER_TICK``), where reading a fixed share of the
+read (``recovery.driver.progress.reporter.UNITS_PER_TICK``), where reading a fixed share of the
 unfinished units round robin lagged behind.
 
 A unit is settled, and no tick reads it again, once it is finished (``ProgressState``; as
@@ -21,7 +21,7 @@ too fresh, owned by a live consumer) is read at every tick. What others do to un
 the frontier (a live consumer's acks) shows once the frontier comes near them, or at the
 final reading; within what a tick reads, their moves look like the job's and make it read
 further than it needs. Pure: positions and unit indices only; the reporter
-(``recovery.driver.progress``) reads Redis and tells a walk what moved.
+(``recovery.driver.progress.reporter``) reads Redis and tells a walk what moved.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
-"""The wording of the driver's progress log lines (``recovery.driver.progress`` decides when
-a line is logged and with what numbers; its module doc shows the lines)."""
+"""The wording of the driver's progress log lines (:mod:`.reporter` decides when a line is
+logged and with what numbers; its module doc shows the lines)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from recovery.driver.discovery import WorkUnit
-from recovery.driver.progress_read import UnitState
-
-MAX_NAMES_IN_WARNING = 5
+from recovery.driver.progress.reporter.read import UnitState
 
 
 @dataclass(frozen=True)
@@ -50,15 +48,3 @@ def unit_line(unit: WorkUnit, before: UnitState, now: UnitState, dead_delta: int
         if groups_of_stream > 1:
             line += f" (the stream's DLQ, shared by its {groups_of_stream} groups)"
     return line + (", finished" if finished else "")
-
-
-def some_names(names: list[str]) -> str:
-    """The first ``MAX_NAMES_IN_WARNING`` names, then ``and N more``."""
-    listed = ", ".join(names[:MAX_NAMES_IN_WARNING])
-    more = len(names) - MAX_NAMES_IN_WARNING
-    return listed + (f" and {more:,} more" if more > 0 else "")
-
-
-def plural(count: int, word: str) -> str:
-    """`word` with an "s" unless `count` is 1."""
-    return word if count == 1 else word + "s"

@@ -4,12 +4,12 @@ Executors' logs are not visible on the driver, so the driver asks Redis: every
 ``report.progress_interval_s`` seconds a daemon thread reads work units' PEL summaries
 (which units: below; ``XPENDING stream group``: how many entries are pending, how many of
 them this run's job consumers ``<prefix>-<run id>-<part>`` hold), then the lengths of their
-streams' dead-letter streams (``XLEN``), pipelined (``recovery.driver.progress_read``: a few
+streams' dead-letter streams (``XLEN``), pipelined (``recovery.driver.progress.read``: a few
 round trips per 1000 units, routed by key on a Redis Cluster). A dead-letter length is read
 again only when a PEL summary of one of its stream's units changed since it was last read
 (count, first and last ID, each consumer's count: the job moves entries to it only out of
 those PELs), and a tick reads none for units still as at the baseline (as many pending, none
-ever held by the job). It logs at INFO on ``recovery.driver.progress``:
+ever held by the job). It logs at INFO on ``recovery.driver.progress.reporter``:
 
 - on entering, ``progress start: 1,000,000 pending entries in 1,000 streams; a progress line
   every 10 s``;
@@ -24,7 +24,7 @@ ever held by the job). It logs at INFO on ``recovery.driver.progress``:
   40 s): ...`` when that last read failed);
 - then one line per unit that changed since the previous tick (its PEL size, the job's share
   of it, or its stream's DLQ length), largest change first, at most 20 per tick
-  (``recovery.driver.progress_state.MAX_STREAM_LINES``), then ``progress ... and N more
+  (``recovery.driver.progress.state.MAX_STREAM_LINES``), then ``progress ... and N more
   streams changed``::
 
     progress orders / workers: pending 1,000 -> 400 (job holds 300), dead-lettered +12
@@ -37,7 +37,7 @@ ever held by the job). It logs at INFO on ``recovery.driver.progress``:
 
 Given the order each part takes its units in (a run gives it), a tick reads, per part, its
 units not finished yet up to a little beyond the furthest one the job has reached
-(``recovery.driver.progress_frontier``): units beyond it are as at the baseline, so a tick
+(``recovery.driver.progress.frontier``): units beyond it are as at the baseline, so a tick
 costs about the units the job reached since the previous one. Without that order, a tick
 reads every unit on runs of at most ``UNITS_PER_TICK`` units, else that many of the units
 not finished yet, round robin. Either way a tick reads at most ``UNITS_PER_TICK`` units, so
@@ -55,7 +55,7 @@ deletes the job's empty consumers (``ProgressReporter.take_final_summaries``).
 Counts are entries; times are seconds since the reporter started. What *done*, *held by
 the job*, *still pending*, *dead-lettered* and *finished* mean, per unit against a baseline
 taken when the reporter starts (the group health read just before, when the job passes it;
-else a reading of its own): ``recovery.driver.progress_state``, which adds the readings up.
+else a reading of its own): ``recovery.driver.progress.state``, which adds the readings up.
 
 A failed read never breaks the run: at most one WARNING per tick (the whole read failed, or
 some units or dead-letter keys could not be read: their last known numbers are kept; a unit
@@ -75,9 +75,9 @@ from typing import Any, NamedTuple
 import redis
 
 from recovery.driver.discovery import WorkUnit, job_consumer_stem
-from recovery.driver.progress_frontier import Frontier
-from recovery.driver.progress_lines import Totals, plural, some_names, totals_line
-from recovery.driver.progress_read import (
+from recovery.driver.progress.reporter.frontier import Frontier
+from recovery.driver.progress.reporter.lines import Totals, totals_line
+from recovery.driver.progress.reporter.read import (
     Reading,
     UnitState,
     dead_letter_keys,
@@ -85,12 +85,13 @@ from recovery.driver.progress_read import (
     merged,
     read_progress,
 )
-from recovery.driver.progress_state import ProgressState
+from recovery.driver.progress.reporter.state import ProgressState
 from recovery.errors import RecoveryError
 from recovery.params import RedisParams
 from recovery.redis_io.redis_conn import redis_errors
+from recovery.report.wording import plural, some_names
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__package__)  # "recovery.driver.progress"
 UNITS_PER_TICK = 5_000  # units a tick reads at most (the final reading reads all)
 JOIN_TIMEOUT_S = 0.5  # how long exit waits for a tick in flight (e.g. a read of a hung Redis)
 
@@ -129,7 +130,7 @@ class ProgressReporter:
     more and logs the final totals. `interval_s` <= 0, or no units: nothing is read or logged
     and no thread starts. Never raises for Redis trouble (see the module doc). `order`: per
     part, the indices into `units` of its units in the order the part takes them
-    (``recovery.driver.progress_frontier.parts_order``); without it ticks read round robin.
+    (``recovery.driver.progress.frontier.parts_order``); without it ticks read round robin.
 
     The final reading takes the PEL summaries the job's consumer clean-up read just before
     (``take_final_summaries``), and reads itself the dead-letter lengths and every unit it was
@@ -276,7 +277,7 @@ class ProgressReporter:
         return *self._read(picked, tick=True), some
 
     def _frontier_reading(self, frontier: Frontier) -> Outcome:
-        """A tick's reading along the parts' frontiers (``recovery.driver.progress_frontier``),
+        """A tick's reading along the parts' frontiers (``recovery.driver.progress.frontier``),
         at most ``UNITS_PER_TICK`` units, in as many pipelined reads as it takes to find them.
         Also (units read, units unfinished as last read) when the limit stopped it short."""
         with self._lock:
@@ -352,7 +353,7 @@ class ProgressReporter:
 
     def totals(self) -> Totals:
         """The run so far, from the last good reading of each unit
-        (``recovery.driver.progress_state``)."""
+        (``recovery.driver.progress.state``)."""
         with self._lock:
             return self._progress.totals()
 

@@ -1,7 +1,7 @@
 """What a run's progress readings add up to, on the driver: per unit its baseline and its
 last reading, per dead-letter stream its baseline and last length; the totals, the finished
 units and the lines of what changed. Pure: no I/O, no thread, no lock
-(``recovery.driver.progress.ProgressReporter`` reads Redis, holds the lock and logs).
+(``recovery.driver.progress.reporter.ProgressReporter`` reads Redis, holds the lock and logs).
 
 Counts are entries. Definitions, per unit (one stream and group), against the baseline:
 
@@ -17,7 +17,7 @@ Counts are entries. Definitions, per unit (one stream and group), against the ba
   counted once per dead-letter stream: the groups of one stream share its DLQ, so a unit line
   says so when its stream has more than one group. Entries others add to a dead-letter
   stream while its stream's PELs stand still are counted at the next reading that reads it
-  (``recovery.driver.progress``: when a length is read again), if any.
+  (``recovery.driver.progress.reporter``: when a length is read again), if any.
 - *finished*: the stream or group vanished, or the job holds none of the unit's entries now
   and either its PEL is below its baseline, or is empty, or the job was seen holding some of
   it at an earlier reading. Entries left pending on purpose (too fresh to claim, or owned by
@@ -33,8 +33,9 @@ from collections import Counter
 from collections.abc import Sequence
 
 from recovery.driver.discovery import WorkUnit
-from recovery.driver.progress_lines import Totals, plural, unit_line
-from recovery.driver.progress_read import Reading, UnitState, stale_lengths, units_by_key
+from recovery.driver.progress.reporter.lines import Totals, unit_line
+from recovery.driver.progress.reporter.read import Reading, UnitState, stale_lengths, units_by_key
+from recovery.report.wording import plural
 
 MAX_STREAM_LINES = 20  # per-unit lines per reading
 
