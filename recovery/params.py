@@ -53,7 +53,7 @@ class JobParams:
 
     @property
     def backoff(self) -> bool:
-        """Whether the claim follows a backoff schedule (``recovery.executor.backoff``)."""
+        """Whether the claim follows a backoff schedule (``recovery.executor.claim.backoff``)."""
         return self.backoff_factor is not None and self.backoff_factor > 1
 
 

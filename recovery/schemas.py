@@ -140,7 +140,7 @@ REPORT_ARROW = arrow(REPORT)  # every report batch's schema, however it is writt
 
 
 class Route(StrEnum):
-    """Where a claimed entry goes (``recovery.executor.routed.route``)."""
+    """Where a claimed entry goes (``recovery.executor.handover.routed.route``)."""
 
     HANDLE = "handle"  # re-processed: by the handler, requeued or reassigned
     DEAD_LETTER = "dead_letter"

@@ -1,4 +1,4 @@
-"""The hand-over stage on its own (recovery.executor.apply.apply_batch), against real
+"""The hand-over stage on its own (recovery.executor.handover.apply.apply_batch), against real
 servers, no Spark.
 
 A CLAIMED batch is built the way the claim hands it over; what the handler saw, the report
@@ -15,9 +15,9 @@ import pyarrow as pa
 import pytest
 from redis import Redis
 
-from recovery.executor.apply import apply_batch
 from recovery.executor.claimed import Claimed
-from recovery.executor.lease import REASON_VANISHED
+from recovery.executor.handover.apply import apply_batch
+from recovery.executor.handover.lease import REASON_VANISHED
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import connect
 from recovery.schemas import CLAIMED, Action, arrow

@@ -22,7 +22,7 @@ import pytest
 from redis import Redis
 
 from recovery.dead_letters.cli import dead_letters_main
-from recovery.executor.lease import LEASE_FRESH_S
+from recovery.executor.handover.lease import LEASE_FRESH_S
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.testing.local_redis import LocalServer, free_port
 from tests.support.backlogs import DEAD, HOUR_MS, binary_fields

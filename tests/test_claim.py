@@ -1,4 +1,5 @@
-"""One unit's claim on its own (recovery.executor.claim.claim_unit), against real servers, no Spark.
+"""One unit's claim on its own (recovery.executor.claim.loop.claim_unit), against real
+servers, no Spark.
 
 What the claim outputs is checked against Redis itself: every entry the job's consumer owns
 afterwards is in the output exactly once, with the delivery count Redis has for it.
@@ -10,12 +11,12 @@ import time
 
 import pyarrow as pa
 import pytest
+from recovery.executor.claim.loop.backoff import NotDue
+from recovery.executor.claim.loop.loop import claim_steps
+from recovery.executor.claim.loop.throttle import Throttle
 from redis import Redis
 
-from recovery.executor.backoff import NotDue
-from recovery.executor.claim import claim_steps
 from recovery.executor.claimed import CLAIMED_ARROW
-from recovery.executor.throttle import Throttle
 from recovery.params import Unit
 from recovery.redis_io import autoclaim, scripts
 from recovery.redis_io.autoclaim import deleted_by_position

@@ -1,5 +1,5 @@
 """Dead-letter moves of several units in one script call (standalone servers), through the
-hand-over (``recovery.executor.apply.apply_batch``), against real servers, no Spark.
+hand-over (``recovery.executor.handover.apply.apply_batch``), against real servers, no Spark.
 
 What Redis holds afterwards is read back (XRANGE of the dead-letter streams, the source
 PELs) and the script calls are counted in INFO commandstats.
@@ -11,9 +11,9 @@ import pyarrow as pa
 import pytest
 from redis import Redis
 
-from recovery.executor.apply import apply_batch
 from recovery.executor.claimed import Claimed
-from recovery.executor.lease import REASON_DELETED, REASON_GONE, REASON_VANISHED
+from recovery.executor.handover.apply import apply_batch
+from recovery.executor.handover.lease import REASON_DELETED, REASON_GONE, REASON_VANISHED
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import connect
 from recovery.redis_io.scripts import load_scripts

@@ -28,7 +28,7 @@ import pytest
 from pyspark.sql import SparkSession
 from redis import Redis
 
-from recovery.executor.lease import LEASE_FRESH_S
+from recovery.executor.handover.lease import LEASE_FRESH_S
 from recovery.testing.local_redis import LocalServer, free_port
 from tests.support.backlogs import DEAD, HOUR_MS, age_pending
 from tests.support.fault_tools import (

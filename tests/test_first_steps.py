@@ -1,5 +1,5 @@
 """The first claim steps of small units sent many to a MULTI
-(recovery.executor.first_steps), against real servers, no Spark.
+(recovery.executor.claim.first_steps), against real servers, no Spark.
 
 What the claim outputs is checked against Redis itself (every entry the job's consumer owns
 afterwards is in the output exactly once, with Redis's delivery count), the PEL histograms
@@ -13,15 +13,15 @@ import time
 from collections.abc import Iterator
 
 import pyarrow as pa
+from recovery.executor.claim.loop.first_steps import with_first_steps
+from recovery.executor.claim.loop.gather import gathered
+from recovery.executor.claim.loop.loop import ClaimStep, claim_steps
+from recovery.executor.claim.loop.throttle import Throttle
 from redis import Redis
 
 from recovery.errors import StreamUnitError
-from recovery.executor.claim import ClaimStep, claim_steps
 from recovery.executor.claimed import CLAIMED_ARROW
-from recovery.executor.first_steps import with_first_steps
-from recovery.executor.gather import gathered
 from recovery.executor.histogram import PelHistogram
-from recovery.executor.throttle import Throttle
 from recovery.params import JobParams, Unit
 from recovery.redis_io.redis_conn import connect
 from recovery.settings.model import executor_params

@@ -28,7 +28,7 @@ TEST_TOOLING = ("recovery.testing", "tests")
 
 
 def dotted(module: Path) -> str:
-    """``recovery/executor/claim.py`` -> ``recovery.executor.claim`` (a package's
+    """``recovery/executor/claim/loop.py`` -> ``recovery.executor.claim.loop`` (a package's
     ``__init__.py``: the package)."""
     parts = module.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from recovery.executor.lease import REASON_GONE
+from recovery.executor.handover.lease import REASON_GONE
 from recovery.redis_io.journal import (
     JournalConflictError,
     journal_key,

@@ -20,7 +20,7 @@ from redis import Redis
 from recovery.counts import INT64_MAX, MAX_CARRIED, count_of, saturated
 from recovery.dead_letters.read import dead_letter_row, page_batch
 from recovery.executor.claimed import Claimed, carried_deliveries, with_carried
-from recovery.executor.routed import RoutedBatch
+from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import Unit
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck

@@ -1,5 +1,6 @@
 """Claimed batches packed for Spark and routed on the executor (recovery.executor.packing,
-recovery.executor.routed.route): pure Arrow, plus one round trip through a real Spark checkpoint."""
+recovery.executor.handover.routed.route): pure Arrow, plus one round trip through a real
+Spark checkpoint."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from chispa import assert_df_equality
 from pyspark import StorageLevel
 
 from recovery.executor.claimed import CLAIMED_ARROW, Claimed
+from recovery.executor.handover.routed import route
 from recovery.executor.packing import PACK_ROWS, packed, packed_row, unpacked
 from recovery.executor.partitions import coalesced
-from recovery.executor.routed import route
 from recovery.schemas import CLAIMED, PACKED
 
 # Names and values that must survive byte for byte: not UTF-8, empty, a NUL, duplicates.

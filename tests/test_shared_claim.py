@@ -1,5 +1,5 @@
 """Parts of a split unit claiming through their shared cursor
-(recovery.executor.shared_claim), on their own, against real servers, no Spark.
+(recovery.executor.claim.shared), on their own, against real servers, no Spark.
 
 Checked against Redis itself: the parts' outputs together hold every entry exactly once,
 each part's output is what its consumer owns afterwards, with the delivery counts Redis has.
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from recovery.executor.claim.loop.loop import claim_steps
+from recovery.executor.claim.loop.throttle import Throttle
 from redis import Redis
 
-from recovery.executor.claim import claim_steps
 from recovery.executor.claimed import CLAIMED_ARROW
-from recovery.executor.throttle import Throttle
 from recovery.params import Unit
 from recovery.redis_io import scripts
 from recovery.redis_io.redis_conn import connect

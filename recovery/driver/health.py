@@ -5,7 +5,7 @@ FULL``: its length, and per group pending, lag and consumers with their pending,
 inactive times; or, where that read is not possible, discovery's XINFO GROUPS, then here XINFO
 CONSUMERS per unit and the stream's XLEN), and per stream the XLEN of its dead-letter stream.
 The PEL histograms come from the executors and are merged here by (stream, group): in a run
-from the claim steps' own reads (``recovery.executor.claim``), in a dry run from a pass of
+from the claim steps' own reads (``recovery.executor.claim.loop``), in a dry run from a pass of
 their own (``recovery.executor.survey.histogram_partition``).
 """
 

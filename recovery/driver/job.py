@@ -67,8 +67,8 @@ from recovery.driver.split import Split, split_units
 from recovery.driver.transforms import units_of_parts
 from recovery.driver.warm_up import WarmUp, warming_up
 from recovery.errors import ConfigError
+from recovery.executor.handover.lease import LEASE_ROWS
 from recovery.executor.histogram import merged_rows
-from recovery.executor.lease import LEASE_ROWS
 from recovery.executor.packing import PACK_ROWS
 from recovery.executor.partitions import apply_partition, claim_partition, recover_partition
 from recovery.executor.survey import histogram_partition, plan_partition

@@ -1,5 +1,5 @@
 """Plans on the driver: the manifest every run writes beside its report, and ``--plan``,
-which applies a dry run's report exactly (``recovery.executor.plan_claim`` claims by ID).
+which applies a dry run's report exactly (``recovery.executor.claim.by_plan`` claims by ID).
 
 The manifest, ``<run's report directory>/_plan.json`` (``_``: Parquet readers skip it), holds
 no credentials: whether the run was a dry run, its run id, when it started (epoch ms), the

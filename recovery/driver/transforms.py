@@ -1,6 +1,6 @@
 """Pure DataFrame logic of a run: spread the units over partitions. No I/O here. (The route
-of each claimed entry is decided on the executors: ``recovery.executor.routed``; the summary is
-counted there too: ``recovery.executor.tally``.)"""
+of each claimed entry is decided on the executors: ``recovery.executor.handover.routed``;
+the summary is counted there too: ``recovery.executor.tally``.)"""
 
 from __future__ import annotations
 

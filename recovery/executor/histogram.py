@@ -47,7 +47,7 @@ class PelHistogram:
 
     def add_left(self, rows: Sequence[PendingRow]) -> None:
         """Count the rows the unit's claim left to other consumers (no read of them
-        follows: ``recovery.executor.claim.left_reads`` is skipped)."""
+        follows: ``recovery.executor.claim.loop.left_reads`` is skipped)."""
         self.add(rows)
         self.left_counted = True
 

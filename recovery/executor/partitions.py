@@ -32,21 +32,21 @@ import pyarrow as pa
 import redis
 
 from recovery.errors import StreamUnitError
-from recovery.executor.apply import apply_batch
-from recovery.executor.backoff import NotDue
-from recovery.executor.claim import ClaimStep, claim_steps
+from recovery.executor.claim.loop.backoff import NotDue
+from recovery.executor.claim.loop.by_plan import plan_steps, planned_units
+from recovery.executor.claim.loop.first_steps import FirstStep, with_first_steps
+from recovery.executor.claim.loop.gather import gathered
+from recovery.executor.claim.loop.journaled import TaskJournal
+from recovery.executor.claim.loop.left_counts import LeftCounts
+from recovery.executor.claim.loop.loop import ClaimStep, claim_steps
+from recovery.executor.claim.loop.throttle import Throttle
 from recovery.executor.claimed import Claimed
 from recovery.executor.faults import maybe_fail
-from recovery.executor.first_steps import FirstStep, with_first_steps
-from recovery.executor.gather import gathered
+from recovery.executor.handover.apply import apply_batch
+from recovery.executor.handover.lease import LEASE_ROWS
 from recovery.executor.histogram import PelHistogram
-from recovery.executor.journaled import TaskJournal
-from recovery.executor.lease import LEASE_ROWS
-from recovery.executor.left_counts import LeftCounts
 from recovery.executor.packing import ArrowFn, note_row, packed_rows, unpacked
-from recovery.executor.plan_claim import plan_steps, planned_units
 from recovery.executor.tally import PassMaker, Tally, note
-from recovery.executor.throttle import Throttle
 from recovery.params import JobParams, Unit
 from recovery.redis_io.redis_conn import connect, redis_errors
 
@@ -186,11 +186,11 @@ def unit_claims(params: JobParams, batches: Iterator[pa.RecordBatch],
                 client: Callable[[], redis.Redis] | None = None
                 ) -> Iterator[tuple[Unit, UnitClaim]]:
     """Each unit of a claim task's input and how to claim it, with one throttle per task:
-    its XAUTOCLAIM loop (UNIT rows, ``recovery.executor.claim``; with `client`, the
+    its XAUTOCLAIM loop (UNIT rows, ``recovery.executor.claim.loop``; with `client`, the
     partition's client getter, first steps sent ahead in rounds:
-    ``recovery.executor.first_steps``; the parts of split units first, claimed through
+    ``recovery.executor.claim.first_steps``; the parts of split units first, claimed through
     their shared cursor) or, in a run that applies a plan, its planned entries
-    by ID (PLANNED rows, ``recovery.executor.plan_claim``; no histogram: such a run reads
+    by ID (PLANNED rows, ``recovery.executor.claim.by_plan``; no histogram: such a run reads
     the PELs in a pass of their own)."""
     throttle = Throttle(params.max_entries_per_s_per_partition)
     if params.planned:
@@ -218,10 +218,10 @@ def recover_partition(params: JobParams, histograms: bool = False,
                       journal_prefix: str | None = None, rows: int = LEASE_ROWS) -> PassMaker:
     """UNIT batches -> REPORT batches: claim each unit step by step and hand the steps over as
     they come, consecutive small ones gathered into hand-overs of up to `rows` entries
-    (``recovery.executor.gather``), each claim serving as the first lease read. Nothing is
+    (``recovery.executor.claim.gather``), each claim serving as the first lease read. Nothing is
     materialised: without `journal_prefix` a retried task could not report what its failed
     attempt did (for runs without task retries); with it, each step is journaled in Redis
-    first and a retried attempt reports from the journal (``recovery.executor.journaled``).
+    first and a retried attempt reports from the journal (``recovery.executor.claim.journaled``).
     With `histograms`, the task's tally also carries each unit's PEL histogram, counted from
     the claim steps' own reads (no separate pass over the PEL)."""
 

@@ -13,11 +13,11 @@ from typing import Any
 import pyarrow as pa
 import redis
 
-from recovery.executor.backoff import NotDue, due_in_ms
+from recovery.executor.claim.loop.backoff import NotDue, due_in_ms
 from recovery.executor.claimed import odd_carried, with_carried
+from recovery.executor.handover.routed import ODD_CARRIED, route
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.partitions import ArrowFn, coalesced, per_unit
-from recovery.executor.routed import ODD_CARRIED, route
 from recovery.executor.tally import PassMaker
 from recovery.params import JobParams, Unit
 from recovery.redis_io.redis_conn import redis_errors

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import StringType, StructField, StructType
 
-from recovery.executor.backoff import NotDue
+from recovery.executor.claim.loop.backoff import NotDue
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.packing import ArrowFn
 from recovery.schemas import REPORT, arrow
@@ -40,7 +40,7 @@ ActionCounts = Counter[tuple[str, str, str]]  # (stream, group, action) -> repor
 class Tally:
     """One task's counts: report rows per (stream, group, action), PEL histograms per
     (stream, group) where the task counted them, and the entries a backoff schedule left
-    alone per (stream, group) (``recovery.executor.backoff.NotDue``)."""
+    alone per (stream, group) (``recovery.executor.claim.backoff.NotDue``)."""
 
     def __init__(self) -> None:
         self.actions: ActionCounts = Counter()

@@ -1,5 +1,5 @@
 """One XAUTOCLAIM claim step with its atomic XPENDING reads: the commands, and the
-:class:`ClaimBatch` of their replies (``recovery.executor.claim`` runs the loop).
+:class:`ClaimBatch` of their replies (``recovery.executor.claim.loop`` runs the loop).
 
 Times are milliseconds; IDs of claimed entries stay ``bytes`` as Redis sends them.
 """

@@ -38,7 +38,7 @@ def claim_due_batch(client: redis.Redis, stream: str, group: str, consumer: str,
     """One step of a claim under a backoff schedule (``claim_due.lua``, atomic): up to
     `count` PEL rows idle at least `min_idle_ms` ms from `cursor` to `end` (IDs, inclusive),
     the due ones claimed for `consumer`; `schedule`:
-    ``recovery.executor.backoff.schedule_args``.
+    ``recovery.executor.claim.backoff.schedule_args``.
 
     The same ClaimBatch as ``autoclaim.claim_batch`` (XAUTOCLAIM): `before` holds every row
     read, claimed or not; the next cursor is the ID after the last row read, ``0-0`` once a

@@ -5,12 +5,13 @@ One Redis list per job consumer (``<journal prefix><job consumer>``, the consume
 and part). The driver opens each with a header element (``run <run id>``) and a TTL before
 any task runs, and deletes them when the run is over. A task appends each claim step's entry
 IDs before the step's first side effect (about 20 bytes per entry), and what each hand-over
-did once it is done (``recovery.executor.journaled``: its report rows). Both are held only
+did once it is done (``recovery.executor.claim.journaled``: its report rows). Both are held only
 while the run lasts. A retried attempt reads the list: a journal without its header was
 evicted or deleted, one with a second header holds two runs' elements (a run ID reused,
 which the driver refuses: ``check_run_id_unused``), and either way the attempt stops rather than
 report what it cannot trust. Elements are read with their positions in the list: a row
-recorded before the entry's last claim no longer describes it (``recovery.executor.journaled``).
+recorded before the entry's last claim no longer describes it
+(``recovery.executor.claim.journaled``).
 """
 
 from __future__ import annotations

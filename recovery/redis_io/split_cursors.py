@@ -1,7 +1,7 @@
 """The cursors of split units: one string key per (stream, group) that several parts claim
 together, each step reading from where it stands and moving it on in the same script call
 (``claim_due.lua``), so no two steps read the same PEL rows; and per part a list of the
-ranges it took (``ranges_key``: ``recovery.executor.shared_claim`` reads it).
+ranges it took (``ranges_key``: ``recovery.executor.claim.shared`` reads it).
 
 A cursor shares its stream's Redis Cluster hash slot (the dead-letter naming rule,
 ``recovery.redis_io.dlq_names``): ``{orders}:recovery-split:<run id>:<group>``. The driver

@@ -25,7 +25,7 @@ import redis
 
 from recovery.driver.discovery import Skipped, check_server, selected_keys
 from recovery.errors import ConfigError, DeadLetterNameError, StreamUnitError
-from recovery.executor.throttle import Throttle
+from recovery.executor.claim.loop.throttle import Throttle
 from recovery.params import RedisParams
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import connect, redis_errors

@@ -2,7 +2,7 @@
 
 A partition works through its units one after the other, in the order the driver assigned
 them (``recovery.driver.discovery.assign``; small units' first claim steps go out in rounds
-of at most ``recovery.executor.first_steps.MAX_UNITS``). So at any moment each part has a
+of at most ``recovery.executor.claim.first_steps.MAX_UNITS``). So at any moment each part has a
 *frontier*: the furthest of its units the job has reached. Behind it, units are done or
 still held by the job (claimed, not yet acked); beyond it, units are as at the baseline and
 need no reading. A tick therefore reads, per part, its units from the first one not

@@ -15,7 +15,7 @@
 -- An entry delivered k times (its PEL count) is due once idle min_idle * factor^(k-1) ms, at
 -- most the longest wait; due at min_idle whatever k: an entry whose next delivery exceeds the
 -- limit (it is dead-lettered, waiting serves nobody) and one the job's consumer owns (taken
--- again, as XAUTOCLAIM would). recovery/executor/backoff.py states the same rule in Python.
+-- again, as XAUTOCLAIM would). recovery/executor/claim/backoff.py states the same rule in Python.
 -- Reply: {rows, own, claimed, deleted, unresolved, not_due, due_in}:
 --   rows: the page as found, before the claim: {id, owner, idle ms, count} each;
 --   own: {} or the job consumer's first own row at or after ARGV[4] (any idle time);

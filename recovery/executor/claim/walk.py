@@ -1,7 +1,7 @@
 """One claim loop's walk over a unit's PEL, step by step: each step claimed (by the caller's
 stepper: XAUTOCLAIM, the backoff script, a shared cursor's step), its own-entry read, its
 counts, its entries as a ClaimStep; the entries taken back at the end
-(``recovery.executor.claim`` has the whole story of the loop).
+(``recovery.executor.claim.loop`` has the whole story of the loop).
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import NamedTuple
 import redis
 
 from recovery.counts import saturate_all
-from recovery.executor.backoff import NotDue
+from recovery.executor.claim.loop.backoff import NotDue
+from recovery.executor.claim.loop.first_steps import FirstStep
+from recovery.executor.claim.loop.throttle import Throttle
 from recovery.executor.claimed import Claimed, carrying, field_pairs
 from recovery.executor.faults import maybe_fail
-from recovery.executor.first_steps import FirstStep
 from recovery.executor.histogram import PelHistogram
-from recovery.executor.throttle import Throttle
 from recovery.params import JobParams, Unit
 from recovery.redis_io.autoclaim import ClaimBatch
 from recovery.redis_io.claim_due import taken_range
@@ -46,7 +46,7 @@ class ClaimStep(NamedTuple):
     """Claimed entries and, for entries this loop claimed, when their claim was sent
     (``time.monotonic()`` seconds): the claim is a reading of their lease, no younger than
     that. None for entries taken back, whose ownership was read earlier in the loop.
-    `joins`: how many claim steps it holds (``recovery.executor.gather``)."""
+    `joins`: how many claim steps it holds (``recovery.executor.claim.gather``)."""
 
     claimed: Claimed
     sent_at: float | None

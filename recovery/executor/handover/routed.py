@@ -1,5 +1,5 @@
 """Claimed entries on the executor, routed and seen row by row. No I/O
-(``recovery.executor.apply`` does the Redis side).
+(``recovery.executor.handover.apply`` does the Redis side).
 
 - ``route``: where an entry goes, decided per hand-over batch (the claimed set may have
   crossed Spark packed, so it is not a Spark expression).

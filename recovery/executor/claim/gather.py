@@ -5,7 +5,7 @@ pays a hand-over of its own: a round trip for its dead-letter moves, one for its
 REPORT batch and its count. Gathered, consecutive steps (of one unit or several, in claim
 order) share them: their dead-letter moves and acks go out in one pipeline per unit group.
 Each claim stays its own atomic step, and each step is journaled before it is gathered
-(``recovery.executor.journaled``), so before any side effect of the batch it joins.
+(``recovery.executor.claim.journaled``), so before any side effect of the batch it joins.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 
-from recovery.executor.claim import ClaimStep
+from recovery.executor.claim.loop.loop import ClaimStep
 from recovery.executor.claimed import Claimed
 
 GATHER_FOR_S = 0.05  # a batch is handed over once it has waited this long for more (s)
@@ -26,9 +26,9 @@ def gathered(steps: Iterable[ClaimStep], rows: int, for_s: float = GATHER_FOR_S
     than `for_s` seconds for more since its first step came (a batch whose first step has no
     lease reading is not gathered); a batch that reaches `rows` goes at once. Claimed
     entries thus wait at most about `for_s` for later claims, however long ago their own
-    claim was sent (a round sent ahead, ``recovery.executor.first_steps``). A joined
+    claim was sent (a round sent ahead, ``recovery.executor.claim.first_steps``). A joined
     step's lease reading is its oldest claim's (None when a step has none), so the
-    hand-over reads the lease again when it is stale (``recovery.executor.lease``)."""
+    hand-over reads the lease again when it is stale (``recovery.executor.handover.lease``)."""
     held: list[ClaimStep] = []
     size, since = 0, 0.0
     for step in steps:

@@ -35,7 +35,7 @@ from typing import Any
 
 import redis
 
-from recovery.executor.routed import RoutedBatch
+from recovery.executor.handover.routed import RoutedBatch
 from recovery.handlers import Result
 from recovery.params import Unit
 from recovery.redis_io.redis_conn import VANISHED, ScriptCall, run_script_calls, unit_vanished

@@ -3,7 +3,7 @@ are all handed over, pipelined across the units that finished meanwhile.
 
 The claim loop counts each step's PEL rows as it reads them; what the loop leaves (rows
 other consumers own) is read once more when the unit is done. With small steps gathered
-into one hand-over (``recovery.executor.gather``), a unit's claim loop ends before its
+into one hand-over (``recovery.executor.claim.gather``), a unit's claim loop ends before its
 entries are handed over. Read then, the PEL would still hold them (rows of the job's own
 consumer, read only to be dropped). So the read waits until the hand-over of the unit's
 last step, and the units done by then are read in one pipeline.
@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 
 import redis
 
-from recovery.executor.claim import ClaimStep, left_reads
+from recovery.executor.claim.loop.loop import ClaimStep, left_reads
 from recovery.executor.histogram import PelHistogram
 from recovery.params import JobParams, Unit
 

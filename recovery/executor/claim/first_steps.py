@@ -23,7 +23,7 @@ claimed behind a big unit's loop; the round's claim is one step like any other, 
 sent is its units' lease reading.
 
 Each unit's claim is still atomic with its reads (the round's MULTI holds them all), and the
-claim loop (``recovery.executor.claim.claim_steps``) goes on from each first step exactly
+claim loop (``recovery.executor.claim.loop.claim_steps``) goes on from each first step exactly
 as if it had sent it: a lost reply or an earlier attempt's claim is taken back by its own-entry
 read, whatever sent the step (a task that fails with a round sent ahead leaves its entries to
 the job's consumer, as any claim whose hand-over did not come). On a Redis Cluster (a MULTI
@@ -63,7 +63,7 @@ def with_first_steps(client: Callable[[], redis.Redis], params: JobParams,
     """Each unit of `units` (in order) with its first claim step, sent in rounds (see the
     module doc), the next wide round written before this one's units are yielded. `client`
     gives the partition's client (opened on first use). Under a backoff schedule (whose
-    steps are a script, ``recovery.executor.backoff``) no step is sent ahead: None for
+    steps are a script, ``recovery.executor.claim.backoff``) no step is sent ahead: None for
     each."""
     if params.backoff:
         yield from ((unit, None) for unit in units)

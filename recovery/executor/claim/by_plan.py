@@ -1,5 +1,5 @@
 """A run that applies a plan (``--plan``): each unit's planned entries claimed by ID, page by
-page, as ``recovery.executor.claim`` claims idle entries (same ClaimStep shape, so the
+page, as ``recovery.executor.claim.loop`` claims idle entries (same ClaimStep shape, so the
 journal, gather, lease, hand-over and report downstream are the same).
 
 Each page of planned IDs (ascending, ``claim.count`` of them) is one MULTI
@@ -19,7 +19,7 @@ the page then is, by what the read found:
 
 Past a read cut short by ``rows_read`` (a range crowded with entries that are not planned),
 each remaining ID is read on its own after the MULTI. Every entry carries its planned delivery
-count: the report says where the current count differs (``recovery.executor.routed``).
+count: the report says where the current count differs (``recovery.executor.handover.routed``).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import pyarrow as pa
 import redis
 
 from recovery.counts import saturated
-from recovery.executor.claim import OWN_PAGE, ClaimStep
+from recovery.executor.claim.loop.loop import OWN_PAGE, ClaimStep
+from recovery.executor.claim.loop.throttle import Throttle
 from recovery.executor.claimed import Claimed, field_pairs
 from recovery.executor.faults import maybe_fail
-from recovery.executor.throttle import Throttle
 from recovery.params import JobParams, Unit
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.streams import (

@@ -6,7 +6,7 @@ per-row dicts) and returns a ``schemas.REPORT`` batch with one row per input row
 order. Round trips are per step, not per entry.
 
 Hand-over, chunk by chunk (``handler.batch_size`` rows): the lease read
-(``recovery.executor.lease``), the handler call, then the XACK of the entries it succeeded
+(``recovery.executor.handover.lease``), the handler call, then the XACK of the entries it succeeded
 on, sent with the next lease read. Failures at the delivery limit are dead-lettered; the
 others stay pending. Requeue and reassign move each unit's rows in batched atomic script
 calls, one pipeline per batch.
@@ -28,7 +28,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from recovery.executor.claimed import Claimed, carried_deliveries, copy_fields
-from recovery.executor.lease import (
+from recovery.executor.handover.lease import (
     LEASE_ROWS,
     REASON_DELETED,
     REASON_GONE,
@@ -36,7 +36,7 @@ from recovery.executor.lease import (
     HandOver,
     xack_commands,
 )
-from recovery.executor.routed import RoutedBatch, group_rows, route
+from recovery.executor.handover.routed import RoutedBatch, group_rows, route
 from recovery.handlers import (
     Handler,
     HandlerTimedOut,

@@ -23,7 +23,7 @@ counts. The steps' ranges tile the whole PEL, so every entry the job consumer ow
 loop ends is in the output exactly once, without a second pass over the PEL. The output is
 in claim order: the unit's entries contiguous, ascending by ID, entries taken back last.
 
-Under a backoff schedule (``claim.backoff_factor``, ``recovery.executor.backoff``) each step
+Under a backoff schedule (``claim.backoff_factor``, ``recovery.executor.claim.backoff``) each step
 is instead one script call (``recovery.redis_io.claim_due.claim_due_batch``) that reads a page
 of ``XPENDING ... IDLE`` rows and the own first entry, and XCLAIMs exactly the due ones, all
 atomically; the rest of the loop is the same. The entries left alone are counted (``NotDue``).
@@ -38,12 +38,12 @@ from functools import partial
 import pyarrow as pa
 import redis
 
-from recovery.executor.backoff import NotDue, schedule_args
-from recovery.executor.first_steps import FirstStep
+from recovery.executor.claim.loop.backoff import NotDue, schedule_args
+from recovery.executor.claim.loop.first_steps import FirstStep
+from recovery.executor.claim.loop.shared import shared_steps
+from recovery.executor.claim.loop.throttle import Throttle
+from recovery.executor.claim.loop.walk import OWN_PAGE, ClaimStep, Walk, examined
 from recovery.executor.histogram import PelHistogram
-from recovery.executor.shared_claim import shared_steps
-from recovery.executor.throttle import Throttle
-from recovery.executor.walk import OWN_PAGE, ClaimStep, Walk, examined
 from recovery.params import JobParams, Unit
 from recovery.redis_io.autoclaim import ClaimBatch, claim_batch
 from recovery.redis_io.claim_due import claim_due_batch
@@ -77,8 +77,8 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
                 ) -> Iterator[ClaimStep]:
     """:func:`claim_unit`'s entries step by step (as Python columns), each step with the
     moment its claim was sent. `first`: the unit's first step, already sent
-    (``recovery.executor.first_steps``); the loop goes on from it. A part of a split unit
-    (``Unit.cursor``) claims through the shared cursor (``recovery.executor.shared_claim``).
+    (``recovery.executor.claim.first_steps``); the loop goes on from it. A part of a split unit
+    (``Unit.cursor``) claims through the shared cursor (``recovery.executor.claim.shared``).
 
     With `histogram`, also counts the unit's PEL as found: each step's rows as read just
     before its claim, then (unless `count_left` is False: the caller does it, see
