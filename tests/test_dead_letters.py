@@ -20,12 +20,12 @@ from recovery.dead_letters.cli import dead_letters_main
 from recovery.dead_letters.read import dead_letter_row
 from recovery.dead_letters.report import DeadLetterSummary, views_path
 from recovery.dead_letters.run import key_parts, read_dead_letters, run_dead_letters
-from recovery.dead_letters.stats import DeadLetterStream
 from recovery.dead_letters.trend import health_trend
 from recovery.dead_letters.views import signature
 from recovery.driver.job import run
 from recovery.schemas import HEALTH, arrow
 from recovery.settings.model import Settings, load_settings
+from recovery.targets.dead_letter_streams import DeadLetterStream
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.testing.local_redis import LocalServer
 from tests.support.redrive_tools import dead_letter

@@ -15,10 +15,10 @@ from pyspark.sql import SparkSession
 from recovery.dead_letters.report import DeadLetterSummary
 from recovery.dead_letters.run import run_dead_letters
 from recovery.driver.cli import Outcome, common_parser, exit_code_of, setup_logging
-from recovery.driver.discovery import matched_nothing, warn
 from recovery.driver.job import new_run_id
 from recovery.report.run_report import check_report_location
 from recovery.settings.model import load_settings
+from recovery.targets.keys import matched_nothing, warn
 
 
 def dead_letters_main(argv: list[str] | None, session: Callable[[], SparkSession]) -> int:

@@ -29,16 +29,7 @@ from recovery.dead_letters.report import (
     plain,
     views_path,
 )
-from recovery.dead_letters.stats import (
-    DENIED,
-    DeadLetterStream,
-    dead_letter_pairs,
-    inspect_streams,
-    now_ms,
-    warnings_for,
-)
 from recovery.dead_letters.views import by_reason, by_signature, causes, with_death_time
-from recovery.driver.discovery import Skipped, check_server
 from recovery.driver.spark_errors import spark_errors
 from recovery.driver.transforms import units_of_parts
 from recovery.params import DeadLetterReadParams, RedisParams
@@ -47,6 +38,15 @@ from recovery.redis_io.redis_conn import connect
 from recovery.report.run_report import check_report_location
 from recovery.schemas import DEAD_LETTER, DEAD_LETTER_KEY
 from recovery.settings.model import Settings, redis_params
+from recovery.targets.dead_letter_streams import (
+    DENIED,
+    DeadLetterStream,
+    dead_letter_pairs,
+    inspect_streams,
+    now_ms,
+    warnings_for,
+)
+from recovery.targets.keys import Skipped, check_server
 
 log = logging.getLogger(__name__)
 LOGGED_ROWS = 20  # rows of each view in the log

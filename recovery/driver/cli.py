@@ -18,7 +18,6 @@ from typing import Protocol
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
-from recovery.driver.discovery import check_server
 from recovery.driver.handler_choice import check_handler
 from recovery.driver.job import run
 from recovery.driver.local_spark import C1_ONLY
@@ -28,6 +27,7 @@ from recovery.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, RecoveryError
 from recovery.redis_io.redis_conn import connect
 from recovery.report.run_report import check_report_location
 from recovery.settings.model import Settings, load_settings, redis_params
+from recovery.targets.keys import check_server
 
 log = logging.getLogger("recovery")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

@@ -16,11 +16,10 @@ from redis.cluster import RedisCluster
 from recovery.errors import (
     ConfigError,
     DeadLetterNameError,
-    UnsupportedServerError,
 )
 from recovery.params import RedisParams, Unit
 from recovery.redis_io.cluster import groups_by_node, node_of, spread
-from recovery.redis_io.dlq_names import dead_letter_key, is_dead_letter_key
+from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import (
     calls_of,
     key_refused,
@@ -34,17 +33,20 @@ from recovery.redis_io.stream_full import GroupSeen, StreamSeen, read_streams
 from recovery.redis_io.streams import (
     each,
     info_rows,
-    scan_keys,
-    server_version,
     shown,
 )
 from recovery.schemas import Mode
 from recovery.settings.model import Settings
+from recovery.targets.keys import (
+    NO_ACCESS,
+    NO_KEY,
+    Skipped,
+    reply_or_raise,
+    selected_keys,
+    type_unless_denied,
+)
 
 log = logging.getLogger(__name__)
-MIN_VERSION = (6, 2, 0)
-NO_ACCESS = "the Redis user may not access this key (ACL key patterns): left alone"
-NO_KEY = "no such key: fix streams.keys"
 CLEAN_UP_PER_CALL = 100  # consumers per clean-up script call on a standalone server
 
 
@@ -62,28 +64,6 @@ class WorkUnit:
     node: str = ""
     lag: int | None = None
     seen: GroupSeen | None = field(default=None, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A key or group the run leaves alone, and why (shown in the summary)."""
-
-    stream: str
-    group: str | None
-    reason: str
-
-
-def check_server(client: redis.Redis, params: RedisParams) -> tuple[int, int, int]:
-    """PING and version check; XAUTOCLAIM needs Redis 6.2+ (or Valkey)."""
-    with redis_errors(params):
-        client.ping()
-        version = server_version(client)
-    if version < MIN_VERSION:
-        raise UnsupportedServerError(
-            f"Redis {'.'.join(map(str, version))} has no XAUTOCLAIM: "
-            "upgrade the server to Redis 6.2 or newer (or Valkey)"
-        )
-    return version
 
 
 def discover(client: redis.Redis, settings: Settings, params: RedisParams,
@@ -128,56 +108,6 @@ def check_requeue_target(stream: str, groups: list[str], template: str | None) -
         "{stream}:retry:{group}, or use reprocess.mode = handler")
 
 
-def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
-                  skipped: list[Skipped], warnings: list[str] | None = None
-                  ) -> dict[str, bool]:
-    """The keys ``streams.keys`` and ``streams.match`` select -> whether named explicitly:
-    the explicit keys, then the SCAN MATCH hits in order; dead-letter streams left out (before
-    any TYPE: the job's ACL user needs no read access to them), non-UTF-8 names skipped.
-    None at all: ``matched_nothing`` is added to `warnings`, if given, and logged."""
-    sel, suffix = settings.streams, settings.dead_letter.suffix
-    names = dict.fromkeys(sel.keys, True)
-    if sel.match:
-        with redis_errors(params):
-            found = sorted(scan_keys(client, sel.match, sel.scan_count))
-        for key in found:
-            names.setdefault(key_text(key, skipped), False)
-    selected = {}
-    for name, explicit in names.items():
-        if name and is_dead_letter_key(name, suffix):
-            log.info("skip %s: it is a dead-letter stream", name)
-        elif name:
-            selected[name] = explicit
-    if not selected and warnings is not None:
-        warn(warnings, matched_nothing(settings))
-    return selected
-
-
-def matched_nothing(settings: Settings, what: str = "stream") -> str:
-    """The warning for a selection (``streams.keys`` / ``streams.match``) that selected no
-    `what`: a typo in a name or a pattern otherwise passes for a quiet day."""
-    sel = settings.streams
-    named = ([f"streams.keys {','.join(sel.keys)!r}"] if sel.keys else []) + (
-        [f"streams.match {sel.match!r}"] if sel.match else [])
-    return (f"{' and '.join(named)} matched no {what}: nothing was done; check the names, "
-            "the pattern and dead_letter.suffix")
-
-
-def warn(warnings: list[str], message: str) -> None:
-    """Log `message` as a WARNING line and add it to `warnings` (a summary's)."""
-    log.warning("%s", message)
-    warnings.append(message)
-
-
-def _reply_or_raise(reply: object, params: RedisParams, stream: str | None = None,
-                    group: str | None = None) -> object:
-    """The reply, or its error raised as the job's typed error for that stream and group."""
-    if isinstance(reply, Exception):
-        with redis_errors(params, stream, group):
-            raise reply
-    return reply
-
-
 def _stream_groups(client: redis.Redis, settings: Settings, params: RedisParams,
                    skipped: list[Skipped], warnings: list[str] | None = None
                    ) -> list[tuple[str, list[dict[str, object]], StreamSeen | None]]:
@@ -216,27 +146,8 @@ def _not_a_stream(name: str, reply: object, kind: object, params: RedisParams) -
         if kind is None:
             return NO_ACCESS
         return NO_KEY if kind == "none" else f"not a stream (type {kind}): left alone"
-    _reply_or_raise(reply, params, name)
+    reply_or_raise(reply, params, name)
     return None
-
-
-def type_unless_denied(reply: object, params: RedisParams) -> str | None:
-    """A TYPE reply as text; None when the ACL user may not access that key (SCAN lists every
-    key, whatever the user's key patterns). A denied *command* still raises."""
-    if key_refused(reply):
-        return None
-    kind = _reply_or_raise(reply, params)
-    return kind.decode() if isinstance(kind, bytes) else str(kind)
-
-
-def key_text(key: bytes, skipped: list[Skipped]) -> str:
-    """A SCAN hit as text; "" and a skip reason when its name is not UTF-8 (the job names
-    keys as text)."""
-    try:
-        return key.decode("utf-8")
-    except UnicodeDecodeError:
-        skipped.append(Skipped(shown(key), None, "key name is not UTF-8: not supported"))
-        return ""
 
 
 def _units_of(client: redis.Redis, stream: str, groups: list[dict[str, object]],

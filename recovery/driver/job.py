@@ -32,11 +32,9 @@ import redis
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
-from recovery.dead_letters.stats import dead_letter_warnings
 from recovery.driver.discovery import (
     WorkUnit,
     assign,
-    check_server,
     discover,
     is_job_consumer,
     job_consumer,
@@ -102,6 +100,8 @@ from recovery.schemas import (
     REPORT,
 )
 from recovery.settings.model import Settings, executor_params
+from recovery.targets.dead_letter_streams import dead_letter_warnings
+from recovery.targets.keys import check_server
 
 log = logging.getLogger(__name__)
 MAX_RECORDS_PER_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"

@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from redis.cluster import RedisCluster
 
-from recovery.driver.discovery import Skipped, WorkUnit, check_requeue_target
+from recovery.driver.discovery import WorkUnit, check_requeue_target
 from recovery.errors import ConfigError, DeadLetterNameError, StreamUnitError
 from recovery.params import JobParams, RedisParams, Unit
 from recovery.redis_io.cluster import node_of
@@ -41,6 +41,7 @@ from recovery.report.worker_files import local_directory
 from recovery.schemas import PLANNED, Mode
 from recovery.settings.model import Settings
 from recovery.settings.redis import strip_userinfo
+from recovery.targets.keys import Skipped
 
 log = logging.getLogger(__name__)
 MANIFEST = "_plan.json"

@@ -12,10 +12,10 @@ import argparse
 from collections.abc import Callable
 
 from recovery.driver.cli import Outcome, common_parser, exit_code_of, setup_logging
-from recovery.driver.discovery import matched_nothing, warn
 from recovery.driver.job import new_run_id
 from recovery.redrive.run import RedriveSummary, id_range, run_redrive
 from recovery.settings.model import Settings, load_settings
+from recovery.targets.keys import matched_nothing, warn
 
 FILTERS = ("groups", "reasons", "from_id", "to_id", "since", "until")
 

@@ -23,7 +23,6 @@ from typing import Any
 
 import redis
 
-from recovery.driver.discovery import Skipped, check_server, selected_keys
 from recovery.errors import ConfigError, DeadLetterNameError, StreamUnitError
 from recovery.executor.claim.loop.throttle import Throttle
 from recovery.params import RedisParams
@@ -34,6 +33,7 @@ from recovery.redrive.io import RedriveFilter, length, redrive_step
 from recovery.report.json_line import JsonLine
 from recovery.settings.model import Settings, executor_params
 from recovery.settings.redrive import RedriveSettings
+from recovery.targets.keys import Skipped, check_server, selected_keys
 
 log = logging.getLogger(__name__)
 EXAMINE_PER_MOVE = 10  # entries one script call may examine per entry it may move

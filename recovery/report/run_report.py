@@ -13,7 +13,6 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from recovery.driver.discovery import Skipped
 from recovery.errors import ConfigError, FailureThresholdError
 from recovery.executor.tally import (
     TALLIED,
@@ -29,6 +28,7 @@ from recovery.report.json_line import JsonLine
 from recovery.report.wording import plural
 from recovery.report.worker_files import local_directory, write_by_driver, write_by_workers
 from recovery.schemas import ACTIONS, HEALTH, REPORT, Action, arrow
+from recovery.targets.keys import Skipped
 
 T = TypeVar("T")
 
@@ -48,7 +48,8 @@ class RunSummary(JsonLine):
     dry_run: bool = False
     health: dict[str, Any] = field(default_factory=dict)
     health_path: str | None = None
-    # Dead-letter streams over a dead_letters.warn_* threshold (recovery.dead_letters.stats).
+    # Dead-letter streams over a dead_letters.warn_* threshold
+    # (recovery.targets.dead_letter_streams).
     dead_letter_warnings: list[dict[str, Any]] = field(default_factory=list)
     plan: str | None = None  # the dry run's report directory this run applied (--plan)
     # Under a backoff schedule ({"factor": f, "max_ms": ms or None}; None: off): entries left

@@ -15,7 +15,6 @@ from typing import Any
 
 import redis
 
-from recovery.driver.discovery import Skipped, selected_keys, type_unless_denied
 from recovery.errors import DeadLetterNameError
 from recovery.params import RedisParams
 from recovery.redis_io.cluster import node_of
@@ -23,6 +22,7 @@ from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.streams import as_str, each
 from recovery.settings.model import Settings
+from recovery.targets.keys import Skipped, selected_keys, type_unless_denied
 
 log = logging.getLogger(__name__)
 STATS_COMMANDS = 3  # per dead-letter stream: TYPE, XLEN, XRANGE - + COUNT 1
