@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import sys
 
-from recovery.driver.pyspark_path import prefer_installed_pyspark
+from recovery.spark.pyspark_path import prefer_installed_pyspark
 
 prefer_installed_pyspark()  # before the first pyspark import
 
-from recovery.dead_letters.cli import dead_letters_main  # noqa: E402
-from recovery.driver.cli import submitted_session  # noqa: E402
+from recovery.cli.dead_letters import dead_letters_main  # noqa: E402
+from recovery.spark.session import submitted_session  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

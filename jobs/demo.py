@@ -30,10 +30,10 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 import redis  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
-from recovery.driver.cli import run_recovery  # noqa: E402
-from recovery.driver.local_spark import local_session  # noqa: E402
+from recovery.cli.recover import run_recovery  # noqa: E402
 from recovery.schemas import CARRIED_DELIVERIES  # noqa: E402
 from recovery.settings.model import Settings  # noqa: E402
+from recovery.spark.local import local_session  # noqa: E402
 from recovery.testing.backlog import make_stuck, seed_demo_backlog  # noqa: E402
 from recovery.testing.local_redis import LocalServer, any_server_binary  # noqa: E402
 

@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import sys
 
-from recovery.driver.pyspark_path import prefer_installed_pyspark
+from recovery.spark.pyspark_path import prefer_installed_pyspark
 
 prefer_installed_pyspark()  # before the first pyspark import
 
 from pyspark.sql import SparkSession  # noqa: E402
 
-from recovery.driver.cli import run_recovery, submitted_session  # noqa: E402
+from recovery.cli.recover import run_recovery  # noqa: E402
 from recovery.settings.model import Settings  # noqa: E402
+from recovery.spark.session import submitted_session  # noqa: E402
 
 
 def build_session(settings: Settings) -> SparkSession:
-    """The submitter decides the master (``recovery.driver.cli.submitted_session``)."""
+    """The submitter decides the master (``recovery.spark.session.submitted_session``)."""
     return submitted_session("redis-stream-recovery")
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from recovery.redrive.cli import redrive_main
+from recovery.cli.redrive import redrive_main
 
 
 def register_with_cluster() -> None:

@@ -32,7 +32,7 @@ _HOMES = {
     # running it
     "run": "recovery.driver.job",
     "pending_entries": "recovery.driver.job",
-    "local_session": "recovery.driver.local_spark",
+    "local_session": "recovery.spark.local",
     "RunSummary": "recovery.report.run_report",
     "format_table": "recovery.report.run_report",
     "read_run": "recovery.report.run_report",
@@ -106,7 +106,6 @@ if TYPE_CHECKING:
     from recovery.dead_letters.trend import health_trend
     from recovery.dead_letters.views import dead_letter_views
     from recovery.driver.job import pending_entries, run
-    from recovery.driver.local_spark import local_session
     from recovery.errors import (
         ConfigError,
         FailureThresholdError,
@@ -130,6 +129,7 @@ if TYPE_CHECKING:
         Mode,
     )
     from recovery.settings.model import Settings, load_settings
+    from recovery.spark.local import local_session
 
 
 def __getattr__(name: str) -> Any:

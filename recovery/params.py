@@ -7,7 +7,9 @@ need not load pydantic (a test holds it).
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 
 @dataclass(frozen=True)
@@ -81,3 +83,8 @@ class DeadLetterReadParams:
 
     redis: RedisParams
     page: int = 1000
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: UTC time plus 6 hex digits."""
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)

@@ -199,7 +199,7 @@ DEAD_LETTER_KEY = StructType([StructField("dead_letter_key", StringType(), False
 # holds no number where a number belongs; `death_time_ms` is epoch ms (x-death-time), `idle_ms`
 # ms. Text is UTF-8, other bytes as \xNN escapes. `fields`: the original fields without the x-
 # metadata and x-redrive-count; names as text (escaped likewise), values byte for byte; a
-# name that repeats keeps its first value. recovery.dead_letters.read.with_times adds
+# name that repeats keeps its first value. recovery.dead_letters.views.with_death_time adds
 # `death_time`, a timestamp.
 DEAD_LETTER = StructType(
     [

@@ -23,8 +23,8 @@ os.environ["RECOVERY_FAULT_FILE"] = str(FAULT_FILE)
 from pyspark.sql import SparkSession  # noqa: E402
 from redis import Redis  # noqa: E402
 
-from recovery.driver.local_spark import local_session  # noqa: E402
 from recovery.settings.model import Settings, load_settings  # noqa: E402
+from recovery.spark.local import local_session  # noqa: E402
 from recovery.testing.local_redis import LocalServer  # noqa: E402
 from tests.support.cluster_fixtures import LocalCluster  # noqa: E402
 from tests.support.servers import FLAVORS, REDIS_VERSIONS, start_server  # noqa: E402

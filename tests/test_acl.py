@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from recovery.dead_letters.cli import dead_letters_main
-from recovery.driver.cli import run_recovery
-from recovery.redrive.cli import redrive_main
+from recovery.cli.dead_letters import dead_letters_main
+from recovery.cli.recover import run_recovery
+from recovery.cli.redrive import redrive_main
 from recovery.testing.local_redis import LocalServer
 from tests.support.acl_rules import PASSWORD, documented_rules
 from tests.support.backlogs import DEAD, LIVE, Seeded, seed

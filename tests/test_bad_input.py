@@ -2,7 +2,7 @@
 problem and the fix, with the documented exit code (2 bad config or arguments, 1 anything
 else); nothing pending is lost, and the other streams are still processed.
 
-The job runs in-process (``recovery.driver.cli.run_recovery`` on the suite's session); a config
+The job runs in-process (``recovery.cli.recover.run_recovery`` on the suite's session); a config
 error must fail before a SparkSession is even asked for.
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import pytest
 from redis import Redis
 
-from recovery.dead_letters.cli import dead_letters_main
+from recovery.cli.dead_letters import dead_letters_main
 from recovery.executor.handover.lease import LEASE_FRESH_S
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.testing.local_redis import LocalServer, free_port

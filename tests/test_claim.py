@@ -11,11 +11,11 @@ import time
 
 import pyarrow as pa
 import pytest
-from recovery.executor.claim.loop.backoff import NotDue
-from recovery.executor.claim.loop.loop import claim_steps
-from recovery.executor.claim.loop.throttle import Throttle
 from redis import Redis
 
+from recovery.executor.claim.backoff import NotDue
+from recovery.executor.claim.loop import claim_steps
+from recovery.executor.claim.throttle import Throttle
 from recovery.executor.claimed import CLAIMED_ARROW
 from recovery.params import Unit
 from recovery.redis_io import autoclaim, scripts

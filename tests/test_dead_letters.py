@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import redis
 
-from recovery.dead_letters.cli import dead_letters_main
+from recovery.cli.dead_letters import dead_letters_main
 from recovery.dead_letters.read import dead_letter_row
 from recovery.dead_letters.report import DeadLetterSummary, views_path
 from recovery.dead_letters.run import key_parts, read_dead_letters, run_dead_letters

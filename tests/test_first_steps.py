@@ -13,13 +13,13 @@ import time
 from collections.abc import Iterator
 
 import pyarrow as pa
-from recovery.executor.claim.loop.first_steps import with_first_steps
-from recovery.executor.claim.loop.gather import gathered
-from recovery.executor.claim.loop.loop import ClaimStep, claim_steps
-from recovery.executor.claim.loop.throttle import Throttle
 from redis import Redis
 
 from recovery.errors import StreamUnitError
+from recovery.executor.claim.first_steps import with_first_steps
+from recovery.executor.claim.gather import gathered
+from recovery.executor.claim.loop import ClaimStep, claim_steps
+from recovery.executor.claim.throttle import Throttle
 from recovery.executor.claimed import CLAIMED_ARROW
 from recovery.executor.histogram import PelHistogram
 from recovery.params import JobParams, Unit

@@ -112,8 +112,8 @@ def test_tests_share_code_only_through_their_support_package() -> None:
 
 
 def test_the_daemon_module_loads_no_pyspark() -> None:
-    """Spark's Python daemon is ``recovery.driver.pyspark_path``, which must fix the path
+    """Spark's Python daemon is ``recovery.spark.pyspark_path``, which must fix the path
     before anything imports pyspark: ``recovery`` and ``recovery.driver`` import nothing
     heavy."""
     heavy = ("pyspark", "py4j", "pydantic", "redis")
-    assert [m for m in loaded_by(["recovery.driver.pyspark_path"]) if within(m, heavy)] == []
+    assert [m for m in loaded_by(["recovery.spark.pyspark_path"]) if within(m, heavy)] == []

@@ -1,7 +1,7 @@
-"""The local sessions that PySpark starts itself run their JVM as ``recovery.driver.local_spark``
+"""The local sessions that PySpark starts itself run their JVM as ``recovery.spark.local``
 says (C1 only: a short local run's JVM otherwise spends much of its CPU in the C2 compiler),
 and keep Spark's console progress bar out of the log; spark-submit runs get the entry
-points' defaults (``recovery.driver.cli.job_defaults``) where the submitter set nothing."""
+points' defaults (``recovery.spark.session.job_defaults``) where the submitter set nothing."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
-from recovery.driver.cli import job_defaults
-from recovery.driver.local_spark import LOCAL_JVM_OPTIONS
+from recovery.spark.local import LOCAL_JVM_OPTIONS
+from recovery.spark.session import job_defaults
 
 
 def jvm_command_line(spark: SparkSession) -> list[str]:
@@ -32,7 +32,7 @@ def test_the_test_session_jvm_runs_with_the_local_options(spark):
 BAR_SCRIPT = """
 import sys, time
 from pyspark.sql import functions as F
-from recovery.driver.local_spark import local_session
+from recovery.spark.local import local_session
 spark = local_session("local[1]", "bar-check", **dict(c.split("=", 1) for c in sys.argv[1:]))
 slow = F.udf(lambda x: time.sleep(2.5) or x, "long")
 spark.range(1).select(slow("id")).collect()

@@ -9,13 +9,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from recovery.executor.claim.loop.by_plan import plan_steps
-from recovery.executor.claim.loop.throttle import Throttle
 from redis import Redis
 
 from recovery.driver import plan as plan_module
 from recovery.driver.job import run
 from recovery.driver.plan import MANIFEST
+from recovery.executor.claim.by_plan import plan_steps
+from recovery.executor.claim.throttle import Throttle
 from recovery.params import Unit
 from recovery.redis_io.redis_conn import connect
 from recovery.report.run_report import read_run, read_run_dir

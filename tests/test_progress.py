@@ -10,13 +10,13 @@ import time
 from collections.abc import Callable
 
 import pytest
-from recovery.driver.progress.reporter.reporter import ProgressReporter
-from recovery.driver.progress.reporter.state import MAX_STREAM_LINES
 from redis import Redis
 
 from recovery.driver.discovery import WorkUnit
 from recovery.driver.health import clean_up_job_consumers, collect_health
 from recovery.driver.job import run
+from recovery.driver.progress.reporter import ProgressReporter
+from recovery.driver.progress.state import MAX_STREAM_LINES
 from recovery.params import RedisParams
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import connect

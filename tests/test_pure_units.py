@@ -6,12 +6,12 @@ import gc
 from pathlib import Path
 
 import pytest
-from recovery.executor.claim.loop.throttle import Throttle
 from redis.crc import key_slot
 
 from recovery.driver.discovery import WorkUnit, assign
 from recovery.driver.job import check_no_speculation, retries_tasks
 from recovery.errors import ConfigError, DeadLetterNameError
+from recovery.executor.claim.throttle import Throttle
 from recovery.executor.partitions import young_collections_rarer
 from recovery.handlers import Result, normalise_reply
 from recovery.redis_io.dlq_names import dead_letter_key, requeue_key

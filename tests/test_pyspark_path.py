@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyspark
 from pyspark.sql import SparkSession
 
-from recovery.driver import pyspark_path
-from recovery.driver.pyspark_path import (
+from recovery.spark import pyspark_path
+from recovery.spark.pyspark_path import (
     drop_archives_without_modules,
     drop_shadowing_zips,
     prefer_installed_pyspark,
@@ -126,7 +126,7 @@ def _where_pyspark_comes_from(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.
 
 
 def test_python_workers_import_the_installed_pyspark(spark):
-    """The session (like the job's) starts its workers through recovery.driver.pyspark_path:
+    """The session (like the job's) starts its workers through recovery.spark.pyspark_path:
     they import PySpark from site-packages, and spark-submit's zips of it (and of py4j,
     installed beside it) and Spark's core jar (no Python in it) are no longer on their
     path."""
@@ -154,7 +154,7 @@ def report():
                       "pyspark": sys.modules["pyspark"].__file__,
                       "threads": len(os.listdir(f"/proc/{os.getpid()}/task"))}))
 sys.modules["pyspark.daemon"] = types.SimpleNamespace(manager=report)
-from recovery.driver import pyspark_path
+from recovery.spark import pyspark_path
 pyspark_path.main()
 """
 

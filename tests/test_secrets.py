@@ -29,8 +29,8 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from recovery.driver.local_spark import LOCAL_JVM_OPTIONS
-from recovery.driver.pyspark_path import DAEMON_MODULE
+from recovery.spark.local import LOCAL_JVM_OPTIONS
+from recovery.spark.pyspark_path import DAEMON_MODULE
 from recovery.testing.local_redis import LocalServer, free_port
 from tests.support.backlogs import seed
 from tests.support.invariants import final_states

@@ -9,10 +9,10 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
-from recovery.executor.claim.loop.backoff import NotDue
-from recovery.executor.claim.loop.loop import examined
 from redis import Redis
 
+from recovery.executor.claim.backoff import NotDue
+from recovery.executor.claim.loop import examined
 from recovery.executor.partitions import recover_partition
 from recovery.executor.survey import histogram_partition
 from recovery.executor.tally import (

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.driver.cli import preflight, run_recovery
+from recovery.cli.recover import preflight, run_recovery
 from recovery.driver.job import run
 from recovery.errors import RedisUnavailableError
 from recovery.redis_io.cluster import StreamCluster

@@ -22,10 +22,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-import secrets
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from functools import partial
 
 import redis
@@ -58,9 +56,8 @@ from recovery.driver.plan import (
     server_identity,
     write_manifest,
 )
-from recovery.driver.progress.reporter.frontier import parts_order, progress_parts
-from recovery.driver.progress.reporter.reporter import ProgressReporter
-from recovery.driver.spark_errors import spark_errors
+from recovery.driver.progress.frontier import parts_order, progress_parts
+from recovery.driver.progress.reporter import ProgressReporter
 from recovery.driver.split import Split, split_units
 from recovery.driver.transforms import units_of_parts
 from recovery.driver.warm_up import WarmUp, warming_up
@@ -71,7 +68,7 @@ from recovery.executor.packing import PACK_ROWS
 from recovery.executor.partitions import apply_partition, claim_partition, recover_partition
 from recovery.executor.survey import histogram_partition, plan_partition
 from recovery.executor.tally import Tallies, histogram_rows
-from recovery.params import JobParams, Unit
+from recovery.params import JobParams, Unit, new_run_id
 from recovery.redis_io.journal import (
     check_run_id_unused,
     drop_journals,
@@ -100,6 +97,7 @@ from recovery.schemas import (
     REPORT,
 )
 from recovery.settings.model import Settings, executor_params
+from recovery.spark.errors import spark_errors
 from recovery.targets.dead_letter_streams import dead_letter_warnings
 from recovery.targets.keys import check_server
 
@@ -107,11 +105,6 @@ log = logging.getLogger(__name__)
 MAX_RECORDS_PER_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
 DEFAULT_RECORDS_PER_BATCH = 10_000  # Spark's default for the key above
 LOCAL_MASTER = re.compile(r"local(?:\[[^,\]]+(?:,\s*(\d+))?\])?")  # local, local[N], local[N,F]
-
-
-def new_run_id() -> str:
-    """A sortable, unique run id: UTC time plus 6 hex digits."""
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
 def run(spark: SparkSession, settings: Settings, run_id: str | None = None,

@@ -32,14 +32,14 @@ import pyarrow as pa
 import redis
 
 from recovery.errors import StreamUnitError
-from recovery.executor.claim.loop.backoff import NotDue
-from recovery.executor.claim.loop.by_plan import plan_steps, planned_units
-from recovery.executor.claim.loop.first_steps import FirstStep, with_first_steps
-from recovery.executor.claim.loop.gather import gathered
-from recovery.executor.claim.loop.journaled import TaskJournal
-from recovery.executor.claim.loop.left_counts import LeftCounts
-from recovery.executor.claim.loop.loop import ClaimStep, claim_steps
-from recovery.executor.claim.loop.throttle import Throttle
+from recovery.executor.claim.backoff import NotDue
+from recovery.executor.claim.by_plan import plan_steps, planned_units
+from recovery.executor.claim.first_steps import FirstStep, with_first_steps
+from recovery.executor.claim.gather import gathered
+from recovery.executor.claim.journaled import TaskJournal
+from recovery.executor.claim.left_counts import LeftCounts
+from recovery.executor.claim.loop import ClaimStep, claim_steps
+from recovery.executor.claim.throttle import Throttle
 from recovery.executor.claimed import Claimed
 from recovery.executor.faults import maybe_fail
 from recovery.executor.handover.apply import apply_batch

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import redis
 
-from recovery.executor.claim.loop.backoff import NotDue, due_in_ms
+from recovery.executor.claim.backoff import NotDue, due_in_ms
 from recovery.executor.claimed import odd_carried, with_carried
 from recovery.executor.handover.routed import ODD_CARRIED, route
 from recovery.executor.histogram import PelHistogram

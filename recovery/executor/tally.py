@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import StringType, StructField, StructType
 
-from recovery.executor.claim.loop.backoff import NotDue
+from recovery.executor.claim.backoff import NotDue
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.packing import ArrowFn
 from recovery.schemas import REPORT, arrow

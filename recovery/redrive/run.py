@@ -24,7 +24,7 @@ from typing import Any
 import redis
 
 from recovery.errors import ConfigError, DeadLetterNameError, StreamUnitError
-from recovery.executor.claim.loop.throttle import Throttle
+from recovery.executor.claim.throttle import Throttle
 from recovery.params import RedisParams
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import connect, redis_errors

@@ -28,11 +28,11 @@ from typing import Any
 from pyspark.sql import SparkSession
 from redis import Redis
 
-from recovery.driver.cli import run_recovery
-from recovery.driver.local_spark import LOCAL_JVM_OPTIONS
+from recovery.cli.recover import run_recovery
 from recovery.executor.faults import FIRED_SUFFIX
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.report.run_report import read_run, run_path
+from recovery.spark.local import LOCAL_JVM_OPTIONS
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from tests.support.backlogs import DEAD, HOUR_MS, binary_fields
 from tests.support.handlers import CHECKSUM, CONTROL_ENV, HANDLED, checksum

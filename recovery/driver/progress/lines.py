@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from recovery.driver.discovery import WorkUnit
-from recovery.driver.progress.reporter.read import UnitState
+from recovery.driver.progress.read import UnitState
 
 
 @dataclass(frozen=True)

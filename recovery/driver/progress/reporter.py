@@ -75,9 +75,9 @@ from typing import Any, NamedTuple
 import redis
 
 from recovery.driver.discovery import WorkUnit, job_consumer_stem
-from recovery.driver.progress.reporter.frontier import Frontier
-from recovery.driver.progress.reporter.lines import Totals, totals_line
-from recovery.driver.progress.reporter.read import (
+from recovery.driver.progress.frontier import Frontier
+from recovery.driver.progress.lines import Totals, totals_line
+from recovery.driver.progress.read import (
     Reading,
     UnitState,
     dead_letter_keys,
@@ -85,7 +85,7 @@ from recovery.driver.progress.reporter.read import (
     merged,
     read_progress,
 )
-from recovery.driver.progress.reporter.state import ProgressState
+from recovery.driver.progress.state import ProgressState
 from recovery.errors import RecoveryError
 from recovery.params import RedisParams
 from recovery.redis_io.redis_conn import redis_errors

@@ -33,8 +33,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 from recovery.driver.discovery import WorkUnit
-from recovery.driver.progress.reporter.lines import Totals, unit_line
-from recovery.driver.progress.reporter.read import Reading, UnitState, stale_lengths, units_by_key
+from recovery.driver.progress.lines import Totals, unit_line
+from recovery.driver.progress.read import Reading, UnitState, stale_lengths, units_by_key
 from recovery.report.wording import plural
 
 MAX_STREAM_LINES = 20  # per-unit lines per reading

@@ -32,8 +32,8 @@ import pyarrow as pa
 import redis
 
 from recovery.counts import saturated
-from recovery.executor.claim.loop.loop import OWN_PAGE, ClaimStep
-from recovery.executor.claim.loop.throttle import Throttle
+from recovery.executor.claim.loop import OWN_PAGE, ClaimStep
+from recovery.executor.claim.throttle import Throttle
 from recovery.executor.claimed import Claimed, field_pairs
 from recovery.executor.faults import maybe_fail
 from recovery.params import JobParams, Unit

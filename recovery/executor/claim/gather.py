@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 
-from recovery.executor.claim.loop.loop import ClaimStep
+from recovery.executor.claim.loop import ClaimStep
 from recovery.executor.claimed import Claimed
 
 GATHER_FOR_S = 0.05  # a batch is handed over once it has waited this long for more (s)

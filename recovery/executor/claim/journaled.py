@@ -28,7 +28,7 @@ import pyarrow as pa
 import redis
 
 from recovery.errors import StreamUnitError
-from recovery.executor.claim.loop.loop import ClaimStep
+from recovery.executor.claim.loop import ClaimStep
 from recovery.executor.claimed import Claimed
 from recovery.params import JobParams, Unit
 from recovery.redis_io.journal import Earlier, journal_key, read, record_claims, record_outcome

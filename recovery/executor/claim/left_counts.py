@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 
 import redis
 
-from recovery.executor.claim.loop.loop import ClaimStep, left_reads
+from recovery.executor.claim.loop import ClaimStep, left_reads
 from recovery.executor.histogram import PelHistogram
 from recovery.params import JobParams, Unit
 

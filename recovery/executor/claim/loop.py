@@ -38,11 +38,11 @@ from functools import partial
 import pyarrow as pa
 import redis
 
-from recovery.executor.claim.loop.backoff import NotDue, schedule_args
-from recovery.executor.claim.loop.first_steps import FirstStep
-from recovery.executor.claim.loop.shared import shared_steps
-from recovery.executor.claim.loop.throttle import Throttle
-from recovery.executor.claim.loop.walk import OWN_PAGE, ClaimStep, Walk, examined
+from recovery.executor.claim.backoff import NotDue, schedule_args
+from recovery.executor.claim.first_steps import FirstStep
+from recovery.executor.claim.shared import shared_steps
+from recovery.executor.claim.throttle import Throttle
+from recovery.executor.claim.walk import OWN_PAGE, ClaimStep, Walk, examined
 from recovery.executor.histogram import PelHistogram
 from recovery.params import JobParams, Unit
 from recovery.redis_io.autoclaim import ClaimBatch, claim_batch

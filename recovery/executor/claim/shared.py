@@ -25,8 +25,8 @@ from functools import partial
 
 import redis
 
-from recovery.executor.claim.loop.backoff import schedule_args
-from recovery.executor.claim.loop.walk import ClaimStep, Walk
+from recovery.executor.claim.backoff import schedule_args
+from recovery.executor.claim.walk import ClaimStep, Walk
 from recovery.params import JobParams, Unit
 from recovery.redis_io.autoclaim import ClaimBatch
 from recovery.redis_io.claim_due import claim_due_batch, taken_range

@@ -14,9 +14,9 @@ from typing import NamedTuple
 import redis
 
 from recovery.counts import saturate_all
-from recovery.executor.claim.loop.backoff import NotDue
-from recovery.executor.claim.loop.first_steps import FirstStep
-from recovery.executor.claim.loop.throttle import Throttle
+from recovery.executor.claim.backoff import NotDue
+from recovery.executor.claim.first_steps import FirstStep
+from recovery.executor.claim.throttle import Throttle
 from recovery.executor.claimed import Claimed, carrying, field_pairs
 from recovery.executor.faults import maybe_fail
 from recovery.executor.histogram import PelHistogram

@@ -6,14 +6,14 @@ compile work is gone and the code runs somewhat slower: short runs, which the de
 tests are made of, end sooner (docs/PERFORMANCE.md). spark-submit starts its JVM before the
 job's Python runs, so there the option goes on the command line.
 
-Import after ``recovery.driver.pyspark_path.prefer_installed_pyspark()`` in entry points.
+Import after ``recovery.spark.pyspark_path.prefer_installed_pyspark()`` in entry points.
 """
 
 from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from recovery.driver.pyspark_path import with_installed_pyspark
+from recovery.spark.pyspark_path import with_installed_pyspark
 
 C1_ONLY = "-XX:TieredStopAtLevel=1"  # the JVM compiles with C1 only, never with C2
 LOCAL_JVM_OPTIONS = C1_ONLY

@@ -42,7 +42,7 @@ import recovery
 if TYPE_CHECKING:  # not at run time: this module runs before pyspark may be imported
     from pyspark.sql import SparkSession
 
-DAEMON_MODULE = "recovery.driver.pyspark_path"
+DAEMON_MODULE = "recovery.spark.pyspark_path"
 # What the daemon imports before it forks the workers: every module of PRELOADED_PACKAGE,
 # and PRELOADED. All are modules the tasks import anyway, and none starts a thread or imports
 # pyarrow or numpy (a fork keeps only the forking thread; PySpark's daemon imports even its

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from recovery.driver.cli import Outcome, common_parser, exit_code_of, setup_logging
-from recovery.driver.job import new_run_id
+from recovery.cli.common import Outcome, common_parser, exit_code_of, setup_logging
+from recovery.params import new_run_id
 from recovery.redrive.run import RedriveSummary, id_range, run_redrive
 from recovery.settings.model import Settings, load_settings
 from recovery.targets.keys import matched_nothing, warn
@@ -21,7 +21,7 @@ FILTERS = ("groups", "reasons", "from_id", "to_id", "since", "until")
 
 
 def redrive_parser() -> argparse.ArgumentParser:
-    """The options every job takes (``recovery.driver.cli.common_parser``) and --dry-run."""
+    """The options every job takes (``recovery.cli.common.common_parser``) and --dry-run."""
     parser = common_parser("redrive", __doc__)
     parser.add_argument("--dry-run", action="store_true",
                         help="count what would be redriven; change nothing")

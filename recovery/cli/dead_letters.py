@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
+from recovery.cli.common import Outcome, common_parser, exit_code_of, setup_logging
 from recovery.dead_letters.report import DeadLetterSummary
 from recovery.dead_letters.run import run_dead_letters
-from recovery.driver.cli import Outcome, common_parser, exit_code_of, setup_logging
-from recovery.driver.job import new_run_id
+from recovery.params import new_run_id
 from recovery.report.run_report import check_report_location
 from recovery.settings.model import load_settings
 from recovery.targets.keys import matched_nothing, warn

@@ -1,0 +1,97 @@
+"""Command-line plumbing shared by the three entry points (``jobs/recover.py``,
+``jobs/redrive.py``, ``jobs/dead_letters.py``).
+
+Exit codes (the contract with schedulers): 0 success; 2 invalid config or arguments;
+1 anything else (Redis unreachable, login refused, Spark failure, failure threshold).
+Errors are one line on stderr; the last line of stdout is always a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from recovery.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, RecoveryError
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so bad arguments get our one-line error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise BadArguments(f"{self.prog}: {message} (see --help)")
+
+
+class BadArguments(RecoveryError):
+    exit_code = EXIT_BAD_INPUT
+
+
+def common_parser(prog: str, description: str | None) -> argparse.ArgumentParser:
+    """The options every entry point takes: --config, --set, --run-id, --log-level. Each job
+    adds only the options it acts on; any other is refused (exit 2, before anything)."""
+    parser = ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--config", type=Path, help="TOML config file (see conf/recovery.toml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="SECTION.FIELD=VALUE", help="override one setting (repeatable)")
+    parser.add_argument("--run-id", help="run id (default: UTC time plus random suffix)")
+    parser.add_argument("--log-level", default="INFO", type=log_level, metavar="LEVEL",
+                        help=f"log level of the job's own logs: {', '.join(LOG_LEVELS)}")
+    return parser
+
+
+def log_level(text: str) -> str:
+    """A ``--log-level`` value as a level name; any other is a bad argument (exit 2)."""
+    if text.upper() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a log level: use one of {', '.join(LOG_LEVELS)}")
+    return text.upper()
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("recovery").setLevel(level.upper())
+
+
+def exit_code_of(body: Callable[[list[Outcome]], None], what: str) -> int:
+    """Run an entry point's `body`, which adds its summary to the list it is given as soon as
+    it has one. A RecoveryError becomes its one-line error and exit code, Ctrl-C exit 1; the
+    summary's JSON line (or the error's) is always stdout's last line. Returns the code."""
+    summaries: list[Outcome] = []
+    try:
+        body(summaries)
+        code = EXIT_OK
+    except RecoveryError as exc:
+        code = report_error(exc, summaries[0] if summaries else None, exc.exit_code)
+    except KeyboardInterrupt:
+        code = report_error(RecoveryError(f"interrupted; re-run the {what} to finish"),
+                            summaries[0] if summaries else None, EXIT_FAILURE)
+    if summaries:
+        print(summaries[0].json_line(), flush=True)
+    return code
+
+
+class Outcome(Protocol):
+    """What an entry point's summary must have for ``report_error`` and the JSON line."""
+
+    status: str
+    error: str | None
+
+    def json_line(self) -> str: ...
+
+
+def report_error(exc: Exception, summary: Outcome | None, code: int) -> int:
+    """Print the one-line error; mark the summary failed, or, without one, print the JSON
+    error line (stdout's last line). Returns `code`."""
+    print(f"error: {exc}", file=sys.stderr, flush=True)
+    if summary is None:
+        print(json.dumps({"status": "error", "exit_code": code, "error": str(exc)}), flush=True)
+    else:
+        summary.status, summary.error = "failed", str(exc)
+    return code

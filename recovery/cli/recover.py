@@ -1,0 +1,77 @@
+"""Recover stuck messages of Redis Streams consumer groups: claim the idle pending entries,
+dead-letter those delivered too often, re-process the rest, and report what was done.
+
+Exit codes: 0 success; 2 invalid config or arguments; 1 anything else (Redis unreachable,
+login refused, Spark failure, failure threshold). Errors are one line on stderr; the last
+line of stdout is always a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable
+
+from pyspark.sql import SparkSession
+
+from recovery.cli.common import BadArguments, Outcome, common_parser, exit_code_of, setup_logging
+from recovery.driver.handler_choice import check_handler
+from recovery.driver.job import run
+from recovery.driver.plan import local_plan_refusal
+from recovery.redis_io.redis_conn import connect
+from recovery.report.run_report import check_report_location
+from recovery.settings.model import Settings, load_settings, redis_params
+from recovery.targets.keys import check_server
+
+log = logging.getLogger("recovery")
+
+
+def recover_parser() -> argparse.ArgumentParser:
+    """common_parser's options, --dry-run and --plan."""
+    parser = common_parser("recover", __doc__)
+    parser.add_argument("--dry-run", action="store_true",
+                        help="plan only: read XPENDING and XRANGE, claim and change nothing")
+    parser.add_argument("--plan", metavar="DIR",
+                        help="apply a dry run's plan exactly: its report directory "
+                             "(<report.path>/entries/run_id=<id>)")
+    return parser
+
+
+def run_recovery(argv: list[str] | None,
+                 session: Callable[[Settings], SparkSession]) -> int:
+    """Parse, load, run, report; return the exit code. `session` builds the SparkSession."""
+
+    def body(summaries: list[Outcome]) -> None:
+        args = recover_parser().parse_args(argv)
+        setup_logging(args.log_level)
+        settings = load_settings(args.config, args.overrides)
+        if args.plan is not None and args.dry_run:
+            raise BadArguments("--plan and --dry-run exclude each other: a plan is applied "
+                                "by a real run; drop one of them")
+        preflight(settings, args.plan, args.dry_run)
+        summary = run(session(settings), settings, args.run_id, dry_run=args.dry_run,
+                      plan=args.plan)
+        summaries.append(summary)
+        summary.check_failure_threshold(settings.handler.max_failed_ratio)
+
+    return exit_code_of(body, "job")
+
+
+def preflight(settings: Settings, plan: str | None = None, dry_run: bool = False) -> None:
+    """Fail fast, before Spark starts (10 s or more): a real run in handler mode must name a
+    handler, the handler named must import, and Redis must answer (reachable, login accepted,
+    version 6.2 or newer); a `plan` in a local directory must be one this run may apply. The
+    run checks them again (and warns a dry run without a handler)."""
+    if settings.handler.path is not None or not dry_run:
+        check_handler(settings)
+    check_report_location(settings.report.path)
+    params = redis_params(settings)
+    client = connect(params)
+    try:
+        check_server(client, params)
+        if plan is not None:
+            local_plan_refusal(plan, settings, client, params)
+    finally:
+        client.close()
+
+
