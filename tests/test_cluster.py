@@ -23,7 +23,8 @@ from recovery.driver.job import run
 from recovery.errors import ConfigError, RecoveryError
 from recovery.redis_io.cluster import StreamCluster, groups_by_node
 from recovery.redis_io.dlq_names import dead_letter_key, requeue_key
-from recovery.redis_io.redis_conn import connect, unit_vanished
+from recovery.redis_io.error_codes import unit_vanished
+from recovery.redis_io.redis_conn import connect
 from recovery.report.run_report import read_run
 from recovery.settings.model import load_settings, redis_params
 from tests.support.backlogs import HOUR_MS, Seeded, age_pending, seed

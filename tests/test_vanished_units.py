@@ -18,10 +18,10 @@ import pytest
 from redis import Redis
 from redis.exceptions import NoScriptError, ResponseError
 
-from recovery.redis_io.error_codes import error_code, server_text
-from recovery.redis_io.redis_conn import unit_vanished, wrong_type
+from recovery.redis_io.error_codes import error_code, server_text, unit_vanished
+from recovery.redis_io.redis_conn import wrong_type
+from recovery.redis_io.round_trips import each
 from recovery.redis_io.scripts import scripts_for
-from recovery.redis_io.streams import each
 from recovery.testing.local_redis import LocalServer
 from tests.support.acting_proxy import ActingProxy
 from tests.support.backlogs import DEAD

@@ -20,21 +20,11 @@ from recovery.errors import (
 from recovery.params import RedisParams, Unit
 from recovery.redis_io.cluster import groups_by_node, node_of, spread
 from recovery.redis_io.dlq_names import dead_letter_key
-from recovery.redis_io.redis_conn import (
-    calls_of,
-    key_refused,
-    no_such_key,
-    redis_errors,
-    script_replies,
-    wrong_type,
-)
+from recovery.redis_io.redis_conn import key_refused, no_such_key, redis_errors, wrong_type
+from recovery.redis_io.round_trips import calls_of, each, script_replies
 from recovery.redis_io.scripts import delete_empty_consumers
 from recovery.redis_io.stream_full import GroupSeen, StreamSeen, read_streams
-from recovery.redis_io.streams import (
-    each,
-    info_rows,
-    shown,
-)
+from recovery.redis_io.streams import info_rows, shown
 from recovery.schemas import Mode
 from recovery.settings.model import Settings
 from recovery.targets.keys import (

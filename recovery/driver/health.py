@@ -21,7 +21,8 @@ from recovery.driver.discovery import CleanUp, WorkUnit, clean_up_consumers
 from recovery.params import RedisParams
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import redis_errors
-from recovery.redis_io.streams import each, info_rows, shown
+from recovery.redis_io.round_trips import each
+from recovery.redis_io.streams import info_rows, shown
 from recovery.report.run_report import largest, unlisted_line
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,8 @@ from recovery.params import JobParams, RedisParams, Unit
 from recovery.redis_io.cluster import node_of
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import redis_errors
-from recovery.redis_io.streams import each, info_rows
+from recovery.redis_io.round_trips import each
+from recovery.redis_io.streams import info_rows
 from recovery.report.run_report import read_run_dir
 from recovery.report.worker_files import local_directory
 from recovery.schemas import PLANNED, Mode

@@ -25,7 +25,7 @@ from redis.exceptions import ResponseError
 
 from recovery.executor.histogram import PelHistogram
 from recovery.params import Unit
-from recovery.redis_io.redis_conn import unit_vanished
+from recovery.redis_io.error_codes import unit_vanished
 from recovery.redis_io.split_cursors import TTL_MS, cursor_key, open_cursors, ranges_key
 from recovery.redis_io.streams import OWNER, drop_keys, pending_pages, shown
 

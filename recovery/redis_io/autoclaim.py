@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import redis
 
+from recovery.redis_io.round_trips import in_transaction
 from recovery.redis_io.streams import (
     END_CURSOR,
     ID,
@@ -20,7 +21,6 @@ from recovery.redis_io.streams import (
     FlatFields,
     PendingRow,
     as_str,
-    in_transaction,
     pending_command,
     stream_id_key,
 )

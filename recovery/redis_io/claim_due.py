@@ -19,16 +19,9 @@ from typing import Any
 import redis
 
 from recovery.redis_io.autoclaim import ClaimBatch
-from recovery.redis_io.redis_conn import script_replies
+from recovery.redis_io.round_trips import script_replies
 from recovery.redis_io.scripts import scripts_for
-from recovery.redis_io.streams import (
-    END_CURSOR,
-    ID,
-    FlatFields,
-    as_str,
-    fetch_flats,
-    next_id,
-)
+from recovery.redis_io.streams import END_CURSOR, ID, FlatFields, as_str, fetch_flats, next_id
 
 
 def claim_due_batch(client: redis.Redis, stream: str, group: str, consumer: str,

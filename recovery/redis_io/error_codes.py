@@ -31,6 +31,9 @@ SCRIPT_WRAPPER = re.compile(
     r"^(?:ERR )?Error running script \(call to [^)]*\): (?:@?\w+: ?[\d?]+: )*(.*)$", re.DOTALL)
 CODE = re.compile(r"^([A-Z][A-Z0-9_]+)(?:\s|$)")  # codes are upper case, e.g. "NOGROUP "
 
+VANISHED = "vanished"  # reply element of a script call whose stream or group no longer exists
+UNIT_GONE_CODES = ("NOGROUP", "WRONGTYPE")  # also raised inside scripts (any server version)
+
 
 def server_text(error: object) -> str:
     """The server's error text of `error` (an exception or a text), without redis-py's
@@ -83,3 +86,9 @@ def first_refusal(replies: Iterable[object]) -> str | None:
         if isinstance(reply, Exception):
             raise reply
     return None
+
+
+def unit_vanished(exc: Exception) -> bool:
+    """True for NOGROUP / WRONGTYPE: the stream or its group is gone (or was replaced), as a
+    command's reply or raised inside one of the job's scripts (any server version)."""
+    return isinstance(exc, ResponseError) and error_code(exc) in UNIT_GONE_CODES

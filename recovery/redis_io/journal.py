@@ -25,7 +25,8 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from recovery.errors import ConfigError, RecoveryError
 from recovery.redis_io.error_codes import first_refusal
-from recovery.redis_io.streams import drop_keys, each
+from recovery.redis_io.round_trips import each
+from recovery.redis_io.streams import drop_keys
 
 HEADER = b"run "
 CLAIM = b"c"  # then JSON: ["<stream>", "<group>", ["<id>", ...]]

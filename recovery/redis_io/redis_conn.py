@@ -10,8 +10,7 @@ connection errors are allowed, with a bounded backoff, and never the default 10.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterator
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -21,7 +20,6 @@ from redis.exceptions import (
     AuthorizationError,
     InvalidResponse,
     NoPermissionError,
-    NoScriptError,
     ResponseError,
 )
 from redis.retry import Retry
@@ -37,22 +35,12 @@ from recovery.params import RedisParams
 from recovery.redis_io.acl_errors import denied_command, is_script_denial
 from recovery.redis_io.cluster import host_port, open_client, redirected_error
 from recovery.redis_io.error_codes import error_code, server_text
-from recovery.redis_io.scripts import load_scripts
-from recovery.redis_io.streams import each
 from recovery.redis_io.tls_errors import tls_hint
 
 RETRIES = 3
 RAW_REPLY_COMMANDS = ("XAUTOCLAIM", "XCLAIM", "XPENDING", "XRANGE", "XINFO GROUPS",
                       "XINFO CONSUMERS")
-VANISHED = "vanished"  # reply element of a script call whose stream or group no longer exists
-UNIT_GONE_CODES = ("NOGROUP", "WRONGTYPE")  # also raised inside scripts: see error_codes
 
-# (items, queue): `queue(pipe)` queues one script call replying one element per item.
-ScriptCall = tuple[Sequence[Any], Callable[[Any], object]]
-# (items per unit, queue): `queue(pipe)` queues one script call replying one element per
-# unit: a list of one element per item of that unit, or the error that unit answered.
-UnitScriptCall = tuple[Sequence[Sequence[Any]], Callable[[Any], object]]
-T = TypeVar("T")
 
 
 def connect(params: RedisParams) -> redis.Redis:
@@ -177,100 +165,3 @@ def key_refused(reply: object) -> bool:
     return isinstance(reply, NoPermissionError) and not denied_command(server_text(reply))
 
 
-def unit_vanished(exc: Exception) -> bool:
-    """True for NOGROUP / WRONGTYPE: the stream or its group is gone (or was replaced), as a
-    command's reply or raised inside one of the job's scripts (any server version)."""
-    return isinstance(exc, ResponseError) and error_code(exc) in UNIT_GONE_CODES
-
-
-def run_script_calls(client: redis.Redis, calls: Sequence[ScriptCall]) -> list[tuple[Any, Any]]:
-    """Send script calls in one pipeline; return (item, reply element) pairs in call order.
-
-    A call whose stream or group vanished mid-run (NOGROUP, WRONGTYPE) yields ``VANISHED`` for
-    each of its items, so other units go on. Any other error reply is raised.
-    """
-    replies = script_replies(client, [queue for _, queue in calls])
-    pairs: list[tuple[Any, Any]] = []
-    for (items, _), reply in zip(calls, replies, strict=True):
-        pairs += _item_replies(items, reply)
-    return pairs
-
-
-def run_unit_script_calls(client: redis.Redis, calls: Sequence[UnitScriptCall]
-                          ) -> list[tuple[Any, Any]]:
-    """:func:`run_script_calls` for script calls that carry several units each: (item, reply
-    element) pairs in call and unit order. A unit whose stream or group vanished (its error
-    in its place, or the whole call's) yields ``VANISHED`` for each of its items; the other
-    units of its call are read as usual. Any other error reply is raised."""
-    replies = script_replies(client, [queue for _, queue in calls])
-    pairs: list[tuple[Any, Any]] = []
-    for (units, _), reply in zip(calls, replies, strict=True):
-        unit_replies = [reply] * len(units) if isinstance(reply, Exception) else reply
-        for items, unit_reply in zip(units, unit_replies, strict=True):
-            pairs += _item_replies(items, unit_reply)
-    return pairs
-
-
-def _item_replies(items: Sequence[Any], reply: Any) -> list[tuple[Any, Any]]:
-    """(item, reply element) pairs of one call or unit; ``VANISHED`` for each item when its
-    reply is a NOGROUP / WRONGTYPE error; any other error raised."""
-    if isinstance(reply, Exception):
-        if not unit_vanished(reply):
-            raise reply
-        reply = [VANISHED] * len(items)
-    return list(zip(items, reply, strict=True))
-
-
-def calls_of(groups: Sequence[T], per_call: int, size: Callable[[T], int]) -> list[list[T]]:
-    """`groups` (each what must go in one script call, e.g. a unit's entries, of `size(g)`
-    items) packed in order into calls of at most `per_call` items in all; a group with more
-    has a call of its own."""
-    calls: list[list[T]] = []
-    filled = per_call
-    for group in groups:
-        if filled + size(group) > per_call:
-            calls.append([])
-            filled = 0
-        calls[-1].append(group)
-        filled += size(group)
-    return calls
-
-
-def script_replies(client: redis.Redis, queues: Sequence[Callable[[Any], object]]
-                   ) -> list[Any]:
-    """Each `queue(pipe)` queues one script call; all are sent in one pipeline. Returns each
-    call's reply, or the error the server answered for it (returned, not raised).
-
-    Calls that met NOSCRIPT (the server restarted or flushed its script cache since the
-    scripts were loaded) did not run: the scripts are loaded and those calls sent once more.
-    """
-    replies = _execute(client, queues)
-    again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
-    if again:
-        load_scripts(client)
-        for i, reply in zip(again, _execute(client, [queues[i] for i in again]), strict=True):
-            replies[i] = reply
-    return replies
-
-
-def _execute(client: redis.Redis, queues: Sequence[Callable[[Any], object]]) -> list[Any]:
-    """Each queued call's reply or error, sent with ``each`` (one write on a standalone
-    server; routed by key on a Redis Cluster)."""
-    queued = Queued()
-    for queue in queues:
-        queue(queued)
-    return each(client, queued.commands)
-
-
-class Queued:
-    """Stands in for a pipeline to collect what queue functions send (``evalsha``,
-    ``execute_command``) as command tuples for ``recovery.redis_io.streams.each``."""
-
-    def __init__(self) -> None:
-        self.commands: list[tuple[object, ...]] = []
-
-    def evalsha(self, sha: str, numkeys: int, *keys_and_args: object) -> None:
-        self.commands.append(("EVALSHA", sha, numkeys, *keys_and_args))
-
-    def execute_command(self, *args: object) -> None:
-        self.commands.append(args)

@@ -13,12 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from itertools import chain
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.commands.core import Script
 
-from recovery.redis_io.streams import Fields
+if TYPE_CHECKING:  # streams sends through round_trips, which loads these scripts
+    from recovery.redis_io.streams import Fields
 
 SCRIPT_NAMES = ("dead_letter", "lease_owned", "delete_empty_consumer", "redrive", "requeue",
                 "reassign", "claim_due")

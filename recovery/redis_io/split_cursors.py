@@ -17,7 +17,7 @@ import redis
 from recovery.errors import DeadLetterNameError
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.error_codes import first_refusal
-from recovery.redis_io.streams import each
+from recovery.redis_io.round_trips import each
 
 SUFFIX = ":recovery-split:"
 TTL_MS = 24 * 3600 * 1000  # a killed run's cursors go away on their own after a day

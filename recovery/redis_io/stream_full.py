@@ -26,7 +26,8 @@ import redis
 from redis.cluster import RedisCluster
 
 from recovery.redis_io.redis_conn import key_refused, no_such_key, wrong_type
-from recovery.redis_io.streams import PIPELINE_CHUNK, each, name_text
+from recovery.redis_io.round_trips import PIPELINE_CHUNK, each
+from recovery.redis_io.streams import name_text
 
 NEVER = -1  # active-time, and XINFO CONSUMERS' inactive, for a consumer never active
 

@@ -11,12 +11,11 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import redis
-from redis.cluster import RedisCluster
 
-from recovery.redis_io.pipelined import exchange, transaction
+from recovery.redis_io.round_trips import each
 
 log = logging.getLogger(__name__)
 
@@ -57,27 +56,6 @@ def scan_keys(client: redis.Redis, match: str, count: int) -> Iterator[bytes]:
 def key_type(client: redis.Redis, key: str) -> str:
     """TYPE of `key`: ``stream``, ``none``, ``hash`` ..."""
     return as_str(client.type(key))
-
-
-PIPELINE_CHUNK = 1000
-
-
-def each(client: redis.Redis, commands: Sequence[Sequence[object]]) -> list[object]:
-    """Send `commands` in pipelines of ``PIPELINE_CHUNK`` (no transaction): one round trip per
-    chunk instead of one per command. Returns each raw reply in order, or the exception the
-    server answered for that command (returned, not raised: callers decide per command).
-    On a standalone server without redis-py's Pipeline (``recovery.redis_io.pipelined``);
-    on a Redis Cluster its pipeline routes each command to the node of its key."""
-    replies: list[object] = []
-    for start in range(0, len(commands), PIPELINE_CHUNK):
-        if not isinstance(client, RedisCluster):
-            replies += exchange(client, commands[start : start + PIPELINE_CHUNK])
-            continue
-        pipe = client.pipeline(transaction=False)
-        for command in commands[start : start + PIPELINE_CHUNK]:
-            pipe.execute_command(*command)
-        replies += pipe.execute(raise_on_error=False)
-    return replies
 
 
 def shown(name: bytes | str) -> str:
@@ -131,19 +109,6 @@ def live_consumers(client: redis.Redis, stream: str, group: str, within_ms: int,
 def pending_count(client: redis.Redis, stream: str, group: str) -> int:
     """Number of entries in the group's PEL (XPENDING summary form; the notebook uses it)."""
     return int(client.execute_command("XPENDING", stream, group)[0])
-
-
-def in_transaction(client: redis.Redis, commands: Sequence[Sequence[object]]) -> list[Any]:
-    """`commands` in one MULTI/EXEC: each raw reply, or the error the server answered for it
-    in its place. On a standalone server without redis-py's Pipeline
-    (``recovery.redis_io.pipelined.transaction``); on a Redis Cluster its transaction
-    pipeline (the commands' keys must share a slot)."""
-    if not isinstance(client, RedisCluster):
-        return transaction(client, commands)
-    pipe = client.pipeline(transaction=True)
-    for command in commands:
-        pipe.execute_command(*command)
-    return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

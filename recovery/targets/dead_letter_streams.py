@@ -20,7 +20,8 @@ from recovery.params import RedisParams
 from recovery.redis_io.cluster import node_of
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import redis_errors
-from recovery.redis_io.streams import as_str, each
+from recovery.redis_io.round_trips import each
+from recovery.redis_io.streams import as_str
 from recovery.settings.model import Settings
 from recovery.targets.keys import Skipped, selected_keys, type_unless_denied
 

@@ -13,8 +13,10 @@ import redis
 from recovery.driver.discovery import WorkUnit, is_job_consumer
 from recovery.errors import DeadLetterNameError
 from recovery.redis_io.dlq_names import dead_letter_key
-from recovery.redis_io.redis_conn import server_text, unit_vanished
-from recovery.redis_io.streams import each, shown
+from recovery.redis_io.error_codes import unit_vanished
+from recovery.redis_io.redis_conn import server_text
+from recovery.redis_io.round_trips import each
+from recovery.redis_io.streams import shown
 
 
 @dataclass(frozen=True)

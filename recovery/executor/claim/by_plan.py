@@ -38,6 +38,7 @@ from recovery.executor.claimed import Claimed, field_pairs
 from recovery.executor.faults import maybe_fail
 from recovery.params import JobParams, Unit
 from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import (
     COUNT,
     ID,
@@ -46,7 +47,6 @@ from recovery.redis_io.streams import (
     IdClaim,
     PendingRow,
     claim_ids,
-    each,
     pending_command,
     pending_pages,
     shown,

@@ -43,8 +43,8 @@ from redis.cluster import RedisCluster
 
 from recovery.params import JobParams, Unit
 from recovery.redis_io.autoclaim import ClaimBatch, FirstClaims, first_claims
-from recovery.redis_io.pipelined import send_transaction
 from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.round_trips import send_transaction
 from recovery.redis_io.streams import END_CURSOR
 
 MAX_UNITS = 64  # units per round at most

@@ -47,14 +47,15 @@ from recovery.executor.histogram import PelHistogram
 from recovery.params import JobParams, Unit
 from recovery.redis_io.autoclaim import ClaimBatch, claim_batch
 from recovery.redis_io.claim_due import claim_due_batch
-from recovery.redis_io.redis_conn import redis_errors, unit_vanished
+from recovery.redis_io.error_codes import unit_vanished
+from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import (
     END_CURSOR,
     ID,
     OWNER,
     PendingRow,
     as_str,
-    each,
     pending_command,
     pending_pages,
 )

@@ -46,14 +46,14 @@ from recovery.handlers import (
 )
 from recovery.params import JobParams, Unit
 from recovery.redis_io.dlq_names import dead_letter_key, requeue_key
-from recovery.redis_io.redis_conn import (
-    VANISHED,
+from recovery.redis_io.error_codes import VANISHED, unit_vanished
+from recovery.redis_io.round_trips import (
     ScriptCall,
     UnitScriptCall,
     calls_of,
+    each,
     run_script_calls,
     run_unit_script_calls,
-    unit_vanished,
 )
 from recovery.redis_io.scripts import (
     MOVED_DELETED,
@@ -67,7 +67,7 @@ from recovery.redis_io.scripts import (
     reassign_batch,
     requeue_batch,
 )
-from recovery.redis_io.streams import each, fetch_entries, live_consumers
+from recovery.redis_io.streams import fetch_entries, live_consumers
 from recovery.schemas import (
     Action,
     DeathReason,

@@ -38,9 +38,10 @@ import redis
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.handlers import Result
 from recovery.params import Unit
-from recovery.redis_io.redis_conn import VANISHED, ScriptCall, run_script_calls, unit_vanished
+from recovery.redis_io.error_codes import VANISHED, unit_vanished
+from recovery.redis_io.round_trips import ScriptCall, each, run_script_calls
 from recovery.redis_io.scripts import LEASE_DELETED, LEASE_RENEWED, renew_lease
-from recovery.redis_io.streams import ID, IDLE, each, pending_command
+from recovery.redis_io.streams import ID, IDLE, pending_command
 from recovery.schemas import Action
 
 LEASE_PAGE_SLACK = 64  # extra XPENDING rows per lease read (other entries of ours in range)

@@ -1,4 +1,4 @@
-"""Commands sent in one write without redis-py's Pipeline (recovery.redis_io.pipelined),
+"""Commands sent in one write without redis-py's Pipeline (recovery.redis_io.round_trips),
 against a real server: replies in order, errors returned in place (in a MULTI/EXEC too), and
 when the connection is lost before the replies arrive the commands are sent once more (the
 client's retry policy), as redis-py's Pipeline would."""
@@ -9,9 +9,9 @@ import pytest
 from redis.exceptions import DataError, ResponseError
 
 from recovery.params import RedisParams
-from recovery.redis_io.pipelined import exchange, send, send_transaction, transaction
 from recovery.redis_io.redis_conn import connect
-from recovery.redis_io.streams import each, info_rows
+from recovery.redis_io.round_trips import each, exchange, send, send_transaction, transaction
+from recovery.redis_io.streams import info_rows
 from tests.support.lost_reply import ReplyDropper
 
 
