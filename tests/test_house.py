@@ -1,8 +1,10 @@
-"""House rules that CI enforces beside ruff and mypy (``make lint``): runtime modules stay
-small enough to read in one sitting, and the packages keep to their roles. What runs in
-Spark's Python workers (``recovery/executor/``) and the Redis I/O both sides use
-(``recovery/redis_io/``) never import the driver side; the job never imports its test
-tooling (``recovery/testing/``); tests share code only through ``tests/support/``."""
+"""House rules that CI enforces beside ruff and mypy (``make lint``): the packages keep to
+their floors (no import runs back up, see ``FLOORS``), runtime modules stay small enough to
+read in one sitting, and the packages keep to their roles. What runs in Spark's Python
+workers (``recovery/executor/``) and the Redis I/O both sides use (``recovery/redis_io/``)
+never import the driver side; the claim and the hand-over never import each other; the job
+never imports its test tooling (``recovery/testing/``); tests share code only through
+``tests/support/``."""
 
 from __future__ import annotations
 
@@ -25,6 +27,27 @@ WORKER_SIDE = sorted(m for m in MODULES if m.relative_to(PACKAGE).parts[0] in
                      ("executor", "redis_io")
                      or m == PACKAGE / "dead_letters" / "read.py")
 TEST_TOOLING = ("recovery.testing", "tests")
+# The package's floors, ground first, each with its reason to exist: a module imports only
+# from its own package and the floors below it (``recovery/__init__.py``, the face, from any).
+FLOORS = (
+    "recovery.errors",        # typed errors and their exit codes
+    "recovery.counts",        # counts read from outside, parsed defensively
+    "recovery.params",        # what travels from the driver to the executors
+    "recovery.schemas",       # the Spark schemas and Arrow types of every DataFrame
+    "recovery.handlers",      # the handler contract and the example handlers
+    "recovery.redis_io",      # Redis: connections, commands, round trips, Lua scripts
+    "recovery.settings",      # every job's settings (pydantic, driver side)
+    "recovery.targets",       # which keys a job works on
+    "recovery.executor",      # what Spark's Python workers run: claim, hand-over, counts
+    "recovery.report",        # a run's report: Parquet rows, tables, the JSON summary
+    "recovery.spark",         # Spark itself: sessions, daemon module, errors, DataFrames
+    "recovery.driver",        # the recovery run, orchestrated on the driver
+    "recovery.dead_letters",  # dead letters as data (jobs/dead_letters.py)
+    "recovery.redrive",       # dead letters back to their streams (jobs/redrive.py)
+    "recovery.cli",           # the three jobs' command lines
+    "recovery.testing",       # throwaway servers and backlogs for the demo and the tests
+)
+SIBLINGS_APART = ("recovery.executor.claim", "recovery.executor.handover")
 
 
 def dotted(module: Path) -> str:
@@ -70,6 +93,41 @@ def module_id(module: Path) -> str:
     return str(module.relative_to(ROOT))
 
 
+def floor_of(name: str) -> int | None:
+    """The index in FLOORS of the package `name` belongs to; None outside them."""
+    for i, root in enumerate(FLOORS):
+        if within(name, (root,)):
+            return i
+    return None
+
+
+def test_every_module_stands_on_a_floor() -> None:
+    """A new package is given its floor (and its reason) in FLOORS before it lands."""
+    face = PACKAGE / "__init__.py"
+    assert [module_id(m) for m in MODULES if m != face and floor_of(dotted(m)) is None] == []
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if m != PACKAGE / "__init__.py"],
+                         ids=module_id)
+def test_no_import_runs_back_up(module: Path) -> None:
+    """Each module imports only from its own package and the floors below it."""
+    here = floor_of(dotted(module))
+    assert here is not None
+    above = sorted(n for n in imported(module)
+                   if (floor := floor_of(n)) is not None and floor > here)
+    assert above == []
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if within(dotted(m), SIBLINGS_APART)],
+                         ids=module_id)
+def test_claim_and_hand_over_never_import_each_other(module: Path) -> None:
+    """The executor's claim and hand-over meet only in what they share one floor down
+    (``recovery.executor.claimed``, the counts)."""
+    own = next(root for root in SIBLINGS_APART if within(dotted(module), (root,)))
+    others = tuple(root for root in SIBLINGS_APART if root != own)
+    assert sorted(n for n in imported(module) if within(n, others)) == []
+
+
 @pytest.mark.parametrize("module", MODULES, ids=module_id)
 def test_runtime_module_is_under_the_house_limit(module: Path) -> None:
     lines = len(module.read_text(encoding="utf-8").splitlines())
@@ -113,7 +171,7 @@ def test_tests_share_code_only_through_their_support_package() -> None:
 
 def test_the_daemon_module_loads_no_pyspark() -> None:
     """Spark's Python daemon is ``recovery.spark.pyspark_path``, which must fix the path
-    before anything imports pyspark: ``recovery`` and ``recovery.driver`` import nothing
+    before anything imports pyspark: ``recovery`` and ``recovery.spark`` import nothing
     heavy."""
     heavy = ("pyspark", "py4j", "pydantic", "redis")
     assert [m for m in loaded_by(["recovery.spark.pyspark_path"]) if within(m, heavy)] == []

@@ -6,8 +6,8 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 
-from recovery.driver.transforms import units_of_parts
 from recovery.schemas import UNIT
+from recovery.spark.transforms import units_of_parts
 
 
 def test_units_of_parts_puts_each_part_in_its_own_partition_verbatim(spark):

@@ -30,7 +30,6 @@ from recovery.dead_letters.report import (
     views_path,
 )
 from recovery.dead_letters.views import by_reason, by_signature, causes, with_death_time
-from recovery.driver.transforms import units_of_parts
 from recovery.params import DeadLetterReadParams, RedisParams
 from recovery.redis_io.cluster import biggest_first, groups_by_node
 from recovery.redis_io.redis_conn import connect
@@ -38,6 +37,7 @@ from recovery.report.run_report import check_report_location
 from recovery.schemas import DEAD_LETTER, DEAD_LETTER_KEY
 from recovery.settings.model import Settings, redis_params
 from recovery.spark.errors import spark_errors
+from recovery.spark.transforms import units_of_parts
 from recovery.targets.dead_letter_streams import (
     DENIED,
     DeadLetterStream,

@@ -59,7 +59,6 @@ from recovery.driver.plan import (
 from recovery.driver.progress.frontier import parts_order, progress_parts
 from recovery.driver.progress.reporter import ProgressReporter
 from recovery.driver.split import Split, split_units
-from recovery.driver.transforms import units_of_parts
 from recovery.driver.warm_up import WarmUp, warming_up
 from recovery.errors import ConfigError
 from recovery.executor.handover.lease import LEASE_ROWS
@@ -98,6 +97,7 @@ from recovery.schemas import (
 )
 from recovery.settings.model import Settings, executor_params
 from recovery.spark.errors import spark_errors
+from recovery.spark.transforms import units_of_parts
 from recovery.targets.dead_letter_streams import dead_letter_warnings
 from recovery.targets.keys import check_server
 

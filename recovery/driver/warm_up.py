@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 
 from pyspark.sql import DataFrame, SparkSession
 
-from recovery.driver.transforms import units_of_parts
+from recovery.spark.transforms import units_of_parts
 
 log = logging.getLogger(__name__)
 

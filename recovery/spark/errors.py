@@ -7,7 +7,7 @@ import contextlib
 import re
 from collections.abc import Iterator
 
-from recovery import errors
+import recovery.errors as errors
 from recovery.errors import RecoveryError
 
 TYPED_ERROR = re.compile(r"recovery\.errors\.(\w+): ([^\n]+)")

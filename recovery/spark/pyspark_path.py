@@ -37,8 +37,6 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import recovery
-
 if TYPE_CHECKING:  # not at run time: this module runs before pyspark may be imported
     from pyspark.sql import SparkSession
 
@@ -101,7 +99,7 @@ def with_installed_pyspark(builder: SparkSession.Builder) -> SparkSession.Builde
     """`builder`, set to start the Python workers through :func:`main` when ``recovery`` is
     installed (the executors then import it like any task does). Unchanged when it came as a
     ``--py-files`` zip: the daemon starts before a task puts that zip on its path."""
-    if any(p.suffix == ".zip" for p in Path(recovery.__file__).parents):
+    if any(p.suffix == ".zip" for p in Path(__file__).parents):
         return builder
     return builder.config("spark.python.daemon.module", DAEMON_MODULE)
 
