@@ -24,6 +24,7 @@ import logging
 import re
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import partial
 
 import redis
@@ -148,8 +149,8 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
         with spark_errors():
             tallies = []
             if units:
-                tallies = _run_units(spark, client, settings, params, units, summary, dry_run,
-                                     plan, warm_up)
+                run_ctx = RunContext(spark, client, settings, params, dry_run, plan)
+                tallies = _run_units(run_ctx, units, summary, warm_up)
                 write_manifest(spark, summary.report_path,  # type: ignore[arg-type]
                                new_manifest(params, dry_run, started_ms, server))
             else:
@@ -180,12 +181,27 @@ def pending_entries(spark: SparkSession, settings: Settings) -> DataFrame:
     return read_run(spark, settings.report.path, summary.run_id)
 
 
-def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
-               units: list[WorkUnit], summary: RunSummary, dry_run: bool,
-               plan: str | None = None, warm_up: WarmUp | None = None) -> Tallies:
-    """Health (as found), the plan or the recovery (of `plan`'s entries, if given), then
-    housekeeping; Spark's work waits for `warm_up`, if given. Returns the report passes'
-    tallies (``recovery.executor.tally``)."""
+@dataclass(frozen=True)
+class RunContext:
+    """One run's fixed surroundings on the driver: the session, the Redis client, the
+    settings, what travels to the executors, and the kind of run (a dry run, or one that
+    applies the plan in the dry run's report directory `plan`)."""
+
+    spark: SparkSession
+    client: redis.Redis
+    settings: Settings
+    params: JobParams
+    dry_run: bool = False
+    plan: str | None = None
+
+
+def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
+               warm_up: WarmUp | None = None) -> Tallies:
+    """Health (as found), the plan or the recovery (of the plan's entries, if the run applies
+    one), then housekeeping; Spark's work waits for `warm_up`, if given. Returns the report
+    passes' tallies (``recovery.executor.tally``)."""
+    spark, client, settings, params = ctx.spark, ctx.client, ctx.settings, ctx.params
+    dry_run, plan = ctx.dry_run, ctx.plan
     no_retries = not retries_tasks(str(spark.conf.get("spark.master", "") or ""))
     # A run counts the PEL histograms in its claim steps' own reads (either path); a dry
     # run, which claims nothing, and a run that claims planned IDs read the PELs in a pass
@@ -198,14 +214,14 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
     with split_units(client, units, settings.spark.partitions,
                      settings.spark.split_min_pending, settings.claim.count, params.run_id,
                      wanted=not dry_run and plan is None) as split:
-        unit_df, consumers, parts = _unit_frame(spark, settings, params, units, split)
+        unit_df, consumers, parts = _unit_frame(ctx, units, split)
         if split is not None:
             split.assigned(parts, params.run_id)
         if settings.report.pel_histograms and not in_pass:
             hist_df = unit_df.mapInArrow(histogram_partition(params), PEL_HISTOGRAM)
             add_histograms(health, [r.asDict() for r in hist_df.collect()])  # a row per unit
         if not in_pass:
-            _write_health(spark, settings, params, health, summary)
+            _write_health(ctx, health, summary)
         if dry_run:
             return write_pass(unit_df, plan_partition(params), settings.report.path,
                               params.run_id, by_workers=no_retries)
@@ -218,15 +234,14 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
                               order) as pr:
             work = unit_df if plan is None else planned_frame(
                 spark, plan, parts, max(p for _, p in parts) + 1)
-            tallies = _recover(spark, client, settings, params, work, consumers,
-                               not dry_run and no_retries, in_pass)
+            tallies = _recover(ctx, work, consumers, not dry_run and no_retries, in_pass)
             if in_pass:  # the histograms came with the report pass, as its claim steps found
                 # them; a split unit's parts' added up, with what they left
                 stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
                 left = split.left_rows(client, partial(is_job_consumer, stem=stem)) \
                     if split else []
                 add_histograms(health, merged_rows([*histogram_rows(tallies), *left]))
-                _write_health(spark, settings, params, health, summary)
+                _write_health(ctx, health, summary)
             # The clean-up reads each group's PEL summary: the final progress line uses them.
             pr.take_final_summaries(clean_up_job_consumers(
                 client, health, consumers, settings.claim.consumer_prefix,
@@ -237,22 +252,22 @@ def _run_units(spark: SparkSession, client: redis.Redis, settings: Settings, par
         return tallies
 
 
-def _write_health(spark: SparkSession, settings: Settings, params: JobParams,
-                  health: list[dict], summary: RunSummary) -> None:
+def _write_health(ctx: RunContext, health: list[dict], summary: RunSummary) -> None:
     """Write and log the group health; its headline goes into the summary."""
+    settings, params = ctx.settings, ctx.params
     summary.health = health_totals(health)
     summary.health_path = health_path(settings.report.path, params.run_id) if health else None
-    write_health(spark, health, settings.report.path, params.run_id)
+    write_health(ctx.spark, health, settings.report.path, params.run_id)
     log.info("run %s group health\n%s", params.run_id,
              format_health(health, settings.report.log_units_max))
 
 
-def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
-                units: list[WorkUnit], split: Split | None = None
+def _unit_frame(ctx: RunContext, units: list[WorkUnit], split: Split | None = None
                 ) -> tuple[DataFrame, list[tuple[str, str, str]], list[tuple[Unit, int]]]:
     """The units as a small DataFrame with exactly one Spark partition per part (so parts
     never share a task, whatever the keys hash to), the (stream, group, job consumer)
     triples (several per unit split over several parts), and the (unit, part) pairs."""
+    spark, settings, params = ctx.spark, ctx.settings, ctx.params
     parts = assign(units, settings.spark.partitions, settings.claim.consumer_prefix,
                    params.run_id, split.counts if split else None,
                    split.cursor if split else None)
@@ -265,14 +280,14 @@ def _unit_frame(spark: SparkSession, settings: Settings, params: JobParams,
     return units_of_parts(spark, by_part), consumers, parts
 
 
-def _recover(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
-             unit_df: DataFrame, consumers: list[tuple[str, str, str]], one_pass: bool,
-             histograms: bool) -> Tallies:
+def _recover(ctx: RunContext, unit_df: DataFrame, consumers: list[tuple[str, str, str]],
+             one_pass: bool, histograms: bool) -> Tallies:
     """Claim, dead-letter, handle, ack and report: in one pass when Spark never retries a
     task, or when it may and the claim journal can be kept in Redis (a retried attempt
     reports from it); else with the claim materialised first (a retried hand-over reports
     from it). Returns the tallies."""
-    master = str(spark.conf.get("spark.master", "") or "")
+    client, settings, params = ctx.client, ctx.settings, ctx.params
+    master = str(ctx.spark.conf.get("spark.master", "") or "")
     if one_pass:
         log.info("run %s: tasks are not retried (master %s): claim and hand-over in one pass",
                  params.run_id, master)
@@ -296,7 +311,7 @@ def _recover(spark: SparkSession, client: redis.Redis, settings: Settings, param
              "be kept in Redis (%s): the claim is materialised before the hand-over, which "
              "is slower (docs/ACL.md: the journal's keys and commands)", params.run_id, master,
              refusal)
-    return _claim_then_apply(spark, settings, params, unit_df, histograms)
+    return _claim_then_apply(ctx.spark, settings, params, unit_df, histograms)
 
 
 def _one_pass(settings: Settings, params: JobParams, unit_df: DataFrame,
