@@ -16,7 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from recovery import __version__
 from recovery.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, RecoveryError
+from recovery.settings.model import Settings, effective_config, load_settings
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -42,7 +44,23 @@ def common_parser(prog: str, description: str | None) -> argparse.ArgumentParser
     parser.add_argument("--run-id", help="run id (default: UTC time plus random suffix)")
     parser.add_argument("--log-level", default="INFO", type=log_level, metavar="LEVEL",
                         help=f"log level of the job's own logs: {', '.join(LOG_LEVELS)}")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the effective settings (defaults, file, environment and "
+                             "--set merged; secrets masked) as JSON and exit")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
+
+
+def loaded_settings(args: argparse.Namespace, extra: list[str] | None = None
+                    ) -> Settings | None:
+    """The settings `args` name (``--config``, ``--set`` and then `extra` overrides); with
+    ``--print-config``, print them (:func:`recovery.settings.model.effective_config`, one
+    JSON line) and return None: the entry point then stops, exit 0, before Redis or Spark."""
+    settings = load_settings(args.config, [*args.overrides, *(extra or [])])
+    if not args.print_config:
+        return settings
+    print(json.dumps(effective_config(settings), sort_keys=True), flush=True)
+    return None
 
 
 def log_level(text: str) -> str:
@@ -73,6 +91,7 @@ def exit_code_of(body: Callable[[list[Outcome]], None], what: str) -> int:
         code = report_error(RecoveryError(f"interrupted; re-run the {what} to finish"),
                             summaries[0] if summaries else None, EXIT_FAILURE)
     if summaries:
+        summaries[0].exit_code = code
         print(summaries[0].json_line(), flush=True)
     return code
 
@@ -82,6 +101,7 @@ class Outcome(Protocol):
 
     status: str
     error: str | None
+    exit_code: int
 
     def json_line(self) -> str: ...
 

@@ -12,12 +12,11 @@ from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
-from recovery.cli.common import Outcome, common_parser, exit_code_of, setup_logging
+from recovery.cli.common import Outcome, common_parser, exit_code_of, loaded_settings, setup_logging
 from recovery.dead_letters.report import DeadLetterSummary
 from recovery.dead_letters.run import run_dead_letters
 from recovery.params import new_run_id
 from recovery.report.run_report import check_report_location
-from recovery.settings.model import load_settings
 from recovery.targets.keys import matched_nothing, warn
 
 
@@ -28,7 +27,9 @@ def dead_letters_main(argv: list[str] | None, session: Callable[[], SparkSession
     def body(summaries: list[Outcome]) -> None:
         args = common_parser("dead_letters", __doc__).parse_args(argv)
         setup_logging(args.log_level)
-        settings = load_settings(args.config, args.overrides)
+        settings = loaded_settings(args)
+        if settings is None:  # --print-config
+            return
         check_report_location(settings.report.path)
         summary = DeadLetterSummary(args.run_id or new_run_id())
         summaries.append(summary)

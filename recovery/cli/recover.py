@@ -14,13 +14,20 @@ from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
-from recovery.cli.common import BadArguments, Outcome, common_parser, exit_code_of, setup_logging
+from recovery.cli.common import (
+    BadArguments,
+    Outcome,
+    common_parser,
+    exit_code_of,
+    loaded_settings,
+    setup_logging,
+)
 from recovery.driver.handler_choice import check_handler
 from recovery.driver.job import run
 from recovery.driver.plan import local_plan_refusal
 from recovery.redis_io.redis_conn import connect
 from recovery.report.run_report import check_report_location
-from recovery.settings.model import Settings, load_settings, redis_params
+from recovery.settings.model import Settings, redis_params
 from recovery.targets.keys import check_server
 
 log = logging.getLogger("recovery")
@@ -44,7 +51,9 @@ def run_recovery(argv: list[str] | None,
     def body(summaries: list[Outcome]) -> None:
         args = recover_parser().parse_args(argv)
         setup_logging(args.log_level)
-        settings = load_settings(args.config, args.overrides)
+        settings = loaded_settings(args)
+        if settings is None:  # --print-config
+            return
         if args.plan is not None and args.dry_run:
             raise BadArguments("--plan and --dry-run exclude each other: a plan is applied "
                                 "by a real run; drop one of them")

@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from recovery.cli.common import Outcome, common_parser, exit_code_of, setup_logging
+from recovery.cli.common import Outcome, common_parser, exit_code_of, loaded_settings, setup_logging
 from recovery.params import new_run_id
 from recovery.redrive.run import RedriveSummary, id_range, run_redrive
-from recovery.settings.model import Settings, load_settings
+from recovery.settings.model import Settings
 from recovery.targets.keys import matched_nothing, warn
 
 FILTERS = ("groups", "reasons", "from_id", "to_id", "since", "until")
@@ -35,8 +35,9 @@ def redrive_main(argv: list[str] | None, on_start: Callable[[], None] = lambda: 
     def body(summaries: list[Outcome]) -> None:
         args = redrive_parser().parse_args(argv)
         setup_logging(args.log_level)
-        overrides = args.overrides + (["redrive.dry_run=true"] if args.dry_run else [])
-        settings = load_settings(args.config, overrides)
+        settings = loaded_settings(args, ["redrive.dry_run=true"] if args.dry_run else [])
+        if settings is None:  # --print-config
+            return
         id_range(settings.redrive)  # an empty range is a config error: exit 2 before anything
         on_start()
         summary = RedriveSummary(args.run_id or new_run_id())

@@ -4,7 +4,7 @@ fixed-width tables it logs."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from recovery.report.json_line import JsonLine
@@ -38,12 +38,14 @@ class DeadLetterSummary(JsonLine):
     report_path: str | None = None
     duration_s: float = 0.0
     error: str | None = None
+    exit_code: int = 0  # the entry point's exit code (recovery.errors), set as it exits
     warnings: list[str] = field(default_factory=list)  # a selection that matched nothing
 
 
 def plain(value: object) -> object:
-    """A view cell for JSON and the log: times as ISO 8601 text, the rest as is."""
-    return value.isoformat() if isinstance(value, datetime) else value
+    """A view cell for JSON and the log: times as ISO 8601 text in UTC with their zone
+    (Spark hands timestamps to Python as the driver's local time), the rest as is."""
+    return value.astimezone(UTC).isoformat() if isinstance(value, datetime) else value
 
 
 def fixed_width(rows: list[dict[str, Any]], columns: list[str], width: int = 60) -> str:

@@ -55,6 +55,7 @@ class RedriveSummary(JsonLine):
     skipped: list[dict[str, Any]] = field(default_factory=list)
     duration_s: float = 0.0
     error: str | None = None
+    exit_code: int = 0  # the entry point's exit code (recovery.errors), set as it exits
     warnings: list[str] = field(default_factory=list)  # a selection that matched nothing
 
     def add_unit(self, unit: dict[str, Any]) -> None:

@@ -45,6 +45,7 @@ class RunSummary(JsonLine):
     skipped: list[dict[str, Any]] = field(default_factory=list)
     duration_s: float = 0.0
     error: str | None = None
+    exit_code: int = 0  # the entry point's exit code (recovery.errors), set as it exits
     dry_run: bool = False
     health: dict[str, Any] = field(default_factory=dict)
     health_path: str | None = None

@@ -16,6 +16,7 @@ here (:func:`executor_params`); executors never import this module (nor pydantic
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from recovery.errors import ConfigError
 from recovery.params import JobParams, RedisParams
 from recovery.settings.claim import ClaimSettings
 from recovery.settings.dead_letters import DeadLettersSettings
-from recovery.settings.redis import RedisSettings
+from recovery.settings.redis import RedisSettings, redacted_url
 from recovery.settings.redrive import RedriveSettings
 from recovery.settings.sections import (
     DeadLetterSettings,
@@ -108,7 +109,7 @@ def load_settings(config_file: Path | None, overrides: list[str] | None = None) 
     try:
         return settings_cls(**init)
     except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc)) from None
+        raise ConfigError(describe_validation_error(exc, init)) from None
     except ValueError as exc:  # TOML syntax errors and unreadable password files
         if type(exc).__name__ == "TOMLDecodeError":  # tomllib
             raise ConfigError(
@@ -117,8 +118,11 @@ def load_settings(config_file: Path | None, overrides: list[str] | None = None) 
         raise ConfigError(f"config: {exc}") from None
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line naming every bad field, what is wrong, and where to fix it."""
+def describe_validation_error(exc: ValidationError, overrides: dict[str, Any] | None = None
+                              ) -> str:
+    """One line naming every bad field, what is wrong, and where to fix it: the ``--set``
+    when `overrides` (as ``_overrides_to_dict`` makes them) holds the field, else the
+    environment variable when one is set for it, else the config file or the environment."""
     problems = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "config"
@@ -127,9 +131,31 @@ def describe_validation_error(exc: ValidationError) -> str:
             msg = "unknown setting (check the spelling against conf/recovery.toml)"
         elif err["type"] == "missing":
             msg = MISSING_HINTS.get(loc, "required; set it in the config file or the environment")
-        problems.append(f"{loc}: {msg}")
+        problems.append(f"{loc}: {msg}{_source_of(err['loc'], overrides or {})}")
     env_hint = "fix it in the --config file, the RECOVERY_<SECTION>__<FIELD> variable or --set"
     return "invalid config: " + "; ".join(problems) + f" ({env_hint})"
+
+
+def _source_of(loc: tuple[int | str, ...], overrides: dict[str, Any]) -> str:
+    """Where a bad field's value came from, when it is sure: `` (from --set)`` or
+    `` (from RECOVERY_<SECTION>__<FIELD>)``; "" otherwise (the file, or a default)."""
+    if len(loc) != 2:
+        return ""
+    section, name = str(loc[0]), str(loc[1])
+    if name in overrides.get(section, {}):
+        return " (from --set)"
+    variable = f"RECOVERY_{section}__{name}".upper()
+    named = [key for key in os.environ if key.upper() == variable]  # matched ignoring case
+    return f" (from {named[0]})" if named else ""
+
+
+def effective_config(settings: Settings) -> dict[str, Any]:
+    """The settings as a run applies them (defaults, file, environment and ``--set``
+    merged), as JSON-ready data: secrets masked (``**********``), any password in
+    ``redis.url`` replaced by ``***``."""
+    data = settings.model_dump(mode="json")
+    data["redis"]["url"] = redacted_url(settings.redis.url)
+    return data
 
 
 def executor_params(settings: Settings, run_id: str) -> JobParams:

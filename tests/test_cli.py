@@ -1,0 +1,119 @@
+"""The three jobs' command lines (recovery.cli.common, recovery.cli.recover,
+recovery.cli.redrive, recovery.cli.dead_letters) as a scheduler and a new user meet them:
+``--version``, ``--print-config`` (secrets masked, nothing contacted), errors that name where
+a bad value came from, ``exit_code`` in every JSON summary, and conf/recovery.toml naming
+every setting."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from recovery import __version__
+from recovery.settings.model import Settings
+from recovery.testing.backlog import add_entries, create_group, make_stuck
+from recovery.testing.local_redis import LocalServer
+from tests.support.fault_tools import GROUP, ROOT, job_args, run_in_process
+from tests.support.invariants import pel
+
+JOBS = {"recover": "jobs/recover.py", "redrive": "jobs/redrive.py",
+        "dead_letters": "jobs/dead_letters.py"}
+SECRET = "hunter2-not-in-any-output"
+CLOSED_URL = "redis://127.0.0.1:1/0"  # nothing listens: a job that contacted Redis would fail
+
+
+def job(script: str, *args: str, env: dict[str, str] | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    """`script` (a jobs/ file) run by this interpreter, as a user would before spark-submit
+    (the options below stop before Spark starts)."""
+    return subprocess.run([sys.executable, script, *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, **(env or {})})
+
+
+def section_fields() -> dict[str, list[str]]:
+    """Every settings section with its fields, from the model itself."""
+    sections = {}
+    for name, info in Settings.model_fields.items():
+        model = info.annotation
+        sections[name] = list(model.model_fields)  # type: ignore[union-attr]
+    return sections
+
+
+def test_the_config_file_names_every_setting() -> None:
+    """conf/recovery.toml documents each field under its section, set or commented out."""
+    text = (ROOT / "conf" / "recovery.toml").read_text(encoding="utf-8")
+    tomllib.loads(text)  # and it is valid TOML as shipped
+    current, named = None, set()
+    for line in text.splitlines():
+        if heading := re.match(r"^#?\s*\[(\w+)\]\s*$", line):
+            current = heading[1]
+        elif (key := re.match(r"^#?\s*(\w+)\s*=", line)) and current is not None:
+            named.add((current, key[1]))
+    missing = [f"{section}.{field}" for section, fields in section_fields().items()
+               for field in fields if (section, field) not in named]
+    assert missing == []
+
+
+@pytest.mark.parametrize("name", JOBS)
+def test_version(name: str) -> None:
+    done = job(JOBS[name], "--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"{name} {__version__}"
+
+
+@pytest.mark.parametrize("name", JOBS)
+def test_print_config_masks_secrets_and_touches_nothing(name: str) -> None:
+    """The effective settings as one JSON line, the file, environment and --set merged; the
+    password (from the environment, and one in the URL) never printed; Redis never asked."""
+    config = ROOT / "conf" / "recovery.toml"
+    done = job(JOBS[name], "--config", str(config), "--print-config",
+               "--set", f"redis.url=redis://ops:{SECRET}x@127.0.0.1:1/0",
+               "--set", "claim.count=777",
+               env={"RECOVERY_REDIS__PASSWORD": SECRET, "RECOVERY_SPARK__PARTITIONS": "7"})
+    assert done.returncode == 0, done.stderr
+    assert SECRET not in done.stdout + done.stderr
+    printed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert printed["claim"]["count"] == 777                     # --set
+    assert printed["spark"]["partitions"] == 7                  # the environment
+    assert printed["dead_letter"]["suffix"] == ":dlq"           # the file
+    assert printed["claim"]["min_idle_ms"] == 60_000            # a default
+    assert printed["redis"]["password"] == "**********"
+    assert printed["redis"]["url"] == "redis://127.0.0.1:1/0"
+    assert printed["redis"]["username"] == "ops"
+
+
+def test_a_bad_value_names_the_variable_it_came_from() -> None:
+    env = {"RECOVERY_CLAIM__MIN_IDLE_MS": "soon"}
+    done = job(JOBS["recover"], "--set", "streams.keys=a", "--set", f"redis.url={CLOSED_URL}",
+               env=env)
+    assert done.returncode == 2
+    assert "claim.min_idle_ms" in done.stderr
+    assert "(from RECOVERY_CLAIM__MIN_IDLE_MS)" in done.stderr
+    done = job(JOBS["recover"], "--set", "streams.keys=a", "--set", "claim.count=many")
+    assert done.returncode == 2
+    assert "claim.count" in done.stderr and "(from --set)" in done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["exit_code"] == 2
+
+
+@pytest.mark.slow
+def test_a_run_that_succeeds_says_exit_code_0(spark: SparkSession, redis_server: LocalServer,
+                                              tmp_path: Path) -> None:
+    """Every JSON summary carries the exit code, not only the failures'."""
+    client = redis_server.client()
+    stream = "cli-ok"
+    create_group(client, stream, GROUP)
+    ids = add_entries(client, stream, 3, lambda i: {"n": str(i)})
+    make_stuck(client, stream, GROUP, "dead", ids, idle_ms=3_600_000)
+    result = run_in_process(spark, job_args(redis_server.url, tmp_path, [stream]))
+    assert result.code == 0, result.stderr
+    assert result.summary["exit_code"] == 0
+    assert result.summary["status"] == "ok"
+    assert pel(client, stream, GROUP) == {}  # the run really recovered them
