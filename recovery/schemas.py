@@ -6,7 +6,9 @@ byte; times are milliseconds (``idle_ms``) or epoch milliseconds.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -137,6 +139,49 @@ def arrow(schema: StructType) -> pa.Schema:
 
 
 REPORT_ARROW = arrow(REPORT)  # every report batch's schema, however it is written
+
+
+class ReportRow(NamedTuple):
+    """One REPORT row by column name: its fields are REPORT's columns, in REPORT's order
+    (checked below, at import). Build a row by keyword and a batch by column name
+    (``report_batch``), never by position: two string columns swapped would still match the
+    schema."""
+
+    stream: str
+    group: str
+    id: str
+    previous_consumer: str | None
+    delivery_count: int | None
+    idle_ms: int | None
+    action: str
+    reason: str | None = None
+    error: str | None = None
+    dead_letter_id: str | None = None
+    requeued_id: str | None = None
+    reassigned_to: str | None = None
+
+
+if ReportRow._fields != tuple(REPORT.fieldNames()):
+    raise ImportError(f"ReportRow's fields {ReportRow._fields} are not REPORT's columns "
+                      f"{tuple(REPORT.fieldNames())}")
+
+
+def report_batch(columns: Mapping[str, Sequence[Any]]) -> pa.RecordBatch:
+    """A REPORT batch from its columns by name: `columns` maps each of REPORT's column
+    names (``ReportRow._fields``), no other, to that column's values, one per row; every
+    column has the same length. Raises ValueError naming the columns missing or unknown."""
+    missing = [name for name in ReportRow._fields if name not in columns]
+    unknown = sorted(set(columns) - set(ReportRow._fields))
+    if missing or unknown:
+        raise ValueError(f"REPORT columns missing {missing}, unknown {unknown}")
+    return pa.RecordBatch.from_arrays(
+        [pa.array(columns[f.name], f.type) for f in REPORT_ARROW], schema=REPORT_ARROW)
+
+
+def report_rows(rows: Sequence[ReportRow]) -> pa.RecordBatch:
+    """A REPORT batch of `rows`, in order."""
+    values = list(zip(*rows, strict=True)) if rows else [()] * len(ReportRow._fields)
+    return report_batch(dict(zip(ReportRow._fields, values, strict=True)))
 
 
 class Route(StrEnum):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pyarrow as pa
 import redis
@@ -34,12 +33,13 @@ from recovery.redis_io.streams import (
 )
 from recovery.schemas import (
     PEL_HISTOGRAM,
-    REPORT_ARROW,
     Action,
     DeathReason,
     Mode,
+    ReportRow,
     Route,
     arrow,
+    report_rows,
 )
 
 PAGE = 10_000
@@ -88,9 +88,8 @@ def _plan_unit(client: redis.Redis, params: JobParams, unit: Unit, waiting: NotD
                     continue
             ids = [r[ID].decode() for r in page]
             found = fetch_entries(client, stream, ids)
-            rows = [_plan_row(params, stream, group, i, r, found[i])
-                    for i, r in zip(ids, page, strict=True)]
-            yield pa.RecordBatch.from_pylist(rows, schema=REPORT_ARROW)
+            yield report_rows([_plan_row(params, stream, group, i, r, found[i])
+                               for i, r in zip(ids, page, strict=True)])
 
 
 def _due_rows(params: JobParams, unit: Unit, page: list[PendingRow], waiting: NotDue
@@ -111,7 +110,7 @@ def _due_rows(params: JobParams, unit: Unit, page: list[PendingRow], waiting: No
 
 
 def _plan_row(params: JobParams, stream: str, group: str, entry_id: str, row: PendingRow,
-              fields: Fields | None) -> dict[str, Any]:
+              fields: Fields | None) -> ReportRow:
     """A real run's claim would add one delivery (and a requeued copy's carried count):
     route on that count, as the run would. `fields` None: deleted upstream."""
     count = with_carried(row[COUNT] + 1, fields)
@@ -124,7 +123,6 @@ def _plan_row(params: JobParams, stream: str, group: str, entry_id: str, row: Pe
         reason = None
     if fields is not None and odd_carried(fields):
         reason = f"{reason}; {ODD_CARRIED}" if reason else ODD_CARRIED
-    return {"stream": stream, "group": group, "id": entry_id,
-            "previous_consumer": shown(row[OWNER]), "delivery_count": count,
-            "idle_ms": row[IDLE], "action": action, "reason": reason, "error": None,
-            "dead_letter_id": None, "requeued_id": None, "reassigned_to": None}
+    return ReportRow(stream=stream, group=group, id=entry_id,
+                     previous_consumer=shown(row[OWNER]), delivery_count=count,
+                     idle_ms=row[IDLE], action=action, reason=reason)

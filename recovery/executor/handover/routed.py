@@ -23,9 +23,9 @@ from recovery.params import Unit
 from recovery.redis_io.streams import Fields, stream_id_key
 from recovery.schemas import (
     CARRIED_DELIVERIES,
-    REPORT_ARROW,
     Action,
     Route,
+    report_batch,
 )
 
 K = TypeVar("K")
@@ -167,16 +167,14 @@ class RoutedBatch:
                 self._note_count_change(i)
         for i in self.odd_carried:
             self._add_reason(i, ODD_CARRIED)
-        return pa.RecordBatch.from_arrays([
-            pa.array(self.stream, pa.string()), pa.array(self.group, pa.string()),
-            pa.array(self.id, pa.string()),
-            pa.array(self.previous_consumer, pa.string()),
-            pa.array(self.delivery_count, pa.int64()), pa.array(self.idle_ms, pa.int64()),
-            pa.array(self.action, pa.string()), pa.array(self.reason, pa.string()),
-            pa.array(self.error, pa.string()), pa.array(self.dead_letter_id, pa.string()),
-            pa.array(self.requeued_id, pa.string()), pa.array(self.reassigned_to, pa.string()),
-        ], schema=REPORT_ARROW)
-
+        return report_batch({
+            "stream": self.stream, "group": self.group, "id": self.id,
+            "previous_consumer": self.previous_consumer,
+            "delivery_count": self.delivery_count, "idle_ms": self.idle_ms,
+            "action": self.action, "reason": self.reason, "error": self.error,
+            "dead_letter_id": self.dead_letter_id, "requeued_id": self.requeued_id,
+            "reassigned_to": self.reassigned_to,
+        })
 
     def _note_count_change(self, i: int) -> None:
         """A planned entry handled with another delivery count than its plan's: its reason

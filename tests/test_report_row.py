@@ -1,0 +1,85 @@
+"""The REPORT row, defined once by name (``recovery.schemas.ReportRow``) and built by name
+wherever report batches are made: the hand-over's ``RoutedBatch.report`` and the dry run's
+plan rows (``recovery.executor.survey``). Pure Arrow, no Redis, no Spark session.
+
+Each test gives every column a value of its own, so a column filled from another (two
+string columns swapped, which the schema alone would let through) fails."""
+
+from __future__ import annotations
+
+import types
+from typing import get_type_hints
+
+import pytest
+from pyspark.sql.types import LongType, StringType
+
+from recovery.executor.claimed import Claimed
+from recovery.executor.handover.routed import RoutedBatch
+from recovery.executor.survey import _plan_row
+from recovery.params import JobParams, RedisParams, Unit
+from recovery.schemas import REPORT, REPORT_ARROW, ReportRow, report_batch, report_rows
+
+SPARK_TYPE = {str: StringType(), int: LongType()}
+
+
+def _own_values() -> dict[str, object]:
+    """Each column's value: its own name for a string column, a distinct number else."""
+    numbers = iter(range(11, 100))
+    return {f.name: f.name if f.dataType == StringType() else next(numbers)
+            for f in REPORT.fields}
+
+
+def test_the_row_is_the_schema_by_name_type_and_nullability():
+    hints = get_type_hints(ReportRow)
+    assert ReportRow._fields == tuple(REPORT.fieldNames())
+    for f in REPORT.fields:
+        hint = hints[f.name]
+        nullable = isinstance(hint, types.UnionType) and type(None) in hint.__args__
+        base = next(a for a in hint.__args__ if a is not type(None)) if nullable else hint
+        assert (f.name, SPARK_TYPE[base], nullable) == (f.name, f.dataType, f.nullable)
+
+
+def test_the_hand_over_fills_each_column_from_its_own_name():
+    values = _own_values()
+    claimed = Claimed.of_unit(Unit(str(values["stream"]), str(values["group"]), "c"),
+                              [str(values["id"])], [False], [str(values["previous_consumer"])],
+                              [values["idle_ms"]], [[(b"f", b"v")]],  # type: ignore[list-item]
+                              [values["delivery_count"]])  # type: ignore[list-item]
+    rb = RoutedBatch(claimed, max_deliveries=1000)
+    rb.set(0, **{name: values[name] for name in ("action", "reason", "error",  # type: ignore[arg-type]
+                                                  "dead_letter_id", "requeued_id",
+                                                  "reassigned_to")})
+    batch = rb.report()
+    assert batch.schema == REPORT_ARROW
+    assert batch.to_pylist() == [values]
+
+
+def test_the_dry_run_fills_each_column_from_its_own_name():
+    params = JobParams(run_id="r", redis=RedisParams("redis://x"), min_idle_ms=1, count=10,
+                       max_deliveries=1000, dlq_suffix=":dlq", dlq_batch_size=10,
+                       handler_path="", handler_batch_size=10)
+    pel_row = [b"1-0", b"owner", 7, 2]  # ID, OWNER, IDLE, COUNT
+    row = _plan_row(params, "s", "g", "1-0", pel_row, [(b"f", b"v")])
+    assert report_rows([row]).to_pylist() == [{
+        "stream": "s", "group": "g", "id": "1-0", "previous_consumer": "owner",
+        "delivery_count": 3, "idle_ms": 7, "action": "would_reprocess", "reason": None,
+        "error": None, "dead_letter_id": None, "requeued_id": None, "reassigned_to": None}]
+
+
+def test_rows_and_columns_build_the_same_batch():
+    values = _own_values()
+    by_rows = report_rows([ReportRow(**values)])  # type: ignore[arg-type]
+    by_columns = report_batch({name: [value] for name, value in values.items()})
+    assert by_rows.equals(by_columns) and by_rows.to_pylist() == [values]
+    assert report_rows([]).num_rows == 0
+
+
+@pytest.mark.parametrize("change", ["missing", "unknown"])
+def test_a_batch_needs_exactly_the_reports_columns(change):
+    columns: dict[str, list[object]] = {name: [None] for name in ReportRow._fields}
+    if change == "missing":
+        del columns["reason"]
+    else:
+        columns["reasons"] = [None]
+    with pytest.raises(ValueError, match="reason"):
+        report_batch(columns)
