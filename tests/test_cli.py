@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
+from redis import Redis
 
 from recovery import __version__
 from recovery.settings.model import Settings
-from recovery.testing.backlog import add_entries, create_group, make_stuck
+from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.testing.local_redis import LocalServer
-from tests.support.fault_tools import GROUP, ROOT, job_args, run_in_process
+from tests.support.fault_tools import GROUP, ROOT, finished, job_args, run_in_process, spark_submit
 from tests.support.invariants import pel
 
 JOBS = {"recover": "jobs/recover.py", "redrive": "jobs/redrive.py",
@@ -36,6 +37,15 @@ def job(script: str, *args: str, env: dict[str, str] | None = None
     (the options below stop before Spark starts)."""
     return subprocess.run([sys.executable, script, *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, env={**os.environ, **(env or {})})
+
+
+def stuck(client: Redis, stream: str) -> None:
+    """Three entries of `stream`, delivered once to a consumer gone an hour ago."""
+    create_group(client, stream, GROUP)
+    ids = add_entries(client, stream, 3, lambda i: {"n": str(i)})
+    deliver(client, stream, GROUP, "dead", len(ids))
+    make_stuck(client, stream, GROUP, "dead", ids, idle_ms=3_600_000)
+    assert len(pel(client, stream, GROUP)) == 3
 
 
 def section_fields() -> dict[str, list[str]]:
@@ -108,12 +118,33 @@ def test_a_run_that_succeeds_says_exit_code_0(spark: SparkSession, redis_server:
                                               tmp_path: Path) -> None:
     """Every JSON summary carries the exit code, not only the failures'."""
     client = redis_server.client()
-    stream = "cli-ok"
-    create_group(client, stream, GROUP)
-    ids = add_entries(client, stream, 3, lambda i: {"n": str(i)})
-    make_stuck(client, stream, GROUP, "dead", ids, idle_ms=3_600_000)
-    result = run_in_process(spark, job_args(redis_server.url, tmp_path, [stream]))
+    stuck(client, "cli-ok")
+    result = run_in_process(spark, job_args(redis_server.url, tmp_path, ["cli-ok"],
+                                            "handler.path=recovery.handlers:example_handler"))
     assert result.code == 0, result.stderr
     assert result.summary["exit_code"] == 0
     assert result.summary["status"] == "ok"
-    assert pel(client, stream, GROUP) == {}  # the run really recovered them
+    assert result.summary["totals"]["reprocessed"] == 3
+    assert pel(client, "cli-ok", GROUP) == {}  # the run really recovered them
+
+
+SPARK_INFO = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ", re.MULTILINE)
+
+
+@pytest.mark.slow
+def test_spark_submit_is_quiet_unless_asked(redis_server: LocalServer, tmp_path: Path) -> None:
+    """Under spark-submit Spark logs at WARN (its INFO lines would bury the job's own), and a
+    submitter's ``spark.log.level`` wins; the job's own INFO lines and JSON line stay."""
+    stuck(redis_server.client(), "quiet")
+    args = [*job_args(redis_server.url, tmp_path / "reports", ["quiet"]), "--dry-run"]
+    counts = {}
+    for level in (None, "INFO"):
+        confs = [f"spark.log.level={level}"] if level else []
+        logs = tmp_path / f"logs-{level}"
+        result = finished(spark_submit(args, logs, *confs), logs, timeout_s=180)
+        assert result.code == 0, result.stderr
+        assert result.summary["exit_code"] == 0
+        assert "INFO recovery.driver.job: run " in result.stderr
+        counts[level] = len(SPARK_INFO.findall(result.stderr))
+    assert counts[None] <= 5, counts  # the few spark-submit prints before the context starts
+    assert counts["INFO"] > 20, counts

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
@@ -47,6 +48,7 @@ def spark_stderr(*conf: str) -> str:
                           text=True, timeout=120, env=env, check=True).stderr
 
 
+@pytest.mark.slow
 def test_local_sessions_print_no_console_progress_bar_unless_asked():
     """The demo's, notebook's and tests' sessions keep Spark's progress bar out of the log;
     asked for, it shows (so the check would see it)."""
@@ -55,13 +57,31 @@ def test_local_sessions_print_no_console_progress_bar_unless_asked():
 
 
 def test_submitted_runs_get_the_job_defaults_only_where_the_submitter_set_nothing():
-    """Executors' JVMs with C1 only, no console progress bar; a submitter's own setting of
-    either stays as it is (even an empty one)."""
-    assert job_defaults(SparkConf(loadDefaults=False)) == {
+    """Executors' JVMs with C1 only, no console progress bar, Spark's log at WARN; a
+    submitter's own setting of each stays as it is (even an empty one)."""
+    assert job_defaults(SparkConf(loadDefaults=False), {}) == {
         "spark.ui.showConsoleProgress": "false",
-        "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+        "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+        "spark.log.level": "WARN"}
     theirs = (SparkConf(loadDefaults=False).set("spark.executor.extraJavaOptions", "")
-              .set("spark.ui.showConsoleProgress", "true"))
-    assert job_defaults(theirs) == {}
+              .set("spark.ui.showConsoleProgress", "true").set("spark.log.level", "INFO"))
+    assert job_defaults(theirs, {}) == {}
     only_bar = SparkConf(loadDefaults=False).set("spark.ui.showConsoleProgress", "true")
-    assert job_defaults(only_bar) == {"spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+    assert job_defaults(only_bar, {}) == {
+        "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1", "spark.log.level": "WARN"}
+
+
+@pytest.mark.parametrize("where", ["SPARK_CONF_DIR", "SPARK_HOME"])
+def test_spark_stays_at_its_own_log_level_where_the_submitter_configured_logging(
+        tmp_path: Path, where: str) -> None:
+    """A log4j2 file in Spark's conf directory, or one named in the driver's Java options:
+    the job sets no ``spark.log.level`` (which would override the submitter's own)."""
+    conf_dir = tmp_path / "conf" if where == "SPARK_HOME" else tmp_path
+    conf_dir.mkdir(exist_ok=True)
+    environ = {where: str(tmp_path)}
+    assert "spark.log.level" in job_defaults(SparkConf(loadDefaults=False), environ)
+    (conf_dir / "log4j2.properties").write_text("rootLogger.level = info\n")
+    assert "spark.log.level" not in job_defaults(SparkConf(loadDefaults=False), environ)
+    named = SparkConf(loadDefaults=False).set(
+        "spark.driver.extraJavaOptions", "-Dlog4j2.configurationFile=/etc/spark/log4j2.xml")
+    assert "spark.log.level" not in job_defaults(named, {})
