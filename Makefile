@@ -6,7 +6,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 AIRFLOW_VENV := .venv-airflow
 
-.PHONY: setup redis-server demo test lint bench cds
+.PHONY: setup redis-server demo test test-fast lint bench cds
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -42,6 +42,12 @@ TEST_WORKERS ?= 2
 test: lint $(AIRFLOW_VENV)/.installed
 	AIRFLOW_PYTHON=$(abspath $(AIRFLOW_VENV)/bin/python) \
 	  $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+
+# The quick tier while working: the same lint and workers, without the tests marked slow
+# (whole Spark runs, spark-submit processes, fault trials, Airflow, the notebook; pyproject's
+# markers), so no Airflow venv either. `make test` still runs everything.
+test-fast: lint
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
 
 lint: setup
 	$(BIN)/ruff check recovery jobs tests

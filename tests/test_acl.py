@@ -26,6 +26,8 @@ from tests.support.backlogs import DEAD, LIVE, Seeded, seed
 from tests.support.cluster_fixtures import LocalCluster
 from tests.support.invariants import dead_letters, final_states, pel
 
+pytestmark = pytest.mark.slow  # whole Spark runs as the documented users
+
 STREAMS = ["events:orders", "events:{eu}:pay"]
 OUTSIDE = "other"  # a stream the users may not touch
 

@@ -32,6 +32,7 @@ AIRFLOW_PYTHON = os.environ.get("AIRFLOW_PYTHON")
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [
     pytest.mark.airflow,
+    pytest.mark.slow,  # an Airflow process per DAG run
     pytest.mark.xdist_group("airflow"),  # one worker: one Airflow home for the module
     pytest.mark.skipif(not AIRFLOW_PYTHON, reason="Airflow lives in its own venv: run `make "
                        "test`, or set AIRFLOW_PYTHON=.venv-airflow/bin/python (see the module "

@@ -29,6 +29,8 @@ from tests.support.fault_tools import (
 )
 from tests.support.invariants import final_states, pel
 
+pytestmark = pytest.mark.slow  # whole Spark runs and a spark-submit run
+
 SCHEDULE = ("claim.min_idle_ms=600000", "claim.backoff_factor=2",
             "claim.backoff_max_ms=2000000")
 # kind -> (entries per stream, delivery count, idle ms); the planned action ("" not due)

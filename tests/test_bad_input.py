@@ -215,6 +215,7 @@ def _acl_user(client: Redis, name: str, *rules: str) -> list[str]:
     return [f"redis.username={name}", "redis.password=pw"]
 
 
+@pytest.mark.slow
 def test_user_without_xautoclaim_gets_the_command_named_and_nothing_moves(
         spark, redis_version_server, tmp_path):
     client = redis_version_server.client()
@@ -230,6 +231,7 @@ def test_user_without_xautoclaim_gets_the_command_named_and_nothing_moves(
     assert len(seeded) == 2 * 57
 
 
+@pytest.mark.slow
 def test_user_without_evalsha_fails_after_claiming_and_a_rerun_finishes(
         spark, redis_version_server, tmp_path):
     """The claims succeed, the first dead-letter move is refused: everything the run claimed
@@ -271,6 +273,7 @@ def after_rerun(kind: str, deliveries: int) -> str:
     return {"ok": "acked", "fail": "pending:recovery-fixed-"}.get(kind, "dead_lettered")
 
 
+@pytest.mark.slow
 def test_other_type_key_and_missing_group_are_skipped_and_the_rest_processed(
         spark, server, tmp_path):
     client = server.client()
@@ -295,6 +298,7 @@ def test_other_type_key_and_missing_group_are_skipped_and_the_rest_processed(
 
 # --- the oldest server supported ---------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_server_older_than_6_2_is_refused_in_one_line_and_6_2_itself_is_not(spark, tmp_path):
     """No server older than 6.2 can be started here (no package of one reaches this machine),
     so the refusal is shown on a real Redis 6.2.5 whose INFO reply a proxy rewrites to say
@@ -322,6 +326,7 @@ def test_a_server_older_than_6_2_is_refused_in_one_line_and_6_2_itself_is_not(sp
 
 # --- streams, groups and entries that vanish while the job runs ---------------------------
 
+@pytest.mark.slow
 def test_streams_groups_and_entries_vanishing_mid_run_cost_only_themselves(
         spark, server, tmp_path):
     """The handler's first call (after every claim, before most hand-overs) deletes one
@@ -410,6 +415,7 @@ def _seed_data(client: Redis) -> dict[Key, str]:
     return seeded
 
 
+@pytest.mark.slow
 def test_big_wide_empty_and_binary_entries_survive_byte_for_byte(spark, server, tmp_path):
     client = server.client()
     seeded = _seed_data(client)
@@ -445,6 +451,7 @@ def test_big_wide_empty_and_binary_entries_survive_byte_for_byte(spark, server, 
             assert fields[CHECKSUM] == checksum(original), f"{key}: bytes changed in the DLQ"
 
 
+@pytest.mark.slow
 def test_handler_that_raises_returns_garbage_or_hangs(spark, redis_server, tmp_path):
     """batch_size 1: every message is its own call. Failures stay pending (or go to the DLQ
     at the limit, with the error); a hang costs handler.timeout_s, not the hang."""
@@ -515,6 +522,7 @@ def _redis_state(client: Redis) -> dict[bytes, object]:
     return state
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [[], ["--dry-run"]], ids=["real", "dry-run"])
 def test_redrive_refuses_plan_and_moves_nothing(redis_server, tmp_path, extra):
     """``--plan`` belongs to jobs/recover.py; the redrive cannot honour it and says so."""
@@ -528,6 +536,7 @@ def test_redrive_refuses_plan_and_moves_nothing(redis_server, tmp_path, extra):
     assert client.xlen("{orders}:dlq") == 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("option", [["--plan", "/x"], ["--dry-run"]], ids=["plan", "dry-run"])
 def test_dead_letters_refuses_options_it_does_not_act_on(redis_server, option):
     result = run_job("dead_letters", "--set", f"redis.url={redis_server.url}",
@@ -535,6 +544,7 @@ def test_dead_letters_refuses_options_it_does_not_act_on(redis_server, option):
     assert_one_error_line(result, 2, f"unrecognized arguments: {option[0]}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job", JOBS)
 def test_help_lists_only_the_options_the_job_acts_on(job):
     proc = subprocess.run([sys.executable, f"jobs/{job}.py", "--help"], cwd=ROOT, text=True,
@@ -546,6 +556,7 @@ def test_help_lists_only_the_options_the_job_acts_on(job):
     assert ("--dry-run" in options) == (job != "dead_letters"), proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job", JOBS)
 def test_unknown_log_level_exits_2_naming_the_levels(redis_server, job):
     client = redis_server.client()
@@ -576,6 +587,7 @@ def test_handler_mode_without_handler_path_is_refused_and_nothing_claimed(redis_
     assert not list(tmp_path.iterdir()), "no report written"
 
 
+@pytest.mark.slow
 def test_without_handler_path_a_dry_run_and_a_requeue_run_need_none(spark, redis_server,
                                                                     tmp_path, caplog):
     """A dry run calls no handler (it plans, and says a real run needs one); requeue and
@@ -596,6 +608,7 @@ def test_without_handler_path_a_dry_run_and_a_requeue_run_need_none(spark, redis
     assert client.xlen("o") == 8, "the four originals and their four copies"
 
 
+@pytest.mark.slow
 def test_unknown_redrive_reason_exits_2_naming_the_reasons(redis_server):
     client = redis_server.client()
     _letters(client, "orders", 3)
@@ -610,6 +623,7 @@ def test_unknown_redrive_reason_exits_2_naming_the_reasons(redis_server):
 
 # --- selections that match nothing say so ------------------------------------------------
 
+@pytest.mark.slow
 def test_recover_selection_matching_no_key_warns(spark, redis_server, tmp_path, caplog):
     client = redis_server.client()
     seeded = seed_kinds(client, ["o"], {"ok": (3, 1)})
@@ -623,6 +637,7 @@ def test_recover_selection_matching_no_key_warns(spark, redis_server, tmp_path, 
     assert set(final_states(client, seeded).values()) == {f"pending:{DEAD}"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("overrides", "warning"), [
     (["streams.match=nomatch:*"], "streams.match 'nomatch:*' matched no stream"),
     (["streams.keys=nosuch"], "nosuch: no dead-letter stream {nosuch}:dlq"),
@@ -643,6 +658,7 @@ def test_redrive_that_matches_nothing_warns(redis_server, overrides, warning):
     assert _redis_state(client) == before
 
 
+@pytest.mark.slow
 def test_dead_letter_read_that_matches_nothing_warns(spark, redis_server, tmp_path, capsys,
                                                      caplog):
     _letters(redis_server.client(), "orders", 2)

@@ -38,6 +38,7 @@ SPEC = BacklogSpec(streams=3, per_stream=200)  # 5% over the limit: 10 per strea
 MARK = "benchmark-smoke-child"  # in the command line of a child a poller test starts
 
 
+@pytest.mark.slow
 def test_harness_runs_both_loops_with_a_slow_handler_and_verifies_them(tmp_path: Path) -> None:
     """Both loops at one stream and at four, their handler 1 ms per message: the delay must
     reach the loops' own processes (their own timers hold at least that much sleep)."""

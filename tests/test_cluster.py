@@ -119,6 +119,7 @@ def test_assign_on_one_server_is_unchanged():
     assert sorted(load.values()) == [70, 80]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule", [(), ("claim.backoff_factor=1.1",)],
                          ids=["xautoclaim", "backoff"])
 def test_recovers_every_entry_exactly_once_on_a_cluster(spark, cluster, rc, tmp_path, schedule):
@@ -215,6 +216,7 @@ class FailoverDuringRun:
         self._thread.join(timeout=300)
 
 
+@pytest.mark.slow
 def test_failover_during_a_run_loses_nothing(spark, cluster, rc, tmp_path):
     streams, seeded = seed_everywhere(rc)
     shard = cluster.replicated_shard()[0]
@@ -263,6 +265,7 @@ def test_a_database_other_than_0_on_a_cluster_is_a_config_error(mode, cluster, r
         connect(redis_params(settings))
 
 
+@pytest.mark.slow
 def test_requeue_on_a_cluster_keeps_each_copy_in_its_sources_slot(spark, cluster, rc,
                                                                   tmp_path):
     """Streams on every primary, two groups each: copies go to per-group retry streams named

@@ -93,6 +93,7 @@ def test_a_row_splits_metadata_from_original_fields():
     assert foreign["fields"] == [("x-death-time", b"soon"), ("a", b"b")]
 
 
+@pytest.mark.slow
 def test_reads_every_dead_letter_as_the_move_script_wrote_it(spark, server, tmp_path):
     client = server.client()
     before_ms = int(datetime.now(UTC).timestamp() * 1000)
@@ -127,6 +128,7 @@ def test_reads_every_dead_letter_as_the_move_script_wrote_it(spark, server, tmp_
             tzinfo=None)
 
 
+@pytest.mark.slow
 def test_the_job_writes_both_views_and_sums_them_up(spark, redis_server, tmp_path, capsys):
     client = redis_server.client()
     seed_causes(client)
@@ -161,6 +163,7 @@ def test_the_job_writes_both_views_and_sums_them_up(spark, redis_server, tmp_pat
     assert timeouts["first_death_time"] <= timeouts["last_death_time"]
 
 
+@pytest.mark.slow
 def test_bad_dead_letter_streams_are_reported_not_fatal(spark, redis_server, tmp_path):
     client = redis_server.client()
     client.hset("{bad}:dlq", "a", "b")
@@ -188,6 +191,7 @@ def test_bad_dead_letter_streams_are_reported_not_fatal(spark, redis_server, tmp
                           "x-death-reason": bytearray(b"mine")}
 
 
+@pytest.mark.slow
 def test_pages_of_xrange_read_each_entry_once(spark, redis_server, tmp_path):
     client = redis_server.client()
     sizes = {f"s{i}": n for i, n in enumerate((0, 1, 4, 9, 11))}
@@ -225,6 +229,7 @@ def test_config_error_is_one_line_and_exit_2(capsys, tmp_path):
     assert json.loads(out.strip().splitlines()[-1])["exit_code"] == 2
 
 
+@pytest.mark.slow
 def test_recovery_run_warns_and_health_trend_has_dead_letter_lengths(spark, redis_server,
                                                                      tmp_path):
     client = redis_server.client()

@@ -52,6 +52,7 @@ PLAN = {"ok": "would_reprocess", "fail": "would_reprocess",
         "poison": "would_dead_letter", "deleted": "deleted"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers_write", [False, True], ids=["spark-writer", "workers-write"])
 def test_dry_run_plans_without_changing_redis(spark, client, make_settings, monkeypatch,
                                               workers_write):
@@ -78,6 +79,7 @@ def test_dry_run_plans_without_changing_redis(spark, client, make_settings, monk
     assert files and all(WORKERS_FILE.fullmatch(f) for f in files) == workers_write, files
 
 
+@pytest.mark.slow
 def test_health_is_reported_as_found_before_the_run(spark, client, make_settings, caplog):
     seed(client, ["orders"], ["billing"])
     settings = make_settings("streams.keys=orders")
@@ -105,6 +107,7 @@ def test_health_is_reported_as_found_before_the_run(spark, client, make_settings
     assert summary.health["pending"] == 166 and summary.health["oldest_unit"] == "orders/billing"
 
 
+@pytest.mark.slow
 def test_idle_empty_consumers_removed_only_on_request(spark, client, make_settings, caplog):
     seed(client, ["orders"], ["billing"])
     client.xgroup_createconsumer("orders", "billing", "idle-empty")
@@ -250,6 +253,7 @@ def test_a_first_key_that_is_no_stream_does_not_turn_the_one_read_off(
     assert [(u.stream, u.group, u.seen is not None) for u in units] == [("s", "g", True)]
 
 
+@pytest.mark.slow
 def test_log_tables_list_the_largest_units_and_count_the_others(spark, client, make_settings,
                                                                caplog):
     """report.log_units_max=1 over three streams: the health table lists the unit with the

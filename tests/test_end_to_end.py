@@ -21,6 +21,8 @@ from tests.support.backlogs import HOUR_MS, LIVE, Seeded, age_pending, seed
 from tests.support.handlers import CHECKSUM, checksum
 from tests.support.invariants import dead_letters, final_states, pel
 
+pytestmark = pytest.mark.slow  # whole Spark runs and a Spark Connect subprocess
+
 STREAMS = ["orders", "bin{tag}"]
 GROUPS = ["billing", "audit"]
 ACTION_SCHEMA = StructType([StructField(n, StringType(), False)

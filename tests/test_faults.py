@@ -64,6 +64,8 @@ from tests.support.handlers import HANDLED, LIVE_ACKED, VIOLATIONS, entry_key
 from tests.support.invariants import final_states, pel
 from tests.support.servers import FLAVORS, start_server
 
+pytestmark = pytest.mark.slow  # kills, restarts and spark-submit runs, minutes in all
+
 KILL_TRIALS = int(os.environ.get("RECOVERY_KILL_TRIALS", "3"))
 KILL_SEED = int(os.environ.get("RECOVERY_KILL_SEED", "4"))
 KILL_ATTEMPTS = 3  # per trial: a kill that misses its moment is tried again, earlier

@@ -82,6 +82,7 @@ def _retried_run(spark: SparkSession, url: str, reports: Path, stream: str,
 
 # --- part 3: an attempt killed between its side effect and its record --------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("outcome", ["acked", "dead_lettered"])
 def test_an_entry_a_later_attempt_finished_unrecorded_is_not_reported_as_failed(
         spark, redis_server, tmp_path, faults, batches_of_rows, outcome):
@@ -130,6 +131,7 @@ def test_an_entry_a_later_attempt_finished_unrecorded_is_not_reported_as_failed(
 
 # --- part 4: --plan, a retried task restores what its earlier attempt recorded -------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("plan", [False, True], ids=["idle-claim", "plan"])
 def test_a_retried_task_reports_what_its_earlier_attempt_recorded(
         spark, redis_server, tmp_path, faults, batches_of_rows, plan):
@@ -152,6 +154,7 @@ def test_a_retried_task_reports_what_its_earlier_attempt_recorded(
 
 # --- the same class: a row that stopped being true between attempts ------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("plan", [False, True], ids=["idle-claim", "plan"])
 def test_a_failed_row_is_not_restored_for_an_entry_acked_since(
         spark, redis_server, tmp_path, faults, batches_of_rows, plan):
@@ -177,6 +180,7 @@ def test_a_failed_row_is_not_restored_for_an_entry_acked_since(
 
 # --- part 5: a run ID whose journal is still in Redis ---------------------------------------
 
+@pytest.mark.slow
 def test_a_run_id_whose_journal_is_still_in_redis_is_refused(spark, redis_server, tmp_path):
     """A run with ID ``reused`` was killed after its tasks: its journal is still in Redis and
     its consumer still owns the 3 entries it claimed. A run with the same ``--run-id`` is
@@ -227,6 +231,7 @@ def test_a_journal_with_two_headers_is_not_read_as_one_runs(redis_server):
         read(client, key)
 
 
+@pytest.mark.slow
 def test_a_third_attempt_keeps_the_first_attempts_rows_that_the_second_passed_on(
         spark, redis_server, tmp_path, faults, batches_of_rows):
     """Attempt 0 acks the first unit's entries 0-19, journals their rows and fails. Attempt

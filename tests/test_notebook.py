@@ -18,6 +18,8 @@ from redis import Redis
 
 from recovery.testing.backlog import seed_demo_backlog
 
+pytestmark = pytest.mark.slow  # the notebook runs the job in its own Spark
+
 nbclient = pytest.importorskip("nbclient", reason="needs the notebook extras: "
                                "pip install -e '.[notebook]'")
 nbformat = pytest.importorskip("nbformat")

@@ -171,6 +171,7 @@ RUN_ODD = {k: ODD[k] for k in ("5000 digits", "20 digits", "arabic-indic three",
                                "superscript two", "not UTF-8", "negative")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", RUN_ODD.values(), ids=RUN_ODD.keys())
 def test_an_odd_carried_count_costs_nobody_anything(spark, redis_server, tmp_path, value):
     client = redis_server.client()
@@ -196,6 +197,7 @@ def test_an_odd_carried_count_costs_nobody_anything(spark, redis_server, tmp_pat
         ("reprocessed", 2, None)
 
 
+@pytest.mark.slow
 def test_a_dry_run_plans_an_odd_carried_count_as_ignored(spark, redis_server, tmp_path):
     client = redis_server.client()
     poison, innocent = seed_two_streams(client, ODD["20 digits"])
@@ -212,6 +214,7 @@ def test_a_dry_run_plans_an_odd_carried_count_as_ignored(spark, redis_server, tm
     assert rows[("d2:b-ok", GROUP, innocent)][0]["reason"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_issue_run_through_spark_submit(spark, redis_server, tmp_path):
     """The run of the issue: spark-submit (local[2]: the one pass, no retries), 5000
@@ -234,6 +237,7 @@ def test_the_issue_run_through_spark_submit(spark, redis_server, tmp_path):
     assert rows[("d2:b-ok", GROUP, innocent)][0]["action"] == "reprocessed"
 
 
+@pytest.mark.slow
 def test_a_requeued_copy_carries_a_sane_count_in_place_of_an_odd_one(spark, redis_server,
                                                                       tmp_path):
     client = redis_server.client()
@@ -253,6 +257,7 @@ def test_a_requeued_copy_carries_a_sane_count_in_place_of_an_odd_one(spark, redi
     assert rows[("d2:b-ok", GROUP, innocent)][0]["action"] == "requeued"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule", [(), BACKOFF], ids=["xautoclaim", "backoff"])
 def test_a_pel_count_at_the_maximum_is_dead_lettered_and_nothing_raises(
         spark, redis_server, tmp_path, schedule):
@@ -298,6 +303,7 @@ def test_redrive_restarts_an_odd_redrive_count_at_one(redis_server):
                       str(len(ODD)).encode(): b"5"}
 
 
+@pytest.mark.slow
 def test_the_dead_letter_reader_reads_odd_numbers_as_null(spark, redis_server, tmp_path):
     from recovery.dead_letters.run import read_dead_letters
     from recovery.settings.model import load_settings
@@ -337,6 +343,7 @@ def test_pel_histograms_bucket_counts_at_and_wrapped_past_the_maximum():
     assert dict(histogram.row("s", "g")["deliveries"]) == {">100": 3, "1": 1}
 
 
+@pytest.mark.slow
 def test_a_wrapped_count_left_to_a_live_consumer_stays_as_it_is(spark, redis_server,
                                                                  tmp_path):
     """A claim past the maximum wraps the count negative (XNACK FATAL, then any claim): the

@@ -21,6 +21,8 @@ import pytest
 
 from recovery.testing.backlog import seed_demo_backlog
 
+pytestmark = pytest.mark.slow  # builds the wheel, then spark-submit runs
+
 ROOT = Path(__file__).resolve().parent.parent
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 

@@ -75,6 +75,7 @@ def test_unpacked_refuses_empty_steps():
         list(unpacked(iter([packed_row(claimed(1))]), 0))
 
 
+@pytest.mark.slow
 def test_claimed_batches_survive_spark_checkpoint_packed(spark):
     """Python -> JVM -> disk checkpoint -> JVM -> Python: every row, byte for byte, in order
     within each partition."""

@@ -37,6 +37,7 @@ def _dry_run_plan(spark, settings) -> str:  # type: ignore[no-untyped-def]
     return summary.report_path
 
 
+@pytest.mark.slow
 def test_a_plan_is_applied_exactly(spark, client, make_settings):
     """Six units over three streams and two groups, two partitions. After the dry run: new
     stuck entries appear (not planned: never touched), a live consumer acks one planned
@@ -140,6 +141,7 @@ REFUSALS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(REFUSALS))
 def test_a_plan_that_cannot_be_applied_is_refused_in_one_line(spark, redis_server, tmp_path,
                                                             case):
@@ -205,6 +207,7 @@ def _server(plan_dir: str) -> dict:
     return json.loads((Path(plan_dir) / MANIFEST).read_text())["server"]
 
 
+@pytest.mark.slow
 def test_planned_entries_among_many_pending_others(spark, server, make_settings):
     """Six planned entries spread among 300 a live consumer holds: each page's XPENDING read
     of the range is cut short (it reads 2 x 7 + 64 rows), so the IDs past it are read one by
@@ -234,6 +237,7 @@ def test_planned_entries_among_many_pending_others(spark, server, make_settings)
         i: p for i, p in before.items() if i not in stuck[:5]}
 
 
+@pytest.mark.slow
 def test_a_manifest_on_another_file_system_goes_through_spark(spark, tmp_path, monkeypatch):
     """A report directory that is not local (``s3a://``, ``hdfs://``: here a local one the
     job is told is not) gets its manifest through Spark's text writer, and reads it back

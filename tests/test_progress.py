@@ -273,6 +273,7 @@ def test_vanished_units_warn_once_and_count_as_finished(server, caplog_info):
     assert totals(caplog)[-1] == want
 
 
+@pytest.mark.slow
 def test_redis_down_warns_once_per_tick_and_never_raises_or_logs_the_password(caplog_info):
     caplog = caplog_info
     server = start_server("redis")
@@ -416,6 +417,7 @@ def test_final_line_uses_the_clean_ups_summaries_and_matches_redis(server, caplo
     assert "shipments{eu} / workers" in warning and "invoices / workers" in warning
 
 
+@pytest.mark.slow
 def test_a_runs_final_line_matches_redis_and_only_empty_job_consumers_go(
         spark, server, make_settings, caplog_info):
     """End to end: the final progress line of a run shows what XPENDING and XLEN show after

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyspark
+import pytest
 from pyspark.sql import SparkSession
 
 from recovery.spark import pyspark_path
@@ -159,6 +160,7 @@ pyspark_path.main()
 """
 
 
+@pytest.mark.slow
 def test_the_daemon_imports_the_redis_layer_before_it_forks_and_starts_no_thread():
     """Workers forked from the daemon find the tasks' Redis layer and PySpark's worker module
     imported, and spark-submit's zips (first on the path, as spark-submit puts them) and

@@ -28,6 +28,7 @@ def reassign_args(url: str, tmp_path, streams: list[str], *extra: str, run_id: s
                     f"reprocess.live_within_ms={WINDOW_MS}", *extra, run_id=run_id)
 
 
+@pytest.mark.slow
 def test_reassign_spreads_entries_over_live_consumers_only(spark, server, tmp_path):
     client = server.client()
     seeded = stuck(client, "ra", {"ok": (20, 1), "poison": (2, 9)})
@@ -63,6 +64,7 @@ def test_reassign_spreads_entries_over_live_consumers_only(spark, server, tmp_pa
     assert {pel(client, "ra", GROUP)[i].delivery_count for i in mine} == {2}
 
 
+@pytest.mark.slow
 def test_without_a_live_consumer_entries_stay_pending_and_say_why(spark, redis_server,
                                                                   tmp_path):
     client = redis_server.client()
@@ -77,6 +79,7 @@ def test_without_a_live_consumer_entries_stay_pending_and_say_why(spark, redis_s
     assert all("no live consumer" in r["reason"] for r in rows)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("faults_asked", [("apply 1 0", "apply 2 1")])
 def test_task_retries_reassign_each_entry_once(spark, server, tmp_path, faults,
                                                faults_asked):

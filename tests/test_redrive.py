@@ -65,6 +65,7 @@ def redriven_fields(original: Fields, count: int = 1) -> Fields:
 
 # --- The full path: the recovery job dead-letters, the redrive brings entries back ----------
 
+@pytest.mark.slow
 def test_recover_then_redrive_restores_every_byte(spark, client, server, make_settings):
     seed(client, ["orders"], ["billing"])
     settings = make_settings("streams.keys=orders", "claim.count=50", "claim.max_deliveries=5",
@@ -303,6 +304,7 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, dict, str]:
     return proc.returncode, json.loads(out.strip().splitlines()[-1]), err
 
 
+@pytest.mark.slow
 def test_exit_codes_and_json_summary(redis_server):
     code, summary, err = finish(run_job("--set", "streams.keys=orders", "--set",
                                         "redrive.since=yesterday"))
@@ -330,6 +332,7 @@ def places(raw: redis.Redis, tail: str) -> Counter[bytes]:
     return Counter(found)
 
 
+@pytest.mark.slow
 def test_killed_redrive_leaves_each_entry_in_one_place_and_a_rerun_finishes(client, server):
     total = 300
     new_group(client, "orders", "billing")

@@ -53,6 +53,7 @@ def test_a_task_file_gathers_batches_into_row_groups(tmp_path):
     assert not (tmp_path / "none.parquet").exists()
 
 
+@pytest.mark.slow
 def test_a_pass_that_succeeds_leaves_each_task_s_rows_in_the_run_directory(spark, tmp_path):
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for stream in [s for b in batches for s in b.column("stream").to_pylist()]:
@@ -72,6 +73,7 @@ def test_a_pass_that_succeeds_leaves_each_task_s_rows_in_the_run_directory(spark
         (s, f"{i}-0") for s in "abc" for i in range(3))
 
 
+@pytest.mark.slow
 def test_a_pass_that_fails_leaves_no_report_and_no_staging(spark, tmp_path):
     """One task (so no other task can still be writing when the driver cleans up), which
     fails after it has written rows."""
@@ -90,6 +92,7 @@ def test_a_pass_that_fails_leaves_no_report_and_no_staging(spark, tmp_path):
     assert not (run_dir / SUCCESS).exists()
 
 
+@pytest.mark.slow
 def test_an_empty_run_still_gets_its_directory(spark, tmp_path):
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         list(batches)

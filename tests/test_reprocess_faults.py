@@ -32,6 +32,8 @@ from tests.support.fault_tools import (
 from tests.support.invariants import final_states, pel
 from tests.support.reprocess_tools import LIVE, WINDOW_MS, copies, kept_alive, stuck
 
+pytestmark = pytest.mark.slow  # kill trials and spark-submit runs
+
 KINDS = {"ok": (40, 1), "poison": (6, 9)}
 SLOW = ["claim.count=5", "claim.max_entries_per_s=60", "dead_letter.batch_size=3"]
 SEED = 7

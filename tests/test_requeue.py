@@ -27,6 +27,7 @@ def requeue_args(url: str, tmp_path, streams: list[str], *extra: str, run_id: st
     return job_args(url, tmp_path, streams, "reprocess.mode=requeue", *extra, run_id=run_id)
 
 
+@pytest.mark.slow
 def test_requeue_appends_one_copy_per_entry_and_acks_the_original(spark, server, tmp_path):
     client = server.client()
     seeded = stuck(client, "rq", {"ok": (30, 1), "poison": (4, 9), "deleted": (3, 1)})
@@ -55,6 +56,7 @@ def test_requeue_appends_one_copy_per_entry_and_acks_the_original(spark, server,
     assert result.summary["totals"]["requeued"] == 30
 
 
+@pytest.mark.slow
 def test_the_delivery_limit_holds_across_requeues(spark, redis_server, tmp_path):
     """The application reads each copy and never acks it; the job runs again. With
     max_deliveries 3 the message reaches the dead-letter stream after exactly 3 deliveries
@@ -90,6 +92,7 @@ def test_the_delivery_limit_holds_across_requeues(spark, redis_server, tmp_path)
         binary_fields(0, "ok")
 
 
+@pytest.mark.slow
 def test_a_retry_stream_per_group_keeps_each_groups_copies_apart(spark, server, tmp_path):
     client = server.client()
     seeded = stuck(client, "multi", {"ok": (5, 1)}, groups=("billing", "audit"))
@@ -105,6 +108,7 @@ def test_a_retry_stream_per_group_keeps_each_groups_copies_apart(spark, server, 
     assert client.xlen("multi") == 5, "nothing appended to the source"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("extra", "fragments"), [
     ((), ["'multi'", "2 consumer groups (audit, billing)", "reprocess.requeue_stream"]),
     (("reprocess.requeue_stream={stream}:retry",), ["retry stream '{stream}:retry'",
@@ -136,6 +140,7 @@ def test_bad_requeue_settings_exit_2_before_redis(override, fragment, tmp_path):
     assert fragment in line, line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("mode", "planned"), [("requeue", "would_requeue"),
                                                ("reassign", "would_reassign")])
 def test_dry_run_says_what_the_mode_would_do(spark, client, make_settings, mode, planned):
@@ -149,6 +154,7 @@ def test_dry_run_says_what_the_mode_would_do(spark, client, make_settings, mode,
     assert len(pel(client, "plan", GROUP)) == 5 and client.xlen("plan") == 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("faults_asked", [("claim 2 0",), ("apply 1 0", "apply 2 1")])
 def test_task_retries_requeue_each_entry_once_and_report_it_once(
         spark, server, tmp_path, faults, faults_asked):

@@ -36,6 +36,8 @@ from tests.support.backlogs import seed
 from tests.support.invariants import final_states
 from tests.support.servers import start_server
 
+pytestmark = pytest.mark.slow  # real spark-submit runs
+
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
 # Neither holds a word of Spark's redaction regex (secret, password, token, ...): Spark redacts

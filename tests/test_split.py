@@ -201,6 +201,7 @@ def health_of(spark: SparkSession, result: JobResult, stream: str) -> dict[str, 
     return rows[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("server", "entries"), [
     ("redis", 6000), ("redis62", 1500), ("valkey", 1500)], indirect=["server"])
 def test_one_hot_stream_is_recovered_by_several_tasks(spark, server, tmp_path, caplog,
@@ -246,6 +247,7 @@ def test_one_hot_stream_is_recovered_by_several_tasks(spark, server, tmp_path, c
     assert all(0 < ttl <= TTL_MS for ttl in ttls.values()), "a killed run's keys expire"
 
 
+@pytest.mark.slow
 def test_two_groups_of_a_hot_stream_and_a_second_hot_stream_each_split(
         spark, redis_server, tmp_path, caplog):
     """Three hot units in one run (two groups of one stream, and a stream with a hash tag):
@@ -289,6 +291,7 @@ def owners(client: Redis, stream: str) -> dict[str, tuple[str, int]]:
     return {i: (p.consumer, p.delivery_count) for i, p in pel(client, stream, GROUP).items()}
 
 
+@pytest.mark.slow
 def test_a_split_stream_dead_letters_reports_deletions_and_keeps_failures(
         spark, redis_version_server, tmp_path, caplog):
     """Poison entries reach the dead-letter stream exactly once each, entries deleted
@@ -337,6 +340,7 @@ def test_a_split_stream_dead_letters_reports_deletions_and_keeps_failures(
     assert split_keys(client) == [] and client.keys("recovery:journal:*") == []
 
 
+@pytest.mark.slow
 def test_a_split_stream_requeues_one_copy_per_entry(spark, redis_server, tmp_path, caplog):
     """reprocess.mode=requeue: each entry not dead-lettered gets exactly one copy at the end
     of its stream (its deliveries so far carried), whichever part claimed it; the originals
@@ -365,6 +369,7 @@ def test_a_split_stream_requeues_one_copy_per_entry(spark, redis_server, tmp_pat
     check_clean(client, [STREAM], "split")
 
 
+@pytest.mark.slow
 def test_a_split_stream_reassigns_each_entry_to_one_live_consumer(spark, redis_server,
                                                                   tmp_path, caplog):
     """reprocess.mode=reassign: each entry ends pending on exactly one live consumer, its
@@ -393,6 +398,7 @@ def test_a_split_stream_reassigns_each_entry_to_one_live_consumer(spark, redis_s
     check_clean(client, [STREAM], "split")
 
 
+@pytest.mark.slow
 def test_a_split_stream_under_backoff_leaves_the_entries_not_due_with_their_owner(
         spark, redis_server, tmp_path, caplog):
     """claim.backoff_factor=2 from 1 min: entries delivered 3 times and idle 200 s wait
@@ -423,6 +429,7 @@ def test_a_split_stream_under_backoff_leaves_the_entries_not_due_with_their_owne
 
 # --- 4. a part's task fails and is retried ---------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("journal", "asked"), [
     ("recovery:journal:", ("apply 2 0",)),
     ("recovery:journal:", ("claim 3 0",)),
@@ -477,6 +484,7 @@ def test_a_retried_part_loses_nothing_and_hands_nothing_over_twice(
 
 # --- 5. spark.split_min_pending = 0: every stream whole ----------------------------------------
 
+@pytest.mark.slow
 def test_split_min_pending_zero_keeps_the_hot_stream_in_one_task(spark, redis_server, tmp_path,
                                                                  caplog):
     """The same hot stream, `spark.split_min_pending=0`: one task (one Spark partition, one
@@ -499,6 +507,7 @@ def test_split_min_pending_zero_keeps_the_hot_stream_in_one_task(spark, redis_se
     assert len(consumers) == 1 and ttls == {}, (consumers, ttls)
 
 
+@pytest.mark.slow
 def test_a_dry_run_and_its_plan_keep_the_hot_stream_whole(spark, redis_server, tmp_path,
                                                           caplog):
     """A dry run claims nothing and plans each entry once; the run that applies its plan
@@ -541,6 +550,7 @@ def acl_args(url: str, tmp_path: Path) -> list[str]:
                     run_id="acl")
 
 
+@pytest.mark.slow
 def test_a_user_without_the_cursor_keys_recovers_the_stream_whole(
         spark, redis_version_server, tmp_path, caplog):
     """The documented rules without line 9: the cursor is refused (NOPERM), the log says so,
@@ -569,6 +579,7 @@ def test_a_user_without_the_cursor_keys_recovers_the_stream_whole(
                        {("recovery", "key", "{events:hot}:recovery-split:acl:g")}), refused
 
 
+@pytest.mark.slow
 def test_the_documented_user_splits_the_stream(spark, redis_server, tmp_path, caplog):
     """With docs/ACL.md line 9 the same user splits the stream: the cursor, the parts' lists
     of ranges and the claim script's calls on them are all granted (no refusal but
@@ -653,6 +664,7 @@ def split_log_line(caplog: pytest.LogCaptureFixture) -> str:
     return line
 
 
+@pytest.mark.slow
 def test_a_hot_stream_split_on_a_cluster(spark, redis_cluster, redis_server, tmp_path,
                                          caplog):
     """4 partitions over 3 primaries: the hot stream's primary gets two, and the stream is
@@ -674,6 +686,7 @@ def test_a_hot_stream_split_on_a_cluster(spark, redis_cluster, redis_server, tmp
         rc.close()
 
 
+@pytest.mark.slow
 def test_a_hot_stream_claimed_whole_on_a_cluster_is_counted_once(
         spark, redis_cluster, redis_server, tmp_path, caplog):
     """3 partitions over 3 primaries: one partition per primary, so the hot stream, though
@@ -694,6 +707,7 @@ def test_a_hot_stream_claimed_whole_on_a_cluster_is_counted_once(
 
 # --- a split unit that vanishes mid-run -------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("vanish", [["XGROUP", "DESTROY", STREAM, GROUP], ["DEL", STREAM]],
                          ids=["group-destroyed", "stream-deleted"])
 def test_a_split_stream_that_vanishes_mid_run_costs_only_itself(spark, redis_server, tmp_path,

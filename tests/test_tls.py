@@ -56,6 +56,7 @@ def tls_settings(files: TlsFiles, url: str, ca: Path | None = None, client_cert:
     return [*sets, *extra]
 
 
+@pytest.mark.slow
 def test_the_job_runs_over_tls_with_a_client_certificate(spark, tls_files, tls_redis,
                                                          tmp_path):
     client = tls_redis.client()
@@ -74,6 +75,7 @@ def test_the_job_runs_over_tls_with_a_client_certificate(spark, tls_files, tls_r
     assert summary.totals["reprocessed"] == 120
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("case", "hint"), [
     ("CA that did not sign the server", "point redis.tls_ca_file at the CA that signed it"),
     ("no client certificate", "set redis.tls_cert_file and redis.tls_key_file"),
@@ -104,6 +106,7 @@ def test_a_tls_misconfiguration_fails_in_one_line(case, hint, spark, tls_files, 
     assert hint in errors[0], errors[0]
 
 
+@pytest.mark.slow
 def test_hostname_checking_can_be_turned_off_but_the_chain_is_still_checked(
         tls_files, tls_redis, wrong_name_redis):
     off = "redis.tls_check_hostname=false"
@@ -137,6 +140,7 @@ def tls_cluster(tls_files: TlsFiles) -> Iterator[LocalCluster]:
     cluster.stop()
 
 
+@pytest.mark.slow
 def test_the_job_runs_on_a_tls_cluster(spark, tls_files, tls_cluster, tmp_path):
     rc = tls_cluster.client()
     streams = ["orders", *keys_on_every_primary(rc, 1)]

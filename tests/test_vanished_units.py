@@ -193,6 +193,7 @@ def check_vanished_and_survivor(client: Redis, spark, tmp_path, run_id: str,
     return second
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_group_destroyed_while_the_first_unit_is_handed_over_skips_the_backoff_claim(
         spark, redis_version_server: LocalServer, tmp_path):
@@ -228,6 +229,7 @@ def proxied_run(spark, server: LocalServer, tmp_path, script: str, run_id: str,
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_group_destroyed_between_claim_and_requeue_skips_that_unit(
         spark, redis_version_server: LocalServer, tmp_path):
@@ -245,6 +247,7 @@ def test_a_group_destroyed_between_claim_and_requeue_skips_that_unit(
     assert client.xlen(SECOND) == KINDS["ok"][0], "no copy"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_group_destroyed_before_the_lease_renewal_skips_that_unit(
         spark, redis_version_server: LocalServer, tmp_path):
@@ -263,6 +266,7 @@ def test_a_group_destroyed_before_the_lease_renewal_skips_that_unit(
     assert not [k for k in handed_over(client) if k[0] == SECOND]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_group_destroyed_before_the_reassignment_skips_that_unit(
         spark, redis_version_server: LocalServer, tmp_path):
