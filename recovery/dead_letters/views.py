@@ -1,40 +1,18 @@
-"""Pure DataFrame logic of dead letters: typed times, error signatures and the grouped views.
-No I/O here.
-
-A signature is the exception message with what varies from one occurrence to the next
-replaced by placeholders, in this order: quoted values (``<str>``), UUIDs (``<uuid>``),
-stream IDs ``<ms>-<seq>`` (``<id>``), hex numbers (``0x..``, or 8+ hex digits holding a
-digit and a letter: ``<hex>``), numbers (``<n>``); runs of white space become one space. So
-"timeout after 3012 ms on order 88" and "timeout after 17 ms on order 5" are both
-"timeout after <n> ms on order <n>".
-"""
+"""Pure DataFrame logic of dead letters: typed times, error signatures
+(:func:`recovery.report.signatures.signature`) and the grouped views. No I/O here."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+
+from recovery.report.signatures import signature
 
 Transform = Callable[[DataFrame], DataFrame]
 
-SIGNATURE_RULES: tuple[tuple[str, str], ...] = (
-    (r"'[^']*'|\"[^\"]*\"", "<str>"),
-    (r"(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", "<uuid>"),
-    (r"\b\d+-\d+\b", "<id>"),
-    (r"\b0[xX][0-9a-fA-F]+\b", "<hex>"),
-    (r"\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b", "<hex>"),
-    (r"\d+(?:\.\d+)?", "<n>"),
-    (r"\s+", " "),
-)
 EXAMPLE = "example"
-
-
-def signature(message: Column) -> Column:
-    """The signature of an exception message column (null stays null)."""
-    for pattern, placeholder in SIGNATURE_RULES:
-        message = F.regexp_replace(message, pattern, placeholder)
-    return F.trim(message)
 
 
 def with_death_time() -> Transform:

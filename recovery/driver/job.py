@@ -89,12 +89,14 @@ from recovery.report.run_report import (
     write_health,
     write_pass,
 )
+from recovery.report.signatures import failed_errors, failed_warning
 from recovery.schemas import (
     ACTIONS,
     PACKED,
     PEL_HISTOGRAM,
     PLAN_ACTIONS,
     REPORT,
+    Action,
 )
 from recovery.settings.model import Settings, executor_params
 from recovery.spark.errors import spark_errors
@@ -156,6 +158,11 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             else:
                 summary.report_path = None
             fill_summary(summary, tallies, skipped, actions)
+            if not dry_run and summary.totals[Action.FAILED]:
+                summary.failed_errors = failed_errors(
+                    read_run(spark, settings.report.path, params.run_id))
+                log.warning("%s", failed_warning(params.run_id, summary.totals[Action.FAILED],
+                                                 summary.failed_errors))
     summary.duration_s = round(time.monotonic() - started, 3)
     if summary.not_due:
         log.info("run %s: %d entries left pending, not due yet under the backoff schedule; "

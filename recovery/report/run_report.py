@@ -60,6 +60,9 @@ class RunSummary(JsonLine):
     next_due_ms: int | None = None
     # Selections that matched nothing (a typo in streams.keys / streams.match), as logged.
     warnings: list[str] = field(default_factory=list)
+    # The failed entries by reason and error signature, most first (recovery.report
+    # .signatures.failed_errors): {"reason", "signature", "entries", "example"} each.
+    failed_errors: list[dict[str, Any]] = field(default_factory=list)
 
     def failed_ratio(self) -> float:
         """Failed handler messages over all messages given to the handler (0 when none)."""

@@ -41,6 +41,15 @@ def raises(messages: list[Message]) -> list[Result]:
     raise ValueError("boom")
 
 
+def downstream_down(messages: list[Message]) -> list[Result]:
+    """Fails every message as a service that is down would, with the message's own numbers in
+    the text (one signature for all); a message with a ``kind`` field of ``bad`` fails with a
+    second error."""
+    return [Result.failure(f"HTTPError: 400 bad payload '{m.id}'") if m.field(b"kind") == b"bad"
+            else Result.failure(f"RuntimeError: downstream API returned 503 for order "
+                                f"{(m.field(b'n') or b'?').decode()}") for m in messages]
+
+
 def garbage(messages: list[Message]) -> object:
     return {"not": "a list"}
 

@@ -1,0 +1,57 @@
+"""Error signatures: what a failed entry's error or a dead letter's exception message says,
+with what varies from one occurrence to the next replaced, so that a thousand failures of one
+cause count as one line. No I/O here.
+
+A signature is the message with, in this order: quoted values (``<str>``), UUIDs
+(``<uuid>``), stream IDs ``<ms>-<seq>`` (``<id>``), hex numbers (``0x..``, or 8+ hex digits
+holding a digit and a letter: ``<hex>``), numbers (``<n>``) replaced; runs of white space
+become one space. So "timeout after 3012 ms on order 88" and "timeout after 17 ms on order
+5" are both "timeout after <n> ms on order <n>".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from recovery.schemas import Action
+
+SIGNATURE_RULES: tuple[tuple[str, str], ...] = (
+    (r"'[^']*'|\"[^\"]*\"", "<str>"),
+    (r"(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", "<uuid>"),
+    (r"\b\d+-\d+\b", "<id>"),
+    (r"\b0[xX][0-9a-fA-F]+\b", "<hex>"),
+    (r"\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b", "<hex>"),
+    (r"\d+(?:\.\d+)?", "<n>"),
+    (r"\s+", " "),
+)
+TOP_FAILED_ERRORS = 10  # signatures of failed entries a run's summary lists at most
+
+
+def signature(message: Column) -> Column:
+    """The signature of an exception message column (null stays null)."""
+    for pattern, placeholder in SIGNATURE_RULES:
+        message = F.regexp_replace(message, pattern, placeholder)
+    return F.trim(message)
+
+
+def failed_errors(report: DataFrame, top: int = TOP_FAILED_ERRORS) -> list[dict[str, Any]]:
+    """The run's failed entries (REPORT rows with action ``failed``) by reason and error
+    signature, most first, at most `top`: ``{"reason", "signature", "entries", "example"}``
+    each (``example``: one of its error texts as written; ``signature`` null where the
+    entry has no error text). One Spark job over the run's report."""
+    failed = report.where(F.col("action") == Action.FAILED.value)
+    grouped = (failed.groupBy("reason", signature(F.col("error")).alias("signature"))
+               .agg(F.count(F.lit(1)).alias("entries"), F.min("error").alias("example"))
+               .orderBy(F.desc("entries"), "reason", "signature").limit(top))
+    return [row.asDict() for row in grouped.collect()]
+
+
+def failed_warning(run_id: str, failed: int, errors: list[dict[str, Any]]) -> str:
+    """The WARNING line of a run whose entries failed: how many, and the first signatures
+    with their counts (the summary's ``failed_errors`` has them all)."""
+    shown = "; ".join(f"{e['entries']:,} x {e['signature'] or e['reason']}" for e in errors[:3])
+    return (f"run {run_id}: {failed:,} entries failed (they stay pending and are retried by "
+            f"the next run, dead-lettered past claim.max_deliveries): {shown}")
