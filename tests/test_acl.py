@@ -21,7 +21,7 @@ from recovery.cli.dead_letters import dead_letters_main
 from recovery.cli.recover import run_recovery
 from recovery.cli.redrive import redrive_main
 from recovery.testing.local_redis import LocalServer
-from tests.support.acl_rules import PASSWORD, documented_rules
+from tests.support.acl_rules import PASSWORD, documented_rules, refused_object, setinfo_refusal
 from tests.support.backlogs import DEAD, LIVE, Seeded, seed
 from tests.support.cluster_fixtures import LocalCluster
 from tests.support.invariants import dead_letters, final_states, pel
@@ -109,11 +109,9 @@ def run_as_documented_users(spark, url: str, client: Redis, nodes: list[Redis],
     assert redrive_main(redrive) == 0, capsys.readouterr()
     assert all(dead_letters(client, s) == [] for s in STREAMS)
     # redis-py's CLIENT SETINFO on connecting (it goes on without): refused before 7.2,
-    # which has no such subcommand; Redis 6.2's ACL LOG names only the command, "client".
-    setinfo = "client" if client.info("server")["redis_version"].startswith("6.") \
-        else "client|setinfo"
+    # which has no such subcommand.
     allowed = {("recovery", "key", OUTSIDE), ("recovery", "key", f"{{{OUTSIDE}}}:dlq")}
-    allowed |= {(u, "command", setinfo) for u in ("recovery", "redrive")}
+    allowed |= {setinfo_refusal(client, u) for u in ("recovery", "redrive")}
     assert refusals(nodes) <= allowed
 
 
@@ -129,9 +127,7 @@ def test_without_the_journal_line_the_job_materialises_the_claim(spark, redis_se
     assert run_recovery(recover, lambda s: spark) == 0, capsys.readouterr()
     assert "the claim is materialised" in caplog.text and "journaled" not in caplog.text
     assert_recovered(client, seeded)
-    setinfo = "client" if client.info("server")["redis_version"].startswith("6.") \
-        else "client|setinfo"
-    assert refusals([client]) - {("recovery", "command", setinfo)} == {
+    assert refusals([client]) - {setinfo_refusal(client)} == {
         ("recovery", "command", c) for c in ("rpush", "expire", "lrange")}
     assert client.keys("recovery:journal:*") == []
 
@@ -151,10 +147,9 @@ def test_rules_without_xinfo_stream_still_run_with_the_reads_it_replaces(
     assert sorted((h["stream"], h["length"], sorted(c["name"] for c in h["consumers"]))
                   for h in health) == [(s, 158, [DEAD, LIVE]) for s in sorted(STREAMS)]
     assert_recovered(client, seeded)
-    old = client.info("server")["redis_version"].startswith("6.")
     refused = [(e["object"], int(e["count"])) for e in client.acl_log()
                if e["object"] in ("xinfo", "xinfo|stream")]
-    assert refused == [("xinfo" if old else "xinfo|stream", 1)]
+    assert refused == [(refused_object(client, "xinfo", "stream"), 1)]
 
 
 @pytest.fixture
@@ -186,9 +181,7 @@ def test_the_reprocess_modes_need_nothing_more_than_the_documented_rule(
     totals = capsys.readouterr().out.rsplit("\n", 2)[-2]
     assert ('"backoff":null' in totals) is not schedule, totals
     assert f"{done}0," not in totals, totals  # something was moved
-    setinfo = "client" if client.info("server")["redis_version"].startswith("6.") \
-        else "client|setinfo"
-    assert refusals([client]) <= {("recovery", "command", setinfo)}
+    assert refusals([client]) <= {setinfo_refusal(client)}
 
 
 def test_documented_users_run_everything_on_a_cluster(spark, redis_cluster: LocalCluster,

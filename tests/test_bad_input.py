@@ -44,7 +44,7 @@ from tests.support.handlers import CHECKSUM, FIRST_CALL_ENTRIES, checksum
 from tests.support.invariants import final_states, pel
 from tests.support.lost_reply import ReplyDropper
 from tests.support.redrive_tools import dead_letter
-from tests.support.servers import start_server
+from tests.support.servers import OLDEST, OLDEST_VERSION, start_server
 
 
 def assert_one_error_line(result: JobResult, code: int, *fragments: str) -> str:
@@ -304,13 +304,13 @@ def test_a_server_older_than_6_2_is_refused_in_one_line_and_6_2_itself_is_not(sp
     so the refusal is shown on a real Redis 6.2.5 whose INFO reply a proxy rewrites to say
     6.0.9: the gate reads only INFO's ``redis_version``, and everything else is the real
     server. The same server unrewritten passes the gate and is recovered."""
-    with start_server("redis62") as server:
+    with start_server(OLDEST) as server:
         client = server.client()
-        assert client.info("server")["redis_version"] == "6.2.5"
+        assert client.info("server")["redis_version"] == OLDEST_VERSION
         seeded = seed_kinds(client, ["old"], {"ok": (3, 1)})
         write_control(server.url)
-        proxy = ReplyDropper(server.port, b"\0never", rewrite=(b"redis_version:6.2.5",
-                                                                 b"redis_version:6.0.9"))
+        proxy = ReplyDropper(server.port, b"\0never", rewrite=(
+            f"redis_version:{OLDEST_VERSION}".encode(), b"redis_version:6.0.9"))
         try:
             old = run_in_process(None, job_args(proxy.url(), tmp_path, ["old"]))
         finally:

@@ -25,7 +25,7 @@ from recovery.settings.model import executor_params, load_settings
 from recovery.testing.backlog import make_stuck
 from tests.support.claim_checks import DEAD, GROUP, HOUR_MS, JOB, assert_matches_redis, stuck
 from tests.support.lost_reply import ReplyDropper
-from tests.support.servers import start_server
+from tests.support.servers import CLAIM_DROPS_DELETED, OLDEST, has, start_server
 
 # A schedule steep enough that an entry delivered twice and idle an hour is not due (10 x the
 # 10 min of min_idle_ms), unless the job's consumer owns it.
@@ -120,8 +120,9 @@ def test_redis_6_2_nil_entries_that_positions_cannot_place_are_found_by_the_own_
     not guessed but read back as the job consumer's own, without fields, so the hand-over
     fetches them, finds them gone and reports them deleted."""
     monkeypatch.setattr(autoclaim, "deleted_by_position", lambda *_: None)
-    with start_server("redis62") as server:
+    with start_server(OLDEST) as server:
         client = server.client()
+        assert not has(client, CLAIM_DROPS_DELETED), "a server whose claim replies hold nils"
         ids = stuck(client, "s", 20)
         client.xdel("s", *ids[1:4], *ids[8:10])
         rows = claim(server.url, lambda *overrides: load_settings(

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from redis import Redis
 
+from tests.support.servers import ACL_LOG_SUBCOMMANDS, has
+
 ACL_DOC = Path(__file__).resolve().parents[2] / "docs" / "ACL.md"
 PASSWORD = "acl-test-9d41"
 DOC_RULE = re.compile(r"<!-- acl-rule: (\w+) -->\s*```\n(.*?)```", re.DOTALL)
@@ -40,8 +42,12 @@ def refusals(client: Redis) -> set[tuple[str, str, str]]:
     return {(e["username"], e["reason"], e["object"]) for e in client.acl_log()}
 
 
-def setinfo_refusal(client: Redis) -> tuple[str, str, str]:
+def refused_object(client: Redis, command: str, subcommand: str) -> str:
+    """How the ACL LOG of `client`'s server names a refused subcommand (ACL_LOG_SUBCOMMANDS)."""
+    return f"{command}|{subcommand}" if has(client, ACL_LOG_SUBCOMMANDS) else command
+
+
+def setinfo_refusal(client: Redis, user: str = "recovery") -> tuple[str, str, str]:
     """redis-py's CLIENT SETINFO on connecting, refused by the documented rules (it goes on
-    without): Redis 6.2's ACL LOG names only the command."""
-    old = client.info("server")["redis_version"].startswith("6.")
-    return ("recovery", "command", "client" if old else "client|setinfo")
+    without), as the ACL LOG shows it."""
+    return (user, "command", refused_object(client, "client", "setinfo"))

