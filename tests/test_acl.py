@@ -3,8 +3,9 @@
 The rules are read from docs/ACL.md itself, so the documentation cannot drift from what the
 job needs: the job runs end to end (dry run, run, a second run that removes its empty
 consumer, redrive) as those users on Redis 7.0, Valkey 8.1, Redis 6.2 and a Redis Cluster,
-and the servers' ACL LOG shows no refusal but the ones expected. With one permission taken away, the
-job stops with one line naming it.
+and the servers' ACL LOG shows no refusal but the ones expected. With one permission taken
+away, the job stops with one line naming it (recovery.redis_io.acl_errors finds the command,
+also inside the job's scripts).
 """
 
 from __future__ import annotations

@@ -3,7 +3,10 @@ problem and the fix, with the documented exit code (2 bad config or arguments, 1
 else); nothing pending is lost, and the other streams are still processed.
 
 The job runs in-process (``recovery.cli.recover.run_recovery`` on the suite's session); a config
-error must fail before a SparkSession is even asked for.
+error must fail before a SparkSession is even asked for. Where the cases meet the package: a
+run without the handler it needs (recovery.driver.handler_choice), the server check and the
+keys skipped or matching nothing (recovery.targets.keys), and an error an executor raised,
+brought back through Spark as the job's own one line (recovery.spark.errors).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""One unit's claim on its own (recovery.executor.claim.loop.claim_unit), against real
-servers, no Spark.
+"""One unit's claim on its own (recovery.executor.claim.loop.claim_unit, its walk over the
+PEL in recovery.executor.claim.walk, and under a backoff schedule the claim script's step,
+recovery.redis_io.claim_due), against real servers, no Spark.
 
 What the claim outputs is checked against Redis itself: every entry the job's consumer owns
 afterwards is in the output exactly once, with the delivery count Redis has for it.

@@ -1,5 +1,5 @@
-"""Dead letters as data (issue 29): read from real servers, grouped, warned about, and Redis
-left exactly as it was.
+"""Dead letters as data (issue 29): read from real servers, grouped, warned about (the
+thresholds of recovery.settings.dead_letters), and Redis left exactly as it was.
 
 Dead letters are made with the real move script (``tests.support.redrive_tools``), so the
 columns are checked against what ``dead_letter.lua`` writes, not against a copy of it.

@@ -1,4 +1,6 @@
-"""Dry run (Redis unchanged) and group health in every report, on Redis and Valkey."""
+"""Dry run (Redis unchanged) and group health in every report, on Redis and Valkey; the
+one read per stream that discovery and the health share (recovery.redis_io.stream_full)
+against the reads it replaces."""
 
 from __future__ import annotations
 

@@ -4,12 +4,13 @@ read in one sitting, and the packages keep to their roles. What runs in Spark's 
 workers (``recovery/executor/``) and the Redis I/O both sides use (``recovery/redis_io/``)
 never import the driver side; the claim and the hand-over never import each other; the job
 never imports its test tooling (``recovery/testing/``); tests share code only through
-``tests/support/``."""
+``tests/support/``; and every runtime module is named by a test module that exercises it."""
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -175,3 +176,30 @@ def test_the_daemon_module_loads_no_pyspark() -> None:
     heavy."""
     heavy = ("pyspark", "py4j", "pydantic", "redis")
     assert [m for m in loaded_by(["recovery.spark.pyspark_path"]) if within(m, heavy)] == []
+
+
+# A module of the package named in a test module's docstring: ``recovery.executor.faults``.
+NAMED_IN_DOCSTRING = re.compile(r"\brecovery(?:\.\w+)+")
+
+
+def names_in_tests() -> set[str]:
+    """Every ``recovery.*`` name a test module (tests/test_*.py) imports, or names in its
+    module docstring."""
+    names: set[str] = set()
+    for test in sorted((ROOT / "tests").glob("test_*.py")):
+        names.update(n for n in imported(test) if within(n, ("recovery",)))
+        doc = ast.get_docstring(ast.parse(test.read_text(encoding="utf-8"))) or ""
+        names.update(NAMED_IN_DOCSTRING.findall(doc))
+    return names
+
+
+def test_every_runtime_module_is_named_by_a_test_module() -> None:
+    """The tests of a module are found from its name: some tests/test_*.py imports it (``from
+    recovery.x.y import ...``, ``import recovery.x.y``) or, where the tests reach it through
+    the job, names it in its docstring as ``recovery.x.y`` (or a name inside it). The
+    packages' faces (``__init__.py``) and the test tooling (``recovery/testing/``) aside."""
+    names = names_in_tests()
+    runtime = [m for m in MODULES if m.name != "__init__.py"
+               and m.relative_to(PACKAGE).parts[0] != "testing"]
+    assert [module_id(m) for m in runtime
+            if not any(within(n, (dotted(m),)) for n in names)] == []

@@ -1,11 +1,14 @@
-"""Journal rows across task attempts and runs (the journaled one pass, ``local[2,3]``): the
-row a retried attempt restores from an earlier attempt must still describe Redis, and a run
-ID whose journal is still in Redis is refused.
+"""Journal rows across task attempts and runs (the journaled one pass, ``local[2,3]``, its
+claim steps in recovery.executor.claim.journaled): the row a retried attempt restores from an
+earlier attempt must still describe Redis, and a run ID whose journal is still in Redis is
+refused.
 
 Each case checks the report rows and Redis itself (the PEL, the dead-letter stream, what the
-handler was handed). Faults: ``claim N A`` fails after claim step N of attempt A is handed
-over (with ``claim.count`` equal to the Arrow batch size, a step is a hand-over of its own);
-``apply N A`` fails after hand-over N's side effects, before its rows are journaled.
+handler was handed). Faults, injected by recovery.executor.faults (the ``faults`` fixture
+fails a test whose asked fault never fired): ``claim N A`` fails after claim step N of
+attempt A is handed over (with ``claim.count`` equal to the Arrow batch size, a step is a
+hand-over of its own); ``apply N A`` fails after hand-over N's side effects, before its rows
+are journaled.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Driver-side progress: the reporter's numbers are checked against what Redis holds, on a
-real server; the test acts as the job's consumers would (XCLAIM, XACK, XADD to the DLQ)."""
+real server; the test acts as the job's consumers would (XCLAIM, XACK, XADD to the DLQ).
+The reporter's readings (recovery.driver.progress.read), the units a tick reads along the
+parts' frontiers (recovery.driver.progress.frontier) and the lines' wording
+(recovery.driver.progress.lines, recovery.report.wording) are all checked through it."""
 
 from __future__ import annotations
 

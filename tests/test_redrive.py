@@ -1,7 +1,10 @@
 """Redrive (dead-letter stream -> source) against real Redis 7.0, Valkey 8.1 and Redis 6.2.
 
 Every test checks Redis itself afterwards: which dead-letter IDs left, and what the new source
-entries hold, byte for byte, compared with the original entries they came from.
+entries hold, byte for byte, compared with the original entries they came from. The filters
+are the ``[redrive]`` settings (recovery.settings.redrive), the moves the redrive's script
+calls (recovery.redrive.io), and the exit codes come with the JSON summary line
+(recovery.report.json_line).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Settings (recovery.settings.model, recovery.settings.redis): sources in their order, the
-password moved out of the URL into a secret, and a bad value refused in one line that names
-the field."""
+"""Settings (recovery.settings.model, recovery.settings.redis, the claim section of
+recovery.settings.claim, the sections' base in recovery.settings.base): sources in their
+order, the password moved out of the URL into a secret, and a bad value or an unknown key
+refused in one line that names the field."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Tallies (recovery.executor.tally): the run's summary and, in one pass, the PEL
-histograms, counted on the executors. The partition functions run in this process against
-real servers, no Spark: what they count is checked against Redis and against the health pass
-on the same PEL."""
+histograms (the last read of each unit: recovery.executor.claim.left_counts), counted on the
+executors. The partition functions run in this process against real servers, no Spark:
+what they count is checked against Redis and against the health pass on the same PEL."""
 
 from __future__ import annotations
 

@@ -3,8 +3,9 @@
 The job runs end to end over ``rediss://`` with a client certificate; each misconfiguration
 (a CA that did not sign the server, a certificate for another name, no client certificate,
 TLS to a plain port) fails before Spark starts with exit code 1 and one line that names the
-setting to fix. Hostname checking is on unless ``redis.tls_check_hostname = false``, and
-that switch never turns off the check of the certificate chain.
+setting to fix (recovery.redis_io.tls_errors). Hostname checking is on unless
+``redis.tls_check_hostname = false``, and that switch never turns off the check of the
+certificate chain.
 """
 
 from __future__ import annotations

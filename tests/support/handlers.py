@@ -57,7 +57,8 @@ def garbage(messages: list[Message]) -> object:
 NOT_CALLABLE = 42
 
 
-# --- A recording handler for the fault tests (tests/test_faults.py, tests/test_bad_input.py).
+# --- A recording handler for the fault tests (tests/test_fault_tolerance.py,
+# tests/test_bad_input.py).
 # It runs on executors, so it is steered through a JSON control file named by an environment
 # variable that the test process sets before Spark starts (tests/support/fault_tools.py).
 
