@@ -4,7 +4,10 @@ Builds the wheel (``pip wheel . --no-deps``), ships it with ``spark-submit --py-
 a ``.zip`` name (PySpark puts only .zip/.egg/.jar py-files on the executors' path), and runs
 both jobs from a clean directory with a Python that has the dependencies but not the package,
 so every ``import recovery`` on the driver and the executors (and the Lua scripts, read with
-importlib.resources) comes from the wheel.
+importlib.resources) comes from the wheel. Then the wheel pip-installed into a fresh venv:
+its ``redis-stream-recovery`` command (recovery.jobs.submit, ``python -m recovery``:
+recovery.__main__) submits the job files the package carries (recovery.jobs.recover,
+recovery.jobs.redrive, recovery.jobs.dead_letters) from an empty directory.
 """
 
 from __future__ import annotations
@@ -15,11 +18,18 @@ import shutil
 import site
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from recovery.testing.backlog import seed_demo_backlog
+from recovery.testing.backlog import (
+    add_entries,
+    create_group,
+    deliver,
+    make_stuck,
+    seed_demo_backlog,
+)
 
 pytestmark = pytest.mark.slow  # builds the wheel, then spark-submit runs
 
@@ -30,7 +40,12 @@ SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 @pytest.fixture(scope="module")
 def wheel_zip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheelhouse")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q",
+    source = tmp_path_factory.mktemp("source")  # the tree as committed: no stale build/ dir
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "recovery", source / "recovery",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-q",
                     "-w", str(out)], check=True, capture_output=True, timeout=300)
     [wheel] = out.glob("redis_stream_recovery-*.whl")
     return Path(shutil.copy(wheel, out / "redis_stream_recovery.zip"))
@@ -85,3 +100,60 @@ def test_jobs_run_from_the_wheel_in_a_clean_directory(wheel_zip, redis_server, t
     assert code == 0, err[-3000:]
     assert summary["totals"]["redriven"] == 5
     assert client.xlen("{orders}:dlq") == 3
+
+
+def test_the_wheel_carries_the_jobs_and_the_command_not_the_test_tooling(wheel_zip):
+    names = zipfile.ZipFile(wheel_zip).namelist()
+    assert {"recovery/jobs/recover.py", "recovery/jobs/redrive.py",
+            "recovery/jobs/dead_letters.py", "recovery/__main__.py",
+            "recovery/redis_io/lua/claim_due.lua"} <= set(names)
+    assert [n for n in names if n.startswith("recovery/testing")] == []
+    [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    text = zipfile.ZipFile(wheel_zip).read(entry_points).decode()
+    assert "redis-stream-recovery = recovery.jobs.submit:main" in text
+
+
+def test_the_installed_command_runs_the_job_through_spark_submit(wheel_zip, redis_server,
+                                                                 tmp_path):
+    """The wheel pip-installed into a fresh venv (its dependencies seen through a .pth): its
+    ``redis-stream-recovery`` command, run from an empty directory, submits the job file the
+    package carries; Redis shows the work done (dry run: nothing; apply: the plan)."""
+    python = deps_only_python(tmp_path / "venv")
+    wheel = wheel_zip.with_name("redis_stream_recovery-0.1.0-py3-none-any.whl")
+    shutil.copy(wheel_zip, wheel)
+    # --ignore-installed: the checkout's editable install, seen through the .pth, stays
+    subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps",
+                    "--ignore-installed", "-q", str(wheel)], check=True, capture_output=True,
+                   timeout=300)
+    command = str(Path(python).parent / "redis-stream-recovery")
+    client = redis_server.client()
+    create_group(client, "orders", "billing")
+    ids = add_entries(client, "orders", 30, lambda i: {"n": str(i)})
+    deliver(client, "orders", "billing", "crashed", 30)
+    make_stuck(client, "orders", "billing", "crashed", ids, idle_ms=3_600_000)
+    make_stuck(client, "orders", "billing", "crashed", ids[:5], 3_600_000, delivery_count=9)
+    env = {**clean_env(python), "PATH": f"{SPARK_SUBMIT.parent}:{os.environ['PATH']}"}
+    env.pop("PYSPARK_PYTHON")  # the command's own Python by default
+    base = ["--set", f"redis.url={redis_server.url}", "--set", "streams.keys=orders",
+            "--set", f"report.path={tmp_path / 'reports'}",
+            "--set", "handler.path=recovery.handlers:example_handler"]
+    spark = ["--", "--master", "local[2]", "--conf", "spark.ui.enabled=false"]
+    (tmp_path / "empty").mkdir()
+
+    def run(*args: str) -> dict:
+        done = subprocess.run([command, *args], cwd=tmp_path / "empty", env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    dry = run("dry-run", *base, *spark)
+    assert dry["dry_run"]
+    assert (dry["totals"]["would_dead_letter"], dry["totals"]["would_reprocess"]) == (5, 25)
+    assert client.xlen("{orders}:dlq") == 0  # a dry run changes nothing
+    assert client.xpending("orders", "billing")["pending"] == 30
+    applied = run("apply", dry["report_path"], *base, *spark)
+    assert applied["plan"] == dry["report_path"]
+    assert (applied["totals"]["dead_lettered"], applied["totals"]["reprocessed"]) == (5, 25)
+    assert sorted(f[b"x-original-id"].decode() for _, f in client.xrange("{orders}:dlq")) == \
+        sorted(ids[:5])
+    assert client.xpending("orders", "billing")["pending"] == 0

@@ -1,0 +1,111 @@
+"""``redis-stream-recovery`` (and ``python -m recovery``): the installed tool's command. It
+submits the job files this package carries to Spark, so no checkout is needed:
+
+    redis-stream-recovery run          [JOB OPTIONS] [-- SPARK-SUBMIT OPTIONS]
+    redis-stream-recovery dry-run      [JOB OPTIONS] [-- SPARK-SUBMIT OPTIONS]
+    redis-stream-recovery apply PLAN   [JOB OPTIONS] [-- SPARK-SUBMIT OPTIONS]
+    redis-stream-recovery redrive      [JOB OPTIONS] [-- SPARK-SUBMIT OPTIONS]
+    redis-stream-recovery dead-letters [JOB OPTIONS] [-- SPARK-SUBMIT OPTIONS]
+    redis-stream-recovery config       [--config FILE] [--set section.field=value ...]
+    redis-stream-recovery --version
+
+JOB OPTIONS are the job's own (``--config``, ``--set``, ``--run-id``, ``--log-level``, ...);
+SPARK-SUBMIT OPTIONS go to spark-submit as they are (``--master yarn --conf k=v``). The
+spark-submit run is ``$SPARK_HOME/bin/spark-submit`` when ``SPARK_HOME`` is set, else the one
+on ``PATH``; ``PYSPARK_PYTHON`` defaults to this Python. The process becomes spark-submit
+(exec), so its exit code and output are the job's. ``config`` prints the effective settings
+(secrets masked) without Spark or Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from recovery import __version__
+from recovery.cli.common import BadArguments, common_parser, exit_code_of, loaded_settings
+from recovery.errors import EXIT_BAD_INPUT
+
+JOBS_DIR = Path(__file__).resolve().parent
+# command -> (job file, arguments the command adds before the user's job options)
+COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "run": ("recover.py", ()),
+    "dry-run": ("recover.py", ("--dry-run",)),
+    "apply": ("recover.py", ("--plan",)),  # followed by the PLAN argument
+    "redrive": ("redrive.py", ()),
+    "dead-letters": ("dead_letters.py", ()),
+}
+USAGE = (f"usage: redis-stream-recovery {{{','.join([*COMMANDS, 'config'])}}} [JOB OPTIONS] "
+         "[-- SPARK-SUBMIT OPTIONS] | --version | --help")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command `argv` names (default: ``sys.argv[1:]``). Returns an exit code only
+    for what ends here (``config``, ``--version``, ``--help``, a bad command line): a job
+    replaces this process with spark-submit."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(f"{USAGE}\n\n{__doc__}")
+        return 0 if args else EXIT_BAD_INPUT
+    if args[0] == "--version":
+        print(f"redis-stream-recovery {__version__}")
+        return 0
+    if args[0] == "config":
+        return exit_code_of(lambda _: _print_config(args[1:]), "config")
+    try:
+        command = submit_command(args)
+    except BadArguments as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+    os.execve(command[0], command, env)
+    return 1  # not reached: execve replaces the process or raises
+
+
+def submit_command(args: list[str]) -> list[str]:
+    """The spark-submit command line for `args` (``<command> [job options] [-- spark
+    options]``). Raises BadArguments, naming the fix, for an unknown command, ``apply``
+    without a plan, or no spark-submit to run."""
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        raise BadArguments(f"unknown command {name!r}: use one of "
+                           f"{', '.join([*COMMANDS, 'config'])} (see --help)")
+    job_file, added = COMMANDS[name]
+    job_args, spark_args = _split_at_dashes(rest)
+    if name == "apply":
+        if not job_args or job_args[0].startswith("-"):
+            raise BadArguments("apply needs the dry run's report directory: "
+                               "redis-stream-recovery apply <report.path>/entries/run_id=<id>")
+        added, job_args = (*added, job_args[0]), job_args[1:]
+    return [spark_submit(), *spark_args, str(JOBS_DIR / job_file), *added, *job_args]
+
+
+def spark_submit() -> str:
+    """The spark-submit to run: ``$SPARK_HOME/bin/spark-submit``, else the one on PATH, else
+    the one beside this Python (pip's pyspark installs it there)."""
+    home = os.environ.get("SPARK_HOME")
+    candidates = [str(Path(home) / "bin" / "spark-submit")] if home else []
+    candidates += [shutil.which("spark-submit") or "",
+                   str(Path(sys.executable).parent / "spark-submit")]
+    for candidate in candidates:
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise BadArguments("no spark-submit found: install pyspark here, put spark-submit on PATH "
+                       "or set SPARK_HOME")
+
+
+def _split_at_dashes(args: list[str]) -> tuple[list[str], list[str]]:
+    """(job options, spark-submit options): the latter after the first ``--``."""
+    if "--" not in args:
+        return args, []
+    cut = args.index("--")
+    return args[:cut], args[cut + 1:]
+
+
+def _print_config(args: list[str]) -> None:
+    """``config``: the effective settings as one JSON line, secrets masked."""
+    parsed = common_parser("redis-stream-recovery config", "Print the effective settings."
+                           ).parse_args([*args, "--print-config"])
+    loaded_settings(parsed)
