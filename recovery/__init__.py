@@ -36,8 +36,8 @@ _HOMES = {
     "RunSummary": "recovery.report.run_report",
     "format_table": "recovery.report.run_report",
     "read_run": "recovery.report.run_report",
-    "ACTIONS": "recovery.schemas",
-    "PLAN_ACTIONS": "recovery.schemas",
+    "ACTIONS": "recovery.executor.handover.modes",
+    "PLAN_ACTIONS": "recovery.executor.handover.modes",
     "Action": "recovery.schemas",
     "DeathReason": "recovery.schemas",
     "Mode": "recovery.schemas",
@@ -116,13 +116,12 @@ if TYPE_CHECKING:
         RedisUnavailableError,
         UnsupportedServerError,
     )
+    from recovery.executor.handover.modes import ACTIONS, PLAN_ACTIONS
     from recovery.handlers import Message, Result
     from recovery.redrive.run import RedriveSummary, run_redrive
     from recovery.report.run_report import RunSummary, format_table, read_run
     from recovery.schemas import (
-        ACTIONS,
         DEAD_LETTER,
-        PLAN_ACTIONS,
         REPORT,
         Action,
         DeathReason,

@@ -217,18 +217,15 @@ class DeathReason(StrEnum):
 
 
 class Mode(StrEnum):
-    """How entries that are not dead-lettered are re-processed (``reprocess.mode``)."""
+    """How entries that are not dead-lettered are re-processed (``reprocess.mode``): the
+    values the settings accept, the first the default. Each member is registered here once;
+    its object, with every hook the job calls for it, is ``MODE`` in the module of that name
+    in ``recovery/executor/handover/modes/``, which also makes the summary's action columns
+    (``ACTIONS``, ``PLAN_ACTIONS``)."""
 
     HANDLER = "handler"
     REQUEUE = "requeue"
     REASSIGN = "reassign"
-
-
-# The actions a run reports, and those a dry run reports (columns of the summary table).
-ACTIONS = (Action.REPROCESSED, Action.DEAD_LETTERED, Action.FAILED, Action.DELETED,
-           Action.SKIPPED, Action.REQUEUED, Action.REASSIGNED)
-PLAN_ACTIONS = (Action.WOULD_REPROCESS, Action.WOULD_DEAD_LETTER, Action.DELETED,
-                Action.WOULD_REQUEUE, Action.WOULD_REASSIGN)
 
 # The field a requeued copy carries: how often the original was delivered to the
 # application before (its PEL count without the job's claim, plus what it carried itself).

@@ -1,5 +1,6 @@
 """The hand-over stage on its own (recovery.executor.handover.apply.apply_batch), against real
-servers, no Spark.
+servers, no Spark: entries made ready (recovery.executor.handover.ready: taken back, deleted
+since) and handed to the handler (recovery.executor.handover.modes.handler).
 
 A CLAIMED batch is built the way the claim hands it over; what the handler saw, the report
 and the PEL are then checked against Redis itself. Fast: each test is a few round trips.

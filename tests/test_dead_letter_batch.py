@@ -1,5 +1,6 @@
 """Dead-letter moves of several units in one script call (standalone servers), through the
-hand-over (``recovery.executor.handover.apply.apply_batch``), against real servers, no Spark.
+hand-over (``recovery.executor.handover.apply.apply_batch``; the moves:
+``recovery.executor.handover.dead_letter``), against real servers, no Spark.
 
 What Redis holds afterwards is read back (XRANGE of the dead-letter streams, the source
 PELs) and the script calls are counted in INFO commandstats.

@@ -11,10 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from recovery.executor.handover.modes import ACTIONS
 from recovery.executor.tally import unit_counts
 from recovery.report.run_report import read_run, run_path, write_pass
 from recovery.report.worker_files import STAGING, SUCCESS, TaskFile, local_directory
-from recovery.schemas import ACTIONS, REPORT_ARROW
+from recovery.schemas import REPORT_ARROW
 from recovery.spark.transforms import units_of_parts
 
 

@@ -13,6 +13,7 @@ from redis import Redis
 
 from recovery.executor.claim.backoff import NotDue
 from recovery.executor.claim.loop import examined
+from recovery.executor.handover.modes import ACTIONS
 from recovery.executor.partitions import recover_partition
 from recovery.executor.survey import histogram_partition
 from recovery.executor.tally import (
@@ -26,7 +27,7 @@ from recovery.executor.tally import (
 )
 from recovery.redis_io.autoclaim import ClaimBatch
 from recovery.redis_io.dlq_names import dead_letter_key
-from recovery.schemas import ACTIONS, UNIT, arrow
+from recovery.schemas import UNIT, arrow
 from recovery.settings.model import executor_params
 from recovery.testing.backlog import add_entries, deliver, make_stuck
 from tests.support.backlogs import DEAD, HOUR_MS, LIVE, binary_fields, seed

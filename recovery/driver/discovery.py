@@ -14,9 +14,9 @@ import redis
 from redis.cluster import RedisCluster
 
 from recovery.errors import (
-    ConfigError,
     DeadLetterNameError,
 )
+from recovery.executor.handover.modes import mode_of
 from recovery.params import RedisParams, Unit
 from recovery.redis_io.cluster import groups_by_node, node_of, spread
 from recovery.redis_io.dlq_names import dead_letter_key
@@ -25,7 +25,6 @@ from recovery.redis_io.round_trips import calls_of, each, script_replies
 from recovery.redis_io.scripts import delete_empty_consumers
 from recovery.redis_io.stream_full import GroupSeen, StreamSeen, read_streams
 from recovery.redis_io.streams import info_rows, shown
-from recovery.schemas import Mode
 from recovery.settings.model import Settings
 from recovery.targets.keys import (
     NO_ACCESS,
@@ -69,6 +68,7 @@ def discover(client: redis.Redis, settings: Settings, params: RedisParams,
     """
     skipped: list[Skipped] = []
     units: list[WorkUnit] = []
+    mode = mode_of(settings.reprocess.mode)
     for stream, groups, full in _stream_groups(client, settings, params, skipped, warnings):
         try:
             dead_letter_key(stream, settings.dead_letter.suffix)
@@ -76,26 +76,11 @@ def discover(client: redis.Redis, settings: Settings, params: RedisParams,
             skipped.append(Skipped(stream, None, str(exc)))
             continue
         found = _units_of(client, stream, groups, settings.streams.groups, skipped, full)
-        if found and settings.reprocess.mode == Mode.REQUEUE:
-            check_requeue_target(stream, [shown(g["name"]) for g in groups],  # type: ignore[arg-type]
-                                 settings.reprocess.requeue_stream)
+        if found:  # the mode's refusal (ConfigError, exit 2) before anything is claimed
+            mode.check_stream(stream, [shown(g["name"]) for g in groups],  # type: ignore[arg-type]
+                              settings.reprocess)
         units += found
     return units, skipped
-
-
-def check_requeue_target(stream: str, groups: list[str], template: str | None) -> None:
-    """Refuse (ConfigError, exit 2, before anything is claimed) a requeue whose copies every
-    other group of the stream would read again: the source as target of a stream with several
-    groups, or a retry stream without ``{group}`` shared by them."""
-    if len(groups) < 2 or (template is not None and "{group}" in template):
-        return
-    names = ", ".join(groups)
-    target = stream if template is None else f"retry stream {template!r}"
-    raise ConfigError(
-        f"reprocess.mode = requeue would append copies to {target} of stream {stream!r}, "
-        f"which has {len(groups)} consumer groups ({names}), and every group would read them "
-        "again: set reprocess.requeue_stream to a per-group retry stream, e.g. "
-        "{stream}:retry:{group}, or use reprocess.mode = handler")
 
 
 def _stream_groups(client: redis.Redis, settings: Settings, params: RedisParams,

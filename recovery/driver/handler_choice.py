@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 
 from recovery.errors import ConfigError
+from recovery.executor.handover.modes import mode_of
 from recovery.handlers import load_handler
-from recovery.schemas import Mode
 from recovery.settings.model import Settings
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ def check_handler(settings: Settings, dry_run: bool = False) -> None:
     path = settings.handler.path
     if path is not None:
         load_handler(path)
-    elif settings.reprocess.mode == Mode.HANDLER:
+    elif mode_of(settings.reprocess.mode).calls_handler:
         if not dry_run:
             raise ConfigError(NO_HANDLER)
         log.warning("handler.path is not set: this dry run calls no handler, but a real run "

@@ -63,6 +63,7 @@ from recovery.driver.split import Split, split_units
 from recovery.driver.warm_up import WarmUp, warming_up
 from recovery.errors import ConfigError
 from recovery.executor.handover.lease import LEASE_ROWS
+from recovery.executor.handover.modes import ACTIONS, PLAN_ACTIONS
 from recovery.executor.histogram import merged_rows
 from recovery.executor.packing import PACK_ROWS
 from recovery.executor.partitions import apply_partition, claim_partition, recover_partition
@@ -91,10 +92,8 @@ from recovery.report.run_report import (
 )
 from recovery.report.signatures import failed_errors, failed_warning
 from recovery.schemas import (
-    ACTIONS,
     PACKED,
     PEL_HISTOGRAM,
-    PLAN_ACTIONS,
     REPORT,
     Action,
 )

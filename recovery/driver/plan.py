@@ -29,8 +29,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from redis.cluster import RedisCluster
 
-from recovery.driver.discovery import WorkUnit, check_requeue_target
+from recovery.driver.discovery import WorkUnit
 from recovery.errors import ConfigError, DeadLetterNameError, StreamUnitError
+from recovery.executor.handover.modes import mode_of
 from recovery.params import JobParams, RedisParams, Unit
 from recovery.redis_io.cluster import node_of
 from recovery.redis_io.dlq_names import dead_letter_key
@@ -39,7 +40,7 @@ from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import info_rows
 from recovery.report.run_report import read_run_dir
 from recovery.report.worker_files import local_directory
-from recovery.schemas import PLANNED, Mode
+from recovery.schemas import PLANNED
 from recovery.settings.model import Settings
 from recovery.settings.redis import strip_userinfo
 from recovery.targets.keys import Skipped
@@ -220,9 +221,8 @@ def plan_units(spark: SparkSession, client: redis.Redis, settings: Settings,
         except (StreamUnitError, DeadLetterNameError) as exc:
             skipped.append(Skipped(stream, None, f"{exc} (since the plan)"))
             continue
-        if settings.reprocess.mode == Mode.REQUEUE:
-            check_requeue_target(stream, [str(n) for n in names],
-                                 settings.reprocess.requeue_stream)
+        mode_of(settings.reprocess.mode).check_stream(stream, [str(n) for n in names],
+                                                      settings.reprocess)
         for group, planned in sorted(by_stream[stream].items()):
             if group in names:
                 units.append(WorkUnit(stream, group, planned, node_of(client, stream)))

@@ -14,6 +14,7 @@ import redis
 
 from recovery.executor.claim.backoff import NotDue, due_in_ms
 from recovery.executor.claimed import odd_carried, with_carried
+from recovery.executor.handover.modes import mode_of
 from recovery.executor.handover.routed import ODD_CARRIED, route
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.partitions import ArrowFn, coalesced, per_unit
@@ -35,7 +36,6 @@ from recovery.schemas import (
     PEL_HISTOGRAM,
     Action,
     DeathReason,
-    Mode,
     ReportRow,
     Route,
     arrow,
@@ -45,8 +45,6 @@ from recovery.schemas import (
 PAGE = 10_000
 HISTOGRAM_ROWS = 1000  # units per output batch of the histogram pass (one row each)
 HISTOGRAM_ARROW = arrow(PEL_HISTOGRAM)
-PLAN_BY_MODE = {Mode.HANDLER: Action.WOULD_REPROCESS, Mode.REQUEUE: Action.WOULD_REQUEUE,
-                Mode.REASSIGN: Action.WOULD_REASSIGN}
 
 
 def histogram_partition(params: JobParams) -> ArrowFn:
@@ -114,12 +112,14 @@ def _plan_row(params: JobParams, stream: str, group: str, entry_id: str, row: Pe
     """A real run's claim would add one delivery (and a requeued copy's carried count):
     route on that count, as the run would. `fields` None: deleted upstream."""
     count = with_carried(row[COUNT] + 1, fields)
+    action: str
+    reason: str | None
     if fields is None:
         action, reason = Action.DELETED, "entry deleted from the stream upstream"
     elif route(False, count, params.max_deliveries) == Route.DEAD_LETTER:
         action, reason = Action.WOULD_DEAD_LETTER, DeathReason.OVER_LIMIT
     else:
-        action = PLAN_BY_MODE[Mode(params.reprocess_mode)]
+        action = mode_of(params.reprocess_mode).planned
         reason = None
     if fields is not None and odd_carried(fields):
         reason = f"{reason}; {ODD_CARRIED}" if reason else ODD_CARRIED

@@ -21,12 +21,15 @@ from redis.commands.core import Script
 if TYPE_CHECKING:  # streams sends through round_trips, which loads these scripts
     from recovery.redis_io.streams import Fields
 
-SCRIPT_NAMES = ("dead_letter", "lease_owned", "delete_empty_consumer", "redrive", "requeue",
-                "reassign", "claim_due")
+LUA = resources.files("recovery.redis_io").joinpath("lua")
+# Every script of the job: each file in lua/, by its name without ``.lua`` (a
+# re-processing mode names its own in ``ReprocessMode.scripts``).
+SCRIPT_NAMES = tuple(sorted(f.name.removesuffix(".lua") for f in LUA.iterdir()
+                            if f.name.endswith(".lua")))
 
 
 def _source(name: str) -> str:
-    return resources.files("recovery.redis_io").joinpath("lua", f"{name}.lua").read_text("utf-8")
+    return LUA.joinpath(f"{name}.lua").read_text("utf-8")
 
 
 def scripts_for(client: redis.Redis) -> dict[str, Script]:

@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from recovery.errors import ConfigError, FailureThresholdError
+from recovery.executor.handover.modes import ACTIONS
 from recovery.executor.tally import (
     TALLIED,
     TALLY,
@@ -27,7 +28,7 @@ from recovery.executor.tally import (
 from recovery.report.json_line import JsonLine
 from recovery.report.wording import plural
 from recovery.report.worker_files import local_directory, write_by_driver, write_by_workers
-from recovery.schemas import ACTIONS, HEALTH, REPORT, Action, arrow
+from recovery.schemas import HEALTH, REPORT, Action, arrow
 from recovery.targets.keys import Skipped
 
 T = TypeVar("T")

@@ -4,10 +4,10 @@ reprocess, report, housekeeping, spark and plan."""
 from __future__ import annotations
 
 import re
-from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from recovery.schemas import Mode
 from recovery.settings.base import Section
 
 HANDLER_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -55,6 +55,7 @@ class HandlerSettings(Section):
         return path
 
 
+MODE_NAMES = tuple(mode.value for mode in Mode)
 REQUEUE_TEMPLATE = re.compile(r"^\{stream\}[^{}]*(\{group\}[^{}]*)?$")
 
 
@@ -65,9 +66,17 @@ class ReprocessSettings(Section):
     stream: ``{stream}`` then a suffix, which may hold ``{group}``) and acks the original;
     ``reassign`` hands it to a live consumer of its group (XCLAIM), spread evenly."""
 
-    mode: Literal["handler", "requeue", "reassign"] = "handler"
+    mode: str = Mode.HANDLER.value  # a schemas.Mode value: the modes registered
     requeue_stream: str | None = None
     live_within_ms: int = Field(60_000, gt=0)  # reassign: "live" = seen within this (ms)
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _registered_mode(cls, mode: object) -> object:
+        if mode not in MODE_NAMES:
+            named = [repr(name) for name in MODE_NAMES]
+            raise ValueError(f"Input should be {', '.join(named[:-1])} or {named[-1]}")
+        return mode
 
     @field_validator("requeue_stream")
     @classmethod

@@ -1,0 +1,108 @@
+"""Dead-letter moves of routed entries on an executor, and the replies of the move scripts
+every hand-over shares (moved, or left alone: vanished, no longer the job's, deleted).
+
+One pipeline of batched script calls per hand-over step; on a standalone server one call
+carries the chunks of several units, on a Redis Cluster one unit (a call's keys share a
+slot). Reply shapes: ``recovery.redis_io.scripts.dead_letter_units``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
+
+import redis
+from redis.cluster import RedisCluster
+
+from recovery.executor.handover.lease import REASON_DELETED, REASON_GONE, REASON_VANISHED
+from recovery.executor.handover.routed import RoutedBatch
+from recovery.params import JobParams
+from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.redis_io.error_codes import VANISHED
+from recovery.redis_io.round_trips import UnitScriptCall, calls_of, run_unit_script_calls
+from recovery.redis_io.scripts import (
+    MOVED_DELETED,
+    MOVED_NOT_OURS,
+    MOVED_TOO_BIG,
+    DeadLetter,
+    DeadLetterContext,
+    dead_letter_units,
+)
+from recovery.schemas import Action
+
+REASON_TOO_BIG = ("too many fields (~3950 at most) to move to the dead-letter stream from a "
+                  "script; stays pending")
+T = TypeVar("T")
+
+
+@dataclass
+class DeadLetterJob:
+    """A row waiting to be dead-lettered, with the reason and the handler's error."""
+
+    row: int
+    reason: str
+    error: str | None = None
+
+
+def batches(items: list[T], size: int) -> Iterator[list[T]]:
+    """`items` in consecutive lists of at most `size` (one script call each)."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def left_alone(rb: RoutedBatch, i: int, status: Any, error: str | None = None) -> bool:
+    """Report a move script's reply that moved nothing (vanished, no longer ours, deleted);
+    False when the entry moved."""
+    if status == VANISHED:
+        rb.set(i, Action.SKIPPED, REASON_VANISHED, error)
+    elif status == MOVED_NOT_OURS:
+        rb.set(i, Action.SKIPPED, REASON_GONE, error)
+    elif status == MOVED_DELETED:
+        rb.set(i, Action.DELETED, REASON_DELETED, error)
+    else:
+        return False
+    return True
+
+
+def dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
+                jobs: list[DeadLetterJob]) -> None:
+    """Move `jobs` to their dead-letter streams, one pipeline of batched script calls: each
+    unit's jobs in chunks of ``dlq_batch_size``; on a standalone server one call carries the
+    chunks of several units (up to ``dlq_batch_size`` jobs in all), on a Redis Cluster one
+    (the keys of a call must share a slot)."""
+    if not jobs:
+        return
+    now_ms = int(time.time() * 1000)
+    job_of = {job.row: job for job in jobs}
+    chunks: list[tuple[DeadLetterContext, list[DeadLetterJob]]] = []
+    for unit, rows in rb.by_unit(job_of).items():
+        ctx = DeadLetterContext(unit.stream, unit.group, unit.consumer,
+                                dead_letter_key(unit.stream, params.dlq_suffix),
+                                params.run_id, params.max_deliveries, now_ms)
+        chunks += [(ctx, chunk) for chunk in batches([job_of[i] for i in rows],
+                                                     params.dlq_batch_size)]
+    per_call = 1 if isinstance(client, RedisCluster) else params.dlq_batch_size
+    calls: list[UnitScriptCall] = []
+    for call in calls_of(chunks, per_call, lambda chunk: len(chunk[1])):
+        units = [(ctx, [_dead_letter_entry(rb, j) for j in chunk]) for ctx, chunk in call]
+        calls.append(([chunk for _, chunk in call], partial(dead_letter_units, client, units)))
+    for job, status in run_unit_script_calls(client, calls):
+        _report_dead_letter(rb, job, status)
+
+
+def _dead_letter_entry(rb: RoutedBatch, job: DeadLetterJob) -> DeadLetter:
+    i = job.row
+    return DeadLetter(rb.id[i], int(rb.delivery_count[i] or 0), int(rb.idle_ms[i] or 0),
+                      rb.previous_consumer[i], job.reason, job.error)
+
+
+def _report_dead_letter(rb: RoutedBatch, job: DeadLetterJob, status: Any) -> None:
+    i = job.row
+    if status == MOVED_TOO_BIG:
+        rb.set(i, Action.FAILED, REASON_TOO_BIG, job.error)
+    elif not left_alone(rb, i, status, job.error):
+        dlq_id = status.decode() if isinstance(status, bytes) else str(status)
+        rb.set(i, Action.DEAD_LETTERED, job.reason, job.error, dlq_id)

@@ -1,0 +1,111 @@
+"""``reprocess.mode = handler`` (the default): the Python handler ``handler.path`` names
+gets each entry, chunk by chunk (``handler.batch_size`` rows), under a lease
+(``recovery.executor.handover.lease``); the entries it succeeded on are acked with the next
+lease read. Failures at the delivery limit are dead-lettered; the others stay pending."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import redis
+
+from recovery.executor.handover.dead_letter import DeadLetterJob, dead_letter
+from recovery.executor.handover.lease import LEASE_ROWS, HandOver
+from recovery.executor.handover.modes.base import ReprocessMode
+from recovery.executor.handover.routed import RoutedBatch
+from recovery.handlers import Handler, HandlerTimedOut, Result, load_handler, run_handler
+from recovery.params import JobParams, Unit
+from recovery.redis_io.scripts import fresh_lease_ms
+from recovery.schemas import Action, DeathReason, Mode
+
+REASON_HANDLER_FAILED = "handler failed; stays pending for the next run"
+NOT_CALLED = "not handed to the handler: an earlier call for its stream and group timed out"
+
+
+@dataclass
+class HandlerCalls:
+    """The handler of one batch of rows, called chunk by chunk with its timeout.
+
+    After a call times out, the later rows of the same units (stream, group) in this batch are
+    not handed over: they fail and stay pending. A hung dependency then costs one timeout and
+    one abandoned thread per unit and batch, not per chunk; other units go on.
+    """
+
+    handler: Handler
+    timeout_s: float | None
+    blocked: set[Unit] = field(default_factory=set)
+
+    def admit(self, rb: RoutedBatch, rows: list[int]) -> list[int]:
+        """The rows that may be handed over; report the others (blocked units) as failed."""
+        if not self.blocked:
+            return rows
+        admitted = []
+        for i in rows:
+            if rb.unit(i) in self.blocked:
+                rb.set(i, Action.FAILED, REASON_HANDLER_FAILED, NOT_CALLED)
+            else:
+                admitted.append(i)
+        return admitted
+
+    def run(self, rb: RoutedBatch, rows: list[int]) -> list[Result]:
+        """Call the handler on `rows`: one Result per row, in order."""
+        try:
+            return run_handler(self.handler, rb.messages(rows), self.timeout_s)
+        except HandlerTimedOut as exc:
+            self.blocked.update(rb.unit(i) for i in rows)
+            return [Result.failure(str(exc))] * len(rows)
+
+
+class HandlerMode(ReprocessMode):
+    """Re-processed by the handler, acked after its success (``reprocessed``)."""
+
+    name = Mode.HANDLER
+    done = Action.REPROCESSED
+    planned = Action.WOULD_REPROCESS
+    scripts = ("lease_owned",)
+    calls_handler = True
+
+    def hand_over(self, client: redis.Redis, params: JobParams, rb: RoutedBatch,
+                  rows: list[int], read_at: float | None) -> None:
+        """Hand `rows` over chunk by chunk (lease, call, ack); dead-letter failures at the
+        limit.
+
+        Leases are read for up to ``LEASE_ROWS`` rows at a time and read again before a call
+        whenever the last read is older than ``LEASE_FRESH_S``; acks travel with the next
+        lease read. A fast handler thus costs one round trip per ``LEASE_ROWS`` rows, a slow
+        one a lease read right before each call.
+        """
+        calls = HandlerCalls(load_handler(params.handler_path), params.handler_timeout_s)
+        hand_over = HandOver(client, rb,
+                             fresh_lease_ms(params.min_idle_ms, params.handler_timeout_s),
+                             read_at or 0.0)
+        size = params.handler_batch_size
+        window = max(size, LEASE_ROWS // size * size)
+        for start in range(0, len(rows), window):
+            window_rows = rows[start : start + window]
+            hand_over.lease(window_rows if hand_over.stale() else [])
+            for first in range(0, len(window_rows), size):
+                chunk = hand_over.leased_now(window_rows[first:], size)
+                chunk = calls.admit(rb, chunk)
+                if chunk:
+                    results = calls.run(rb, chunk)
+                    hand_over.succeeded(chunk, results)
+                    dead_letter(client, params, rb, _failed(params, rb, chunk, results))
+        hand_over.lease([])
+
+
+def _failed(params: JobParams, rb: RoutedBatch, rows: list[int], results: list[Result]
+            ) -> list[DeadLetterJob]:
+    """Report failures below the limit (they stay pending); return those at the limit."""
+    at_limit: list[DeadLetterJob] = []
+    for i, res in zip(rows, results, strict=True):
+        if res.ok:
+            continue
+        if (rb.delivery_count[i] or 0) >= params.max_deliveries:
+            at_limit.append(DeadLetterJob(i, DeathReason.FAILED_AT_LIMIT, res.error))
+        else:
+            rb.set(i, Action.FAILED, REASON_HANDLER_FAILED, res.error)
+    return at_limit
+
+
+MODE = HandlerMode()

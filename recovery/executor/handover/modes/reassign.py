@@ -1,0 +1,79 @@
+"""``reprocess.mode = reassign``: each entry XCLAIMed to a live consumer of its group (seen
+within ``reprocess.live_within_ms``, never one of the job's), in turn, fewest pending first,
+its delivery count set back to its deliveries to the application so far, in one atomic
+script call per batch (``recovery/redis_io/lua/reassign.lua``)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import redis
+
+from recovery.executor.claimed import carried_deliveries
+from recovery.executor.handover.dead_letter import batches, left_alone
+from recovery.executor.handover.lease import REASON_VANISHED
+from recovery.executor.handover.modes.base import ReprocessMode, deliveries_so_far
+from recovery.executor.handover.routed import RoutedBatch
+from recovery.params import JobParams, Unit
+from recovery.redis_io.error_codes import unit_vanished
+from recovery.redis_io.round_trips import ScriptCall, run_script_calls
+from recovery.redis_io.scripts import REASSIGNED, reassign_batch
+from recovery.redis_io.streams import live_consumers
+from recovery.schemas import Action, Mode
+
+
+class ReassignMode(ReprocessMode):
+    """Given to a live consumer of its group (``reassigned``, the new owner in
+    ``reassigned_to``); without one it stays pending (``failed``)."""
+
+    name = Mode.REASSIGN
+    done = Action.REASSIGNED
+    planned = Action.WOULD_REASSIGN
+    scripts = ("reassign",)
+
+    def hand_over(self, client: redis.Redis, params: JobParams, rb: RoutedBatch,
+                  rows: list[int], read_at: float | None) -> None:
+        """Give `rows` to live consumers of their groups, in turn (fewest pending first),
+        each with its delivery count set back to its deliveries to the application so far:
+        batched atomic script calls, one pipeline. Rows of a group without a live consumer
+        stay pending on the job's consumer (reported failed, with the reason)."""
+        calls: list[ScriptCall] = []
+        for unit, unit_rows in rb.by_unit(rows).items():
+            live = _live(client, params, rb, unit, unit_rows)
+            pairs = [(i, live[k % len(live)]) for k, i in enumerate(unit_rows)] if live else []
+            for chunk in batches(pairs, params.dlq_batch_size):
+                # The PEL count to set: the deliveries so far, but what a requeued copy
+                # carries (it still carries it).
+                entries = [(rb.id[i], owner, max(0, deliveries_so_far(rb, i)
+                                                 - carried_deliveries(rb.fields_of(i))))
+                           for i, owner in chunk]
+                calls.append((chunk, partial(reassign_batch, client, unit.stream, unit.group,
+                                             unit.consumer, entries)))
+        for (i, owner), status in run_script_calls(client, calls):
+            if status == REASSIGNED:
+                rb.set(i, Action.REASSIGNED, reassigned_to=owner)
+            else:
+                left_alone(rb, i, status)
+
+
+def _live(client: redis.Redis, params: JobParams, rb: RoutedBatch, unit: Unit,
+          rows: list[int]) -> list[str]:
+    """The unit's live consumers; none (its `rows` reported) when it has none or vanished."""
+    try:
+        live = live_consumers(client, unit.stream, unit.group, params.live_within_ms,
+                              params.consumer_prefix + "-")
+    except redis.ResponseError as exc:
+        if not unit_vanished(exc):
+            raise
+        for i in rows:
+            rb.set(i, Action.SKIPPED, REASON_VANISHED)
+        return []
+    if not live:
+        reason = (f"no live consumer in the group (none seen within reprocess.live_within_ms "
+                  f"= {params.live_within_ms} ms); stays pending for the next run")
+        for i in rows:
+            rb.set(i, Action.FAILED, reason)
+    return live
+
+
+MODE = ReassignMode()
