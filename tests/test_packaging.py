@@ -157,3 +157,14 @@ def test_the_installed_command_runs_the_job_through_spark_submit(wheel_zip, redi
     assert sorted(f[b"x-original-id"].decode() for _, f in client.xrange("{orders}:dlq")) == \
         sorted(ids[:5])
     assert client.xpending("orders", "billing")["pending"] == 0
+
+    # The job in the command's own process, as a platform's wheel task runs it: PySpark
+    # starts its own local Spark (no spark-submit of the tool's).
+    ids = add_entries(client, "orders", 7, lambda i: {"n": str(i)})
+    deliver(client, "orders", "billing", "crashed", 7)
+    make_stuck(client, "orders", "billing", "crashed", ids, idle_ms=3_600_000)
+    env["PYSPARK_SUBMIT_ARGS"] = "--master local[2] --conf spark.ui.enabled=false pyspark-shell"
+    command = str(Path(python).parent / "redis-stream-recovery-job")
+    in_process = run(*base)
+    assert in_process["totals"]["reprocessed"] == 7
+    assert client.xpending("orders", "billing")["pending"] == 0
