@@ -19,7 +19,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "recovery"
-MAX_LINES = 400
+# A module's length is a smell to look at, not a rule that forces a split: past LOOK_AT lines
+# it is named in LONG_BY_CONCERN with why it is still one concern; past MAX_LINES never.
+LOOK_AT = 400
+MAX_LINES = 700
+LONG_BY_CONCERN: dict[str, str] = {}  # "recovery/x/y.py": "why it is one concern"
 MODULES = sorted(PACKAGE.rglob("*.py"))
 # The driver side: orchestration, the settings model and the library it is built with.
 DRIVER_SIDE = ("recovery.driver", "recovery.settings", "pydantic", "pydantic_settings")
@@ -45,6 +49,7 @@ FLOORS = (
     "recovery.driver",        # the recovery run, orchestrated on the driver
     "recovery.dead_letters",  # dead letters as data (jobs/dead_letters.py)
     "recovery.redrive",       # dead letters back to their streams (jobs/redrive.py)
+    "recovery.metrics",       # a job's metrics, pushed to a Prometheus Pushgateway
     "recovery.cli",           # the three jobs' command lines
     "recovery.jobs",          # the spark-submit entry points and the command that submits them
     "recovery.testing",       # throwaway servers and backlogs for the demo and the tests
@@ -135,6 +140,16 @@ def test_runtime_module_is_under_the_house_limit(module: Path) -> None:
     lines = len(module.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, (
         f"{module_id(module)} has {lines} lines (limit {MAX_LINES}): split it by concern")
+    assert lines <= LOOK_AT or module_id(module) in LONG_BY_CONCERN, (
+        f"{module_id(module)} has {lines} lines: split it by concern, or name it in "
+        "LONG_BY_CONCERN with why it is one concern")
+
+
+def test_every_long_module_named_is_long() -> None:
+    """LONG_BY_CONCERN names only modules that exist and are past LOOK_AT."""
+    long = {module_id(m) for m in MODULES
+            if len(m.read_text(encoding="utf-8").splitlines()) > LOOK_AT}
+    assert set(LONG_BY_CONCERN) <= long
 
 
 @pytest.mark.parametrize("module", WORKER_SIDE, ids=module_id)
