@@ -77,10 +77,13 @@ def setup_logging(level: str) -> None:
     logging.getLogger("recovery").setLevel(level.upper())
 
 
-def exit_code_of(body: Callable[[list[Outcome]], None], what: str) -> int:
+def exit_code_of(body: Callable[[list[Outcome]], None], what: str,
+                 finish: Callable[[Outcome | None, int], None] | None = None) -> int:
     """Run an entry point's `body`, which adds its summary to the list it is given as soon as
     it has one. A RecoveryError becomes its one-line error and exit code, Ctrl-C exit 1; the
-    summary's JSON line (or the error's) is always stdout's last line. Returns the code."""
+    summary's JSON line (or the error's) is always stdout's last line. `finish` (the metrics
+    push), if given, is called with the summary (None: none yet) and the exit code just
+    before that line; it must not raise. Returns the code."""
     summaries: list[Outcome] = []
     try:
         body(summaries)
@@ -90,6 +93,8 @@ def exit_code_of(body: Callable[[list[Outcome]], None], what: str) -> int:
     except KeyboardInterrupt:
         code = report_error(RecoveryError(f"interrupted; re-run the {what} to finish"),
                             summaries[0] if summaries else None, EXIT_FAILURE)
+    if finish is not None:
+        finish(summaries[0] if summaries else None, code)
     if summaries:
         summaries[0].exit_code = code
         print(summaries[0].json_line(), flush=True)

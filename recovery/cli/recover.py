@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import time
 from collections.abc import Callable
+from typing import Any, cast
 
 from pyspark.sql import SparkSession
 
@@ -25,8 +27,9 @@ from recovery.cli.common import (
 from recovery.driver.handler_choice import check_handler
 from recovery.driver.job import run
 from recovery.driver.plan import local_plan_refusal
+from recovery.metrics.recovery_run import push_recovery_metrics
 from recovery.redis_io.redis_conn import connect
-from recovery.report.run_report import check_report_location
+from recovery.report.run_report import RunSummary, check_report_location
 from recovery.settings.model import Settings, redis_params
 from recovery.targets.keys import check_server
 
@@ -46,7 +49,10 @@ def recover_parser() -> argparse.ArgumentParser:
 
 def run_recovery(argv: list[str] | None,
                  session: Callable[[Settings], SparkSession]) -> int:
-    """Parse, load, run, report; return the exit code. `session` builds the SparkSession."""
+    """Parse, load, run, report, push the metrics (``[metrics]``, whatever the outcome);
+    return the exit code. `session` builds the SparkSession."""
+    started_s = time.time()
+    loaded: dict[str, Any] = {}  # the settings and the kind of run, once known
 
     def body(summaries: list[Outcome]) -> None:
         args = recover_parser().parse_args(argv)
@@ -54,6 +60,7 @@ def run_recovery(argv: list[str] | None,
         settings = loaded_settings(args)
         if settings is None:  # --print-config
             return
+        loaded.update(settings=settings, dry_run=args.dry_run)
         if args.plan is not None and args.dry_run:
             raise BadArguments("--plan and --dry-run exclude each other: a plan is applied "
                                 "by a real run; drop one of them")
@@ -63,7 +70,12 @@ def run_recovery(argv: list[str] | None,
         summaries.append(summary)
         summary.check_failure_threshold(settings.handler.max_failed_ratio)
 
-    return exit_code_of(body, "job")
+    def finish(summary: Outcome | None, code: int) -> None:
+        if "settings" in loaded:
+            push_recovery_metrics(loaded["settings"], cast(RunSummary | None, summary), code,
+                                  started_s, loaded["dry_run"])
+
+    return exit_code_of(body, "job", finish)
 
 
 def preflight(settings: Settings, plan: str | None = None, dry_run: bool = False) -> None:

@@ -261,7 +261,7 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
 def _write_health(ctx: RunContext, health: list[dict], summary: RunSummary) -> None:
     """Write and log the group health; its headline goes into the summary."""
     settings, params = ctx.settings, ctx.params
-    summary.health = health_totals(health)
+    summary.health, summary.unit_health = health_totals(health), health
     summary.health_path = health_path(settings.report.path, params.run_id) if health else None
     write_health(ctx.spark, health, settings.report.path, params.run_id)
     log.info("run %s group health\n%s", params.run_id,

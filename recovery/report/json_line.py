@@ -10,14 +10,16 @@ from typing import Any
 
 
 class JsonLine:
-    """For dataclass summaries: ``json_line()``, every field as compact JSON, keys sorted."""
+    """For dataclass summaries: ``json_line()``, every field as compact JSON, keys sorted
+    (but a field with ``metadata={"json": False}``)."""
 
     def json_line(self) -> str:
         """The last line of stdout, for schedulers (Airflow XCom). The fields go to JSON as
         they are (``dataclasses.asdict`` would first copy every nested row: seconds at
         100,000 streams); a dataclass inside one becomes its dict."""
         summary: Any = self  # a dataclass instance (each user of this mixin is one)
-        top = {f.name: getattr(summary, f.name) for f in fields(summary)}
+        top = {f.name: getattr(summary, f.name) for f in fields(summary)
+               if f.metadata.get("json", True)}
         return json.dumps(top, sort_keys=True, separators=(",", ":"), default=_nested)
 
 

@@ -64,6 +64,12 @@ class RunSummary(JsonLine):
     # The failed entries by reason and error signature, most first (recovery.report
     # .signatures.failed_errors): {"reason", "signature", "entries", "example"} each.
     failed_errors: list[dict[str, Any]] = field(default_factory=list)
+    # The metrics push (recovery.metrics.push): None when metrics are off.
+    metrics: dict[str, Any] | None = None
+    # The group health rows as found (recovery.driver.health), for the metrics: kept out of
+    # the JSON line (the health files hold them).
+    unit_health: list[dict[str, Any]] = field(default_factory=list, repr=False,
+                                              metadata={"json": False})
 
     def failed_ratio(self) -> float:
         """Failed handler messages over all messages given to the handler (0 when none)."""

@@ -32,6 +32,7 @@ from recovery.errors import ConfigError
 from recovery.params import JobParams, RedisParams
 from recovery.settings.claim import ClaimSettings
 from recovery.settings.dead_letters import DeadLettersSettings
+from recovery.settings.metrics import MetricsSettings
 from recovery.settings.redis import RedisSettings, redacted_url
 from recovery.settings.redrive import RedriveSettings
 from recovery.settings.sections import (
@@ -67,6 +68,7 @@ class Settings(BaseSettings):
     plan: PlanSettings = Field(default_factory=PlanSettings)
     redrive: RedriveSettings = Field(default_factory=RedriveSettings)
     dead_letters: DeadLettersSettings = Field(default_factory=DeadLettersSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
     @model_validator(mode="after")
     def _lease_outlasts_handler(self) -> Settings:

@@ -1,0 +1,170 @@
+"""What a run's metrics are: Prometheus gauges built from what the run knows, in a registry
+of their own (pure: no I/O). Names follow Prometheus conventions: base units (seconds,
+entries), no ``_total`` (each value is this run's or the state now, pushed as a gauge, not
+a counter), labels from a bounded set (stream, group, action, status; never an entry ID).
+
+Series stay bounded however many streams a run works on: the `max_units` (stream, group)
+units with the most pending entries get series of their own, the others are summed into
+one unit labelled ``stream="(other)", group="(other)"`` (their oldest idle time: the
+largest), and ``redis_stream_recovery_run_units_aggregated`` says how many that is."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from recovery.metrics.after import AfterRun
+
+PREFIX = "redis_stream_recovery_"
+OTHER = "(other)"  # the stream and group label of the aggregate unit
+STATUSES = ("ok", "partial", "failed")
+UNIT_LABELS = ("stream", "group")
+LAST_SUCCESS = PREFIX + "last_success_timestamp_seconds"
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What one run knows when it ends. `totals`: entries by action, this run; `units`:
+    the summary's per (stream, group) rows (``stream``, ``group``, an entry count per
+    action); `health`: the group health rows as found before the run (``pending``, ``lag``,
+    ``oldest_idle_ms``, ``dead_letter_length``); `after`: the state read right after it."""
+
+    status: str
+    exit_code: int
+    started_s: float  # epoch seconds
+    duration_s: float
+    totals: Mapping[str, int] = field(default_factory=dict)
+    not_due: int = 0
+    skipped: int = 0
+    units: list[dict[str, Any]] = field(default_factory=list)
+    health: list[dict[str, Any]] = field(default_factory=list)
+    after: AfterRun = field(default_factory=AfterRun)
+
+
+@dataclass
+class UnitSeries:
+    """One (stream, group)'s values: pending after the run, lag and oldest idle time as
+    found before it (None: unknown), entries by action this run."""
+
+    stream: str
+    group: str
+    pending: int | None = None
+    lag: int | None = None
+    oldest_idle_ms: int | None = None
+    entries: dict[str, int] = field(default_factory=dict)
+
+
+def run_registry(facts: RunFacts, max_units: int) -> CollectorRegistry:
+    """The run's gauges (the run group's push: replaces everything the previous run of the
+    same grouping key pushed, so a unit that is gone leaves no stale series)."""
+    registry = CollectorRegistry()
+    gauge(registry, "run_status", "1 for this run's status (ok, partial, failed), 0 for the "
+          "others", ("status",), (((s,), int(s == facts.status)) for s in STATUSES))
+    gauge(registry, "run_exit_code", "The job's exit code: 0 ok, 2 bad config, 1 other",
+          (), [((), facts.exit_code)])
+    gauge(registry, "run_duration_seconds", "Wall time of the run, from the job's start to "
+          "the push", (), [((), facts.duration_s)])
+    gauge(registry, "run_start_timestamp_seconds", "When the run started (Unix time)", (),
+          [((), facts.started_s)])
+    gauge(registry, "run_entries", "Entries by action this run, all streams", ("action",),
+          (((str(action),), n) for action, n in facts.totals.items()))
+    gauge(registry, "run_not_due_entries", "Entries left pending this run, not due yet "
+          "under the backoff schedule", (), [((), facts.not_due)])
+    gauge(registry, "run_skipped_units", "Streams and groups the run skipped (missing, "
+          "wrong type, refused)", (), [((), facts.skipped)])
+    listed, aggregated = top_units(unit_series(facts), max_units)
+    gauge(registry, "run_units", "Streams and groups the run worked on", (),
+          [((), len(listed) + aggregated)])
+    gauge(registry, "run_units_aggregated", f"Of those, how many are summed into the "
+          f"stream=\"{OTHER}\" series (metrics.max_units)", (), [((), aggregated)])
+    add_unit_gauges(registry, listed, facts)
+    return registry
+
+
+def success_registry(at_s: float) -> CollectorRegistry:
+    """The success group's one gauge, pushed only by a run that succeeded (exit 0)."""
+    registry = CollectorRegistry()
+    gauge(registry, "last_success_timestamp_seconds", "When a run last succeeded (Unix "
+          "time, exit code 0)", (), [((), at_s)])
+    return registry
+
+
+def add_unit_gauges(registry: CollectorRegistry, units: list[UnitSeries],
+                    facts: RunFacts) -> None:
+    """The per (stream, group) and per dead-letter stream gauges of `units`."""
+    gauge(registry, "pending_entries", "Entries in the group's PEL, read right after the run",
+          UNIT_LABELS, (((u.stream, u.group), u.pending) for u in units
+                        if u.pending is not None))
+    gauge(registry, "oldest_idle_seconds", "Idle time of the group's oldest pending entry as "
+          "the run found it, before it claimed", UNIT_LABELS,
+          (((u.stream, u.group), u.oldest_idle_ms / 1000) for u in units
+           if u.oldest_idle_ms is not None))
+    gauge(registry, "lag_entries", "Entries not yet delivered to the group, as found before "
+          "the run (absent where the server cannot tell)", UNIT_LABELS,
+          (((u.stream, u.group), u.lag) for u in units if u.lag is not None))
+    gauge(registry, "group_entries", "Entries by action this run, per stream and group",
+          (*UNIT_LABELS, "action"), (((u.stream, u.group, str(action)), u.entries.get(action, 0))
+                                     for u in units for action in facts.totals))
+    streams = list(dict.fromkeys(u.stream for u in units))
+    lengths = dead_letter_lengths(facts)
+    listed = set(streams)
+    other = sum(n for s, n in lengths.items() if s not in listed)
+    gauge(registry, "dead_letter_entries", "Length of the stream's dead-letter stream, read "
+          "right after the run", ("stream",),
+          [*(((s,), lengths[s]) for s in streams if s in lengths),
+           *([((OTHER,), other)] if OTHER in streams else [])])
+
+
+def dead_letter_lengths(facts: RunFacts) -> dict[str, int]:
+    """Stream -> its dead-letter stream's length: after the run where read, else as the
+    health found it before."""
+    before = {h["stream"]: h["dead_letter_length"] for h in facts.health
+              if h.get("dead_letter_length") is not None}
+    return {**before, **facts.after.dead_letters}
+
+
+def unit_series(facts: RunFacts) -> list[UnitSeries]:
+    """Every (stream, group) of the health or the summary's units, with its values."""
+    series: dict[tuple[str, str], UnitSeries] = {}
+    for h in facts.health:
+        key = (h["stream"], h["group"])
+        series[key] = UnitSeries(*key, lag=h.get("lag"), oldest_idle_ms=h.get("oldest_idle_ms"))
+    for row in facts.units:
+        key = (row["stream"], row["group"])
+        unit = series.setdefault(key, UnitSeries(*key))
+        unit.entries = {a: int(row.get(a, 0)) for a in facts.totals}
+    for key, unit in series.items():
+        unit.pending = facts.after.pending.get(key)
+    return [series[key] for key in sorted(series)]
+
+
+def top_units(units: list[UnitSeries], limit: int) -> tuple[list[UnitSeries], int]:
+    """The `limit` units with the most pending entries (then the oldest idle), and, when
+    there are more, one more: the others summed (``OTHER``). Also returns how many were
+    summed."""
+    if len(units) <= limit:
+        return units, 0
+    ranked = sorted(units, key=lambda u: (u.pending or 0, u.oldest_idle_ms or 0), reverse=True)
+    rest = ranked[limit:]
+    other = UnitSeries(OTHER, OTHER)
+    known = [u for u in rest if u.pending is not None]
+    other.pending = sum(u.pending or 0 for u in known) if known else None
+    lags = [u.lag for u in rest if u.lag is not None]
+    other.lag = sum(lags) if lags else None
+    idle = [u.oldest_idle_ms for u in rest if u.oldest_idle_ms is not None]
+    other.oldest_idle_ms = max(idle) if idle else None
+    for unit in rest:
+        for action, n in unit.entries.items():
+            other.entries[action] = other.entries.get(action, 0) + n
+    return [*ranked[:limit], other], len(rest)
+
+
+def gauge(registry: CollectorRegistry, name: str, help_text: str, labels: tuple[str, ...],
+          values: Iterable[tuple[Any, Any]]) -> None:
+    """Register ``PREFIX + name`` in `registry` with one sample per (label values, value)."""
+    metric = Gauge(PREFIX + name, help_text, labels, registry=registry)
+    for label_values, value in values:
+        (metric.labels(*label_values) if labels else metric).set(value)

@@ -1,0 +1,83 @@
+"""The push to a Prometheus Pushgateway, which never changes a run's outcome: a push that
+fails (the Pushgateway down, a wrong URL, refused credentials) is one WARNING line and a
+``metrics`` entry in the JSON summary saying so.
+
+Two groups per grouping key (``job``, ``instance``, ``kind``), both replaced whole (PUT) by
+each push: the run's group, pushed by every run (a unit gone since the last run leaves no
+stale series); and, pushed only by a run that succeeded, the same key plus
+``outcome="success"`` holding ``redis_stream_recovery_last_success_timestamp_seconds``, so a
+failed run never erases when the job last succeeded."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from prometheus_client import CollectorRegistry, push_to_gateway
+from prometheus_client.exposition import basic_auth_handler, default_handler
+
+from recovery.settings.metrics import MetricsSettings
+
+log = logging.getLogger(__name__)
+
+
+def grouping_key(metrics: MetricsSettings, kind: str) -> dict[str, str]:
+    """The labels (besides ``job``) that name a run's group on the Pushgateway: the
+    deployment (``metrics.instance``) and the job's kind (``recover``, ``recover_dry_run``,
+    ...), so neither another deployment nor a dry run overwrites this one's metrics."""
+    return {"instance": metrics.instance, "kind": kind}
+
+
+def push_metrics(metrics: MetricsSettings, kind: str, run: CollectorRegistry,
+                 success: CollectorRegistry | None) -> dict[str, Any]:
+    """Push `run` to the run's group and, if given, `success` to the success group.
+    Returns the summary's ``metrics`` entry: ``pushed`` (bool), ``url``, ``job``,
+    ``grouping_key``, ``series`` (samples pushed) and, when the push failed, ``error``.
+    Never raises for a failed push."""
+    url = str(metrics.pushgateway_url)
+    key = grouping_key(metrics, kind)
+    entry: dict[str, Any] = {"pushed": False, "url": url, "job": metrics.job,
+                             "grouping_key": key, "series": series_count(run)}
+    try:
+        push_to_gateway(url, job=metrics.job, registry=run, grouping_key=key,
+                        timeout=metrics.timeout_s, handler=_handler(metrics))
+        if success is not None:
+            push_to_gateway(url, job=metrics.job, registry=success,
+                            grouping_key={**key, "outcome": "success"},
+                            timeout=metrics.timeout_s, handler=_handler(metrics))
+            entry["series"] += series_count(success)
+    except Exception as exc:  # any failure of the push: the run stands
+        entry["error"] = describe(exc)
+        log.warning("metrics: push to %s failed (%s); the run's outcome and exit code stand",
+                    url, entry["error"])
+        return entry
+    entry["pushed"] = True
+    log.info("metrics: pushed %d series to %s (job %s, %s)", entry["series"], url,
+             metrics.job, ", ".join(f"{k}={v}" for k, v in key.items()))
+    return entry
+
+
+def _handler(metrics: MetricsSettings) -> Any:
+    """prometheus_client's request handler: basic auth when a user is set (the password
+    from the settings, which read it from the environment or a file), else the default."""
+    if metrics.username is None:
+        return default_handler
+    username = metrics.username
+    password = metrics.password.get_secret_value() if metrics.password else ""
+
+    def handler(url: str, method: str, timeout: float | None, headers: list[tuple[str, str]],
+                data: bytes) -> Any:
+        return basic_auth_handler(url, method, timeout, headers, data, username, password)
+
+    return handler
+
+
+def describe(exc: Exception) -> str:
+    """A failed push in a few words (the class and its message: neither holds the
+    password, which only ever travels in a request header)."""
+    return f"{type(exc).__name__}: {exc}".strip()
+
+
+def series_count(registry: CollectorRegistry) -> int:
+    """How many samples (series) `registry` holds."""
+    return sum(len(family.samples) for family in registry.collect())

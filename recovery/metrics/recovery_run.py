@@ -1,0 +1,74 @@
+"""The recovery job's metrics (``jobs/recover.py``): its summary, its group health as found
+before the run and the state read right after it, pushed once at the end of the run
+(``recovery.metrics.push``), whatever the run's outcome. Off unless
+``metrics.pushgateway_url`` is set."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any
+
+from recovery.metrics.after import AfterRun, read_after_run
+from recovery.metrics.families import STATUSES, RunFacts, run_registry, success_registry
+from recovery.metrics.push import describe, push_metrics
+from recovery.redis_io.redis_conn import connect
+from recovery.report.run_report import RunSummary
+from recovery.settings.model import Settings, redis_params
+
+log = logging.getLogger(__name__)
+
+
+def push_recovery_metrics(settings: Settings, summary: RunSummary | None, exit_code: int,
+                          started_s: float, dry_run: bool = False) -> dict[str, Any] | None:
+    """Push one recovery run's metrics and put the outcome in the summary's ``metrics``
+    (also returned); None when metrics are off. `started_s`: the job's start (Unix time).
+    Never raises: the run's outcome and exit code stand whatever happens here."""
+    metrics = settings.metrics
+    if metrics.pushgateway_url is None:
+        return None
+    try:
+        facts, pending_read = recovery_facts(settings, summary, exit_code, started_s)
+        entry = push_metrics(metrics, "recover_dry_run" if dry_run else "recover",
+                             run_registry(facts, metrics.max_units),
+                             success_registry(time.time()) if exit_code == 0 else None)
+        entry["pending"] = pending_read
+    except Exception as exc:  # metrics never change a run's outcome
+        entry = {"pushed": False, "url": metrics.pushgateway_url, "error": describe(exc)}
+        log.warning("metrics: not pushed (%s); the run's outcome and exit code stand",
+                    entry["error"])
+    if summary is not None:
+        summary.metrics = entry
+    return entry
+
+
+def recovery_facts(settings: Settings, summary: RunSummary | None, exit_code: int,
+                   started_s: float) -> tuple[RunFacts, str]:
+    """The run's facts, and where its pending counts come from: ``after the run`` (read
+    now), or why they are missing."""
+    status = summary.status if summary is not None else "failed"
+    if exit_code != 0 or status not in STATUSES:
+        status = "failed"
+    if summary is None:
+        return RunFacts(status, exit_code, started_s, time.time() - started_s), "no run"
+    units = {(h["stream"], h["group"]) for h in summary.unit_health}
+    units |= {(u["stream"], u["group"]) for u in summary.units}
+    after, pending_read = AfterRun(), "after the run"
+    if units:
+        try:
+            after = read_state_after(settings, sorted(units))
+        except Exception as exc:  # Redis gone meanwhile: push what is known
+            pending_read = f"not read ({describe(exc)})"
+            log.info("metrics: the state after the run could not be read: %s", pending_read)
+    return RunFacts(status, exit_code, started_s, time.time() - started_s,
+                    totals=summary.totals, not_due=summary.not_due,
+                    skipped=len(summary.skipped), units=summary.units,
+                    health=summary.unit_health, after=after), pending_read
+
+
+def read_state_after(settings: Settings, units: list[tuple[str, str]]) -> AfterRun:
+    """``recovery.metrics.after.read_after_run`` over a client of its own."""
+    client = connect(redis_params(settings))
+    with contextlib.closing(client):
+        return read_after_run(client, units, settings.dead_letter.suffix)

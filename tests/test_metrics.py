@@ -1,0 +1,257 @@
+"""The metrics a run pushes to a real Prometheus Pushgateway (recovery.metrics.families,
+recovery.metrics.after, recovery.metrics.push, recovery.metrics.recovery_run,
+recovery.settings.metrics): off by default; names, grouping keys and bounded series; the
+values pushed after a real run compared with Redis itself (XPENDING, XLEN) and with the JSON
+summary; a push that fails (nobody listening, refused credentials) leaves the run's outcome
+and exit code alone, with one WARNING line and the summary's ``metrics`` entry."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from redis import Redis
+
+from recovery.errors import ConfigError
+from recovery.metrics.after import AfterRun
+from recovery.metrics.families import (
+    LAST_SUCCESS,
+    OTHER,
+    PREFIX,
+    RunFacts,
+    run_registry,
+    success_registry,
+)
+from recovery.metrics.push import push_metrics, series_count
+from recovery.metrics.recovery_run import push_recovery_metrics
+from recovery.report.run_report import RunSummary
+from recovery.settings.metrics import MetricsSettings
+from recovery.settings.model import load_settings
+from recovery.testing.local_redis import LocalServer, free_port
+from tests.support.backlogs import seed
+from tests.support.fault_tools import job_args, run_in_process
+from tests.support.invariants import pel
+from tests.support.pushgateway import LocalPushgateway
+
+PASSWORD = "Quokka-5e1d-pushpass-2231"
+HANDLER = "handler.path=tests.support.handlers:verify_or_fail"  # fails the "fail" kind
+ACTIONS = ("reprocessed", "dead_lettered", "failed")
+
+
+@pytest.fixture(scope="module")
+def pushgateway() -> Iterator[LocalPushgateway]:
+    with LocalPushgateway() as gateway:
+        yield gateway
+
+
+@pytest.fixture(scope="module")
+def guarded_pushgateway() -> Iterator[LocalPushgateway]:
+    with LocalPushgateway(users={"pusher": PASSWORD}) as gateway:
+        yield gateway
+
+
+def facts(status: str = "ok", units: int = 2, pending: int = 3) -> RunFacts:
+    """A run's facts over `units` streams with one group each, `pending` entries in unit 0
+    and one fewer in each next unit (at least 0)."""
+    health = [{"stream": f"s{i}", "group": "g", "pending": 0, "lag": i if i % 2 else None,
+               "oldest_idle_ms": 1000 * (i + 1), "dead_letter_length": i} for i in range(units)]
+    rows = [{"stream": f"s{i}", "group": "g", "reprocessed": i, "dead_lettered": 1,
+             "failed": 0} for i in range(units)]
+    after = AfterRun({(f"s{i}", "g"): max(pending - i, 0) for i in range(units)},
+                     {f"s{i}": 10 + i for i in range(units)})
+    return RunFacts(status, 0 if status != "failed" else 1, 1_700_000_000.0, 12.5,
+                    totals={"reprocessed": sum(range(units)), "dead_lettered": units,
+                            "failed": 0},
+                    not_due=4, skipped=1, units=rows, health=health, after=after)
+
+
+def settings_for(url: str, **extra: object) -> MetricsSettings:
+    return MetricsSettings(pushgateway_url=url, **extra)  # type: ignore[arg-type]
+
+
+def labels(**pairs: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(pairs.items()))
+
+
+def test_metrics_are_off_by_default(tmp_path: Path) -> None:
+    """No [metrics] section: no push, no read, and the summary's ``metrics`` is null."""
+    settings = load_settings(None, ["streams.keys=a"])
+    summary = RunSummary("r1")
+    assert settings.metrics.pushgateway_url is None
+    assert push_recovery_metrics(settings, summary, 0, 0.0) is None
+    assert '"metrics":null' in summary.json_line()
+
+
+def test_a_password_in_the_url_is_refused_without_echoing_it() -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(None, ["streams.keys=a",
+                             f"metrics.pushgateway_url=http://pusher:{PASSWORD}@h:9091"])
+    assert "metrics.pushgateway_url" in str(refused.value)
+    assert PASSWORD not in str(refused.value)
+
+
+def test_the_password_file_is_read_and_masked(tmp_path: Path) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text(PASSWORD + "\n")
+    metrics = load_settings(None, ["streams.keys=a", "metrics.pushgateway_url=http://h:9091",
+                                   "metrics.username=pusher",
+                                   f"metrics.password_file={secret}"]).metrics
+    assert metrics.password is not None and metrics.password.get_secret_value() == PASSWORD
+    assert PASSWORD not in repr(metrics)
+
+
+def test_series_stay_bounded_at_100000_streams() -> None:
+    """max_units units of their own plus one (other) unit that sums the rest: the pending
+    series' sum is unchanged and the count of units aggregated is said."""
+    run = facts(units=100_000, pending=150_000)
+    registry = run_registry(run, max_units=10)
+    samples: dict[str, list[Any]] = {s.name: [] for f in registry.collect() for s in f.samples}
+    for family in registry.collect():
+        for sample in family.samples:
+            samples[sample.name].append(sample)
+    pending = samples[PREFIX + "pending_entries"]
+    assert len(pending) == 11
+    assert sum(s.value for s in pending) == sum(run.after.pending.values())
+    own = [s.labels["stream"] for s in pending if s.labels["stream"] != OTHER]
+    assert own == [f"s{i}" for i in range(10)]  # those with the most pending
+    assert [s.value for s in samples[PREFIX + "run_units_aggregated"]] == [99_990]
+    other = {s.labels["stream"] for s in samples[PREFIX + "dead_letter_entries"]}
+    assert OTHER in other and len(other) == 11
+    assert series_count(registry) < 200
+    assert all("id" not in s.labels for ss in samples.values() for s in ss)
+
+
+def test_a_push_lands_in_its_own_group(pushgateway: LocalPushgateway) -> None:
+    """Two kinds (a run and a dry run) and two instances never overwrite each other; the
+    next push of a group replaces it whole (a unit gone leaves no stale series)."""
+    metrics = settings_for(pushgateway.url, instance="a")
+    assert push_metrics(metrics, "recover", run_registry(facts(units=3), 100),
+                        success_registry(1_700_000_100.0))["pushed"]
+    assert push_metrics(metrics, "recover_dry_run", run_registry(facts(units=2), 100),
+                        None)["pushed"]
+    assert push_metrics(settings_for(pushgateway.url, instance="b"), "recover",
+                        run_registry(facts(units=1), 100), None)["pushed"]
+    pending = pushgateway.series(PREFIX + "pending_entries")
+    key = {"job": "redis_stream_recovery", "instance": "a", "kind": "recover"}
+    assert pending[labels(**key, stream="s2", group="g")] == 1
+    assert labels(job="redis_stream_recovery", instance="a", kind="recover_dry_run",
+                  stream="s1", group="g") in pending
+    assert labels(job="redis_stream_recovery", instance="b", kind="recover", stream="s0",
+                  group="g") in pending
+    lag = pushgateway.series(PREFIX + "lag_entries")  # absent where the server has none
+    assert labels(**key, stream="s1", group="g") in lag
+    assert labels(**key, stream="s0", group="g") not in lag
+    push_metrics(metrics, "recover", run_registry(facts(units=1), 100), None)
+    pending = pushgateway.series(PREFIX + "pending_entries")
+    assert labels(**key, stream="s2", group="g") not in pending
+    assert labels(**key, stream="s0", group="g") in pending
+
+
+def test_a_failed_run_keeps_the_last_success(pushgateway: LocalPushgateway) -> None:
+    metrics = settings_for(pushgateway.url, instance="fails")
+    push_metrics(metrics, "recover", run_registry(facts(), 100), success_registry(1_700.0))
+    push_metrics(metrics, "recover", run_registry(facts("failed"), 100), None)
+    key = {"job": "redis_stream_recovery", "instance": "fails", "kind": "recover"}
+    last = {k: v for k, v in pushgateway.series(LAST_SUCCESS).items() if ("instance", "fails") in k}
+    assert last == {labels(**key, outcome="success"): 1_700.0}
+    status = pushgateway.series(PREFIX + "run_status")
+    assert status[labels(**key, status="failed")] == 1
+    assert status[labels(**key, status="ok")] == 0
+    assert pushgateway.series(PREFIX + "run_exit_code")[labels(**key)] == 1
+
+
+def test_nobody_listening_is_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    metrics = settings_for(f"http://127.0.0.1:{free_port()}", timeout_s=2)
+    with caplog.at_level(logging.INFO, logger="recovery"):
+        entry = push_metrics(metrics, "recover", run_registry(facts(), 100), None)
+    assert entry["pushed"] is False and "refused" in entry["error"].lower()
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "metrics: push to" in warnings[0].getMessage()
+
+
+def test_refused_credentials_are_one_warning_and_never_logged(
+        guarded_pushgateway: LocalPushgateway, caplog: pytest.LogCaptureFixture) -> None:
+    wrong = settings_for(guarded_pushgateway.url, username="pusher", password="wrong-one")
+    with caplog.at_level(logging.INFO, logger="recovery"):
+        entry = push_metrics(wrong, "recover", run_registry(facts(), 100), None)
+    assert entry["pushed"] is False and "401" in entry["error"]
+    assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1
+    right = settings_for(guarded_pushgateway.url, username="pusher", password=PASSWORD)
+    with caplog.at_level(logging.INFO, logger="recovery"):
+        assert push_metrics(right, "recover", run_registry(facts(), 100), None)["pushed"]
+    assert guarded_pushgateway.series(PREFIX + "run_status")
+    assert PASSWORD not in caplog.text and "wrong-one" not in caplog.text
+
+
+def pushed(gateway: LocalPushgateway, name: str, kind: str = "recover") -> dict[str, float]:
+    """`name`'s samples of the default grouping key, by their labels other than the key's,
+    as ``label=value,...`` text."""
+    key = {("job", "redis_stream_recovery"), ("instance", "default"), ("kind", kind)}
+    found = {}
+    for pairs, value in gateway.series(name).items():
+        if key <= set(pairs):
+            found[",".join(f"{k}={v}" for k, v in pairs if (k, v) not in key)] = value
+    return found
+
+
+@pytest.mark.slow
+def test_a_run_pushes_what_redis_shows(spark: SparkSession, redis_server: LocalServer,
+                                       tmp_path: Path) -> None:
+    """After a real run: pending per group equals XPENDING's count (after the run, not the
+    count before it), the dead-letter length XLEN's, entries by action the summary's."""
+    client: Redis = redis_server.client()
+    streams = ["met-a", "met-b"]
+    seed(client, streams, ["g1"])
+    before = len(pel(client, "met-a", "g1"))
+    with LocalPushgateway() as gateway:
+        result = run_in_process(spark, job_args(redis_server.url, tmp_path, streams, HANDLER,
+                                                f"metrics.pushgateway_url={gateway.url}"))
+        assert result.code == 0, result.stderr[-3000:]
+        summary = result.summary
+        assert summary["metrics"]["pushed"] is True, summary["metrics"]
+        assert summary["metrics"]["pending"] == "after the run"
+        pending = pushed(gateway, PREFIX + "pending_entries")
+        dead = pushed(gateway, PREFIX + "dead_letter_entries")
+        run_entries = pushed(gateway, PREFIX + "run_entries")
+        group_entries = pushed(gateway, PREFIX + "group_entries")
+        status = pushed(gateway, PREFIX + "run_status")
+        last_success = pushed(gateway, LAST_SUCCESS)
+    for stream in streams:
+        now = client.xpending(stream, "g1")["pending"]
+        assert pending[f"group=g1,stream={stream}"] == now == 20 != before
+        assert dead[f"stream={stream}"] == client.xlen("{" + stream + "}:dlq") > 0
+    assert run_entries == {f"action={a}": n for a, n in summary["totals"].items()}
+    assert group_entries == {f"action={a},group={u['group']},stream={u['stream']}": u[a]
+                             for u in summary["units"] for a in summary["totals"]}
+    assert status["status=ok"] == 1 and status["status=failed"] == 0
+    assert list(last_success) == ["outcome=success"]
+
+
+@pytest.mark.slow
+def test_a_dead_pushgateway_changes_nothing(spark: SparkSession, redis_server: LocalServer,
+                                            tmp_path: Path,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """The same run with nobody at the Pushgateway's address: exit 0, the same Redis
+    outcome, one WARNING line and the summary's ``metrics`` entry saying so."""
+    client: Redis = redis_server.client()
+    seed(client, ["met-dead"], ["g1"])
+    url = f"http://127.0.0.1:{free_port()}"
+    with caplog.at_level(logging.INFO, logger="recovery"):
+        result = run_in_process(spark, job_args(redis_server.url, tmp_path, ["met-dead"],
+                                                HANDLER, f"metrics.pushgateway_url={url}",
+                                                "metrics.timeout_s=2"))
+    assert result.code == 0, result.stderr[-3000:]
+    assert result.summary["status"] == "ok" and result.summary["exit_code"] == 0
+    metrics = result.summary["metrics"]
+    assert metrics["pushed"] is False and metrics["url"] == url and metrics["error"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING
+                and r.name.startswith("recovery.metrics")]  # (the job warns of its failed)
+    assert len(warnings) == 1 and "metrics: push to" in warnings[0], warnings
+    totals = result.summary["totals"]
+    assert totals["reprocessed"] == 120 and totals["dead_lettered"] == 18
+    assert client.xlen("{met-dead}:dlq") == 18
+    assert client.xpending("met-dead", "g1")["pending"] == 20  # the failed and the fresh
