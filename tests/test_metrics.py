@@ -1,14 +1,18 @@
 """The metrics a run pushes to a real Prometheus Pushgateway (recovery.metrics.families,
 recovery.metrics.after, recovery.metrics.push, recovery.metrics.recovery_run,
-recovery.settings.metrics): off by default; names, grouping keys and bounded series; the
-values pushed after a real run compared with Redis itself (XPENDING, XLEN) and with the JSON
-summary; a push that fails (nobody listening, refused credentials) leaves the run's outcome
-and exit code alone, with one WARNING line and the summary's ``metrics`` entry."""
+recovery.metrics.dead_letter_jobs, recovery.settings.metrics): off by default; names,
+grouping keys and bounded series; the values pushed after a real run compared with Redis
+itself (XPENDING, XLEN) and with the JSON summary; a push that fails (nobody listening,
+refused credentials) leaves the run's outcome and exit code alone, with one WARNING line and
+the summary's ``metrics`` entry."""
 
 from __future__ import annotations
 
+import io
+import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +20,8 @@ import pytest
 from pyspark.sql import SparkSession
 from redis import Redis
 
+from recovery.cli.dead_letters import dead_letters_main
+from recovery.cli.redrive import redrive_main
 from recovery.errors import ConfigError
 from recovery.metrics.after import AfterRun
 from recovery.metrics.families import (
@@ -255,3 +261,46 @@ def test_a_dead_pushgateway_changes_nothing(spark: SparkSession, redis_server: L
     assert totals["reprocessed"] == 120 and totals["dead_lettered"] == 18
     assert client.xlen("{met-dead}:dlq") == 18
     assert client.xpending("met-dead", "g1")["pending"] == 20  # the failed and the fresh
+
+
+def json_summary(main: Callable[[], int]) -> tuple[int, dict[str, Any]]:
+    """Run an entry point in this process: its exit code and its JSON summary line."""
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(io.StringIO()):
+        code = main()
+    return code, json.loads(out.getvalue().strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_the_dead_letter_jobs_push_to_groups_of_their_own(
+        spark: SparkSession, redis_server: LocalServer, tmp_path: Path) -> None:
+    """A recovery run, a dead-letter read and a redrive push to one Pushgateway, each to its
+    own group (none erases another's); the lengths they push are XLEN's at their end, the
+    counts their summaries'."""
+    client: Redis = redis_server.client()
+    seed(client, ["met-dl"], ["g1"])
+    dlq = "{met-dl}:dlq"
+    with LocalPushgateway() as gateway:
+        sets = [f"redis.url={redis_server.url}", "streams.keys=met-dl",
+                f"report.path={tmp_path}", f"metrics.pushgateway_url={gateway.url}"]
+        args = [a for s in sets for a in ("--set", s)]
+        recovered = run_in_process(spark, job_args(redis_server.url, tmp_path, ["met-dl"],
+                                                   HANDLER, sets[-1]))
+        assert recovered.code == 0 and client.xlen(dlq) == 18
+        code, read = json_summary(lambda: dead_letters_main(args, lambda: spark))
+        assert code == 0 and read["metrics"]["pushed"] is True, read["metrics"]
+        assert pushed(gateway, PREFIX + "dead_letter_entries", "dead_letters") == {
+            "stream=met-dl": 18}
+        assert read["totals"]["dead_letters"] == 18
+        assert pushed(gateway, PREFIX + "run_entries", "dead_letters") == {"action=read": 18}
+        ages = pushed(gateway, PREFIX + "dead_letter_oldest_age_seconds", "dead_letters")
+        assert list(ages) == ["stream=met-dl"] and ages["stream=met-dl"] >= 0
+        code, redriven = json_summary(lambda: redrive_main(args))
+        assert code == 0 and redriven["metrics"]["pushed"] is True, redriven["metrics"]
+        assert redriven["totals"]["redriven"] == 18 and client.xlen(dlq) == 0
+        assert pushed(gateway, PREFIX + "run_entries", "redrive") == {
+            f"action={a}": n for a, n in redriven["totals"].items()}
+        assert pushed(gateway, PREFIX + "dead_letter_entries", "redrive") == {"stream=met-dl": 0}
+        for kind in ("recover", "dead_letters", "redrive"):  # each group still there
+            assert list(pushed(gateway, LAST_SUCCESS, kind)) == ["outcome=success"]
+            assert pushed(gateway, PREFIX + "run_status", kind)["status=ok"] == 1

@@ -8,13 +8,16 @@ Errors are one line on stderr; the last line of stdout is always a JSON summary.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from typing import Any, cast
 
 from pyspark.sql import SparkSession
 
 from recovery.cli.common import Outcome, common_parser, exit_code_of, loaded_settings, setup_logging
 from recovery.dead_letters.report import DeadLetterSummary
 from recovery.dead_letters.run import run_dead_letters
+from recovery.metrics.dead_letter_jobs import push_dead_letters_metrics
 from recovery.params import new_run_id
 from recovery.report.run_report import check_report_location
 from recovery.targets.keys import matched_nothing, warn
@@ -22,7 +25,10 @@ from recovery.targets.keys import matched_nothing, warn
 
 def dead_letters_main(argv: list[str] | None, session: Callable[[], SparkSession]) -> int:
     """Parse, load, read, report; return the exit code. `session` builds the SparkSession,
-    after the config is valid and the report directory writable."""
+    after the config is valid and the report directory writable. The metrics (``[metrics]``)
+    are pushed at the end, whatever the outcome."""
+    started_s = time.time()
+    loaded: dict[str, Any] = {}  # the settings, once known
 
     def body(summaries: list[Outcome]) -> None:
         args = common_parser("dead_letters", __doc__).parse_args(argv)
@@ -30,6 +36,7 @@ def dead_letters_main(argv: list[str] | None, session: Callable[[], SparkSession
         settings = loaded_settings(args)
         if settings is None:  # --print-config
             return
+        loaded["settings"] = settings
         check_report_location(settings.report.path)
         summary = DeadLetterSummary(args.run_id or new_run_id())
         summaries.append(summary)
@@ -37,4 +44,9 @@ def dead_letters_main(argv: list[str] | None, session: Callable[[], SparkSession
         if not summary.totals["dead_letter_streams"] and not summary.skipped:
             warn(summary.warnings, matched_nothing(settings, "stream with a dead-letter stream"))
 
-    return exit_code_of(body, "dead-letter read")
+    def finish(summary: Outcome | None, code: int) -> None:
+        if "settings" in loaded:
+            push_dead_letters_metrics(loaded["settings"],
+                                      cast(DeadLetterSummary | None, summary), code, started_s)
+
+    return exit_code_of(body, "dead-letter read", finish)

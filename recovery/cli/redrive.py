@@ -9,9 +9,12 @@ Errors are one line on stderr; the last line of stdout is always a JSON summary.
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable
+from typing import Any, cast
 
 from recovery.cli.common import Outcome, common_parser, exit_code_of, loaded_settings, setup_logging
+from recovery.metrics.dead_letter_jobs import push_redrive_metrics
 from recovery.params import new_run_id
 from recovery.redrive.run import RedriveSummary, id_range, run_redrive
 from recovery.settings.model import Settings
@@ -30,7 +33,10 @@ def redrive_parser() -> argparse.ArgumentParser:
 
 def redrive_main(argv: list[str] | None, on_start: Callable[[], None] = lambda: None) -> int:
     """Parse, load, redrive, report; return the exit code. `on_start` runs after the config
-    is valid and before any Redis call (the entry point starts Spark there)."""
+    is valid and before any Redis call (the entry point starts Spark there). The metrics
+    (``[metrics]``) are pushed at the end, whatever the outcome."""
+    started_s = time.time()
+    loaded: dict[str, Any] = {}  # the settings, once known
 
     def body(summaries: list[Outcome]) -> None:
         args = redrive_parser().parse_args(argv)
@@ -38,6 +44,7 @@ def redrive_main(argv: list[str] | None, on_start: Callable[[], None] = lambda: 
         settings = loaded_settings(args, ["redrive.dry_run=true"] if args.dry_run else [])
         if settings is None:  # --print-config
             return
+        loaded["settings"] = settings
         id_range(settings.redrive)  # an empty range is a config error: exit 2 before anything
         on_start()
         summary = RedriveSummary(args.run_id or new_run_id())
@@ -46,7 +53,12 @@ def redrive_main(argv: list[str] | None, on_start: Callable[[], None] = lambda: 
         for message in redrive_warnings(settings, summary):
             warn(summary.warnings, message)
 
-    return exit_code_of(body, "redrive")
+    def finish(summary: Outcome | None, code: int) -> None:
+        if "settings" in loaded:
+            push_redrive_metrics(loaded["settings"], cast(RedriveSummary | None, summary),
+                                 code, started_s)
+
+    return exit_code_of(body, "redrive", finish)
 
 
 def redrive_warnings(settings: Settings, summary: RedriveSummary) -> list[str]:

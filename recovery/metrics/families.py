@@ -42,6 +42,9 @@ class RunFacts:
     units: list[dict[str, Any]] = field(default_factory=list)
     health: list[dict[str, Any]] = field(default_factory=list)
     after: AfterRun = field(default_factory=AfterRun)
+    # Stream -> its oldest dead letter's age (s), where the job read it (jobs/dead_letters.py).
+    dead_letter_ages: dict[str, float] = field(default_factory=dict)
+    worked_on: int | None = None  # what the job worked on, if not (stream, group) units
 
 
 @dataclass
@@ -75,13 +78,22 @@ def run_registry(facts: RunFacts, max_units: int) -> CollectorRegistry:
           "under the backoff schedule", (), [((), facts.not_due)])
     gauge(registry, "run_skipped_units", "Streams and groups the run skipped (missing, "
           "wrong type, refused)", (), [((), facts.skipped)])
-    listed, aggregated = top_units(unit_series(facts), max_units)
-    gauge(registry, "run_units", "Streams and groups the run worked on", (),
-          [((), len(listed) + aggregated)])
-    gauge(registry, "run_units_aggregated", f"Of those, how many are summed into the "
-          f"stream=\"{OTHER}\" series (metrics.max_units)", (), [((), aggregated)])
+    units = unit_series(facts)
+    listed, aggregated = top_units(units, max_units)
+    worked_on = len(units) if facts.worked_on is None else facts.worked_on
+    gauge(registry, "run_units", "Streams and groups the run worked on (a redrive or a "
+          "dead-letter read: streams)", (), [((), worked_on)])
+    gauge(registry, "run_units_aggregated", f"Of the streams and groups, how many are summed "
+          f"into the stream=\"{OTHER}\" series (metrics.max_units)", (), [((), aggregated)])
     add_unit_gauges(registry, listed, facts)
+    add_dead_letter_gauges(registry, facts, max_units)
     return registry
+
+
+def final_status(status: str | None, exit_code: int) -> str:
+    """A job's status for ``run_status``: its summary's (None: it had none), ``failed``
+    whenever the exit code is not 0."""
+    return status if exit_code == 0 and status in STATUSES else "failed"
 
 
 def success_registry(at_s: float) -> CollectorRegistry:
@@ -94,7 +106,7 @@ def success_registry(at_s: float) -> CollectorRegistry:
 
 def add_unit_gauges(registry: CollectorRegistry, units: list[UnitSeries],
                     facts: RunFacts) -> None:
-    """The per (stream, group) and per dead-letter stream gauges of `units`."""
+    """The per (stream, group) gauges of `units`."""
     gauge(registry, "pending_entries", "Entries in the group's PEL, read right after the run",
           UNIT_LABELS, (((u.stream, u.group), u.pending) for u in units
                         if u.pending is not None))
@@ -108,14 +120,26 @@ def add_unit_gauges(registry: CollectorRegistry, units: list[UnitSeries],
     gauge(registry, "group_entries", "Entries by action this run, per stream and group",
           (*UNIT_LABELS, "action"), (((u.stream, u.group, str(action)), u.entries.get(action, 0))
                                      for u in units for action in facts.totals))
-    streams = list(dict.fromkeys(u.stream for u in units))
+
+
+def add_dead_letter_gauges(registry: CollectorRegistry, facts: RunFacts,
+                           max_units: int) -> None:
+    """Per dead-letter stream (named by its source stream): its length and its oldest dead
+    letter's age where known; the `max_units` longest, the others summed (ages: the
+    oldest) into ``stream="(other)"``."""
     lengths = dead_letter_lengths(facts)
-    listed = set(streams)
-    other = sum(n for s, n in lengths.items() if s not in listed)
+    ranked = sorted(lengths, key=lambda s: (-lengths[s], s))
+    listed, rest = ranked[:max_units], ranked[max_units:]
+    ages = facts.dead_letter_ages
+    rest_ages = [ages[s] for s in rest if s in ages]
     gauge(registry, "dead_letter_entries", "Length of the stream's dead-letter stream, read "
           "right after the run", ("stream",),
-          [*(((s,), lengths[s]) for s in streams if s in lengths),
-           *([((OTHER,), other)] if OTHER in streams else [])])
+          [*(((s,), lengths[s]) for s in listed),
+           *([((OTHER,), sum(lengths[s] for s in rest))] if rest else [])])
+    gauge(registry, "dead_letter_oldest_age_seconds", "Age of the stream's oldest dead "
+          "letter, where the job read it", ("stream",),
+          [*(((s,), ages[s]) for s in listed if s in ages),
+           *([((OTHER,), max(rest_ages))] if rest_ages else [])])
 
 
 def dead_letter_lengths(facts: RunFacts) -> dict[str, int]:

@@ -11,11 +11,14 @@ failed run never erases when the job last succeeded."""
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, push_to_gateway
 from prometheus_client.exposition import basic_auth_handler, default_handler
 
+from recovery.metrics.families import RunFacts, run_registry, success_registry
 from recovery.settings.metrics import MetricsSettings
 
 log = logging.getLogger(__name__)
@@ -26,6 +29,22 @@ def grouping_key(metrics: MetricsSettings, kind: str) -> dict[str, str]:
     deployment (``metrics.instance``) and the job's kind (``recover``, ``recover_dry_run``,
     ...), so neither another deployment nor a dry run overwrites this one's metrics."""
     return {"instance": metrics.instance, "kind": kind}
+
+
+def push_run(metrics: MetricsSettings, kind: str, facts_of: Callable[[], RunFacts],
+             exit_code: int) -> dict[str, Any]:
+    """Push the metrics of one run of a job of `kind`: the run group, and the success group
+    when `exit_code` is 0. `facts_of` gathers the facts (it may read Redis). Returns the
+    summary's ``metrics`` entry; never raises: whatever fails here, the run stands."""
+    try:
+        facts = facts_of()
+        return push_metrics(metrics, kind, run_registry(facts, metrics.max_units),
+                            success_registry(time.time()) if exit_code == 0 else None)
+    except Exception as exc:  # metrics never change a run's outcome
+        entry = {"pushed": False, "url": metrics.pushgateway_url, "error": describe(exc)}
+        log.warning("metrics: not pushed (%s); the run's outcome and exit code stand",
+                    entry["error"])
+        return entry
 
 
 def push_metrics(metrics: MetricsSettings, kind: str, run: CollectorRegistry,

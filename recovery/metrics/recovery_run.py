@@ -11,8 +11,8 @@ import time
 from typing import Any
 
 from recovery.metrics.after import AfterRun, read_after_run
-from recovery.metrics.families import STATUSES, RunFacts, run_registry, success_registry
-from recovery.metrics.push import describe, push_metrics
+from recovery.metrics.families import RunFacts, final_status
+from recovery.metrics.push import describe, push_run
 from recovery.redis_io.redis_conn import connect
 from recovery.report.run_report import RunSummary
 from recovery.settings.model import Settings, redis_params
@@ -25,19 +25,18 @@ def push_recovery_metrics(settings: Settings, summary: RunSummary | None, exit_c
     """Push one recovery run's metrics and put the outcome in the summary's ``metrics``
     (also returned); None when metrics are off. `started_s`: the job's start (Unix time).
     Never raises: the run's outcome and exit code stand whatever happens here."""
-    metrics = settings.metrics
-    if metrics.pushgateway_url is None:
+    if settings.metrics.pushgateway_url is None:
         return None
-    try:
+    read: list[str] = []  # where the pending counts come from, once known
+
+    def facts_of() -> RunFacts:
         facts, pending_read = recovery_facts(settings, summary, exit_code, started_s)
-        entry = push_metrics(metrics, "recover_dry_run" if dry_run else "recover",
-                             run_registry(facts, metrics.max_units),
-                             success_registry(time.time()) if exit_code == 0 else None)
-        entry["pending"] = pending_read
-    except Exception as exc:  # metrics never change a run's outcome
-        entry = {"pushed": False, "url": metrics.pushgateway_url, "error": describe(exc)}
-        log.warning("metrics: not pushed (%s); the run's outcome and exit code stand",
-                    entry["error"])
+        read.append(pending_read)
+        return facts
+
+    entry = push_run(settings.metrics, "recover_dry_run" if dry_run else "recover", facts_of,
+                     exit_code)
+    entry["pending"] = read[0] if read else None
     if summary is not None:
         summary.metrics = entry
     return entry
@@ -47,9 +46,7 @@ def recovery_facts(settings: Settings, summary: RunSummary | None, exit_code: in
                    started_s: float) -> tuple[RunFacts, str]:
     """The run's facts, and where its pending counts come from: ``after the run`` (read
     now), or why they are missing."""
-    status = summary.status if summary is not None else "failed"
-    if exit_code != 0 or status not in STATUSES:
-        status = "failed"
+    status = final_status(summary.status if summary is not None else None, exit_code)
     if summary is None:
         return RunFacts(status, exit_code, started_s, time.time() - started_s), "no run"
     units = {(h["stream"], h["group"]) for h in summary.unit_health}

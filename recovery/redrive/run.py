@@ -57,6 +57,7 @@ class RedriveSummary(JsonLine):
     error: str | None = None
     exit_code: int = 0  # the entry point's exit code (recovery.errors), set as it exits
     warnings: list[str] = field(default_factory=list)  # a selection that matched nothing
+    metrics: dict[str, Any] | None = None  # the metrics push (None: metrics off)
 
     def add_unit(self, unit: dict[str, Any]) -> None:
         self.units.append(unit)

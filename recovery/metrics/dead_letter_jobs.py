@@ -1,0 +1,69 @@
+"""The metrics of the two dead-letter jobs, pushed once at the end of each run
+(``recovery.metrics.push``) like the recovery job's: ``jobs/redrive.py`` (kind ``redrive``
+or ``redrive_dry_run``: entries examined, matched and redriven, each dead-letter stream's
+length after the redrive) and ``jobs/dead_letters.py`` (kind ``dead_letters``: dead letters
+read, each dead-letter stream's length and oldest dead letter's age). Off unless
+``metrics.pushgateway_url`` is set."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from recovery.dead_letters.report import DeadLetterSummary
+from recovery.metrics.after import AfterRun
+from recovery.metrics.families import RunFacts, final_status
+from recovery.metrics.push import push_run
+from recovery.redrive.run import RedriveSummary
+from recovery.settings.model import Settings
+
+
+def push_redrive_metrics(settings: Settings, summary: RedriveSummary | None, exit_code: int,
+                         started_s: float) -> dict[str, Any] | None:
+    """Push a redrive's metrics; the outcome goes into the summary's ``metrics`` (also
+    returned; None when metrics are off). Never raises."""
+    if settings.metrics.pushgateway_url is None:
+        return None
+
+    def facts_of() -> RunFacts:
+        if summary is None:
+            return RunFacts("failed", exit_code, started_s, time.time() - started_s)
+        left = {u["stream"]: int(u["left_in_dead_letter"]) for u in summary.units
+                if u.get("left_in_dead_letter") is not None}
+        return RunFacts(final_status(summary.status, exit_code), exit_code, started_s,
+                        time.time() - started_s, totals=summary.totals,
+                        skipped=len(summary.skipped), after=AfterRun(dead_letters=left),
+                        worked_on=len(summary.units))
+
+    dry_run = summary is not None and summary.dry_run
+    entry = push_run(settings.metrics, "redrive_dry_run" if dry_run else "redrive", facts_of,
+                     exit_code)
+    if summary is not None:
+        summary.metrics = entry
+    return entry
+
+
+def push_dead_letters_metrics(settings: Settings, summary: DeadLetterSummary | None,
+                              exit_code: int, started_s: float) -> dict[str, Any] | None:
+    """Push a dead-letter read's metrics; the outcome goes into the summary's ``metrics``
+    (also returned; None when metrics are off). Never raises."""
+    if settings.metrics.pushgateway_url is None:
+        return None
+
+    def facts_of() -> RunFacts:
+        if summary is None:
+            return RunFacts("failed", exit_code, started_s, time.time() - started_s)
+        lengths = {s["stream"]: int(s["length"]) for s in summary.streams
+                   if s.get("length") is not None}
+        ages = {s["stream"]: float(s["oldest_age_s"]) for s in summary.streams
+                if s.get("oldest_age_s") is not None}
+        return RunFacts(final_status(summary.status, exit_code), exit_code, started_s,
+                        time.time() - started_s,
+                        totals={"read": summary.totals["dead_letters"]},
+                        skipped=len(summary.skipped), after=AfterRun(dead_letters=lengths),
+                        dead_letter_ages=ages, worked_on=len(summary.streams))
+
+    entry = push_run(settings.metrics, "dead_letters", facts_of, exit_code)
+    if summary is not None:
+        summary.metrics = entry
+    return entry
