@@ -39,7 +39,7 @@ from recovery.settings.metrics import MetricsSettings
 from recovery.settings.model import load_settings
 from recovery.testing.local_redis import LocalServer, free_port
 from tests.support.backlogs import seed
-from tests.support.fault_tools import job_args, run_in_process
+from tests.support.fault_tools import finished, job_args, run_in_process, spark_submit
 from tests.support.invariants import pel
 from tests.support.pushgateway import LocalPushgateway
 
@@ -304,3 +304,26 @@ def test_the_dead_letter_jobs_push_to_groups_of_their_own(
         for kind in ("recover", "dead_letters", "redrive"):  # each group still there
             assert list(pushed(gateway, LAST_SUCCESS, kind)) == ["outcome=success"]
             assert pushed(gateway, PREFIX + "run_status", kind)["status=ok"] == 1
+
+
+@pytest.mark.slow
+def test_spark_submit_pushes_with_the_password_from_the_environment(
+        redis_server: LocalServer, guarded_pushgateway: LocalPushgateway, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under spark-submit, basic auth with ``RECOVERY_METRICS__PASSWORD``: the push is
+    accepted, and the password appears in neither the command line nor any output."""
+    client: Redis = redis_server.client()
+    seed(client, ["met-submit"], ["g1"])
+    monkeypatch.setenv("RECOVERY_METRICS__PASSWORD", PASSWORD)
+    args = job_args(redis_server.url, tmp_path / "reports", ["met-submit"], HANDLER,
+                    f"metrics.pushgateway_url={guarded_pushgateway.url}",
+                    "metrics.username=pusher", "metrics.instance=submitted")
+    proc = spark_submit(args, tmp_path / "logs")
+    result = finished(proc, tmp_path / "logs", timeout_s=240)
+    assert result.code == 0, result.stderr[-3000:]
+    assert result.summary["metrics"]["pushed"] is True, result.summary["metrics"]
+    assert PASSWORD not in result.stderr and PASSWORD not in " ".join(map(str, proc.args))
+    pending = guarded_pushgateway.series(PREFIX + "pending_entries")
+    key = labels(job="redis_stream_recovery", instance="submitted", kind="recover",
+                 stream="met-submit", group="g1")
+    assert pending[key] == client.xpending("met-submit", "g1")["pending"] == 20
