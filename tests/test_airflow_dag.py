@@ -1,4 +1,4 @@
-"""The example DAGs in dags/ under a real Airflow 3 with the Spark provider.
+"""The example DAGs in dags/ under a real Airflow 3 (providers-standard for the approval).
 
 Airflow (about 660 MB with its dependencies) lives in its own virtualenv, never in the
 project's: these tests run when AIRFLOW_PYTHON names that venv's interpreter. ``make test``
@@ -10,14 +10,17 @@ project's: these tests run when AIRFLOW_PYTHON names that venv's interpreter. ``
     AIRFLOW_PYTHON=.venv-airflow/bin/python \
         .venv/bin/python -m pytest -m airflow tests/test_airflow_dag.py
 
-Each DAG run is real: spark-submit (the project venv's, local[2]) runs the job against a
-throwaway Redis; the test checks the task state, the XCom value and Redis itself.
+Each DAG run is real: the project venv's ``redis-stream-recovery`` (spark-submit, local[2])
+runs the job against a throwaway Redis; the test checks the task state, the XCom value and
+Redis itself. The Airflow side (scripts run with AIRFLOW_PYTHON, the approval through the REST
+API, the deadline callback) is in tests/support/airflow_runs.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,9 +30,16 @@ from redis import Redis
 
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.testing.backlog import add_entries, deliver, make_stuck, seed_demo_backlog
+from tests.support.airflow_runs import (
+    AIRFLOW_PYTHON,
+    ROOT,
+    airflow_finish,
+    airflow_run,
+    airflow_start,
+    answer_approval,
+    fire_deadline,
+)
 
-AIRFLOW_PYTHON = os.environ.get("AIRFLOW_PYTHON")
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [
     pytest.mark.airflow,
     pytest.mark.slow,  # an Airflow process per DAG run
@@ -38,30 +48,6 @@ pytestmark = [
                        "test`, or set AIRFLOW_PYTHON=.venv-airflow/bin/python (see the module "
                        "docstring)"),
 ]
-
-# Runs inside the Airflow venv: parse the DAG folder, optionally run one DAG (with a run
-# conf, JSON), print JSON. A run Airflow refuses to start (params) reports its error.
-RUNNER = """
-import json, sys
-from airflow.dag_processing.dagbag import DagBag
-bag = DagBag(dag_folder=sys.argv[1])
-result = {"errors": {k: str(v) for k, v in bag.import_errors.items()},
-          "tasks": {d: [type(t).__name__ for t in dag.tasks] for d, dag in bag.dags.items()}}
-if len(sys.argv) > 2:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    try:
-        run = bag.dags[sys.argv[2]].test(run_conf=json.loads(sys.argv[3]))
-    except Exception as exc:
-        result.update(state="not started", error=f"{type(exc).__name__}: {exc}")
-    else:
-        with create_session() as session:
-            rows = session.query(XComModel).filter_by(dag_id=run.dag_id, run_id=run.run_id,
-                                                      key="return_value").all()
-            result.update(state=str(run.state), xcom=[r.value for r in rows])
-print("RESULT " + json.dumps(result))
-"""
-
 
 @pytest.fixture(scope="module")
 def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
@@ -72,28 +58,15 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
            "AIRFLOW_VAR_RECOVERY_APP_DIR": str(ROOT),
-           "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}",  # the project's spark-submit
+           # the project's redis-stream-recovery and spark-submit
+           "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}",
            "PYSPARK_PYTHON": sys.executable}
+    env.pop("RECOVERY_REDIS__PASSWORD", None)  # the connection's or none
     airflow = str(Path(AIRFLOW_PYTHON or "").parent / "airflow")
     for command in (["db", "migrate"], ["dags", "reserialize"]):
         subprocess.run([airflow, *command], env=env, check=True, capture_output=True,
                        timeout=300)
     return env
-
-
-def airflow_run(env: dict[str, str], dag_id: str | None = None, conf: dict | None = None,
-                **variables: str) -> dict:
-    """Parse the DAGs; with `dag_id`, run that DAG once (`conf`: its params) with these
-    Airflow Variables. Returns ``errors``, ``tasks`` and, for a run, ``state`` and ``xcom``
-    (or ``error`` when Airflow refused to start the run)."""
-    extra = {f"AIRFLOW_VAR_{k.upper()}": v for k, v in variables.items()}
-    run = [dag_id, json.dumps(conf)] if dag_id else []
-    argv = [AIRFLOW_PYTHON or "", "-c", RUNNER, str(ROOT / "dags"), *run]
-    done = subprocess.run(argv, env={**env, **extra}, capture_output=True, text=True,
-                          timeout=600)
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert lines, done.stdout[-3000:] + done.stderr[-3000:]
-    return json.loads(lines[-1].removeprefix("RESULT "))
 
 
 def write_config(tmp_path: Path, url: str) -> Path:
@@ -104,46 +77,105 @@ def write_config(tmp_path: Path, url: str) -> Path:
     return config
 
 
-def test_dags_parse_without_import_errors(airflow_env):
+def job_run_id(run: dict, task_id: str, try_number: int = 1) -> str:
+    """The --run-id the DAGs give the job for one try of `task_id` in the Airflow run `run`
+    (the contract the DAG module's docstring states)."""
+    safe = re.sub(r"[^A-Za-z0-9._]+", "-", run["run_id"]).strip("-")
+    return f"{run['run_after']}-{safe}-{task_id}-{try_number}"
+
+
+def test_dags_parse_with_a_timeout_on_every_task(airflow_env):
     result = airflow_run(airflow_env)
     assert result["errors"] == {}
-    assert result["tasks"] == {"redis_stream_recovery": ["RecoverySubmitOperator"],
-                               "redis_stream_redrive": ["RecoverySubmitOperator"],
-                               "redis_stream_dry_run": ["RecoverySubmitOperator"],
-                               "redis_stream_apply_plan": ["RecoverySubmitOperator"]}
+    hour, five_minutes = 3600.0, 300.0
+    assert result["timeouts"] == {
+        "redis_stream_recovery": {"recover": hour},
+        "redis_stream_reviewed_recovery": {"dry_run": hour, "has_plan": five_minutes,
+                                           "approve": five_minutes, "apply_plan": hour},
+        "redis_stream_dry_run": {"dry_run": hour},
+        "redis_stream_apply_plan": {"apply_plan": hour},
+        "redis_stream_redrive": {"redrive": hour},
+        "redis_stream_dead_letters": {"dead_letters": hour}}
+    assert result["tasks"]["redis_stream_reviewed_recovery"]["approve"] == "ApprovalOperator"
 
 
-def test_recovery_dag_runs_the_job_and_pushes_its_summary(airflow_env, redis_server, tmp_path):
-    client = redis_server.client()
-    seed_demo_backlog(client, per_stream=200)
+PASSWORD = "airflow-conn-s3cret"
+
+
+def test_recovery_dag_runs_the_job_with_the_connection_password(airflow_env, redis_server,
+                                                                tmp_path):
+    """The scheduled DAG against a Redis that wants a password only the Airflow connection
+    ``redis_recovery`` holds (the config file has none): the job logs in, its summary is the
+    task's XCom, its run id is made from Airflow's, and no output names the password."""
+    seed_demo_backlog(redis_server.client(), per_stream=200)
+    redis_server.client().config_set("requirepass", PASSWORD)
+    client = Redis(port=redis_server.port, password=PASSWORD)
     config = write_config(tmp_path, redis_server.url)
+    conn = {"AIRFLOW_CONN_REDIS_RECOVERY": json.dumps({"conn_type": "generic",
+                                                       "password": PASSWORD})}
 
-    result = airflow_run(airflow_env, "redis_stream_recovery", recovery_config=str(config))
+    result = airflow_run({**airflow_env, **conn}, "redis_stream_recovery",
+                         recovery_config=str(config))
 
-    assert result["state"] == "success"
-    [summary] = result["xcom"]
+    assert result["state"] == "success", result["output"][-3000:]
+    summary = result["xcom"]["recover"]
     # 3 streams x 2 groups, every 40th of the 150 stuck entries is poison: 4 per group.
     assert (summary["status"], summary["totals"]["dead_lettered"]) == ("ok", 24)
     streams = ("orders", "payments", "shipments{eu}")
-    assert sum(client.xlen(dead_letter_key(s, ":dlq")) for s in streams) == 24
+    dead = [f for s in streams for _, f in client.xrange(dead_letter_key(s, ":dlq"))]
+    assert len(dead) == 24
+    run_id = job_run_id(result, "recover")
+    assert summary["run_id"] == run_id
+    assert {f[b"x-run-id"].decode() for f in dead} == {run_id}
+    assert summary["report_path"] == f"{tmp_path}/reports/entries/run_id={run_id}"
+    assert Path(summary["report_path"]).is_dir()
+    assert f"redis-stream-recovery run --config {config} --run-id {run_id}" in result["output"]
+    assert PASSWORD not in result["output"]
 
 
-def test_redrive_dag_dry_run_and_a_failing_job_fails_the_task(airflow_env, redis_server,
-                                                              tmp_path):
+def test_redrive_dag_dry_run_and_a_failing_job_calls_the_failure_notifiers(
+        airflow_env, redis_server, tmp_path):
     client = redis_server.client()
     client.xadd("orders", {"p": "0"})  # streams.match finds existing sources only
     client.xadd("{orders}:dlq", {"p": "1", "x-original-stream": "orders"})
     config = write_config(tmp_path, redis_server.url)
+    notified = tmp_path / "notified.jsonl"  # FAILURE_NOTIFIERS: a FileNotifier writing here
+    hooked = {**airflow_env, "NOTIFY_FILE": str(notified)}
 
-    dry = airflow_run(airflow_env, "redis_stream_redrive", recovery_config=str(config))
-    failed = airflow_run(airflow_env, "redis_stream_redrive",
+    dry = airflow_run(hooked, "redis_stream_redrive", recovery_config=str(config))
+    failed = airflow_run(hooked, "redis_stream_redrive",
                          recovery_config=str(tmp_path / "missing.toml"))
 
-    assert dry["state"] == "success"
-    assert dry["xcom"][0]["dry_run"] is True
-    assert dry["xcom"][0]["totals"]["matched"] == 1
+    assert dry["state"] == "success", dry["output"][-3000:]
+    assert dry["xcom"]["redrive"]["dry_run"] is True
+    assert dry["xcom"]["redrive"]["totals"]["matched"] == 1
     assert client.xlen("{orders}:dlq") == 1  # the DAG's default is a dry run
-    assert (failed["state"], failed["xcom"]) == ("failed", [])  # exit 2: the task failed
+    assert (failed["state"], failed["xcom"]) == ("failed", {})  # exit 2: the task failed
+    calls = [json.loads(line) for line in notified.read_text().splitlines()]
+    assert [(c["dag_id"], c["task_id"], c["run_id"]) for c in calls] == [
+        ("redis_stream_redrive", "redrive", failed["run_id"])]  # the failure only, once
+    assert "exception" in calls[0]["context_keys"]
+
+
+def test_deadline_callback_is_serialised_and_fires_the_notifier(airflow_env, tmp_path):
+    """DEADLINE_CALLBACK filled with a notifier (as the DAG file's comment says): both
+    scheduled DAGs carry a deadline alert, serialised as Airflow stores it; the triggerer's
+    CallbackTrigger run on it calls the notifier. (A missed deadline itself is the
+    scheduler's to detect, which dag.test() does not run.)"""
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    notified = tmp_path / "deadline.jsonl"
+
+    result = fire_deadline(airflow_env, folder, notified)
+
+    assert result["errors"] == {}
+    callback = {"path": "tests.support.airflow_notifier.FileNotifier",
+                "kwargs": {"path": str(notified)}, "reference": "DagRunQueuedAtDeadline"}
+    assert result["deadlines"] == {
+        "redis_stream_recovery": {**callback, "interval_s": 1800.0},
+        "redis_stream_dead_letters": {**callback, "interval_s": 7200.0}}
+    assert [e["state"] for e in result["events"]] == ["running", "success"], result["events"]
+    assert len(notified.read_text().splitlines()) == 1
 
 
 def stuck_entries(client: Redis, count: int, delivery_count: int = 1) -> list[str]:
@@ -165,11 +197,51 @@ def nonzero(totals: dict[str, int]) -> dict[str, int]:
     return {action: n for action, n in totals.items() if n}
 
 
+@pytest.mark.timeout(600)
+def test_reviewed_recovery_dag_applies_exactly_the_approved_plan(airflow_env, redis_server,
+                                                                 tmp_path):
+    """One DAG: the dry run changes nothing, the approval waits for a person (answered here
+    through Airflow's REST API) and shows the plan; after the approval the apply acks and
+    dead-letters exactly the planned entries, not those stuck while it waited."""
+    client = redis_server.client()
+    client.xgroup_create("orders", "billing", id="0", mkstream=True)
+    ok = stuck_entries(client, 6)
+    poison = stuck_entries(client, 2, delivery_count=9)  # over claim.max_deliveries (5)
+    config = str(write_config(tmp_path, redis_server.url))
+
+    run = airflow_start(airflow_env, "redis_stream_reviewed_recovery", recovery_config=config)
+    try:
+        waiting = answer_approval(airflow_env, "redis_stream_reviewed_recovery", "approve", "-")
+        assert len(waiting["asked"]) == 1, waiting["output"][-3000:]
+        assert (pel(client), client.exists("{orders}:dlq")) == (ok + poison, 0)  # dry run
+        later = stuck_entries(client, 3)  # not in the plan
+        approved = answer_approval(airflow_env, "redis_stream_reviewed_recovery", "approve",
+                                   "Approve")
+        result = airflow_finish(run)
+    finally:
+        run.kill()
+
+    assert approved["answer"]["status"] == 200, approved["answer"]
+    assert result["state"] == "success", result["output"][-3000:]
+    plan, summary = result["xcom"]["dry_run"], result["xcom"]["apply_plan"]
+    assert (plan["dry_run"], nonzero(plan["totals"])) == (True, {"would_reprocess": 6,
+                                                                 "would_dead_letter": 2})
+    assert plan["run_id"] == job_run_id(result, "dry_run")
+    assert plan["report_path"] in waiting["asked"][0]["body"]  # the approver sees the plan
+    assert '"would_dead_letter": 2' in waiting["asked"][0]["body"]
+    assert (summary["dry_run"], summary["plan"], nonzero(summary["totals"])) == (
+        False, plan["report_path"], {"reprocessed": 6, "dead_lettered": 2})
+    assert summary["run_id"] == job_run_id(result, "apply_plan")
+    assert pel(client) == later
+    dead = client.xrange("{orders}:dlq")
+    assert sorted(f[b"x-original-id"].decode() for _, f in dead) == sorted(poison)
+
+
+@pytest.mark.timeout(600)
 def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow_env, redis_server, tmp_path):
-    """The reviewed workflow: the dry run DAG changes nothing and names its plan in XCom; the
-    apply DAG, given it, acks and dead-letters exactly the planned entries (entries stuck
-    since are left pending); the apply DAG given a real run's report fails, Redis unchanged:
-    a DAG that ran a plain recovery instead would take the entries stuck since."""
+    """The same by hand, in two DAGs: the dry run DAG changes nothing and names its plan in
+    XCom; the apply DAG, given it, acks and dead-letters exactly the planned entries; given a
+    real run's report it fails, Redis unchanged (a plain recovery would take the later ones)."""
     client = redis_server.client()
     client.xgroup_create("orders", "billing", id="0", mkstream=True)
     ok = stuck_entries(client, 6)
@@ -177,8 +249,8 @@ def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow_env, redis_ser
     config = str(write_config(tmp_path, redis_server.url))
 
     dry = airflow_run(airflow_env, "redis_stream_dry_run", recovery_config=config)
-    assert dry["state"] == "success", dry
-    [plan] = dry["xcom"]
+    assert dry["state"] == "success", dry["output"][-3000:]
+    plan = dry["xcom"]["dry_run"]
     assert (plan["dry_run"], nonzero(plan["totals"])) == (True, {"would_reprocess": 6,
                                                                  "would_dead_letter": 2})
     assert plan["report_path"] == f"{tmp_path}/reports/entries/run_id={plan['run_id']}"
@@ -189,8 +261,8 @@ def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow_env, redis_ser
 
     applied = airflow_run(airflow_env, "redis_stream_apply_plan",
                           {"plan": plan["report_path"]}, recovery_config=config)
-    assert applied["state"] == "success", applied
-    [summary] = applied["xcom"]
+    assert applied["state"] == "success", applied["output"][-3000:]
+    summary = applied["xcom"]["apply_plan"]
     assert (summary["dry_run"], summary["plan"], nonzero(summary["totals"])) == (
         False, plan["report_path"], {"reprocessed": 6, "dead_lettered": 2})
     assert pel(client) == later
@@ -199,7 +271,7 @@ def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow_env, redis_ser
 
     refused = airflow_run(airflow_env, "redis_stream_apply_plan",
                           {"plan": summary["report_path"]}, recovery_config=config)
-    assert (refused["state"], refused["xcom"]) == ("failed", [])  # exit 2: a real run's report
+    assert (refused["state"], refused["xcom"]) == ("failed", {})  # exit 2: a real run's report
     assert (pel(client), client.xlen("{orders}:dlq")) == (later, 2)
 
 
@@ -208,3 +280,23 @@ def test_apply_plan_dag_refuses_a_trigger_without_a_plan(airflow_env):
         result = airflow_run(airflow_env, "redis_stream_apply_plan", conf)
         assert result["state"] == "not started", (conf, result)
         assert "plan" in result["error"], result["error"]
+
+
+def test_dead_letters_dag_reads_the_dead_letters_and_leaves_them(airflow_env, redis_server,
+                                                                  tmp_path):
+    client = redis_server.client()
+    client.xadd("orders", {"p": "0"})
+    for n in range(3):
+        client.xadd("{orders}:dlq", {"p": str(n), "x-original-stream": "orders",
+                                     "x-death-reason": "max-deliveries-exceeded"})
+    before = client.xrange("{orders}:dlq")
+    config = write_config(tmp_path, redis_server.url)
+
+    result = airflow_run(airflow_env, "redis_stream_dead_letters", recovery_config=str(config))
+
+    assert result["state"] == "success", result["output"][-3000:]
+    summary = result["xcom"]["dead_letters"]
+    assert (summary["status"], summary["run_id"]) == ("ok", job_run_id(result, "dead_letters"))
+    assert (summary["totals"]["dead_letter_streams"], summary["totals"]["dead_letters"]) == (1, 3)
+    assert Path(summary["report_path"]).is_dir()
+    assert client.xrange("{orders}:dlq") == before  # a read: Redis unchanged
