@@ -327,3 +327,23 @@ def test_spark_submit_pushes_with_the_password_from_the_environment(
     key = labels(job="redis_stream_recovery", instance="submitted", kind="recover",
                  stream="met-submit", group="g1")
     assert pending[key] == client.xpending("met-submit", "g1")["pending"] == 20
+
+
+@pytest.mark.slow
+def test_a_run_that_fails_pushes_failed_and_no_success(
+        spark: SparkSession, redis_server: LocalServer, tmp_path: Path) -> None:
+    """A run over its failure threshold (exit 1) still pushes: status failed, exit code 1,
+    its entries by action, and no last success; the exit code stays the run's."""
+    client: Redis = redis_server.client()
+    seed(client, ["met-fail"], ["g1"])
+    with LocalPushgateway() as gateway:
+        result = run_in_process(spark, job_args(redis_server.url, tmp_path, ["met-fail"],
+                                                HANDLER, "handler.max_failed_ratio=0.01",
+                                                f"metrics.pushgateway_url={gateway.url}"))
+        assert result.code == 1 and result.summary["status"] == "failed", result.stderr[-2000:]
+        assert result.summary["metrics"]["pushed"] is True
+        status = pushed(gateway, PREFIX + "run_status")
+        assert status["status=failed"] == 1 and status["status=ok"] == 0
+        assert pushed(gateway, PREFIX + "run_exit_code") == {"": 1}
+        assert pushed(gateway, PREFIX + "run_entries")["action=failed"] == 10
+        assert pushed(gateway, LAST_SUCCESS) == {}
