@@ -47,7 +47,7 @@ def job_defaults(submitted: SparkConf, environ: Mapping[str, str] = os.environ
       the report rows). On ``local-cluster[2,1,1024]`` at 10,000 x 100 it took 8-12 s off a
       run and did not slow the pass, Spark's report writer included (docs/PERFORMANCE.md).
       A local master has no executor JVM; there the driver's option is the submitter's
-      (README, "Running it");
+      (docs/PERFORMANCE.md, "JVM and start-up");
     - Spark's own log at WARN (``spark.log.level``) unless the submitter configured Spark's
       logging (:func:`own_log_config`): its INFO lines would bury the job's.
     """
