@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from recovery.driver.job import check_no_speculation, retries_tasks
 from recovery.errors import ConfigError
+from recovery.spark.tasks import check_no_speculation, retries_tasks
 
 
 @pytest.mark.parametrize("value", ["true", "TRUE", " true "])

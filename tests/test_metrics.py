@@ -1,5 +1,5 @@
 """The metrics a run pushes to a real Prometheus Pushgateway (recovery.metrics.families,
-recovery.metrics.after, recovery.metrics.push, recovery.metrics.recovery_run,
+recovery.report.after_run, recovery.metrics.push, recovery.metrics.recovery_run,
 recovery.metrics.dead_letter_jobs, recovery.settings.metrics): off by default; names,
 grouping keys and bounded series; the values pushed after a real run compared with Redis
 itself (XPENDING, XLEN) and with the JSON summary; a push that fails (nobody listening,
@@ -23,7 +23,6 @@ from redis import Redis
 from recovery.cli.dead_letters import dead_letters_main
 from recovery.cli.redrive import redrive_main
 from recovery.errors import ConfigError
-from recovery.metrics.after import AfterRun
 from recovery.metrics.families import (
     LAST_SUCCESS,
     OTHER,
@@ -34,6 +33,7 @@ from recovery.metrics.families import (
 )
 from recovery.metrics.push import push_metrics, series_count
 from recovery.metrics.recovery_run import push_recovery_metrics
+from recovery.report.after_run import AfterRun
 from recovery.report.run_report import RunSummary
 from recovery.settings.metrics import MetricsSettings
 from recovery.settings.model import load_settings

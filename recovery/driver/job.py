@@ -21,14 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 
 import redis
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from recovery.driver.discovery import (
@@ -61,7 +58,6 @@ from recovery.driver.progress.frontier import parts_order, progress_parts
 from recovery.driver.progress.reporter import ProgressReporter
 from recovery.driver.split import Split, split_units
 from recovery.driver.warm_up import WarmUp, warming_up
-from recovery.errors import ConfigError
 from recovery.executor.handover.lease import LEASE_ROWS
 from recovery.executor.handover.modes import ACTIONS, PLAN_ACTIONS
 from recovery.executor.histogram import merged_rows
@@ -77,6 +73,7 @@ from recovery.redis_io.journal import (
     open_journals,
 )
 from recovery.redis_io.redis_conn import connect, redis_errors
+from recovery.report.after_run import add_after_run
 from recovery.report.run_report import (
     RunSummary,
     check_report_location,
@@ -99,6 +96,12 @@ from recovery.schemas import (
 )
 from recovery.settings.model import Settings, executor_params
 from recovery.spark.errors import spark_errors
+from recovery.spark.tasks import (
+    check_no_speculation,
+    materialise_once,
+    retries_tasks,
+    session_conf,
+)
 from recovery.spark.transforms import units_of_parts
 from recovery.targets.dead_letter_streams import dead_letter_warnings
 from recovery.targets.keys import check_server
@@ -106,7 +109,6 @@ from recovery.targets.keys import check_server
 log = logging.getLogger(__name__)
 MAX_RECORDS_PER_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
 DEFAULT_RECORDS_PER_BATCH = 10_000  # Spark's default for the key above
-LOCAL_MASTER = re.compile(r"local(?:\[[^,\]]+(?:,\s*(\d+))?\])?")  # local, local[N], local[N,F]
 
 
 def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
@@ -157,6 +159,9 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             else:
                 summary.report_path = None
             fill_summary(summary, tallies, skipped, actions)
+            if units and not dry_run:
+                add_after_run(summary, client, [(u.stream, u.group) for u in units],
+                              settings.dead_letter.suffix)
             if not dry_run and summary.totals[Action.FAILED]:
                 summary.failed_errors = failed_errors(
                     read_run(spark, settings.report.path, params.run_id))
@@ -352,48 +357,3 @@ def _claim_then_apply(spark: SparkSession, settings: Settings, params: JobParams
     log.info("run %s: dead-letter, handler, acks and report done in %.1f s", params.run_id,
              time.monotonic() - started)
     return tallies
-
-
-def retries_tasks(master: str) -> bool:
-    """Whether Spark may run a task of this job more than once: yes, except in ``local``,
-    ``local[N]`` and ``local[N,1]``, where a failed task fails the job. On a cluster even
-    ``spark.task.maxFailures=1`` does not rule it out: a task lost with its executor
-    (decommissioned, preempted) runs again without counting as a failure."""
-    local = LOCAL_MASTER.fullmatch(master.strip())
-    return local is None or int(local.group(1) or 1) > 1
-
-
-@contextlib.contextmanager
-def session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
-    """Set `conf` in the session for the duration, then restore what was there (a shared
-    session, such as a notebook's, keeps its own settings)."""
-    before = {key: spark.conf.get(key, None) for key in conf}
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, old in before.items():
-            if old is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, old)
-
-
-def materialise_once(claimed: DataFrame) -> DataFrame:
-    """Run the claim now, exactly once, and keep its output: later actions read the
-    checkpoint instead of claiming again (a re-run claim would see its own entries as fresh
-    and skip them). On disk, not in memory: a backlog may be far bigger than the executors'
-    memory, and the hand-over streams it back batch by batch."""
-    return claimed.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
-
-
-def check_no_speculation(value: str | None) -> None:
-    """Refuse speculative execution (exit 2): it runs a claim or hand-over task twice at once,
-    which would claim entries the kept attempt never sees (left pending until the next run)
-    and hand entries to the handler twice."""
-    if str(value).strip().lower() == "true":
-        raise ConfigError(
-            "spark.speculation is true: this job's tasks claim and ack in Redis and must not "
-            "run twice at once; submit it with --conf spark.speculation=false"
-        )

@@ -11,10 +11,10 @@ import time
 from typing import Any
 
 from recovery.dead_letters.report import DeadLetterSummary
-from recovery.metrics.after import AfterRun
 from recovery.metrics.families import RunFacts, final_status
 from recovery.metrics.push import push_run
 from recovery.redrive.run import RedriveSummary
+from recovery.report.after_run import AfterRun
 from recovery.settings.model import Settings
 
 

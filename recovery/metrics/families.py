@@ -16,7 +16,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from recovery.metrics.after import AfterRun
+from recovery.report.after_run import AfterRun
 
 PREFIX = "redis_stream_recovery_"
 OTHER = "(other)"  # the stream and group label of the aggregate unit

@@ -10,10 +10,10 @@ import logging
 import time
 from typing import Any
 
-from recovery.metrics.after import AfterRun, read_after_run
 from recovery.metrics.families import RunFacts, final_status
 from recovery.metrics.push import describe, push_run
 from recovery.redis_io.redis_conn import connect
+from recovery.report.after_run import AfterRun, read_after_run
 from recovery.report.run_report import RunSummary
 from recovery.settings.model import Settings, redis_params
 
@@ -51,8 +51,8 @@ def recovery_facts(settings: Settings, summary: RunSummary | None, exit_code: in
         return RunFacts(status, exit_code, started_s, time.time() - started_s), "no run"
     units = {(h["stream"], h["group"]) for h in summary.unit_health}
     units |= {(u["stream"], u["group"]) for u in summary.units}
-    after, pending_read = AfterRun(), "after the run"
-    if units:
+    after, pending_read = summary.after or AfterRun(), "after the run"
+    if units and summary.after is None:
         try:
             after = read_state_after(settings, sorted(units))
         except Exception as exc:  # Redis gone meanwhile: push what is known
@@ -65,7 +65,7 @@ def recovery_facts(settings: Settings, summary: RunSummary | None, exit_code: in
 
 
 def read_state_after(settings: Settings, units: list[tuple[str, str]]) -> AfterRun:
-    """``recovery.metrics.after.read_after_run`` over a client of its own."""
+    """``recovery.report.after_run.read_after_run`` over a client of its own."""
     client = connect(redis_params(settings))
     with contextlib.closing(client):
         return read_after_run(client, units, settings.dead_letter.suffix)

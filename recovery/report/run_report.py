@@ -66,6 +66,11 @@ class RunSummary(JsonLine):
     failed_errors: list[dict[str, Any]] = field(default_factory=list)
     # The metrics push (recovery.metrics.push): None when metrics are off.
     metrics: dict[str, Any] | None = None
+    # The state right after the run (recovery.report.after_run; `health` is the state as
+    # found before it): {"units", "pending", "dead_letter_length"}; None in a dry run.
+    health_after: dict[str, Any] | None = None
+    # ...as read, per unit, for the metrics (kept out of the JSON line).
+    after: Any = field(default=None, repr=False, metadata={"json": False})
     # The group health rows as found (recovery.driver.health), for the metrics: kept out of
     # the JSON line (the health files hold them).
     unit_health: list[dict[str, Any]] = field(default_factory=list, repr=False,

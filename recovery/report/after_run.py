@@ -1,16 +1,22 @@
 """The state of the run's streams and groups right after the run, read on the driver for
-the metrics: each group's pending entries (XPENDING summary form) and each stream's
-dead-letter stream length (XLEN). Pipelined: a round trip per 1000 commands."""
+the summary and the metrics: each group's pending entries (XPENDING summary form) and each
+stream's dead-letter stream length (XLEN). Pipelined: a round trip per 1000 commands. (The
+summary's ``health`` is the state as found before the run; ``health_after`` this one.)"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.round_trips import each
+from recovery.report.run_report import RunSummary
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -40,3 +46,28 @@ def read_after_run(client: redis.Redis, units: Iterable[tuple[str, str]],
                  if isinstance(reply, (list, tuple)) and reply},
         dead_letters={stream: int(reply) for stream, reply in lengths.items()  # type: ignore[call-overload]
                       if not isinstance(reply, Exception)})
+
+
+def add_after_run(summary: RunSummary, client: redis.Redis, units: Iterable[tuple[str, str]],
+                  dlq_suffix: str) -> None:
+    """Read the state right after the run (:func:`read_after_run`) into `summary`: each unit
+    row's ``pending_after``, the ``health_after`` headline and, for the metrics, ``after``.
+    A read that fails (Redis gone meanwhile) leaves them unset and is logged: the run's
+    outcome stands."""
+    try:
+        after = read_after_run(client, units, dlq_suffix)
+    except redis.RedisError as exc:
+        log.warning("run %s: the state after the run could not be read (%s)", summary.run_id,
+                    type(exc).__name__)
+        return
+    summary.after = after
+    summary.health_after = after_totals(after)
+    for unit in summary.units:
+        unit["pending_after"] = after.pending.get((unit["stream"], unit["group"]))
+
+
+def after_totals(after: AfterRun) -> dict[str, Any]:
+    """The summary's ``health_after``: units read, their pending entries in all, and the
+    entries of their streams' dead-letter streams in all."""
+    return {"units": len(after.pending), "pending": sum(after.pending.values()),
+            "dead_letter_length": sum(after.dead_letters.values())}
