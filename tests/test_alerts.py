@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from recovery.metrics.families import PREFIX, RunFacts, run_registry, success_registry
+from recovery.metrics.families import PREFIX
+from tests.support.pushgateway import pushed_names
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "conf" / "alerts.yml"
@@ -44,12 +45,6 @@ def test_every_rule_is_tested_firing_and_quiet() -> None:
     assert alerts and {name for name, empty in cases if not empty} == set(alerts)
     assert {name for name, empty in cases if empty} >= set(alerts) - {
         "RedisStreamRecoveryHandlerFailing"}  # its quiet case: instance b beside a
-
-
-def pushed_names() -> set[str]:
-    """Every metric name a job pushes (the families of a run and of a success)."""
-    registries = [run_registry(RunFacts("ok", 0, 0.0, 1.0), 10), success_registry(0.0)]
-    return {family.name for registry in registries for family in registry.collect()}
 
 
 @pytest.mark.parametrize("path", [RULES, RULE_TESTS], ids=lambda p: p.name)

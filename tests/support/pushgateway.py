@@ -17,6 +17,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from recovery.metrics.families import RunFacts, run_registry, success_registry
 from recovery.testing.local_redis import free_port
 
 BINARY = shutil.which("prometheus-pushgateway") or "/usr/bin/prometheus-pushgateway"
@@ -100,3 +101,9 @@ class LocalPushgateway:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def pushed_names() -> set[str]:
+    """Every metric name a job pushes (the families of a run and of a success)."""
+    registries = [run_registry(RunFacts("ok", 0, 0.0, 1.0), 10), success_registry(0.0)]
+    return {family.name for registry in registries for family in registry.collect()}
