@@ -51,10 +51,14 @@ class Message:
 
 @dataclass(frozen=True)
 class Result:
-    """What a handler says about one message."""
+    """What a handler says about one message: success (acked), failure (stays pending and is
+    retried by the next run, dead-lettered at the delivery limit), or, with `final`, a failure
+    no retry can mend (a payload that does not parse, a customer that no longer exists): it
+    is dead-lettered in this run, ``x-death-reason`` ``handler-rejected``."""
 
     ok: bool
     error: str | None = None
+    final: bool = False
 
     @classmethod
     def success(cls) -> Result:
@@ -63,6 +67,11 @@ class Result:
     @classmethod
     def failure(cls, error: str) -> Result:
         return cls(False, error)
+
+    @classmethod
+    def dead_letter(cls, error: str) -> Result:
+        """Never retry this message: dead-letter it now, with `error`."""
+        return cls(False, error, final=True)
 
 
 Handler = Callable[[list[Message]], Sequence["Result | bool"]]
@@ -164,7 +173,7 @@ def _as_result(item: object) -> Result | None:
     if isinstance(item, Result):
         if item.error is None or len(item.error) <= MAX_ERROR_CHARS:
             return item  # frozen: safe to keep
-        return Result(item.ok, _clip(item.error))
+        return Result(item.ok, _clip(item.error), item.final)
     return None
 
 

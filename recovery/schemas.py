@@ -214,6 +214,7 @@ class DeathReason(StrEnum):
 
     OVER_LIMIT = "max-deliveries-exceeded"
     FAILED_AT_LIMIT = "handler-failed-at-limit"
+    REJECTED = "handler-rejected"  # the handler's Result.dead_letter: never retried
 
 
 class Mode(StrEnum):

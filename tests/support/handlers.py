@@ -41,6 +41,19 @@ def raises(messages: list[Message]) -> list[Result]:
     raise ValueError("boom")
 
 
+def verdicts(messages: list[Message]) -> list[Result]:
+    """Each message as its ``verdict`` field says: ``reject`` -> ``Result.dead_letter`` (with
+    the message's ``n`` in the error), ``fail`` -> a failure, anything else a success."""
+    results = []
+    for m in messages:
+        verdict = m.field(b"verdict")
+        n = (m.field(b"n") or b"?").decode()
+        results.append(Result.dead_letter(f"customer {n} no longer exists") if verdict == b"reject"
+                       else Result.failure(f"timeout on {n}") if verdict == b"fail"
+                       else Result.success())
+    return results
+
+
 def downstream_down(messages: list[Message]) -> list[Result]:
     """Fails every message as a service that is down would, with the message's own numbers in
     the text (one signature for all); a message with a ``kind`` field of ``bad`` fails with a

@@ -1,7 +1,8 @@
 """``reprocess.mode = handler`` (the default): the Python handler ``handler.path`` names
 gets each entry, chunk by chunk (``handler.batch_size`` rows), under a lease
 (``recovery.executor.handover.lease``); the entries it succeeded on are acked with the next
-lease read. Failures at the delivery limit are dead-lettered; the others stay pending."""
+lease read. Failures at the delivery limit, and those the handler rejects for good
+(``Result.dead_letter``), are dead-lettered; the others stay pending."""
 
 from __future__ import annotations
 
@@ -96,16 +97,19 @@ class HandlerMode(ReprocessMode):
 
 def _failed(params: JobParams, rb: RoutedBatch, rows: list[int], results: list[Result]
             ) -> list[DeadLetterJob]:
-    """Report failures below the limit (they stay pending); return those at the limit."""
-    at_limit: list[DeadLetterJob] = []
+    """Report failures below the limit (they stay pending); return those to dead-letter now:
+    the ones the handler rejected for good (``Result.dead_letter``) and those at the limit."""
+    now: list[DeadLetterJob] = []
     for i, res in zip(rows, results, strict=True):
         if res.ok:
             continue
-        if (rb.delivery_count[i] or 0) >= params.max_deliveries:
-            at_limit.append(DeadLetterJob(i, DeathReason.FAILED_AT_LIMIT, res.error))
+        if res.final:
+            now.append(DeadLetterJob(i, DeathReason.REJECTED, res.error))
+        elif (rb.delivery_count[i] or 0) >= params.max_deliveries:
+            now.append(DeadLetterJob(i, DeathReason.FAILED_AT_LIMIT, res.error))
         else:
             rb.set(i, Action.FAILED, REASON_HANDLER_FAILED, res.error)
-    return at_limit
+    return now
 
 
 MODE = HandlerMode()
