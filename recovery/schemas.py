@@ -215,6 +215,9 @@ class DeathReason(StrEnum):
     OVER_LIMIT = "max-deliveries-exceeded"
     FAILED_AT_LIMIT = "handler-failed-at-limit"
     REJECTED = "handler-rejected"  # the handler's Result.dead_letter: never retried
+    # A delivery count at the largest 64-bit integer: Redis 8.8's XNACK ... FATAL (or a
+    # counter that wrapped), never retried.
+    MAX_COUNT = "delivery-count-at-maximum"
 
 
 class Mode(StrEnum):

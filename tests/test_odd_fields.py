@@ -19,10 +19,14 @@ from redis import Redis
 
 from recovery.counts import INT64_MAX, MAX_CARRIED, count_of, saturated
 from recovery.dead_letters.read import dead_letter_row, page_batch
+from recovery.executor.claim.backoff import due_in_ms
 from recovery.executor.claimed import Claimed, carried_deliveries, with_carried
+from recovery.executor.handover.dead_letter import over_limit_reason
 from recovery.executor.handover.routed import RoutedBatch
+from recovery.executor.histogram import PelHistogram
 from recovery.params import Unit
 from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.settings.model import executor_params, load_settings
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from tests.support.backlogs import DEAD, HOUR_MS, binary_fields
 from tests.support.fault_tools import (
@@ -277,9 +281,11 @@ def test_a_pel_count_at_the_maximum_is_dead_lettered_and_nothing_raises(
     [letter] = dead_letters(client, "d2:a-poison")
     assert letter[b"x-original-id"] == poison.encode()
     assert letter[b"x-delivery-count"] == str(INT64_MAX).encode()
+    assert letter[b"x-death-reason"] == b"delivery-count-at-maximum"  # a reason of its own
     rows = rows_by_key(report_rows(spark, tmp_path, run_id) or [])
     [row] = rows[("d2:a-poison", GROUP, poison)]
     assert (row["action"], row["delivery_count"]) == ("dead_lettered", INT64_MAX)
+    assert row["reason"] == "delivery-count-at-maximum"
     assert rows[("d2:b-ok", GROUP, innocent)][0]["action"] == "reprocessed"
 
 
@@ -334,9 +340,22 @@ def test_the_dead_letter_reader_reads_odd_numbers_as_null(spark, redis_server, t
     assert {r.fields["name"].decode(): r.death_time for r in rows}["far"] is None
 
 
-def test_pel_histograms_bucket_counts_at_and_wrapped_past_the_maximum():
-    from recovery.executor.histogram import PelHistogram
+def test_redis_8_8_pel_shapes_route_as_they_should():
+    """Rows as Redis 8.8 shows them after XNACK: owner "", idle -1 (given up: due now under
+    any backoff schedule), and after XNACK ... FATAL the count at the int64 maximum (a
+    dead-letter reason of its own; a merely high count keeps the usual one)."""
+    params = executor_params(load_settings(None, ["streams.keys=s", "claim.backoff_factor=10"]),
+                             "r")
+    assert due_in_ms(params, 3, -1) == 0
+    assert due_in_ms(params, 3, 0) > 0  # the same entry merely fresh is not due
+    assert over_limit_reason(INT64_MAX) == "delivery-count-at-maximum"
+    assert over_limit_reason(6) == over_limit_reason(INT64_MAX - 1) == "max-deliveries-exceeded"
+    histogram = PelHistogram()
+    histogram.add([[b"1-0", b"", -1, INT64_MAX], [b"2-0", b"", -1, 1]])
+    assert histogram.row("s", "g")["oldest_idle_ms"] == -1
 
+
+def test_pel_histograms_bucket_counts_at_and_wrapped_past_the_maximum():
     histogram = PelHistogram()
     histogram.add([[b"1-0", b"c", 5, -(2**63)], [b"2-0", b"c", -1, INT64_MAX],
                    [b"3-0", b"c", 7, 1], [b"4-0", b"c", 7, -1]])

@@ -14,6 +14,7 @@ import redis
 
 from recovery.executor.claim.backoff import NotDue, due_in_ms
 from recovery.executor.claimed import odd_carried, with_carried
+from recovery.executor.handover.dead_letter import over_limit_reason
 from recovery.executor.handover.modes import mode_of
 from recovery.executor.handover.routed import ODD_CARRIED, route
 from recovery.executor.histogram import PelHistogram
@@ -35,7 +36,6 @@ from recovery.redis_io.streams import (
 from recovery.schemas import (
     PEL_HISTOGRAM,
     Action,
-    DeathReason,
     ReportRow,
     Route,
     arrow,
@@ -117,7 +117,7 @@ def _plan_row(params: JobParams, stream: str, group: str, entry_id: str, row: Pe
     if fields is None:
         action, reason = Action.DELETED, "entry deleted from the stream upstream"
     elif route(False, count, params.max_deliveries) == Route.DEAD_LETTER:
-        action, reason = Action.WOULD_DEAD_LETTER, DeathReason.OVER_LIMIT
+        action, reason = Action.WOULD_DEAD_LETTER, over_limit_reason(count)
     else:
         action = mode_of(params.reprocess_mode).planned
         reason = None

@@ -40,7 +40,11 @@ def wait_ms(params: JobParams, count: int, own: bool = False) -> float:
 
 
 def due_in_ms(params: JobParams, count: int, idle_ms: int, own: bool = False) -> int:
-    """0 when the entry is due now, else the ms until it is (rounded up)."""
+    """0 when the entry is due now, else the ms until it is (rounded up). A negative idle time
+    (Redis 8.8 shows -1 for an entry XNACKed back to the group) is due now: its consumer gave
+    it up."""
+    if idle_ms < 0:
+        return 0
     return max(0, math.ceil(wait_ms(params, count, own) - idle_ms))
 
 

@@ -16,13 +16,13 @@ import pyarrow as pa
 import redis
 
 from recovery.executor.claimed import Claimed
-from recovery.executor.handover.dead_letter import DeadLetterJob, dead_letter
+from recovery.executor.handover.dead_letter import dead_letter, over_limit
 from recovery.executor.handover.lease import REASON_GONE
 from recovery.executor.handover.modes import mode_of
 from recovery.executor.handover.ready import clear_deleted, ready
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams
-from recovery.schemas import Action, DeathReason, Route
+from recovery.schemas import Action, Route
 
 
 def apply_batch(client: redis.Redis, params: JobParams, claimed: Claimed,
@@ -38,8 +38,7 @@ def apply_batch(client: redis.Redis, params: JobParams, claimed: Claimed,
     for i in routes[Route.GONE]:  # a planned entry left alone has its note (plan_claim)
         rb.set(i, Action.SKIPPED, rb.plan_of(i)[1] or REASON_GONE)
     clear_deleted(client, rb, routes[Route.DELETED])
-    over_limit = [DeadLetterJob(i, DeathReason.OVER_LIMIT) for i in routes[Route.DEAD_LETTER]]
-    dead_letter(client, params, rb, over_limit)
+    dead_letter(client, params, rb, over_limit(rb, routes[Route.DEAD_LETTER]))
     rows = ready(client, params, rb, routes[Route.HANDLE])
     mode_of(params.reprocess_mode).hand_over(client, params, rb, rows, read_at)
     return rb.report()

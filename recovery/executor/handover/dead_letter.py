@@ -9,7 +9,7 @@ slot). Reply shapes: ``recovery.redis_io.scripts.dead_letter_units``.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import redis
 from redis.cluster import RedisCluster
 
+from recovery.counts import INT64_MAX
 from recovery.executor.handover.lease import REASON_DELETED, REASON_GONE, REASON_VANISHED
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams
@@ -31,7 +32,7 @@ from recovery.redis_io.scripts import (
     DeadLetterContext,
     dead_letter_units,
 )
-from recovery.schemas import Action
+from recovery.schemas import Action, DeathReason
 
 REASON_TOO_BIG = ("too many fields (~3950 at most) to move to the dead-letter stream from a "
                   "script; stays pending")
@@ -45,6 +46,18 @@ class DeadLetterJob:
     row: int
     reason: str
     error: str | None = None
+
+
+def over_limit(rb: RoutedBatch, rows: Iterable[int]) -> list[DeadLetterJob]:
+    """The jobs of `rows`, routed to the dead-letter stream by their delivery count: over the
+    limit, or at the largest count (:func:`over_limit_reason`)."""
+    return [DeadLetterJob(i, over_limit_reason(rb.delivery_count[i])) for i in rows]
+
+
+def over_limit_reason(count: int | None) -> DeathReason:
+    """``delivery-count-at-maximum`` for a count at INT64_MAX (Redis 8.8's XNACK ... FATAL
+    sets it, and the job reads a wrapped count so), else ``max-deliveries-exceeded``."""
+    return DeathReason.MAX_COUNT if count == INT64_MAX else DeathReason.OVER_LIMIT
 
 
 def batches(items: list[T], size: int) -> Iterator[list[T]]:

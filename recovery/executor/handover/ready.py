@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import redis
 
-from recovery.executor.handover.dead_letter import DeadLetterJob, dead_letter
+from recovery.executor.handover.dead_letter import dead_letter, over_limit
 from recovery.executor.handover.lease import REASON_DELETED, REASON_VANISHED, xack_commands
 from recovery.executor.handover.routed import RoutedBatch, group_rows, route
 from recovery.params import JobParams
 from recovery.redis_io.error_codes import unit_vanished
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import fetch_entries
-from recovery.schemas import Action, DeathReason, Route
+from recovery.schemas import Action, Route
 
 
 def clear_deleted(client: redis.Redis, rb: RoutedBatch, rows: list[int]) -> None:
@@ -40,8 +40,7 @@ def ready(client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[in
             rb.add_carried(i)
             if route(False, rb.delivery_count[i], params.max_deliveries) == Route.DEAD_LETTER:
                 over.add(i)
-    jobs = [DeadLetterJob(i, DeathReason.OVER_LIMIT) for i in sorted(over)]
-    dead_letter(client, params, rb, jobs)
+    dead_letter(client, params, rb, over_limit(rb, sorted(over)))
     return [i for i in rows if i not in over]
 
 

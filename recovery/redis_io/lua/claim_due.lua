@@ -62,7 +62,7 @@ for _, row in ipairs(rows) do
   if row[2] ~= consumer and count < limit and count > 1 then
     wait = math.min(min_idle * factor ^ (count - 1), cap)
   end
-  if idle >= wait then
+  if idle < 0 or idle >= wait then  -- -1: XNACKed (8.8), given up by its consumer: due
     due[#due + 1] = row
   else
     not_due = not_due + 1
