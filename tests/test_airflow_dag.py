@@ -197,6 +197,15 @@ def nonzero(totals: dict[str, int]) -> dict[str, int]:
     return {action: n for action, n in totals.items() if n}
 
 
+def plan_backlog(client: Redis, tmp_path: Path, url: str) -> tuple[list[str], list[str], str]:
+    """The reviewed recovery's backlog: 6 stuck entries of orders/billing and 2 over
+    claim.max_deliveries (5); returns them and the config file's path."""
+    client.xgroup_create("orders", "billing", id="0", mkstream=True)
+    ok = stuck_entries(client, 6)
+    poison = stuck_entries(client, 2, delivery_count=9)
+    return ok, poison, str(write_config(tmp_path, url))
+
+
 @pytest.mark.timeout(600)
 def test_reviewed_recovery_dag_applies_exactly_the_approved_plan(airflow_env, redis_server,
                                                                  tmp_path):
@@ -204,10 +213,7 @@ def test_reviewed_recovery_dag_applies_exactly_the_approved_plan(airflow_env, re
     through Airflow's REST API) and shows the plan; after the approval the apply acks and
     dead-letters exactly the planned entries, not those stuck while it waited."""
     client = redis_server.client()
-    client.xgroup_create("orders", "billing", id="0", mkstream=True)
-    ok = stuck_entries(client, 6)
-    poison = stuck_entries(client, 2, delivery_count=9)  # over claim.max_deliveries (5)
-    config = str(write_config(tmp_path, redis_server.url))
+    ok, poison, config = plan_backlog(client, tmp_path, redis_server.url)
 
     run = airflow_start(airflow_env, "redis_stream_reviewed_recovery", recovery_config=config)
     try:
@@ -243,10 +249,7 @@ def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow_env, redis_ser
     XCom; the apply DAG, given it, acks and dead-letters exactly the planned entries; given a
     real run's report it fails, Redis unchanged (a plain recovery would take the later ones)."""
     client = redis_server.client()
-    client.xgroup_create("orders", "billing", id="0", mkstream=True)
-    ok = stuck_entries(client, 6)
-    poison = stuck_entries(client, 2, delivery_count=9)  # over claim.max_deliveries (5)
-    config = str(write_config(tmp_path, redis_server.url))
+    ok, poison, config = plan_backlog(client, tmp_path, redis_server.url)
 
     dry = airflow_run(airflow_env, "redis_stream_dry_run", recovery_config=config)
     assert dry["state"] == "success", dry["output"][-3000:]

@@ -13,14 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from itertools import chain
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 from redis.commands.core import Script
 
-if TYPE_CHECKING:  # streams sends through round_trips, which loads these scripts
-    from recovery.redis_io.streams import Fields
-
+CopyFields = list[tuple[bytes, bytes]]  # a copy's (name, value) pairs, as streams.Fields
 LUA = resources.files("recovery.redis_io").joinpath("lua")
 # Every script of the job: each file in lua/, by its name without ``.lua`` (a
 # re-processing mode names its own in ``ReprocessMode.scripts``).
@@ -121,7 +119,7 @@ def dead_letter_units(client: redis.Redis, units: Sequence[DeadLetterUnit], pipe
 
 
 def requeue_batch(client: redis.Redis, stream: str, target: str, group: str, consumer: str,
-                  entries: Sequence[tuple[str, Fields]], pipe: Any = None) -> list[Any]:
+                  entries: Sequence[tuple[str, CopyFields]], pipe: Any = None) -> list[Any]:
     """Requeue `entries` ((id, the copy's fields), in ascending ID order) from `stream` to
     `target` in one atomic call; only entries pending and owned by `consumer` move. The job
     sends the copies' fields itself: no read per entry.
