@@ -8,7 +8,8 @@ read, each dead-letter stream's length and oldest dead letter's age). Off unless
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from recovery.dead_letters.report import DeadLetterSummary
 from recovery.metrics.families import RunFacts, final_status
@@ -22,12 +23,8 @@ def push_redrive_metrics(settings: Settings, summary: RedriveSummary | None, exi
                          started_s: float) -> dict[str, Any] | None:
     """Push a redrive's metrics; the outcome goes into the summary's ``metrics`` (also
     returned; None when metrics are off). Never raises."""
-    if settings.metrics.pushgateway_url is None:
-        return None
 
-    def facts_of() -> RunFacts:
-        if summary is None:
-            return RunFacts("failed", exit_code, started_s, time.time() - started_s)
+    def facts_of(summary: RedriveSummary) -> RunFacts:
         left = {u["stream"]: int(u["left_in_dead_letter"]) for u in summary.units
                 if u.get("left_in_dead_letter") is not None}
         return RunFacts(final_status(summary.status, exit_code), exit_code, started_s,
@@ -35,24 +32,16 @@ def push_redrive_metrics(settings: Settings, summary: RedriveSummary | None, exi
                         skipped=len(summary.skipped), after=AfterRun(dead_letters=left),
                         worked_on=len(summary.units))
 
-    dry_run = summary is not None and summary.dry_run
-    entry = push_run(settings.metrics, "redrive_dry_run" if dry_run else "redrive", facts_of,
-                     exit_code)
-    if summary is not None:
-        summary.metrics = entry
-    return entry
+    kind = "redrive_dry_run" if summary is not None and summary.dry_run else "redrive"
+    return _push(settings, kind, summary, facts_of, exit_code, started_s)
 
 
 def push_dead_letters_metrics(settings: Settings, summary: DeadLetterSummary | None,
                               exit_code: int, started_s: float) -> dict[str, Any] | None:
     """Push a dead-letter read's metrics; the outcome goes into the summary's ``metrics``
     (also returned; None when metrics are off). Never raises."""
-    if settings.metrics.pushgateway_url is None:
-        return None
 
-    def facts_of() -> RunFacts:
-        if summary is None:
-            return RunFacts("failed", exit_code, started_s, time.time() - started_s)
+    def facts_of(summary: DeadLetterSummary) -> RunFacts:
         lengths = {s["stream"]: int(s["length"]) for s in summary.streams
                    if s.get("length") is not None}
         ages = {s["stream"]: float(s["oldest_age_s"]) for s in summary.streams
@@ -63,7 +52,25 @@ def push_dead_letters_metrics(settings: Settings, summary: DeadLetterSummary | N
                         skipped=len(summary.skipped), after=AfterRun(dead_letters=lengths),
                         dead_letter_ages=ages, worked_on=len(summary.streams))
 
-    entry = push_run(settings.metrics, "dead_letters", facts_of, exit_code)
+    return _push(settings, "dead_letters", summary, facts_of, exit_code, started_s)
+
+
+S = TypeVar("S", RedriveSummary, DeadLetterSummary)
+
+
+def _push(settings: Settings, kind: str, summary: S | None, facts_of: Callable[[S], RunFacts],
+          exit_code: int, started_s: float) -> dict[str, Any] | None:
+    """Push one job's metrics of `kind` (facts from its summary; a run without one pushes
+    status failed), and put the outcome in the summary's ``metrics``. None when off."""
+    if settings.metrics.pushgateway_url is None:
+        return None
+
+    def facts() -> RunFacts:
+        if summary is None:
+            return RunFacts("failed", exit_code, started_s, time.time() - started_s)
+        return facts_of(summary)
+
+    entry = push_run(settings.metrics, kind, facts, exit_code)
     if summary is not None:
         summary.metrics = entry
     return entry
