@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import redis
 
+from recovery.params import Unit
 from recovery.redis_io.round_trips import in_transaction
 from recovery.redis_io.streams import (
     END_CURSOR,
@@ -65,29 +66,30 @@ class ClaimBatch:
     taken: str | None = None
 
 
-def claim_batch(client: redis.Redis, stream: str, group: str, consumer: str,
-                min_idle_ms: int, cursor: str, count: int) -> ClaimBatch:
-    """One XAUTOCLAIM step from `cursor`, with atomic XPENDING reads just before it: the
-    idle entries of the same range, and `consumer`'s own first entry from `cursor` on.
+def claim_batch(client: redis.Redis, unit: Unit, min_idle_ms: int, cursor: str, count: int
+                ) -> ClaimBatch:
+    """One XAUTOCLAIM step of `unit`'s stream and group from `cursor` (up to `count`
+    entries idle at least `min_idle_ms` ms, for its consumer), with atomic XPENDING reads just
+    before it: the idle entries of the same range, and the consumer's own first entry from
+    `cursor` on.
 
     MULTI/EXEC makes the three see the same PEL, so the last owner, idle time and count of
     each claimed entry are known. (XAUTOCLAIM's COUNT counts entries deleted upstream just as
     the XPENDING page does, and skips entries not idle enough without counting them: seen on
     Redis 6.2, 7.0 and Valkey 8.1.)
     """
-    replies = in_transaction(client, claim_commands(stream, group, consumer, min_idle_ms,
-                                                    cursor, count))
+    replies = in_transaction(client, claim_commands(unit, min_idle_ms, cursor, count))
     error = next((r for r in replies if isinstance(r, Exception)), None)
     if error is not None:
         raise error
     return claim_reply(*replies)
 
 
-def first_claims(client: redis.Redis, units: Sequence[tuple[str, str, str]],
-                 min_idle_ms: int, count: int, whole: bool = False
+def first_claims(client: redis.Redis, units: Sequence[Unit], min_idle_ms: int, count: int,
+                 whole: bool = False
                  ) -> list[ClaimBatch | Exception]:
-    """The first step (from ``0-0``) of :func:`claim_batch` for each (stream, group,
-    consumer) of `units`, all in one MULTI (one round trip, each unit's claim atomic with its
+    """The first step (from ``0-0``) of :func:`claim_batch` for each of `units`, all in one
+    MULTI (one round trip, each unit's claim atomic with its
     reads as in :func:`claim_batch`): a ClaimBatch per unit, or the error its stream or
     group answered (NOGROUP, WRONGTYPE: the other units are claimed all the same). On a
     Redis Cluster (a MULTI must stay in one slot) give one unit at a time.
@@ -105,7 +107,7 @@ class FirstClaims(NamedTuple):
     round sent ahead of reading it (``send_transaction(client, claims.commands())``, then
     ``claims.batches(sent.replies())``)."""
 
-    units: Sequence[tuple[str, str, str]]
+    units: Sequence[Unit]
     min_idle_ms: int
     claim_count: int  # claim.count: entries per step at most
     whole: bool
@@ -113,23 +115,21 @@ class FirstClaims(NamedTuple):
     def commands(self) -> list[tuple[object, ...]]:
         """The MULTI's commands, unit by unit."""
         make = whole_commands if self.whole else claim_commands
-        return [c for stream, group, consumer in self.units
-                for c in make(stream, group, consumer, self.min_idle_ms, END_CURSOR,
-                              self.claim_count)]
+        return [c for unit in self.units
+                for c in make(unit, self.min_idle_ms, END_CURSOR, self.claim_count)]
 
     def batches(self, replies: Sequence[Any]) -> list[ClaimBatch | Exception]:
         """A ClaimBatch, or the error its stream or group answered, per unit, from the
         MULTI's replies."""
         per_unit = WHOLE_REPLIES if self.whole else CLAIM_REPLIES
         result: list[ClaimBatch | Exception] = []
-        for (_, _, consumer), i in zip(self.units, range(0, len(replies), per_unit),
-                                       strict=True):
+        for unit, i in zip(self.units, range(0, len(replies), per_unit), strict=True):
             step = replies[i : i + per_unit]
             error = next((r for r in step if isinstance(r, Exception)), None)
             if error is not None:
                 result.append(error)
             elif self.whole:
-                result.append(whole_reply(step[0], step[1], consumer.encode(),
+                result.append(whole_reply(step[0], step[1], unit.consumer.encode(),
                                           self.min_idle_ms, self.claim_count))
             else:
                 result.append(claim_reply(*step))
@@ -139,10 +139,11 @@ class FirstClaims(NamedTuple):
 CLAIM_REPLIES = 3  # commands :func:`claim_commands` gives
 
 
-def claim_commands(stream: str, group: str, consumer: str, min_idle_ms: int, cursor: str,
-                   count: int) -> list[tuple[object, ...]]:
+def claim_commands(unit: Unit, min_idle_ms: int, cursor: str, count: int
+                   ) -> list[tuple[object, ...]]:
     """One claim step's commands: XPENDING IDLE of up to `count` rows from `cursor`,
-    XPENDING of `consumer`'s first entry from `cursor`, XAUTOCLAIM."""
+    XPENDING of the unit's consumer's first entry from `cursor`, XAUTOCLAIM."""
+    stream, group, consumer = unit.stream, unit.group, unit.consumer
     return [pending_command(stream, group, cursor, "+", count, min_idle_ms=min_idle_ms),
             pending_command(stream, group, cursor, "+", 1, consumer),
             ("XAUTOCLAIM", stream, group, consumer, min_idle_ms, cursor, "COUNT", count)]
@@ -189,12 +190,13 @@ class _Claimed(NamedTuple):
 WHOLE_REPLIES = 2  # commands :func:`whole_commands` gives
 
 
-def whole_commands(stream: str, group: str, consumer: str, min_idle_ms: int, cursor: str,
-                   count: int) -> list[tuple[object, ...]]:
+def whole_commands(unit: Unit, min_idle_ms: int, cursor: str, count: int
+                   ) -> list[tuple[object, ...]]:
     """A first claim step's commands with the whole PEL read: XPENDING of up to `count` rows
     from `cursor` (any owner, any idle time), XAUTOCLAIM."""
-    return [pending_command(stream, group, cursor, "+", count),
-            ("XAUTOCLAIM", stream, group, consumer, min_idle_ms, cursor, "COUNT", count)]
+    return [pending_command(unit.stream, unit.group, cursor, "+", count),
+            ("XAUTOCLAIM", unit.stream, unit.group, unit.consumer, min_idle_ms, cursor,
+             "COUNT", count)]
 
 
 def whole_reply(rows: list[PendingRow], reply: Sequence[Any], consumer: bytes,

@@ -14,24 +14,35 @@ A claimed ID the stream no longer holds is reported deleted, as XAUTOCLAIM's pat
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 
+from recovery.params import Unit
 from recovery.redis_io.autoclaim import ClaimBatch
 from recovery.redis_io.round_trips import script_replies
 from recovery.redis_io.scripts import scripts_for
 from recovery.redis_io.streams import END_CURSOR, ID, FlatFields, as_str, fetch_flats, next_id
 
 
-def claim_due_batch(client: redis.Redis, stream: str, group: str, consumer: str,
-                    min_idle_ms: int, cursor: str, count: int, schedule: Sequence[Any],
-                    ahead: int | None = None, end: str = "+",
+@dataclass(frozen=True)
+class DueStep:
+    """What one step under a backoff schedule reads: up to `count` PEL rows idle at least
+    `min_idle_ms` ms from `cursor` to `end` (IDs, inclusive); `schedule`, the schedule as the
+    script takes it (``recovery.executor.claim.backoff.schedule_args``)."""
+
+    min_idle_ms: int
+    cursor: str
+    count: int
+    schedule: Sequence[Any]
+    end: str = "+"
+
+
+def claim_due_batch(client: redis.Redis, unit: Unit, step: DueStep, ahead: int | None = None,
                     shared: tuple[str, str] | None = None) -> ClaimBatch:
-    """One step of a claim under a backoff schedule (``claim_due.lua``, atomic): up to
-    `count` PEL rows idle at least `min_idle_ms` ms from `cursor` to `end` (IDs, inclusive),
-    the due ones claimed for `consumer`; `schedule`:
-    ``recovery.executor.claim.backoff.schedule_args``.
+    """One step of a claim under a backoff schedule (``claim_due.lua``, atomic): the PEL rows
+    `step` reads of `unit`'s stream and group, the due ones claimed for its consumer.
 
     The same ClaimBatch as ``autoclaim.claim_batch`` (XAUTOCLAIM): `before` holds every row
     read, claimed or not; the next cursor is the ID after the last row read, ``0-0`` once a
@@ -47,8 +58,9 @@ def claim_due_batch(client: redis.Redis, stream: str, group: str, consumer: str,
     after the script (one XRANGE from the first of them).
     """
     sha = scripts_for(client)["claim_due"].sha
+    stream, cursor, count, end = unit.stream, step.cursor, step.count, step.end
     keys = (stream,) if shared is None else (stream, *shared)
-    args = (group, consumer, min_idle_ms, cursor, count, *schedule, end)
+    args = (unit.group, unit.consumer, step.min_idle_ms, cursor, count, *step.schedule, end)
     queues = [lambda pipe: pipe.evalsha(sha, len(keys), *keys, *args)]
     if shared is None and (ahead is None or ahead > 0):
         queues.append(lambda pipe: pipe.execute_command("XRANGE", stream, cursor, end, "COUNT",

@@ -18,6 +18,8 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
+from recovery.params import Unit
+
 CopyFields = list[tuple[bytes, bytes]]  # a copy's (name, value) pairs, as streams.Fields
 LUA = resources.files("recovery.redis_io").joinpath("lua")
 # Every script of the job: each file in lua/, by its name without ``.lua`` (a
@@ -118,36 +120,38 @@ def dead_letter_units(client: redis.Redis, units: Sequence[DeadLetterUnit], pipe
     return _call(client, "dead_letter", keys, args, pipe)  # type: ignore[no-any-return]
 
 
-def requeue_batch(client: redis.Redis, stream: str, target: str, group: str, consumer: str,
+def requeue_batch(client: redis.Redis, unit: Unit, target: str,
                   entries: Sequence[tuple[str, CopyFields]], pipe: Any = None) -> list[Any]:
-    """Requeue `entries` ((id, the copy's fields), in ascending ID order) from `stream` to
-    `target` in one atomic call; only entries pending and owned by `consumer` move. The job
+    """Requeue `entries` ((id, the copy's fields), in ascending ID order) from `unit`'s
+    stream to `target` in one atomic call; only entries pending in its group and owned by its
+    consumer move. The job
     sends the copies' fields itself: no read per entry.
 
     Reply (without pipe): one element per entry, in order: the copy's ID (bytes) if
     requeued, or ``MOVED_NOT_OURS`` / ``MOVED_TOO_BIG`` as for :func:`dead_letter_units`.
     """
-    args: list[Any] = [group, consumer, entries[0][0], entries[-1][0]]
+    args: list[Any] = [unit.group, unit.consumer, entries[0][0], entries[-1][0]]
     for entry_id, fields in entries:
         args += [entry_id, 2 * len(fields), *chain.from_iterable(fields)]
-    return _call(client, "requeue", [stream, target], args, pipe)  # type: ignore[no-any-return]
+    return _call(client, "requeue", [unit.stream, target], args, pipe)  # type: ignore[no-any-return]
 
 
 REASSIGNED = 1
 
 
-def reassign_batch(client: redis.Redis, stream: str, group: str, consumer: str,
-                   entries: Sequence[tuple[str, str, int]], pipe: Any = None) -> list[Any]:
-    """Give `entries` ((id, new owner, delivery count to set)) to their new owners in one
-    atomic call; only entries pending and owned by `consumer` move.
+def reassign_batch(client: redis.Redis, unit: Unit, entries: Sequence[tuple[str, str, int]],
+                   pipe: Any = None) -> list[Any]:
+    """Give `entries` ((id, new owner, delivery count to set)) of `unit`'s stream to their
+    new owners in one atomic call; only entries pending in its group and owned by its
+    consumer move.
 
     Reply (without pipe): one integer per entry, in order: ``REASSIGNED`` (1), or
     ``MOVED_NOT_OURS`` (0) / ``MOVED_DELETED`` (-1) as for :func:`dead_letter_units`.
     """
-    args: list[Any] = [group, consumer]
+    args: list[Any] = [unit.group, unit.consumer]
     for entry_id, owner, count in entries:
         args += [entry_id, owner, count]
-    return _call(client, "reassign", [stream], args, pipe)  # type: ignore[no-any-return]
+    return _call(client, "reassign", [unit.stream], args, pipe)  # type: ignore[no-any-return]
 
 
 LEASE_RENEWED = 1
@@ -155,9 +159,10 @@ LEASE_LOST = 0
 LEASE_DELETED = -1
 
 
-def renew_lease(client: redis.Redis, stream: str, group: str, consumer: str,
-                ids: Sequence[str], pipe: Any = None, fresh_ms: int = 0) -> list[int]:
-    """Make sure the `ids` still pending and owned by `consumer` hold a lease: those idle
+def renew_lease(client: redis.Redis, unit: Unit, ids: Sequence[str], pipe: Any = None,
+                fresh_ms: int = 0) -> list[int]:
+    """Make sure the `ids` of `unit`'s stream still pending in its group and owned by its
+    consumer hold a lease: those idle
     `fresh_ms` ms or longer get their idle time reset to 0 (keeping their delivery counts);
     younger ones already hold one. Acks those deleted from the stream (found on renewal).
 
@@ -166,7 +171,8 @@ def renew_lease(client: redis.Redis, stream: str, group: str, consumer: str,
     no longer pending or another owner), ``LEASE_DELETED`` (-1: deleted upstream, now
     acked).
     """
-    return _call(client, "lease_owned", [stream], [group, consumer, fresh_ms, *ids], pipe)  # type: ignore[no-any-return]
+    return _call(client, "lease_owned", [unit.stream], [unit.group, unit.consumer, fresh_ms,
+                                                        *ids], pipe)  # type: ignore[no-any-return]
 
 
 def fresh_lease_ms(min_idle_ms: int, handler_timeout_s: float | None) -> int:

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 import redis
 
+from recovery.params import Unit
 from recovery.redis_io.round_trips import each
 
 log = logging.getLogger(__name__)
@@ -130,13 +131,14 @@ class IdClaim:
     nils: int
 
 
-def claim_ids(client: redis.Redis, stream: str, group: str, consumer: str, min_idle_ms: int,
-              ids: Sequence[str], rows_read: int) -> IdClaim:
-    """``XCLAIM stream group consumer min_idle_ms id...`` (with fields: each claimed entry's
-    delivery count goes up by one), in one MULTI with the XPENDING rows of the range from
-    the first to the last of `ids` (ascending), at most `rows_read` rows. The min-idle
-    guard leaves alone an entry another consumer took (or was given) within `min_idle_ms`
-    ms; an ID no longer pending is not claimed (no FORCE)."""
+def claim_ids(client: redis.Redis, unit: Unit, min_idle_ms: int, ids: Sequence[str],
+              rows_read: int) -> IdClaim:
+    """``XCLAIM stream group consumer min_idle_ms id...`` for `unit` (with fields: each
+    claimed entry's delivery count goes up by one), in one MULTI with the XPENDING rows of
+    the range from the first to the last of `ids` (ascending), at most `rows_read` rows.
+    The min-idle guard leaves alone an entry another consumer took (or was given) within
+    `min_idle_ms` ms; an ID no longer pending is not claimed (no FORCE)."""
+    stream, group, consumer = unit.stream, unit.group, unit.consumer
     pipe = client.pipeline(transaction=True)
     pipe.execute_command(*pending_command(stream, group, ids[0], ids[-1], rows_read))
     pipe.execute_command("XCLAIM", stream, group, consumer, min_idle_ms, *ids)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recovery.params import JobParams
+from recovery.redis_io.claim_due import DueStep
 
 NO_CAP_MS = 2**53  # the cap without backoff_max_ms: exactly representable in Lua and Python
 
@@ -25,6 +26,11 @@ def schedule_args(params: JobParams) -> list[Any]:
     """The schedule as the claim script takes it: factor, cap (ms), delivery limit."""
     cap = params.backoff_max_ms if params.backoff_max_ms is not None else NO_CAP_MS
     return [repr(float(params.backoff_factor or 1)), cap, params.max_deliveries]
+
+
+def due_step(params: JobParams, cursor: str, end: str = "+") -> DueStep:
+    """A claim step under the schedule of `params`, from `cursor` to `end` (inclusive)."""
+    return DueStep(params.min_idle_ms, cursor, params.count, schedule_args(params), end)
 
 
 def wait_ms(params: JobParams, count: int, own: bool = False) -> float:

@@ -83,8 +83,7 @@ def plan_steps(client: redis.Redis, params: JobParams, unit: Unit, planned: Iter
         sent_at = time.monotonic()
         ids = [entry_id for entry_id, _ in page]
         with redis_errors(params.redis, unit.stream, unit.group):
-            claim = claim_ids(client, unit.stream, unit.group, unit.consumer,
-                              params.min_idle_ms, ids, 2 * len(ids) + ROWS_SLACK)
+            claim = claim_ids(client, unit, params.min_idle_ms, ids, 2 * len(ids) + ROWS_SLACK)
             rows = _rows_of(client, unit, ids, claim, params.min_idle_ms)
         step += 1
         now, taken_back = _page_steps(unit, params.min_idle_ms, page, claim, rows)

@@ -119,8 +119,7 @@ class _Round(NamedTuple):
 
 
 def _claims(params: JobParams, units: list[Unit], whole: bool) -> FirstClaims:
-    return FirstClaims([(u.stream, u.group, u.consumer) for u in units], params.min_idle_ms,
-                       params.count, whole)
+    return FirstClaims(units, params.min_idle_ms, params.count, whole)
 
 
 def next_width(batches: list[ClaimBatch | Exception], count: int) -> int:

@@ -38,7 +38,7 @@ from functools import partial
 import pyarrow as pa
 import redis
 
-from recovery.executor.claim.backoff import NotDue, schedule_args
+from recovery.executor.claim.backoff import NotDue, due_step
 from recovery.executor.claim.first_steps import FirstStep
 from recovery.executor.claim.shared import shared_steps
 from recovery.executor.claim.throttle import Throttle
@@ -108,11 +108,8 @@ def claim_step(client: redis.Redis, params: JobParams, unit: Unit, cursor: str,
     claimed fewer than half the rows it read: the due entries are spread out, and reading
     the ones between them would be waste)."""
     if params.backoff:
-        return claim_due_batch(client, unit.stream, unit.group, unit.consumer,
-                               params.min_idle_ms, cursor, params.count, schedule_args(params),
-                               ahead)
-    return claim_batch(client, unit.stream, unit.group, unit.consumer, params.min_idle_ms,
-                       cursor, params.count)
+        return claim_due_batch(client, unit, due_step(params, cursor), ahead)
+    return claim_batch(client, unit, params.min_idle_ms, cursor, params.count)
 
 
 def left_reads(client: redis.Redis, params: JobParams,

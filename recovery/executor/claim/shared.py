@@ -25,7 +25,7 @@ from functools import partial
 
 import redis
 
-from recovery.executor.claim.backoff import schedule_args
+from recovery.executor.claim.backoff import due_step
 from recovery.executor.claim.walk import ClaimStep, Walk
 from recovery.params import JobParams, Unit
 from recovery.redis_io.autoclaim import ClaimBatch
@@ -49,7 +49,7 @@ def shared_steps(walk: Walk) -> Iterator[ClaimStep]:
     for taken in earlier:
         yield from _again(walk, taken)
     mine: set[str] = set()
-    yield from walk.steps(partial(_shared_step, walk.client, params, unit, mine), END_CURSOR)
+    yield from walk.steps(partial(_shared_step, walk, mine), END_CURSOR)
     seen = set(earlier) | mine
     for taken in _taken(walk.client, params, unit):
         if taken not in seen:
@@ -60,7 +60,7 @@ def _again(walk: Walk, taken: str) -> Iterator[ClaimStep]:
     """One range taken earlier, walked again as fixed range (its own-entry reads bounded by
     it)."""
     first, last = taken_range(taken)
-    step = partial(_range_step, walk.client, walk.params, walk.unit, last)
+    step = partial(_range_step, walk, last)
     return walk.steps(step, first, end=last)
 
 
@@ -70,21 +70,18 @@ def _taken(client: redis.Redis, params: JobParams, unit: Unit) -> list[str]:
         return [as_str(t) for t in client.execute_command("LRANGE", _ranges(unit), 0, -1)]
 
 
-def _shared_step(client: redis.Redis, params: JobParams, unit: Unit, mine: set[str],
-                 cursor: str, ahead: int) -> ClaimBatch:
+def _shared_step(walk: Walk, mine: set[str], cursor: str, ahead: int) -> ClaimBatch:
     """A step through the shared cursor (`cursor`, `ahead` unused: the cursor says where);
     the range it took goes into `mine`."""
+    unit = walk.unit
     assert unit.cursor is not None
-    batch = claim_due_batch(client, unit.stream, unit.group, unit.consumer, params.min_idle_ms,
-                            cursor, params.count, schedule_args(params),
+    batch = claim_due_batch(walk.client, unit, due_step(walk.params, cursor),
                             shared=(unit.cursor, _ranges(unit)))
     if batch.taken is not None:
         mine.add(batch.taken)
     return batch
 
 
-def _range_step(client: redis.Redis, params: JobParams, unit: Unit, last: str, cursor: str,
-                ahead: int) -> ClaimBatch:
+def _range_step(walk: Walk, last: str, cursor: str, ahead: int) -> ClaimBatch:
     """A step of a fixed range, from `cursor` to `last` (inclusive)."""
-    return claim_due_batch(client, unit.stream, unit.group, unit.consumer, params.min_idle_ms,
-                           cursor, params.count, schedule_args(params), ahead, last)
+    return claim_due_batch(walk.client, walk.unit, due_step(walk.params, cursor, last), ahead)

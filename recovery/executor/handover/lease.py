@@ -160,8 +160,8 @@ def _renew(client: redis.Redis, rb: RoutedBatch, rows: list[int], fresh_ms: int)
     if not rows:
         return
     calls: list[ScriptCall] = [
-        (unit_rows, partial(renew_lease, client, unit.stream, unit.group, unit.consumer,
-                            [rb.id[i] for i in unit_rows], fresh_ms=fresh_ms))
+        (unit_rows, partial(renew_lease, client, unit, [rb.id[i] for i in unit_rows],
+                            fresh_ms=fresh_ms))
         for unit, unit_rows in rb.by_unit(rows, ordered=True).items()]
     for i, reply in run_script_calls(client, calls):
         if reply == LEASE_DELETED:

@@ -47,8 +47,7 @@ class ReassignMode(ReprocessMode):
                 entries = [(rb.id[i], owner, max(0, deliveries_so_far(rb, i)
                                                  - carried_deliveries(rb.fields_of(i))))
                            for i, owner in chunk]
-                calls.append((chunk, partial(reassign_batch, client, unit.stream, unit.group,
-                                             unit.consumer, entries)))
+                calls.append((chunk, partial(reassign_batch, client, unit, entries)))
         for (i, owner), status in run_script_calls(client, calls):
             if status == REASSIGNED:
                 rb.set(i, Action.REASSIGNED, reassigned_to=owner)

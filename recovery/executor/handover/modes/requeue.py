@@ -67,8 +67,7 @@ class RequeueMode(ReprocessMode):
             for chunk in batches(unit_rows, params.dlq_batch_size):
                 entries = [(rb.id[i], copy_fields(rb.fields_of(i), deliveries_so_far(rb, i)))
                            for i in chunk]
-                calls.append((chunk, partial(requeue_batch, client, unit.stream, target,
-                                             unit.group, unit.consumer, entries)))
+                calls.append((chunk, partial(requeue_batch, client, unit, target, entries)))
         for i, status in run_script_calls(client, calls):
             if status == MOVED_TOO_BIG:
                 rb.set(i, Action.FAILED, REASON_TOO_BIG_TO_REQUEUE)
