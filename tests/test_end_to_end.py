@@ -20,6 +20,7 @@ from recovery.settings.model import Settings
 from tests.support.backlogs import HOUR_MS, LIVE, Seeded, age_pending, seed
 from tests.support.handlers import CHECKSUM, checksum
 from tests.support.invariants import dead_letters, final_states, pel
+from tests.support.servers import ON_NEWEST_TOO
 
 pytestmark = pytest.mark.slow  # whole Spark runs and a Spark Connect subprocess
 
@@ -54,6 +55,7 @@ def assert_redis_matches(client: Redis, seeded: Seeded) -> None:
         assert entry_id not in pel(client, stream, group)
 
 
+@ON_NEWEST_TOO
 def test_recovers_every_entry_exactly_once(spark, client, make_settings):
     seeded = seed(client, STREAMS, GROUPS)
     client.set("not-a-stream", "x")
