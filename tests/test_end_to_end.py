@@ -1,4 +1,5 @@
-"""The whole job against real Redis 7.0, Valkey 8.1 and Redis 6.2, checked in Redis afterwards."""
+"""The whole job against real Redis 7.0, Valkey 8.1 and Redis 6.2, checked in Redis afterwards
+(the exactly-once recovery also on Redis 8.0 and Valkey 9.1)."""
 
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 MIRROR_ENV = "RECOVERY_DEBIAN_MIRROR"
 KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 TIMEOUT_S = 30.0  # per connect and per read of one HTTP request
+DEADLINE_S = 300.0  # for one whole download
 ARCH = "amd64"
 LIB_DIRS = ("usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu")
 LOADER = "usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
@@ -180,13 +182,19 @@ def _dependencies(fields: dict[str, str]) -> list[str]:
 
 
 def fetch(url: str) -> bytes:
-    """The body of `url` (HTTP GET, TIMEOUT_S per connect and read)."""
+    """The body of `url` (HTTP GET, TIMEOUT_S per connect and read, DEADLINE_S in all)."""
+    deadline = time.monotonic() + DEADLINE_S
+    chunks: list[bytes] = []
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT_S) as reply:
-            return bytes(reply.read())
+            while chunk := reply.read(1 << 20):
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"not done in {DEADLINE_S:.0f} s")
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise SetupError(f"cannot fetch {url}: {reason}") from None
+    return b"".join(chunks)
 
 
 def checked(data: bytes, sha256: str, what: str) -> bytes:
