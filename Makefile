@@ -6,7 +6,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 AIRFLOW_VENV := .venv-airflow
 
-.PHONY: setup redis-server monitoring-tools demo test test-fast lint bench cds
+.PHONY: setup redis-server servers monitoring-tools demo test test-fast lint bench cds
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,12 @@ monitoring-tools:
 
 setup: $(VENV)/.installed redis-server
 
+# Redis 8.0 and Valkey 9.1 from Debian's trixie and sid packages, unpacked under .servers/
+# beside their own C library (nothing installed; recovery/testing/debian_servers.py says
+# how). Once set up, nothing is fetched again.
+servers: setup
+	@$(BIN)/python -m recovery.testing.debian_servers
+
 # Airflow (about 660 MB) in a venv of its own, for the example DAGs' tests only.
 $(AIRFLOW_VENV)/.installed: tests/airflow-requirements.txt
 	$(PY) -m venv $(AIRFLOW_VENV)
@@ -47,14 +53,14 @@ demo: setup
 # spark-submit processes and servers more than it computes (README "Tests").
 # The tests start only once ruff and mypy pass (tests/test_house.py checks module sizes).
 TEST_WORKERS ?= 2
-test: lint monitoring-tools $(AIRFLOW_VENV)/.installed
+test: lint servers monitoring-tools $(AIRFLOW_VENV)/.installed
 	AIRFLOW_PYTHON=$(abspath $(AIRFLOW_VENV)/bin/python) \
 	  $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The quick tier while working: the same lint and workers, without the tests marked slow
 # (whole Spark runs, spark-submit processes, fault trials, Airflow, the notebook; pyproject's
 # markers), so no Airflow venv either. `make test` still runs everything.
-test-fast: lint monitoring-tools
+test-fast: lint servers monitoring-tools
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
 
 lint: setup

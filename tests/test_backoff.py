@@ -28,6 +28,7 @@ from tests.support.fault_tools import (
     write_control,
 )
 from tests.support.invariants import final_states, pel
+from tests.support.servers import ON_NEWEST_TOO
 
 pytestmark = pytest.mark.slow  # whole Spark runs and a spark-submit run
 
@@ -78,6 +79,7 @@ def check_summary(summary: dict[str, Any], started_ms: int) -> None:
         [(s, 7) for s in sorted(STREAMS)]
 
 
+@ON_NEWEST_TOO
 def test_the_dry_run_plans_the_due_entries_and_the_run_claims_exactly_those(
         spark, server, tmp_path):
     """In-process (the suite's session retries tasks: the journaled one pass)."""

@@ -1,4 +1,5 @@
-"""The whole job against real Redis 7.0, Valkey 8.1 and Redis 6.2, checked in Redis afterwards."""
+"""The whole job against real Redis 7.0, Valkey 8.1 and Redis 6.2, checked in Redis afterwards
+(the exactly-once recovery also on Redis 8.0 and Valkey 9.1)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from recovery.settings.model import Settings
 from tests.support.backlogs import HOUR_MS, LIVE, Seeded, age_pending, seed
 from tests.support.handlers import CHECKSUM, checksum
 from tests.support.invariants import dead_letters, final_states, pel
+from tests.support.servers import ON_NEWEST_TOO
 
 pytestmark = pytest.mark.slow  # whole Spark runs and a Spark Connect subprocess
 
@@ -54,6 +56,7 @@ def assert_redis_matches(client: Redis, seeded: Seeded) -> None:
         assert entry_id not in pel(client, stream, group)
 
 
+@ON_NEWEST_TOO
 def test_recovers_every_entry_exactly_once(spark, client, make_settings):
     seeded = seed(client, STREAMS, GROUPS)
     client.set("not-a-stream", "x")

@@ -16,6 +16,7 @@ from tests.support.fault_tools import GROUP, job_args, report_rows, rows_by_key,
 from tests.support.invariants import dead_letters, final_states, pel
 from tests.support.redrive_tools import redrive
 from tests.support.reprocess_tools import copies, run_with_small_batches, stuck
+from tests.support.servers import ON_NEWEST_TOO
 
 CARRIED = b"x-recovery-deliveries"
 APP = "app-1"  # the application's consumer, reading the copies
@@ -28,6 +29,7 @@ def requeue_args(url: str, tmp_path, streams: list[str], *extra: str, run_id: st
 
 
 @pytest.mark.slow
+@ON_NEWEST_TOO
 def test_requeue_appends_one_copy_per_entry_and_acks_the_original(spark, server, tmp_path):
     client = server.client()
     seeded = stuck(client, "rq", {"ok": (30, 1), "poison": (4, 9), "deleted": (3, 1)})

