@@ -55,7 +55,7 @@ demo: setup
 TEST_WORKERS ?= 2
 test: lint servers monitoring-tools $(AIRFLOW_VENV)/.installed
 	AIRFLOW_PYTHON=$(abspath $(AIRFLOW_VENV)/bin/python) \
-	  $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	  $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # The quick tier while working: the same lint and workers, without the tests marked slow
 # (whole Spark runs, spark-submit processes, fault trials, Airflow, the notebook; pyproject's
