@@ -19,7 +19,7 @@ from recovery.redis_io.redis_conn import connect
 from recovery.redis_io.streams import Fields, pairs
 from recovery.redrive.run import RedriveSummary, run_redrive
 from recovery.settings.model import load_settings
-from tests.support.backlogs import Seeded, seed
+from tests.support.backlogs import HOUR_MS, Seeded, age_pending, seed
 from tests.support.cluster_fixtures import LocalCluster
 from tests.support.fault_tools import job_args, run_in_process
 from tests.support.invariants import pel
@@ -98,9 +98,10 @@ def raw_entries(server_url: str, key: str) -> list[tuple[str, Fields]]:
 
 def watched_letters(client: redis.Redis) -> dict[str, object]:
     """A group on CDL with a stuck entry: a run that took CDL for a source would claim it."""
-    client.xadd(CDL, {b"watch": b"1"})
+    entry_id = client.xadd(CDL, {b"watch": b"1"}).decode()
     client.xgroup_create(CDL, "watchers", id="0")
     client.xreadgroup("watchers", "worker-dead", {CDL: ">"})
+    age_pending(client, CDL, "watchers", [entry_id], HOUR_MS)
     return pel(client, CDL, "watchers")
 
 
