@@ -10,7 +10,8 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from recovery.dead_letters.run import read_dead_letters
+from recovery.dead_letters.report import DeadLetterSummary
+from recovery.dead_letters.run import read_dead_letters, run_dead_letters
 from recovery.driver.job import run
 from recovery.errors import DeadLetterNameError
 from recovery.params import RedisParams
@@ -152,6 +153,10 @@ def test_every_source_dead_letters_into_one_shared_stream(spark, server, client,
     assert letters.count() == length  # the shared stream read once
     assert letters.filter("source_stream = 'orders'").count() == len(dead_lettered(seeded,
                                                                                    "orders"))
+    read = run_dead_letters(spark, settings, DeadLetterSummary("dl-t"))
+    assert [(r["stream"], r["dead_letter_stream"], r["sources"], r["length"], r["read"])
+            for r in read.streams] == [(CDL, CDL, SOURCES, length, length)]
+    assert read.totals["dead_letter_streams"] == 1 and read.totals["dead_letters"] == length
 
 
 @pytest.mark.slow
@@ -229,6 +234,7 @@ def test_a_name_outside_its_sources_slot_refuses_the_run_on_a_cluster(spark, red
 def test_a_hash_tagged_shared_name_works_on_a_cluster(spark, redis_cluster, rc, tmp_path):
     sources = ["orders{eu}", "payments{eu}"]
     seeded = seed(rc, sources, [GROUP])
+    originals = {s: dict(rc.xrange(s)) for s in sources}
     settings = load_settings(None, [
         f"redis.url={redis_cluster.url}", f"report.path={tmp_path / 'reports'}",
         "streams.match=*", "claim.min_idle_ms=600000", "claim.max_deliveries=5",
@@ -236,8 +242,12 @@ def test_a_hash_tagged_shared_name_works_on_a_cluster(spark, redis_cluster, rc, 
     summary = run(spark, settings)
     letters = {}
     for entry_id, fields in rc.xrange("CDL{eu}"):
-        letters[entry_id] = (fields[b"x-original-stream"].decode(),
-                             fields[b"x-original-id"].decode())
+        source, original = (fields[b"x-original-stream"].decode(),
+                            fields[b"x-original-id"].decode())
+        letters[entry_id] = (source, original)
+        before = originals[source][original.encode()]
+        assert {k: fields.get(k) for k in before} == before  # binary fields, byte for byte
+        assert fields[b"x-original-group"] == GROUP.encode()
     assert sorted(letters.values()) == sorted((s, i) for s in sources
                                               for i in dead_lettered(seeded, s))
     assert summary.health_after["dead_letter_length"] == len(letters)
