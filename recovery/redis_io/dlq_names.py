@@ -52,11 +52,6 @@ def dead_letter_key(source: str, suffix: str) -> str:
     return candidate
 
 
-def is_dead_letter_key(key: str, suffix: str) -> bool:
-    """True for keys that are dead-letter streams themselves (never recovered from)."""
-    return key.endswith(suffix)
-
-
 def requeue_key(source: str, group: str, template: str | None) -> str:
     """Where requeued copies of `source`'s entries for `group` go: `source` itself without a
     template; else the template (``{stream}<suffix>``, the suffix maybe holding ``{group}``)
