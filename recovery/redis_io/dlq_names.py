@@ -5,6 +5,12 @@ suffix appended (``orders{eu}`` -> ``orders{eu}:dlq``); a key without any ``}`` 
 into a tag (``orders`` -> ``{orders}:dlq``). Any other key (a ``}`` but no usable tag, e.g.
 ``a}b`` or ``x{}y``) has no such name and is refused. The result is always checked with the
 real slot function, so a rule mistake can never produce a cross-slot move.
+
+A team may name its dead-letter streams instead (``dead_letter.stream``, a template with
+``{stream}`` and ``{group}``, ``{{`` / ``}}`` a literal brace): :class:`DeadLetterNames` is
+the one rule every caller resolves names by, and :func:`refuse_cross_slot` refuses, on a
+Redis Cluster, a name outside its source's slot (docs/CONFIGURATION.md, "Dead-letter stream
+names").
 """
 
 from __future__ import annotations
