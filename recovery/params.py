@@ -45,6 +45,7 @@ class JobParams:
     handler_timeout_s: float | None = None
     reprocess_mode: str = "handler"  # a schemas.Mode value (ReprocessSettings)
     requeue_stream: str | None = None  # the retry stream's template; None: the source
+    dlq_stream: str | None = None  # the dead-letter stream's template; None: the slot rule
     live_within_ms: int = 60_000  # reassign: a consumer seen within this is live
     consumer_prefix: str = "recovery"  # the job's consumers, never reassigned to
     # A run that applies a plan (--plan): tasks get PLANNED rows and claim those IDs with

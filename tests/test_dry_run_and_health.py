@@ -17,6 +17,7 @@ from recovery.driver import discovery, job
 from recovery.driver.health import collect_health
 from recovery.driver.job import run
 from recovery.params import RedisParams
+from recovery.redis_io.dlq_names import DeadLetterNames
 from recovery.redis_io.redis_conn import connect
 from recovery.report.run_report import health_path, read_run, run_path
 from tests.support.backlogs import DEAD, LIVE, seed
@@ -173,7 +174,7 @@ def test_health_reads_a_streams_lengths_once_for_all_its_groups(server, client):
     before = {c: command_calls(client, c) for c in ("xlen", "xinfo")}
     conn = connect(RedisParams(url=server.url))
     try:
-        health = collect_health(conn, units, RedisParams(url=server.url), ":dlq")
+        health = collect_health(conn, units, RedisParams(url=server.url), DeadLetterNames())
     finally:
         conn.close()
     after = {c: command_calls(client, c) for c in ("xlen", "xinfo")}
@@ -209,9 +210,10 @@ def test_discovery_reads_each_stream_once_and_the_health_shows_what_xinfo_would(
     try:
         before = {c: command_calls(client, c) for c in ("xlen", "xinfo")}
         units, _ = discovery.discover(conn, make_settings("streams.keys=two,one"), params)
-        full = collect_health(conn, units, params, ":dlq")
+        full = collect_health(conn, units, params, DeadLetterNames())
         after = {c: command_calls(client, c) for c in ("xlen", "xinfo")}
-        unseen = collect_health(conn, [replace(u, seen=None) for u in units], params, ":dlq")
+        unseen = collect_health(conn, [replace(u, seen=None) for u in units], params,
+                                DeadLetterNames())
     finally:
         conn.close()
     assert {c: after[c] - before[c] for c in after} == {"xlen": 2, "xinfo": 2}

@@ -2,7 +2,8 @@
 ``recovery.run_dead_letters``; ``recovery.read_dead_letters`` for the rows alone).
 
 1. select the dead-letter streams: those of the streams ``streams.keys`` / ``streams.match``
-   select (``dead_letter.suffix``); look at each (TYPE, XLEN, its oldest entry) and warn;
+   select (``dead_letter.suffix`` or ``dead_letter.stream``; a shared one once); look at
+   each (TYPE, XLEN, its oldest entry) and warn;
 2. read them in parallel, one Spark partition per group of keys (on a Redis Cluster, the
    keys of one primary), each in pages of XRANGE (``recovery.dead_letters.read``);
 3. group once into causes (checkpointed: Redis is read once), then the two views, written
@@ -157,7 +158,7 @@ def fill_summary(summary: DeadLetterSummary, streams: list[DeadLetterStream],
             continue  # in `skipped`
         read, bare = per_key.get(s.key, (0, 0))
         summary.streams.append({"stream": s.source, "dead_letter_stream": s.key,
-                                "status": s.status, "length": s.length,
+                                "sources": list(s.sources), "status": s.status, "length": s.length,
                                 "oldest_age_s": s.oldest_age_s(now), "read": read})
         summary.totals["dead_letter_streams"] += 1
         summary.totals[s.status] += 1

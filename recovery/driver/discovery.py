@@ -19,7 +19,6 @@ from recovery.errors import (
 from recovery.executor.handover.modes import mode_of
 from recovery.params import RedisParams, Unit
 from recovery.redis_io.cluster import groups_by_node, node_of, spread
-from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import key_refused, no_such_key, redis_errors, wrong_type
 from recovery.redis_io.round_trips import calls_of, each, script_replies
 from recovery.redis_io.scripts import delete_empty_consumers
@@ -71,7 +70,7 @@ def discover(client: redis.Redis, settings: Settings, params: RedisParams,
     mode = mode_of(settings.reprocess.mode)
     for stream, groups, full in _stream_groups(client, settings, params, skipped, warnings):
         try:
-            dead_letter_key(stream, settings.dead_letter.suffix)
+            settings.dead_letter.names.check_source(stream)
         except DeadLetterNameError as exc:
             skipped.append(Skipped(stream, None, str(exc)))
             continue

@@ -19,7 +19,7 @@ import redis
 
 from recovery.driver.discovery import CleanUp, WorkUnit, clean_up_consumers
 from recovery.params import RedisParams
-from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.redis_io.dlq_names import DeadLetterNames
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import info_rows, shown
@@ -52,28 +52,30 @@ def _maybe_int(value: object) -> int | None:
 
 
 def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: RedisParams,
-                   dlq_suffix: str) -> list[dict[str, Any]]:
+                   names: DeadLetterNames) -> list[dict[str, Any]]:
     """Health of every unit (skipping units that vanished), histograms still empty. Units
     come from discovery, so their dead-letter names exist (``dlq_names``).
 
-    Pipelined (``each``, a round trip per 1000 commands): the XLEN of each stream's
-    dead-letter stream, once per stream (the stream's groups share it). A unit that
+    Pipelined (``each``, a round trip per 1000 commands): the XLEN of each unit's
+    dead-letter stream (`names`), once per name (the groups of a stream, or the streams of
+    a shared name, share it; each of their rows shows that stream's whole length). A unit that
     discovery's FULL read showed (``WorkUnit.seen``) costs nothing more; for the others
     (``--plan``, a Redis Cluster, a user that may not run XINFO STREAM) XINFO CONSUMERS per
     unit and the stream's XLEN once per stream."""
     units = list(units)
     unseen = [u for u in units if u.seen is None]
     unseen_streams = list(dict.fromkeys(u.stream for u in unseen))
-    streams = list(dict.fromkeys(u.stream for u in units))
+    dlq_of = {(u.stream, u.group): names.key(u.stream, u.group) for u in units}
+    dlqs = list(dict.fromkeys(dlq_of.values()))
     commands: list[tuple[object, ...]] = [
         *(("XINFO CONSUMERS", u.stream, u.group) for u in unseen),
         *(("XLEN", s) for s in unseen_streams),
-        *(("XLEN", dead_letter_key(s, dlq_suffix)) for s in streams)]
+        *(("XLEN", key) for key in dlqs)]
     with redis_errors(params):
         replies = iter(each(client, commands))
     consumers = {(u.stream, u.group): next(replies) for u in unseen}
     lengths = {s: next(replies) for s in unseen_streams}
-    dead_letters = {s: next(replies) for s in streams}
+    dead_letters = {key: next(replies) for key in dlqs}
     result = []
     for unit in units:
         rows: list[dict[str, object]]
@@ -85,7 +87,8 @@ def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: Redis
             if isinstance(raw, Exception) or isinstance(length, Exception):
                 continue  # vanished since discovery: the run reports it
             rows = info_rows(raw)  # type: ignore[arg-type]
-        result.append(_health_row(unit, rows, length, dead_letters[unit.stream]))
+        result.append(_health_row(unit, rows, length,
+                                  dead_letters[dlq_of[(unit.stream, unit.group)]]))
     add_histograms(result, [])
     return result
 

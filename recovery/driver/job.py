@@ -66,6 +66,7 @@ from recovery.executor.partitions import apply_partition, claim_partition, recov
 from recovery.executor.survey import histogram_partition, plan_partition
 from recovery.executor.tally import Tallies, histogram_rows
 from recovery.params import JobParams, Unit, new_run_id
+from recovery.redis_io.dlq_names import refuse_cross_slot
 from recovery.redis_io.journal import (
     check_run_id_unused,
     drop_journals,
@@ -141,6 +142,8 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             units, skipped = plan_units(spark, client, settings, params.redis, plan)
         else:
             units, skipped = discover(client, settings, params.redis, warnings)
+        names = settings.dead_letter.names  # on a cluster, names in the sources' slots only
+        refuse_cross_slot(client, names, [(u.stream, names.key(u.stream, u.group)) for u in units])
         log.info("run %s: %d units with pending entries, %d skipped%s", params.run_id,
                  len(units), len(skipped), " (dry run)" if dry_run else "")
         summary = RunSummary(params.run_id, dry_run=dry_run, plan=plan, warnings=warnings,
@@ -161,7 +164,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             fill_summary(summary, tallies, skipped, actions)
             if units and not dry_run:
                 add_after_run(summary, client, [(u.stream, u.group) for u in units],
-                              settings.dead_letter.suffix)
+                              settings.dead_letter.names)
             if not dry_run and summary.totals[Action.FAILED]:
                 summary.failed_errors = failed_errors(
                     read_run(spark, settings.report.path, params.run_id))
@@ -218,7 +221,7 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
     # run, which claims nothing, and a run that claims planned IDs read the PELs in a pass
     # of their own.
     in_pass = not dry_run and plan is None and settings.report.pel_histograms
-    health = collect_health(client, units, params.redis, settings.dead_letter.suffix)
+    health = collect_health(client, units, params.redis, settings.dead_letter.names)
     if warm_up is not None:
         warm_up.wait()
     # A run that claims spreads each big PEL over several tasks (recovery.driver.split).
@@ -239,7 +242,7 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
         # A planned run's parts take their entries in the plan's order: ticks read round robin.
         order = None if plan is not None else parts_order(
             [(u.stream, u.group) for u in units], progress_parts(parts))
-        with ProgressReporter(client, units, settings.dead_letter.suffix,
+        with ProgressReporter(client, units, settings.dead_letter.names,
                               settings.claim.consumer_prefix, params.run_id,
                               settings.report.progress_interval_s, params.redis, health,
                               order) as pr:

@@ -34,7 +34,6 @@ from recovery.errors import ConfigError, DeadLetterNameError, StreamUnitError
 from recovery.executor.handover.modes import mode_of
 from recovery.params import JobParams, RedisParams, Unit
 from recovery.redis_io.cluster import node_of
-from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import info_rows
@@ -213,7 +212,7 @@ def plan_units(spark: SparkSession, client: redis.Redis, settings: Settings,
     skipped: list[Skipped] = []
     for stream, reply in zip(streams, replies, strict=True):
         try:
-            dead_letter_key(stream, settings.dead_letter.suffix)
+            settings.dead_letter.names.check_source(stream)
             if isinstance(reply, Exception):
                 with redis_errors(params, stream):
                     raise reply

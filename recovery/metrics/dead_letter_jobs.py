@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from recovery.dead_letters.report import DeadLetterSummary
 from recovery.metrics.families import RunFacts, final_status
 from recovery.metrics.push import push_run
+from recovery.redis_io.dlq_names import labels
 from recovery.redrive.run import RedriveSummary
 from recovery.report.after_run import AfterRun
 from recovery.settings.model import Settings
@@ -25,8 +26,9 @@ def push_redrive_metrics(settings: Settings, summary: RedriveSummary | None, exi
     returned; None when metrics are off). Never raises."""
 
     def facts_of(summary: RedriveSummary) -> RunFacts:
-        left = {u["stream"]: int(u["left_in_dead_letter"]) for u in summary.units
-                if u.get("left_in_dead_letter") is not None}
+        label = labels((u["stream"], u["dead_letter_stream"]) for u in summary.units)
+        left = {label[u["dead_letter_stream"]]: int(u["left_in_dead_letter"])
+                for u in summary.units if u.get("left_in_dead_letter") is not None}
         return RunFacts(final_status(summary.status, exit_code), exit_code, started_s,
                         time.time() - started_s, totals=summary.totals,
                         skipped=len(summary.skipped), after=AfterRun(dead_letters=left),

@@ -143,10 +143,11 @@ def add_dead_letter_gauges(registry: CollectorRegistry, facts: RunFacts,
 
 
 def dead_letter_lengths(facts: RunFacts) -> dict[str, int]:
-    """Stream -> its dead-letter stream's length: after the run where read, else as the
-    health found it before."""
+    """Stream -> its dead-letter stream's length: after the run where read (a shared one
+    once, under its own name: ``AfterRun``), else as the health found it before."""
     before = {h["stream"]: h["dead_letter_length"] for h in facts.health
-              if h.get("dead_letter_length") is not None}
+              if h.get("dead_letter_length") is not None
+              and h["stream"] not in facts.after.read_for}
     return {**before, **facts.after.dead_letters}
 
 

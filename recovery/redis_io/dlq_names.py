@@ -5,10 +5,24 @@ suffix appended (``orders{eu}`` -> ``orders{eu}:dlq``); a key without any ``}`` 
 into a tag (``orders`` -> ``{orders}:dlq``). Any other key (a ``}`` but no usable tag, e.g.
 ``a}b`` or ``x{}y``) has no such name and is refused. The result is always checked with the
 real slot function, so a rule mistake can never produce a cross-slot move.
+
+A team may name its dead-letter streams instead (``dead_letter.stream``, a template with
+``{stream}`` and ``{group}``, ``{{`` / ``}}`` a literal brace): :class:`DeadLetterNames` is
+the one rule every caller resolves names by, and :func:`refuse_cross_slot` refuses, on a
+Redis Cluster, a name outside its source's slot (docs/CONFIGURATION.md, "Dead-letter stream
+names").
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from string import Formatter
+
+import redis
+from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from recovery.errors import DeadLetterNameError
@@ -44,11 +58,6 @@ def dead_letter_key(source: str, suffix: str) -> str:
     return candidate
 
 
-def is_dead_letter_key(key: str, suffix: str) -> bool:
-    """True for keys that are dead-letter streams themselves (never recovered from)."""
-    return key.endswith(suffix)
-
-
 def requeue_key(source: str, group: str, template: str | None) -> str:
     """Where requeued copies of `source`'s entries for `group` go: `source` itself without a
     template; else the template (``{stream}<suffix>``, the suffix maybe holding ``{group}``)
@@ -57,3 +66,109 @@ def requeue_key(source: str, group: str, template: str | None) -> str:
     if template is None:
         return source
     return dead_letter_key(source, template.removeprefix("{stream}").replace("{group}", group))
+
+
+PLACEHOLDERS = ("stream", "group")
+
+
+def template_problem(template: str) -> str | None:
+    """Why `template` is no dead-letter stream name (``{stream}`` and ``{group}`` only, a
+    literal brace written ``{{`` / ``}}``, some fixed text), or None when it is one."""
+    try:
+        parsed = list(Formatter().parse(template))
+    except ValueError as exc:
+        return f"{exc}: write a literal brace as {{{{ or }}}}"
+    for _, name, spec, conversion in parsed:
+        if name is not None and (name not in PLACEHOLDERS or spec or conversion):
+            shown = "{" + name + (f"!{conversion}" if conversion else "") + \
+                (f":{spec}" if spec else "") + "}"
+            return (f"unknown placeholder {shown}: use {{stream}} and {{group}} only, "
+                    "and write a literal brace as {{ or }}, e.g. {{eu}}:dlq")
+    if not any(literal for literal, *_ in parsed):
+        return "it has no fixed text, so it could name a source: add some, e.g. {stream}:dlq"
+    return None
+
+
+@dataclass(frozen=True)
+class DeadLetterNames:
+    """The naming rule of dead-letter streams: without a `template`, the slot rule with
+    `suffix` (:func:`dead_letter_key`: one stream per source); with one, the template filled
+    in (``str.format`` with ``stream`` and ``group``), which may name one stream for many
+    sources. Small and frozen: it travels to the executors in ``JobParams``."""
+
+    suffix: str = ":dlq"
+    template: str | None = None
+
+    @property
+    def per_group(self) -> bool:
+        """Whether a name depends on the group (the template holds ``{group}``)."""
+        return self.template is not None and any(
+            name == "group" for _, name, _, _ in Formatter().parse(self.template))
+
+    def key(self, stream: str, group: str) -> str:
+        """The dead-letter stream of `stream`'s entries of `group`. Raises
+        DeadLetterNameError where the slot rule has no name for `stream`."""
+        if self.template is None:
+            return dead_letter_key(stream, self.suffix)
+        return self.template.format(stream=stream, group=group)
+
+    def check_source(self, stream: str) -> None:
+        """Raise DeadLetterNameError when `stream` can have no dead-letter stream (the slot
+        rule's refusal; a template names every stream)."""
+        if self.template is None:
+            dead_letter_key(stream, self.suffix)
+
+    def keys_of(self, stream: str, groups: Iterable[str]) -> list[str]:
+        """The distinct dead-letter streams of `stream`'s `groups` (one without ``{group}``,
+        whatever the groups; none for a per-group name without groups), in order."""
+        if not self.per_group:
+            return [self.key(stream, "")]
+        return list(dict.fromkeys(self.key(stream, g) for g in groups))
+
+    def is_dead_letter(self, key: str) -> bool:
+        """True for keys that are dead-letter streams by this rule (never recovered from):
+        a name ending with the suffix, and with a template any name it can produce."""
+        if key.endswith(self.suffix):
+            return True
+        return self.template is not None and _matcher(self.template).fullmatch(key) is not None
+
+    def cross_slot(self, stream: str, key: str) -> str | None:
+        """The refusal when `stream`'s dead-letter stream `key` is not in its Redis Cluster
+        hash slot (a script over both could not run there), else None."""
+        if key_slot(key.encode()) == key_slot(stream.encode()):
+            return None
+        return (f"dead_letter.stream {self.template!r} names {key!r} for stream {stream!r}, "
+                "another Redis Cluster hash slot: give the name the stream's hash tag, e.g. "
+                "{{{stream}}}:dlq, or dlq{{eu}} for streams tagged {eu}")
+
+
+@lru_cache(maxsize=8)
+def _matcher(template: str) -> re.Pattern[str]:
+    """A regular expression for every name `template` produces (a placeholder: any text)."""
+    parts = [re.escape(literal) + ("" if name is None else "(?s:.*)")
+             for literal, name, _, _ in Formatter().parse(template)]
+    return re.compile("".join(parts))
+
+
+def refuse_cross_slot(client: redis.Redis, names: DeadLetterNames,
+                      pairs: Iterable[tuple[str, str]]) -> None:
+    """On a Redis Cluster, raise DeadLetterNameError (exit 2) naming the first (source
+    stream, dead-letter stream) of `pairs` in different hash slots, and how many more: the
+    run is refused before it touches anything. A standalone server takes any names; the
+    slot rule always shares the slot."""
+    if names.template is None or not isinstance(client, RedisCluster):
+        return
+    refusals = [r for s, k in dict.fromkeys(pairs) if (r := names.cross_slot(s, k)) is not None]
+    if refusals:
+        more = f" ({len(refusals) - 1} more streams alike)" if len(refusals) > 1 else ""
+        raise DeadLetterNameError(refusals[0] + more)
+
+
+def labels(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Dead-letter stream -> the name it is listed under in the summaries and metrics: its
+    source stream where only one of `pairs` (source, dead-letter stream) names it, else its
+    own name (a stream shared by several sources is listed once, never summed per source)."""
+    sources: dict[str, set[str]] = {}
+    for source, key in pairs:
+        sources.setdefault(key, set()).add(source)
+    return {key: next(iter(s)) if len(s) == 1 else key for key, s in sources.items()}

@@ -23,16 +23,17 @@ from typing import Any
 
 import redis
 
-from recovery.errors import ConfigError, DeadLetterNameError, StreamUnitError
+from recovery.errors import ConfigError, StreamUnitError
 from recovery.executor.claim.throttle import Throttle
 from recovery.params import RedisParams
-from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.redis_io.dlq_names import refuse_cross_slot
 from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.redis_io.streams import key_type
 from recovery.redrive.io import RedriveFilter, length, redrive_step
 from recovery.report.json_line import JsonLine
 from recovery.settings.model import Settings, executor_params
 from recovery.settings.redrive import RedriveSettings
+from recovery.targets.dead_letter_streams import name_pairs
 from recovery.targets.keys import Skipped, check_server, selected_keys
 
 log = logging.getLogger(__name__)
@@ -127,17 +128,19 @@ def select_units(client: redis.Redis, settings: Settings, params: RedisParams
 
     Explicit ``streams.keys`` count even if the source or its dead-letter stream is gone
     (XADD re-creates the source); ``streams.match`` finds existing keys that have a
-    dead-letter stream. A dead-letter key of another type is skipped with a reason.
+    dead-letter stream. A dead-letter key of another type is skipped with a reason. A
+    shared dead-letter stream gives a filter per source: each takes only the letters whose
+    ``x-original-stream`` names its source. On a Redis Cluster, a dead-letter name outside
+    its source's slot refuses the redrive (DeadLetterNameError, exit 2) before any move.
     """
-    r, suffix = settings.redrive, settings.dead_letter.suffix
+    r, names = settings.redrive, settings.dead_letter.names
     skipped: list[Skipped] = []
     units: list[RedriveFilter] = []
-    for name, explicit in selected_keys(client, settings, params, skipped).items():
-        try:
-            dlq = dead_letter_key(name, suffix)
-        except DeadLetterNameError as exc:
-            skipped.append(Skipped(name, None, str(exc)))
-            continue
+    selected = selected_keys(client, settings, params, skipped)
+    pairs = name_pairs(client, names, list(selected), params, skipped, r.groups)
+    refuse_cross_slot(client, names, pairs)
+    for name, dlq in pairs:
+        explicit = selected[name]
         with redis_errors(params):
             kind = key_type(client, dlq)
         if kind not in ("stream", "none"):

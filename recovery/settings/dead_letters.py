@@ -11,7 +11,8 @@ from recovery.settings.base import Section
 
 class DeadLettersSettings(Section):
     """Dead letters as data. The dead-letter streams are those of the streams that
-    ``streams.keys`` / ``streams.match`` select, named by ``dead_letter.suffix``.
+    ``streams.keys`` / ``streams.match`` select, named by ``dead_letter.suffix`` or
+    ``dead_letter.stream`` (a shared one read once).
 
     ``page_size``: entries per XRANGE reply; ``top_signatures``: error signatures in the
     JSON summary; ``write_entries``: also write every dead letter as Parquet (a second read of

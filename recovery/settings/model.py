@@ -170,6 +170,7 @@ def executor_params(settings: Settings, run_id: str) -> JobParams:
         count=settings.claim.count,
         max_deliveries=settings.claim.max_deliveries,
         dlq_suffix=settings.dead_letter.suffix,
+        dlq_stream=settings.dead_letter.stream,
         dlq_batch_size=settings.dead_letter.batch_size,
         handler_path=settings.handler.path or "",  # "": none (requeue, reassign, dry run)
         handler_batch_size=settings.handler.batch_size,

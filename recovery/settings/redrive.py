@@ -19,7 +19,8 @@ class RedriveSettings(Section):
     """What ``jobs/redrive.py`` moves from dead-letter streams back to their sources.
 
     Source streams are chosen by ``streams.keys`` / ``streams.match`` and their dead-letter
-    streams named by ``dead_letter.suffix``, as for the recovery run. Every filter narrows:
+    streams named by ``dead_letter.suffix`` or ``dead_letter.stream``, as for the recovery
+    run (a shared one gives each source only its letters). Every filter narrows:
     ``groups`` (x-original-group) and ``reasons`` (x-death-reason: a ``DeathReason`` value),
     empty = all; ``from_id`` / ``to_id``, inclusive dead-letter entry IDs; ``since`` /
     ``until``, the time an entry was dead-lettered (the time part of its dead-letter ID;

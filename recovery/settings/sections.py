@@ -7,6 +7,7 @@ import re
 
 from pydantic import Field, field_validator, model_validator
 
+from recovery.redis_io.dlq_names import DeadLetterNames, template_problem
 from recovery.schemas import Mode
 from recovery.settings.base import Section
 
@@ -29,10 +30,26 @@ class StreamsSettings(Section):
 
 
 class DeadLetterSettings(Section):
-    """Where dead letters go: ``<source><suffix>``, kept in the source's hash slot."""
+    """Where dead letters go: ``<source><suffix>``, kept in the source's hash slot; or, with
+    `stream`, a template of the name (``{stream}``, ``{group}``; ``{{`` / ``}}`` a literal
+    brace) that may name one stream for many sources (docs/CONFIGURATION.md)."""
 
     suffix: str = Field(":dlq", min_length=1, pattern=r"^[^{}]+$")
+    stream: str | None = Field(None, min_length=1)
     batch_size: int = Field(200, ge=1, le=5000)
+
+    @field_validator("stream")
+    @classmethod
+    def _template_shape(cls, template: str | None) -> str | None:
+        problem = None if template is None else template_problem(template)
+        if problem is not None:
+            raise ValueError(f"{template!r} is no dead-letter stream name: {problem}")
+        return template
+
+    @property
+    def names(self) -> DeadLetterNames:
+        """The naming rule these settings set (``recovery.redis_io.dlq_names``)."""
+        return DeadLetterNames(self.suffix, self.stream)
 
 
 class HandlerSettings(Section):

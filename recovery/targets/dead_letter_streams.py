@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,10 +19,10 @@ import redis
 from recovery.errors import DeadLetterNameError
 from recovery.params import RedisParams
 from recovery.redis_io.cluster import node_of
-from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.redis_io.dlq_names import DeadLetterNames, labels
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.round_trips import each
-from recovery.redis_io.streams import as_str
+from recovery.redis_io.streams import as_str, info_rows, shown
 from recovery.settings.model import Settings
 from recovery.targets.keys import Skipped, selected_keys, type_unless_denied
 
@@ -32,10 +33,12 @@ DENIED = "denied"  # the kind of a key the ACL user may not access (its key patt
 
 @dataclass(frozen=True)
 class DeadLetterStream:
-    """One dead-letter stream as found: `kind` is its TYPE (``stream``, ``none`` when
-    missing, or another type); `length` its XLEN (0 unless a stream); `oldest_ms` the time
-    part of its first entry's ID, when it was added (epoch ms; None when empty); `node` the
-    primary that owns it on a Redis Cluster (``host:port``; "" on a standalone server)."""
+    """One dead-letter stream as found, listed once (`source`: its source stream, or its
+    own name where several sources share it, ``dlq_names.labels``): `kind` is its TYPE
+    (``stream``, ``none`` when missing, or another type); `length` its XLEN (0 unless a
+    stream); `oldest_ms` the time part of its first entry's ID, when it was added (epoch ms;
+    None when empty); `node` the primary that owns it on a Redis Cluster (``host:port``; ""
+    on a standalone server)."""
 
     source: str
     key: str
@@ -43,6 +46,7 @@ class DeadLetterStream:
     length: int = 0
     oldest_ms: int | None = None
     node: str = ""
+    sources: tuple[str, ...] = ()  # every selected stream whose letters it holds
 
     @property
     def status(self) -> str:
@@ -60,37 +64,64 @@ class DeadLetterStream:
 
 
 def dead_letter_pairs(client: redis.Redis, settings: Settings, params: RedisParams,
-                      skipped: list[Skipped]) -> list[tuple[str, str]]:
+                      skipped: list[Skipped], groups: Sequence[str] = ()
+                      ) -> list[tuple[str, str]]:
     """(source stream, dead-letter stream) for every key ``streams.keys`` /
-    ``streams.match`` select; a key without a valid dead-letter name is added to `skipped`."""
-    pairs = []
-    for source in selected_keys(client, settings, params, skipped):
+    ``streams.match`` select and each distinct dead-letter name of it (``dead_letter``
+    settings); a key without a valid dead-letter name is added to `skipped`."""
+    return name_pairs(client, settings.dead_letter.names,
+                      list(selected_keys(client, settings, params, skipped)), params, skipped,
+                      groups)
+
+
+def name_pairs(client: redis.Redis, names: DeadLetterNames, sources: Sequence[str],
+               params: RedisParams, skipped: list[Skipped], groups: Sequence[str] = ()
+               ) -> list[tuple[str, str]]:
+    """(source, dead-letter stream) for each of `sources` and each distinct name `names`
+    give it: one per source, or, for a name per group, one per group of the source (its
+    XINFO GROUPS, pipelined, and the `groups` given: a redrive's filter names groups of a
+    stream that is gone). A source the slot rule has no name for goes to `skipped`."""
+    named = []
+    for source in sources:
         try:
-            pairs.append((source, dead_letter_key(source, settings.dead_letter.suffix)))
+            names.check_source(source)
+            named.append(source)
         except DeadLetterNameError as exc:
             skipped.append(Skipped(source, None, str(exc)))
-    return pairs
+    groups_of = {source: list(groups) for source in named}
+    if names.per_group and named:
+        with redis_errors(params):
+            replies = each(client, [("XINFO GROUPS", s) for s in named])
+        for source, reply in zip(named, replies, strict=True):
+            found = [] if isinstance(reply, Exception) else [
+                shown(g["name"]) for g in info_rows(reply)]  # type: ignore[arg-type]
+            groups_of[source] = list(dict.fromkeys([*found, *groups]))
+    return [(s, key) for s in named for key in names.keys_of(s, groups_of[s])]
 
 
 def inspect_streams(client: redis.Redis, pairs: list[tuple[str, str]], params: RedisParams
                     ) -> list[DeadLetterStream]:
-    """Type, length and oldest entry of each dead-letter stream, pipelined. A key the ACL
-    user may not access is of kind ``denied``; a refused command raises the job's
-    RedisPermissionError."""
-    commands = [c for _, key in pairs for c in (("TYPE", key), ("XLEN", key),
-                                                 ("XRANGE", key, "-", "+", "COUNT", 1))]
+    """Type, length and oldest entry of each distinct dead-letter stream of `pairs`,
+    pipelined. A key the ACL user may not access is of kind ``denied``; a refused command
+    raises the job's RedisPermissionError."""
+    label = labels(pairs)
+    sources: dict[str, tuple[str, ...]] = {}
+    for source, key in pairs:
+        sources[key] = (*sources.get(key, ()), source)
+    commands = [c for key in label for c in (("TYPE", key), ("XLEN", key),
+                                              ("XRANGE", key, "-", "+", "COUNT", 1))]
     with redis_errors(params):
         replies = each(client, commands)
     found = []
-    for i, (source, key) in enumerate(pairs):
+    for i, key in enumerate(label):
         reply, length, first = replies[i * STATS_COMMANDS : (i + 1) * STATS_COMMANDS]
         kind = type_unless_denied(reply, params) or DENIED
         if kind != "stream":
-            found.append(DeadLetterStream(source, key, kind))
+            found.append(DeadLetterStream(label[key], key, kind, sources=sources[key]))
             continue
         oldest = int(as_str(first[0][0]).partition("-")[0]) if first else None  # type: ignore[index]
-        found.append(DeadLetterStream(source, key, kind, int(length), oldest,  # type: ignore[call-overload]
-                                      node_of(client, key)))
+        found.append(DeadLetterStream(label[key], key, kind, int(length), oldest,  # type: ignore[call-overload]
+                                      node_of(client, key), sources[key]))
     return found
 
 

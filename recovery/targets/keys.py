@@ -11,7 +11,6 @@ import redis
 
 from recovery.errors import UnsupportedServerError
 from recovery.params import RedisParams
-from recovery.redis_io.dlq_names import is_dead_letter_key
 from recovery.redis_io.redis_conn import key_refused, redis_errors
 from recovery.redis_io.streams import scan_keys, server_version, shown
 from recovery.settings.model import Settings
@@ -52,7 +51,7 @@ def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
     the explicit keys, then the SCAN MATCH hits in order; dead-letter streams left out (before
     any TYPE: the job's ACL user needs no read access to them), non-UTF-8 names skipped.
     None at all: ``matched_nothing`` is added to `warnings`, if given, and logged."""
-    sel, suffix = settings.streams, settings.dead_letter.suffix
+    sel, rule = settings.streams, settings.dead_letter.names
     names = dict.fromkeys(sel.keys, True)
     if sel.match:
         with redis_errors(params):
@@ -61,7 +60,7 @@ def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
             names.setdefault(key_text(key, skipped), False)
     selected = {}
     for name, explicit in names.items():
-        if name and is_dead_letter_key(name, suffix):
+        if name and rule.is_dead_letter(name):
             log.info("skip %s: it is a dead-letter stream", name)
         elif name:
             selected[name] = explicit

@@ -12,7 +12,7 @@ import redis
 
 from recovery.driver.discovery import WorkUnit, is_job_consumer
 from recovery.errors import DeadLetterNameError
-from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.redis_io.dlq_names import DeadLetterNames
 from recovery.redis_io.error_codes import unit_vanished
 from recovery.redis_io.redis_conn import server_text
 from recovery.redis_io.round_trips import each
@@ -75,19 +75,20 @@ def _text(entry_id: object) -> str | None:
     return None if entry_id is None else shown(cast(bytes | str, entry_id))
 
 
-def dead_letter_keys(units: Sequence[WorkUnit], suffix: str) -> list[str | None]:
-    """The dead-letter stream of each unit's stream (None where it has no valid name)."""
+def dead_letter_keys(units: Sequence[WorkUnit], names: DeadLetterNames) -> list[str | None]:
+    """The dead-letter stream of each unit (`names`; None where it has no valid name)."""
     keys: list[str | None] = []
     for unit in units:
         try:
-            keys.append(dead_letter_key(unit.stream, suffix))
+            keys.append(names.key(unit.stream, unit.group))
         except DeadLetterNameError:
             keys.append(None)
     return keys
 
 
 def units_by_key(dlq_keys: Sequence[str | None]) -> dict[str, list[int]]:
-    """The indices of the units of each dead-letter key (the groups of one stream share it)."""
+    """The indices of the units of each dead-letter key (the groups of one stream, or the
+    streams of a shared name, share it)."""
     units_of: dict[str, list[int]] = {}
     for i, key in enumerate(dlq_keys):
         if key:

@@ -88,6 +88,7 @@ from recovery.driver.progress.read import (
 from recovery.driver.progress.state import ProgressState
 from recovery.errors import RecoveryError
 from recovery.params import RedisParams
+from recovery.redis_io.dlq_names import DeadLetterNames
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.report.wording import plural, some_names
 
@@ -120,7 +121,7 @@ Outcome = tuple[Reading | None, str, Partial | None]
 class ProgressReporter:
     """Logs a run's progress every `interval_s` seconds while the ``with`` block runs.
 
-    ``with ProgressReporter(client, units, dlq_suffix, consumer_prefix, run_id, interval_s,
+    ``with ProgressReporter(client, units, dlq_names, consumer_prefix, run_id, interval_s,
     params): run_the_stages()``. `client` from ``recovery.redis_io.redis_conn.connect`` (raw
     XPENDING replies; standalone or cluster; thread-safe, so the driver may go on using it);
     `units` from ``recovery.driver.discovery.discover``; `params` only words error messages;
@@ -137,7 +138,7 @@ class ProgressReporter:
     given no usable summary for (all when the block ends before the clean-up, on an error).
     """
 
-    def __init__(self, client: redis.Redis, units: Sequence[WorkUnit], dlq_suffix: str,
+    def __init__(self, client: redis.Redis, units: Sequence[WorkUnit], dlq_names: DeadLetterNames,
                  consumer_prefix: str, run_id: str, interval_s: float,
                  params: RedisParams, health: Sequence[dict[str, Any]] | None = None,
                  order: Sequence[Sequence[int]] | None = None) -> None:
@@ -146,7 +147,7 @@ class ProgressReporter:
         self._interval_s = interval_s
         self._params = params
         self._stem = job_consumer_stem(consumer_prefix, run_id)
-        self._progress = ProgressState(units, dead_letter_keys(units, dlq_suffix))
+        self._progress = ProgressState(units, dead_letter_keys(units, dlq_names))
         self._units, self._dlq = self._progress.units, self._progress.dlq  # the state's own
         self._stop = threading.Event()
         self._lock = threading.RLock()

@@ -21,7 +21,7 @@ from recovery.counts import INT64_MAX
 from recovery.executor.handover.lease import REASON_DELETED, REASON_GONE, REASON_VANISHED
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams
-from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.redis_io.dlq_names import DeadLetterNames
 from recovery.redis_io.error_codes import VANISHED
 from recovery.redis_io.round_trips import UnitScriptCall, calls_of, run_unit_script_calls
 from recovery.redis_io.scripts import (
@@ -91,9 +91,10 @@ def dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
     now_ms = int(time.time() * 1000)
     job_of = {job.row: job for job in jobs}
     chunks: list[tuple[DeadLetterContext, list[DeadLetterJob]]] = []
+    names = DeadLetterNames(params.dlq_suffix, params.dlq_stream)
     for unit, rows in rb.by_unit(job_of).items():
         ctx = DeadLetterContext(unit.stream, unit.group, unit.consumer,
-                                dead_letter_key(unit.stream, params.dlq_suffix),
+                                names.key(unit.stream, unit.group),
                                 params.run_id, params.max_deliveries, now_ms)
         chunks += [(ctx, chunk) for chunk in batches([job_of[i] for i in rows],
                                                      params.dlq_batch_size)]
