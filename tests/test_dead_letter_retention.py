@@ -198,3 +198,27 @@ def test_the_job_trims_after_its_read_and_reports_each_trim(spark, server, tmp_p
         "last_trimmed_id": before[2][0].decode(), "kept_from_id": before[3][0].decode(),
         "by": ["max_length"], "held_by_floor": False}]
     assert client.xpending("orders", "billing")["pending"] == 0
+
+
+def test_retention_on_a_cluster_trims_each_stream_on_its_node(redis_cluster, tmp_path):
+    """On a Redis Cluster the ages count from the earliest node clock (TIME answers per node)
+    and each stream is read and trimmed on its own primary."""
+    redis_cluster.wait_healthy()
+    redis_cluster.flush()
+    client = redis_cluster.client()
+    keys = ["orders", "pay{eu}", "audit"]
+    dlqs = ["{orders}:dlq", "pay{eu}:dlq", "{audit}:dlq"]
+    assert len({client.keyslot(k) for k in dlqs}) == 3
+    before = {}
+    for dlq in dlqs:
+        letters_aged(client, dlq, [900, 800, 700, 10])
+        before[dlq] = client.xrange(dlq)
+    settings = load_settings(None, [f"redis.url={redis_cluster.url}",
+                                    f"report.path={tmp_path / 'r'}",
+                                    "streams.keys=" + ",".join(keys),
+                                    "dead_letters.max_age_s=750", "dead_letters.max_length=3"])
+    streams, _ = find_dead_letter_streams(settings, redis_params(settings))
+    report = apply_retention(redis_params(settings), streams, settings.dead_letters)
+    assert report is not None and report["trimmed"] == 6
+    for dlq in dlqs:
+        assert client.xrange(dlq) == before[dlq][2:]
