@@ -200,3 +200,22 @@ def test_another_exception_still_fails_the_whole_batch(
     assert result.summary["totals"]["failed"] == 3
     assert sorted(pel(client, "orders", GROUP)) == sorted(ids)
     assert not client.exists("{orders}:dlq")
+
+
+@pytest.mark.slow
+def test_a_timeout_while_retrying_one_by_one_keeps_the_verdicts_so_far(
+        spark: SparkSession, redis_server: LocalServer, tmp_path: Path) -> None:
+    """The retry one by one keeps ``handler.timeout_s``: the message that hangs fails, the
+    later ones of its stream are not handed over (they stay pending); those before keep their
+    own verdicts."""
+    client = redis_server.client()
+    ids = stuck_once(client, "orders", ["ok", "unparseable", "hang", "ok"])
+    args = job_args(redis_server.url, tmp_path / "reports", ["orders"],
+                    "handler.path=tests.support.handlers:raises_per_message",
+                    f"handler.dead_letter_exceptions={UNPARSEABLE}", "handler.timeout_s=1")
+    result = run_in_process(spark, args)
+    assert result.code == 0, result.stderr
+    totals = result.summary["totals"]
+    assert (totals["reprocessed"], totals["dead_lettered"], totals["failed"]) == (1, 1, 2)
+    assert [f[b"x-original-id"].decode() for _, f in client.xrange("{orders}:dlq")] == [ids[1]]
+    assert sorted(pel(client, "orders", GROUP)) == sorted(ids[2:])

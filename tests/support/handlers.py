@@ -182,8 +182,8 @@ class Garbled(Unparseable):
 
 def raises_per_message(messages: list[Message]) -> list[Result]:
     """Goes through the batch in order as its ``verdict`` fields say: ``unparseable`` raises
-    Unparseable, ``garbled`` Garbled, ``boom`` a plain RuntimeError (the whole call fails);
-    ``fail`` is a failure, anything else a success."""
+    Unparseable, ``garbled`` Garbled, ``boom`` a plain RuntimeError (the whole call fails),
+    ``hang`` sleeps 3 s; ``fail`` is a failure, anything else a success."""
     results = []
     for m in messages:
         verdict = m.field(b"verdict")
@@ -194,6 +194,8 @@ def raises_per_message(messages: list[Message]) -> list[Result]:
             raise Garbled(f"garbled message {n}")
         if verdict == b"boom":
             raise RuntimeError(f"downstream down at {n}")
+        if verdict == b"hang":
+            time.sleep(3)
         results.append(Result.failure(f"timeout on {n}") if verdict == b"fail"
                        else Result.success())
     return results
