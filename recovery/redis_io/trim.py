@@ -1,6 +1,6 @@
 """The commands of a dead-letter stream's retention, one function per command: the server's
-clock, the ID that starts the newest entries of a stream, the last entry below an ID, a count
-of the entries below an ID, and the exact MINID trim.
+clock, the ID that starts the newest entries of a stream, the last entry below an ID, and the
+exact MINID trim.
 
 IDs are ``str`` (``"<ms>-<seq>"``); times are epoch milliseconds of the server's clock, the
 clock that stamps entry IDs. Reads go in pages (``COUNT``), never the whole stream in one reply.
@@ -44,18 +44,6 @@ def last_below(client: redis.Redis, key: str, below: str) -> str | None:
     ``(below - COUNT 1``), or None when there is none."""
     entries = client.execute_command("XREVRANGE", key, "(" + below, "-", "COUNT", 1)
     return as_str(entries[0][0]) if entries else None
-
-
-def count_below(client: redis.Redis, key: str, below: str, page: int) -> int:
-    """How many entries of `key` have an ID below `below` (exclusive), read in pages of
-    `page` IDs (XRANGE ``- (below COUNT page``): what a MINID trim at `below` removes."""
-    start, found = "-", 0
-    while True:
-        entries = client.execute_command("XRANGE", key, start, "(" + below, "COUNT", page)
-        found += len(entries)
-        if len(entries) < page:
-            return found
-        start = "(" + as_str(entries[-1][0])
 
 
 def trim_below(client: redis.Redis, key: str, below: str) -> int:
