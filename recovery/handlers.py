@@ -8,8 +8,12 @@ It runs on executors over batches of messages and returns one result per message
 ``True`` / ``Result.success()`` acks the message; ``False`` / ``Result.failure(msg)`` leaves it
 pending (the next run claims it again until it crosses ``max_deliveries``). A handler that
 raises fails its whole batch with the exception as the error; a reply of the wrong length or
-type fails the batch as "garbage". With ``handler.timeout_s``, a call that has not returned in
-time fails its batch as "timed out" (the messages stay pending). Handlers must be idempotent:
+type fails the batch as "garbage". An exception of a class ``handler.dead_letter_exceptions``
+names means ``Result.dead_letter`` for the message that raised it: raised for a batch of one,
+that message is dead-lettered; raised for a larger batch (which message raised is unknown),
+:class:`BatchRejected` tells the caller to call the handler again message by message.
+With ``handler.timeout_s``, a call that has not returned in time fails its batch as "timed
+out" (the messages stay pending). Handlers must be idempotent:
 delivery is at-least-once.
 """
 
@@ -100,15 +104,54 @@ def load_handler(path: str) -> Handler:
     return handler
 
 
+Rejects = tuple[type[Exception], ...]
+_EXCEPTIONS: dict[str, type[Exception]] = {}
+
+
+def load_exceptions(paths: Sequence[str]) -> Rejects:
+    """Import each ``package.module.ClassName`` (or ``package.module:ClassName``) of
+    ``handler.dead_letter_exceptions``. Raises HandlerError (exit 2) naming the path and the fix
+    when one does not import or is not an exception class."""
+    return tuple(_exception_class(path) for path in paths)
+
+
+def _exception_class(path: str) -> type[Exception]:
+    if path in _EXCEPTIONS:
+        return _EXCEPTIONS[path]
+    module_name, _, attr = path.rpartition(":") if ":" in path else path.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module_name), attr, None)
+    except Exception as exc:  # any import-time failure is the user's module's problem
+        raise HandlerError(
+            f"handler.dead_letter_exceptions {path!r}: module {module_name!r} does not import "
+            f"({type(exc).__name__}: {exc}); install it on driver and executors or fix the path"
+        ) from None
+    if not (isinstance(found, type) and issubclass(found, Exception)):
+        raise HandlerError(
+            f"handler.dead_letter_exceptions {path!r}: {attr!r} in {module_name!r} is not an "
+            "exception class; name a subclass of Exception as package.module.ClassName")
+    _EXCEPTIONS[path] = found
+    return found
+
+
 class HandlerTimedOut(Exception):
     """A handler call did not return within ``handler.timeout_s``."""
 
 
-def run_handler(handler: Handler, messages: list[Message], timeout_s: float | None = None
-                ) -> list[Result]:
-    """Call `handler` on a batch and normalise its reply to one Result per message.
+class BatchRejected(Exception):
+    """The handler raised one of ``handler.dead_letter_exceptions`` for a batch of several
+    messages: the caller calls it again message by message (a batch of one each), so only the
+    message that raises it is dead-lettered."""
 
-    Raises HandlerTimedOut when the call takes longer than `timeout_s` seconds.
+
+def run_handler(handler: Handler, messages: list[Message], timeout_s: float | None = None,
+                rejects: Rejects = ()) -> list[Result]:
+    """Call `handler` on a batch and normalise its reply to one Result per message. An
+    exception of a class in `rejects` is ``Result.dead_letter`` (its class and text as the
+    error) for a batch of one message; any other fails the whole batch.
+
+    Raises HandlerTimedOut when the call takes longer than `timeout_s` seconds, and
+    BatchRejected when a batch of several raised one of `rejects`.
     """
     try:
         reply = _call(handler, messages, timeout_s)
@@ -116,6 +159,10 @@ def run_handler(handler: Handler, messages: list[Message], timeout_s: float | No
         raise
     except Exception as exc:
         error = _clip(f"{type(exc).__name__}: {exc}")
+        if rejects and isinstance(exc, rejects):
+            if len(messages) == 1:
+                return [Result.dead_letter(error)]
+            raise BatchRejected(error) from None
         return [Result.failure(error)] * len(messages)
     return normalise_reply(reply, len(messages))
 

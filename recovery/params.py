@@ -43,6 +43,9 @@ class JobParams:
     handler_batch_size: int
     max_entries_per_s_per_partition: float | None = None
     handler_timeout_s: float | None = None
+    # handler.dead_letter_exceptions: exception classes, package.module.ClassName, that mean
+    # Result.dead_letter for the message that raised them (recovery.handlers.load_exceptions).
+    handler_dead_letter_exceptions: tuple[str, ...] = ()
     reprocess_mode: str = "handler"  # a schemas.Mode value (ReprocessSettings)
     requeue_stream: str | None = None  # the retry stream's template; None: the source
     dlq_stream: str | None = None  # the dead-letter stream's template; None: the slot rule

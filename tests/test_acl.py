@@ -237,3 +237,28 @@ def test_a_refused_slot_map_is_named_not_mistaken_for_a_plain_server(spark, redi
     assert errors == ["error: the Redis user 'recovery' may not run CLUSTER SLOTS, which the job "
                       "needs: grant it, e.g. ACL SETUSER recovery +cluster|slots (see README, "
                       "'ACL')"]
+
+
+@pytest.mark.parametrize("without", [None, "+xtrim"], ids=["line-10", "without-line-10"])
+def test_dead_letter_retention_needs_line_10(spark, redis_server, tmp_path, capsys, without):
+    """docs/ACL.md line 10: with it the recovery user trims (TIME, XREVRANGE, XTRIM); without
+    it a run with retention on stops at the first refused command, in one line, exit 1, and
+    no letter is trimmed."""
+    client = redis_server.client()
+    create_users([client], without=without)
+    for n in range(3):
+        client.xadd("{events:orders}:dlq", {b"n": str(n).encode()})
+    before = client.xrange("{events:orders}:dlq")
+    args = job_args(redis_server.url, "recovery", tmp_path, "streams.keys=events:orders",
+                    "dead_letters.max_length=1")
+    code = dead_letters_main(args, lambda: spark)
+    out, err = capsys.readouterr()
+    if without is None:
+        assert code == 0, err[-3000:]
+        assert client.xrange("{events:orders}:dlq") == before[-1:]
+        assert json.loads(out.strip().splitlines()[-1])["retention"]["trimmed"] == 2
+        assert refusals([client]) <= {setinfo_refusal(client)}
+    else:
+        errors = [line for line in err.splitlines() if line.startswith("error: ")]
+        assert code == 1 and len(errors) == 1 and "may not run TIME" in errors[0], err[-3000:]
+        assert client.xrange("{events:orders}:dlq") == before

@@ -1,6 +1,7 @@
 """Command line of ``jobs/dead_letters.py``: ``--config``, ``--set``, ``--run-id`` and
 ``--log-level``, with the exit codes of ``jobs/recover.py`` (0 success, 2 invalid config or
-arguments, 1 anything else); no ``--dry-run`` (the read changes nothing in Redis) nor
+arguments, 1 anything else); no ``--dry-run`` (the read changes nothing in Redis; the
+retention, off by default, trims only where its settings say) nor
 ``--plan``: any option it does not act on is refused, exit 2.
 
 Errors are one line on stderr; the last line of stdout is always a JSON summary.

@@ -24,7 +24,8 @@ class DeadLetterSummary(JsonLine):
     """One dead-letter read: per dead-letter stream its status (``read``, ``empty``,
     ``missing``), XLEN and oldest age (s) when looked at, and the dead letters read; totals;
     the top error signatures; warnings (``dead_letter_warnings``); skipped keys (a key of
-    another type, a source without a dead-letter name) with the reason."""
+    another type, a source without a dead-letter name) with the reason; with retention on,
+    the letters trimmed (``retention``: the limits, the total and one row per stream)."""
 
     run_id: str
     status: str = "ok"
@@ -41,6 +42,8 @@ class DeadLetterSummary(JsonLine):
     exit_code: int = 0  # the entry point's exit code (recovery.errors), set as it exits
     warnings: list[str] = field(default_factory=list)  # a selection that matched nothing
     metrics: dict[str, Any] | None = None  # the metrics push (None: metrics off)
+    # The retention's trims (recovery.dead_letters.retention.apply_retention; None: off).
+    retention: dict[str, Any] | None = None
 
 
 def plain(value: object) -> object:

@@ -9,7 +9,9 @@
 3. group once into causes (checkpointed: Redis is read once), then the two views, written
    as Parquet, logged as tables and summed up in the JSON summary.
 
-Read-only: no command that writes is sent, nothing is trimmed or deleted.
+Read-only unless retention is on (``dead_letters.max_age_s`` / ``max_length``): then, after
+the views are written, the letters past a limit are trimmed (``recovery.dead_letters.retention``).
+Nothing else is written or deleted.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from recovery.dead_letters.report import (
     plain,
     views_path,
 )
+from recovery.dead_letters.retention import apply_retention
 from recovery.dead_letters.views import by_reason, by_signature, causes, with_death_time
 from recovery.params import DeadLetterReadParams, RedisParams
 from recovery.redis_io.cluster import biggest_first, groups_by_node
@@ -114,8 +117,9 @@ def read_dead_letters(spark: SparkSession, settings: Settings) -> DataFrame:
 
 def run_dead_letters(spark: SparkSession, settings: Settings, summary: DeadLetterSummary
                      ) -> DeadLetterSummary:
-    """One dead-letter read: the views written under ``views_path``, tables logged, and
-    `summary` filled as it goes. Raises RecoveryError subclasses."""
+    """One dead-letter read: the views written under ``views_path``, tables logged, then,
+    with retention on, the letters past a limit trimmed; `summary` filled as it goes.
+    Raises RecoveryError subclasses."""
     started = time.monotonic()
     check_report_location(settings.report.path)
     d = settings.dead_letters
@@ -139,6 +143,7 @@ def run_dead_letters(spark: SparkSession, settings: Settings, summary: DeadLette
                        F.sum("dead_letters").alias("n"),
                        F.sum("without_metadata").alias("bare")).collect()}
     summary.report_path = out
+    summary.retention = apply_retention(redis_params(settings), streams, d)
     fill_summary(summary, streams, per_key, rows["by_signature"], d.top_signatures, now)
     log.info("dead letters %s by reason\n%s", summary.run_id,
              fixed_width(rows["by_reason"][:LOGGED_ROWS], REASON_COLUMNS))

@@ -13,7 +13,7 @@ import logging
 
 from recovery.errors import ConfigError
 from recovery.executor.handover.modes import mode_of
-from recovery.handlers import load_handler
+from recovery.handlers import load_exceptions, load_handler
 from recovery.settings.model import Settings
 
 log = logging.getLogger(__name__)
@@ -27,9 +27,11 @@ NO_HANDLER = (
 
 
 def check_handler(settings: Settings, dry_run: bool = False) -> None:
-    """Import the handler ``handler.path`` names, if any (HandlerError, exit 2, when it does
-    not import). Raises ConfigError (exit 2) for a real run in handler mode that names none;
-    a dry run in that mode logs a WARNING instead."""
+    """Import the handler ``handler.path`` names, if any, and the exception classes of
+    ``handler.dead_letter_exceptions`` (HandlerError, exit 2, when one does not import or is
+    not an exception class). Raises ConfigError (exit 2) for a real run in handler mode that
+    names no handler; a dry run in that mode logs a WARNING instead."""
+    load_exceptions(settings.handler.dead_letter_exceptions)
     path = settings.handler.path
     if path is not None:
         load_handler(path)

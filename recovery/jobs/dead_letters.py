@@ -1,5 +1,6 @@
 """Read the dead-letter streams as data: grouped by cause and by error signature, with
-warnings on their length and age. Read-only: nothing in Redis changes.
+warnings on their length and age. Read-only unless the opt-in retention
+(``dead_letters.max_age_s`` / ``max_length``) is on: then it trims the letters past a limit.
 
     spark-submit jobs/dead_letters.py --config conf/recovery.toml \
         [--set dead_letters.warn_length=10000] [--set streams.match=orders:*]

@@ -46,6 +46,7 @@ from recovery.settings.sections import (
     StreamsSettings,
 )
 
+LIST_FIELDS = ("keys", "groups", "dead_letter_exceptions")  # --set a,b or ["a", "b"]
 MISSING_HINTS = {"streams": "select streams: set streams.keys and/or streams.match"}
 
 
@@ -175,6 +176,7 @@ def executor_params(settings: Settings, run_id: str) -> JobParams:
         handler_path=settings.handler.path or "",  # "": none (requeue, reassign, dry run)
         handler_batch_size=settings.handler.batch_size,
         handler_timeout_s=settings.handler.timeout_s,
+        handler_dead_letter_exceptions=tuple(settings.handler.dead_letter_exceptions),
         reprocess_mode=settings.reprocess.mode,
         requeue_stream=settings.reprocess.requeue_stream,
         live_within_ms=settings.reprocess.live_within_ms,
@@ -212,7 +214,7 @@ def _overrides_to_dict(overrides: list[str]) -> dict[str, Any]:
             raise ConfigError(
                 f"--set {item!r}: write it as section.field=value, e.g. claim.count=500")
         section, name = path
-        parsed: Any = _list_value(item, value) if name in ("keys", "groups") else value
+        parsed: Any = _list_value(item, value) if name in LIST_FIELDS else value
         result.setdefault(section, {})[name] = parsed
     return result
 

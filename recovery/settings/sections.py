@@ -12,6 +12,7 @@ from recovery.schemas import Mode
 from recovery.settings.base import Section
 
 HANDLER_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+EXCEPTION_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[.:][A-Za-z_]\w*$")
 
 
 class StreamsSettings(Section):
@@ -54,12 +55,26 @@ class DeadLetterSettings(Section):
 
 class HandlerSettings(Section):
     """The re-processing handler: ``package.module:function`` over batches of messages. No
-    default: a real run in ``handler`` mode names one (``recovery.driver.handler_choice``)."""
+    default: a real run in ``handler`` mode names one (``recovery.driver.handler_choice``).
+    ``dead_letter_exceptions``: exception classes (``package.module.ClassName``) that mean
+    ``Result.dead_letter`` for the message that raised them (``recovery.handlers``); imported
+    on the driver before anything is claimed."""
 
     path: str | None = None
     batch_size: int = Field(100, ge=1, le=100_000)
     max_failed_ratio: float | None = Field(None, ge=0, le=1)
     timeout_s: float | None = Field(None, gt=0, le=86_400)
+    dead_letter_exceptions: list[str] = Field(default_factory=list)
+
+    @field_validator("dead_letter_exceptions")
+    @classmethod
+    def _exception_shape(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            if not EXCEPTION_PATH.match(path):
+                raise ValueError(
+                    f"{path!r} is not an exception class path: write it as "
+                    "package.module.ClassName, e.g. json.JSONDecodeError")
+        return paths
 
     @field_validator("path")
     @classmethod

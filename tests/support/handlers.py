@@ -170,3 +170,32 @@ def make_unit_vanish_meanwhile(messages: list[Message]) -> list[Result]:
         client.xgroup_destroy(first.stream, first.group)
     client.close()
     return [Result.success()] * len(messages)
+
+
+class Unparseable(ValueError):
+    """Named in ``handler.dead_letter_exceptions`` by the tests: a message no retry mends."""
+
+
+class Garbled(Unparseable):
+    """A subclass of a named class: it means the same."""
+
+
+def raises_per_message(messages: list[Message]) -> list[Result]:
+    """Goes through the batch in order as its ``verdict`` fields say: ``unparseable`` raises
+    Unparseable, ``garbled`` Garbled, ``boom`` a plain RuntimeError (the whole call fails),
+    ``hang`` sleeps 3 s; ``fail`` is a failure, anything else a success."""
+    results = []
+    for m in messages:
+        verdict = m.field(b"verdict")
+        n = (m.field(b"n") or b"?").decode()
+        if verdict == b"unparseable":
+            raise Unparseable(f"cannot parse message {n}")
+        if verdict == b"garbled":
+            raise Garbled(f"garbled message {n}")
+        if verdict == b"boom":
+            raise RuntimeError(f"downstream down at {n}")
+        if verdict == b"hang":
+            time.sleep(3)
+        results.append(Result.failure(f"timeout on {n}") if verdict == b"fail"
+                       else Result.success())
+    return results

@@ -2,7 +2,14 @@
 gets each entry, chunk by chunk (``handler.batch_size`` rows), under a lease
 (``recovery.executor.handover.lease``); the entries it succeeded on are acked with the next
 lease read. Failures at the delivery limit, and those the handler rejects for good
-(``Result.dead_letter``), are dead-lettered; the others stay pending."""
+(``Result.dead_letter``, or an exception of ``handler.dead_letter_exceptions``), are
+dead-lettered; the others stay pending.
+
+Such an exception raised for a chunk of several messages does not say which one raised it:
+the chunk is then handed over again message by message (each call a batch of one, each with
+its lease checked as before any call), so only the messages that raise it are dead-lettered
+and the others get their own verdict. Handlers are idempotent (at-least-once): the messages
+before the one that raised may be handled twice."""
 
 from __future__ import annotations
 
@@ -14,7 +21,16 @@ from recovery.executor.handover.dead_letter import DeadLetterJob, dead_letter
 from recovery.executor.handover.lease import LEASE_ROWS, HandOver
 from recovery.executor.handover.modes.base import ReprocessMode
 from recovery.executor.handover.routed import RoutedBatch
-from recovery.handlers import Handler, HandlerTimedOut, Result, load_handler, run_handler
+from recovery.handlers import (
+    BatchRejected,
+    Handler,
+    HandlerTimedOut,
+    Rejects,
+    Result,
+    load_exceptions,
+    load_handler,
+    run_handler,
+)
 from recovery.params import JobParams, Unit
 from recovery.redis_io.scripts import fresh_lease_ms
 from recovery.schemas import Action, DeathReason, Mode
@@ -34,6 +50,7 @@ class HandlerCalls:
 
     handler: Handler
     timeout_s: float | None
+    rejects: Rejects = ()
     blocked: set[Unit] = field(default_factory=set)
 
     def admit(self, rb: RoutedBatch, rows: list[int]) -> list[int]:
@@ -48,10 +65,13 @@ class HandlerCalls:
                 admitted.append(i)
         return admitted
 
-    def run(self, rb: RoutedBatch, rows: list[int]) -> list[Result]:
-        """Call the handler on `rows`: one Result per row, in order."""
+    def run(self, rb: RoutedBatch, rows: list[int]) -> list[Result] | None:
+        """Call the handler on `rows`: one Result per row, in order; None when it raised one
+        of ``rejects`` for several rows (hand them over one by one)."""
         try:
-            return run_handler(self.handler, rb.messages(rows), self.timeout_s)
+            return run_handler(self.handler, rb.messages(rows), self.timeout_s, self.rejects)
+        except BatchRejected:
+            return None
         except HandlerTimedOut as exc:
             self.blocked.update(rb.unit(i) for i in rows)
             return [Result.failure(str(exc))] * len(rows)
@@ -76,7 +96,8 @@ class HandlerMode(ReprocessMode):
         lease read. A fast handler thus costs one round trip per ``LEASE_ROWS`` rows, a slow
         one a lease read right before each call.
         """
-        calls = HandlerCalls(load_handler(params.handler_path), params.handler_timeout_s)
+        calls = HandlerCalls(load_handler(params.handler_path), params.handler_timeout_s,
+                             load_exceptions(params.handler_dead_letter_exceptions))
         hand_over = HandOver(client, rb,
                              fresh_lease_ms(params.min_idle_ms, params.handler_timeout_s),
                              read_at or 0.0)
@@ -86,13 +107,27 @@ class HandlerMode(ReprocessMode):
             window_rows = rows[start : start + window]
             hand_over.lease(window_rows if hand_over.stale() else [])
             for first in range(0, len(window_rows), size):
-                chunk = hand_over.leased_now(window_rows[first:], size)
-                chunk = calls.admit(rb, chunk)
+                chunk = calls.admit(rb, hand_over.leased_now(window_rows[first:], size))
                 if chunk:
-                    results = calls.run(rb, chunk)
-                    hand_over.succeeded(chunk, results)
-                    dead_letter(client, params, rb, _failed(params, rb, chunk, results))
+                    _call_chunk(client, params, rb, hand_over, calls, chunk)
         hand_over.lease([])
+
+
+def _call_chunk(client: redis.Redis, params: JobParams, rb: RoutedBatch, hand_over: HandOver,
+                calls: HandlerCalls, chunk: list[int]) -> None:
+    """One handler call on the leased `chunk`: queue its successes for the ack and
+    dead-letter what must go now. A chunk of several that raised one of
+    ``handler.dead_letter_exceptions`` is handed over again row by row (lease checked before
+    each call, blocked units skipped)."""
+    results = calls.run(rb, chunk)
+    if results is None:
+        for k in range(len(chunk)):
+            one = calls.admit(rb, hand_over.leased_now(chunk[k:], 1))
+            if one:
+                _call_chunk(client, params, rb, hand_over, calls, one)
+        return
+    hand_over.succeeded(chunk, results)
+    dead_letter(client, params, rb, _failed(params, rb, chunk, results))
 
 
 def _failed(params: JobParams, rb: RoutedBatch, rows: list[int], results: list[Result]

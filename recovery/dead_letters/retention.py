@@ -1,0 +1,139 @@
+"""Opt-in retention of dead-letter streams (``dead_letters.max_age_s``, ``max_length``,
+``retention_floor_s``), applied by the dead-letter job after its read, on the driver.
+
+Per dead-letter stream with entries, one cut ID: every letter with a smaller ID goes, with
+``XTRIM key MINID = <cut>`` (exact), so a letter added meanwhile (a greater ID) always stays.
+
+- ``max_age_s``: the cut ``<now - max_age_s>-0``: a letter added more than ``max_age_s``
+  seconds ago (its ID's time part, on the server's clock, TIME) goes.
+- ``max_length``: the cut is the ID of the oldest of the newest ``max_length`` letters, found
+  from the cheaper end (XRANGE over the letters to trim, or XREVRANGE over those to keep, in
+  pages). Letters added later only keep more; one removed meanwhile (a redrive) may leave
+  the stream a letter short of ``max_length``.
+- The later of the two cuts applies (a letter past either limit goes). ``retention_floor_s``
+  then holds it back to ``<now - floor>-0``: no letter younger than the floor is trimmed (the
+  settings refuse a ``max_age_s`` below the floor; a length cut held back logs a WARNING and
+  says so in the summary, ``held_by_floor``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from recovery.params import RedisParams
+from recovery.redis_io.redis_conn import connect, redis_errors
+from recovery.redis_io.streams import stream_id_key
+from recovery.redis_io.trim import last_below, nth_id, server_time_ms, trim_below
+from recovery.settings.dead_letters import DeadLettersSettings
+from recovery.targets.dead_letter_streams import DeadLetterStream
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Where one stream is trimmed: letters with an ID below `below` go; `by` names the
+    limits that set it (``max_age_s``, ``max_length``); `held_by_floor` when
+    ``retention_floor_s`` moved a length cut back."""
+
+    below: str
+    by: tuple[str, ...]
+    held_by_floor: bool = False
+
+
+def time_cut(now_ms: int, seconds: int) -> str:
+    """The first ID of letters added at most `seconds` s before `now_ms` (epoch ms)."""
+    return f"{max(0, now_ms - seconds * 1000)}-0"
+
+
+def later(a: str, b: str) -> str:
+    """The greater of two stream IDs."""
+    return a if stream_id_key(a) >= stream_id_key(b) else b
+
+
+def length_cut(client: redis.Redis, key: str, max_length: int, page: int) -> str | None:
+    """The ID of the oldest of the newest `max_length` letters of `key`, read from the end
+    where fewer entries are read; None when it holds at most `max_length` (XLEN first)."""
+    excess = int(client.execute_command("XLEN", key)) - max_length
+    if excess <= 0:
+        return None
+    if excess + 1 <= max_length:
+        return nth_id(client, key, excess + 1, newest=False, page=page)
+    return nth_id(client, key, max_length, newest=True, page=page)
+
+
+def cut_of(client: redis.Redis, key: str, d: DeadLettersSettings, now_ms: int) -> Cut | None:
+    """The cut of dead-letter stream `key` at `now_ms` (the server's clock), or None when no
+    letter is past a limit by the cut IDs' reckoning."""
+    cuts: dict[str, str] = {}
+    if d.max_age_s is not None:
+        cuts["max_age_s"] = time_cut(now_ms, d.max_age_s)
+    if d.max_length is not None:
+        found = length_cut(client, key, d.max_length, d.page_size)
+        if found is not None:
+            cuts["max_length"] = found
+    if not cuts:
+        return None
+    below = next(iter(cuts.values()))
+    for cut in cuts.values():
+        below = later(below, cut)
+    by = tuple(name for name, cut in cuts.items() if cut == below)
+    if d.retention_floor_s is not None:
+        floor = time_cut(now_ms, d.retention_floor_s)
+        if later(below, floor) != floor:
+            log.warning("dead-letter stream %s: its max_length cut (%s) would trim letters "
+                        "younger than dead_letters.retention_floor_s (%s s): held back to %s",
+                        key, below, d.retention_floor_s, floor)
+            return Cut(floor, by, held_by_floor=True)
+    return Cut(below, by)
+
+
+def trim_stream(client: redis.Redis, s: DeadLetterStream, d: DeadLettersSettings,
+                now_ms: int) -> dict[str, Any]:
+    """Trim one dead-letter stream; its summary row: ``stream``, ``dead_letter_stream``,
+    ``trimmed`` (letters removed), ``last_trimmed_id`` (the newest removed, or None),
+    ``kept_from_id`` (the cut: every letter below it is gone; None: no cut), ``by``
+    (the limits that set the cut) and ``held_by_floor``."""
+    row: dict[str, Any] = {"stream": s.source, "dead_letter_stream": s.key, "trimmed": 0,
+                           "last_trimmed_id": None, "kept_from_id": None, "by": [],
+                           "held_by_floor": False}
+    cut = cut_of(client, s.key, d, now_ms)
+    if cut is None:
+        return row
+    row.update(kept_from_id=cut.below, by=list(cut.by), held_by_floor=cut.held_by_floor)
+    last = last_below(client, s.key, cut.below)
+    if last is not None:
+        row.update(trimmed=trim_below(client, s.key, cut.below), last_trimmed_id=last)
+    if row["trimmed"]:
+        log.info("dead-letter stream %s (of %s): trimmed %d letters, up to %s (%s)", s.key,
+                 s.source, row["trimmed"], last, ", ".join(cut.by))
+    return row
+
+
+def apply_retention(params: RedisParams, streams: list[DeadLetterStream],
+                    d: DeadLettersSettings) -> dict[str, Any] | None:
+    """Trim every dead-letter stream that holds entries (``status`` ``read``) when retention
+    is on; the summary's ``retention``: the limits, ``now_ms`` (the server's clock the ages
+    count from), ``trimmed`` (total letters), ``trimmed_streams`` (streams trimmed) and
+    ``streams`` (one row per stream looked at, :func:`trim_stream`). None when retention is
+    off (nothing is sent)."""
+    if not d.retention_on:
+        return None
+    rows: list[dict[str, Any]] = []
+    client = connect(params)
+    try:
+        with redis_errors(params):
+            now_ms = server_time_ms(client)
+            for s in streams:
+                if s.status == "read":
+                    rows.append(trim_stream(client, s, d, now_ms))
+    finally:
+        client.close()
+    return {"max_age_s": d.max_age_s, "max_length": d.max_length,
+            "retention_floor_s": d.retention_floor_s, "now_ms": now_ms,
+            "trimmed": sum(r["trimmed"] for r in rows),
+            "trimmed_streams": sum(1 for r in rows if r["trimmed"]), "streams": rows}

@@ -1,0 +1,53 @@
+"""The commands of a dead-letter stream's retention, one function per command: the server's
+clock, the ID that starts the newest entries of a stream, the last entry below an ID, and the
+exact MINID trim.
+
+IDs are ``str`` (``"<ms>-<seq>"``); times are epoch milliseconds of the server's clock, the
+clock that stamps entry IDs. Reads go in pages (``COUNT``), never the whole stream in one reply.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from recovery.redis_io.streams import as_str
+
+
+def server_time_ms(client: redis.Redis) -> int:
+    """The server's clock (TIME: ``[seconds, microseconds]``) as epoch ms, rounded down. A
+    Redis Cluster client may answer per node (a dict): the earliest clock, which trims least."""
+    reply = client.time()
+    seconds, micros = min(reply.values()) if isinstance(reply, dict) else reply
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def nth_id(client: redis.Redis, key: str, n: int, newest: bool, page: int) -> str | None:
+    """The ID of the `n`-th entry (1-based) of stream `key`, counted from its oldest entry
+    (XRANGE) or, with `newest`, from its newest one (XREVRANGE); None when it holds fewer.
+    Reads at most `n` entries, `page` per reply."""
+    command, start, end = ("XREVRANGE", "+", "-") if newest else ("XRANGE", "-", "+")
+    seen = 0
+    while True:
+        want = min(page, n - seen)
+        entries = client.execute_command(command, key, start, end, "COUNT", want)
+        seen += len(entries)
+        if seen == n and entries:
+            return as_str(entries[-1][0])
+        if len(entries) < want:
+            return None
+        last = as_str(entries[-1][0])
+        start = "(" + last
+
+
+def last_below(client: redis.Redis, key: str, below: str) -> str | None:
+    """The ID of the newest entry of `key` with an ID below `below` (exclusive; XREVRANGE
+    ``(below - COUNT 1``), or None when there is none."""
+    entries = client.execute_command("XREVRANGE", key, "(" + below, "-", "COUNT", 1)
+    return as_str(entries[0][0]) if entries else None
+
+
+def trim_below(client: redis.Redis, key: str, below: str) -> int:
+    """``XTRIM key MINID = below``: remove exactly the entries with an ID below `below`
+    (exact: no ``~``, no LIMIT); an entry added later has a greater ID and stays. Returns the
+    number removed (0 for a missing key)."""
+    return int(client.execute_command("XTRIM", key, "MINID", "=", below))
