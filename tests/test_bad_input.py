@@ -540,11 +540,10 @@ def test_redrive_refuses_plan_and_moves_nothing(redis_server, tmp_path, extra):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("option", [["--plan", "/x"], ["--dry-run"]], ids=["plan", "dry-run"])
-def test_dead_letters_refuses_options_it_does_not_act_on(redis_server, option):
+def test_dead_letters_refuses_options_it_does_not_act_on(redis_server):
     result = run_job("dead_letters", "--set", f"redis.url={redis_server.url}",
-                     "--set", "streams.keys=orders", *option)
-    assert_one_error_line(result, 2, f"unrecognized arguments: {option[0]}")
+                     "--set", "streams.keys=orders", "--plan", "/x")
+    assert_one_error_line(result, 2, "unrecognized arguments: --plan")
 
 
 @pytest.mark.slow
@@ -556,7 +555,7 @@ def test_help_lists_only_the_options_the_job_acts_on(job):
     options = proc.stdout.partition("\noptions:")[2]  # after the description's prose
     assert options, proc.stdout
     assert ("--plan" in options) == (job == "recover"), proc.stdout
-    assert ("--dry-run" in options) == (job != "dead_letters"), proc.stdout
+    assert "--dry-run" in options, proc.stdout
 
 
 @pytest.mark.slow

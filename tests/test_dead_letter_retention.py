@@ -89,6 +89,25 @@ def test_max_length_keeps_exactly_the_newest(server, tmp_path, max_length):
     assert row["last_trimmed_id"] == (before[trimmed - 1][0].decode() if trimmed else None)
 
 
+@pytest.mark.parametrize("limit", ["dead_letters.max_age_s=3500", "dead_letters.max_length=2"])
+def test_a_dry_run_counts_what_it_would_trim_and_trims_nothing(server, tmp_path, limit):
+    client = server.client()
+    letters_aged(client, DLQ, [5000, 4000, 3000, 100, 10])
+    before = client.xrange(DLQ)
+
+    dry = retain(server, tmp_path, limit, "dead_letters.dry_run=true",
+                 "dead_letters.page_size=2")  # the count goes over several pages
+
+    assert client.xrange(DLQ) == before  # nothing trimmed
+    [row] = [r for r in dry["streams"] if r["dead_letter_stream"] == DLQ]
+    assert (dry["dry_run"], dry["trimmed"], row["trimmed"]) == (True, 0, 0)
+    real = retain(server, tmp_path, limit)
+    [done] = [r for r in real["streams"] if r["dead_letter_stream"] == DLQ]
+    assert row["would_trim"] == dry["would_trim"] == done["trimmed"] == len(before) - len(
+        client.xrange(DLQ)) > 0
+    assert row["last_trimmed_id"] == done["last_trimmed_id"]  # the cut of an age moves on
+
+
 def test_the_later_cut_of_age_and_length_applies(server, tmp_path):
     client = server.client()
     letters_aged(client, DLQ, [900, 800, 700, 600, 500, 50, 40])
@@ -185,16 +204,22 @@ def test_the_job_trims_after_its_read_and_reports_each_trim(spark, server, tmp_p
             "--set", "streams.keys=orders", "--set", "dead_letters.max_length=2",
             "--run-id", "20261126T000000Z-abcdef"]
 
+    assert dead_letters_main([*argv, "--dry-run"], lambda: spark) == 0
+    dry = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert client.xrange(DLQ) == before and dry["dry_run"] is True
+    assert (dry["retention"]["trimmed"], dry["retention"]["would_trim"]) == (0, 3)
+
     assert dead_letters_main(argv, lambda: spark) == 0
 
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["dry_run"] is False
     assert client.xrange(DLQ) == before[-2:]
     assert summary["totals"]["dead_letters"] == 5  # read (and in the views) before the trim
     retention = summary["retention"]
     assert (retention["max_length"], retention["trimmed"], retention["trimmed_streams"]) == (
         2, 3, 1)
     assert retention["streams"] == [{
-        "stream": "orders", "dead_letter_stream": DLQ, "trimmed": 3,
+        "stream": "orders", "dead_letter_stream": DLQ, "trimmed": 3, "would_trim": 3,
         "last_trimmed_id": before[2][0].decode(), "kept_from_id": before[3][0].decode(),
         "by": ["max_length"], "held_by_floor": False}]
     assert client.xpending("orders", "billing")["pending"] == 0

@@ -1,7 +1,7 @@
-"""Command line of ``jobs/dead_letters.py``: ``--config``, ``--set``, ``--run-id`` and
-``--log-level``, with the exit codes of ``jobs/recover.py`` (0 success, 2 invalid config or
-arguments, 1 anything else); no ``--dry-run`` (the read changes nothing in Redis; the
-retention, off by default, trims only where its settings say) nor
+"""Command line of ``jobs/dead_letters.py``: ``--config``, ``--set``, ``--run-id``,
+``--log-level`` and ``--dry-run`` (the read changes nothing in Redis either way; with the
+opt-in retention on, a dry run counts what it would trim and trims nothing), with the exit
+codes of ``jobs/recover.py`` (0 success, 2 invalid config or arguments, 1 anything else); no
 ``--plan``: any option it does not act on is refused, exit 2.
 
 Errors are one line on stderr; the last line of stdout is always a JSON summary.
@@ -9,6 +9,7 @@ Errors are one line on stderr; the last line of stdout is always a JSON summary.
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -24,6 +25,14 @@ from recovery.report.run_report import check_report_location
 from recovery.targets.keys import matched_nothing, warn
 
 
+def dead_letters_parser() -> argparse.ArgumentParser:
+    """The options every job takes (``recovery.cli.common.common_parser``) and --dry-run."""
+    parser = common_parser("dead_letters", __doc__)
+    parser.add_argument("--dry-run", action="store_true",
+                        help="read as usual; count what retention would trim, trim nothing")
+    return parser
+
+
 def dead_letters_main(argv: list[str] | None, session: Callable[[], SparkSession]) -> int:
     """Parse, load, read, report; return the exit code. `session` builds the SparkSession,
     after the config is valid and the report directory writable. The metrics (``[metrics]``)
@@ -32,14 +41,15 @@ def dead_letters_main(argv: list[str] | None, session: Callable[[], SparkSession
     loaded: dict[str, Any] = {}  # the settings, once known
 
     def body(summaries: list[Outcome]) -> None:
-        args = common_parser("dead_letters", __doc__).parse_args(argv)
+        args = dead_letters_parser().parse_args(argv)
         setup_logging(args.log_level)
-        settings = loaded_settings(args)
+        settings = loaded_settings(args, ["dead_letters.dry_run=true"] if args.dry_run else [])
         if settings is None:  # --print-config
             return
         loaded["settings"] = settings
         check_report_location(settings.report.path)
-        summary = DeadLetterSummary(args.run_id or new_run_id())
+        summary = DeadLetterSummary(args.run_id or new_run_id(),
+                                    dry_run=settings.dead_letters.dry_run)
         summaries.append(summary)
         run_dead_letters(session(), settings, summary)
         if not summary.totals["dead_letter_streams"] and not summary.skipped:

@@ -29,6 +29,7 @@ class DeadLetterSummary(JsonLine):
 
     run_id: str
     status: str = "ok"
+    dry_run: bool = False  # retention counted what it would trim and trimmed nothing
     totals: dict[str, int] = field(default_factory=lambda: {
         "dead_letter_streams": 0, "read": 0, "empty": 0, "missing": 0, "dead_letters": 0,
         "without_metadata": 0})

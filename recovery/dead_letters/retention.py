@@ -27,7 +27,7 @@ import redis
 from recovery.params import RedisParams
 from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.redis_io.streams import stream_id_key
-from recovery.redis_io.trim import last_below, nth_id, server_time_ms, trim_below
+from recovery.redis_io.trim import count_below, last_below, nth_id, server_time_ms, trim_below
 from recovery.settings.dead_letters import DeadLettersSettings
 from recovery.targets.dead_letter_streams import DeadLetterStream
 
@@ -97,17 +97,24 @@ def trim_stream(client: redis.Redis, s: DeadLetterStream, d: DeadLettersSettings
     """Trim one dead-letter stream; its summary row: ``stream``, ``dead_letter_stream``,
     ``trimmed`` (letters removed), ``last_trimmed_id`` (the newest removed, or None),
     ``kept_from_id`` (the cut: every letter below it is gone; None: no cut), ``by``
-    (the limits that set the cut) and ``held_by_floor``."""
+    (the limits that set the cut), ``held_by_floor`` and ``would_trim`` (letters below the
+    cut; in a dry run, ``d.dry_run``, nothing is trimmed and ``trimmed`` stays 0)."""
     row: dict[str, Any] = {"stream": s.source, "dead_letter_stream": s.key, "trimmed": 0,
-                           "last_trimmed_id": None, "kept_from_id": None, "by": [],
-                           "held_by_floor": False}
+                           "would_trim": 0, "last_trimmed_id": None, "kept_from_id": None,
+                           "by": [], "held_by_floor": False}
     cut = cut_of(client, s.key, d, now_ms)
     if cut is None:
         return row
     row.update(kept_from_id=cut.below, by=list(cut.by), held_by_floor=cut.held_by_floor)
     last = last_below(client, s.key, cut.below)
-    if last is not None:
-        row.update(trimmed=trim_below(client, s.key, cut.below), last_trimmed_id=last)
+    if last is not None and d.dry_run:
+        row.update(would_trim=count_below(client, s.key, cut.below, d.page_size),
+                   last_trimmed_id=last)
+        log.info("dead-letter stream %s (of %s): a dry run, would trim %d letters, up to %s",
+                 s.key, s.source, row["would_trim"], last)
+    elif last is not None:
+        trimmed = trim_below(client, s.key, cut.below)
+        row.update(trimmed=trimmed, would_trim=trimmed, last_trimmed_id=last)
     if row["trimmed"]:
         log.info("dead-letter stream %s (of %s): trimmed %d letters, up to %s (%s)", s.key,
                  s.source, row["trimmed"], last, ", ".join(cut.by))
@@ -118,9 +125,10 @@ def apply_retention(params: RedisParams, streams: list[DeadLetterStream],
                     d: DeadLettersSettings) -> dict[str, Any] | None:
     """Trim every dead-letter stream that holds entries (``status`` ``read``) when retention
     is on; the summary's ``retention``: the limits, ``now_ms`` (the server's clock the ages
-    count from), ``trimmed`` (total letters), ``trimmed_streams`` (streams trimmed) and
-    ``streams`` (one row per stream looked at, :func:`trim_stream`). None when retention is
-    off (nothing is sent)."""
+    count from), ``dry_run``, ``trimmed`` (total letters), ``would_trim`` (what a real run
+    trims: ``trimmed`` itself, or in a dry run the letters it would trim), ``trimmed_streams``
+    (streams trimmed) and ``streams`` (one row per stream looked at, :func:`trim_stream`).
+    None when retention is off (nothing is sent)."""
     if not d.retention_on:
         return None
     rows: list[dict[str, Any]] = []
@@ -134,6 +142,7 @@ def apply_retention(params: RedisParams, streams: list[DeadLetterStream],
     finally:
         client.close()
     return {"max_age_s": d.max_age_s, "max_length": d.max_length,
-            "retention_floor_s": d.retention_floor_s, "now_ms": now_ms,
+            "retention_floor_s": d.retention_floor_s, "now_ms": now_ms, "dry_run": d.dry_run,
             "trimmed": sum(r["trimmed"] for r in rows),
+            "would_trim": sum(r["would_trim"] for r in rows),
             "trimmed_streams": sum(1 for r in rows if r["trimmed"]), "streams": rows}

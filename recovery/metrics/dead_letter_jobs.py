@@ -44,8 +44,10 @@ def push_dead_letters_metrics(settings: Settings, summary: DeadLetterSummary | N
     (also returned; None when metrics are off). Never raises."""
 
     def facts_of(summary: DeadLetterSummary) -> RunFacts:
-        lengths = {s["stream"]: int(s["length"]) for s in summary.streams
-                   if s.get("length") is not None}
+        trimmed = {r["dead_letter_stream"]: int(r["trimmed"])
+                   for r in (summary.retention or {}).get("streams", [])}
+        lengths = {s["stream"]: int(s["length"]) - trimmed.get(s["dead_letter_stream"], 0)
+                   for s in summary.streams if s.get("length") is not None}
         ages = {s["stream"]: float(s["oldest_age_s"]) for s in summary.streams
                 if s.get("oldest_age_s") is not None}
         return RunFacts(final_status(summary.status, exit_code), exit_code, started_s,
@@ -54,7 +56,8 @@ def push_dead_letters_metrics(settings: Settings, summary: DeadLetterSummary | N
                         skipped=len(summary.skipped), after=AfterRun(dead_letters=lengths),
                         dead_letter_ages=ages, worked_on=len(summary.streams))
 
-    return _push(settings, "dead_letters", summary, facts_of, exit_code, started_s)
+    kind = "dead_letters_dry_run" if summary is not None and summary.dry_run else "dead_letters"
+    return _push(settings, kind, summary, facts_of, exit_code, started_s)
 
 
 S = TypeVar("S", RedriveSummary, DeadLetterSummary)

@@ -46,6 +46,18 @@ def last_below(client: redis.Redis, key: str, below: str) -> str | None:
     return as_str(entries[0][0]) if entries else None
 
 
+def count_below(client: redis.Redis, key: str, below: str, page: int) -> int:
+    """How many entries of `key` have an ID below `below` (exclusive): what
+    :func:`trim_below` would remove, read in XRANGE pages of `page` entries."""
+    start, counted = "-", 0
+    while True:
+        entries = client.execute_command("XRANGE", key, start, "(" + below, "COUNT", page)
+        counted += len(entries)
+        if len(entries) < page:
+            return counted
+        start = "(" + as_str(entries[-1][0])
+
+
 def trim_below(client: redis.Redis, key: str, below: str) -> int:
     """``XTRIM key MINID = below``: remove exactly the entries with an ID below `below`
     (exact: no ``~``, no LIMIT); an entry added later has a greater ID and stays. Returns the

@@ -24,7 +24,8 @@ class DeadLettersSettings(Section):
     trims each dead-letter stream (XTRIM MINID, exact) of letters added more than
     ``max_age_s`` seconds ago and of the oldest beyond the newest ``max_length``; no letter
     added less than ``retention_floor_s`` seconds ago is ever trimmed (a ``max_age_s`` below
-    it is refused here; a ``max_length`` cut is held back to it, with a WARNING).
+    it is refused here; a ``max_length`` cut is held back to it, with a WARNING). With
+    ``dry_run`` (``jobs/dead_letters.py --dry-run``) it only counts what it would trim.
     """
 
     page_size: int = Field(1000, ge=1, le=10_000)
@@ -35,6 +36,7 @@ class DeadLettersSettings(Section):
     max_age_s: int | None = Field(None, ge=1)
     max_length: int | None = Field(None, ge=1)
     retention_floor_s: int | None = Field(None, ge=0)
+    dry_run: bool = False
 
     @model_validator(mode="after")
     def _age_above_floor(self) -> DeadLettersSettings:
