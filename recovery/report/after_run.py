@@ -1,19 +1,23 @@
 """The state of the run's streams and groups right after the run, read on the driver for
-the summary and the metrics: each group's pending entries (XPENDING summary form) and each
-stream's dead-letter stream length (XLEN). Pipelined: a round trip per 1000 commands. (The
-summary's ``health`` is the state as found before the run; ``health_after`` this one.)"""
+the summary and the metrics: each group's pending entries and the job's own consumers still
+holding some (XPENDING summary form), each stream's dead-letter stream length (XLEN) and its
+oldest dead letter's age (XRANGE - + COUNT 1: the time part of its first ID). Pipelined: a
+round trip per 1000 commands. (The summary's ``health`` is the state as found before the
+run; ``health_after`` this one.)"""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import redis
 
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.round_trips import each
+from recovery.redis_io.streams import as_str, shown
 from recovery.report.run_report import RunSummary
 
 log = logging.getLogger(__name__)
@@ -22,40 +26,74 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class AfterRun:
     """`pending`: (stream, group) -> entries in its PEL; `dead_letters`: stream -> its
-    dead-letter stream's length (0 when it does not exist). A key whose read failed (the
-    stream or group vanished, a permission missing) is absent."""
+    dead-letter stream's length (0 when it does not exist); `dead_letter_ages`: stream -> its
+    oldest dead letter's age in seconds (absent when it has none); `job_consumers` and
+    `job_consumer_entries`: (stream, group) -> how many of the job's own consumers
+    (``<claim.consumer_prefix>-...``, any run's) still hold pending entries, and how many
+    entries they hold. A key whose read failed (the stream or group vanished, a permission
+    missing) is absent."""
 
     pending: dict[tuple[str, str], int] = field(default_factory=dict)
     dead_letters: dict[str, int] = field(default_factory=dict)
+    dead_letter_ages: dict[str, float] = field(default_factory=dict)
+    job_consumers: dict[tuple[str, str], int] = field(default_factory=dict)
+    job_consumer_entries: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
-def read_after_run(client: redis.Redis, units: Iterable[tuple[str, str]],
-                   dlq_suffix: str) -> AfterRun:
-    """XPENDING <stream> <group> (summary form; reply ``[count, min id, max id, consumers]``)
-    per unit and XLEN of each stream's dead-letter stream, in pipelines."""
+def read_after_run(client: redis.Redis, units: Iterable[tuple[str, str]], dlq_suffix: str,
+                   consumer_prefix: str = "recovery",
+                   streams: Iterable[str] | None = None) -> AfterRun:
+    """XPENDING <stream> <group> (summary form; reply ``[count, min id, max id, [[consumer,
+    count], ...]]``) per unit, and XLEN and XRANGE - + COUNT 1 of the dead-letter stream of
+    each of `streams` (default: the units' streams), in pipelines."""
     units = list(dict.fromkeys(units))
-    streams = list(dict.fromkeys(stream for stream, _ in units))
+    streams = list(dict.fromkeys(streams if streams is not None else (s for s, _ in units)))
+    keys = [dead_letter_key(stream, dlq_suffix) for stream in streams]
     commands: list[tuple[object, ...]] = [
         *(("XPENDING", stream, group) for stream, group in units),
-        *(("XLEN", dead_letter_key(stream, dlq_suffix)) for stream in streams)]
+        *(c for key in keys for c in (("XLEN", key), ("XRANGE", key, "-", "+", "COUNT", 1)))]
+    now_ms = time.time() * 1000
     replies = iter(each(client, commands))
     pending = {unit: next(replies) for unit in units}
-    lengths = {stream: next(replies) for stream in streams}
+    tails = {stream: (next(replies), next(replies)) for stream in streams}
+    read = {unit: reply for unit, reply in pending.items()
+            if isinstance(reply, (list, tuple)) and reply}
+    held = {unit: job_holdings(reply, consumer_prefix) for unit, reply in read.items()}
     return AfterRun(
-        pending={unit: int(reply[0]) for unit, reply in pending.items()  # type: ignore[index]
-                 if isinstance(reply, (list, tuple)) and reply},
-        dead_letters={stream: int(reply) for stream, reply in lengths.items()  # type: ignore[call-overload]
-                      if not isinstance(reply, Exception)})
+        pending={unit: int(reply[0]) for unit, reply in read.items()},  # type: ignore[call-overload]
+        dead_letters={stream: int(length) for stream, (length, _) in tails.items()  # type: ignore[call-overload]
+                      if not isinstance(length, Exception)},
+        dead_letter_ages={stream: age for stream, (_, first) in tails.items()
+                          if (age := oldest_age_s(first, now_ms)) is not None},
+        job_consumers={unit: n for unit, (n, _) in held.items()},
+        job_consumer_entries={unit: n for unit, (_, n) in held.items()})
+
+
+def job_holdings(summary: list[object] | tuple[object, ...], prefix: str) -> tuple[int, int]:
+    """From an XPENDING summary reply: how many consumers named ``<prefix>-...`` (the job's
+    own, any run's) hold entries, and how many entries they hold."""
+    rows = cast(list[list[Any]], summary[3] if len(summary) > 3 and summary[3] else [])
+    held = [int(count) for name, count in rows if shown(name).startswith(prefix + "-")]
+    return len(held), sum(held)
+
+
+def oldest_age_s(first: object, now_ms: float) -> float | None:
+    """Seconds since the entry of an ``XRANGE - + COUNT 1`` reply was added (the time part
+    of its ID); None for an empty stream or an error reply."""
+    if not isinstance(first, (list, tuple)) or not first:
+        return None
+    added_ms = int(as_str(first[0][0]).partition("-")[0])
+    return round(max(now_ms - added_ms, 0) / 1000, 3)
 
 
 def add_after_run(summary: RunSummary, client: redis.Redis, units: Iterable[tuple[str, str]],
-                  dlq_suffix: str) -> None:
+                  dlq_suffix: str, consumer_prefix: str = "recovery") -> None:
     """Read the state right after the run (:func:`read_after_run`) into `summary`: each unit
     row's ``pending_after``, the ``health_after`` headline and, for the metrics, ``after``.
     A read that fails (Redis gone meanwhile) leaves them unset and is logged: the run's
     outcome stands."""
     try:
-        after = read_after_run(client, units, dlq_suffix)
+        after = read_after_run(client, units, dlq_suffix, consumer_prefix)
     except redis.RedisError as exc:
         log.warning("run %s: the state after the run could not be read (%s)", summary.run_id,
                     type(exc).__name__)
