@@ -12,7 +12,8 @@ from recovery.metrics.families import PREFIX
 from tests.support.pushgateway import pushed_names
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "conf" / "grafana-dashboard.json"
-LABELS = {"job", "instance", "kind", "stream", "group", "action", "status", "outcome"}
+LABELS = {"job", "instance", "kind", "stream", "group", "action", "status", "outcome",
+          "bucket"}
 
 
 def queries() -> list[str]:

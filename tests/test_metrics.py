@@ -8,11 +8,8 @@ the summary's ``metrics`` entry."""
 
 from __future__ import annotations
 
-import io
-import json
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import redirect_stderr, redirect_stdout
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +20,7 @@ from redis import Redis
 from recovery.cli.dead_letters import dead_letters_main
 from recovery.cli.redrive import redrive_main
 from recovery.errors import ConfigError
+from recovery.executor.histogram import DELIVERY_LABELS
 from recovery.metrics.families import (
     LAST_SUCCESS,
     OTHER,
@@ -39,9 +37,15 @@ from recovery.settings.metrics import MetricsSettings
 from recovery.settings.model import load_settings
 from recovery.testing.local_redis import LocalServer, free_port
 from tests.support.backlogs import seed
-from tests.support.fault_tools import finished, job_args, run_in_process, spark_submit
+from tests.support.fault_tools import (
+    finished,
+    job_args,
+    json_summary,
+    run_in_process,
+    spark_submit,
+)
 from tests.support.invariants import pel
-from tests.support.pushgateway import LocalPushgateway
+from tests.support.pushgateway import LocalPushgateway, pushed
 
 PASSWORD = "Quokka-5e1d-pushpass-2231"
 HANDLER = "handler.path=tests.support.handlers:verify_or_fail"  # fails the "fail" kind
@@ -193,17 +197,6 @@ def test_refused_credentials_are_one_warning_and_never_logged(
     assert PASSWORD not in caplog.text and "wrong-one" not in caplog.text
 
 
-def pushed(gateway: LocalPushgateway, name: str, kind: str = "recover") -> dict[str, float]:
-    """`name`'s samples of the default grouping key, by their labels other than the key's,
-    as ``label=value,...`` text."""
-    key = {("job", "redis_stream_recovery"), ("instance", "default"), ("kind", kind)}
-    found = {}
-    for pairs, value in gateway.series(name).items():
-        if key <= set(pairs):
-            found[",".join(f"{k}={v}" for k, v in pairs if (k, v) not in key)] = value
-    return found
-
-
 @pytest.mark.slow
 def test_a_run_pushes_what_redis_shows(spark: SparkSession, redis_server: LocalServer,
                                        tmp_path: Path) -> None:
@@ -261,14 +254,6 @@ def test_a_dead_pushgateway_changes_nothing(spark: SparkSession, redis_server: L
     assert totals["reprocessed"] == 120 and totals["dead_lettered"] == 18
     assert client.xlen("{met-dead}:dlq") == 18
     assert client.xpending("met-dead", "g1")["pending"] == 20  # the failed and the fresh
-
-
-def json_summary(main: Callable[[], int]) -> tuple[int, dict[str, Any]]:
-    """Run an entry point in this process: its exit code and its JSON summary line."""
-    out = io.StringIO()
-    with redirect_stdout(out), redirect_stderr(io.StringIO()):
-        code = main()
-    return code, json.loads(out.getvalue().strip().splitlines()[-1])
 
 
 @pytest.mark.slow
@@ -347,3 +332,48 @@ def test_a_run_that_fails_pushes_failed_and_no_success(
         assert pushed(gateway, PREFIX + "run_exit_code") == {"": 1}
         assert pushed(gateway, PREFIX + "run_entries")["action=failed"] == 10
         assert pushed(gateway, LAST_SUCCESS) == {}
+
+
+def samples_of(registry: Any, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """`name`'s samples in `registry`: sorted label pairs -> value."""
+    return {tuple(sorted(s.labels.items())): s.value for f in registry.collect()
+            for s in f.samples if s.name == PREFIX + name}
+
+
+def test_delivery_buckets_and_job_consumers_stay_bounded() -> None:
+    """The PEL's delivery-count buckets and the job's consumers left behind, per unit of its
+    own, summed into the (other) unit for the rest; bucket labels are the histogram's."""
+    run = facts(units=5, pending=10)
+    for i, h in enumerate(run.health):
+        h["deliveries"] = {"1": 10 - i, "6-10": i}
+    run.after.job_consumers.update({(f"s{i}", "g"): 1 for i in range(5)})
+    run.after.job_consumer_entries.update({(f"s{i}", "g"): i for i in range(5)})
+    registry = run_registry(run, max_units=2)
+    buckets = samples_of(registry, "pel_delivery_entries")
+    assert buckets[labels(stream="s0", group="g", bucket="1")] == 10
+    assert buckets[labels(stream=OTHER, group=OTHER, bucket="1")] == 8 + 7 + 6
+    assert buckets[labels(stream=OTHER, group=OTHER, bucket="6-10")] == 2 + 3 + 4
+    assert {dict(k)["bucket"] for k in buckets} <= set(DELIVERY_LABELS) | {">100"}
+    assert len({dict(k)["stream"] for k in buckets}) == 3
+    assert samples_of(registry, "job_consumers")[labels(stream=OTHER, group=OTHER)] == 3
+    held = samples_of(registry, "job_consumer_pending_entries")
+    assert held == {labels(stream="s0", group="g"): 0, labels(stream="s1", group="g"): 1,
+                    labels(stream=OTHER, group=OTHER): 2 + 3 + 4}
+
+
+def test_a_group_with_nothing_pending_shows_zero_and_ages_come_from_after() -> None:
+    """A group the run found with nothing pending: pending 0 and oldest idle 0 (not absent:
+    a dashboard shows 0, not the last value); dead letters' ages read after the run."""
+    run = RunFacts("ok", 0, 0.0, 1.0, health=[
+        {"stream": "quiet", "group": "g", "pending": 0, "lag": 0, "oldest_idle_ms": None,
+         "deliveries": {}, "dead_letter_length": 0}],
+        after=AfterRun({("quiet", "g"): 0}, {"quiet": 3}, {"quiet": 42.5},
+                       {("quiet", "g"): 0}, {("quiet", "g"): 0}))
+    registry = run_registry(run, max_units=10)
+    unit = labels(stream="quiet", group="g")
+    assert samples_of(registry, "pending_entries") == {unit: 0}
+    assert samples_of(registry, "oldest_idle_seconds") == {unit: 0}
+    assert samples_of(registry, "pel_delivery_entries") == {}
+    assert samples_of(registry, "dead_letter_oldest_age_seconds") == {
+        labels(stream="quiet"): 42.5}
+    assert samples_of(registry, "job_consumers") == {unit: 0}

@@ -55,9 +55,12 @@ class WorkUnit:
 
 
 def discover(client: redis.Redis, settings: Settings, params: RedisParams,
-             warnings: list[str] | None = None) -> tuple[list[WorkUnit], list[Skipped]]:
+             warnings: list[str] | None = None, quiet: list[WorkUnit] | None = None
+             ) -> tuple[list[WorkUnit], list[Skipped]]:
     """Units with something pending, and the keys or groups skipped (with reasons); a
-    selection that matches no key at all is added to `warnings` (and logged).
+    selection that matches no key at all is added to `warnings` (and logged). The selected
+    groups with nothing pending are added to `quiet`, if given: health-only units, never
+    claimed from, so the health and the metrics show them with pending 0.
 
     One command per key, pipelined (a round trip per 1000 keys): ``XINFO STREAM <key> FULL
     COUNT 1`` on a standalone server whose user may run it (``stream_full``; the units keep
@@ -74,7 +77,10 @@ def discover(client: redis.Redis, settings: Settings, params: RedisParams,
         except DeadLetterNameError as exc:
             skipped.append(Skipped(stream, None, str(exc)))
             continue
-        found = _units_of(client, stream, groups, settings.streams.groups, skipped, full)
+        every = _units_of(client, stream, groups, settings.streams.groups, skipped, full)
+        found = [u for u in every if u.pending]
+        if quiet is not None:
+            quiet += [u for u in every if not u.pending]
         if found:  # the mode's refusal (ConfigError, exit 2) before anything is claimed
             mode.check_stream(stream, [shown(g["name"]) for g in groups],  # type: ignore[arg-type]
                               settings.reprocess)
@@ -127,9 +133,10 @@ def _not_a_stream(name: str, reply: object, kind: object, params: RedisParams) -
 def _units_of(client: redis.Redis, stream: str, groups: list[dict[str, object]],
               wanted: list[str], skipped: list[Skipped], full: StreamSeen | None
               ) -> list[WorkUnit]:
-    """The stream's groups (all, or the `wanted` ones) with pending entries (XINFO GROUPS
-    rows), each with what the stream's `full` read showed of it. A group whose name is not
-    UTF-8 is skipped when it has pending entries (and no `wanted` name can match it)."""
+    """The stream's groups (all, or the `wanted` ones; XINFO GROUPS rows), with their
+    pending entries (maybe 0), each with what the stream's `full` read showed of it. A group
+    whose name is not UTF-8 is skipped when it has pending entries (and no `wanted` name
+    can match it)."""
     pending: dict[str, int] = {}
     lags: dict[str, int | None] = {}
     for g in groups:
@@ -146,7 +153,7 @@ def _units_of(client: redis.Redis, stream: str, groups: list[dict[str, object]],
     names = [g for g in wanted if g in pending] if wanted else list(pending)
     node = node_of(client, stream)
     return [WorkUnit(stream, g, pending[g], node, lags[g], None if full is None else full.of(g))
-            for g in names if pending[g]]
+            for g in names]
 
 
 def assign(units: list[WorkUnit], partitions: int, consumer_prefix: str, run_id: str,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import redis
@@ -135,13 +135,14 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
                                     params.run_id)
         server = server_identity(client, params.redis)
         warnings: list[str] = []  # a selection that matched nothing (discovery)
+        quiet: list[WorkUnit] = []  # selected groups with nothing pending: health only
         if plan is not None:
             manifest = read_manifest(plan, spark)
             check_plan(plan, manifest, settings, server)  # type: ignore[arg-type]
             params = planned_params(params, manifest)  # type: ignore[arg-type]
             units, skipped = plan_units(spark, client, settings, params.redis, plan)
         else:
-            units, skipped = discover(client, settings, params.redis, warnings)
+            units, skipped = discover(client, settings, params.redis, warnings, quiet)
         names = settings.dead_letter.names  # on a cluster, names in the sources' slots only
         refuse_cross_slot(client, names, [(u.stream, names.key(u.stream, u.group)) for u in units])
         log.info("run %s: %d units with pending entries, %d skipped%s", params.run_id,
@@ -154,17 +155,21 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
         actions = PLAN_ACTIONS if dry_run else ACTIONS
         with spark_errors():
             tallies = []
+            run_ctx = RunContext(spark, client, settings, params, dry_run, plan,
+                                 collect_health(client, quiet, params.redis,
+                                                names) if quiet else [])
             if units:
-                run_ctx = RunContext(spark, client, settings, params, dry_run, plan)
                 tallies = _run_units(run_ctx, units, summary, warm_up)
                 write_manifest(spark, summary.report_path,  # type: ignore[arg-type]
                                new_manifest(params, dry_run, started_ms, server))
             else:
                 summary.report_path = None
+                if quiet:  # every run that found groups leaves a health snapshot
+                    _write_health(run_ctx, [], summary)
             fill_summary(summary, tallies, skipped, actions)
-            if units and not dry_run:
-                add_after_run(summary, client, [(u.stream, u.group) for u in units],
-                              settings.dead_letter.names)
+            if (units or quiet) and not dry_run:
+                add_after_run(summary, client, [(u.stream, u.group) for u in [*units, *quiet]],
+                              names, settings.claim.consumer_prefix)
             if not dry_run and summary.totals[Action.FAILED]:
                 summary.failed_errors = failed_errors(
                     read_run(spark, settings.report.path, params.run_id))
@@ -199,7 +204,8 @@ def pending_entries(spark: SparkSession, settings: Settings) -> DataFrame:
 class RunContext:
     """One run's fixed surroundings on the driver: the session, the Redis client, the
     settings, what travels to the executors, and the kind of run (a dry run, or one that
-    applies the plan in the dry run's report directory `plan`)."""
+    applies the plan in the dry run's report directory `plan`), and the health rows of the
+    selected groups with nothing pending (``quiet_health``: written with the others)."""
 
     spark: SparkSession
     client: redis.Redis
@@ -207,6 +213,7 @@ class RunContext:
     params: JobParams
     dry_run: bool = False
     plan: str | None = None
+    quiet_health: list[dict] = field(default_factory=list)
 
 
 def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
@@ -267,8 +274,10 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
 
 
 def _write_health(ctx: RunContext, health: list[dict], summary: RunSummary) -> None:
-    """Write and log the group health; its headline goes into the summary."""
+    """Write and log the group health, with the groups that have nothing pending; its
+    headline goes into the summary."""
     settings, params = ctx.settings, ctx.params
+    health = [*health, *ctx.quiet_health]
     summary.health, summary.unit_health = health_totals(health), health
     summary.health_path = health_path(settings.report.path, params.run_id) if health else None
     write_health(ctx.spark, health, settings.report.path, params.run_id)

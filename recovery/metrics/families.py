@@ -6,7 +6,8 @@ a counter), labels from a bounded set (stream, group, action, status; never an e
 Series stay bounded however many streams a run works on: the `max_units` (stream, group)
 units with the most pending entries get series of their own, the others are summed into
 one unit labelled ``stream="(other)", group="(other)"`` (their oldest idle time: the
-largest), and ``redis_stream_recovery_run_units_aggregated`` says how many that is."""
+largest; the other values summed), and ``redis_stream_recovery_run_units_aggregated``
+says how many that is."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ class RunFacts:
     """What one run knows when it ends. `totals`: entries by action, this run; `units`:
     the summary's per (stream, group) rows (``stream``, ``group``, an entry count per
     action); `health`: the group health rows as found before the run (``pending``, ``lag``,
-    ``oldest_idle_ms``, ``dead_letter_length``); `after`: the state read right after it."""
+    ``oldest_idle_ms``, ``deliveries``: PEL entries by delivery-count bucket,
+    ``dead_letter_length``); `after`: the state read right after it."""
 
     status: str
     exit_code: int
@@ -42,15 +44,18 @@ class RunFacts:
     units: list[dict[str, Any]] = field(default_factory=list)
     health: list[dict[str, Any]] = field(default_factory=list)
     after: AfterRun = field(default_factory=AfterRun)
-    # Stream -> its oldest dead letter's age (s), where the job read it (jobs/dead_letters.py).
+    # Stream -> its oldest dead letter's age (s), where the job read it itself
+    # (jobs/dead_letters.py); else the age read after the run (`after`).
     dead_letter_ages: dict[str, float] = field(default_factory=dict)
     worked_on: int | None = None  # what the job worked on, if not (stream, group) units
 
 
 @dataclass
 class UnitSeries:
-    """One (stream, group)'s values: pending after the run, lag and oldest idle time as
-    found before it (None: unknown), entries by action this run."""
+    """One (stream, group)'s values: pending after the run, lag, oldest idle time (0 for a
+    group with nothing pending) and PEL entries by delivery-count bucket as found before it
+    (None: unknown), entries by action this run, and the job's own consumers still holding
+    entries after it and how many they hold (None: not read)."""
 
     stream: str
     group: str
@@ -58,6 +63,9 @@ class UnitSeries:
     lag: int | None = None
     oldest_idle_ms: int | None = None
     entries: dict[str, int] = field(default_factory=dict)
+    deliveries: dict[str, int] = field(default_factory=dict)
+    job_consumers: int | None = None
+    job_consumer_entries: int | None = None
 
 
 def run_registry(facts: RunFacts, max_units: int) -> CollectorRegistry:
@@ -120,6 +128,19 @@ def add_unit_gauges(registry: CollectorRegistry, units: list[UnitSeries],
     gauge(registry, "group_entries", "Entries by action this run, per stream and group",
           (*UNIT_LABELS, "action"), (((u.stream, u.group, str(action)), u.entries.get(action, 0))
                                      for u in units for action in facts.totals))
+    gauge(registry, "pel_delivery_entries", "Entries in the group's PEL by delivery count "
+          "(bucket: 1, 2, 3, 4-5, 6-10, 11-100, >100), as the run read the PEL "
+          "(report.pel_histograms)", (*UNIT_LABELS, "bucket"),
+          (((u.stream, u.group, bucket), n) for u in units
+           for bucket, n in u.deliveries.items()))
+    gauge(registry, "job_consumers", "The job's own consumers (claim.consumer_prefix, any "
+          "run's) still holding pending entries in the group right after the run",
+          UNIT_LABELS, (((u.stream, u.group), u.job_consumers) for u in units
+                        if u.job_consumers is not None))
+    gauge(registry, "job_consumer_pending_entries", "Entries the job's own consumers still "
+          "hold in the group right after the run", UNIT_LABELS,
+          (((u.stream, u.group), u.job_consumer_entries) for u in units
+           if u.job_consumer_entries is not None))
 
 
 def add_dead_letter_gauges(registry: CollectorRegistry, facts: RunFacts,
@@ -130,14 +151,14 @@ def add_dead_letter_gauges(registry: CollectorRegistry, facts: RunFacts,
     lengths = dead_letter_lengths(facts)
     ranked = sorted(lengths, key=lambda s: (-lengths[s], s))
     listed, rest = ranked[:max_units], ranked[max_units:]
-    ages = facts.dead_letter_ages
+    ages = {**facts.after.dead_letter_ages, **facts.dead_letter_ages}
     rest_ages = [ages[s] for s in rest if s in ages]
     gauge(registry, "dead_letter_entries", "Length of the stream's dead-letter stream, read "
           "right after the run", ("stream",),
           [*(((s,), lengths[s]) for s in listed),
            *([((OTHER,), sum(lengths[s] for s in rest))] if rest else [])])
     gauge(registry, "dead_letter_oldest_age_seconds", "Age of the stream's oldest dead "
-          "letter, where the job read it", ("stream",),
+          "letter (absent when it has none), read at the end of the run", ("stream",),
           [*(((s,), ages[s]) for s in listed if s in ages),
            *([((OTHER,), max(rest_ages))] if rest_ages else [])])
 
@@ -156,13 +177,19 @@ def unit_series(facts: RunFacts) -> list[UnitSeries]:
     series: dict[tuple[str, str], UnitSeries] = {}
     for h in facts.health:
         key = (h["stream"], h["group"])
-        series[key] = UnitSeries(*key, lag=h.get("lag"), oldest_idle_ms=h.get("oldest_idle_ms"))
+        idle = h.get("oldest_idle_ms")
+        series[key] = UnitSeries(*key, lag=h.get("lag"),
+                                 oldest_idle_ms=0 if idle is None and h.get("pending") == 0
+                                 else idle,
+                                 deliveries=dict(h.get("deliveries") or {}))
     for row in facts.units:
         key = (row["stream"], row["group"])
         unit = series.setdefault(key, UnitSeries(*key))
         unit.entries = {a: int(row.get(a, 0)) for a in facts.totals}
     for key, unit in series.items():
         unit.pending = facts.after.pending.get(key)
+        unit.job_consumers = facts.after.job_consumers.get(key)
+        unit.job_consumer_entries = facts.after.job_consumer_entries.get(key)
     return [series[key] for key in sorted(series)]
 
 
@@ -175,16 +202,28 @@ def top_units(units: list[UnitSeries], limit: int) -> tuple[list[UnitSeries], in
     ranked = sorted(units, key=lambda u: (u.pending or 0, u.oldest_idle_ms or 0), reverse=True)
     rest = ranked[limit:]
     other = UnitSeries(OTHER, OTHER)
-    known = [u for u in rest if u.pending is not None]
-    other.pending = sum(u.pending or 0 for u in known) if known else None
-    lags = [u.lag for u in rest if u.lag is not None]
-    other.lag = sum(lags) if lags else None
+    other.pending = sum_known(u.pending for u in rest)
+    other.lag = sum_known(u.lag for u in rest)
+    other.job_consumers = sum_known(u.job_consumers for u in rest)
+    other.job_consumer_entries = sum_known(u.job_consumer_entries for u in rest)
     idle = [u.oldest_idle_ms for u in rest if u.oldest_idle_ms is not None]
     other.oldest_idle_ms = max(idle) if idle else None
     for unit in rest:
-        for action, n in unit.entries.items():
-            other.entries[action] = other.entries.get(action, 0) + n
+        add_counts(other.entries, unit.entries)
+        add_counts(other.deliveries, unit.deliveries)
     return [*ranked[:limit], other], len(rest)
+
+
+def sum_known(values: Iterable[int | None]) -> int | None:
+    """The sum of the values that are known; None when none is."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def add_counts(total: dict[str, int], counts: Mapping[str, int]) -> None:
+    """Add `counts` (label -> count) into `total`."""
+    for label, n in counts.items():
+        total[label] = total.get(label, 0) + n
 
 
 def gauge(registry: CollectorRegistry, name: str, help_text: str, labels: tuple[str, ...],

@@ -68,4 +68,5 @@ def read_state_after(settings: Settings, units: list[tuple[str, str]]) -> AfterR
     """``recovery.report.after_run.read_after_run`` over a client of its own."""
     client = connect(redis_params(settings))
     with contextlib.closing(client):
-        return read_after_run(client, units, settings.dead_letter.names)
+        return read_after_run(client, units, settings.dead_letter.names,
+                              settings.claim.consumer_prefix)

@@ -1,19 +1,23 @@
 """The state of the run's streams and groups right after the run, read on the driver for
-the summary and the metrics: each group's pending entries (XPENDING summary form) and each
-stream's dead-letter stream length (XLEN). Pipelined: a round trip per 1000 commands. (The
-summary's ``health`` is the state as found before the run; ``health_after`` this one.)"""
+the summary and the metrics: each group's pending entries and the job's own consumers still
+holding some (XPENDING summary form), each distinct dead-letter stream's length (XLEN) and
+its oldest dead letter's age (XRANGE - + COUNT 1: the time part of its first ID). Pipelined: a
+round trip per 1000 commands. (The summary's ``health`` is the state as found before the
+run; ``health_after`` this one.)"""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import redis
 
 from recovery.redis_io.dlq_names import DeadLetterNames, labels
 from recovery.redis_io.round_trips import each
+from recovery.redis_io.streams import as_str, shown
 from recovery.report.run_report import RunSummary
 
 log = logging.getLogger(__name__)
@@ -22,47 +26,82 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class AfterRun:
     """`pending`: (stream, group) -> entries in its PEL; `dead_letters`: each dead-letter
-    stream's length (0 when it does not exist), listed once under its source stream, or under
-    its own name where several sources share it (``dlq_names.labels``); `read_for`: the
-    source streams whose dead-letter streams were all read. A key whose read failed (the
-    stream or group vanished, a permission missing) is absent."""
+    stream's length (0 when it does not exist) and `dead_letter_ages`: its oldest dead
+    letter's age in seconds (absent when it has none), each listed once under its source
+    stream, or under its own name where several sources share it (``dlq_names.labels``);
+    `read_for`: the source streams whose dead-letter streams were all read; `job_consumers`
+    and `job_consumer_entries`: (stream, group) -> how many of the job's own consumers
+    (``<claim.consumer_prefix>-...``, any run's) still hold pending entries, and how many
+    entries they hold. A key whose read failed (the stream or group vanished, a permission
+    missing) is absent."""
 
     pending: dict[tuple[str, str], int] = field(default_factory=dict)
     dead_letters: dict[str, int] = field(default_factory=dict)
+    dead_letter_ages: dict[str, float] = field(default_factory=dict)
     read_for: frozenset[str] = frozenset()
+    job_consumers: dict[tuple[str, str], int] = field(default_factory=dict)
+    job_consumer_entries: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 def read_after_run(client: redis.Redis, units: Iterable[tuple[str, str]],
-                   names: DeadLetterNames) -> AfterRun:
-    """XPENDING <stream> <group> (summary form; reply ``[count, min id, max id, consumers]``)
-    per unit and XLEN of each distinct dead-letter stream of the units (`names`), in
-    pipelines."""
+                   names: DeadLetterNames, consumer_prefix: str = "recovery",
+                   pairs: Iterable[tuple[str, str]] | None = None) -> AfterRun:
+    """XPENDING <stream> <group> (summary form; reply ``[count, min id, max id, [[consumer,
+    count], ...]]``) per unit, and XLEN and XRANGE - + COUNT 1 of each distinct dead-letter
+    stream of `pairs` ((source stream, dead-letter stream); default: the units' by
+    `names`), in pipelines."""
     units = list(dict.fromkeys(units))
-    pairs = list(dict.fromkeys((stream, names.key(stream, group)) for stream, group in units))
+    if pairs is None:
+        pairs = ((stream, names.key(stream, group)) for stream, group in units)
+    pairs = list(dict.fromkeys(pairs))
     label = labels(pairs)
     commands: list[tuple[object, ...]] = [
         *(("XPENDING", stream, group) for stream, group in units),
-        *(("XLEN", key) for key in label)]
+        *(c for key in label for c in (("XLEN", key), ("XRANGE", key, "-", "+", "COUNT", 1)))]
+    now_ms = time.time() * 1000
     replies = iter(each(client, commands))
     pending = {unit: next(replies) for unit in units}
-    lengths = {key: next(replies) for key in label}
-    failed = {stream for stream, key in pairs if isinstance(lengths[key], Exception)}
+    tails = {key: (next(replies), next(replies)) for key in label}
+    failed = {stream for stream, key in pairs if isinstance(tails[key][0], Exception)}
+    read = {unit: reply for unit, reply in pending.items()
+            if isinstance(reply, (list, tuple)) and reply}
+    held = {unit: job_holdings(reply, consumer_prefix) for unit, reply in read.items()}
     return AfterRun(
-        pending={unit: int(reply[0]) for unit, reply in pending.items()  # type: ignore[index]
-                 if isinstance(reply, (list, tuple)) and reply},
-        dead_letters={label[key]: int(reply) for key, reply in lengths.items()  # type: ignore[call-overload]
-                      if not isinstance(reply, Exception)},
-        read_for=frozenset(stream for stream, _ in pairs) - failed)
+        pending={unit: int(reply[0]) for unit, reply in read.items()},  # type: ignore[call-overload]
+        dead_letters={label[key]: int(length) for key, (length, _) in tails.items()  # type: ignore[call-overload]
+                      if not isinstance(length, Exception)},
+        dead_letter_ages={label[key]: age for key, (_, first) in tails.items()
+                          if (age := oldest_age_s(first, now_ms)) is not None},
+        read_for=frozenset(stream for stream, _ in pairs) - failed,
+        job_consumers={unit: n for unit, (n, _) in held.items()},
+        job_consumer_entries={unit: n for unit, (_, n) in held.items()})
+
+
+def job_holdings(summary: list[object] | tuple[object, ...], prefix: str) -> tuple[int, int]:
+    """From an XPENDING summary reply: how many consumers named ``<prefix>-...`` (the job's
+    own, any run's) hold entries, and how many entries they hold."""
+    rows = cast(list[list[Any]], summary[3] if len(summary) > 3 and summary[3] else [])
+    held = [int(count) for name, count in rows if shown(name).startswith(prefix + "-")]
+    return len(held), sum(held)
+
+
+def oldest_age_s(first: object, now_ms: float) -> float | None:
+    """Seconds since the entry of an ``XRANGE - + COUNT 1`` reply was added (the time part
+    of its ID); None for an empty stream or an error reply."""
+    if not isinstance(first, (list, tuple)) or not first:
+        return None
+    added_ms = int(as_str(first[0][0]).partition("-")[0])
+    return round(max(now_ms - added_ms, 0) / 1000, 3)
 
 
 def add_after_run(summary: RunSummary, client: redis.Redis, units: Iterable[tuple[str, str]],
-                  names: DeadLetterNames) -> None:
+                  names: DeadLetterNames, consumer_prefix: str = "recovery") -> None:
     """Read the state right after the run (:func:`read_after_run`) into `summary`: each unit
     row's ``pending_after``, the ``health_after`` headline and, for the metrics, ``after``.
     A read that fails (Redis gone meanwhile) leaves them unset and is logged: the run's
     outcome stands."""
     try:
-        after = read_after_run(client, units, names)
+        after = read_after_run(client, units, names, consumer_prefix)
     except redis.RedisError as exc:
         log.warning("run %s: the state after the run could not be read (%s)", summary.run_id,
                     type(exc).__name__)

@@ -334,3 +334,10 @@ def key_of(entry: str) -> Key:
     stream, group, entry_id = entry.split(" ")
     return stream, group, entry_id
 
+
+def json_summary(main: Callable[[], int]) -> tuple[int, dict[str, Any]]:
+    """Run an entry point in this process: its exit code and its JSON summary line."""
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(io.StringIO()):
+        code = main()
+    return code, json.loads(out.getvalue().strip().splitlines()[-1])

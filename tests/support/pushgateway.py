@@ -107,3 +107,14 @@ def pushed_names() -> set[str]:
     """Every metric name a job pushes (the families of a run and of a success)."""
     registries = [run_registry(RunFacts("ok", 0, 0.0, 1.0), 10), success_registry(0.0)]
     return {family.name for registry in registries for family in registry.collect()}
+
+
+def pushed(gateway: LocalPushgateway, name: str, kind: str = "recover") -> dict[str, float]:
+    """`name`'s samples of the default grouping key, by their labels other than the key's,
+    as ``label=value,...`` text."""
+    key = {("job", "redis_stream_recovery"), ("instance", "default"), ("kind", kind)}
+    found = {}
+    for pairs, value in gateway.series(name).items():
+        if key <= set(pairs):
+            found[",".join(f"{k}={v}" for k, v in pairs if (k, v) not in key)] = value
+    return found
