@@ -35,6 +35,7 @@ from tests.support.fault_tools import (
     BACKOFF,
     GROUP,
     KINDS,
+    REJECTED_KIND,
     SPLIT,
     WAITING_KIND,
     JobResult,
@@ -73,7 +74,8 @@ STAGES = ("claim", "dead_letter", "report", "handler")
 # One pass without task retries, then the journaled one pass (tasks may be retried), in turn.
 KILL_MASTERS = ("local[2]", "local[2,2]")
 SMALL_BATCHES = "spark.sql.execution.arrow.maxRecordsPerBatch=20"
-PER_STREAM = {kind: count for kind, (count, _) in KINDS.items()}
+TRIAL_KINDS = {**KINDS, **REJECTED_KIND}  # what the kill and task-failure trials seed
+PER_STREAM = {kind: count for kind, (count, _) in TRIAL_KINDS.items()}
 
 
 @pytest.fixture
@@ -111,8 +113,9 @@ def check_states(client: Redis, seeded: dict[Key, str], last_run: str) -> dict[K
         state = states[key]
         if kind == "ok":
             assert state == "acked" and handed[key] >= 1, (key, state, handed[key])
-        elif kind in ("poison", "fail_at_limit"):
+        elif kind in ("poison", "fail_at_limit", "rejected"):
             assert state == "dead_lettered", (key, kind, state)
+            assert kind != "rejected" or handed[key] >= 1, (key, "rejected unhandled")
         elif kind == "fail":
             assert state.startswith(f"pending:recovery-{last_run}-"), (key, state)
         elif kind == "deleted":
@@ -167,6 +170,8 @@ def _account(key: Key, kind: str, state: str, rows: list[tuple[str, dict[str, An
         return "reported deleted" if actions == {"deleted"} else "deleted, unreported"
     if state == "dead_lettered":
         run = letters[key][1][b"x-run-id"].decode()
+        reason = letters[key][1][b"x-death-reason"]
+        assert (reason == b"handler-rejected") == (kind == "rejected"), (key, kind, reason)
         if "dead_lettered" in actions:
             return "reported dead-lettered"
         # An earlier attempt of a retried task moved it; the attempt that counts found it
@@ -213,8 +218,8 @@ def rerun_and_account(spark: SparkSession, url: str, base: Path, streams: list[s
 def _side_effect_totals(streams: list[str]) -> tuple[int, int, int]:
     """(entries due to claim, hand-overs, dead letters) a finished run of `streams` makes."""
     claimable = sum(n for k, n in PER_STREAM.items() if k != "deleted") * len(streams)
-    handed = (PER_STREAM["ok"] + PER_STREAM["fail"] + PER_STREAM["fail_at_limit"]) * len(streams)
-    letters = (PER_STREAM["poison"] + PER_STREAM["fail_at_limit"]) * len(streams)
+    handed = sum(PER_STREAM[k] for k in ("ok", "fail", "fail_at_limit", "rejected")) * len(streams)
+    letters = sum(PER_STREAM[k] for k in ("poison", "fail_at_limit", "rejected")) * len(streams)
     return claimable, handed, letters
 
 
@@ -277,7 +282,7 @@ def _kill_attempt(spark: SparkSession, server: LocalServer, base: Path, trial: i
     client = server.client()
     client.delete(HANDLED)
     streams = [f"k{trial}.{attempt}-a", f"k{trial}.{attempt}-b{{t}}"]
-    seeded = seed_kinds(client, streams, {**KINDS, **(WAITING_KIND if schedule else {})})
+    seeded = seed_kinds(client, streams, {**TRIAL_KINDS, **(WAITING_KIND if schedule else {})})
     write_control(server.url, delay_s=0.12)
     killed = f"killed{trial}-{attempt}"
     # Odd trials split each stream over two parts (a shared cursor), the others keep it whole.
@@ -377,7 +382,7 @@ def _age_what_the_killed_run_left(client: Redis, seeded: dict[Key, str], killed:
         kind = seeded[(stream, group, entry_id)]
         assert kind != "waiting", (entry_id, "the killed run claimed an entry not due")
         count = pel(client, stream, group)[entry_id].delivery_count
-        assert count == KINDS[kind][1] + 1, (entry_id, kind, count)
+        assert count == TRIAL_KINDS[kind][1] + 1, (entry_id, kind, count)
     for stream in {k[0] for k in left}:
         age_pending(client, stream, GROUP, [i for s, _, i in left if s == stream], HOUR_MS)
     return len(left)
@@ -796,7 +801,7 @@ def test_task_failures_lose_nothing_and_leave_nothing_unreported(
     cursor; a retried part's earlier claims lie outside its own steps' ranges."""
     client = server.client()
     streams = ["e-a", "e-b{x}"]
-    seeded = seed_kinds(client, streams, {**KINDS, **(WAITING_KIND if schedule else {})})
+    seeded = seed_kinds(client, streams, {**TRIAL_KINDS, **(WAITING_KIND if schedule else {})})
     write_control(server.url)
     settings = ["claim.count=5", "handler.batch_size=4", f"claim.journal_prefix={journal}",
                 *schedule, *split]

@@ -33,6 +33,8 @@ def binary_fields(i: int, kind: str) -> dict[bytes, bytes]:
     }
     if kind in ("fail", "fail_at_limit"):
         fields[b"fail"] = b"1"
+    if kind == "rejected":
+        fields[b"reject"] = b"1"
     fields[CHECKSUM] = checksum(list(fields.items()))
     return fields
 

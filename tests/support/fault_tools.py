@@ -52,6 +52,10 @@ KINDS: dict[str, tuple[int, int]] = {
     "fail": (4, 1),            # the handler fails it: stays pending
     "deleted": (3, 1),         # deleted upstream before the run: never handed over
 }
+# The handler's third verdict: it rejects an entry carrying a ``reject`` field
+# (Result.dead_letter, tests.support.handlers.verify_or_fail), dead-lettered in the run that
+# handles it, whatever its count (the kill and task-failure trials seed it too).
+REJECTED_KIND: dict[str, tuple[int, int]] = {"rejected": (3, 1)}
 # Runs under a backoff schedule (BACKOFF) also get entries not due: delivered twice, idle
 # 2 min (kind -> (entries per stream, delivery count, idle ms)).
 WAITING_KIND: dict[str, tuple[int, ...]] = {"waiting": (5, 2, 120_000)}

@@ -25,13 +25,16 @@ def checksum(fields: list[tuple[bytes, bytes]]) -> bytes:
 
 
 def verify_or_fail(messages: list[Message]) -> list[Result]:
-    """Fails messages with a ``fail`` field, and any whose bytes changed on the way."""
+    """Fails messages with a ``fail`` field, and any whose bytes changed on the way; rejects
+    (``Result.dead_letter``) those with a ``reject`` field."""
     results = []
     for m in messages:
         if m.field(CHECKSUM) != checksum(m.fields):
             results.append(Result.failure("corrupted: checksum mismatch"))
         elif m.field(b"fail") is not None:
             results.append(Result.failure(f"refused {m.id}"))
+        elif m.field(b"reject") is not None:
+            results.append(Result.dead_letter(f"rejected {m.id}"))
         else:
             results.append(Result.success())
     return results
