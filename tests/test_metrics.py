@@ -280,9 +280,15 @@ def test_the_dead_letter_jobs_push_to_groups_of_their_own(
         assert pushed(gateway, PREFIX + "run_entries", "dead_letters") == {"action=read": 18}
         ages = pushed(gateway, PREFIX + "dead_letter_oldest_age_seconds", "dead_letters")
         assert list(ages) == ["stream=met-dl"] and ages["stream=met-dl"] >= 0
+        # With retention: the length pushed is the one its trim left (XLEN), not the read's.
+        code, trimmed = json_summary(lambda: dead_letters_main(
+            [*args, "--set", "dead_letters.max_length=15"], lambda: spark))
+        assert code == 0 and trimmed["retention"]["trimmed"] == 3 and client.xlen(dlq) == 15
+        assert pushed(gateway, PREFIX + "dead_letter_entries", "dead_letters") == {
+            "stream=met-dl": 15}
         code, redriven = json_summary(lambda: redrive_main(args))
         assert code == 0 and redriven["metrics"]["pushed"] is True, redriven["metrics"]
-        assert redriven["totals"]["redriven"] == 18 and client.xlen(dlq) == 0
+        assert redriven["totals"]["redriven"] == 15 and client.xlen(dlq) == 0
         assert pushed(gateway, PREFIX + "run_entries", "redrive") == {
             f"action={a}": n for a, n in redriven["totals"].items()}
         assert pushed(gateway, PREFIX + "dead_letter_entries", "redrive") == {"stream=met-dl": 0}
