@@ -845,7 +845,7 @@ def test_task_failures_on_executors_of_their_own_through_spark_submit(
     outcome is journaled); the third reads both attempts' journal."""
     client = redis_server.client()
     streams = ["x-a", "x-b{x}", "x-c"]
-    seeded = seed_kinds(client, streams)
+    seeded = seed_kinds(client, streams, TRIAL_KINDS)
     write_control(redis_server.url)
     faults("claim 2 0")
     faults("apply 2 1")
@@ -926,7 +926,7 @@ def test_one_pass_task_failure_fails_the_run_and_a_rerun_loses_nothing(
     failed run did in Redis and the handler's record."""
     client = server.client()
     streams = ["p-a", "p-b{x}"]
-    seeded = seed_kinds(client, streams)
+    seeded = seed_kinds(client, streams, TRIAL_KINDS)
     write_control(server.url)
     faults(fault)
     logs = tmp_path / "logs"
