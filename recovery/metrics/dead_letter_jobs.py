@@ -18,7 +18,6 @@ import redis
 from recovery.dead_letters.report import DeadLetterSummary
 from recovery.metrics.families import RunFacts, final_status
 from recovery.metrics.push import push_run
-from recovery.redis_io.dlq_names import labels
 from recovery.redis_io.redis_conn import connect
 from recovery.redrive.run import RedriveSummary
 from recovery.report.after_run import AfterRun, read_after_run
@@ -35,14 +34,10 @@ def push_redrive_metrics(settings: Settings, summary: RedriveSummary | None, exi
     def facts_of(summary: RedriveSummary) -> RunFacts:
         pairs = [(u["stream"], u["dead_letter_stream"]) for u in summary.units
                  if u.get("left_in_dead_letter") is not None]
-        label = labels(pairs)
-        left = {label[u["dead_letter_stream"]]: int(u["left_in_dead_letter"])
-                for u in summary.units if u.get("left_in_dead_letter") is not None}
-        ages = dead_letter_ages(settings, pairs)
         return RunFacts(final_status(summary.status, exit_code), exit_code, started_s,
                         time.time() - started_s, totals=summary.totals,
-                        skipped=len(summary.skipped), after=AfterRun(dead_letters=left),
-                        dead_letter_ages=ages, worked_on=len(summary.units))
+                        skipped=len(summary.skipped), after=dead_letters_after(settings, pairs),
+                        worked_on=len(summary.units))
 
     kind = "redrive_dry_run" if summary is not None and summary.dry_run else "redrive"
     return _push(settings, kind, summary, facts_of, exit_code, started_s)
@@ -54,37 +49,44 @@ def push_dead_letters_metrics(settings: Settings, summary: DeadLetterSummary | N
     (also returned; None when metrics are off). Never raises."""
 
     def facts_of(summary: DeadLetterSummary) -> RunFacts:
-        trimmed = {r["dead_letter_stream"]: int(r["trimmed"])
-                   for r in (summary.retention or {}).get("streams", [])}
-        lengths = {s["stream"]: int(s["length"]) - trimmed.get(s["dead_letter_stream"], 0)
-                   for s in summary.streams if s.get("length") is not None}
-        ages = {s["stream"]: float(s["oldest_age_s"]) for s in summary.streams
-                if s.get("oldest_age_s") is not None}
         return RunFacts(final_status(summary.status, exit_code), exit_code, started_s,
                         time.time() - started_s,
                         totals={"read": summary.totals["dead_letters"]},
-                        skipped=len(summary.skipped), after=AfterRun(dead_letters=lengths),
-                        dead_letter_ages=ages, worked_on=len(summary.streams))
+                        skipped=len(summary.skipped), after=_read_state(settings, summary),
+                        worked_on=len(summary.streams))
 
     kind = "dead_letters_dry_run" if summary is not None and summary.dry_run else "dead_letters"
     return _push(settings, kind, summary, facts_of, exit_code, started_s)
 
 
-def dead_letter_ages(settings: Settings, pairs: list[tuple[str, str]]) -> dict[str, float]:
-    """Each dead-letter stream of `pairs` (source stream, dead-letter stream) -> its oldest
-    dead letter's age (s) now, under its label (``dlq_names.labels``), over a client of its
-    own (absent for an empty one); nothing is read for no pairs, nothing is known when Redis
-    cannot be read (the rest is pushed all the same)."""
+def _read_state(settings: Settings, summary: DeadLetterSummary) -> AfterRun:
+    """The dead-letter read's streams as they are at its end: as it found them, unless its
+    retention trimmed some (then read again, :func:`dead_letters_after`)."""
+    if summary.retention and summary.retention["trimmed"]:
+        return dead_letters_after(settings, [(source, s["dead_letter_stream"])
+                                             for s in summary.streams
+                                             for source in s["sources"] or [s["stream"]]])
+    return AfterRun(
+        dead_letters={s["stream"]: int(s["length"]) for s in summary.streams
+                      if s.get("length") is not None},
+        dead_letter_ages={s["stream"]: float(s["oldest_age_s"]) for s in summary.streams
+                          if s.get("oldest_age_s") is not None})
+
+
+def dead_letters_after(settings: Settings, pairs: list[tuple[str, str]]) -> AfterRun:
+    """Each dead-letter stream of `pairs` (source stream, dead-letter stream) now: its
+    length and oldest dead letter's age (s), under its label (``dlq_names.labels``), read
+    over a client of its own (``read_after_run``); empty for no pairs, or when Redis cannot
+    be read (the rest is pushed all the same)."""
     if not pairs:
-        return {}
+        return AfterRun()
     try:
         client = connect(redis_params(settings))
         with contextlib.closing(client):
-            return read_after_run(client, [], settings.dead_letter.names,
-                                  pairs=pairs).dead_letter_ages
+            return read_after_run(client, [], settings.dead_letter.names, pairs=pairs)
     except redis.RedisError as exc:
-        log.info("metrics: the dead letters' ages could not be read (%s)", type(exc).__name__)
-        return {}
+        log.info("metrics: the dead-letter streams could not be read (%s)", type(exc).__name__)
+        return AfterRun()
 
 
 S = TypeVar("S", RedriveSummary, DeadLetterSummary)

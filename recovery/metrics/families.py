@@ -44,9 +44,6 @@ class RunFacts:
     units: list[dict[str, Any]] = field(default_factory=list)
     health: list[dict[str, Any]] = field(default_factory=list)
     after: AfterRun = field(default_factory=AfterRun)
-    # Stream -> its oldest dead letter's age (s), where the job read it itself
-    # (jobs/dead_letters.py); else the age read after the run (`after`).
-    dead_letter_ages: dict[str, float] = field(default_factory=dict)
     worked_on: int | None = None  # what the job worked on, if not (stream, group) units
 
 
@@ -151,7 +148,7 @@ def add_dead_letter_gauges(registry: CollectorRegistry, facts: RunFacts,
     lengths = dead_letter_lengths(facts)
     ranked = sorted(lengths, key=lambda s: (-lengths[s], s))
     listed, rest = ranked[:max_units], ranked[max_units:]
-    ages = {**facts.after.dead_letter_ages, **facts.dead_letter_ages}
+    ages = facts.after.dead_letter_ages
     rest_ages = [ages[s] for s in rest if s in ages]
     gauge(registry, "dead_letter_entries", "Length of the stream's dead-letter stream, read "
           "right after the run", ("stream",),
