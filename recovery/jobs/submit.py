@@ -13,8 +13,11 @@ JOB OPTIONS are the job's own (``--config``, ``--set``, ``--run-id``, ``--log-le
 SPARK-SUBMIT OPTIONS go to spark-submit as they are (``--master yarn --conf k=v``). The
 spark-submit run is ``$SPARK_HOME/bin/spark-submit`` when ``SPARK_HOME`` is set, else the one
 on ``PATH``; ``PYSPARK_PYTHON`` defaults to this Python. The process becomes spark-submit
-(exec), so its exit code and output are the job's. ``config`` prints the effective settings
-(secrets masked) without Spark or Redis.
+(exec), so its exit code and output are the job's. Before that, the job's options are checked
+here, in Python (:mod:`recovery.jobs.precheck`): a bad config, a handler that does not import
+or a plan that cannot be applied is refused in well under a second, on stderr, with the job's
+exit code, before any JVM starts. ``config`` prints the effective settings (secrets masked)
+without Spark or Redis.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 from recovery import __version__
 from recovery.cli.common import BadArguments, common_parser, exit_code_of, loaded_settings
 from recovery.errors import EXIT_BAD_INPUT
+from recovery.jobs.precheck import precheck
 
 JOBS_DIR = Path(__file__).resolve().parent
 # command -> (job file, arguments the command adds before the user's job options)
@@ -59,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     except BadArguments as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    job_args, spark_args = _job_and_spark_args(command)
+    refused = precheck(args[0], job_args, spark_args)
+    if refused is not None:
+        return refused
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
     os.execve(command[0], command, env)
     return 1  # not reached: execve replaces the process or raises
@@ -94,6 +102,13 @@ def spark_submit() -> str:
             return candidate
     raise BadArguments("no spark-submit found: install pyspark here, put spark-submit on PATH "
                        "or set SPARK_HOME")
+
+
+def _job_and_spark_args(command: list[str]) -> tuple[list[str], list[str]]:
+    """(the job file's arguments, spark-submit's options) of a submit_command line."""
+    job_file = next(i for i, arg in enumerate(command)
+                    if arg.startswith(str(JOBS_DIR)) and arg.endswith(".py"))
+    return command[job_file + 1:], command[1:job_file]
 
 
 def _split_at_dashes(args: list[str]) -> tuple[list[str], list[str]]:

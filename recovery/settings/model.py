@@ -5,7 +5,11 @@ Sources, lowest to highest precedence:
 1. defaults in the sections' modules;
 2. the TOML file given with ``--config``;
 3. environment variables ``RECOVERY_<SECTION>__<FIELD>`` (e.g. ``RECOVERY_CLAIM__MIN_IDLE_MS``);
-4. ``--set section.field=value`` on the command line.
+4. ``--set section.field=value`` on the command line; ``--set section.field=`` (empty) sets an
+   optional setting (one whose default is none) back to none, whatever the file or the
+   environment said; a setting that needs a value is refused with its default named.
+
+An unknown key (in the file, a variable or ``--set``) is refused with the nearest known one.
 
 The Redis password may come from ``redis.password`` (better: ``RECOVERY_REDIS__PASSWORD``),
 from ``redis.password_file``, or from the URL; it is held as a ``SecretStr`` and never printed.
@@ -15,6 +19,7 @@ here (:func:`executor_params`); executors never import this module (nor pydantic
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from pathlib import Path
@@ -131,7 +136,10 @@ def describe_validation_error(exc: ValidationError, overrides: dict[str, Any] | 
         loc = ".".join(str(p) for p in err["loc"]) or "config"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown setting (check the spelling against conf/recovery.toml)"
+            msg = "unknown setting" + _nearest(err["loc"]) + (
+                " (check the spelling against conf/recovery.toml)")
+        elif _emptied(err["loc"], overrides or {}):
+            msg = _cannot_unset(err["loc"], msg)
         elif err["type"] == "missing":
             msg = MISSING_HINTS.get(loc, "required; set it in the config file or the environment")
         problems.append(f"{loc}: {msg}{_source_of(err['loc'], overrides or {})}")
@@ -150,6 +158,46 @@ def _source_of(loc: tuple[int | str, ...], overrides: dict[str, Any]) -> str:
     variable = f"RECOVERY_{section}__{name}".upper()
     named = [key for key in os.environ if key.upper() == variable]  # matched ignoring case
     return f" (from {named[0]})" if named else ""
+
+
+def _nearest(loc: tuple[int | str, ...]) -> str:
+    """``, did you mean claim.min_idle_ms?`` for an unknown section or field close to a known
+    one (difflib); "" when none is close."""
+    known: dict[str, Any] = dict(Settings.model_fields)
+    if len(loc) == 2:
+        section = Settings.model_fields.get(str(loc[0]))
+        model = section.annotation if section is not None else None
+        known = dict(getattr(model, "model_fields", {}))
+        prefix = f"{loc[0]}."
+    elif len(loc) == 1:
+        prefix = ""
+    else:
+        return ""
+    close = difflib.get_close_matches(str(loc[-1]), list(known), n=1, cutoff=0.6)
+    return f", did you mean {prefix}{close[0]}?" if close else ""
+
+
+def _field_default(section: str, name: str) -> tuple[bool, Any]:
+    """(known, default) of ``section.name``; the default is PydanticUndefined for a field
+    without one."""
+    outer = Settings.model_fields.get(section)
+    fields = getattr(outer.annotation, "model_fields", {}) if outer is not None else {}
+    field = fields.get(name)
+    if field is None:
+        return False, None
+    return True, field.get_default(call_default_factory=True)
+
+
+def _emptied(loc: tuple[int | str, ...], overrides: dict[str, Any]) -> bool:
+    """True when the bad field is one a ``--set section.field=`` gave an empty value."""
+    return len(loc) == 2 and overrides.get(str(loc[0]), {}).get(str(loc[1])) == ""
+
+
+def _cannot_unset(loc: tuple[int | str, ...], msg: str) -> str:
+    known, default = _field_default(str(loc[0]), str(loc[1]))
+    named = f" (default {json.dumps(default, default=str)})" if known else ""
+    return (f"{msg}; an empty --set value unsets only an optional setting (default none), "
+            f"and this one needs a value{named}: give one")
 
 
 def effective_config(settings: Settings) -> dict[str, Any]:
@@ -205,7 +253,9 @@ def redis_params(settings: Settings) -> RedisParams:
 
 
 def _overrides_to_dict(overrides: list[str]) -> dict[str, Any]:
-    """``["claim.count=10"]`` -> ``{"claim": {"count": "10"}}`` (pydantic coerces types)."""
+    """``["claim.count=10"]`` -> ``{"claim": {"count": "10"}}`` (pydantic coerces types);
+    ``metrics.pushgateway_url=`` -> ``{"metrics": {"pushgateway_url": None}}`` for a field
+    whose default is None (any other empty value stays "" for the model to judge)."""
     result: dict[str, Any] = {}
     for item in overrides:
         key, sep, value = item.partition("=")
@@ -215,6 +265,8 @@ def _overrides_to_dict(overrides: list[str]) -> dict[str, Any]:
                 f"--set {item!r}: write it as section.field=value, e.g. claim.count=500")
         section, name = path
         parsed: Any = _list_value(item, value) if name in LIST_FIELDS else value
+        if parsed == "" and _field_default(section, name) == (True, None):
+            parsed = None  # unset: back to the default, none, over the file and environment
         result.setdefault(section, {})[name] = parsed
     return result
 
