@@ -3,7 +3,9 @@
 
 Exit codes (the contract with schedulers): 0 success; 2 invalid config or arguments;
 1 anything else (Redis unreachable, login refused, Spark failure, failure threshold).
-Errors are one line on stderr; the last line of stdout is always a JSON summary.
+Errors are one line on stderr (spark-submit merges it into stdout; the installed command
+refuses a bad config before spark-submit, on stderr); the last line of stdout is always a
+JSON summary.
 """
 
 from __future__ import annotations

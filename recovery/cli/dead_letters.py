@@ -4,7 +4,9 @@ opt-in retention on, a dry run counts what it would trim and trims nothing), wit
 codes of ``jobs/recover.py`` (0 success, 2 invalid config or arguments, 1 anything else); no
 ``--plan``: any option it does not act on is refused, exit 2.
 
-Errors are one line on stderr; the last line of stdout is always a JSON summary.
+Errors are one line on stderr (spark-submit merges it into stdout; the installed command
+refuses a bad config before spark-submit, on stderr); the last line of stdout is always a
+JSON summary.
 """
 
 from __future__ import annotations

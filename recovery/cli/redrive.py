@@ -3,7 +3,9 @@
 invalid config or arguments, 1 anything else). It has no ``--plan`` (a redrive's filters are
 its plan): any option it does not act on is refused, exit 2, before anything is touched.
 
-Errors are one line on stderr; the last line of stdout is always a JSON summary.
+Errors are one line on stderr (spark-submit merges it into stdout; the installed command
+refuses a bad config before spark-submit, on stderr); the last line of stdout is always a
+JSON summary.
 """
 
 from __future__ import annotations
