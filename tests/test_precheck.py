@@ -67,6 +67,14 @@ def test_a_typo_in_a_variable_or_a_set_names_the_nearest_key():
     refused_here(done, 2, f"{HINT} (check the spelling against conf/recovery.toml) (from --set)")
 
 
+def test_a_variable_of_an_unknown_section_is_refused_not_ignored():
+    """pydantic-settings alone ignores it: the run would go on with the default."""
+    done, _ = command("dry-run", "--set", "streams.keys=orders", "--set",
+                      f"redis.url={CLOSED_URL}", env={"RECOVERY_CLAIMS__MIN_IDLE_MS": "600000"})
+    refused_here(done, 2, "claims: unknown setting, did you mean claim? "
+                          "(from RECOVERY_CLAIMS__MIN_IDLE_MS)")
+
+
 def test_a_handler_that_does_not_import_is_refused_before_spark():
     done, _ = command("run", "--set", "streams.keys=orders", "--set", f"redis.url={CLOSED_URL}",
                       "--set", "handler.path=no_such_module_61:handle")

@@ -110,6 +110,7 @@ def load_settings(config_file: Path | None, overrides: list[str] | None = None) 
     if config_file is not None and not config_file.is_file():
         raise ConfigError(f"config file {config_file} does not exist: pass an existing --config")
     init = _overrides_to_dict(overrides or [])
+    _refuse_unknown_sections_in_environment()
     settings_cls = Settings
     if config_file is not None:  # the same model, reading this file (pydantic-settings' way)
         with_file = SettingsConfigDict(**{**Settings.model_config, "toml_file": config_file})
@@ -124,6 +125,21 @@ def load_settings(config_file: Path | None, overrides: list[str] | None = None) 
                 f"config file {config_file} is not valid TOML ({exc}): fix its syntax"
             ) from None
         raise ConfigError(f"config: {exc}") from None
+
+
+def _refuse_unknown_sections_in_environment() -> None:
+    """pydantic-settings ignores ``RECOVERY_<SECTION>__<FIELD>`` for a section the model does
+    not have (a typo would silently not apply): refuse it as an unknown setting."""
+    problems = []
+    for variable in sorted(os.environ):
+        section, sep, _ = variable.upper().removeprefix("RECOVERY_").partition("__")
+        if (variable.upper().startswith("RECOVERY_") and sep
+                and section.lower() not in Settings.model_fields):
+            problems.append(f"{section.lower()}: unknown setting{_nearest((section.lower(),))} "
+                            f"(from {variable})")
+    if problems:
+        raise ConfigError("invalid config: " + "; ".join(problems) + " (fix or unset the "
+                          "variable: RECOVERY_<SECTION>__<FIELD>)")
 
 
 def describe_validation_error(exc: ValidationError, overrides: dict[str, Any] | None = None
