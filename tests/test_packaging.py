@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import site
 import subprocess
 import sys
 import zipfile
@@ -30,6 +29,7 @@ from recovery.testing.backlog import (
     make_stuck,
     seed_demo_backlog,
 )
+from tests.support.wheels import build_wheel_zip, deps_only_python, install_wheel
 
 pytestmark = pytest.mark.slow  # builds the wheel, then spark-submit runs
 
@@ -39,29 +39,8 @@ SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 
 @pytest.fixture(scope="module")
 def wheel_zip(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheelhouse")
-    source = tmp_path_factory.mktemp("source")  # the tree as committed: no stale build/ dir
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    shutil.copytree(ROOT / "recovery", source / "recovery",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-q",
-                    "-w", str(out)], check=True, capture_output=True, timeout=300)
-    [wheel] = out.glob("redis_stream_recovery-*.whl")
-    return Path(shutil.copy(wheel, out / "redis_stream_recovery.zip"))
-
-
-def deps_only_python(where: Path) -> str:
-    """A venv that sees this venv's site-packages through a .pth line, so its dependencies
-    import, but not the editable install of `recovery` (a .pth inside a .pth'd directory is
-    not processed)."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
-    python = str(where / "bin" / "python")
-    code = "import sysconfig; print(sysconfig.get_path('purelib'))"
-    purelib = subprocess.run([python, "-c", code], check=True, capture_output=True,
-                             text=True).stdout.strip()
-    Path(purelib, "project-deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    return python
+    return build_wheel_zip(tmp_path_factory.mktemp("wheelhouse"),
+                           tmp_path_factory.mktemp("source"))
 
 
 def clean_env(python: str) -> dict[str, str]:
@@ -119,12 +98,7 @@ def test_the_installed_command_runs_the_job_through_spark_submit(wheel_zip, redi
     ``redis-stream-recovery`` command, run from an empty directory, submits the job file the
     package carries; Redis shows the work done (dry run: nothing; apply: the plan)."""
     python = deps_only_python(tmp_path / "venv")
-    wheel = wheel_zip.with_name("redis_stream_recovery-0.1.0-py3-none-any.whl")
-    shutil.copy(wheel_zip, wheel)
-    # --ignore-installed: the checkout's editable install, seen through the .pth, stays
-    subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps",
-                    "--ignore-installed", "-q", str(wheel)], check=True, capture_output=True,
-                   timeout=300)
+    install_wheel(wheel_zip, python)
     command = str(Path(python).parent / "redis-stream-recovery")
     client = redis_server.client()
     create_group(client, "orders", "billing")
