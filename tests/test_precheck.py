@@ -1,7 +1,7 @@
 """The installed command checks before spark-submit (recovery.jobs.precheck, through
 ``python -m recovery``, i.e. ``redis-stream-recovery``): a config typo, a handler that does not
-import, a plan that cannot be applied and an unreachable Redis are refused in this Python,
-with the job's exit code and its ``error:`` line on stderr (under spark-submit it would land on
+import, a bad report path and a plan that cannot be applied are refused in this Python
+(Redis is left to the job, which pushes its metrics), with the job's exit code and its ``error:`` line on stderr (under spark-submit it would land on
 stdout, merged by Spark's PythonRunner, after a JVM start). Also the settings' language at
 that door: the nearest known key for an unknown one (file, ``RECOVERY_*``, ``--set``), and
 ``--set section.field=`` unsetting an optional setting."""
@@ -16,8 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-from recovery.testing.local_redis import LocalServer
 
 ROOT = Path(__file__).resolve().parent.parent
 CLOSED_URL = "redis://127.0.0.1:1/0"  # nothing listens
@@ -81,22 +79,23 @@ def test_a_handler_that_does_not_import_is_refused_before_spark():
     refused_here(done, 2, "no_such_module_61")
 
 
-def test_a_handler_shipped_with_py_files_imports_and_an_unreachable_redis_is_exit_1(
-        tmp_path: Path):
+def test_a_handler_shipped_with_py_files_imports_from_there(tmp_path: Path):
     """The handler exists only in a --py-files file: the check imports it from there, as the
-    driver would, and goes on to Redis, which does not answer (exit 1, before any JVM)."""
+    driver would, and goes on to the next check, which refuses (a report path that is a
+    file), still before any JVM."""
     (tmp_path / "shipped_handler_61.py").write_text("def handle(batch):\n    return {}\n")
+    (tmp_path / "a-file").write_text("")
     done, _ = command("run", "--set", "streams.keys=orders", "--set", f"redis.url={CLOSED_URL}",
-                      "--set", "redis.connect_timeout_s=1",
                       "--set", "handler.path=shipped_handler_61:handle",
+                      "--set", f"report.path={tmp_path / 'a-file' / 'reports'}",
                       "--", "--py-files", str(tmp_path / "shipped_handler_61.py"))
-    refused_here(done, 1, "127.0.0.1:1")
+    refused_here(done, 2, "is not a writable directory")
 
 
-def test_a_plan_that_cannot_be_applied_is_refused_before_spark(redis_server: LocalServer,
-                                                              tmp_path: Path):
+def test_a_plan_that_cannot_be_applied_is_refused_before_spark(tmp_path: Path):
+    """Without contacting Redis (nothing listens at the URL): the plan's own terms."""
     done, _ = command("apply", str(tmp_path / "no-such-plan"),
-                      "--set", "streams.keys=orders", "--set", f"redis.url={redis_server.url}",
+                      "--set", "streams.keys=orders", "--set", f"redis.url={CLOSED_URL}",
                       "--set", f"report.path={tmp_path / 'reports'}",
                       "--set", "handler.path=recovery.handlers:example_handler")
     refused_here(done, 2, f"--plan {tmp_path / 'no-such-plan'}: no such directory")

@@ -80,13 +80,11 @@ def run_recovery(argv: list[str] | None,
 
 
 def preflight(settings: Settings, plan: str | None = None, dry_run: bool = False) -> None:
-    """Fail fast, before Spark starts (10 s or more): a real run in handler mode must name a
-    handler, the handler named must import, and Redis must answer (reachable, login accepted,
-    version 6.2 or newer); a `plan` in a local directory must be one this run may apply. The
-    run checks them again (and warns a dry run without a handler)."""
-    if settings.handler.path is not None or not dry_run:
-        check_handler(settings)
-    check_report_location(settings.report.path)
+    """Fail fast, before Spark starts (10 s or more): :func:`local_preflight`, then Redis
+    must answer (reachable, login accepted, version 6.2 or newer) and a `plan` in a local
+    directory must have been made on this server. The run checks them again (and warns a dry
+    run without a handler)."""
+    local_preflight(settings, plan, dry_run)
     params = redis_params(settings)
     client = connect(params)
     try:
@@ -97,3 +95,14 @@ def preflight(settings: Settings, plan: str | None = None, dry_run: bool = False
         client.close()
 
 
+def local_preflight(settings: Settings, plan: str | None = None, dry_run: bool = False
+                    ) -> None:
+    """The checks that need neither Redis nor Spark (the installed command makes them before
+    spark-submit, :mod:`recovery.jobs.precheck`): a real run in handler mode must name a
+    handler, the handler named must import, the local report directory must be writable, and
+    a `plan` in a local directory must be a manifest whose terms allow this run."""
+    if settings.handler.path is not None or not dry_run:
+        check_handler(settings)
+    check_report_location(settings.report.path)
+    if plan is not None:
+        local_plan_refusal(plan, settings, None)

@@ -147,10 +147,11 @@ def read_manifest(plan_dir: str, spark: SparkSession | None) -> Manifest | None:
 
 
 def check_plan(plan_dir: str, manifest: Manifest, settings: Settings,
-               server: dict[str, Any], now_ms: int | None = None) -> None:
+               server: dict[str, Any] | None, now_ms: int | None = None) -> None:
     """Refuse (PlanError) a plan that is not a dry run's, is too old, was made on another
     server (``same_server``), has a min_idle_ms a handler call may outlast, or was made with
-    another reprocess.mode. `server`: ``server_identity`` now; `now_ms`: epoch ms."""
+    another reprocess.mode. `server`: ``server_identity`` now (None: the server is not
+    checked, as before Redis is contacted); `now_ms`: epoch ms."""
     if not manifest.dry_run:
         raise PlanError(_refusal(plan_dir, f"it is the report of a real run ({manifest.run_id}), "
                                  "not of a dry run"))
@@ -160,7 +161,7 @@ def check_plan(plan_dir: str, manifest: Manifest, settings: Settings,
         raise PlanError(_refusal(plan_dir, f"it is {age_s:.0f} s old, older than "
                                  f"plan.max_age_s = {settings.plan.max_age_s}", "or raise "
                                  "plan.max_age_s"))
-    if not same_server(manifest.server, server):
+    if server is not None and not same_server(manifest.server, server):
         where = manifest.server.get("address", "an unknown server")
         raise PlanError(_refusal(plan_dir, f"it was made on another server ({where}, database "
                                  f"{manifest.server.get('db')}; or the same one since "
@@ -273,9 +274,11 @@ def planned_params(params: JobParams, manifest: Manifest) -> JobParams:
                    max_deliveries=manifest.max_deliveries, planned=True)
 
 
-def local_plan_refusal(plan_dir: str, settings: Settings, client: redis.Redis,
-                       params: RedisParams) -> None:
-    """Before Spark starts: refuse a plan whose local manifest already says no."""
+def local_plan_refusal(plan_dir: str, settings: Settings, client: redis.Redis | None,
+                       params: RedisParams | None = None) -> None:
+    """Before Spark starts: refuse a plan whose local manifest already says no. Without a
+    `client` (before Redis is contacted) every term but the server's is checked."""
     manifest = read_manifest(plan_dir, None)
     if manifest is not None:
-        check_plan(plan_dir, manifest, settings, server_identity(client, params))
+        server = server_identity(client, params) if client and params else None
+        check_plan(plan_dir, manifest, settings, server)

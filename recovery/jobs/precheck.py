@@ -4,10 +4,12 @@ Under spark-submit a config typo costs a JVM start (14-17 s here) and its ``erro
 lands on stdout: Spark's PythonRunner merges the job's stderr into its stdout. So the
 command first does, in this Python, what the job would do before Spark starts: parse the
 job's options, load the settings (file, ``RECOVERY_*``, ``--set``) and, for ``run``,
-``dry-run`` and ``apply``, the job's preflight (the handler and its exception classes
-import, the report path is writable, Redis answers, the plan may be applied). A refusal is
-the job's own: one ``error:`` line on stderr, the JSON error line on stdout, its exit code
-(2 for config and arguments). What passes is checked again by the job.
+``dry-run`` and ``apply``, the job's checks that need neither Redis nor Spark
+(``recovery.cli.recover.local_preflight``: the handler and its exception classes import,
+the report path is writable, a local plan's terms allow the run). A refusal is the job's
+own: one ``error:`` line on stderr, the JSON error line on stdout, its exit code (2). What
+passes is checked again by the job. Redis is not contacted here: a run that cannot reach it
+is the job's to report (exit 1), metrics push included, as before.
 
 Skipped where this process is not where the driver runs (``--deploy-mode cluster``: its
 files, modules and network are the cluster's), and for ``--help``, ``--version`` and
@@ -38,7 +40,7 @@ def precheck(command: str, job_args: list[str], spark_args: list[str]) -> int | 
 def _check(command: str, job_args: list[str]) -> None:
     if command in ("run", "dry-run", "apply"):
         from recovery.cli.common import BadArguments
-        from recovery.cli.recover import preflight, recover_parser
+        from recovery.cli.recover import local_preflight, recover_parser
 
         args = recover_parser().parse_args(job_args)
         setup_logging("ERROR")  # the job logs its own warnings; here only the refusal
@@ -48,7 +50,7 @@ def _check(command: str, job_args: list[str]) -> None:
         if args.plan is not None and args.dry_run:
             raise BadArguments("--plan and --dry-run exclude each other: a plan is applied "
                                "by a real run; drop one of them")
-        preflight(settings, args.plan, args.dry_run)
+        local_preflight(settings, args.plan, args.dry_run)
     elif command == "redrive":
         from recovery.cli.redrive import redrive_parser
 
