@@ -1,10 +1,11 @@
 """The installed command checks before spark-submit (recovery.jobs.precheck, through
 ``python -m recovery``, i.e. ``redis-stream-recovery``): a config typo, a handler that does not
-import, a bad report path and a plan that cannot be applied are refused in this Python
-(Redis is left to the job, which pushes its metrics), with the job's exit code and its ``error:`` line on stderr (under spark-submit it would land on
-stdout, merged by Spark's PythonRunner, after a JVM start). Also the settings' language at
-that door: the nearest known key for an unknown one (file, ``RECOVERY_*``, ``--set``), and
-``--set section.field=`` unsetting an optional setting."""
+import, a bad report path and a plan that cannot be applied are refused in this Python (Redis
+is left to the job, which pushes its metrics), with the job's exit code and its ``error:``
+line on stderr (under spark-submit it would land on stdout, merged by Spark's PythonRunner,
+after a JVM start). Also the settings' language at that door: the nearest known key for an
+unknown one (file, ``RECOVERY_*``, ``--set``), and ``--set section.field=`` unsetting an
+optional setting."""
 
 from __future__ import annotations
 
