@@ -246,8 +246,9 @@ def test_dead_letter_retention_needs_line_10(spark, redis_server, tmp_path, caps
     no letter is trimmed."""
     client = redis_server.client()
     create_users([client], without=without)
-    for n in range(3):
-        client.xadd("{events:orders}:dlq", {b"n": str(n).encode()})
+    for n in range(3):  # letters (their metadata block): retention trims only those
+        client.xadd("{events:orders}:dlq", {b"n": str(n).encode(),
+                                            b"x-original-stream": b"events:orders"})
     before = client.xrange("{events:orders}:dlq")
     args = job_args(redis_server.url, "recovery", tmp_path, "streams.keys=events:orders",
                     "dead_letters.max_length=1")

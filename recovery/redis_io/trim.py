@@ -1,6 +1,6 @@
 """The commands of a dead-letter stream's retention, one function per command: the server's
-clock, the ID that starts the newest entries of a stream, the last entry below an ID, and the
-exact MINID trim.
+clock, the ID that starts the newest entries of a stream, the last entry below an ID, the
+exact MINID trim, and the checked trim of letters (``lua/trim_letters.lua``).
 
 IDs are ``str`` (``"<ms>-<seq>"``); times are epoch milliseconds of the server's clock, the
 clock that stamps entry IDs. Reads go in pages (``COUNT``), never the whole stream in one reply.
@@ -8,8 +8,12 @@ clock that stamps entry IDs. Reads go in pages (``COUNT``), never the whole stre
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import redis
 
+from recovery.redis_io.scripts import scripts_for
 from recovery.redis_io.streams import as_str
 
 
@@ -63,3 +67,34 @@ def trim_below(client: redis.Redis, key: str, below: str) -> int:
     (exact: no ``~``, no LIMIT); an entry added later has a greater ID and stays. Returns the
     number removed (0 for a missing key)."""
     return int(client.execute_command("XTRIM", key, "MINID", "=", below))
+
+
+@dataclass(frozen=True)
+class LetterTrim:
+    """One step of :func:`trim_letters`: `passed` entries below `bound` were letters of a
+    selected source (trimmed, unless a dry run), the newest of them `last` (None: none);
+    `why` it ended: ``cut`` (done), ``more`` (call again from `bound`), ``not-a-letter`` or
+    ``source-not-selected`` (stopped at the entry `bound`; `source`: that letter's source)."""
+
+    passed: int
+    last: str | None
+    bound: str
+    why: str
+    source: str | None
+
+
+def trim_letters(client: redis.Redis, key: str, start: str, below: str,
+                 sources: Sequence[str], budget: int, dry_run: bool) -> LetterTrim:
+    """One atomic step of retention on dead-letter stream `key` (trim_letters.lua): from
+    `start` (inclusive; ``-``: the start), look at most at `budget` entries with an ID below
+    `below`, oldest first, stop at the first that is not a letter (no metadata block) or is a
+    letter of a source not in `sources`, and ``XTRIM MINID =`` the ID it stopped at (the cut
+    `below` when every entry below it passed): exactly the entries checked go, in the same
+    script. With `dry_run` nothing is trimmed and the count is of what would go."""
+    script = scripts_for(client)["trim_letters"]
+    reply = script(keys=[key], args=[start, below, budget, "1" if dry_run else "0",
+                                     len(sources), *sources])
+    passed, last, bound, why, source = reply
+    shown = source.decode("utf-8", "backslashreplace") if isinstance(source, bytes) else source
+    return LetterTrim(int(passed), as_str(last) or None, as_str(bound), as_str(why),
+                      shown or None)
