@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from recovery.cli.dead_letters import dead_letters_main
-from recovery.dead_letters.retention import apply_retention
+from recovery.dead_letters.retention import apply_retention, retention_warnings
 from recovery.dead_letters.run import find_dead_letter_streams
 from recovery.redis_io.trim import server_time_ms
 from recovery.settings.model import load_settings, redis_params
@@ -132,6 +132,9 @@ def test_retention_stops_at_the_first_entry_it_may_not_take(server, tmp_path, ca
     if why:  # else the age cut, which moves on with the clock between the two runs
         assert row["kept_from_id"] == dry_row["kept_from_id"] == ids[n]
     assert (real["trimmed"], dry["would_trim"], real["stopped_streams"]) == (n, n, int(bool(why)))
+    warnings = retention_warnings(real)
+    assert len(warnings) == int(bool(why)) and all(ids[n] in w and key in w for w in warnings)
+    assert all(f"a letter of {source}, a stream not selected" in w for w in warnings if source)
 
 
 def test_a_letter_trimmed_while_young_entries_follow_the_stop(redis_server, tmp_path):
@@ -169,6 +172,8 @@ def test_the_job_leaves_an_application_stream_and_says_why(spark, redis_server, 
     [row] = summary["retention"]["streams"]
     assert (row["trimmed"], row["stopped_because"], row["stopped_at_id"]) == (
         0, "not-a-letter", app[0])
+    [warning] = summary["warnings"]
+    assert "shop:eu" in warning and app[0] in warning and "not a letter" in warning
 
 
 def test_a_cluster_stops_on_each_node_at_its_own_non_letter(redis_cluster, tmp_path):

@@ -117,17 +117,27 @@ def walk_letters(client: redis.Redis, s: DeadLetterStream, below: str,
         start = step.bound if d.dry_run else "-"
 
 
-def warn_stopped(s: DeadLetterStream, step: LetterTrim) -> None:
-    """A WARNING naming where and why retention stopped short of the limits' cut."""
-    if step.why == NOT_A_LETTER:
+def stop_message(row: dict[str, Any]) -> str | None:
+    """Where and why retention stopped short of the limits' cut on the stream of `row` (a
+    :func:`trim_stream` row), for the log and the summary's ``warnings``; None: it did not."""
+    if row["stopped_because"] is None:
+        return None
+    if row["stopped_because"] == NOT_A_LETTER:
         why = ("an entry without the dead-letter metadata block (x-original-stream), not a "
-               "letter: is dead_letter.stream pointing at an application stream?")
+               "letter: does dead_letter.stream name an application stream?")
     else:
-        why = (f"a letter of {step.source}, a stream not selected: a shared dead-letter "
-               "stream is trimmed only up to the first letter of a source the run does not "
-               f"select (select {step.source} too to trim further)")
-    log.warning("dead-letter stream %s (of %s): retention stopped at %s, %s; it and every "
-                "newer entry stay", s.key, s.source, step.bound, why)
+        source = row["stopped_source"]
+        why = (f"a letter of {source}, a stream not selected: a shared dead-letter stream is "
+               "trimmed only up to the first letter of a source the run does not select "
+               f"(select {source} too to trim further)")
+    return (f"dead-letter stream {row['dead_letter_stream']} (of {row['stream']}): retention "
+            f"stopped at {row['stopped_at_id']}, {why}; it and every newer entry stay")
+
+
+def retention_warnings(retention: dict[str, Any] | None) -> list[str]:
+    """One warning per stream where retention stopped short (none when it is off)."""
+    rows = retention["streams"] if retention else []
+    return [m for m in map(stop_message, rows) if m is not None]
 
 
 def trim_stream(client: redis.Redis, s: DeadLetterStream, d: DeadLettersSettings,
@@ -153,7 +163,7 @@ def trim_stream(client: redis.Redis, s: DeadLetterStream, d: DeadLettersSettings
     if step.why in (NOT_A_LETTER, SOURCE_NOT_SELECTED):
         row.update(stopped_at_id=step.bound, stopped_because=step.why,
                    stopped_source=step.source)
-        warn_stopped(s, step)
+        log.warning("%s", stop_message(row))
     if d.dry_run and passed:
         log.info("dead-letter stream %s (of %s): a dry run, would trim %d letters, up to %s",
                  s.key, s.source, passed, last)
