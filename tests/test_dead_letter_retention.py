@@ -19,7 +19,7 @@ from recovery.cli.dead_letters import dead_letters_main
 from recovery.dead_letters.retention import apply_retention, cut_of
 from recovery.dead_letters.run import find_dead_letter_streams
 from recovery.errors import ConfigError
-from recovery.redis_io.trim import last_below, nth_id, server_time_ms, trim_below
+from recovery.redis_io.trim import nth_id, server_time_ms, trim_letters
 from recovery.settings.model import Settings, load_settings, redis_params
 from recovery.testing.backlog import create_group
 from recovery.testing.local_redis import LocalServer
@@ -156,10 +156,12 @@ def test_a_letter_added_after_the_cut_is_never_trimmed(redis_server, tmp_path):
     cut = cut_of(client, DLQ, settings.dead_letters, server_time_ms(client))
     assert cut is not None
     late = [client.xadd(DLQ, {b"n": b"late"}).decode() for _ in range(3)]
-    kept = xrange_ids(client, DLQ)[2:]
+    before = xrange_ids(client, DLQ)
+    kept = before[2:]
 
-    assert last_below(client, DLQ, cut.below) == xrange_ids(client, DLQ)[1]
-    assert trim_below(client, DLQ, cut.below) == 2
+    step = trim_letters(client, DLQ, "-", cut.below, ["orders"], 1000, dry_run=False)
+    assert (step.passed, step.why, step.bound) == (2, "cut", cut.below)
+    assert step.last == before[1]
     assert xrange_ids(client, DLQ) == kept and kept[-3:] == late
 
 

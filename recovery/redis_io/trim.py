@@ -1,6 +1,6 @@
-"""The commands of a dead-letter stream's retention, one function per command: the server's
-clock, the ID that starts the newest entries of a stream, the last entry below an ID, the
-exact MINID trim, and the checked trim of letters (``lua/trim_letters.lua``).
+"""The commands of a dead-letter stream's retention, one function per command or script: the
+server's clock, the ID that starts the newest entries of a stream, and the checked, exact MINID
+trim of letters (``lua/trim_letters.lua``).
 
 IDs are ``str`` (``"<ms>-<seq>"``); times are epoch milliseconds of the server's clock, the
 clock that stamps entry IDs. Reads go in pages (``COUNT``), never the whole stream in one reply.
@@ -41,32 +41,6 @@ def nth_id(client: redis.Redis, key: str, n: int, newest: bool, page: int) -> st
             return None
         last = as_str(entries[-1][0])
         start = "(" + last
-
-
-def last_below(client: redis.Redis, key: str, below: str) -> str | None:
-    """The ID of the newest entry of `key` with an ID below `below` (exclusive; XREVRANGE
-    ``(below - COUNT 1``), or None when there is none."""
-    entries = client.execute_command("XREVRANGE", key, "(" + below, "-", "COUNT", 1)
-    return as_str(entries[0][0]) if entries else None
-
-
-def count_below(client: redis.Redis, key: str, below: str, page: int) -> int:
-    """How many entries of `key` have an ID below `below` (exclusive): what
-    :func:`trim_below` would remove, read in XRANGE pages of `page` entries."""
-    start, counted = "-", 0
-    while True:
-        entries = client.execute_command("XRANGE", key, start, "(" + below, "COUNT", page)
-        counted += len(entries)
-        if len(entries) < page:
-            return counted
-        start = "(" + as_str(entries[-1][0])
-
-
-def trim_below(client: redis.Redis, key: str, below: str) -> int:
-    """``XTRIM key MINID = below``: remove exactly the entries with an ID below `below`
-    (exact: no ``~``, no LIMIT); an entry added later has a greater ID and stays. Returns the
-    number removed (0 for a missing key)."""
-    return int(client.execute_command("XTRIM", key, "MINID", "=", below))
 
 
 @dataclass(frozen=True)
