@@ -18,9 +18,9 @@ import pytest
 import redis
 
 from recovery.cli.dead_letters import dead_letters_main
-from recovery.dead_letters.retention import apply_retention, retention_warnings
+from recovery.dead_letters.retention import apply_retention, cut_of, retention_warnings
 from recovery.dead_letters.run import find_dead_letter_streams
-from recovery.redis_io.trim import server_time_ms
+from recovery.redis_io.trim import server_time_ms, trim_letters
 from recovery.settings.model import load_settings, redis_params
 from recovery.testing.local_redis import LocalServer
 
@@ -146,6 +146,29 @@ def test_a_letter_trimmed_while_young_entries_follow_the_stop(redis_server, tmp_
     assert client.xrange("{orders}:dlq") == before[2:]
     row = only_row(report, "{orders}:dlq")
     assert (row["trimmed"], row["by"], row["stopped_at_id"]) == (2, ["max_length"], ids[2])
+
+
+def test_an_entry_added_below_the_cut_after_it_was_found_is_checked(redis_server, tmp_path):
+    """The cut is found first, the trim later: an application entry XADDed meanwhile with an
+    ID below the cut (the stream's top was older) is checked by the trim's own script and
+    stays, with everything after it. A bare ``XTRIM MINID = <cut>`` takes it."""
+    client = redis_server.client()
+    ids = write_aged(client, "{orders}:dlq", MIXED[:2])
+    settings = load_settings(None, [f"redis.url={redis_server.url}", "streams.keys=orders",
+                                    "dead_letters.max_age_s=60"])
+    cut = cut_of(client, "{orders}:dlq", settings.dead_letters, server_time_ms(client))
+    assert cut is not None
+    late = client.xadd("{orders}:dlq", {b"order": b"late"},
+                       id=f"{int(cut.below.split('-')[0]) - 1000}-0").decode()
+    before = client.xrange("{orders}:dlq")
+
+    step = trim_letters(client, "{orders}:dlq", "(" + late, cut.below, ["orders"], 1,
+                        dry_run=False)  # a trim starts at the stream's start whatever it is given
+    assert (step.passed, step.last, step.bound, step.why) == (1, ids[0], ids[1], "more")
+    step = trim_letters(client, "{orders}:dlq", "-", cut.below, ["orders"], 10, dry_run=False)
+
+    assert (step.passed, step.last, step.bound, step.why) == (1, ids[1], late, "not-a-letter")
+    assert client.xrange("{orders}:dlq") == before[2:] and before[2][0].decode() == late
 
 
 @pytest.mark.slow

@@ -64,7 +64,8 @@ def trim_letters(client: redis.Redis, key: str, start: str, below: str,
     `below`, oldest first, stop at the first that is not a letter (no metadata block) or is a
     letter of a source not in `sources`, and ``XTRIM MINID =`` the ID it stopped at (the cut
     `below` when every entry below it passed): exactly the entries checked go, in the same
-    script. With `dry_run` nothing is trimmed and the count is of what would go."""
+    script. With `dry_run` nothing is trimmed and the count is of what would go; a trim
+    always starts at the stream's start (`start` is for a dry run's next step)."""
     script = scripts_for(client)["trim_letters"]
     reply = script(keys=[key], args=[start, below, budget, "1" if dry_run else "0",
                                      len(sources), *sources])

@@ -1,7 +1,8 @@
 -- Retention of one dead-letter stream, one step per call: check its oldest entries and trim
 -- (XTRIM MINID =, exact) only those that are letters of a selected source, atomically.
 -- KEYS[1]: the dead-letter stream (the only key: runs on its node of a Redis Cluster).
--- ARGV[1]: the first ID to look at (inclusive; '-' for the stream's start);
+-- ARGV[1]: the first ID to look at in a dry run (inclusive; '-' for the stream's start); a
+-- trim always starts at the stream's start, so XTRIM never takes an entry it did not check;
 -- ARGV[2]: the limits' cut: entries with an ID below it (exclusive) are past a limit;
 -- ARGV[3]: look at most at this many entries in this call;
 -- ARGV[4]: '1' for a dry run (check and count, trim nothing), '0' to trim;
@@ -15,8 +16,9 @@
 -- below it passed); why: 'cut' (every entry below the cut passed: done), 'more' (the budget
 -- ran out: call again from bound), 'not-a-letter' or 'source-not-selected' (stopped at bound);
 -- source: the x-original-stream of the letter it stopped at ('' otherwise).
-local key, start, cut = KEYS[1], ARGV[1], ARGV[2]
+local key, cut = KEYS[1], ARGV[2]
 local budget, dry = tonumber(ARGV[3]), ARGV[4] == '1'
+local start = dry and ARGV[1] or '-'
 local selected = {}
 for i = 6, 5 + tonumber(ARGV[5]) do selected[ARGV[i]] = true end
 
