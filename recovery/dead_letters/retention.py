@@ -36,12 +36,11 @@ import redis
 from recovery.params import RedisParams
 from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.redis_io.streams import stream_id_key
-from recovery.redis_io.trim import LetterTrim, nth_id, server_time_ms, trim_letters
+from recovery.redis_io.trim import LetterTrim, TrimEnd, nth_id, server_time_ms, trim_letters
 from recovery.settings.dead_letters import DeadLettersSettings
 from recovery.targets.dead_letter_streams import DeadLetterStream
 
 log = logging.getLogger(__name__)
-NOT_A_LETTER, SOURCE_NOT_SELECTED = "not-a-letter", "source-not-selected"  # why it stopped
 
 
 @dataclass(frozen=True)
@@ -111,7 +110,7 @@ def walk_letters(client: redis.Redis, s: DeadLetterStream, below: str,
     while True:
         step = trim_letters(client, s.key, start, below, s.sources, d.page_size, d.dry_run)
         passed, last = passed + step.passed, step.last or last
-        if step.why != "more":
+        if step.why != TrimEnd.MORE:
             return passed, last, step
         # A real step trimmed what it passed: the stream starts at its bound again.
         start = step.bound if d.dry_run else "-"
@@ -122,7 +121,7 @@ def stop_message(row: dict[str, Any]) -> str | None:
     :func:`trim_stream` row), for the log and the summary's ``warnings``; None: it did not."""
     if row["stopped_because"] is None:
         return None
-    if row["stopped_because"] == NOT_A_LETTER:
+    if row["stopped_because"] == TrimEnd.NOT_A_LETTER:
         why = ("an entry without the dead-letter metadata block (x-original-stream), not a "
                "letter: does dead_letter.stream name an application stream?")
     else:
@@ -160,7 +159,7 @@ def trim_stream(client: redis.Redis, s: DeadLetterStream, d: DeadLettersSettings
     passed, last, step = walk_letters(client, s, cut.below, d)
     row.update(kept_from_id=step.bound, by=list(cut.by), held_by_floor=cut.held_by_floor,
                would_trim=passed, last_trimmed_id=last, trimmed=0 if d.dry_run else passed)
-    if step.why in (NOT_A_LETTER, SOURCE_NOT_SELECTED):
+    if step.why in (TrimEnd.NOT_A_LETTER, TrimEnd.SOURCE_NOT_SELECTED):
         row.update(stopped_at_id=step.bound, stopped_because=step.why,
                    stopped_source=step.source)
         log.warning("%s", stop_message(row))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 import redis
 
@@ -43,6 +44,15 @@ def nth_id(client: redis.Redis, key: str, n: int, newest: bool, page: int) -> st
         start = "(" + last
 
 
+class TrimEnd(StrEnum):
+    """Why one step of :func:`trim_letters` ended."""
+
+    CUT = "cut"  # every entry below the cut passed: done
+    MORE = "more"  # its budget ran out: call again from its bound
+    NOT_A_LETTER = "not-a-letter"  # stopped at an entry without the metadata block
+    SOURCE_NOT_SELECTED = "source-not-selected"  # stopped at a letter of another source
+
+
 @dataclass(frozen=True)
 class LetterTrim:
     """One step of :func:`trim_letters`: `passed` entries below `bound` were letters of a
@@ -53,7 +63,7 @@ class LetterTrim:
     passed: int
     last: str | None
     bound: str
-    why: str
+    why: TrimEnd
     source: str | None
 
 
@@ -71,5 +81,5 @@ def trim_letters(client: redis.Redis, key: str, start: str, below: str,
                                      len(sources), *sources])
     passed, last, bound, why, source = reply
     shown = source.decode("utf-8", "backslashreplace") if isinstance(source, bytes) else source
-    return LetterTrim(int(passed), as_str(last) or None, as_str(bound), as_str(why),
+    return LetterTrim(int(passed), as_str(last) or None, as_str(bound), TrimEnd(as_str(why)),
                       shown or None)
