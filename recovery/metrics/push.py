@@ -11,6 +11,7 @@ failed run never erases when the job last succeeded."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,23 +58,54 @@ def push_metrics(metrics: MetricsSettings, kind: str, run: CollectorRegistry,
     key = grouping_key(metrics, kind)
     entry: dict[str, Any] = {"pushed": False, "url": url, "job": metrics.job,
                              "grouping_key": key, "series": series_count(run)}
+    pushes = [(run, key)]
+    if success is not None:
+        pushes.append((success, {**key, "outcome": "success"}))
     try:
-        push_to_gateway(url, job=metrics.job, registry=run, grouping_key=key,
-                        timeout=metrics.timeout_s, handler=_handler(metrics))
-        if success is not None:
-            push_to_gateway(url, job=metrics.job, registry=success,
-                            grouping_key={**key, "outcome": "success"},
-                            timeout=metrics.timeout_s, handler=_handler(metrics))
-            entry["series"] += series_count(success)
+        within_deadline(lambda: _push_all(metrics, url, pushes), metrics.timeout_s)
     except Exception as exc:  # any failure of the push: the run stands
         entry["error"] = describe(exc)
         log.warning("metrics: push to %s failed (%s); the run's outcome and exit code stand",
                     url, entry["error"])
         return entry
+    if success is not None:
+        entry["series"] += series_count(success)
     entry["pushed"] = True
     log.info("metrics: pushed %d series to %s (job %s, %s)", entry["series"], url,
              metrics.job, ", ".join(f"{k}={v}" for k, v in key.items()))
     return entry
+
+
+def _push_all(metrics: MetricsSettings, url: str,
+              pushes: list[tuple[CollectorRegistry, dict[str, str]]]) -> None:
+    """PUT each registry to its group, in order (no logging: this runs in the push thread,
+    which may outlive the deadline)."""
+    for registry, key in pushes:
+        push_to_gateway(url, job=metrics.job, registry=registry, grouping_key=key,
+                        timeout=metrics.timeout_s, handler=_handler(metrics))
+
+
+def within_deadline(call: Callable[[], None], timeout_s: float) -> None:
+    """Run `call` in a daemon thread and wait at most `timeout_s` for it, from connect to
+    last byte: urllib's timeout bounds each socket operation only, so a gateway that sends
+    one byte a second would hold the push (and the job) forever. Raises TimeoutError past
+    the deadline (the thread is abandoned: a daemon, it never keeps the process alive), or
+    what `call` raised."""
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=target, name="metrics-push", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TimeoutError(f"not finished within metrics.timeout_s={timeout_s:g} s")
+    if failure:
+        raise failure[0]
 
 
 def _handler(metrics: MetricsSettings) -> Any:
