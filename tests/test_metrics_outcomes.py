@@ -20,7 +20,7 @@ from recovery.settings.metrics import MetricsSettings
 from recovery.testing.local_redis import LocalServer, free_port
 from tests.support.backlogs import seed
 from tests.support.dripping import DrippingServer
-from tests.support.fault_tools import job_args, run_in_process
+from tests.support.fault_tools import finished, job_args, run_in_process, spark_submit
 from tests.support.pushgateway import LocalPushgateway, pushed
 
 HANDLER = "handler.path=tests.support.handlers:verify_or_fail"
@@ -171,3 +171,24 @@ def test_runs_that_never_read_redis_keep_the_last_per_stream_series(
         assert pushed(gateway, PREFIX + "last_attempt_exit_code", "recover_apply") == {
             "outcome=attempt": 2}
         assert pushed(gateway, PREFIX + "pending_entries", "recover_apply") == {}
+
+
+@pytest.mark.slow
+def test_spark_submit_with_a_dripping_gateway_exits_with_its_json(
+        redis_server: LocalServer, tmp_path: Path) -> None:
+    """The issue's case under spark-submit: the gateway drips for a minute, the job ends a
+    few seconds (the JVM's shutdown) after the push began, exit 0, the JSON line last."""
+    client: Redis = redis_server.client()
+    seed(client, ["met-drip-submit"], ["g1"])
+    with DrippingServer(interval_s=1.5, give_up_s=60) as gateway:
+        proc = spark_submit(job_args(redis_server.url, tmp_path / "reports", ["met-drip-submit"],
+                                     HANDLER, f"metrics.pushgateway_url={gateway.url}",
+                                     f"metrics.timeout_s={TIMEOUT_S}"), tmp_path / "logs")
+        result = finished(proc, tmp_path / "logs", timeout_s=240)
+        ended = time.monotonic()
+        sent = gateway.sent
+    assert sent >= 1, "the gateway never dripped"
+    # (before the fix: the drip's whole 57 s for each of the three groups' pushes)
+    assert ended - gateway.accepted_at[0] < TIMEOUT_S + 15, ended - gateway.accepted_at[0]
+    assert result.code == 0, result.stderr[-3000:]
+    assert "TimeoutError" in result.summary["metrics"]["error"], result.summary["metrics"]
