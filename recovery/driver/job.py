@@ -167,6 +167,10 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
                 if quiet:  # every run that found groups leaves a health snapshot
                     _write_health(run_ctx, [], summary)
             fill_summary(summary, tallies, skipped, actions)
+            summary.mark_selected(len(units) + len(quiet))
+            if summary.status == "empty" and not warnings:  # (discovery warned of a match)
+                log.warning("run %s: nothing selected: no stream with a selected group "
+                            "(streams.keys, streams.match, streams.groups)", params.run_id)
             if (units or quiet) and not dry_run:
                 add_after_run(summary, client, [(u.stream, u.group) for u in [*units, *quiet]],
                               names, settings.claim.consumer_prefix)
