@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from recovery.metrics.families import PREFIX
+from tests.support.pushgateway import LocalPushgateway, pushed
+
 ROOT = Path(__file__).resolve().parent.parent
 CLOSED_URL = "redis://127.0.0.1:1/0"  # nothing listens
 HINT = "did you mean claim.min_idle_ms?"
@@ -42,7 +45,8 @@ def refused_here(done: subprocess.CompletedProcess[str], code: int, text: str) -
     assert not [line for line in done.stdout.splitlines() if line.startswith("error: ")]
     last = json.loads(done.stdout.strip().splitlines()[-1])
     assert (last["status"], last["exit_code"]) == ("error", code) and text in last["error"]
-    assert "spark" not in (done.stdout + done.stderr).lower().replace("spark.", "")
+    printed = done.stdout + done.stderr
+    assert "log4j" not in printed and "jdk.incubator" not in printed, "a JVM started"
 
 
 def test_a_typo_in_the_config_file_is_refused_on_stderr_before_spark(tmp_path: Path):
@@ -131,3 +135,20 @@ def test_an_empty_set_keeps_its_meaning_where_empty_is_a_value():
     done, _ = command("config", "--set", "streams.keys=orders", "--set", "claim.journal_prefix=")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["claim"]["journal_prefix"] == ""
+
+
+def test_a_refusal_before_spark_pushes_the_attempt_as_the_job_would(tmp_path: Path):
+    """Issue 61 part 2's contract survives the early door: a refused run (exit 2) pushes its
+    attempt; the ``apply`` of a missing plan under its own kind."""
+    with LocalPushgateway() as gateway:
+        base = ["--set", "streams.keys=orders", "--set", f"redis.url={CLOSED_URL}",
+                "--set", f"metrics.pushgateway_url={gateway.url}"]
+        done, _ = command("run", *base, "--set", "handler.path=no_such_module_61:handle")
+        refused_here(done, 2, "no_such_module_61")
+        assert pushed(gateway, PREFIX + "last_attempt_exit_code") == {"outcome=attempt": 2}
+        done, _ = command("apply", str(tmp_path / "nonexistent"), *base,
+                          "--set", "handler.path=recovery.handlers:example_handler",
+                          "--set", f"report.path={tmp_path / 'reports'}")
+        refused_here(done, 2, "no such directory")
+        assert pushed(gateway, PREFIX + "last_attempt_exit_code", "recover_apply") == {
+            "outcome=attempt": 2}

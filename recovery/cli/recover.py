@@ -28,7 +28,7 @@ from recovery.cli.common import (
 from recovery.driver.handler_choice import check_handler
 from recovery.driver.job import run
 from recovery.driver.plan import local_plan_refusal
-from recovery.errors import RedisAuthError, RedisUnavailableError
+from recovery.errors import EXIT_OK, RedisAuthError, RedisUnavailableError
 from recovery.metrics.recovery_run import push_recovery_metrics
 from recovery.redis_io.redis_conn import connect
 from recovery.report.run_report import RunSummary, check_report_location
@@ -49,10 +49,13 @@ def recover_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_recovery(argv: list[str] | None,
-                 session: Callable[[Settings], SparkSession]) -> int:
+def run_recovery(argv: list[str] | None, session: Callable[[Settings], SparkSession],
+                 checks_only: bool = False) -> int:
     """Parse, load, run, report, push the metrics (``[metrics]``, whatever the outcome);
-    return the exit code. `session` builds the SparkSession."""
+    return the exit code. `session` builds the SparkSession. With `checks_only` (the
+    installed command, before spark-submit): parse, load and :func:`local_preflight` only;
+    a refusal is reported and pushed as the run's would be, a pass prints and pushes
+    nothing (the run that follows does)."""
     started_s = time.time()
     loaded: dict[str, Any] = {}  # the settings and the kind of run, once known
 
@@ -66,6 +69,9 @@ def run_recovery(argv: list[str] | None,
         if args.plan is not None and args.dry_run:
             raise BadArguments("--plan and --dry-run exclude each other: a plan is applied "
                                 "by a real run; drop one of them")
+        if checks_only:
+            local_preflight(settings, args.plan, args.dry_run)
+            return
         try:
             preflight(settings, args.plan, args.dry_run)
             loaded["redis_up"] = 1  # preflight read the server
@@ -79,7 +85,7 @@ def run_recovery(argv: list[str] | None,
         summary.check_failure_threshold(settings.handler.max_failed_ratio)
 
     def finish(summary: Outcome | None, code: int) -> None:
-        if "settings" in loaded:
+        if "settings" in loaded and not (checks_only and code == EXIT_OK):
             push_recovery_metrics(loaded["settings"], cast(RunSummary | None, summary), code,
                                   started_s, loaded["dry_run"], loaded["plan"],
                                   loaded.get("redis_up"))

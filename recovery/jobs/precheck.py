@@ -7,8 +7,9 @@ job's options, load the settings (file, ``RECOVERY_*``, ``--set``) and, for ``ru
 ``dry-run`` and ``apply``, the job's checks that need neither Redis nor Spark
 (``recovery.cli.recover.local_preflight``: the handler and its exception classes import,
 the report path is writable, a local plan's terms allow the run). A refusal is the job's
-own: one ``error:`` line on stderr, the JSON error line on stdout, its exit code (2). What
-passes is checked again by the job. Redis is not contacted here: a run that cannot reach it
+own: one ``error:`` line on stderr, the JSON error line on stdout, its exit code (2), and
+its metrics push (``[metrics]``: the attempt, as the job pushes a refused run). What passes
+is checked again by the job. Redis is not contacted here: a run that cannot reach it
 is the job's to report (exit 1), metrics push included, as before.
 
 Skipped where this process is not where the driver runs (``--deploy-mode cluster``: its
@@ -21,37 +22,42 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from recovery.cli.common import exit_code_of, loaded_settings, setup_logging
+from recovery.cli.common import exit_code_of, loaded_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from recovery.settings.model import Settings
 
 ANSWERED_BY_THE_JOB = ("-h", "--help", "--version", "--print-config")
 
 
 def precheck(command: str, job_args: list[str], spark_args: list[str]) -> int | None:
     """Check `command`'s job options (as the job file gets them) before spark-submit:
-    None when the job may start, else the exit code of the refusal just printed."""
+    None when the job may start, else the exit code of the refusal just printed (and, for
+    ``run``, ``dry-run`` and ``apply``, pushed to ``[metrics]`` as the job would)."""
     if _driver_elsewhere(spark_args) or any(a in ANSWERED_BY_THE_JOB for a in job_args):
         return None
     _add_py_files(spark_args)
-    code = exit_code_of(lambda _: _check(command, job_args), command)
+    if command in ("run", "dry-run", "apply"):
+        from recovery.cli.recover import run_recovery
+
+        code = run_recovery(job_args, _no_session, checks_only=True)
+    else:
+        code = exit_code_of(lambda _: _load(command, job_args), command)
     return code or None
 
 
-def _check(command: str, job_args: list[str]) -> None:
-    if command in ("run", "dry-run", "apply"):
-        from recovery.cli.common import BadArguments
-        from recovery.cli.recover import local_preflight, recover_parser
+def _no_session(settings: Settings) -> SparkSession:
+    raise RuntimeError("the checks before spark-submit start no Spark")
 
-        args = recover_parser().parse_args(job_args)
-        setup_logging("ERROR")  # the job logs its own warnings; here only the refusal
-        settings = loaded_settings(args)
-        if settings is None:
-            return
-        if args.plan is not None and args.dry_run:
-            raise BadArguments("--plan and --dry-run exclude each other: a plan is applied "
-                               "by a real run; drop one of them")
-        local_preflight(settings, args.plan, args.dry_run)
-    elif command == "redrive":
+
+def _load(command: str, job_args: list[str]) -> None:
+    """``redrive``, ``dead-letters``: their options and settings (they check the rest
+    themselves, Redis first)."""
+    if command == "redrive":
         from recovery.cli.redrive import redrive_parser
 
         loaded_settings(redrive_parser().parse_args(job_args))
