@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -22,6 +23,7 @@ from recovery.executor.tally import (
     Tallies,
     not_due_counts,
     read_tallies,
+    refused_units,
     tallied,
     unit_counts,
 )
@@ -30,6 +32,8 @@ from recovery.report.wording import plural
 from recovery.report.worker_files import local_directory, write_by_driver, write_by_workers
 from recovery.schemas import HEALTH, REPORT, Action, arrow
 from recovery.targets.keys import Skipped
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -180,6 +184,11 @@ def fill_summary(summary: RunSummary, tallies: Tallies, skipped: list[Skipped],
             summary.totals[action] += int(unit[action])
     if summary.backoff is not None:
         _add_not_due(summary, tallies, actions)
+    refused = [Skipped(stream, group, reason)
+               for (stream, group), reason in sorted(refused_units(tallies).items())]
+    for refusal in refused:  # a unit error: the over-limit entries stay pending, run after run
+        log.warning("%s / %s: %s", refusal.stream, refusal.group, refusal.reason)
+    skipped = [*skipped, *refused]
     summary.skipped = [asdict(s) for s in skipped]
     if skipped and summary.status == "ok":
         summary.status = "partial"

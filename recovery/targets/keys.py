@@ -9,9 +9,11 @@ from dataclasses import dataclass
 
 import redis
 
-from recovery.errors import UnsupportedServerError
+from recovery.errors import DeadLetterNameError, UnsupportedServerError
 from recovery.params import RedisParams
+from recovery.redis_io.dlq_names import DeadLetterNames, is_letter
 from recovery.redis_io.redis_conn import key_refused, redis_errors
+from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import scan_keys, server_version, shown
 from recovery.settings.model import Settings
 
@@ -45,12 +47,15 @@ def check_server(client: redis.Redis, params: RedisParams) -> tuple[int, int, in
 
 
 def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
-                  skipped: list[Skipped], warnings: list[str] | None = None
-                  ) -> dict[str, bool]:
+                  skipped: list[Skipped], warnings: list[str] | None = None,
+                  undecided: set[str] | None = None) -> dict[str, bool]:
     """The keys ``streams.keys`` and ``streams.match`` select -> whether named explicitly:
     the explicit keys, then the SCAN MATCH hits in order; dead-letter streams left out (before
     any TYPE: the job's ACL user needs no read access to them), non-UTF-8 names skipped.
-    None at all: ``matched_nothing`` is added to `warnings`, if given, and logged."""
+    With `undecided` (the recovery run), a key only the template's pattern names (not the
+    suffix) is kept and added to it: ``drop_dead_letter_streams`` decides it once the groups
+    are known. None at all: ``matched_nothing`` is added to `warnings`, if given, and
+    logged."""
     sel, rule = settings.streams, settings.dead_letter.names
     names = dict.fromkeys(sel.keys, True)
     if sel.match:
@@ -60,13 +65,76 @@ def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
             names.setdefault(key_text(key, skipped), False)
     selected = {}
     for name, explicit in names.items():
-        if name and rule.is_dead_letter(name):
+        if name and undecided is not None and not rule.by_suffix(name) \
+                and rule.by_template(name):
+            undecided.add(name)
+            selected[name] = explicit
+        elif name and rule.is_dead_letter(name):
             log.info("skip %s: it is a dead-letter stream", name)
         elif name:
             selected[name] = explicit
     if not selected and warnings is not None:
         warn(warnings, matched_nothing(settings))
     return selected
+
+
+def drop_dead_letter_streams(client: redis.Redis, settings: Settings,
+                             streams: list[tuple[str, list[str]]], undecided: set[str],
+                             skipped: list[Skipped]) -> set[str]:
+    """Which of the `undecided` streams (of `streams`: (stream, its selected groups)) are
+    dead-letter streams, never recovered: those holding letters (empty, or their newest entry
+    carries the metadata block), left out quietly; and those the template names for a
+    selected (stream, group) (where this run writes its letters), left out with a WARNING and
+    a `skipped` row when they hold anything else. Any other stream the template could name is
+    a source. Raises DeadLetterNameError (exit 2) when such a stream, holding no letters, is
+    named in ``streams.keys``: the run would never recover it."""
+    names = settings.dead_letter.names
+    owner: dict[str, tuple[str, str]] = {}
+    for stream, groups in streams:
+        for group in groups:
+            key = _dead_letter_name(names, stream, group)
+            if key is not None and key != stream:
+                owner.setdefault(key, (stream, group))
+    checked = [stream for stream, _ in streams if stream in undecided]
+    replies = each(client, [("XINFO", "STREAM", key) for key in checked])
+    dropped = set()
+    for key, reply in zip(checked, replies, strict=True):
+        if holds_letters(reply):
+            log.info("skip %s: it is a dead-letter stream", key)
+            dropped.add(key)
+            continue
+        if key not in owner:
+            continue  # a name the template could make, but no selected unit's: a source
+        stream, group = owner[key]
+        reason = (f"dead_letter.stream {names.template!r} names {key!r} as the dead-letter "
+                  f"stream of {stream} / {group}, but it holds entries without the "
+                  "dead-letter metadata: set dead_letter.stream to a name no application "
+                  "uses, e.g. {{{stream}}}:dlq:{group}")
+        if key in settings.streams.keys:
+            raise DeadLetterNameError(f"streams.keys selects {key!r}, yet {reason}")
+        log.warning("skip %s: not recovered: %s", key, reason)
+        skipped.append(Skipped(key, None, f"not recovered: {reason}"))
+        dropped.add(key)
+    return dropped
+
+
+def _dead_letter_name(names: DeadLetterNames, stream: str, group: str) -> str | None:
+    try:
+        return names.key(stream, group)
+    except DeadLetterNameError:
+        return None
+
+
+def holds_letters(reply: object) -> bool:
+    """Whether an XINFO STREAM reply (raw, RESP2) shows a stream that may hold dead letters:
+    empty, or its newest entry carries the metadata block. An error reply: False."""
+    if not isinstance(reply, list):
+        return False
+    info = dict(zip(reply[::2], reply[1::2], strict=True))
+    last = info.get(b"last-entry", info.get("last-entry"))
+    if not last:
+        return True
+    return is_letter(last[1][::2])
 
 
 def matched_nothing(settings: Settings, what: str = "stream") -> str:

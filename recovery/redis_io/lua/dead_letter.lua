@@ -18,6 +18,11 @@
 -- answered (NOGROUP, WRONGTYPE): that unit stops there (entries it moved before stay moved,
 -- as when a script call of its own fails), the other units go on. Any other error (an ACL
 -- refusal, OOM) fails the whole call, as redis.call does.
+-- Or, in place of that array, the error 'NOTLETTERS <type> <why>' when the unit's
+-- dead-letter stream is not the job's to write (checked before its first entry, in the same
+-- atomic call): it must be missing, an empty stream, or a stream whose newest entry carries
+-- the metadata block (x-original-stream, x-original-id, x-death-reason), and never the
+-- source itself. Then nothing of that unit is written or acked: its entries stay pending.
 local MAX_VALUES = 7900
 local run_id, limit, death_time = ARGV[1], ARGV[2], ARGV[3]
 
@@ -72,18 +77,40 @@ local function move(stream, dlq, group, consumer, source, i)
   return dlq_id
 end
 
+-- Why `dlq` is no stream of dead letters ('<type> <why>'), or nil when it may take them.
+local function not_letters(stream, dlq)
+  if dlq == stream then return 'stream it is the source stream itself' end
+  local kind = redis.call('TYPE', dlq)['ok']
+  if kind == 'none' then return nil end
+  if kind ~= 'stream' then return kind .. ' it is no stream' end
+  local info = redis.call('XINFO', 'STREAM', dlq)
+  local last
+  for j = 1, #info, 2 do
+    if info[j] == 'last-entry' then last = info[j + 1] end
+  end
+  if not last then return nil end  -- an empty stream
+  local names = {}
+  for j = 1, #last[2], 2 do names[last[2][j]] = true end
+  if names['x-original-stream'] and names['x-original-id'] and names['x-death-reason'] then
+    return nil
+  end
+  return 'stream its newest entry carries no dead-letter metadata'
+end
+
 local replies = {}
 local at = 4
 for u = 1, #KEYS / 2 do
   local stream, dlq = KEYS[2 * u - 1], KEYS[2 * u]
   local group, consumer, source, n = ARGV[at], ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
   local reply = {}
+  local refused = n > 0 and not_letters(stream, dlq)
+  if refused then n = 0; reply = {err = 'NOTLETTERS ' .. refused} end
   for k = 0, n - 1 do
     local one = move(stream, dlq, group, consumer, source, at + 4 + 6 * k)
     if failed(one) then reply = one; break end
     reply[k + 1] = one
   end
   replies[u] = reply
-  at = at + 4 + 6 * n
+  at = at + 4 + 6 * tonumber(ARGV[at + 3])
 end
 return replies
