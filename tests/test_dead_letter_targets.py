@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 from redis import Redis
 
 from recovery.metrics.families import run_registry
