@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from redis import Redis
 
 from recovery.metrics.families import run_registry
@@ -202,3 +203,44 @@ def test_a_dead_letter_key_of_another_type_is_the_units_error(spark, redis_versi
     value = registry.get_sample_value
     assert value("redis_stream_recovery_run_skipped_units") == 1
     assert value("redis_stream_recovery_run_status", {"status": "partial"}) == 1
+
+
+def letter(source: str = "elsewhere") -> dict[bytes, bytes]:
+    """A dead letter of an earlier run (its x-death block)."""
+    return {b"n": b"0", b"x-original-stream": source.encode(), b"x-original-id": b"1-1",
+            b"x-death-reason": b"max-deliveries-exceeded"}
+
+
+@pytest.mark.parametrize("content", ["letters then an order", "orders then letters",
+                                     "letters read by a group"])
+def test_the_move_writes_only_into_a_stream_of_letters(spark, redis_server, tmp_path,
+                                                       content):
+    """Both ends of the target are checked: an application's entries after the letters (a
+    name both use) and before them (letters an earlier version wrote into an application
+    stream) keep the move out; letters only, read by a team's own group, take more."""
+    client = redis_server.client()
+    ids = stuck(client, "shop", "eu")
+    order = {b"order": b"o-1", b"amount": b"100"}
+    first, then = (letter(), order) if content.startswith("letters") else (order, letter())
+    client.xadd("shop:eu", first)
+    client.xadd("shop:eu", letter() if content.endswith("group") else then)
+    client.xgroup_create("shop:eu", "team", id="0")
+    client.xreadgroup("team", "reader", {"shop:eu": ">"}, count=1)
+    before = snapshot(client, "shop:eu")
+    result = run_in_process(spark, args(redis_server, tmp_path, "streams.keys=shop",
+                                        "dead_letter.stream={stream}:{group}"))
+    assert result.code == 0, result.stderr[-2000:]
+    if content.endswith("group"):
+        assert result.summary["status"] == "ok" and result.summary["skipped"] == []
+        assert pel(client, "shop", "eu") == {}
+        added = client.xrange("shop:eu")[2:]
+        assert [f[b"x-original-id"].decode() for _, f in added] == ids[:OVER]
+        raw = client.execute_command("XRANGE", "shop:eu", "-", "+")
+        assert raw[:2] == before["entries"]  # the earlier letters as they were
+        assert before["pels"] == {g: pel(client, "shop:eu", g) for g in before["pels"]}
+        return
+    assert snapshot(client, "shop:eu") == before
+    assert result.summary["status"] == "partial"
+    reason = skipped_rows(result.summary)[("shop", "eu")]
+    assert reason.startswith(TARGET_REFUSED) and "'shop:eu'" in reason
+    assert sorted(pel(client, "shop", "eu")) == sorted(ids[:OVER])

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import redis
@@ -143,6 +143,10 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             units, skipped = plan_units(spark, client, settings, params.redis, plan)
         else:
             units, skipped = discover(client, settings, params.redis, warnings, quiet)
+        # Discovery's XINFO STREAM reads (``seen``) show the user may run it: the move script
+        # then checks the newest entry of each dead-letter stream as well as its oldest.
+        params = replace(params, dlq_check_newest=bool(units)
+                         and all(u.seen is not None for u in units))
         names = settings.dead_letter.names  # on a cluster, names in the sources' slots only
         refuse_cross_slot(client, names, [(u.stream, names.key(u.stream, u.group)) for u in units])
         log.info("run %s: %d units with pending entries, %d skipped%s", params.run_id,

@@ -80,6 +80,9 @@ class DeadLetterContext:
     run_id: str
     delivery_limit: int
     death_time_ms: int
+    # Check the dead-letter stream's newest entry too (XINFO STREAM, where the ACL user may
+    # run it), not only its oldest (XRANGE): dead_letter.lua.
+    check_newest: bool = False
 
 
 MOVED_NOT_OURS = 0
@@ -106,12 +109,13 @@ def dead_letter_units(client: redis.Redis, units: Sequence[DeadLetterUnit], pipe
     moved), the other units went on. Other errors fail the call as a whole.
     """
     first = units[0][0]
-    header = [first.run_id, first.delivery_limit, first.death_time_ms]
+    header = [first.run_id, first.delivery_limit, first.death_time_ms, int(first.check_newest)]
     keys: list[str] = []
     args: list[Any] = list(header)
     for ctx, entries in units:
-        if [ctx.run_id, ctx.delivery_limit, ctx.death_time_ms] != header:
-            raise ValueError("dead-letter units of one call must share run id, limit and time")
+        if [ctx.run_id, ctx.delivery_limit, ctx.death_time_ms, int(ctx.check_newest)] != header:
+            raise ValueError("dead-letter units of one call must share run id, limit, time "
+                             "and check")
         keys += [ctx.stream, ctx.dlq]
         args += [ctx.group, ctx.consumer, ctx.stream, len(entries)]
         for e in entries:

@@ -95,7 +95,8 @@ def dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
     for unit, rows in rb.by_unit(job_of).items():
         ctx = DeadLetterContext(unit.stream, unit.group, unit.consumer,
                                 names.key(unit.stream, unit.group),
-                                params.run_id, params.max_deliveries, now_ms)
+                                params.run_id, params.max_deliveries, now_ms,
+                                params.dlq_check_newest)
         chunks += [(ctx, chunk) for chunk in batches([job_of[i] for i in rows],
                                                      params.dlq_batch_size)]
     per_call = 1 if isinstance(client, RedisCluster) else params.dlq_batch_size
