@@ -244,3 +244,21 @@ def test_the_move_writes_only_into_a_stream_of_letters(spark, redis_server, tmp_
     reason = skipped_rows(result.summary)[("shop", "eu")]
     assert reason.startswith(TARGET_REFUSED) and "'shop:eu'" in reason
     assert sorted(pel(client, "shop", "eu")) == sorted(ids[:OVER])
+
+
+def test_a_dead_letter_stream_that_is_another_units_retry_stream_is_refused_at_start(
+        spark, redis_server, tmp_path):
+    """Only the groups tell: ``{orders}:retry`` / g dead-letters into ``{orders}:retry:x``
+    (``{stream}:x``), where requeue copies of orders / x go (``{stream}:retry:{group}``)."""
+    client = redis_server.client()
+    stuck(client, "orders", "x")
+    stuck(client, "{orders}:retry", "g")
+    before = {k: snapshot(client, k) for k in ("orders", "{orders}:retry")}
+    result = run_in_process(spark, args(
+        redis_server, tmp_path, "streams.keys=orders,{orders}:retry", "reprocess.mode=requeue",
+        "reprocess.requeue_stream={stream}:retry:{group}", "dead_letter.stream={stream}:x"))
+    assert result.code == 2, result.stderr[-2000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert "'{orders}:retry:x'" in line and "reprocess.requeue_stream" in line
+    assert {k: snapshot(client, k) for k in before} == before
+    assert not client.exists("{orders}:retry:x")

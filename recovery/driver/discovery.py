@@ -114,15 +114,16 @@ def refuse_requeue_clash(settings: Settings, units: list[WorkUnit]) -> None:
         with contextlib.suppress(DeadLetterNameError):
             targets[requeue_key(u.stream, u.group, template)] = u
     for u in units:
-        with contextlib.suppress(DeadLetterNameError):
+        key = None
+        with contextlib.suppress(DeadLetterNameError):  # such a source is skipped later
             key = names.key(u.stream, u.group)
-            if key in targets:
-                other = targets[key]
-                raise DeadLetterNameError(
-                    f"the dead-letter stream of {u.stream} / {u.group} is {key!r}, the "
-                    f"reprocess.requeue_stream of {other.stream} / {other.group}: requeued "
-                    "copies and dead letters would share it; change dead_letter.stream or "
-                    "reprocess.requeue_stream")
+        if key in targets:
+            other = targets[key]
+            raise DeadLetterNameError(
+                f"the dead-letter stream of {u.stream} / {u.group} is {key!r}, the "
+                f"reprocess.requeue_stream of {other.stream} / {other.group}: requeued "
+                "copies and dead letters would share it; change dead_letter.stream or "
+                "reprocess.requeue_stream")
 
 
 def _stream_groups(client: redis.Redis, settings: Settings, params: RedisParams,
