@@ -14,9 +14,8 @@ from redis import Redis
 
 from recovery.executor.claimed import Claimed
 from recovery.executor.handover.apply import apply_batch
-from recovery.executor.handover.dead_letter import refused_reason
 from recovery.executor.handover.lease import REASON_DELETED, REASON_GONE, REASON_VANISHED
-from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.redis_io.dlq_names import dead_letter_key, refused_reason
 from recovery.redis_io.error_codes import TargetRefused
 from recovery.redis_io.redis_conn import connect
 from recovery.redis_io.scripts import load_scripts

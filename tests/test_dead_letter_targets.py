@@ -262,3 +262,32 @@ def test_a_dead_letter_stream_that_is_another_units_retry_stream_is_refused_at_s
     assert "'{orders}:retry:x'" in line and "reprocess.requeue_stream" in line
     assert {k: snapshot(client, k) for k in before} == before
     assert not client.exists("{orders}:retry:x")
+
+
+def test_the_dry_run_tells_the_refusal_the_real_run_then_makes(spark, redis_server, tmp_path):
+    client = redis_server.client()
+    ids = stuck(client, "shop", "eu")
+    client.hset("shop:us", "owner", "another team")
+    create_group(client, "shop", "us")  # a second group, its dead-letter key a hash
+    deliver(client, "shop", "us", DEAD, len(ids))
+    make_stuck(client, "shop", "us", DEAD, ids, HOUR_MS)
+    make_stuck(client, "shop", "us", DEAD, ids[:OVER], HOUR_MS, 9)
+    create_group(client, "shop", "ok")  # a third, nothing over the limit: no refusal
+    deliver(client, "shop", "ok", DEAD, len(ids))
+    make_stuck(client, "shop", "ok", DEAD, ids, HOUR_MS)
+    client.hset("shop:ok", "owner", "another team")
+    application_stream(client)
+    argv = args(redis_server, tmp_path, "streams.keys=shop",
+                "dead_letter.stream={stream}:{group}")
+    before = {k: snapshot(client, k) for k in ("shop", "shop:eu")}
+    dry = run_in_process(spark, [*argv, "--dry-run"])
+    assert dry.code == 0, dry.stderr[-2000:]
+    assert {k: snapshot(client, k) for k in before} == before  # a dry run writes nothing
+    assert dry.summary["status"] == "partial"
+    real = run_in_process(spark, argv)
+    assert real.code == 0 and real.summary["status"] == "partial"
+    told = skipped_rows(dry.summary)
+    assert set(told) == {("shop", "eu"), ("shop", "us")}
+    assert told == skipped_rows(real.summary)
+    assert "'shop:us' is a hash" in told[("shop", "us")]
+    assert client.hgetall("shop:us") == {b"owner": b"another team"}

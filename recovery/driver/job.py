@@ -77,6 +77,7 @@ from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.report.after_run import add_after_run
 from recovery.report.run_report import (
     RunSummary,
+    add_refused_targets,
     check_report_location,
     due_time,
     fill_summary,
@@ -171,6 +172,8 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
                 if quiet:  # every run that found groups leaves a health snapshot
                     _write_health(run_ctx, [], summary)
             fill_summary(summary, tallies, skipped, actions)
+            if dry_run:  # what the move script would refuse (a real run's tallies tell it)
+                add_refused_targets(summary, client, names)
             if (units or quiet) and not dry_run:
                 add_after_run(summary, client, [(u.stream, u.group) for u in [*units, *quiet]],
                               names, settings.claim.consumer_prefix)

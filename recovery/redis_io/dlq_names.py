@@ -26,6 +26,8 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from recovery.errors import DeadLetterNameError
+from recovery.redis_io.error_codes import TargetRefused
+from recovery.schemas import TARGET_REFUSED
 
 
 def hash_tag(key: str) -> str | None:
@@ -228,3 +230,19 @@ def labels(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
     for source, key in pairs:
         sources.setdefault(key, set()).add(source)
     return {key: next(iter(s)) if len(s) == 1 else key for key, s in sources.items()}
+
+
+def refused_reason(dlq: str, refused: TargetRefused) -> str:
+    """The report reason (and the summary's skipped row) of an entry whose dead-letter
+    stream `dlq` the move script refused: what the key is, and the fix."""
+    if refused.kind != "stream":
+        found = f"is a {refused.kind}, not a stream"
+        fix = "delete or rename that key, or set dead_letter.stream to a name of the job's own"
+    elif "source" in refused.why:
+        found, fix = "is the source stream itself", "set dead_letter.stream to another name"
+    else:
+        found = "holds entries without the dead-letter metadata (another application's stream)"
+        fix = ("set dead_letter.stream to a name no application uses, e.g. "
+               "{{{stream}}}:dlq:{group}, or move that stream away")
+    return (f"{TARGET_REFUSED}{dlq!r} {found}; nothing was written and the over-limit "
+            f"entries stay pending: {fix}")

@@ -11,7 +11,8 @@ import redis
 
 from recovery.errors import DeadLetterNameError, UnsupportedServerError
 from recovery.params import RedisParams
-from recovery.redis_io.dlq_names import DeadLetterNames, is_letter
+from recovery.redis_io.dlq_names import DeadLetterNames, is_letter, refused_reason
+from recovery.redis_io.error_codes import TargetRefused
 from recovery.redis_io.redis_conn import key_refused, redis_errors
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import scan_keys, server_version, shown
@@ -134,6 +135,39 @@ def holds_letters(reply: object) -> bool:
     if not reply:
         return True
     return is_letter(reply[0][1][::2])
+
+
+def refused_targets(client: redis.Redis, names: DeadLetterNames,
+                    pairs: list[tuple[str, str]]) -> list[Skipped]:
+    """A dry run's view of the move script's target check (``dead_letter.lua``): a skipped
+    row, with the reason a real run would give, per (stream, group) of `pairs` whose
+    dead-letter stream is the source itself, a key of another type or a stream whose oldest
+    entry is no letter. Keys the user may not read are left to the real run."""
+    targets: dict[tuple[str, str], str] = {}
+    for stream, group in pairs:
+        key = _dead_letter_name(names, stream, group)
+        if key is not None:
+            targets[(stream, group)] = key
+    distinct = list(dict.fromkeys(targets.values()))
+    kinds = each(client, [("TYPE", key) for key in distinct])
+    oldest = each(client, [("XRANGE", key, "-", "+", "COUNT", 1) for key in distinct])
+    refusals: dict[str, TargetRefused] = {}
+    for key, kind, first in zip(distinct, kinds, oldest, strict=True):
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        if isinstance(kind, Exception) or kind == "none":
+            continue
+        if kind != "stream":
+            refusals[key] = TargetRefused(str(kind), "it is no stream")
+        elif not holds_letters(first):
+            refusals[key] = TargetRefused("stream", "its oldest entry carries no metadata")
+    rows = []
+    for (stream, group), key in targets.items():
+        refusal = refusals.get(key)
+        if key == stream:
+            refusal = TargetRefused("stream", "it is the source stream itself")
+        if refusal is not None:
+            rows.append(Skipped(stream, group, refused_reason(key, refusal)))
+    return rows
 
 
 def matched_nothing(settings: Settings, what: str = "stream") -> str:

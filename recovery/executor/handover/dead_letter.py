@@ -21,7 +21,7 @@ from recovery.counts import INT64_MAX
 from recovery.executor.handover.lease import REASON_DELETED, REASON_GONE, REASON_VANISHED
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams
-from recovery.redis_io.dlq_names import DeadLetterNames
+from recovery.redis_io.dlq_names import DeadLetterNames, refused_reason
 from recovery.redis_io.error_codes import VANISHED, TargetRefused
 from recovery.redis_io.round_trips import UnitScriptCall, calls_of, run_unit_script_calls
 from recovery.redis_io.scripts import (
@@ -32,7 +32,7 @@ from recovery.redis_io.scripts import (
     DeadLetterContext,
     dead_letter_units,
 )
-from recovery.schemas import TARGET_REFUSED, Action, DeathReason
+from recovery.schemas import Action, DeathReason
 
 REASON_TOO_BIG = ("too many fields (~3950 at most) to move to the dead-letter stream from a "
                   "script; stays pending")
@@ -111,22 +111,6 @@ def dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
             rb.set(i, Action.SKIPPED, refused_reason(dlq, status), job.error)
         else:
             _report_dead_letter(rb, job, status)
-
-
-def refused_reason(dlq: str, refused: TargetRefused) -> str:
-    """The report reason (and the summary's skipped row) of an entry whose dead-letter
-    stream `dlq` the move script refused: what the key is, and the fix."""
-    if refused.kind != "stream":
-        found = f"is a {refused.kind}, not a stream"
-        fix = "delete or rename that key, or set dead_letter.stream to a name of the job's own"
-    elif "source" in refused.why:
-        found, fix = "is the source stream itself", "set dead_letter.stream to another name"
-    else:
-        found = "holds entries without the dead-letter metadata (another application's stream)"
-        fix = ("set dead_letter.stream to a name no application uses, e.g. "
-               "{{{stream}}}:dlq:{group}, or move that stream away")
-    return (f"{TARGET_REFUSED}{dlq!r} {found}; nothing was written and the over-limit "
-            f"entries stay pending: {fix}")
 
 
 def _dead_letter_entry(rb: RoutedBatch, job: DeadLetterJob) -> DeadLetter:
