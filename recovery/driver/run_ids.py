@@ -17,6 +17,7 @@ from pathlib import Path
 
 import redis
 from pyspark.sql import SparkSession
+from redis.exceptions import ResponseError
 
 from recovery.driver.discovery import job_consumer
 from recovery.params import RedisParams
@@ -25,6 +26,7 @@ from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.run_ids import (
     TTL_S,
     RunIdTakenError,
+    refused,
     register_run,
     registration_key,
     split_traces,
@@ -84,9 +86,20 @@ def refuse_traced_run_id(client: redis.Redis, settings: Settings, params: RedisP
             raise taken(run_id, f"a run with this ID left its split cursor or range list {key} "
                         "in Redis (killed, or still running)")
         key = registration_key(settings.claim.consumer_prefix, run_id)
-        if client.exists(key):
+        if _exists_unless_refused(client, key):
             raise taken(run_id, f"a run with this ID registered it in Redis ({key}: killed, "
                         "failed, or still running)")
+
+
+def _exists_unless_refused(client: redis.Redis, key: str) -> bool:
+    """EXISTS `key`; False when the ACL user may not (it cannot register either: the
+    registration step says so)."""
+    try:
+        return bool(client.exists(key))
+    except ResponseError as exc:
+        if refused(exc):
+            return False
+        raise
 
 
 @contextlib.contextmanager
