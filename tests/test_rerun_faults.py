@@ -135,5 +135,7 @@ def test_a_killed_split_runs_id_is_refused_and_a_new_id_finishes_the_work(
         assert not [c for c in job_consumers(client, stream) if KILLED in c], \
             "the killed run's emptied consumers are removed by the rerun"
     assert split_keys_of(client, FRESH) == [], "the rerun left its own split keys"
+    assert client.keys(f"recovery:run:{FRESH}") == [], "the rerun left its registration"
+    assert client.ttl(f"recovery:run:{KILLED}") > 0, "a killed run's registration must expire"
     assert all(client.pttl(k) > 0 for k in split_keys_of(client, KILLED)), \
         "a killed run's split keys must expire"

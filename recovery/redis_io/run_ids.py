@@ -21,7 +21,7 @@ from recovery.redis_io.streams import scan_keys
 
 REGISTRATION = ":run:"
 TTL_S = 7 * 24 * 3600  # as long as a killed run's claim journal can be there
-SCAN_COUNT = 1000
+SCAN_COUNT = 10_000  # keys per SCAN call: one pass over the keyspace, given run IDs only
 GLOB_SPECIAL = "*?[]\\"
 
 
