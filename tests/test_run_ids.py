@@ -229,3 +229,22 @@ def _without_keys(args: list[str]) -> list[str]:
             out.append(arg)
     return out
 
+
+
+def test_a_registration_re_sent_after_a_lost_reply_is_still_this_runs(redis_server):
+    """The client retries a SET whose reply was lost: the second send finds the value the
+    first one wrote and takes it as this run's; another run's value is not."""
+    client = redis_server.client()
+    key = registration_key("recovery", "lost")
+    replies = []
+    original = client.set
+
+    def set_then_lose_the_reply(*args: Any, **kwargs: Any) -> Any:
+        original(*args, **kwargs)  # written: the server answered, the answer was lost
+        replies.append("lost")
+        return original(*args, **kwargs)  # the retry: NX finds the key there (None)
+
+    client.set = set_then_lose_the_reply  # type: ignore[method-assign]
+    assert register_run(client, key, "lost") is True and replies == ["lost"]
+    client.set = original  # type: ignore[method-assign]
+    assert register_run(client, key, "lost") is False

@@ -5,11 +5,13 @@ The registration is one string key, ``<claim.consumer_prefix>:run:<run id>``, se
 and a TTL before the run's first write: of two drivers started at once with one ID, one
 gets it and the other is refused. On a Redis Cluster it is one key in its own slot, on
 whichever node owns that slot: the run touches many nodes, and one is enough to decide.
-It stays for its TTL after the run (the mark that the ID was used), then goes.
+The run deletes it when it finishes (its report is then the trace); a killed or failed run's
+stays until its TTL.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 
 import redis
@@ -45,16 +47,24 @@ def refused(exc: ResponseError) -> bool:
 
 
 def register_run(client: redis.Redis, key: str, run_id: str) -> bool | str:
-    """SET `key` NX with a TTL of TTL_S seconds (value: the run ID and the start time, ms).
-    True when this run got it, False when it was there (another run used the ID), or the
-    server's refusal as text (an ACL user without the key: nothing was written)."""
+    """SET `key` NX with a TTL of TTL_S seconds (value: the run ID, the start time in ms and
+    a random token). True when this run got it, False when it was there (another run used
+    the ID), or the server's refusal as text (an ACL user without the key: nothing was
+    written). A SET re-sent after a lost reply finds its own value: True."""
+    value = f"{run_id} {int(time.time() * 1000)} {secrets.token_hex(4)}".encode()
     try:
-        done = client.set(key, f"{run_id} {int(time.time() * 1000)}", nx=True, ex=TTL_S)
+        if client.set(key, value, nx=True, ex=TTL_S):
+            return True
     except ResponseError as exc:
         if refused(exc):
             return str(exc)
         raise
-    return bool(done)
+    try:
+        return bool(client.get(key) == value)
+    except ResponseError as exc:
+        if refused(exc):
+            return False  # there, and not to be read: not this run's
+        raise
 
 
 def split_key_pattern(run_id: str) -> str:
