@@ -30,11 +30,14 @@ from recovery.settings.model import load_settings, redis_params
 from recovery.targets.keys import Skipped
 from tests.support.fault_tools import (
     GROUP,
+    finished,
     handed_over,
     job_args,
+    kill_tree,
     report_rows,
     rows_by_key,
     run_in_process,
+    spark_submit,
     write_control,
 )
 from tests.support.journal_rows_tools import seed_stream
@@ -248,3 +251,33 @@ def test_a_registration_re_sent_after_a_lost_reply_is_still_this_runs(redis_serv
     assert register_run(client, key, "lost") is True and replies == ["lost"]
     client.set = original  # type: ignore[method-assign]
     assert register_run(client, key, "lost") is False
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_two_drivers_started_at_once_with_one_run_id_run_once(spark, redis_server, tmp_path):
+    """Two spark-submit drivers with one ``--run-id`` started together (no claim journal):
+    one runs (exit 0),
+    the other is refused (exit 2, one line naming the ID), whichever reaches Redis second;
+    each entry is handed over once and reported once."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    client.delete("test:handled")
+    ids = seed_stream(client, "s", GROUP, 40)
+    args = job_args(redis_server.url, tmp_path, ["s"], *SETTINGS, "claim.journal_prefix=",
+                    run_id="twin")  # no journal: the registration alone tells them apart
+    procs = [spark_submit(args, tmp_path / f"logs{i}", master="local[2,2]") for i in (0, 1)]
+    try:
+        results = [finished(p, tmp_path / f"logs{i}", 300) for i, p in enumerate(procs)]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                kill_tree(proc)
+    codes = sorted(r.code for r in results)
+    assert codes == [0, 2], [r.stderr[-2000:] for r in results]
+    (line,) = next(r for r in results if r.code == 2).error_lines()
+    assert "--run-id twin is taken" in line, line
+    assert handed_over(client) == {("s", GROUP, i): 1 for i in ids}
+    rows = rows_by_key(report_rows(spark, tmp_path, "twin") or [])
+    assert {k: len(v) for k, v in rows.items()} == {("s", GROUP, i): 1 for i in ids}
+    assert client.keys("recovery:run:*") == []
