@@ -12,6 +12,8 @@ import redis
 from recovery.errors import UnsupportedServerError
 from recovery.params import RedisParams
 from recovery.redis_io.redis_conn import key_refused, redis_errors
+from recovery.redis_io.run_ids import is_registration
+from recovery.redis_io.split_cursors import is_split_key
 from recovery.redis_io.streams import scan_keys, server_version, shown
 from recovery.settings.model import Settings
 
@@ -67,6 +69,16 @@ def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
     if not selected and warnings is not None:
         warn(warnings, matched_nothing(settings))
     return selected
+
+
+def is_own_key(name: str, settings: Settings) -> bool:
+    """True for a name of the job's own bookkeeping (any run's): a claim journal
+    (``claim.journal_prefix``), a split cursor or range list, a run registration. Such a key
+    that is not a stream is never a skipped source: the job leaves it alone, silently (each
+    has a TTL, and its run deletes it when it finishes)."""
+    journal = settings.claim.journal_prefix
+    return (bool(journal) and name.startswith(journal)) or is_split_key(name) \
+        or is_registration(name, settings.claim.consumer_prefix)
 
 
 def matched_nothing(settings: Settings, what: str = "stream") -> str:
