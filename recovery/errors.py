@@ -64,5 +64,10 @@ class HandlerError(RecoveryError):
     exit_code = EXIT_BAD_INPUT
 
 
+class EmptySelectionError(RecoveryError):
+    """The selection matched no stream with a selected group and ``streams.fail_when_empty``
+    is on (exit 1)."""
+
+
 class FailureThresholdError(RecoveryError):
     """More messages failed in the handler than the configured threshold allows (exit 1)."""

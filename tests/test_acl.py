@@ -21,6 +21,10 @@ from redis import Redis
 from recovery.cli.dead_letters import dead_letters_main
 from recovery.cli.recover import run_recovery
 from recovery.cli.redrive import redrive_main
+from recovery.dead_letters.retention import apply_retention
+from recovery.dead_letters.run import find_dead_letter_streams
+from recovery.errors import RedisPermissionError
+from recovery.settings.model import load_settings, redis_params
 from recovery.testing.local_redis import LocalServer
 from tests.support.acl_rules import PASSWORD, documented_rules, refused_object, setinfo_refusal
 from tests.support.backlogs import DEAD, LIVE, Seeded, seed
@@ -239,6 +243,32 @@ def test_a_refused_slot_map_is_named_not_mistaken_for_a_plain_server(spark, redi
                       "'ACL')"]
 
 
+def test_retention_script_without_xtrim_counts_but_may_not_trim(redis_server, tmp_path):
+    """The retention script (EVALSHA, line 5) calls XRANGE and XTRIM: a user without XTRIM
+    alone still runs a dry run; a real run stops at the refused XTRIM with the job's
+    permission error naming it, and no letter goes."""
+    client = redis_server.client()
+    create_users([client], dropping="+xtrim")
+    dlq = "{events:orders}:dlq"
+    for n in range(3):
+        client.xadd(dlq, {b"n": str(n).encode(), b"x-original-stream": b"events:orders"})
+    before = client.xrange(dlq)
+    sets = [f"redis.url={redis_server.url}", "redis.username=recovery",
+            f"redis.password={PASSWORD}", "streams.keys=events:orders",
+            "dead_letters.max_length=1"]
+
+    def retain(*extra: str) -> dict | None:
+        settings = load_settings(None, [*sets, *extra])
+        streams, _ = find_dead_letter_streams(settings, redis_params(settings))
+        return apply_retention(redis_params(settings), streams, settings.dead_letters)
+
+    dry = retain("dead_letters.dry_run=true")
+    assert dry is not None and dry["would_trim"] == 2 and client.xrange(dlq) == before
+    with pytest.raises(RedisPermissionError, match="may not run XTRIM"):
+        retain()
+    assert client.xrange(dlq) == before
+
+
 @pytest.mark.parametrize("without", [None, "+xtrim"], ids=["line-10", "without-line-10"])
 def test_dead_letter_retention_needs_line_10(spark, redis_server, tmp_path, capsys, without):
     """docs/ACL.md line 10: with it the recovery user trims (TIME, XREVRANGE, XTRIM); without
@@ -246,8 +276,9 @@ def test_dead_letter_retention_needs_line_10(spark, redis_server, tmp_path, caps
     no letter is trimmed."""
     client = redis_server.client()
     create_users([client], without=without)
-    for n in range(3):
-        client.xadd("{events:orders}:dlq", {b"n": str(n).encode()})
+    for n in range(3):  # letters (their metadata block): retention trims only those
+        client.xadd("{events:orders}:dlq", {b"n": str(n).encode(),
+                                            b"x-original-stream": b"events:orders"})
     before = client.xrange("{events:orders}:dlq")
     args = job_args(redis_server.url, "recovery", tmp_path, "streams.keys=events:orders",
                     "dead_letters.max_length=1")
@@ -262,3 +293,31 @@ def test_dead_letter_retention_needs_line_10(spark, redis_server, tmp_path, caps
         errors = [line for line in err.splitlines() if line.startswith("error: ")]
         assert code == 1 and len(errors) == 1 and "may not run TIME" in errors[0], err[-3000:]
         assert client.xrange("{events:orders}:dlq") == before
+
+
+def test_without_the_run_registration_line_a_given_run_id_is_warned_about(
+        spark, redis_server, tmp_path, capsys):
+    """docs/ACL.md, the line of ``~recovery:run:*``: without it a run still recovers; with a
+    given ``--run-id`` a WARNING, also in the summary's ``warnings``, says the ID could not be
+    registered (naming the ACL line), a generated ID's run says nothing. With it, the run
+    registers (the ACL LOG shows no SET refused) and deletes its registration at the end."""
+    client = redis_server.client()
+    create_users([client], without="~recovery:run:*")
+    seeded = seed(client, STREAMS, ["billing"])
+    recover = job_args(redis_server.url, "recovery", tmp_path, "streams.match=events:*")
+    assert run_recovery([*recover, "--run-id", "given"], lambda s: spark) == 0, \
+        capsys.readouterr()
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    (warning,) = summary["warnings"]
+    assert "run given: its ID cannot be registered" in warning and "~recovery:run:*" in warning
+    assert_recovered(client, seeded)
+    assert ("recovery", "key", "recovery:run:given") in refusals([client])
+    assert run_recovery(recover, lambda s: spark) == 0, capsys.readouterr()
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["warnings"] == []
+
+    create_users([client])
+    assert run_recovery([*recover, "--run-id", "granted"], lambda s: spark) == 0, \
+        capsys.readouterr()
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["warnings"] == []
+    assert refusals([client]) <= {setinfo_refusal(client)}
+    assert client.keys("recovery:run:*") == []

@@ -19,7 +19,7 @@ from recovery.cli.dead_letters import dead_letters_main
 from recovery.dead_letters.retention import apply_retention, cut_of
 from recovery.dead_letters.run import find_dead_letter_streams
 from recovery.errors import ConfigError
-from recovery.redis_io.trim import last_below, nth_id, server_time_ms, trim_below
+from recovery.redis_io.trim import nth_id, server_time_ms, trim_letters
 from recovery.settings.model import Settings, load_settings, redis_params
 from recovery.testing.backlog import create_group
 from recovery.testing.local_redis import LocalServer
@@ -33,13 +33,21 @@ def settings_of(server: LocalServer, tmp_path: Path, *overrides: str) -> Setting
                                 "streams.keys=orders,pay{eu}", *overrides])
 
 
+def source_of(key: str) -> str:
+    """The source whose dead-letter stream `key` is (``{orders}:dlq`` -> ``orders``)."""
+    source = key.removesuffix(":dlq")
+    return source[1:-1] if source.startswith("{") and source.endswith("}") else source
+
+
 def letters_aged(client: redis.Redis, key: str, ages_s: list[int]) -> list[str]:
-    """One letter per age (seconds before the server's now, oldest first), IDs ``<ms>-0``."""
+    """One letter of `key`'s source per age (seconds before the server's now, oldest first),
+    IDs ``<ms>-0``, with the metadata block that makes it a letter (retention trims only
+    those)."""
     now = server_time_ms(client)
     ids = [f"{now - age * 1000}-0" for age in ages_s]
     for i, entry_id in enumerate(ids):
-        client.xadd(key, {b"n": str(i).encode(), b"x-death-reason": b"handler-rejected"},
-                    id=entry_id)
+        client.xadd(key, {b"n": str(i).encode(), b"x-original-stream": source_of(key).encode(),
+                          b"x-death-reason": b"handler-rejected"}, id=entry_id)
     return ids
 
 
@@ -148,10 +156,12 @@ def test_a_letter_added_after_the_cut_is_never_trimmed(redis_server, tmp_path):
     cut = cut_of(client, DLQ, settings.dead_letters, server_time_ms(client))
     assert cut is not None
     late = [client.xadd(DLQ, {b"n": b"late"}).decode() for _ in range(3)]
-    kept = xrange_ids(client, DLQ)[2:]
+    before = xrange_ids(client, DLQ)
+    kept = before[2:]
 
-    assert last_below(client, DLQ, cut.below) == xrange_ids(client, DLQ)[1]
-    assert trim_below(client, DLQ, cut.below) == 2
+    step = trim_letters(client, DLQ, "-", cut.below, ["orders"], 1000, dry_run=False)
+    assert (step.passed, step.why, step.bound) == (2, "cut", cut.below)
+    assert step.last == before[1]
     assert xrange_ids(client, DLQ) == kept and kept[-3:] == late
 
 
@@ -221,7 +231,8 @@ def test_the_job_trims_after_its_read_and_reports_each_trim(spark, server, tmp_p
     assert retention["streams"] == [{
         "stream": "orders", "dead_letter_stream": DLQ, "trimmed": 3, "would_trim": 3,
         "last_trimmed_id": before[2][0].decode(), "kept_from_id": before[3][0].decode(),
-        "by": ["max_length"], "held_by_floor": False}]
+        "by": ["max_length"], "held_by_floor": False, "stopped_at_id": None,
+        "stopped_because": None, "stopped_source": None}]
     assert client.xpending("orders", "billing")["pending"] == 0
 
 

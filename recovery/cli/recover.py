@@ -27,6 +27,7 @@ from recovery.cli.common import (
 from recovery.driver.handler_choice import check_handler
 from recovery.driver.job import run
 from recovery.driver.plan import local_plan_refusal
+from recovery.errors import RedisAuthError, RedisUnavailableError
 from recovery.metrics.recovery_run import push_recovery_metrics
 from recovery.redis_io.redis_conn import connect
 from recovery.report.run_report import RunSummary, check_report_location
@@ -60,20 +61,27 @@ def run_recovery(argv: list[str] | None,
         settings = loaded_settings(args)
         if settings is None:  # --print-config
             return
-        loaded.update(settings=settings, dry_run=args.dry_run)
+        loaded.update(settings=settings, dry_run=args.dry_run, plan=args.plan is not None)
         if args.plan is not None and args.dry_run:
             raise BadArguments("--plan and --dry-run exclude each other: a plan is applied "
                                 "by a real run; drop one of them")
-        preflight(settings, args.plan, args.dry_run)
-        summary = run(session(settings), settings, args.run_id, dry_run=args.dry_run,
-                      plan=args.plan)
+        try:
+            preflight(settings, args.plan, args.dry_run)
+            loaded["redis_up"] = 1  # preflight read the server
+            summary = run(session(settings), settings, args.run_id, dry_run=args.dry_run,
+                          plan=args.plan)
+        except (RedisUnavailableError, RedisAuthError):
+            loaded["redis_up"] = 0  # the metrics say so (redis_up), beside the exit code
+            raise
         summaries.append(summary)
+        summary.check_not_empty(settings.streams.fail_when_empty)
         summary.check_failure_threshold(settings.handler.max_failed_ratio)
 
     def finish(summary: Outcome | None, code: int) -> None:
         if "settings" in loaded:
             push_recovery_metrics(loaded["settings"], cast(RunSummary | None, summary), code,
-                                  started_s, loaded["dry_run"])
+                                  started_s, loaded["dry_run"], loaded["plan"],
+                                  loaded.get("redis_up"))
 
     return exit_code_of(body, "job", finish)
 

@@ -4,10 +4,13 @@ runs, and warnings on their length and age. Read-only unless the opt-in retentio
 
 - ``read``: executor side, pages of XRANGE per dead-letter stream into DEAD_LETTER rows (never
   imports the driver side);
-- ``stats``: driver side, each dead-letter stream's type, length and oldest entry, and the
-  warnings they raise (also used by the recovery run);
 - ``views``: pure DataFrame logic: typed times, error signatures, the grouped views;
-- ``run``: the orchestration; ``trend``: the health snapshots across runs;
-- ``retention``: the opt-in trim of letters past ``dead_letters.max_age_s`` / ``max_length``;
-- ``settings``: the ``[dead_letters]`` section; ``cli``: the command line.
+- ``run``: the orchestration; ``trend``: the health snapshots across runs; ``report``: where
+  its views go, its JSON summary and log tables;
+- ``retention``: the opt-in trim of letters past ``dead_letters.max_age_s`` / ``max_length``.
+
+Elsewhere: the ``[dead_letters]`` section in ``recovery.settings.dead_letters``, the command
+line in ``recovery.cli.dead_letters``, each dead-letter stream's type, length and oldest
+entry (and the warnings they raise, shared with the recovery run) in
+``recovery.targets.dead_letter_streams``.
 """

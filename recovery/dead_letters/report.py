@@ -41,7 +41,9 @@ class DeadLetterSummary(JsonLine):
     duration_s: float = 0.0
     error: str | None = None
     exit_code: int = 0  # the entry point's exit code (recovery.errors), set as it exits
-    warnings: list[str] = field(default_factory=list)  # a selection that matched nothing
+    # A selection that matched nothing; retention stopped short of a limit (a stream where it
+    # met an entry that is not a letter of a selected source).
+    warnings: list[str] = field(default_factory=list)
     metrics: dict[str, Any] | None = None  # the metrics push (None: metrics off)
     # The retention's trims (recovery.dead_letters.retention.apply_retention; None: off).
     retention: dict[str, Any] | None = None

@@ -14,6 +14,15 @@ Per dead-letter stream with entries, one cut ID: every letter with a smaller ID 
   then holds it back to ``<now - floor>-0``: no letter younger than the floor is trimmed (the
   settings refuse a ``max_age_s`` below the floor; a length cut held back logs a WARNING and
   says so in the summary, ``held_by_floor``).
+
+Only letters go, and only those of the selected sources: the entries below the cut are checked
+oldest first and the trim stops at the first one that is not a letter (no metadata block: an
+application stream a template pointed at) or is a letter of a source the run does not select
+(a shared dead-letter stream): XTRIM cannot skip an entry, so that one and every newer entry
+stay, a WARNING says so and the row names it (``stopped_at_id``, ``stopped_because``). A
+stream with no letter at its start is never trimmed. Check and trim run in one script
+(``lua/trim_letters.lua``, one key, ``page_size`` entries a step), so nothing unchecked goes;
+a dry run walks the same steps without trimming and counts exactly what a real run takes.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import redis
 from recovery.params import RedisParams
 from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.redis_io.streams import stream_id_key
-from recovery.redis_io.trim import count_below, last_below, nth_id, server_time_ms, trim_below
+from recovery.redis_io.trim import LetterTrim, TrimEnd, nth_id, server_time_ms, trim_letters
 from recovery.settings.dead_letters import DeadLettersSettings
 from recovery.targets.dead_letter_streams import DeadLetterStream
 
@@ -92,32 +101,74 @@ def cut_of(client: redis.Redis, key: str, d: DeadLettersSettings, now_ms: int) -
     return Cut(below, by)
 
 
+def walk_letters(client: redis.Redis, s: DeadLetterStream, below: str,
+                 d: DeadLettersSettings) -> tuple[int, str | None, LetterTrim]:
+    """Trim (or, in a dry run, count) the letters of `s` below `below` that retention may
+    take, one atomic script step of ``page_size`` entries at a time (``trim_letters``): the
+    count, the newest one's ID and the last step (where and why it ended)."""
+    start, passed, last = "-", 0, None
+    while True:
+        step = trim_letters(client, s.key, start, below, s.sources, d.page_size, d.dry_run)
+        passed, last = passed + step.passed, step.last or last
+        if step.why != TrimEnd.MORE:
+            return passed, last, step
+        # A real step trimmed what it passed: the stream starts at its bound again.
+        start = step.bound if d.dry_run else "-"
+
+
+def stop_message(row: dict[str, Any]) -> str | None:
+    """Where and why retention stopped short of the limits' cut on the stream of `row` (a
+    :func:`trim_stream` row), for the log and the summary's ``warnings``; None: it did not."""
+    if row["stopped_because"] is None:
+        return None
+    if row["stopped_because"] == TrimEnd.NOT_A_LETTER:
+        why = ("an entry without the dead-letter metadata block (x-original-stream), not a "
+               "letter: does dead_letter.stream name an application stream?")
+    else:
+        source = row["stopped_source"]
+        why = (f"a letter of {source}, a stream not selected: a shared dead-letter stream is "
+               "trimmed only up to the first letter of a source the run does not select "
+               f"(select {source} too to trim further)")
+    return (f"dead-letter stream {row['dead_letter_stream']} (of {row['stream']}): retention "
+            f"stopped at {row['stopped_at_id']}, {why}; it and every newer entry stay")
+
+
+def retention_warnings(retention: dict[str, Any] | None) -> list[str]:
+    """One warning per stream where retention stopped short (none when it is off)."""
+    rows = retention["streams"] if retention else []
+    return [m for m in map(stop_message, rows) if m is not None]
+
+
 def trim_stream(client: redis.Redis, s: DeadLetterStream, d: DeadLettersSettings,
                 now_ms: int) -> dict[str, Any]:
     """Trim one dead-letter stream; its summary row: ``stream``, ``dead_letter_stream``,
     ``trimmed`` (letters removed), ``last_trimmed_id`` (the newest removed, or None),
-    ``kept_from_id`` (the cut: every letter below it is gone; None: no cut), ``by``
-    (the limits that set the cut), ``held_by_floor`` and ``would_trim`` (letters below the
-    cut; in a dry run, ``d.dry_run``, nothing is trimmed and ``trimmed`` stays 0)."""
+    ``kept_from_id`` (every entry below it is gone: the limits' cut, or where retention
+    stopped; None: no cut), ``by`` (the limits that set the cut), ``held_by_floor``,
+    ``would_trim`` (what goes; in a dry run, ``d.dry_run``, nothing is trimmed and
+    ``trimmed`` stays 0), ``stopped_at_id`` and ``stopped_because`` (``not-a-letter``,
+    ``source-not-selected``; None when retention reached the cut) and ``stopped_source``
+    (the source of the letter it stopped at)."""
     row: dict[str, Any] = {"stream": s.source, "dead_letter_stream": s.key, "trimmed": 0,
                            "would_trim": 0, "last_trimmed_id": None, "kept_from_id": None,
-                           "by": [], "held_by_floor": False}
+                           "by": [], "held_by_floor": False, "stopped_at_id": None,
+                           "stopped_because": None, "stopped_source": None}
     cut = cut_of(client, s.key, d, now_ms)
     if cut is None:
         return row
-    row.update(kept_from_id=cut.below, by=list(cut.by), held_by_floor=cut.held_by_floor)
-    last = last_below(client, s.key, cut.below)
-    if last is not None and d.dry_run:
-        row.update(would_trim=count_below(client, s.key, cut.below, d.page_size),
-                   last_trimmed_id=last)
+    passed, last, step = walk_letters(client, s, cut.below, d)
+    row.update(kept_from_id=step.bound, by=list(cut.by), held_by_floor=cut.held_by_floor,
+               would_trim=passed, last_trimmed_id=last, trimmed=0 if d.dry_run else passed)
+    if step.why in (TrimEnd.NOT_A_LETTER, TrimEnd.SOURCE_NOT_SELECTED):
+        row.update(stopped_at_id=step.bound, stopped_because=step.why,
+                   stopped_source=step.source)
+        log.warning("%s", stop_message(row))
+    if d.dry_run and passed:
         log.info("dead-letter stream %s (of %s): a dry run, would trim %d letters, up to %s",
-                 s.key, s.source, row["would_trim"], last)
-    elif last is not None:
-        trimmed = trim_below(client, s.key, cut.below)
-        row.update(trimmed=trimmed, would_trim=trimmed, last_trimmed_id=last)
-    if row["trimmed"]:
+                 s.key, s.source, passed, last)
+    elif passed:
         log.info("dead-letter stream %s (of %s): trimmed %d letters, up to %s (%s)", s.key,
-                 s.source, row["trimmed"], last, ", ".join(cut.by))
+                 s.source, passed, last, ", ".join(cut.by))
     return row
 
 
@@ -127,7 +178,9 @@ def apply_retention(params: RedisParams, streams: list[DeadLetterStream],
     is on; the summary's ``retention``: the limits, ``now_ms`` (the server's clock the ages
     count from), ``dry_run``, ``trimmed`` (total letters), ``would_trim`` (what a real run
     trims: ``trimmed`` itself, or in a dry run the letters it would trim), ``trimmed_streams``
-    (streams trimmed) and ``streams`` (one row per stream looked at, :func:`trim_stream`).
+    (streams trimmed), ``stopped_streams`` (streams where retention stopped short of the
+    cut at an entry it may not trim) and ``streams`` (one row per stream looked at,
+    :func:`trim_stream`).
     None when retention is off (nothing is sent)."""
     if not d.retention_on:
         return None
@@ -145,4 +198,5 @@ def apply_retention(params: RedisParams, streams: list[DeadLetterStream],
             "retention_floor_s": d.retention_floor_s, "now_ms": now_ms, "dry_run": d.dry_run,
             "trimmed": sum(r["trimmed"] for r in rows),
             "would_trim": sum(r["would_trim"] for r in rows),
-            "trimmed_streams": sum(1 for r in rows if r["trimmed"]), "streams": rows}
+            "trimmed_streams": sum(1 for r in rows if r["trimmed"]),
+            "stopped_streams": sum(1 for r in rows if r["stopped_because"]), "streams": rows}

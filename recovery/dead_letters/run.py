@@ -32,7 +32,7 @@ from recovery.dead_letters.report import (
     plain,
     views_path,
 )
-from recovery.dead_letters.retention import apply_retention
+from recovery.dead_letters.retention import apply_retention, retention_warnings
 from recovery.dead_letters.views import by_reason, by_signature, causes, with_death_time
 from recovery.params import DeadLetterReadParams, RedisParams
 from recovery.redis_io.cluster import biggest_first, groups_by_node
@@ -144,6 +144,7 @@ def run_dead_letters(spark: SparkSession, settings: Settings, summary: DeadLette
                        F.sum("without_metadata").alias("bare")).collect()}
     summary.report_path = out
     summary.retention = apply_retention(redis_params(settings), streams, d)
+    summary.warnings += retention_warnings(summary.retention)
     fill_summary(summary, streams, per_key, rows["by_signature"], d.top_signatures, now)
     log.info("dead letters %s by reason\n%s", summary.run_id,
              fixed_width(rows["by_reason"][:LOGGED_ROWS], REASON_COLUMNS))

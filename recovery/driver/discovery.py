@@ -33,6 +33,7 @@ from recovery.targets.keys import (
     NO_KEY,
     Skipped,
     drop_dead_letter_streams,
+    is_own_key,
     reply_or_raise,
     selected_keys,
     type_unless_denied,
@@ -132,7 +133,9 @@ def _stream_groups(client: redis.Redis, settings: Settings, params: RedisParams,
                    ) -> list[tuple[str, list[dict[str, object]], StreamSeen | None]]:
     """Each selected key that is a stream, with its groups as XINFO GROUPS rows and its
     FULL read (None where XINFO GROUPS was read instead); the others skipped with the reason
-    (no such key, not a stream, not accessible to the ACL user)."""
+    (no such key, not a stream, not accessible to the ACL user), except the job's own keys
+    (``is_own_key``: a journal, split cursor or range list, run registration that is no
+    stream), which are left alone without a word."""
     candidates = list(selected_keys(client, settings, params, skipped, warnings, undecided))
     with redis_errors(params):
         replies = read_streams(client, candidates)
@@ -144,7 +147,9 @@ def _stream_groups(client: redis.Redis, settings: Settings, params: RedisParams,
     streams: list[tuple[str, list[dict[str, object]], StreamSeen | None]] = []
     for name, reply in zip(candidates, replies, strict=True):
         reason = _not_a_stream(name, reply, kinds.get(name), params)
-        if reason is not None:
+        if reason is not None and is_own_key(name, settings):
+            log.debug("leave %s alone: one of the job's own keys (%s)", name, reason)
+        elif reason is not None:
             skipped.append(Skipped(name, None, reason))
         elif isinstance(reply, StreamSeen):
             streams.append((name, reply.groups, reply))

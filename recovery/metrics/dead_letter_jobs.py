@@ -95,16 +95,18 @@ S = TypeVar("S", RedriveSummary, DeadLetterSummary)
 def _push(settings: Settings, kind: str, summary: S | None, facts_of: Callable[[S], RunFacts],
           exit_code: int, started_s: float) -> dict[str, Any] | None:
     """Push one job's metrics of `kind` (facts from its summary; a run without one pushes
-    status failed), and put the outcome in the summary's ``metrics``. None when off."""
+    its attempt only), and put the outcome in the summary's ``metrics``. None when off."""
     if settings.metrics.pushgateway_url is None:
         return None
 
     def facts() -> RunFacts:
-        if summary is None:
-            return RunFacts("failed", exit_code, started_s, time.time() - started_s)
+        assert summary is not None
         return facts_of(summary)
 
-    entry = push_run(settings.metrics, kind, facts, exit_code)
+    # A run without a summary never read its streams: it pushes only its attempt and keeps
+    # the last per-stream series (recovery.metrics.push).
+    entry = push_run(settings.metrics, kind, None if summary is None else facts, exit_code,
+                     None if summary is None else 1)
     if summary is not None:
         summary.metrics = entry
     return entry

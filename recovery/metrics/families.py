@@ -21,7 +21,7 @@ from recovery.report.after_run import AfterRun
 
 PREFIX = "redis_stream_recovery_"
 OTHER = "(other)"  # the stream and group label of the aggregate unit
-STATUSES = ("ok", "partial", "failed")
+STATUSES = ("ok", "partial", "empty", "failed")
 UNIT_LABELS = ("stream", "group")
 LAST_SUCCESS = PREFIX + "last_success_timestamp_seconds"
 
@@ -45,6 +45,7 @@ class RunFacts:
     health: list[dict[str, Any]] = field(default_factory=list)
     after: AfterRun = field(default_factory=AfterRun)
     worked_on: int | None = None  # what the job worked on, if not (stream, group) units
+    selected: int | None = None  # (stream, group) units selected, if not those worked on
 
 
 @dataclass
@@ -69,8 +70,9 @@ def run_registry(facts: RunFacts, max_units: int) -> CollectorRegistry:
     """The run's gauges (the run group's push: replaces everything the previous run of the
     same grouping key pushed, so a unit that is gone leaves no stale series)."""
     registry = CollectorRegistry()
-    gauge(registry, "run_status", "1 for this run's status (ok, partial, failed), 0 for the "
-          "others", ("status",), (((s,), int(s == facts.status)) for s in STATUSES))
+    gauge(registry, "run_status", "1 for this run's status (ok, partial, empty: nothing "
+          "selected, failed), 0 for the others", ("status",),
+          (((s,), int(s == facts.status)) for s in STATUSES))
     gauge(registry, "run_exit_code", "The job's exit code: 0 ok, 2 bad config, 1 other",
           (), [((), facts.exit_code)])
     gauge(registry, "run_duration_seconds", "Wall time of the run, from the job's start to "
@@ -88,6 +90,9 @@ def run_registry(facts: RunFacts, max_units: int) -> CollectorRegistry:
     worked_on = len(units) if facts.worked_on is None else facts.worked_on
     gauge(registry, "run_units", "Streams and groups the run worked on (a redrive or a "
           "dead-letter read: streams)", (), [((), worked_on)])
+    gauge(registry, "selected_units", "Streams and groups the selection matched, pending or "
+          "not (0: nothing selected, status empty; a redrive or a dead-letter read: streams)",
+          (), [((), worked_on if facts.selected is None else facts.selected)])
     gauge(registry, "run_units_aggregated", f"Of the streams and groups, how many are summed "
           f"into the stream=\"{OTHER}\" series (metrics.max_units)", (), [((), aggregated)])
     add_unit_gauges(registry, listed, facts)
@@ -106,6 +111,21 @@ def success_registry(at_s: float) -> CollectorRegistry:
     registry = CollectorRegistry()
     gauge(registry, "last_success_timestamp_seconds", "When a run last succeeded (Unix "
           "time, exit code 0)", (), [((), at_s)])
+    return registry
+
+
+def attempt_registry(at_s: float, exit_code: int, redis_up: int | None) -> CollectorRegistry:
+    """The attempt group's gauges, pushed by every run, whatever happened (POST: a gauge not
+    given here keeps its last value): when it ended, its exit code and, when known, whether
+    it could read Redis (1) or not (0: unreachable or login refused)."""
+    registry = CollectorRegistry()
+    gauge(registry, "last_attempt_timestamp_seconds", "When a run last ended, whatever its "
+          "outcome (Unix time)", (), [((), at_s)])
+    gauge(registry, "last_attempt_exit_code", "The last run's exit code, whatever it did: 0 "
+          "ok, 2 refused (bad config or arguments), 1 other", (), [((), exit_code)])
+    if redis_up is not None:
+        gauge(registry, "redis_up", "1: the last run that got as far as Redis could read it; "
+              "0: it could not (unreachable, login refused)", (), [((), redis_up)])
     return registry
 
 

@@ -21,10 +21,14 @@ log = logging.getLogger(__name__)
 
 
 def push_recovery_metrics(settings: Settings, summary: RunSummary | None, exit_code: int,
-                          started_s: float, dry_run: bool = False) -> dict[str, Any] | None:
+                          started_s: float, dry_run: bool = False, plan: bool = False,
+                          redis_up: int | None = None) -> dict[str, Any] | None:
     """Push one recovery run's metrics and put the outcome in the summary's ``metrics``
     (also returned); None when metrics are off. `started_s`: the job's start (Unix time).
-    Never raises: the run's outcome and exit code stand whatever happens here."""
+    The kind (``run_kind``) says which command ran. A run without a summary (refused, or
+    Redis unreachable) pushes only its attempt (`redis_up`: 1, 0 or None, unknown) and
+    keeps the run group's last per-stream series. Never raises: the run's outcome and exit
+    code stand whatever happens here."""
     if settings.metrics.pushgateway_url is None:
         return None
     read: list[str] = []  # where the pending counts come from, once known
@@ -34,12 +38,20 @@ def push_recovery_metrics(settings: Settings, summary: RunSummary | None, exit_c
         read.append(pending_read)
         return facts
 
-    entry = push_run(settings.metrics, "recover_dry_run" if dry_run else "recover", facts_of,
-                     exit_code)
+    entry = push_run(settings.metrics, run_kind(dry_run, plan),
+                     None if summary is None else facts_of, exit_code,
+                     1 if summary is not None else redis_up)
     entry["pending"] = read[0] if read else None
     if summary is not None:
         summary.metrics = entry
     return entry
+
+
+def run_kind(dry_run: bool, plan: bool) -> str:
+    """The grouping key's ``kind`` of a recovery run: ``recover`` for the scheduled command
+    (``run``), ``recover_dry_run`` (``dry-run``) and ``recover_apply`` (``apply``, a dry
+    run's plan, run by hand), so an ad-hoc command never replaces the scheduled series."""
+    return "recover_dry_run" if dry_run else "recover_apply" if plan else "recover"
 
 
 def recovery_facts(settings: Settings, summary: RunSummary | None, exit_code: int,
@@ -61,7 +73,8 @@ def recovery_facts(settings: Settings, summary: RunSummary | None, exit_code: in
     return RunFacts(status, exit_code, started_s, time.time() - started_s,
                     totals=summary.totals, not_due=summary.not_due,
                     skipped=len(summary.skipped), units=summary.units,
-                    health=summary.unit_health, after=after), pending_read
+                    health=summary.unit_health, after=after,
+                    selected=summary.selected_units), pending_read
 
 
 def read_state_after(settings: Settings, units: list[tuple[str, str]]) -> AfterRun:

@@ -210,7 +210,7 @@ def each(client: redis.Redis, commands: Sequence[Sequence[object]]) -> list[obje
     """Send `commands` in pipelines of ``PIPELINE_CHUNK`` (no transaction): one round trip per
     chunk instead of one per command. Returns each raw reply in order, or the exception the
     server answered for that command (returned, not raised: callers decide per command).
-    On a standalone server without redis-py's Pipeline (``recovery.redis_io.pipelined``);
+    On a standalone server without redis-py's Pipeline (:func:`exchange`);
     on a Redis Cluster its pipeline routes each command to the node of its key."""
     replies: list[object] = []
     for start in range(0, len(commands), PIPELINE_CHUNK):
@@ -227,7 +227,7 @@ def each(client: redis.Redis, commands: Sequence[Sequence[object]]) -> list[obje
 def in_transaction(client: redis.Redis, commands: Sequence[Sequence[object]]) -> list[Any]:
     """`commands` in one MULTI/EXEC: each raw reply, or the error the server answered for it
     in its place. On a standalone server without redis-py's Pipeline
-    (``recovery.redis_io.pipelined.transaction``); on a Redis Cluster its transaction
+    (:func:`transaction`); on a Redis Cluster its transaction
     pipeline (the commands' keys must share a slot)."""
     if not isinstance(client, RedisCluster):
         return transaction(client, commands)

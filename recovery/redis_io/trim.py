@@ -1,6 +1,6 @@
-"""The commands of a dead-letter stream's retention, one function per command: the server's
-clock, the ID that starts the newest entries of a stream, the last entry below an ID, and the
-exact MINID trim.
+"""The commands of a dead-letter stream's retention, one function per command or script: the
+server's clock, the ID that starts the newest entries of a stream, and the checked, exact MINID
+trim of letters (``lua/trim_letters.lua``).
 
 IDs are ``str`` (``"<ms>-<seq>"``); times are epoch milliseconds of the server's clock, the
 clock that stamps entry IDs. Reads go in pages (``COUNT``), never the whole stream in one reply.
@@ -8,8 +8,13 @@ clock that stamps entry IDs. Reads go in pages (``COUNT``), never the whole stre
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
 import redis
 
+from recovery.redis_io.scripts import scripts_for
 from recovery.redis_io.streams import as_str
 
 
@@ -39,27 +44,42 @@ def nth_id(client: redis.Redis, key: str, n: int, newest: bool, page: int) -> st
         start = "(" + last
 
 
-def last_below(client: redis.Redis, key: str, below: str) -> str | None:
-    """The ID of the newest entry of `key` with an ID below `below` (exclusive; XREVRANGE
-    ``(below - COUNT 1``), or None when there is none."""
-    entries = client.execute_command("XREVRANGE", key, "(" + below, "-", "COUNT", 1)
-    return as_str(entries[0][0]) if entries else None
+class TrimEnd(StrEnum):
+    """Why one step of :func:`trim_letters` ended."""
+
+    CUT = "cut"  # every entry below the cut passed: done
+    MORE = "more"  # its budget ran out: call again from its bound
+    NOT_A_LETTER = "not-a-letter"  # stopped at an entry without the metadata block
+    SOURCE_NOT_SELECTED = "source-not-selected"  # stopped at a letter of another source
 
 
-def count_below(client: redis.Redis, key: str, below: str, page: int) -> int:
-    """How many entries of `key` have an ID below `below` (exclusive): what
-    :func:`trim_below` would remove, read in XRANGE pages of `page` entries."""
-    start, counted = "-", 0
-    while True:
-        entries = client.execute_command("XRANGE", key, start, "(" + below, "COUNT", page)
-        counted += len(entries)
-        if len(entries) < page:
-            return counted
-        start = "(" + as_str(entries[-1][0])
+@dataclass(frozen=True)
+class LetterTrim:
+    """One step of :func:`trim_letters`: `passed` entries below `bound` were letters of a
+    selected source (trimmed, unless a dry run), the newest of them `last` (None: none);
+    `why` it ended: ``cut`` (done), ``more`` (call again from `bound`), ``not-a-letter`` or
+    ``source-not-selected`` (stopped at the entry `bound`; `source`: that letter's source)."""
+
+    passed: int
+    last: str | None
+    bound: str
+    why: TrimEnd
+    source: str | None
 
 
-def trim_below(client: redis.Redis, key: str, below: str) -> int:
-    """``XTRIM key MINID = below``: remove exactly the entries with an ID below `below`
-    (exact: no ``~``, no LIMIT); an entry added later has a greater ID and stays. Returns the
-    number removed (0 for a missing key)."""
-    return int(client.execute_command("XTRIM", key, "MINID", "=", below))
+def trim_letters(client: redis.Redis, key: str, start: str, below: str,
+                 sources: Sequence[str], budget: int, dry_run: bool) -> LetterTrim:
+    """One atomic step of retention on dead-letter stream `key` (trim_letters.lua): from
+    `start` (inclusive; ``-``: the start), look at most at `budget` entries with an ID below
+    `below`, oldest first, stop at the first that is not a letter (no metadata block) or is a
+    letter of a source not in `sources`, and ``XTRIM MINID =`` the ID it stopped at (the cut
+    `below` when every entry below it passed): exactly the entries checked go, in the same
+    script. With `dry_run` nothing is trimmed and the count is of what would go; a trim
+    always starts at the stream's start (`start` is for a dry run's next step)."""
+    script = scripts_for(client)["trim_letters"]
+    reply = script(keys=[key], args=[start, below, budget, "1" if dry_run else "0",
+                                     len(sources), *sources])
+    passed, last, bound, why, source = reply
+    shown = source.decode("utf-8", "backslashreplace") if isinstance(source, bytes) else source
+    return LetterTrim(int(passed), as_str(last) or None, as_str(bound), TrimEnd(as_str(why)),
+                      shown or None)

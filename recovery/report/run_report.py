@@ -15,7 +15,7 @@ import redis
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from recovery.errors import ConfigError, FailureThresholdError
+from recovery.errors import ConfigError, EmptySelectionError, FailureThresholdError
 from recovery.executor.handover.modes import ACTIONS
 from recovery.executor.tally import (
     TALLIED,
@@ -65,6 +65,9 @@ class RunSummary(JsonLine):
     backoff: dict[str, Any] | None = None
     not_due: int = 0
     next_due_ms: int | None = None
+    # Streams and groups the selection matched, pending or not (a plan: its groups); 0 is
+    # status "empty", whatever was skipped. None: not known (the run stopped before).
+    selected_units: int | None = None
     # Selections that matched nothing (a typo in streams.keys / streams.match), as logged.
     warnings: list[str] = field(default_factory=list)
     # The failed entries by reason and error signature, most first (recovery.report
@@ -86,6 +89,21 @@ class RunSummary(JsonLine):
         """Failed handler messages over all messages given to the handler (0 when none)."""
         handled = self.totals[Action.FAILED] + self.totals[Action.REPROCESSED]
         return self.totals[Action.FAILED] / handled if handled else 0.0
+
+    def mark_selected(self, selected_units: int) -> None:
+        """Record how many streams and groups were selected: none is status ``empty``,
+        over ``partial`` (nothing at all can be recovered, whatever was skipped)."""
+        self.selected_units = selected_units
+        if selected_units == 0:
+            self.status = "empty"
+
+    def check_not_empty(self, fail_when_empty: bool) -> None:
+        """Raise EmptySelectionError (exit 1) for status ``empty`` under
+        ``streams.fail_when_empty``."""
+        if fail_when_empty and self.status == "empty":
+            raise EmptySelectionError(
+                "nothing selected: no stream with a selected group matches streams.keys / "
+                "streams.match (streams.fail_when_empty is on)")
 
     def check_failure_threshold(self, max_failed_ratio: float | None) -> None:
         """Raise FailureThresholdError (exit 1) when too many handled messages failed."""

@@ -24,7 +24,9 @@ class DeadLettersSettings(Section):
     trims each dead-letter stream (XTRIM MINID, exact) of letters added more than
     ``max_age_s`` seconds ago and of the oldest beyond the newest ``max_length``; no letter
     added less than ``retention_floor_s`` seconds ago is ever trimmed (a ``max_age_s`` below
-    it is refused here; a ``max_length`` cut is held back to it, with a WARNING). With
+    it is refused here; a ``max_length`` cut is held back to it, with a WARNING). Only
+    letters of the selected sources go: the trim stops at the first entry, oldest first,
+    that is not a letter or is a letter of a source not selected, never past it. With
     ``dry_run`` (``jobs/dead_letters.py --dry-run``) it only counts what it would trim.
     """
 

@@ -19,9 +19,9 @@ class MetricsSettings(Section):
     the grouping key's labels, with the job's kind (``recover``, ``recover_dry_run``, ...)
     added, so two deployments, two jobs or a dry run never overwrite each other's metrics;
     ``max_units``: (stream, group) series pushed at most, those with the most pending entries
-    (the others summed into one ``(other)`` series); ``timeout_s``: of the push. Basic auth:
-    ``username`` with ``password`` (better ``RECOVERY_METRICS__PASSWORD``) or
-    ``password_file``; never in the URL.
+    (the others summed into one ``(other)`` series); ``timeout_s``: of the whole push
+    (connect to last byte). Basic auth: ``username`` with ``password`` (better
+    ``RECOVERY_METRICS__PASSWORD``) or ``password_file``; never in the URL.
     """
 
     pushgateway_url: str | None = None

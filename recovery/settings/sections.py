@@ -22,6 +22,10 @@ class StreamsSettings(Section):
     match: str | None = None
     groups: list[str] = Field(default_factory=list)
     scan_count: int = Field(1000, ge=1, le=100_000)
+    fail_when_empty: bool = Field(False, description=(
+        "A run whose selection matches no stream with a selected group (status `empty`) "
+        "exits 1 instead of 0. Off by default: an empty selection can be a normal state "
+        "(streams created on first use), and `selected_units` 0 with its alert says it."))
 
     @model_validator(mode="after")
     def _something_selected(self) -> StreamsSettings:

@@ -15,6 +15,8 @@ from recovery.redis_io.dlq_names import DeadLetterNames, is_letter, refused_reas
 from recovery.redis_io.error_codes import TargetRefused
 from recovery.redis_io.redis_conn import key_refused, redis_errors
 from recovery.redis_io.round_trips import each
+from recovery.redis_io.run_ids import is_registration
+from recovery.redis_io.split_cursors import is_split_key
 from recovery.redis_io.streams import scan_keys, server_version, shown
 from recovery.settings.model import Settings
 
@@ -168,6 +170,16 @@ def refused_targets(client: redis.Redis, names: DeadLetterNames,
         if refusal is not None:
             rows.append(Skipped(stream, group, refused_reason(key, refusal)))
     return rows
+
+
+def is_own_key(name: str, settings: Settings) -> bool:
+    """True for a name of the job's own bookkeeping (any run's): a claim journal
+    (``claim.journal_prefix``), a split cursor or range list, a run registration. Such a key
+    that is not a stream is never a skipped source: the job leaves it alone, silently (each
+    has a TTL, and its run deletes it when it finishes)."""
+    journal = settings.claim.journal_prefix
+    return (bool(journal) and name.startswith(journal)) or is_split_key(name) \
+        or is_registration(name, settings.claim.consumer_prefix)
 
 
 def matched_nothing(settings: Settings, what: str = "stream") -> str:

@@ -17,7 +17,12 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from recovery.metrics.families import RunFacts, run_registry, success_registry
+from recovery.metrics.families import (
+    RunFacts,
+    attempt_registry,
+    run_registry,
+    success_registry,
+)
 from recovery.testing.local_redis import free_port
 
 BINARY = shutil.which("prometheus-pushgateway") or "/usr/bin/prometheus-pushgateway"
@@ -104,8 +109,9 @@ class LocalPushgateway:
 
 
 def pushed_names() -> set[str]:
-    """Every metric name a job pushes (the families of a run and of a success)."""
-    registries = [run_registry(RunFacts("ok", 0, 0.0, 1.0), 10), success_registry(0.0)]
+    """Every metric name a job pushes (the families of a run, a success and an attempt)."""
+    registries = [run_registry(RunFacts("ok", 0, 0.0, 1.0), 10), success_registry(0.0),
+                  attempt_registry(0.0, 0, 1)]
     return {family.name for registry in registries for family in registry.collect()}
 
 
