@@ -104,9 +104,11 @@ def dead_letter_units(client: redis.Redis, units: Sequence[DeadLetterUnit], pipe
     in order: the dead-letter ID (bytes) if moved, ``MOVED_NOT_OURS`` (0) if left alone,
     ``MOVED_DELETED`` (-1) if it was deleted upstream (then only acked), ``MOVED_TOO_BIG``
     (-2) if it has too many fields (~3950) to be re-added from a script (left pending); or,
-    in its place, the error (a ResponseError: NOGROUP, WRONGTYPE) that unit's stream, group
-    or dead-letter stream answered: that unit stopped there (entries it moved before stay
-    moved), the other units went on. Other errors fail the call as a whole.
+    in its place, the error (a ResponseError: NOGROUP, WRONGTYPE) that unit's stream or
+    group answered: that unit stopped there (entries it moved before stay moved), the other
+    units went on; or ``NOTLETTERS <type> <why>`` when its dead-letter stream is not the
+    job's (``error_codes.target_refused``): nothing of that unit was written or acked.
+    Other errors fail the call as a whole.
     """
     first = units[0][0]
     header = [first.run_id, first.delivery_limit, first.death_time_ms, int(first.check_newest)]
