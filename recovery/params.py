@@ -56,6 +56,9 @@ class JobParams:
     planned: bool = False
     backoff_factor: float | None = None  # None or 1: no schedule (XAUTOCLAIM, as always)
     backoff_max_ms: int | None = None  # the longest wait of the schedule; None: no cap
+    # The move script also checks a dead-letter stream's newest entry (XINFO STREAM): set by
+    # the driver where discovery could run XINFO STREAM (older ACL rules do not grant it).
+    dlq_check_newest: bool = False
 
     @property
     def backoff(self) -> bool:

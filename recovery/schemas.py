@@ -209,6 +209,11 @@ class Action(StrEnum):
     WOULD_REASSIGN = "would_reassign"
 
 
+# The start of a report row's reason when its unit's dead-letter stream was refused (not the
+# job's to write: recovery.executor.handover.dead_letter); the tallies gather those units.
+TARGET_REFUSED = "dead-letter stream refused: "
+
+
 class DeathReason(StrEnum):
     """Why an entry was dead-lettered (its ``x-death-reason``)."""
 

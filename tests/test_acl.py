@@ -293,3 +293,31 @@ def test_dead_letter_retention_needs_line_10(spark, redis_server, tmp_path, caps
         errors = [line for line in err.splitlines() if line.startswith("error: ")]
         assert code == 1 and len(errors) == 1 and "may not run TIME" in errors[0], err[-3000:]
         assert client.xrange("{events:orders}:dlq") == before
+
+
+def test_without_the_run_registration_line_a_given_run_id_is_warned_about(
+        spark, redis_server, tmp_path, capsys):
+    """docs/ACL.md, the line of ``~recovery:run:*``: without it a run still recovers; with a
+    given ``--run-id`` a WARNING, also in the summary's ``warnings``, says the ID could not be
+    registered (naming the ACL line), a generated ID's run says nothing. With it, the run
+    registers (the ACL LOG shows no SET refused) and deletes its registration at the end."""
+    client = redis_server.client()
+    create_users([client], without="~recovery:run:*")
+    seeded = seed(client, STREAMS, ["billing"])
+    recover = job_args(redis_server.url, "recovery", tmp_path, "streams.match=events:*")
+    assert run_recovery([*recover, "--run-id", "given"], lambda s: spark) == 0, \
+        capsys.readouterr()
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    (warning,) = summary["warnings"]
+    assert "run given: its ID cannot be registered" in warning and "~recovery:run:*" in warning
+    assert_recovered(client, seeded)
+    assert ("recovery", "key", "recovery:run:given") in refusals([client])
+    assert run_recovery(recover, lambda s: spark) == 0, capsys.readouterr()
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["warnings"] == []
+
+    create_users([client])
+    assert run_recovery([*recover, "--run-id", "granted"], lambda s: spark) == 0, \
+        capsys.readouterr()
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["warnings"] == []
+    assert refusals([client]) <= {setinfo_refusal(client)}
+    assert client.keys("recovery:run:*") == []

@@ -15,7 +15,8 @@ from redis import Redis
 from recovery.executor.claimed import Claimed
 from recovery.executor.handover.apply import apply_batch
 from recovery.executor.handover.lease import REASON_DELETED, REASON_GONE, REASON_VANISHED
-from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.redis_io.dlq_names import dead_letter_key, refused_reason
+from recovery.redis_io.error_codes import TargetRefused
 from recovery.redis_io.redis_conn import connect
 from recovery.redis_io.scripts import load_scripts
 from recovery.schemas import CLAIMED, Action, DeathReason, arrow
@@ -45,7 +46,8 @@ def over_limit_rows(client: Redis, stream: str) -> list[dict]:
 
 def vanish(client: Redis, how: str) -> None:
     """Make the unit of stream "gone" vanish: its group destroyed, its key replaced, or its
-    dead-letter key taken by another type (WRONGTYPE on the XADD, reported the same)."""
+    dead-letter key taken by another type (the move script refuses that target: its entries
+    are skipped as refused, and stay pending)."""
     if how == "destroy":
         client.xgroup_destroy("gone", GROUP)
     elif how == "retype":
@@ -90,9 +92,12 @@ def test_units_share_script_calls_and_a_vanished_one_costs_only_its_own_entries(
     rows_out = report.to_pylist()
     assert [(r["stream"], r["id"]) for r in rows_out] == [(r["stream"], r["id"]) for r in rows]
     by_key = {(r["stream"], r["id"]): r for r in rows_out}
+    # A dead-letter key of another type is no vanished unit but a refused target (issue 60).
+    gone_reason = REASON_VANISHED if how != "dlq-retype" else refused_reason(
+        dead_letter_key("gone", ":dlq"), TargetRefused("string", "it is no stream"))
     left = {("a", ids["a"][1]): (Action.SKIPPED, REASON_GONE),
             ("b", ids["b"][2]): (Action.DELETED, REASON_DELETED),
-            **{("gone", i): (Action.SKIPPED, REASON_VANISHED) for i in ids["gone"]}}
+            **{("gone", i): (Action.SKIPPED, gone_reason) for i in ids["gone"]}}
     assert {k: (r["action"], r["reason"]) for k, r in by_key.items() if k in left} == left
     moved = {k: r["dead_letter_id"] for k, r in by_key.items() if k not in left}
     assert {by_key[k]["action"] for k in moved} == {Action.DEAD_LETTERED}

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 from redis.crc import key_slot
+from redis.exceptions import ResponseError
 
 from recovery.errors import DeadLetterNameError
-from recovery.redis_io.dlq_names import dead_letter_key, requeue_key
+from recovery.redis_io.dlq_names import DeadLetterNames, dead_letter_key, name_clash, requeue_key
+from recovery.targets.keys import holds_letters
 
 
 @pytest.mark.parametrize(("source", "dlq"), [
@@ -40,3 +42,34 @@ def test_retry_streams_share_the_slot_by_the_dead_letter_rule(source, target):
     else:
         assert requeue_key(source, "billing", "{stream}:retry:{group}") == target
         assert key_slot(target.encode()) == key_slot(source.encode())
+
+
+@pytest.mark.parametrize(("template", "keys", "groups", "requeue", "fragment"), [
+    ("payments", ["orders", "payments"], [], None, "names the selected source 'payments'"),
+    ("{stream}:{group}", ["shop", "shop:eu"], ["eu"], None, "selected source 'shop:eu'"),
+    ("{{{stream}}}:retry:{group}", ["shop"], [], "{stream}:retry:{group}",
+     "both name '{shop}:retry:g'"),
+    (None, ["shop"], [], "{stream}:dlq", "dead_letter.suffix ':dlq' and reprocess"),
+    ("{stream}:{group}", ["shop", "shop:eu"], [], None, None),  # groups unknown: discovery's
+    ("{stream}:{group}", ["shop"], [], "{stream}:retry:{group}", None),
+    ("CDL", [], [], None, None),  # streams.match only: nothing to clash with yet
+])
+def test_a_name_clash_is_found_before_redis_is_read(template, keys, groups, requeue,
+                                                    fragment):
+    clash = name_clash(DeadLetterNames(":dlq", template), keys, groups, requeue)
+    if fragment is None:
+        assert clash is None
+    else:
+        assert clash is not None and fragment in clash
+
+
+@pytest.mark.parametrize(("reply", "letters"), [
+    ([], True),  # an empty stream
+    ([[b"1-1", [b"x-original-stream", b"s", b"x-original-id", b"1-0",
+                b"x-death-reason", b"max-deliveries-exceeded"]]], True),
+    ([[b"1-1", [b"order", b"o-1", b"x-original-stream", b"s"]]], False),  # half a block
+    ([[b"1-1", [b"x-original-id", b"x-original-stream", b"x-death-reason", b"v"]]], False),
+    (ResponseError("WRONGTYPE"), False),
+])
+def test_a_stream_holds_letters_when_its_oldest_entry_carries_the_block(reply, letters):
+    assert holds_letters(reply) is letters

@@ -28,7 +28,7 @@ STEEP = ("claim.backoff_factor=10",)
 
 def shared_unit(client: Redis, stream: str, consumer: str = JOB) -> Unit:
     """A part of `stream`'s split unit; its cursor created (once per stream) at the start."""
-    key = cursor_key(stream, GROUP, "r1")
+    key = cursor_key(stream, GROUP, "r1", "n1")
     assert key is not None
     if not client.exists(key):
         assert open_cursors(client, [key]) is None

@@ -98,8 +98,12 @@ def raw_entries(server_url: str, key: str) -> list[tuple[str, Fields]]:
 
 
 def watched_letters(client: redis.Redis) -> dict[str, object]:
-    """A group on CDL with a stuck entry: a run that took CDL for a source would claim it."""
-    entry_id = client.xadd(CDL, {b"watch": b"1"}).decode()
+    """A group on CDL with a stuck entry: a run that took CDL for a source would claim it.
+    The entry is a letter of a source not selected (its x-death block), as a team reading
+    its dead letters through a group of its own has: the run still writes into CDL."""
+    entry_id = client.xadd(CDL, {b"watch": b"1", b"x-original-stream": b"elsewhere",
+                                 b"x-original-id": b"1-1",
+                                 b"x-death-reason": b"max-deliveries-exceeded"}).decode()
     client.xgroup_create(CDL, "watchers", id="0")
     client.xreadgroup("watchers", "worker-dead", {CDL: ">"})
     age_pending(client, CDL, "watchers", [entry_id], HOUR_MS)
@@ -117,7 +121,7 @@ def check_letters(server_url: str, originals: dict[str, dict[str, Fields]], seed
     found: dict[str, set[str]] = {s: set() for s in SOURCES}
     for _, fields in raw_entries(server_url, CDL):
         meta = dict(fields)
-        if b"x-original-stream" not in meta:
+        if meta[b"x-original-stream"] == b"elsewhere":
             continue  # the watchers' own entry
         source, original = meta[b"x-original-stream"].decode(), meta[b"x-original-id"].decode()
         block = fields.index((b"x-original-stream", source.encode()))

@@ -22,12 +22,13 @@ from recovery.executor.tally import (
     histogram_rows,
     not_due_counts,
     read_tallies,
+    refused_units,
     tallied,
     unit_counts,
 )
 from recovery.redis_io.autoclaim import ClaimBatch
 from recovery.redis_io.dlq_names import dead_letter_key
-from recovery.schemas import UNIT, arrow
+from recovery.schemas import TARGET_REFUSED, UNIT, arrow
 from recovery.settings.model import executor_params
 from recovery.testing.backlog import add_entries, deliver, make_stuck
 from tests.support.backlogs import DEAD, HOUR_MS, LIVE, binary_fields, seed
@@ -55,6 +56,23 @@ def test_tallies_count_every_action_per_unit_across_tasks():
         {"stream": "a", "group": "h", **zero, "skipped": 1, "total": 1},
         {"stream": "b", "group": "g", **zero, "deleted": 1, "total": 1},
     ]
+
+
+def test_tallies_carry_the_units_whose_dead_letter_stream_was_refused():
+    """A refused target (TARGET_REFUSED reasons) is the unit's error, carried to the summary;
+    other skipped rows and other reasons are not."""
+    refused = TARGET_REFUSED + "'wt:g' is a hash, not a stream; ..."
+    first, second = Tally(), Tally()
+    first.count(pa.RecordBatch.from_pylist([
+        {"stream": "wt", "group": "g", "action": "skipped", "reason": refused},
+        {"stream": "wt", "group": "g", "action": "reprocessed", "reason": None},
+        {"stream": "a", "group": "g", "action": "skipped", "reason": "no longer pending"}]))
+    second.count(pa.RecordBatch.from_pylist([
+        {"stream": "wt", "group": "g", "action": "skipped", "reason": refused},
+        {"stream": "b", "group": "h", "action": "failed", "reason": TARGET_REFUSED}]))
+    tallies = read_tallies([first.to_json(), second.to_json()])
+    assert refused_units(tallies) == {("wt", "g"): refused}
+    assert refused_units(read_tallies([Tally().to_json()])) == {}
 
 
 def test_a_step_counts_only_the_rows_its_claim_examined():

@@ -5,6 +5,7 @@ Only counts and names cross here, never messages.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,16 +20,20 @@ from recovery.errors import (
 from recovery.executor.handover.modes import mode_of
 from recovery.params import RedisParams, Unit
 from recovery.redis_io.cluster import groups_by_node, node_of, spread
+from recovery.redis_io.dlq_names import requeue_key
 from recovery.redis_io.redis_conn import key_refused, no_such_key, redis_errors, wrong_type
 from recovery.redis_io.round_trips import calls_of, each, script_replies
 from recovery.redis_io.scripts import delete_empty_consumers
 from recovery.redis_io.stream_full import GroupSeen, StreamSeen, read_streams
 from recovery.redis_io.streams import info_rows, shown
+from recovery.schemas import Mode
 from recovery.settings.model import Settings
 from recovery.targets.keys import (
     NO_ACCESS,
     NO_KEY,
     Skipped,
+    drop_dead_letter_streams,
+    is_own_key,
     reply_or_raise,
     selected_keys,
     type_unless_denied,
@@ -71,7 +76,16 @@ def discover(client: redis.Redis, settings: Settings, params: RedisParams,
     skipped: list[Skipped] = []
     units: list[WorkUnit] = []
     mode = mode_of(settings.reprocess.mode)
-    for stream, groups, full in _stream_groups(client, settings, params, skipped, warnings):
+    undecided: set[str] = set()
+    streams = _stream_groups(client, settings, params, skipped, warnings, undecided)
+    if undecided:  # names the template could make: decided once every group is known
+        wanted = settings.streams.groups
+        selected = [(s, [n for n in (shown(g["name"]) for g in groups)  # type: ignore[arg-type]
+                         if not wanted or n in wanted]) for s, groups, _ in streams]
+        with redis_errors(params):
+            dropped = drop_dead_letter_streams(client, settings, selected, undecided, skipped)
+        streams = [entry for entry in streams if entry[0] not in dropped]
+    for stream, groups, full in streams:
         try:
             settings.dead_letter.names.check_source(stream)
         except DeadLetterNameError as exc:
@@ -85,16 +99,44 @@ def discover(client: redis.Redis, settings: Settings, params: RedisParams,
             mode.check_stream(stream, [shown(g["name"]) for g in groups],  # type: ignore[arg-type]
                               settings.reprocess)
         units += found
+    refuse_requeue_clash(settings, units)
     return units, skipped
 
 
+def refuse_requeue_clash(settings: Settings, units: list[WorkUnit]) -> None:
+    """Raise DeadLetterNameError (exit 2, nothing touched) when a unit's dead-letter stream
+    is a retry stream this run requeues into (``reprocess.requeue_stream``)."""
+    template = settings.reprocess.requeue_stream
+    if template is None or settings.reprocess.mode != Mode.REQUEUE.value:
+        return
+    names = settings.dead_letter.names
+    targets = {}
+    for u in units:
+        with contextlib.suppress(DeadLetterNameError):
+            targets[requeue_key(u.stream, u.group, template)] = u
+    for u in units:
+        key = None
+        with contextlib.suppress(DeadLetterNameError):  # such a source is skipped later
+            key = names.key(u.stream, u.group)
+        if key in targets:
+            other = targets[key]
+            raise DeadLetterNameError(
+                f"the dead-letter stream of {u.stream} / {u.group} is {key!r}, the "
+                f"reprocess.requeue_stream of {other.stream} / {other.group}: requeued "
+                "copies and dead letters would share it; change dead_letter.stream or "
+                "reprocess.requeue_stream")
+
+
 def _stream_groups(client: redis.Redis, settings: Settings, params: RedisParams,
-                   skipped: list[Skipped], warnings: list[str] | None = None
+                   skipped: list[Skipped], warnings: list[str] | None = None,
+                   undecided: set[str] | None = None
                    ) -> list[tuple[str, list[dict[str, object]], StreamSeen | None]]:
     """Each selected key that is a stream, with its groups as XINFO GROUPS rows and its
     FULL read (None where XINFO GROUPS was read instead); the others skipped with the reason
-    (no such key, not a stream, not accessible to the ACL user)."""
-    candidates = list(selected_keys(client, settings, params, skipped, warnings))
+    (no such key, not a stream, not accessible to the ACL user), except the job's own keys
+    (``is_own_key``: a journal, split cursor or range list, run registration that is no
+    stream), which are left alone without a word."""
+    candidates = list(selected_keys(client, settings, params, skipped, warnings, undecided))
     with redis_errors(params):
         replies = read_streams(client, candidates)
         if replies is None:
@@ -105,7 +147,9 @@ def _stream_groups(client: redis.Redis, settings: Settings, params: RedisParams,
     streams: list[tuple[str, list[dict[str, object]], StreamSeen | None]] = []
     for name, reply in zip(candidates, replies, strict=True):
         reason = _not_a_stream(name, reply, kinds.get(name), params)
-        if reason is not None:
+        if reason is not None and is_own_key(name, settings):
+            log.debug("leave %s alone: one of the job's own keys (%s)", name, reason)
+        elif reason is not None:
             skipped.append(Skipped(name, None, reason))
         elif isinstance(reply, StreamSeen):
             streams.append((name, reply.groups, reply))

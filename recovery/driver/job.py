@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import redis
@@ -33,7 +33,6 @@ from recovery.driver.discovery import (
     assign,
     discover,
     is_job_consumer,
-    job_consumer,
     job_consumer_stem,
 )
 from recovery.driver.handler_choice import check_handler
@@ -56,6 +55,11 @@ from recovery.driver.plan import (
 )
 from recovery.driver.progress.frontier import parts_order, progress_parts
 from recovery.driver.progress.reporter import ProgressReporter
+from recovery.driver.run_ids import (
+    refuse_reported_run_id,
+    refuse_traced_run_id,
+    registered_run,
+)
 from recovery.driver.split import Split, split_units
 from recovery.driver.warm_up import WarmUp, warming_up
 from recovery.executor.handover.lease import LEASE_ROWS
@@ -67,16 +71,12 @@ from recovery.executor.survey import histogram_partition, plan_partition
 from recovery.executor.tally import Tallies, histogram_rows
 from recovery.params import JobParams, Unit, new_run_id
 from recovery.redis_io.dlq_names import refuse_cross_slot
-from recovery.redis_io.journal import (
-    check_run_id_unused,
-    drop_journals,
-    journal_key,
-    open_journals,
-)
+from recovery.redis_io.journal import drop_journals, journal_key, open_journals
 from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.report.after_run import add_after_run
 from recovery.report.run_report import (
     RunSummary,
+    add_refused_targets,
     check_report_location,
     due_time,
     fill_summary,
@@ -124,15 +124,15 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
     params = executor_params(settings, run_id or new_run_id())
     check_handler(settings, dry_run)  # none by default: handler mode names one
     check_report_location(settings.report.path)
+    if run_id is not None:  # a run ID is used once (recovery.driver.run_ids)
+        refuse_reported_run_id(spark, settings, run_id)
     client = connect(params.redis)
     # The JVM warms up (recovery.driver.warm_up) while the driver reads Redis.
-    with contextlib.closing(client), warming_up(spark) as warm_up:
+    with contextlib.closing(client), warming_up(spark) as warm_up, \
+            contextlib.ExitStack() as stack:
         check_server(client, params.redis)
-        if run_id is not None and not dry_run and settings.claim.journal_prefix:
-            part_0 = job_consumer(settings.claim.consumer_prefix, params.run_id, 0)
-            with redis_errors(params.redis):  # part 0: journaled by every run that claimed
-                check_run_id_unused(client, journal_key(settings.claim.journal_prefix, part_0),
-                                    params.run_id)
+        if run_id is not None and not dry_run:
+            refuse_traced_run_id(client, settings, params.redis, params.run_id)
         server = server_identity(client, params.redis)
         warnings: list[str] = []  # a selection that matched nothing (discovery)
         quiet: list[WorkUnit] = []  # selected groups with nothing pending: health only
@@ -143,10 +143,17 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             units, skipped = plan_units(spark, client, settings, params.redis, plan)
         else:
             units, skipped = discover(client, settings, params.redis, warnings, quiet)
+        # Discovery's XINFO STREAM reads (``seen``) show the user may run it: the move script
+        # then checks the newest entry of each dead-letter stream as well as its oldest.
+        params = replace(params, dlq_check_newest=bool(units)
+                         and all(u.seen is not None for u in units))
         names = settings.dead_letter.names  # on a cluster, names in the sources' slots only
         refuse_cross_slot(client, names, [(u.stream, names.key(u.stream, u.group)) for u in units])
         log.info("run %s: %d units with pending entries, %d skipped%s", params.run_id,
                  len(units), len(skipped), " (dry run)" if dry_run else "")
+        registration = contextlib.nullcontext() if dry_run else registered_run(
+            client, settings, params.redis, params.run_id, run_id is not None, warnings)
+        stack.enter_context(registration)  # before the run's first write
         summary = RunSummary(params.run_id, dry_run=dry_run, plan=plan, warnings=warnings,
                              report_path=run_path(settings.report.path, params.run_id))
         summary.dead_letter_warnings = dead_letter_warnings(client, settings, params.redis)
@@ -167,6 +174,8 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
                 if quiet:  # every run that found groups leaves a health snapshot
                     _write_health(run_ctx, [], summary)
             fill_summary(summary, tallies, skipped, actions)
+            if dry_run:  # what the move script would refuse (a real run's tallies tell it)
+                add_refused_targets(summary, client, names)
             summary.mark_selected(len(units) + len(quiet))
             if summary.status == "empty" and not warnings:  # (discovery warned of a match)
                 log.warning("run %s: nothing selected: no stream with a selected group "

@@ -26,7 +26,13 @@ from redis.exceptions import ResponseError
 from recovery.executor.histogram import PelHistogram
 from recovery.params import Unit
 from recovery.redis_io.error_codes import unit_vanished
-from recovery.redis_io.split_cursors import TTL_MS, cursor_key, open_cursors, ranges_key
+from recovery.redis_io.split_cursors import (
+    TTL_MS,
+    cursor_key,
+    new_nonce,
+    open_cursors,
+    ranges_key,
+)
 from recovery.redis_io.streams import OWNER, drop_keys, pending_pages, shown
 
 if TYPE_CHECKING:
@@ -113,8 +119,9 @@ def open_split(client: redis.Redis, units: Sequence[WorkUnit], partitions: int,
     unit is split, or when the server refuses the cursors (an ACL user without their keys or
     commands: every unit is then claimed whole, as a line in the log says)."""
     counts = split_counts([u.pending for u in units], partitions, min_pending, step)
+    nonce = new_nonce()  # this opening's names: never a list another run (same ID) recorded
     keys = {(u.stream, u.group): key for u, k in zip(units, counts, strict=True) if k > 1
-            for key in [cursor_key(u.stream, u.group, run_id)] if key is not None}
+            for key in [cursor_key(u.stream, u.group, run_id, nonce)] if key is not None}
     if not keys:
         return None
     refusal = open_cursors(client, list(keys.values()))

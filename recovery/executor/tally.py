@@ -26,7 +26,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from recovery.executor.claim.backoff import NotDue
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.packing import ArrowFn
-from recovery.schemas import REPORT, arrow
+from recovery.schemas import REPORT, TARGET_REFUSED, Action, arrow
 
 TALLY = "tally"
 # What Spark's writer gets: REPORT rows (tally null) and one tally row per task (all else null).
@@ -47,6 +47,8 @@ class Tally:
         self.histograms: dict[tuple[str, str], PelHistogram] = {}
         self.histogram_rows: list[dict[str, Any]] = []  # counted by an earlier stage
         self.not_due: dict[tuple[str, str], NotDue] = {}
+        # Units whose dead-letter stream the move script refused -> the reason (one row's).
+        self.refused: dict[tuple[str, str], str] = {}
 
     def count(self, batch: pa.RecordBatch) -> None:
         """Count a REPORT batch's rows by (stream, group, action). A batch of one unit, as
@@ -54,6 +56,7 @@ class Tally:
         group-by, which other batches take."""
         if not batch.num_rows:
             return
+        self._gather_refusals(batch)
         stream, group = batch.column("stream"), batch.column("group")
         if pc.count_distinct(stream).as_py() == 1 and pc.count_distinct(group).as_py() == 1:
             unit = (stream[0].as_py(), group[0].as_py())
@@ -65,6 +68,22 @@ class Tally:
         counted = table.group_by(keys, use_threads=False).aggregate([([], "count_all")])
         for row in counted.to_pylist():
             self.actions[(row["stream"], row["group"], row["action"])] += row["count_all"]
+
+    def _gather_refusals(self, batch: pa.RecordBatch) -> None:
+        """Note the units of `batch`'s rows skipped because their dead-letter stream was
+        refused (their reason starts with ``TARGET_REFUSED``): the run's unit errors."""
+        if "reason" not in batch.schema.names:  # a batch of counts only (tests)
+            return
+        skipped = pc.equal(batch.column("action"), Action.SKIPPED.value)
+        if not pc.any(skipped).as_py():
+            return
+        reasons = pc.fill_null(batch.column("reason"), "")
+        mask = pc.and_(skipped, pc.starts_with(reasons, TARGET_REFUSED))
+        if not pc.any(mask).as_py():
+            return
+        rows = batch.filter(mask).select(["stream", "group", "reason"]).to_pylist()
+        for row in rows:
+            self.refused.setdefault((row["stream"], row["group"]), row["reason"])
 
     def histogram(self, stream: str, group: str) -> PelHistogram:
         """The (new or growing) PEL histogram of one unit."""
@@ -93,6 +112,7 @@ class Tally:
             "histograms": [*(h.row(s, g) for (s, g), h in self.histograms.items()),
                            *self.histogram_rows],
             "not_due": [[*key, w.entries, w.next_due_ms] for key, w in self.not_due.items()],
+            "refused": [[*key, reason] for key, reason in self.refused.items()],
         })
 
 
@@ -176,6 +196,16 @@ def not_due_counts(tallies: Tallies) -> dict[tuple[str, str], NotDue]:
         for stream, group, entries, next_due_ms in tally.get("not_due", []):
             merged.setdefault((stream, group), NotDue()).merge(NotDue(entries, next_due_ms))
     return merged
+
+
+def refused_units(tallies: Tallies) -> dict[tuple[str, str], str]:
+    """(stream, group) -> why its dead-letter stream was refused, over the tasks (the first
+    reason of each unit; none when no move was refused)."""
+    refused: dict[tuple[str, str], str] = {}
+    for tally in tallies:
+        for stream, group, reason in tally.get("refused", []):
+            refused.setdefault((stream, group), reason)
+    return refused
 
 
 def histogram_rows(tallies: Tallies) -> list[dict[str, Any]]:

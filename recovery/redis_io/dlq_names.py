@@ -26,6 +26,8 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from recovery.errors import DeadLetterNameError
+from recovery.redis_io.error_codes import TargetRefused
+from recovery.schemas import TARGET_REFUSED
 
 
 def hash_tag(key: str) -> str | None:
@@ -126,10 +128,17 @@ class DeadLetterNames:
         return list(dict.fromkeys(self.key(stream, g) for g in groups))
 
     def is_dead_letter(self, key: str) -> bool:
-        """True for keys that are dead-letter streams by this rule (never recovered from):
-        a name ending with the suffix, and with a template any name it can produce."""
-        if key.endswith(self.suffix):
-            return True
+        """True for keys that may be dead-letter streams by this rule, by their name alone:
+        a name ending with the suffix, and with a template any name it can produce (the
+        recovery run then decides by what the key holds: ``recovery.targets.keys``)."""
+        return self.by_suffix(key) or self.by_template(key)
+
+    def by_suffix(self, key: str) -> bool:
+        """True for a name ending with the suffix (the slot rule's dead-letter streams)."""
+        return key.endswith(self.suffix)
+
+    def by_template(self, key: str) -> bool:
+        """True for a name the template can produce (each placeholder: any text)."""
         return self.template is not None and _matcher(self.template).fullmatch(key) is not None
 
     def cross_slot(self, stream: str, key: str) -> str | None:
@@ -140,6 +149,56 @@ class DeadLetterNames:
         return (f"dead_letter.stream {self.template!r} names {key!r} for stream {stream!r}, "
                 "another Redis Cluster hash slot: give the name the stream's hash tag, e.g. "
                 "{{{stream}}}:dlq, or dlq{{eu}} for streams tagged {eu}")
+
+
+# The fields every dead letter carries (dead_letter.lua writes them; its target check reads
+# them): a stream whose newest entry has them all holds the job's letters.
+LETTER_FIELDS = (b"x-original-stream", b"x-original-id", b"x-death-reason")
+PROBE_STREAMS = ("orders", "orders{eu}")  # for templates checked without a selection
+PROBE_GROUP = "g"
+
+
+def is_letter(fields: Iterable[bytes]) -> bool:
+    """Whether an entry with these field names carries the job's metadata block."""
+    names = set(fields)
+    return all(f in names for f in LETTER_FIELDS)
+
+
+def name_clash(names: DeadLetterNames, keys: Iterable[str], groups: Iterable[str],
+               requeue: str | None) -> str | None:
+    """Why `names` cannot go with this selection, decided before Redis is read, or None:
+    the dead-letter name of a selected (stream, group) is a key named in `keys` (a source),
+    or the requeue template names the same stream for it. Selected streams and groups are
+    the probes (examples stand in for those not named); what only discovery can tell is
+    checked then (``recovery.targets.keys.drop_dead_letter_streams``,
+    ``recovery.driver.discovery.refuse_requeue_clash``)."""
+    keys = list(keys)
+    rule = (f"dead_letter.stream {names.template!r}" if names.template is not None
+            else f"dead_letter.suffix {names.suffix!r}")
+    for stream in dict.fromkeys([*keys, *PROBE_STREAMS]):
+        for group in list(groups) or [PROBE_GROUP]:
+            try:
+                dlq = names.key(stream, group)
+            except DeadLetterNameError:
+                continue
+            if names.template is not None and (dlq in keys or dlq == stream):
+                return (f"{rule} names the selected source "
+                        f"{dlq!r} as the dead-letter stream of {stream!r}: letters would be "
+                        "read as new messages; choose a name no source has, e.g. "
+                        "{{{stream}}}:dlq")
+            if requeue is not None and _requeue_name(stream, group, requeue) == dlq:
+                return (f"{rule} and reprocess.requeue_stream "
+                        f"{requeue!r} both name {dlq!r} (stream {stream!r}, group "
+                        f"{group!r}): requeued copies and dead letters would share it; give "
+                        "them different fixed text, e.g. {{{stream}}}:dlq:{group}")
+    return None
+
+
+def _requeue_name(stream: str, group: str, template: str) -> str | None:
+    try:
+        return requeue_key(stream, group, template)
+    except DeadLetterNameError:
+        return None
 
 
 @lru_cache(maxsize=8)
@@ -172,3 +231,19 @@ def labels(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
     for source, key in pairs:
         sources.setdefault(key, set()).add(source)
     return {key: next(iter(s)) if len(s) == 1 else key for key, s in sources.items()}
+
+
+def refused_reason(dlq: str, refused: TargetRefused) -> str:
+    """The report reason (and the summary's skipped row) of an entry whose dead-letter
+    stream `dlq` the move script refused: what the key is, and the fix."""
+    if refused.kind != "stream":
+        found = f"is a {refused.kind}, not a stream"
+        fix = "delete or rename that key, or set dead_letter.stream to a name of the job's own"
+    elif "source" in refused.why:
+        found, fix = "is the source stream itself", "set dead_letter.stream to another name"
+    else:
+        found = "holds entries without the dead-letter metadata (another application's stream)"
+        fix = ("set dead_letter.stream to a name no application uses, e.g. "
+               "{{{stream}}}:dlq:{group}, or move that stream away")
+    return (f"{TARGET_REFUSED}{dlq!r} {found}; nothing was written and the over-limit "
+            f"entries stay pending: {fix}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from redis.exceptions import NoPermissionError, ResponseError
 
@@ -33,6 +34,25 @@ CODE = re.compile(r"^([A-Z][A-Z0-9_]+)(?:\s|$)")  # codes are upper case, e.g. "
 
 VANISHED = "vanished"  # reply element of a script call whose stream or group no longer exists
 UNIT_GONE_CODES = ("NOGROUP", "WRONGTYPE")  # also raised inside scripts (any server version)
+NOT_LETTERS = "NOTLETTERS"  # the move script's refusal of a dead-letter stream not the job's
+
+
+@dataclass(frozen=True)
+class TargetRefused:
+    """Reply element of a move whose unit's dead-letter stream is not the job's to write
+    (``NOTLETTERS <type> <why>`` from dead_letter.lua): nothing of that unit was written
+    or acked. `kind`: the key's type; `why`: what the script found."""
+
+    kind: str
+    why: str
+
+
+def target_refused(exc: Exception) -> TargetRefused | None:
+    """The refusal `exc` carries (a NOTLETTERS error reply), else None."""
+    if not isinstance(exc, ResponseError) or error_code(exc) != NOT_LETTERS:
+        return None
+    kind, _, why = server_text(exc).removeprefix(NOT_LETTERS).strip().partition(" ")
+    return TargetRefused(kind, why)
 
 
 def server_text(error: object) -> str:

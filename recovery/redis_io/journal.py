@@ -8,7 +8,7 @@ IDs before the step's first side effect (about 20 bytes per entry), and what eac
 did once it is done (``recovery.executor.claim.journaled``: its report rows). Both are held only
 while the run lasts. A retried attempt reads the list: a journal without its header was
 evicted or deleted, one with a second header holds two runs' elements (a run ID reused,
-which the driver refuses: ``check_run_id_unused``), and either way the attempt stops rather than
+which the driver refuses: ``recovery.driver.run_ids``), and either way the attempt stops rather than
 report what it cannot trust. Elements are read with their positions in the list: a row
 recorded before the entry's last claim no longer describes it
 (``recovery.executor.claim.journaled``).
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import redis
 from redis.exceptions import NoPermissionError, ResponseError
 
-from recovery.errors import ConfigError, RecoveryError
+from recovery.errors import RecoveryError
 from recovery.redis_io.error_codes import first_refusal
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import drop_keys
@@ -52,10 +52,6 @@ class JournalLostError(RecoveryError):
     """A retried task found its run's journal gone (exit 1)."""
 
 
-class RunIdTakenError(ConfigError):
-    """A given run ID's journal is still in Redis (exit 2)."""
-
-
 class JournalConflictError(RecoveryError):
     """A retried task found another run's elements in its run's journal (exit 1)."""
 
@@ -65,24 +61,17 @@ def journal_key(prefix: str, consumer: str) -> str:
     return prefix + consumer
 
 
-def check_run_id_unused(client: redis.Redis, key: str, run_id: str) -> None:
-    """Refuse (RunIdTakenError, exit 2) a given run ID whose journal `key` is still in Redis:
-    a run with that ID was killed (its journal expires a week after it started) or is still
-    running. Reusing the ID would append to that run's journal and share its consumers;
-    under a new ID its entries are claimed once idle, as any stuck entry. An ACL user who
-    may not read the journal cannot keep one either: nothing to check."""
+def journal_in_redis(client: redis.Redis, key: str) -> bool | None:
+    """Whether the journal `key` is in Redis (a run with its run ID was killed, its journal
+    expiring a week after it started, or is still running); None when the ACL user may not
+    read it (such a user cannot keep one either)."""
     try:
         first: list[bytes] = client.execute_command("LRANGE", key, 0, 0)
     except ResponseError as exc:  # NoPermissionError included
         if isinstance(exc, NoPermissionError) or str(exc).startswith("NOPERM"):
-            return
+            return None
         raise
-    if first:
-        raise RunIdTakenError(
-            f"--run-id {run_id} is taken: a run with this ID left its claim journal {key} in "
-            "Redis (killed, or still running): pass a new --run-id, or none for a fresh one "
-            "(the earlier run's entries stay pending on its consumers, and a run claims them "
-            "once idle for claim.min_idle_ms)")
+    return bool(first)
 
 
 def open_journals(client: redis.Redis, keys: Sequence[str], run_id: str) -> str | None:

@@ -37,7 +37,7 @@ from redis.exceptions import (
     TimeoutError,
 )
 
-from recovery.redis_io.error_codes import VANISHED, unit_vanished
+from recovery.redis_io.error_codes import VANISHED, target_refused, unit_vanished
 from recovery.redis_io.scripts import load_scripts
 
 T = TypeVar("T")
@@ -267,11 +267,13 @@ def run_unit_script_calls(client: redis.Redis, calls: Sequence[UnitScriptCall]
 
 def _item_replies(items: Sequence[Any], reply: Any) -> list[tuple[Any, Any]]:
     """(item, reply element) pairs of one call or unit; ``VANISHED`` for each item when its
-    reply is a NOGROUP / WRONGTYPE error; any other error raised."""
+    reply is a NOGROUP / WRONGTYPE error, the ``TargetRefused`` when it is a move script's
+    refusal of its target (NOTLETTERS); any other error raised."""
     if isinstance(reply, Exception):
-        if not unit_vanished(reply):
+        refused = target_refused(reply)
+        if refused is None and not unit_vanished(reply):
             raise reply
-        reply = [VANISHED] * len(items)
+        reply = [VANISHED if refused is None else refused] * len(items)
     return list(zip(items, reply, strict=True))
 
 

@@ -80,6 +80,9 @@ class DeadLetterContext:
     run_id: str
     delivery_limit: int
     death_time_ms: int
+    # Check the dead-letter stream's newest entry too (XINFO STREAM, where the ACL user may
+    # run it), not only its oldest (XRANGE): dead_letter.lua.
+    check_newest: bool = False
 
 
 MOVED_NOT_OURS = 0
@@ -101,17 +104,20 @@ def dead_letter_units(client: redis.Redis, units: Sequence[DeadLetterUnit], pipe
     in order: the dead-letter ID (bytes) if moved, ``MOVED_NOT_OURS`` (0) if left alone,
     ``MOVED_DELETED`` (-1) if it was deleted upstream (then only acked), ``MOVED_TOO_BIG``
     (-2) if it has too many fields (~3950) to be re-added from a script (left pending); or,
-    in its place, the error (a ResponseError: NOGROUP, WRONGTYPE) that unit's stream, group
-    or dead-letter stream answered: that unit stopped there (entries it moved before stay
-    moved), the other units went on. Other errors fail the call as a whole.
+    in its place, the error (a ResponseError: NOGROUP, WRONGTYPE) that unit's stream or
+    group answered: that unit stopped there (entries it moved before stay moved), the other
+    units went on; or ``NOTLETTERS <type> <why>`` when its dead-letter stream is not the
+    job's (``error_codes.target_refused``): nothing of that unit was written or acked.
+    Other errors fail the call as a whole.
     """
     first = units[0][0]
-    header = [first.run_id, first.delivery_limit, first.death_time_ms]
+    header = [first.run_id, first.delivery_limit, first.death_time_ms, int(first.check_newest)]
     keys: list[str] = []
     args: list[Any] = list(header)
     for ctx, entries in units:
-        if [ctx.run_id, ctx.delivery_limit, ctx.death_time_ms] != header:
-            raise ValueError("dead-letter units of one call must share run id, limit and time")
+        if [ctx.run_id, ctx.delivery_limit, ctx.death_time_ms, int(ctx.check_newest)] != header:
+            raise ValueError("dead-letter units of one call must share run id, limit, time "
+                             "and check")
         keys += [ctx.stream, ctx.dlq]
         args += [ctx.group, ctx.consumer, ctx.stream, len(entries)]
         for e in entries:

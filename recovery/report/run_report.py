@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
+import redis
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
@@ -22,14 +24,18 @@ from recovery.executor.tally import (
     Tallies,
     not_due_counts,
     read_tallies,
+    refused_units,
     tallied,
     unit_counts,
 )
+from recovery.redis_io.dlq_names import DeadLetterNames
 from recovery.report.json_line import JsonLine
 from recovery.report.wording import plural
 from recovery.report.worker_files import local_directory, write_by_driver, write_by_workers
 from recovery.schemas import HEALTH, REPORT, Action, arrow
-from recovery.targets.keys import Skipped
+from recovery.targets.keys import Skipped, refused_targets
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -198,8 +204,28 @@ def fill_summary(summary: RunSummary, tallies: Tallies, skipped: list[Skipped],
             summary.totals[action] += int(unit[action])
     if summary.backoff is not None:
         _add_not_due(summary, tallies, actions)
+    refused = [Skipped(stream, group, reason)
+               for (stream, group), reason in sorted(refused_units(tallies).items())]
+    for refusal in refused:  # a unit error: the over-limit entries stay pending, run after run
+        log.warning("%s / %s: %s", refusal.stream, refusal.group, refusal.reason)
+    skipped = [*skipped, *refused]
     summary.skipped = [asdict(s) for s in skipped]
     if skipped and summary.status == "ok":
+        summary.status = "partial"
+
+
+def add_refused_targets(summary: RunSummary, client: redis.Redis,
+                        names: DeadLetterNames) -> None:
+    """A dry run's skipped rows for the units that would dead-letter into a stream the move
+    script refuses (``recovery.targets.keys.refused_targets``): status ``partial``, as the
+    real run's."""
+    pairs = [(u["stream"], u["group"]) for u in summary.units
+             if u.get(Action.WOULD_DEAD_LETTER)]
+    refused = refused_targets(client, names, pairs) if pairs else []
+    for refusal in refused:
+        log.warning("%s / %s: %s", refusal.stream, refusal.group, refusal.reason)
+    summary.skipped += [asdict(s) for s in refused]
+    if refused and summary.status == "ok":
         summary.status = "partial"
 
 

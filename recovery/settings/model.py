@@ -35,6 +35,7 @@ from pydantic_settings import (
 
 from recovery.errors import ConfigError
 from recovery.params import JobParams, RedisParams
+from recovery.redis_io.dlq_names import name_clash
 from recovery.settings.claim import ClaimSettings
 from recovery.settings.dead_letters import DeadLettersSettings
 from recovery.settings.metrics import MetricsSettings
@@ -87,6 +88,15 @@ class Settings(BaseSettings):
                 f"({self.claim.min_idle_ms} ms), or another run may claim entries while the "
                 "handler still works on them: lower the timeout or raise min_idle_ms"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _dead_letters_apart(self) -> Settings:
+        # Dead letters never go into a selected source or a requeue target (issue 60).
+        clash = name_clash(self.dead_letter.names, self.streams.keys, self.streams.groups,
+                           self.reprocess.requeue_stream)
+        if clash is not None:
+            raise ValueError(clash)
         return self
 
     @classmethod

@@ -9,9 +9,14 @@ from dataclasses import dataclass
 
 import redis
 
-from recovery.errors import UnsupportedServerError
+from recovery.errors import DeadLetterNameError, UnsupportedServerError
 from recovery.params import RedisParams
+from recovery.redis_io.dlq_names import DeadLetterNames, is_letter, refused_reason
+from recovery.redis_io.error_codes import TargetRefused
 from recovery.redis_io.redis_conn import key_refused, redis_errors
+from recovery.redis_io.round_trips import each
+from recovery.redis_io.run_ids import is_registration
+from recovery.redis_io.split_cursors import is_split_key
 from recovery.redis_io.streams import scan_keys, server_version, shown
 from recovery.settings.model import Settings
 
@@ -45,12 +50,15 @@ def check_server(client: redis.Redis, params: RedisParams) -> tuple[int, int, in
 
 
 def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
-                  skipped: list[Skipped], warnings: list[str] | None = None
-                  ) -> dict[str, bool]:
+                  skipped: list[Skipped], warnings: list[str] | None = None,
+                  undecided: set[str] | None = None) -> dict[str, bool]:
     """The keys ``streams.keys`` and ``streams.match`` select -> whether named explicitly:
     the explicit keys, then the SCAN MATCH hits in order; dead-letter streams left out (before
     any TYPE: the job's ACL user needs no read access to them), non-UTF-8 names skipped.
-    None at all: ``matched_nothing`` is added to `warnings`, if given, and logged."""
+    With `undecided` (the recovery run), a key only the template's pattern names (not the
+    suffix) is kept and added to it: ``drop_dead_letter_streams`` decides it once the groups
+    are known. None at all: ``matched_nothing`` is added to `warnings`, if given, and
+    logged."""
     sel, rule = settings.streams, settings.dead_letter.names
     names = dict.fromkeys(sel.keys, True)
     if sel.match:
@@ -60,13 +68,118 @@ def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
             names.setdefault(key_text(key, skipped), False)
     selected = {}
     for name, explicit in names.items():
-        if name and rule.is_dead_letter(name):
+        if name and undecided is not None and not rule.by_suffix(name) \
+                and rule.by_template(name):
+            undecided.add(name)
+            selected[name] = explicit
+        elif name and rule.is_dead_letter(name):
             log.info("skip %s: it is a dead-letter stream", name)
         elif name:
             selected[name] = explicit
     if not selected and warnings is not None:
         warn(warnings, matched_nothing(settings))
     return selected
+
+
+def drop_dead_letter_streams(client: redis.Redis, settings: Settings,
+                             streams: list[tuple[str, list[str]]], undecided: set[str],
+                             skipped: list[Skipped]) -> set[str]:
+    """Which of the `undecided` streams (of `streams`: (stream, its selected groups)) are
+    dead-letter streams, never recovered: those holding letters (empty, or their oldest entry
+    carries the metadata block), left out quietly; and those the template names for a
+    selected (stream, group) (where this run writes its letters), left out with a WARNING and
+    a `skipped` row when they hold anything else. Any other stream the template could name is
+    a source. Raises DeadLetterNameError (exit 2) when such a stream, holding no letters, is
+    named in ``streams.keys``: the run would never recover it."""
+    names = settings.dead_letter.names
+    owner: dict[str, tuple[str, str]] = {}
+    for stream, groups in streams:
+        for group in groups:
+            key = _dead_letter_name(names, stream, group)
+            if key is not None and key != stream:
+                owner.setdefault(key, (stream, group))
+    checked = [stream for stream, _ in streams if stream in undecided]
+    replies = each(client, [("XRANGE", key, "-", "+", "COUNT", 1) for key in checked])
+    dropped = set()
+    for key, reply in zip(checked, replies, strict=True):
+        if holds_letters(reply):
+            log.info("skip %s: it is a dead-letter stream", key)
+            dropped.add(key)
+            continue
+        if key not in owner:
+            continue  # a name the template could make, but no selected unit's: a source
+        stream, group = owner[key]
+        reason = (f"dead_letter.stream {names.template!r} names {key!r} as the dead-letter "
+                  f"stream of {stream} / {group}, but it holds entries without the "
+                  "dead-letter metadata: set dead_letter.stream to a name no application "
+                  "uses, e.g. {{{stream}}}:dlq:{group}")
+        if key in settings.streams.keys:
+            raise DeadLetterNameError(f"streams.keys selects {key!r}, yet {reason}")
+        log.warning("skip %s: not recovered: %s", key, reason)
+        skipped.append(Skipped(key, None, f"not recovered: {reason}"))
+        dropped.add(key)
+    return dropped
+
+
+def _dead_letter_name(names: DeadLetterNames, stream: str, group: str) -> str | None:
+    try:
+        return names.key(stream, group)
+    except DeadLetterNameError:
+        return None
+
+
+def holds_letters(reply: object) -> bool:
+    """Whether a stream's ``XRANGE key - + COUNT 1`` reply (raw) shows one that may hold dead
+    letters: empty, or its oldest entry carries the metadata block (XRANGE: every documented
+    ACL rule grants it). An error reply: False."""
+    if not isinstance(reply, list):
+        return False
+    if not reply:
+        return True
+    return is_letter(reply[0][1][::2])
+
+
+def refused_targets(client: redis.Redis, names: DeadLetterNames,
+                    pairs: list[tuple[str, str]]) -> list[Skipped]:
+    """A dry run's view of the move script's target check (``dead_letter.lua``): a skipped
+    row, with the reason a real run would give, per (stream, group) of `pairs` whose
+    dead-letter stream is the source itself, a key of another type or a stream whose oldest
+    entry is no letter. Keys the user may not read are left to the real run."""
+    targets: dict[tuple[str, str], str] = {}
+    for stream, group in pairs:
+        key = _dead_letter_name(names, stream, group)
+        if key is not None:
+            targets[(stream, group)] = key
+    distinct = list(dict.fromkeys(targets.values()))
+    kinds = each(client, [("TYPE", key) for key in distinct])
+    oldest = each(client, [("XRANGE", key, "-", "+", "COUNT", 1) for key in distinct])
+    refusals: dict[str, TargetRefused] = {}
+    for key, kind, first in zip(distinct, kinds, oldest, strict=True):
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        if isinstance(kind, Exception) or kind == "none":
+            continue
+        if kind != "stream":
+            refusals[key] = TargetRefused(str(kind), "it is no stream")
+        elif not holds_letters(first):
+            refusals[key] = TargetRefused("stream", "its oldest entry carries no metadata")
+    rows = []
+    for (stream, group), key in targets.items():
+        refusal = refusals.get(key)
+        if key == stream:
+            refusal = TargetRefused("stream", "it is the source stream itself")
+        if refusal is not None:
+            rows.append(Skipped(stream, group, refused_reason(key, refusal)))
+    return rows
+
+
+def is_own_key(name: str, settings: Settings) -> bool:
+    """True for a name of the job's own bookkeeping (any run's): a claim journal
+    (``claim.journal_prefix``), a split cursor or range list, a run registration. Such a key
+    that is not a stream is never a skipped source: the job leaves it alone, silently (each
+    has a TTL, and its run deletes it when it finishes)."""
+    journal = settings.claim.journal_prefix
+    return (bool(journal) and name.startswith(journal)) or is_split_key(name) \
+        or is_registration(name, settings.claim.consumer_prefix)
 
 
 def matched_nothing(settings: Settings, what: str = "stream") -> str:

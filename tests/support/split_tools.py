@@ -4,11 +4,13 @@ and Spark partitions that handed entries over: ``tests.support.split_handler``).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from redis import Redis
 
+from recovery.redis_io.split_cursors import cursor_key
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from tests.support.backlogs import DEAD, HOUR_MS, LIVE, binary_fields
 from tests.support.fault_tools import GROUP, Key
@@ -32,6 +34,16 @@ def seen_meanwhile(client: Redis) -> tuple[set[str], dict[str, int]]:
     consumers = {c.decode() for c in client.smembers(SEEN_CONSUMERS)}
     ttls = {k.decode(): int(v) for k, v in client.hgetall(SPLIT_TTLS).items()}
     return consumers, ttls
+
+
+def seen_cursor(keys: Iterable[str], stream: str, group: str, run_id: str) -> str | None:
+    """Among `keys`, the cursor of `stream` / `group` in run `run_id` (its name holds the
+    nonce of the run's opening, unknown to the test: ``cursor_key``), or None."""
+    before, _, after = (cursor_key(stream, group, run_id, "\0") or "").partition("\0")
+    found = [k for k in keys if k.startswith(before) and k.endswith(after)
+             and re.fullmatch(r"[0-9a-f]{8}", k[len(before):len(k) - len(after)])]
+    assert len(found) <= 1, found
+    return found[0] if found else None
 
 
 def split_keys(client: Redis) -> list[bytes]:

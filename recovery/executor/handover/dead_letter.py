@@ -21,8 +21,8 @@ from recovery.counts import INT64_MAX
 from recovery.executor.handover.lease import REASON_DELETED, REASON_GONE, REASON_VANISHED
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams
-from recovery.redis_io.dlq_names import DeadLetterNames
-from recovery.redis_io.error_codes import VANISHED
+from recovery.redis_io.dlq_names import DeadLetterNames, refused_reason
+from recovery.redis_io.error_codes import VANISHED, TargetRefused
 from recovery.redis_io.round_trips import UnitScriptCall, calls_of, run_unit_script_calls
 from recovery.redis_io.scripts import (
     MOVED_DELETED,
@@ -95,7 +95,8 @@ def dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
     for unit, rows in rb.by_unit(job_of).items():
         ctx = DeadLetterContext(unit.stream, unit.group, unit.consumer,
                                 names.key(unit.stream, unit.group),
-                                params.run_id, params.max_deliveries, now_ms)
+                                params.run_id, params.max_deliveries, now_ms,
+                                params.dlq_check_newest)
         chunks += [(ctx, chunk) for chunk in batches([job_of[i] for i in rows],
                                                      params.dlq_batch_size)]
     per_call = 1 if isinstance(client, RedisCluster) else params.dlq_batch_size
@@ -104,7 +105,12 @@ def dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
         units = [(ctx, [_dead_letter_entry(rb, j) for j in chunk]) for ctx, chunk in call]
         calls.append(([chunk for _, chunk in call], partial(dead_letter_units, client, units)))
     for job, status in run_unit_script_calls(client, calls):
-        _report_dead_letter(rb, job, status)
+        if isinstance(status, TargetRefused):
+            i = job.row
+            dlq = names.key(rb.stream[i], rb.group[i])
+            rb.set(i, Action.SKIPPED, refused_reason(dlq, status), job.error)
+        else:
+            _report_dead_letter(rb, job, status)
 
 
 def _dead_letter_entry(rb: RoutedBatch, job: DeadLetterJob) -> DeadLetter:

@@ -3,7 +3,9 @@
 -- unit, as all keys of a call must share a slot).
 -- KEYS, per unit u in order: KEYS[2u-1] its source stream, KEYS[2u] its dead-letter stream
 -- (same hash slot as its source).
--- ARGV[1]: run id; ARGV[2]: delivery limit; ARGV[3]: death time (epoch ms); then per unit,
+-- ARGV[1]: run id; ARGV[2]: delivery limit; ARGV[3]: death time (epoch ms); ARGV[4]: '1' to
+-- check the newest entry of a dead-letter stream too (XINFO STREAM: the user may run it),
+-- '0' to check its oldest only (XRANGE, which every documented ACL rule grants); then per unit,
 -- in KEYS order: its group; the job's consumer (only entries it owns move); the source name
 -- (x-original-stream); the number n of its entries; then 6 values per entry: id, delivery
 -- count (with a requeued copy's carried deliveries, whose field is not copied), idle ms
@@ -18,8 +20,14 @@
 -- answered (NOGROUP, WRONGTYPE): that unit stops there (entries it moved before stay moved,
 -- as when a script call of its own fails), the other units go on. Any other error (an ACL
 -- refusal, OOM) fails the whole call, as redis.call does.
+-- Or, in place of that array, the error 'NOTLETTERS <type> <why>' when the unit's
+-- dead-letter stream is not the job's to write (checked before its first entry, in the same
+-- atomic call): it must be missing, an empty stream, or a stream whose oldest entry (and,
+-- with ARGV[4] '1', newest entry) carries the metadata block (x-original-stream,
+-- x-original-id, x-death-reason), and never the source itself. Then nothing of that unit
+-- is written or acked: its entries stay pending.
 local MAX_VALUES = 7900
-local run_id, limit, death_time = ARGV[1], ARGV[2], ARGV[3]
+local run_id, limit, death_time, newest = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
 
 local function unit_gone(reply)
   return type(reply) == 'table' and reply.err ~= nil
@@ -72,18 +80,49 @@ local function move(stream, dlq, group, consumer, source, i)
   return dlq_id
 end
 
+-- Whether an entry's flat field list carries the metadata block.
+local function is_letter(fields)
+  local names = {}
+  for j = 1, #fields, 2 do names[fields[j]] = true end
+  return names['x-original-stream'] and names['x-original-id'] and names['x-death-reason']
+end
+
+-- Why `dlq` is no stream of dead letters ('<type> <why>'), or nil when it may take them.
+local function not_letters(stream, dlq)
+  if dlq == stream then return 'stream it is the source stream itself' end
+  local kind = redis.call('TYPE', dlq)['ok']
+  if kind == 'none' then return nil end
+  if kind ~= 'stream' then return kind .. ' it is no stream' end
+  local oldest = redis.call('XRANGE', dlq, '-', '+', 'COUNT', 1)
+  if #oldest == 0 then return nil end  -- an empty stream
+  if not is_letter(oldest[1][2]) then
+    return 'stream its oldest entry carries no dead-letter metadata'
+  end
+  if newest then
+    local info = redis.call('XINFO', 'STREAM', dlq)
+    for j = 1, #info, 2 do
+      if info[j] == 'last-entry' and info[j + 1] and not is_letter(info[j + 1][2]) then
+        return 'stream its newest entry carries no dead-letter metadata'
+      end
+    end
+  end
+  return nil
+end
+
 local replies = {}
-local at = 4
+local at = 5
 for u = 1, #KEYS / 2 do
   local stream, dlq = KEYS[2 * u - 1], KEYS[2 * u]
   local group, consumer, source, n = ARGV[at], ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
   local reply = {}
+  local refused = n > 0 and not_letters(stream, dlq)
+  if refused then n = 0; reply = {err = 'NOTLETTERS ' .. refused} end
   for k = 0, n - 1 do
     local one = move(stream, dlq, group, consumer, source, at + 4 + 6 * k)
     if failed(one) then reply = one; break end
     reply[k + 1] = one
   end
   replies[u] = reply
-  at = at + 4 + 6 * n
+  at = at + 4 + 6 * tonumber(ARGV[at + 3])
 end
 return replies

@@ -1,0 +1,130 @@
+"""A run ID is used once (docs/GUARANTEES.md, "Run IDs").
+
+A run refuses (exit 2, one line, nothing touched) a given ``--run-id`` that has any trace:
+its report partition (checked before Redis is), its claim journal, split cursors or range
+lists, or another run's registration. Every real run then registers its ID in Redis
+(``recovery.redis_io.run_ids``: SET NX with a TTL) before its first write, so two drivers
+started at once with one ID are told apart; the registration is deleted when the run
+finishes, and stays (for its TTL) when the run is killed or fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import redis
+from pyspark.sql import SparkSession
+from redis.exceptions import ResponseError
+
+from recovery.driver.discovery import job_consumer
+from recovery.params import RedisParams
+from recovery.redis_io.journal import journal_in_redis, journal_key
+from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.run_ids import (
+    TTL_S,
+    RunIdTakenError,
+    refused,
+    register_run,
+    registration_key,
+    split_traces,
+)
+from recovery.redis_io.streams import drop_keys
+from recovery.report.run_report import health_path, run_path
+from recovery.report.worker_files import local_directory
+from recovery.settings.model import Settings
+from recovery.targets.keys import warn
+
+log = logging.getLogger(__name__)
+FIX = "omit --run-id for a fresh one, or pick another"
+ACL_LINE = "docs/ACL.md: the line of the run registrations, ~recovery:run:*"
+
+
+def taken(run_id: str, trace: str) -> RunIdTakenError:
+    """The refusal of `run_id`, naming its `trace` and the fix."""
+    return RunIdTakenError(f"--run-id {run_id} is taken: {trace}: {FIX}")
+
+
+def refuse_reported_run_id(spark: SparkSession, settings: Settings, run_id: str) -> None:
+    """Refuse a given run ID whose report partition (entries or health) exists: a run with
+    this ID wrote its report there, and a second would add its rows to that partition. Reads
+    the file system only: call it before any Redis write."""
+    base = settings.report.path
+    for path in (run_path(base, run_id), health_path(base, run_id)):
+        if _exists(spark, path):
+            raise taken(run_id, f"its report partition {path} exists")
+
+
+def _exists(spark: SparkSession, path: str) -> bool:
+    """Whether the directory `path` exists: a local one on the disk, another file system's
+    as Spark's reader finds it (a missing path fails its analysis)."""
+    local = local_directory(path)
+    if local is not None:
+        return Path(local).exists()
+    try:
+        spark.read.format("text").load(path).schema  # noqa: B018 (analysis lists the path)
+    except Exception:
+        return False
+    return True
+
+
+def refuse_traced_run_id(client: redis.Redis, settings: Settings, params: RedisParams,
+                         run_id: str) -> None:
+    """Refuse a given run ID that left a trace in Redis: its claim journal (part 0's,
+    journaled by every run that claimed on a master that may retry tasks), a split cursor
+    or range list (one SCAN of the keyspace), or a registration. Reads only."""
+    with redis_errors(params):
+        prefix = settings.claim.journal_prefix
+        if prefix:
+            key = journal_key(prefix, job_consumer(settings.claim.consumer_prefix, run_id, 0))
+            if journal_in_redis(client, key):
+                raise taken(run_id, f"a run with this ID left its claim journal {key} in Redis "
+                            "(killed, or still running)")
+        for key in split_traces(client, run_id):
+            raise taken(run_id, f"a run with this ID left its split cursor or range list {key} "
+                        "in Redis (killed, or still running)")
+        key = registration_key(settings.claim.consumer_prefix, run_id)
+        if _exists_unless_refused(client, key):
+            raise taken(run_id, f"a run with this ID registered it in Redis ({key}: killed, "
+                        "failed, or still running)")
+
+
+def _exists_unless_refused(client: redis.Redis, key: str) -> bool:
+    """EXISTS `key`; False when the ACL user may not (it cannot register either: the
+    registration step says so)."""
+    try:
+        return bool(client.exists(key))
+    except ResponseError as exc:
+        if refused(exc):
+            return False
+        raise
+
+
+@contextlib.contextmanager
+def registered_run(client: redis.Redis, settings: Settings, params: RedisParams, run_id: str,
+                   given: bool, warnings: list[str]) -> Iterator[None]:
+    """Register `run_id` for the run's duration (SET NX with a TTL): refused when another run
+    holds it (two drivers started at once with one `given` ID). A user whose ACL may not
+    write the key runs unregistered: with a `given` ID, a WARNING (into `warnings`) says that
+    only the other traces were checked. The key is deleted when the run finishes (not when
+    it raises: a failed run's ID stays used until the key expires)."""
+    key = registration_key(settings.claim.consumer_prefix, run_id)
+    with redis_errors(params):
+        got = register_run(client, key, run_id)
+    if got is False:
+        raise taken(run_id, f"another run holds its registration {key} in Redis (started at "
+                    "the same time, or killed)")
+    if got is not True:
+        message = (f"run {run_id}: its ID cannot be registered in Redis ({got}): only its "
+                   "report, journal and split keys were checked, so two runs started at once "
+                   f"with this --run-id would not be told apart; grant the key ({ACL_LINE})")
+        if given:
+            warn(warnings, message)
+        else:
+            log.info("%s", message)
+    yield
+    if got is True:
+        drop_keys(client, [key], "run registration", TTL_S)
+
