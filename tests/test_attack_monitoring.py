@@ -1,0 +1,117 @@
+"""Attacks on the monitoring of issue 61 (ATTACKS.md, "Dependencies that misbehave" and
+"What the operator is told"), each through a command a user runs, against a real
+Pushgateway, real Redis servers and, for the alert rules, the real ``promtool``. Each test
+failed on the code it was written against."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from redis import Redis
+
+from recovery.metrics.families import PREFIX
+from recovery.testing.local_redis import LocalServer, free_port
+from tests.support.fault_tools import finished, job_args, spark_submit
+from tests.support.pushgateway import LocalPushgateway, pushed
+
+ROOT = Path(__file__).resolve().parent.parent
+HANDLER = "handler.path=tests.support.handlers:verify_or_fail"
+
+
+def merged_run(job: str, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    """``python jobs/<job>`` with stderr merged into stdout, as spark-submit's PythonRunner
+    merges the driver's streams (tests/support/fault_tools.finished)."""
+    return subprocess.run([sys.executable, str(ROOT / "jobs" / job), *args], cwd=ROOT,
+                          env={**os.environ}, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout_s)
+
+
+def last_line_json(output: str) -> dict[str, object]:
+    lines = output.strip().splitlines()
+    assert lines, "nothing printed"
+    try:
+        return json.loads(lines[-1])  # type: ignore[no-any-return]
+    except json.JSONDecodeError:
+        raise AssertionError(f"stdout's last line is not the JSON summary: {lines[-1]!r}")
+
+
+def sets(*pairs: str) -> list[str]:
+    return [a for s in pairs for a in ("--set", s)]
+
+
+def seed_dead_letter(client: Redis, stream: str) -> None:
+    client.xadd(stream, {"a": "1"})
+    client.xadd(f"{{{stream}}}:dlq", {"a": "1"})
+
+
+# --- the JSON line is not stdout's last under spark-submit -------------------------------
+
+def test_a_refused_redrive_prints_its_json_last_with_the_streams_merged(tmp_path: Path) -> None:
+    """A refused redrive (an empty ID range, exit 2) with metrics on: the metrics' INFO line
+    ("metrics: pushed 2 series") came after the JSON error line, so where the streams are
+    merged (spark-submit) stdout's last line was a log line, not the JSON."""
+    with LocalPushgateway() as gateway:
+        done = merged_run("redrive.py", *sets(
+            "redis.url=redis://127.0.0.1:1", "streams.keys=s", f"report.path={tmp_path}",
+            "redrive.from_id=5", "redrive.to_id=1", f"metrics.pushgateway_url={gateway.url}"))
+    assert done.returncode == 2, done.stdout
+    assert last_line_json(done.stdout)["exit_code"] == 2
+
+
+@pytest.mark.slow
+def test_spark_submit_with_redis_unreachable_prints_its_json_last(tmp_path: Path) -> None:
+    """``spark-submit jobs/recover.py`` with Redis unreachable and a working Pushgateway:
+    exit 1 and the JSON error line must be stdout's last (it was followed by
+    ``INFO recovery.metrics.push: metrics: pushed 3 series ...``)."""
+    with LocalPushgateway() as gateway:
+        proc = spark_submit(job_args(f"redis://127.0.0.1:{free_port()}", tmp_path / "reports",
+                                     ["s"], HANDLER, f"metrics.pushgateway_url={gateway.url}"),
+                            tmp_path / "logs")
+        code = proc.wait(timeout=240)
+        assert pushed(gateway, PREFIX + "redis_up") == {"outcome=attempt": 0}
+    stdout = (tmp_path / "logs" / "stdout").read_text(errors="replace")
+    assert code == 1, stdout[-3000:]
+    assert last_line_json(stdout)["exit_code"] == 1
+
+
+# --- the dead-letter jobs: Redis unreachable, a refused dry run --------------------------
+
+def test_a_redrive_that_cannot_reach_redis_keeps_its_series_and_says_redis_down(
+        redis_server: LocalServer, tmp_path: Path) -> None:
+    """A good redrive, then one with Redis unreachable (exit 1): it replaced the redrive's
+    run group (the dead-letter series of its streams gone) and pushed ``redis_up`` 1, the
+    opposite of what happened; OPERATIONS "Monitoring": a run that never read Redis keeps
+    the run group and pushes its attempt, ``redis_up`` 0."""
+    seed_dead_letter(redis_server.client(), "atk-rd")
+    with LocalPushgateway() as gateway:
+        common = ("streams.keys=atk-rd", f"report.path={tmp_path}",
+                  f"metrics.pushgateway_url={gateway.url}")
+        good = merged_run("redrive.py", *sets(f"redis.url={redis_server.url}", *common))
+        assert good.returncode == 0, good.stdout
+        kept = pushed(gateway, PREFIX + "dead_letter_entries", "redrive")
+        assert kept == {"stream=atk-rd": 1}, kept
+        down = merged_run("redrive.py", *sets(f"redis.url=redis://127.0.0.1:{free_port()}",
+                                              *common))
+        assert down.returncode == 1, down.stdout
+        assert pushed(gateway, PREFIX + "last_attempt_exit_code", "redrive") == {
+            "outcome=attempt": 1}
+        assert pushed(gateway, PREFIX + "redis_up", "redrive") == {"outcome=attempt": 0}
+        assert pushed(gateway, PREFIX + "dead_letter_entries", "redrive") == kept
+
+
+def test_a_refused_redrive_dry_run_pushes_under_the_dry_run_kind(tmp_path: Path) -> None:
+    """``redrive --dry-run`` refused (exit 2) pushed its attempt under kind ``redrive``, the
+    real redrive's group: an ad-hoc dry run's mistake became the real job's last attempt."""
+    with LocalPushgateway() as gateway:
+        done = merged_run("redrive.py", "--dry-run", *sets(
+            "redis.url=redis://127.0.0.1:1", "streams.keys=s", f"report.path={tmp_path}",
+            "redrive.from_id=5", "redrive.to_id=1", f"metrics.pushgateway_url={gateway.url}"))
+        assert done.returncode == 2, done.stdout
+        assert pushed(gateway, PREFIX + "last_attempt_exit_code", "redrive") == {}
+        assert pushed(gateway, PREFIX + "last_attempt_exit_code", "redrive_dry_run") == {
+            "outcome=attempt": 2}
