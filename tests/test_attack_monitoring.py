@@ -9,12 +9,16 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from redis import Redis
 
 from recovery.metrics.families import PREFIX
+from recovery.metrics.recovery_run import push_recovery_metrics
+from recovery.report.run_report import RunSummary
+from recovery.settings.model import load_settings
 from recovery.testing.local_redis import LocalServer, free_port
 from tests.support.fault_tools import finished, job_args, spark_submit
 from tests.support.pushgateway import LocalPushgateway, pushed
@@ -115,3 +119,35 @@ def test_a_refused_redrive_dry_run_pushes_under_the_dry_run_kind(tmp_path: Path)
         assert pushed(gateway, PREFIX + "last_attempt_exit_code", "redrive") == {}
         assert pushed(gateway, PREFIX + "last_attempt_exit_code", "redrive_dry_run") == {
             "outcome=attempt": 2}
+
+
+# --- the metrics' own read of Redis after the run ----------------------------------------
+
+def test_the_metrics_read_of_a_hung_redis_is_bounded_by_the_metrics_timeout(
+        redis_server: LocalServer) -> None:
+    """A run whose own after-run read failed (Redis hung at the end: ``CLIENT PAUSE``, a
+    ``DEBUG SLEEP``, a proxy that stops forwarding) leaves ``summary.after`` unset; the
+    metrics then read the hung server again, for (1 + retries) x ``redis.socket_timeout_s``
+    (2 minutes at the default 30 s) on top of the run's own wait, whatever
+    ``metrics.timeout_s`` says. Here: socket timeout 2 s, metrics timeout 1 s; it took
+    9.5 s. The push itself still goes out (with what is known)."""
+    client: Redis = redis_server.client()
+    client.xadd("atk-hung", {"a": "1"})
+    client.xgroup_create("atk-hung", "g", id="0")
+    with LocalPushgateway() as gateway:
+        settings = load_settings(None, [
+            f"redis.url={redis_server.url}", "streams.keys=atk-hung", "redis.socket_timeout_s=2",
+            "redis.connect_timeout_s=2", f"metrics.pushgateway_url={gateway.url}",
+            "metrics.timeout_s=1"])
+        summary = RunSummary("atk-hung-run")
+        summary.units = [{"stream": "atk-hung", "group": "g"}]
+        client.execute_command("CLIENT", "PAUSE", 30_000, "ALL")
+        try:
+            started = time.monotonic()
+            entry = push_recovery_metrics(settings, summary, 0, time.time())
+            took = time.monotonic() - started
+        finally:
+            redis_server.client().execute_command("CLIENT", "UNPAUSE")
+        assert entry is not None and entry["pushed"] is True, entry
+        assert str(entry["pending"]).startswith("not read"), entry
+    assert took < 2 * settings.metrics.timeout_s + 1.5, took
