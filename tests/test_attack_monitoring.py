@@ -141,13 +141,10 @@ def test_the_metrics_read_of_a_hung_redis_is_bounded_by_the_metrics_timeout(
             "metrics.timeout_s=1"])
         summary = RunSummary("atk-hung-run")
         summary.units = [{"stream": "atk-hung", "group": "g"}]
-        client.execute_command("CLIENT", "PAUSE", 30_000, "ALL")
-        try:
-            started = time.monotonic()
-            entry = push_recovery_metrics(settings, summary, 0, time.time())
-            took = time.monotonic() - started
-        finally:
-            redis_server.client().execute_command("CLIENT", "UNPAUSE")
+        client.execute_command("CLIENT", "PAUSE", 12_000, "ALL")  # ends by itself
+        started = time.monotonic()
+        entry = push_recovery_metrics(settings, summary, 0, time.time())
+        took = time.monotonic() - started
         assert entry is not None and entry["pushed"] is True, entry
         assert str(entry["pending"]).startswith("not read"), entry
     assert took < 2 * settings.metrics.timeout_s + 1.5, took
