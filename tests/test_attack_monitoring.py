@@ -22,6 +22,7 @@ from recovery.settings.model import load_settings
 from recovery.testing.local_redis import LocalServer, free_port
 from tests.support.fault_tools import finished, job_args, spark_submit
 from tests.support.pushgateway import LocalPushgateway, pushed
+from tests.support.redirecting_gateway import RedirectingGateway
 
 ROOT = Path(__file__).resolve().parent.parent
 HANDLER = "handler.path=tests.support.handlers:verify_or_fail"
@@ -148,3 +149,31 @@ def test_the_metrics_read_of_a_hung_redis_is_bounded_by_the_metrics_timeout(
         assert entry is not None and entry["pushed"] is True, entry
         assert str(entry["pending"]).startswith("not read"), entry
     assert took < 2 * settings.metrics.timeout_s + 1.5, took
+
+
+# --- a gateway that redirects ------------------------------------------------------------
+
+def test_a_redirected_push_neither_leaks_the_password_nor_counts_as_pushed(
+        tmp_path: Path) -> None:
+    """The gateway answers the attempt group's POST with a 302 to another host: urllib
+    followed it as a GET, sending the basic-auth header (the metrics password) to that host,
+    and the summary said ``pushed: true`` although the attempt was never stored. A push
+    must not follow redirects: a redirect is a failed push (one WARNING, ``pushed`` false)."""
+    password = "Wombat-77c1-redirect-pass"
+    with RedirectingGateway() as gateway:
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "jobs" / "redrive.py"), *sets(
+                "redis.url=redis://127.0.0.1:1", "streams.keys=s", f"report.path={tmp_path}",
+                "redrive.from_id=5", "redrive.to_id=1", f"metrics.pushgateway_url={gateway.url}",
+                "metrics.username=pusher")],
+            cwd=ROOT, env={**os.environ, "RECOVERY_METRICS__PASSWORD": password},
+            capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert gateway.redirected >= 1, "the gateway never saw the POST"
+        leaked = [(method, path) for method, path, headers in gateway.seen
+                  if "Authorization" in headers or "authorization" in headers]
+    assert leaked == [], f"the basic-auth header went to the redirect's host: {leaked}"
+    assert password not in done.stdout + done.stderr
+    assert last_line_json(done.stdout)["exit_code"] == 2
+    assert gateway.seen == [], gateway.seen
+    assert "redirect" in done.stderr.lower() or "302" in done.stderr, done.stderr[-2000:]
