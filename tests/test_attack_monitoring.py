@@ -20,7 +20,7 @@ from recovery.metrics.recovery_run import push_recovery_metrics
 from recovery.report.run_report import RunSummary
 from recovery.settings.model import load_settings
 from recovery.testing.local_redis import LocalServer, free_port
-from tests.support.fault_tools import finished, job_args, spark_submit
+from tests.support.fault_tools import job_args, spark_submit
 from tests.support.pushgateway import LocalPushgateway, pushed
 from tests.support.redirecting_gateway import RedirectingGateway
 
@@ -41,8 +41,9 @@ def last_line_json(output: str) -> dict[str, object]:
     assert lines, "nothing printed"
     try:
         return json.loads(lines[-1])  # type: ignore[no-any-return]
-    except json.JSONDecodeError:
-        raise AssertionError(f"stdout's last line is not the JSON summary: {lines[-1]!r}")
+    except json.JSONDecodeError as exc:
+        raise AssertionError(f"stdout's last line is not the JSON summary: {lines[-1]!r}"
+                             ) from exc
 
 
 def sets(*pairs: str) -> list[str]:
