@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -178,3 +179,18 @@ def test_a_redirected_push_neither_leaks_the_password_nor_counts_as_pushed(
     assert last_line_json(done.stdout)["exit_code"] == 2
     assert gateway.seen == [], gateway.seen
     assert "redirect" in done.stderr.lower() or "302" in done.stderr, done.stderr[-2000:]
+
+
+# --- the alert rules ---------------------------------------------------------------------
+
+def test_the_rules_page_for_a_job_gone_silent_and_not_for_one_failure() -> None:
+    """``promtool test rules tests/alerts/attack_alerts_test.yml``: (1) after a Pushgateway
+    restart (in memory: every series gone) a scheduled job that stopped running fires
+    nothing, ever; (2) after such a restart one failed run pages "has not succeeded for
+    three schedules" at once, the deployment looking as if it never succeeded."""
+    binary = shutil.which("promtool")
+    assert binary, "no promtool: apt-get install prometheus"
+    done = subprocess.run([binary, "test", "rules",
+                           str(ROOT / "tests" / "alerts" / "attack_alerts_test.yml")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
