@@ -14,14 +14,16 @@ import time
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 from redis import Redis
 
+from recovery.cli.dead_letters import dead_letters_main
 from recovery.metrics.families import PREFIX
 from recovery.metrics.recovery_run import push_recovery_metrics
 from recovery.report.run_report import RunSummary
 from recovery.settings.model import load_settings
 from recovery.testing.local_redis import LocalServer, free_port
-from tests.support.fault_tools import job_args, spark_submit
+from tests.support.fault_tools import job_args, json_summary, spark_submit
 from tests.support.pushgateway import LocalPushgateway, pushed
 from tests.support.redirecting_gateway import RedirectingGateway
 
@@ -194,3 +196,24 @@ def test_the_rules_page_for_a_job_gone_silent_and_not_for_one_failure() -> None:
                            str(ROOT / "tests" / "alerts" / "attack_alerts_test.yml")],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_a_dead_letter_read_that_cannot_reach_redis_keeps_its_series(
+        spark: SparkSession, redis_server: LocalServer, tmp_path: Path) -> None:
+    """The dead-letter read's twin of the redrive case: Redis unreachable (exit 1) replaced
+    its run group (the dead-letter series gone) and pushed ``redis_up`` 1."""
+    seed_dead_letter(redis_server.client(), "atk-dl")
+    with LocalPushgateway() as gateway:
+        common = ["streams.keys=atk-dl", f"report.path={tmp_path}",
+                  f"metrics.pushgateway_url={gateway.url}"]
+        code, _ = json_summary(lambda: dead_letters_main(
+            sets(f"redis.url={redis_server.url}", *common), lambda: spark))
+        assert code == 0
+        kept = pushed(gateway, PREFIX + "dead_letter_entries", "dead_letters")
+        assert kept == {"stream=atk-dl": 1}, kept
+        code, down = json_summary(lambda: dead_letters_main(
+            sets(f"redis.url=redis://127.0.0.1:{free_port()}", *common), lambda: spark))
+        assert code == 1, down
+        assert pushed(gateway, PREFIX + "redis_up", "dead_letters") == {"outcome=attempt": 0}
+        assert pushed(gateway, PREFIX + "dead_letter_entries", "dead_letters") == kept
