@@ -217,3 +217,31 @@ def test_a_dead_letter_read_that_cannot_reach_redis_keeps_its_series(
         assert code == 1, down
         assert pushed(gateway, PREFIX + "redis_up", "dead_letters") == {"outcome=attempt": 0}
         assert pushed(gateway, PREFIX + "dead_letter_entries", "dead_letters") == kept
+
+
+# --- a failure that is not one of the job's own errors -----------------------------------
+
+@pytest.mark.parametrize("job", ["recover.py", "dead_letters.py"])
+def test_a_spark_session_that_cannot_start_still_ends_with_json_and_its_attempt(
+        job: str, redis_server: LocalServer, tmp_path: Path) -> None:
+    """``python jobs/<job>`` where Spark cannot start (no Java: ``JAVA_HOME`` names nothing):
+    the PySparkRuntimeError was no RecoveryError, so the job died with a traceback, no
+    ``error:`` line, no JSON line, and pushed nothing, not even its attempt: the failure was
+    invisible to the attempt-based alerts. Expected: exit 1, one ``error:`` line, the JSON
+    line last, the attempt pushed with exit code 1."""
+    kind = job.removesuffix(".py")
+    with LocalPushgateway() as gateway:
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "jobs" / job), *sets(
+                f"redis.url={redis_server.url}", "streams.keys=atk-nojvm",
+                f"report.path={tmp_path}", "handler.path=recovery.handlers:example_handler",
+                f"metrics.pushgateway_url={gateway.url}")],
+            cwd=ROOT, env={**{k: v for k, v in os.environ.items() if k != "SPARK_HOME"},
+                           "JAVA_HOME": str(tmp_path / "no-java"), "PATH": "/usr/bin:/bin"},
+            capture_output=True, text=True, timeout=180)
+        attempt = pushed(gateway, PREFIX + "last_attempt_exit_code", kind)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stdout.strip(), f"no JSON line; stderr: {done.stderr[-600:]}"
+    assert last_line_json(done.stdout)["exit_code"] == 1
+    assert [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert attempt == {"outcome=attempt": 1}, attempt
