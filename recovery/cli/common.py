@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -94,6 +95,13 @@ def exit_code_of(body: Callable[[list[Outcome]], None], what: str,
     except KeyboardInterrupt:
         code, error = report_error(RecoveryError(f"interrupted; re-run the {what} to finish"),
                                    summaries[0] if summaries else None, EXIT_FAILURE)
+    except Exception as exc:  # not one of ours (Spark cannot start, a bug): still exit 1,
+        # one error line, the metrics' attempt and the JSON line; the traceback before them
+        traceback.print_exc(file=sys.stderr)
+        code, error = report_error(
+            RecoveryError(f"the {what} failed unexpectedly: {type(exc).__name__}: "
+                          f"{first_line(exc)}"),
+            summaries[0] if summaries else None, EXIT_FAILURE)
     if finish is not None:  # before the JSON line: its log lines must not come after it
         finish(summaries[0] if summaries else None, code)
     if summaries:
@@ -124,3 +132,8 @@ def report_error(exc: Exception, summary: Outcome | None, code: int
         return code, str(exc)
     summary.status, summary.error = "failed", str(exc)
     return code, None
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of `exc`'s message (500 characters at most)."""
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")[:500]
