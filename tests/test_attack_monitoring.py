@@ -18,8 +18,10 @@ from pyspark.sql import SparkSession
 from redis import Redis
 
 from recovery.cli.dead_letters import dead_letters_main
+from recovery.metrics.dead_letter_jobs import push_redrive_metrics
 from recovery.metrics.families import PREFIX
 from recovery.metrics.recovery_run import push_recovery_metrics
+from recovery.redrive.run import RedriveSummary
 from recovery.report.run_report import RunSummary
 from recovery.settings.model import load_settings
 from recovery.testing.local_redis import LocalServer, free_port
@@ -245,3 +247,30 @@ def test_a_spark_session_that_cannot_start_still_ends_with_json_and_its_attempt(
     assert last_line_json(done.stdout)["exit_code"] == 1
     assert [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert attempt == {"outcome=attempt": 1}, attempt
+
+
+def test_the_redrive_metrics_read_of_a_hung_redis_is_bounded_by_the_metrics_timeout(
+        redis_server: LocalServer) -> None:
+    """The redrive's metrics always read its dead-letter streams at the end (XLEN, XRANGE);
+    with Redis hung there (``CLIENT PAUSE``) that read waited (1 + retries) x
+    ``redis.socket_timeout_s`` whatever ``metrics.timeout_s`` says (here 2 s and 1 s: about
+    9 s), and then nothing at all was pushed, not even the attempt: the read's
+    RedisUnavailableError (no redis.RedisError) escaped into the push. The push must still
+    go out, without the lengths, within the metrics' time."""
+    client: Redis = redis_server.client()
+    seed_dead_letter(client, "atk-rd-hung")
+    with LocalPushgateway() as gateway:
+        settings = load_settings(None, [
+            f"redis.url={redis_server.url}", "streams.keys=atk-rd-hung",
+            "redis.socket_timeout_s=2", "redis.connect_timeout_s=2",
+            f"metrics.pushgateway_url={gateway.url}", "metrics.timeout_s=1"])
+        summary = RedriveSummary("atk-rd-hung-run")
+        summary.units = [{"stream": "atk-rd-hung", "dead_letter_stream": "{atk-rd-hung}:dlq",
+                          "examined": 1, "matched": 0, "redriven": 0,
+                          "left_in_dead_letter": 1}]
+        client.execute_command("CLIENT", "PAUSE", 12_000, "ALL")  # ends by itself
+        started = time.monotonic()
+        entry = push_redrive_metrics(settings, summary, 0, time.time())
+        took = time.monotonic() - started
+        assert entry is not None and entry["pushed"] is True, entry
+    assert took < 2 * settings.metrics.timeout_s + 1.5, took
