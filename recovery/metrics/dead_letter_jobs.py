@@ -13,11 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import redis
-
 from recovery.dead_letters.report import DeadLetterSummary
 from recovery.metrics.families import RunFacts, final_status
-from recovery.metrics.push import push_run
+from recovery.metrics.push import push_run, within_deadline
 from recovery.redis_io.redis_conn import connect
 from recovery.redrive.run import RedriveSummary
 from recovery.report.after_run import AfterRun, read_after_run
@@ -85,11 +83,17 @@ def dead_letters_after(settings: Settings, pairs: list[tuple[str, str]]) -> Afte
     be read (the rest is pushed all the same)."""
     if not pairs:
         return AfterRun()
-    try:
+
+    def read() -> None:
         client = connect(redis_params(settings))
         with contextlib.closing(client):
-            return read_after_run(client, [], settings.dead_letter.names, pairs=pairs)
-    except redis.RedisError as exc:
+            found.append(read_after_run(client, [], settings.dead_letter.names, pairs=pairs))
+
+    found: list[AfterRun] = []
+    try:  # Redis may hang or be gone: within metrics.timeout_s, and never fatal to the push
+        within_deadline(read, settings.metrics.timeout_s)
+        return found[0]
+    except Exception as exc:  # a RecoveryError from connect, a redis error, the timeout
         log.info("metrics: the dead-letter streams could not be read (%s)", type(exc).__name__)
         return AfterRun()
 
