@@ -14,6 +14,7 @@ import argparse
 import json
 import logging
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -87,19 +88,29 @@ def exit_code_of(body: Callable[[list[Outcome]], None], what: str,
     push), if given, is called with the summary (None: none yet) and the exit code just
     before that line; it must not raise. Returns the code."""
     summaries: list[Outcome] = []
+    error: str | None = None  # the error of a run without a summary, for its JSON line
     try:
         body(summaries)
         code = EXIT_OK
     except RecoveryError as exc:
-        code = report_error(exc, summaries[0] if summaries else None, exc.exit_code)
+        code, error = report_error(exc, summaries[0] if summaries else None, exc.exit_code)
     except KeyboardInterrupt:
-        code = report_error(RecoveryError(f"interrupted; re-run the {what} to finish"),
-                            summaries[0] if summaries else None, EXIT_FAILURE)
-    if finish is not None:
+        code, error = report_error(RecoveryError(f"interrupted; re-run the {what} to finish"),
+                                   summaries[0] if summaries else None, EXIT_FAILURE)
+    except Exception as exc:  # not one of ours (Spark cannot start, a bug): still exit 1,
+        # one error line, the metrics' attempt and the JSON line; the traceback before them
+        traceback.print_exc(file=sys.stderr)
+        code, error = report_error(
+            RecoveryError(f"the {what} failed unexpectedly: {type(exc).__name__}: "
+                          f"{first_line(exc)}"),
+            summaries[0] if summaries else None, EXIT_FAILURE)
+    if finish is not None:  # before the JSON line: its log lines must not come after it
         finish(summaries[0] if summaries else None, code)
     if summaries:
         summaries[0].exit_code = code
         print(summaries[0].json_line(), flush=True)
+    elif error is not None:
+        print(json.dumps({"status": "error", "exit_code": code, "error": error}), flush=True)
     return code
 
 
@@ -113,12 +124,18 @@ class Outcome(Protocol):
     def json_line(self) -> str: ...
 
 
-def report_error(exc: Exception, summary: Outcome | None, code: int) -> int:
-    """Print the one-line error; mark the summary failed, or, without one, print the JSON
-    error line (stdout's last line). Returns `code`."""
+def report_error(exc: Exception, summary: Outcome | None, code: int
+                 ) -> tuple[int, str | None]:
+    """Print the one-line error; mark the summary failed. Returns `code` and, for a run
+    without a summary, the error for the JSON error line, which the caller prints last
+    (after the metrics push, whose log lines spark-submit merges into stdout)."""
     print(f"error: {exc}", file=sys.stderr, flush=True)
     if summary is None:
-        print(json.dumps({"status": "error", "exit_code": code, "error": str(exc)}), flush=True)
-    else:
-        summary.status, summary.error = "failed", str(exc)
-    return code
+        return code, str(exc)
+    summary.status, summary.error = "failed", str(exc)
+    return code, None
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of `exc`'s message (500 characters at most)."""
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")[:500]

@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 from recovery.cli.common import Outcome, common_parser, exit_code_of, loaded_settings, setup_logging
 from recovery.dead_letters.report import DeadLetterSummary
 from recovery.dead_letters.run import run_dead_letters
+from recovery.errors import RedisAuthError, RedisUnavailableError
 from recovery.metrics.dead_letter_jobs import push_dead_letters_metrics
 from recovery.params import new_run_id
 from recovery.report.run_report import check_report_location
@@ -53,13 +54,18 @@ def dead_letters_main(argv: list[str] | None, session: Callable[[], SparkSession
         summary = DeadLetterSummary(args.run_id or new_run_id(),
                                     dry_run=settings.dead_letters.dry_run)
         summaries.append(summary)
-        run_dead_letters(session(), settings, summary)
+        try:
+            run_dead_letters(session(), settings, summary)
+        except (RedisUnavailableError, RedisAuthError):
+            loaded["redis_up"] = 0  # never read: the metrics keep the run group
+            raise
         if not summary.totals["dead_letter_streams"] and not summary.skipped:
             warn(summary.warnings, matched_nothing(settings, "stream with a dead-letter stream"))
 
     def finish(summary: Outcome | None, code: int) -> None:
         if "settings" in loaded:
             push_dead_letters_metrics(loaded["settings"],
-                                      cast(DeadLetterSummary | None, summary), code, started_s)
+                                      cast(DeadLetterSummary | None, summary), code, started_s,
+                                      loaded.get("redis_up"))
 
     return exit_code_of(body, "dead-letter read", finish)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from recovery.cli.common import Outcome, common_parser, exit_code_of, loaded_settings, setup_logging
+from recovery.errors import RedisAuthError, RedisUnavailableError
 from recovery.metrics.dead_letter_jobs import push_redrive_metrics
 from recovery.params import new_run_id
 from recovery.redrive.run import RedriveSummary, id_range, run_redrive
@@ -51,14 +52,18 @@ def redrive_main(argv: list[str] | None, on_start: Callable[[], None] = lambda: 
         on_start()
         summary = RedriveSummary(args.run_id or new_run_id())
         summaries.append(summary)
-        run_redrive(settings, summary)
+        try:
+            run_redrive(settings, summary)
+        except (RedisUnavailableError, RedisAuthError):
+            loaded["redis_up"] = 0  # never read: the metrics keep the run group
+            raise
         for message in redrive_warnings(settings, summary):
             warn(summary.warnings, message)
 
     def finish(summary: Outcome | None, code: int) -> None:
         if "settings" in loaded:
             push_redrive_metrics(loaded["settings"], cast(RedriveSummary | None, summary),
-                                 code, started_s)
+                                 code, started_s, loaded.get("redis_up"))
 
     return exit_code_of(body, "redrive", finish)
 

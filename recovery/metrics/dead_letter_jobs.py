@@ -13,11 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import redis
-
 from recovery.dead_letters.report import DeadLetterSummary
 from recovery.metrics.families import RunFacts, final_status
-from recovery.metrics.push import push_run
+from recovery.metrics.push import push_run, within_deadline
 from recovery.redis_io.redis_conn import connect
 from recovery.redrive.run import RedriveSummary
 from recovery.report.after_run import AfterRun, read_after_run
@@ -27,9 +25,11 @@ log = logging.getLogger(__name__)
 
 
 def push_redrive_metrics(settings: Settings, summary: RedriveSummary | None, exit_code: int,
-                         started_s: float) -> dict[str, Any] | None:
+                         started_s: float, redis_up: int | None = None
+                         ) -> dict[str, Any] | None:
     """Push a redrive's metrics; the outcome goes into the summary's ``metrics`` (also
-    returned; None when metrics are off). Never raises."""
+    returned; None when metrics are off). `redis_up` 0: the redrive could not reach Redis
+    (or log in): like a run without a summary, it pushes only its attempt. Never raises."""
 
     def facts_of(summary: RedriveSummary) -> RunFacts:
         pairs = [(u["stream"], u["dead_letter_stream"]) for u in summary.units
@@ -39,14 +39,17 @@ def push_redrive_metrics(settings: Settings, summary: RedriveSummary | None, exi
                         skipped=len(summary.skipped), after=dead_letters_after(settings, pairs),
                         worked_on=len(summary.units))
 
-    kind = "redrive_dry_run" if summary is not None and summary.dry_run else "redrive"
-    return _push(settings, kind, summary, facts_of, exit_code, started_s)
+    # the kind from the settings: a dry run refused before its summary is still a dry run
+    kind = "redrive_dry_run" if settings.redrive.dry_run else "redrive"
+    return _push(settings, kind, summary, facts_of, exit_code, started_s, redis_up)
 
 
 def push_dead_letters_metrics(settings: Settings, summary: DeadLetterSummary | None,
-                              exit_code: int, started_s: float) -> dict[str, Any] | None:
+                              exit_code: int, started_s: float, redis_up: int | None = None
+                              ) -> dict[str, Any] | None:
     """Push a dead-letter read's metrics; the outcome goes into the summary's ``metrics``
-    (also returned; None when metrics are off). Never raises."""
+    (also returned; None when metrics are off). `redis_up` as for a redrive. Never
+    raises."""
 
     def facts_of(summary: DeadLetterSummary) -> RunFacts:
         return RunFacts(final_status(summary.status, exit_code), exit_code, started_s,
@@ -55,8 +58,8 @@ def push_dead_letters_metrics(settings: Settings, summary: DeadLetterSummary | N
                         skipped=len(summary.skipped), after=_read_state(settings, summary),
                         worked_on=len(summary.streams))
 
-    kind = "dead_letters_dry_run" if summary is not None and summary.dry_run else "dead_letters"
-    return _push(settings, kind, summary, facts_of, exit_code, started_s)
+    kind = "dead_letters_dry_run" if settings.dead_letters.dry_run else "dead_letters"
+    return _push(settings, kind, summary, facts_of, exit_code, started_s, redis_up)
 
 
 def _read_state(settings: Settings, summary: DeadLetterSummary) -> AfterRun:
@@ -80,11 +83,17 @@ def dead_letters_after(settings: Settings, pairs: list[tuple[str, str]]) -> Afte
     be read (the rest is pushed all the same)."""
     if not pairs:
         return AfterRun()
-    try:
+
+    def read() -> None:
         client = connect(redis_params(settings))
         with contextlib.closing(client):
-            return read_after_run(client, [], settings.dead_letter.names, pairs=pairs)
-    except redis.RedisError as exc:
+            found.append(read_after_run(client, [], settings.dead_letter.names, pairs=pairs))
+
+    found: list[AfterRun] = []
+    try:  # Redis may hang or be gone: within metrics.timeout_s, and never fatal to the push
+        within_deadline(read, settings.metrics.timeout_s)
+        return found[0]
+    except Exception as exc:  # a RecoveryError from connect, a redis error, the timeout
         log.info("metrics: the dead-letter streams could not be read (%s)", type(exc).__name__)
         return AfterRun()
 
@@ -93,9 +102,11 @@ S = TypeVar("S", RedriveSummary, DeadLetterSummary)
 
 
 def _push(settings: Settings, kind: str, summary: S | None, facts_of: Callable[[S], RunFacts],
-          exit_code: int, started_s: float) -> dict[str, Any] | None:
-    """Push one job's metrics of `kind` (facts from its summary; a run without one pushes
-    its attempt only), and put the outcome in the summary's ``metrics``. None when off."""
+          exit_code: int, started_s: float, redis_up: int | None = None
+          ) -> dict[str, Any] | None:
+    """Push one job's metrics of `kind` (facts from its summary; a run without one, or one
+    that could not reach Redis, `redis_up` 0, pushes its attempt only), and put the outcome
+    in the summary's ``metrics``. None when off."""
     if settings.metrics.pushgateway_url is None:
         return None
 
@@ -105,8 +116,9 @@ def _push(settings: Settings, kind: str, summary: S | None, facts_of: Callable[[
 
     # A run without a summary never read its streams: it pushes only its attempt and keeps
     # the last per-stream series (recovery.metrics.push).
-    entry = push_run(settings.metrics, kind, None if summary is None else facts, exit_code,
-                     None if summary is None else 1)
+    read = summary is not None and redis_up != 0
+    entry = push_run(settings.metrics, kind, facts if read else None, exit_code,
+                     redis_up if redis_up is not None else 1 if read else None)
     if summary is not None:
         summary.metrics = entry
     return entry

@@ -13,14 +13,15 @@ and, when known, whether it could read Redis."""
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, push_to_gateway, pushadd_to_gateway
-from prometheus_client.exposition import basic_auth_handler, default_handler
 
 from recovery.metrics.families import (
     RunFacts,
@@ -123,17 +124,39 @@ def within_deadline(call: Callable[[], None], timeout_s: float) -> None:
         raise failure[0]
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Never follow a redirect: urllib would turn a POST into a GET to the new location,
+    with every header of the push (the basic-auth one too, to whatever host the gateway
+    names), and report success although nothing was stored. A redirect is a failed push
+    (HTTPError 3xx)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 def _handler(metrics: MetricsSettings) -> Any:
-    """prometheus_client's request handler: basic auth when a user is set (the password
-    from the settings, which read it from the environment or a file), else the default."""
-    if metrics.username is None:
-        return default_handler
-    username = metrics.username
-    password = metrics.password.get_secret_value() if metrics.password else ""
+    """prometheus_client's request handler: a PUT or POST that follows no redirect, with
+    basic auth when a user is set (the password from the settings, which read it from the
+    environment or a file)."""
+    auth: list[tuple[str, str]] = []
+    if metrics.username is not None:
+        password = metrics.password.get_secret_value() if metrics.password else ""
+        token = base64.b64encode(f"{metrics.username}:{password}".encode()).decode()
+        auth = [("Authorization", f"Basic {token}")]
 
     def handler(url: str, method: str, timeout: float | None, headers: list[tuple[str, str]],
-                data: bytes) -> Any:
-        return basic_auth_handler(url, method, timeout, headers, data, username, password)
+                data: bytes) -> Callable[[], None]:
+        def handle() -> None:
+            request = urllib.request.Request(url, data=data, method=method)
+            for name, value in [*headers, *auth]:
+                request.add_header(name, value)
+            opener = urllib.request.build_opener(_NoRedirect)
+            with opener.open(request, timeout=timeout) as reply:
+                if reply.status >= 300:
+                    raise OSError(f"error talking to pushgateway: {reply.status} "
+                                  f"{reply.reason}")
+
+        return handle
 
     return handler
 

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from recovery.metrics.families import RunFacts, final_status
-from recovery.metrics.push import describe, push_run
+from recovery.metrics.push import describe, push_run, within_deadline
 from recovery.redis_io.redis_conn import connect
 from recovery.report.after_run import AfterRun, read_after_run
 from recovery.report.run_report import RunSummary
@@ -65,8 +65,11 @@ def recovery_facts(settings: Settings, summary: RunSummary | None, exit_code: in
     units |= {(u["stream"], u["group"]) for u in summary.units}
     after, pending_read = summary.after or AfterRun(), "after the run"
     if units and summary.after is None:
-        try:
-            after = read_state_after(settings, sorted(units))
+        try:  # the run's own read failed: Redis may hang, so within metrics.timeout_s
+            read: list[AfterRun] = []
+            within_deadline(lambda: read.append(read_state_after(settings, sorted(units))),
+                            settings.metrics.timeout_s)
+            after = read[0]
         except Exception as exc:  # Redis gone meanwhile: push what is known
             pending_read = f"not read ({describe(exc)})"
             log.info("metrics: the state after the run could not be read: %s", pending_read)
