@@ -1,0 +1,127 @@
+"""Attacks on the dead-letter job's retention (jobs/dead_letters.py with dead_letters.max_age_s /
+max_length / retention_floor_s), each against real servers and checked in Redis itself
+(XRANGE, XLEN), never only in the summary. Each test failed on the code it was written against.
+
+Entries are written with explicit IDs whose time part sets their age on the server's clock.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import redis
+
+from recovery.cli.dead_letters import dead_letters_main
+from recovery.dead_letters.retention import apply_retention
+from recovery.dead_letters.run import find_dead_letter_streams
+from recovery.redis_io.trim import server_time_ms
+from recovery.settings.model import load_settings, redis_params
+from recovery.testing.local_redis import LocalServer
+
+
+def letters(client: redis.Redis, key: str, source: str, groups: list[str], age_s: int
+            ) -> list[bytes]:
+    """One letter per group (dead_letter.lua's block), `age_s` s old on the server's clock,
+    appended to `key`; their IDs."""
+    now, ids = server_time_ms(client), []
+    for i, group in enumerate(groups):
+        fields = {b"order": str(i).encode(), b"x-original-stream": source.encode(),
+                  b"x-original-group": group.encode(), b"x-original-id": f"1-{i}".encode(),
+                  b"x-death-reason": b"handler-rejected"}
+        ids.append(client.xadd(key, fields, id=f"{now - age_s * 1000 + i}-0"))
+    return ids
+
+
+def retain(server: LocalServer, tmp_path: Path, *overrides: str) -> dict:
+    settings = load_settings(None, [f"redis.url={server.url}", f"report.path={tmp_path / 'r'}",
+                                    *overrides])
+    streams, _ = find_dead_letter_streams(settings, redis_params(settings))
+    report = apply_retention(redis_params(settings), streams, settings.dead_letters)
+    assert report is not None
+    return report
+
+
+def job(spark, server_url: str, tmp_path: Path, capsys, *overrides: str) -> tuple[int, dict]:
+    """jobs/dead_letters.py with `overrides`: its exit code and its JSON summary."""
+    argv = ["--set", f"redis.url={server_url}", "--set", f"report.path={tmp_path / 'r'}"]
+    for o in overrides:
+        argv += ["--set", o]
+    code = dead_letters_main(argv, lambda: spark)
+    return code, json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("template", [None, "dlq:{stream}:{group}"],
+                         ids=["one-stream-per-source", "one-stream-per-group"])
+def test_retention_never_trims_letters_of_a_group_not_selected(spark, redis_server, tmp_path,
+                                                              capsys, template):
+    """``streams.groups = ["eu"]`` selects the group eu of orders; the letters of its other
+    group us (another team's) are not the run's to delete. Before: the dead-letter job ignored
+    streams.groups, exit 0, status ok, and trimmed every letter of us (with a name per group,
+    all of ``dlq:orders:us``). Refusing the setting (exit 2) or honouring it both pass."""
+    client = redis_server.client()
+    client.xgroup_create("orders", "eu", id="$", mkstream=True)
+    client.xgroup_create("orders", "us", id="$")
+    keys = {g: ("{orders}:dlq" if template is None else f"dlq:orders:{g}") for g in ("eu", "us")}
+    for age_s, group in ((900, "us"), (890, "eu"), (880, "us")):
+        letters(client, keys[group], "orders", [group], age_s=age_s)
+    us_before = [e for e in client.xrange(keys["us"]) if e[1][b"x-original-group"] == b"us"]
+    assert len(us_before) == 2
+
+    code, summary = job(spark, redis_server.url, tmp_path, capsys, "streams.keys=orders",
+                        "streams.groups=eu", "dead_letters.max_age_s=60",
+                        *([f"dead_letter.stream={template}"] if template else []))
+
+    us_after = [e for e in client.xrange(keys["us"]) if e[1][b"x-original-group"] == b"us"]
+    assert us_after == us_before, (code, summary["retention"])
+    if code == 0:
+        assert summary["retention"]["trimmed"] <= 1  # at most eu's own letter
+
+
+@pytest.mark.parametrize("overrides", [
+    ["dead_letters.max_age_s=100000000000"],
+    ["dead_letters.max_length=1", "dead_letters.retention_floor_s=100000000000"],
+    ["dead_letters.max_age_s=100000000000", "dead_letters.dry_run=true"],
+], ids=["age-beyond-epoch", "floor-beyond-epoch", "age-beyond-epoch-dry-run"])
+def test_a_limit_reaching_back_before_the_epoch_trims_nothing_and_does_not_fail(
+        server, tmp_path, overrides):
+    """A limit longer than the server's clock reaches back (``max_age_s`` or
+    ``retention_floor_s`` above now, in seconds: "keep for ever", or a server whose clock is
+    near 1970) makes the cut ``0-0``, and every letter is younger than it. Before: the
+    script sent ``XRANGE key - (0-0`` and the whole run failed, exit 1, with the server's
+    "invalid end ID for the interval", also in a dry run."""
+    client = server.client()
+    letters(client, "{orders}:dlq", "orders", ["eu", "eu", "eu"], age_s=900)
+    before = client.xrange("{orders}:dlq")
+
+    report = retain(server, tmp_path, "streams.keys=orders", *overrides)
+
+    assert client.xrange("{orders}:dlq") == before
+    assert (report["trimmed"], report["would_trim"]) == (0, 0)
+
+
+@pytest.mark.slow
+def test_a_retention_that_fails_midway_still_reports_what_it_trimmed(spark, redis_server,
+                                                                      tmp_path, capsys):
+    """The ACL user may write ``{a}:dlq`` but only read ``{b}:dlq`` (a selector): retention
+    trims the 3 letters of ``{a}:dlq``, then XTRIM on ``{b}:dlq`` is refused. The run fails
+    (exit 1, rightly), but the summary an operator or an alert reads must still say that 3
+    letters were deleted. Before: ``retention: null``, ``streams: []``: the deletion was only
+    in an INFO log line."""
+    client = redis_server.client()
+    for source in ("a", "b"):
+        letters(client, f"{{{source}}}:dlq", source, ["g", "g", "g"], age_s=900)
+    client.execute_command("ACL", "SETUSER", "ro", "on", ">pw", "~{a}*", "%R~{b}*", "+@all")
+    url = redis_server.url.replace("redis://", "redis://ro:pw@")
+
+    code, summary = job(spark, url, tmp_path, capsys, "streams.keys=a,b",
+                        "dead_letters.max_age_s=60")
+
+    assert client.xlen("{a}:dlq") == 0 and client.xlen("{b}:dlq") == 3  # Redis itself
+    assert code == 1 and summary["status"] == "failed"
+    assert summary["retention"] is not None, summary
+    assert summary["retention"]["trimmed"] == 3
+    [row] = [r for r in summary["retention"]["streams"] if r["dead_letter_stream"] == "{a}:dlq"]
+    assert row["trimmed"] == 3
