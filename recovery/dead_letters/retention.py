@@ -105,7 +105,11 @@ def walk_letters(client: redis.Redis, s: DeadLetterStream, below: str,
                  d: DeadLettersSettings) -> tuple[int, str | None, LetterTrim]:
     """Trim (or, in a dry run, count) the letters of `s` below `below` that retention may
     take, one atomic script step of ``page_size`` entries at a time (``trim_letters``): the
-    count, the newest one's ID and the last step (where and why it ended)."""
+    count, the newest one's ID and the last step (where and why it ended). No entry is below
+    ``0-0`` (a limit reaching back before the epoch): nothing to walk, and XRANGE refuses an
+    interval ending before it."""
+    if stream_id_key(below) == (0, 0):
+        return 0, None, LetterTrim(0, None, below, TrimEnd.CUT, None)
     start, passed, last = "-", 0, None
     while True:
         step = trim_letters(client, s.key, start, below, s.sources, d.page_size, d.dry_run)
