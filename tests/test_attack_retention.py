@@ -8,6 +8,7 @@ Entries are written with explicit IDs whose time part sets their age on the serv
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,33 @@ def test_a_retention_that_fails_midway_still_reports_what_it_trimmed(spark, redi
     assert summary["retention"]["trimmed"] == 3
     [row] = [r for r in summary["retention"]["streams"] if r["dead_letter_stream"] == "{a}:dlq"]
     assert row["trimmed"] == 3
+
+
+@pytest.mark.slow  # 100 000 streams: about 7 s (before the fix 150 s)
+def test_a_stream_shared_by_many_sources_is_found_in_linear_time(redis_server, tmp_path):
+    """``dead_letter.stream = "CDL"`` shared by 100 000 per-user streams (``streams.match =
+    "user:*"``): finding the dead-letter streams (the dead-letter job's first step, and the
+    sources retention checks letters against) must take about as long as reading the keys.
+    Before: each source was appended by copying the tuple of the ones before it (quadratic:
+    150 s here for 100 000, hours for a million: a hang before any read or
+    trim)."""
+    client = redis_server.client()
+    n = 100_000
+    with client.pipeline(transaction=False) as pipe:
+        for i in range(n):
+            pipe.xadd(f"user:{i}", {"a": "1"})
+        pipe.execute()
+    letters(client, "CDL", "user:7", ["g"], age_s=900)
+    settings = load_settings(None, [f"redis.url={redis_server.url}",
+                                    f"report.path={tmp_path / 'r'}", "streams.match=user:*",
+                                    "dead_letter.stream=CDL", "dead_letters.max_age_s=60"])
+    started = time.monotonic()
+
+    streams, _ = find_dead_letter_streams(settings, redis_params(settings))
+
+    elapsed = time.monotonic() - started
+    [cdl] = streams
+    assert len(set(cdl.sources)) == n
+    assert elapsed < 20, f"{elapsed:.1f} s to find one dead-letter stream of {n} sources"
+    report = apply_retention(redis_params(settings), streams, settings.dead_letters)
+    assert report is not None and report["trimmed"] == 1 and client.xlen("CDL") == 0
