@@ -20,6 +20,7 @@ from recovery.dead_letters.run import find_dead_letter_streams
 from recovery.redis_io.trim import server_time_ms
 from recovery.settings.model import load_settings, redis_params
 from recovery.testing.local_redis import LocalServer
+from tests.support.servers import ON_NEWEST_TOO
 
 
 def letters(client: redis.Redis, key: str, source: str, groups: list[str], age_s: int
@@ -81,6 +82,7 @@ def test_retention_never_trims_letters_of_a_group_not_selected(spark, redis_serv
         assert summary["retention"]["trimmed"] <= 1  # at most eu's own letter
 
 
+@ON_NEWEST_TOO
 @pytest.mark.parametrize("overrides", [
     ["dead_letters.max_age_s=100000000000"],
     ["dead_letters.max_length=1", "dead_letters.retention_floor_s=100000000000"],
