@@ -17,6 +17,7 @@ import redis
 from recovery.cli.dead_letters import dead_letters_main
 from recovery.dead_letters.retention import apply_retention
 from recovery.dead_letters.run import find_dead_letter_streams
+from recovery.errors import RecoveryError
 from recovery.redis_io.trim import server_time_ms
 from recovery.settings.model import load_settings, redis_params
 from recovery.testing.local_redis import LocalServer
@@ -158,3 +159,29 @@ def test_a_stream_shared_by_many_sources_is_found_in_linear_time(redis_server, t
     assert elapsed < 20, f"{elapsed:.1f} s to find one dead-letter stream of {n} sources"
     report = apply_retention(redis_params(settings), streams, settings.dead_letters)
     assert report is not None and report["trimmed"] == 1 and client.xlen("CDL") == 0
+
+
+def test_a_trim_step_whose_reply_is_lost_is_still_counted(redis_server, tmp_path):
+    """A trim step that outlasts ``redis.socket_timeout_s`` (10 000 letters of ~3 KB in one
+    step, ``page_size`` 10 000: about a second of Lua) still trims on the server; redis-py's
+    retry then sends the step again, which finds nothing left below the cut. Before: Redis
+    lost all 10 000 letters while the report said ``trimmed: 0``, ``last_trimmed_id: null``
+    (the dry run had said 10 000). Failing the run (a typed error) or counting the letters
+    both pass; a report of 0 does not."""
+    client = redis_server.client()
+    now = server_time_ms(client)
+    fields = {f"f{j}": "v" * 100 for j in range(30)} | {"x-original-stream": "a"}
+    with client.pipeline(transaction=False) as pipe:
+        for i in range(10_000):
+            pipe.xadd("{a}:dlq", fields, id=f"{now - 900_000 + i}-0")
+        pipe.execute()
+    limits = ["streams.keys=a", "dead_letters.max_age_s=60", "dead_letters.page_size=10000"]
+    dry = retain(redis_server, tmp_path, *limits, "dead_letters.dry_run=true")
+    assert dry["would_trim"] == 10_000 and client.xlen("{a}:dlq") == 10_000
+
+    try:
+        report = retain(redis_server, tmp_path, *limits, "redis.socket_timeout_s=0.1")
+    except RecoveryError:
+        return  # the run failed and says so (what it trimmed: the midway test above)
+    gone = 10_000 - client.xlen("{a}:dlq")
+    assert report["trimmed"] == gone, (report["trimmed"], gone)
