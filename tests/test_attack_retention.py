@@ -185,3 +185,25 @@ def test_a_trim_step_whose_reply_is_lost_is_still_counted(redis_server, tmp_path
         return  # the run failed and says so (what it trimmed: the midway test above)
     gone = 10_000 - client.xlen("{a}:dlq")
     assert report["trimmed"] == gone, (report["trimmed"], gone)
+
+
+def test_retention_on_a_cluster_counts_ages_from_the_earliest_primary_clock(redis_cluster,
+                                                                           tmp_path):
+    """Each primary stamps its letters' IDs with its own clock, so a cut taken from one
+    node's clock trims letters on a node whose clock is behind it younger than
+    ``max_age_s`` / ``retention_floor_s``: ``server_time_ms`` promises the earliest clock of
+    the nodes. Before: redis-py sends TIME to its default node only (one primary's clock),
+    the ``min`` over a per-node reply never ran. Checked by each primary's TIME calls
+    (INFO commandstats): a skewed clock cannot be faked under Redis here."""
+    redis_cluster.wait_healthy()
+    client = redis_cluster.client()
+    primaries = [n.client() for n in redis_cluster.primaries]
+
+    def time_calls() -> list[int]:
+        return [int(p.info("commandstats").get("cmdstat_time", {}).get("calls", 0))
+                for p in primaries]
+
+    before = time_calls()
+    server_time_ms(client)
+    after = time_calls()
+    assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
