@@ -28,6 +28,7 @@ a dry run walks the same steps without trimming and counts exactly what a real r
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,14 +103,24 @@ def cut_of(client: redis.Redis, key: str, d: DeadLettersSettings, now_ms: int) -
 
 
 def walk_letters(client: redis.Redis, s: DeadLetterStream, below: str,
-                 d: DeadLettersSettings) -> tuple[int, str | None, LetterTrim]:
+                 d: DeadLettersSettings, row: dict[str, Any] | None = None
+                 ) -> tuple[int, str | None, LetterTrim]:
     """Trim (or, in a dry run, count) the letters of `s` below `below` that retention may
     take, one atomic script step of ``page_size`` entries at a time (``trim_letters``): the
-    count, the newest one's ID and the last step (where and why it ended)."""
+    count, the newest one's ID and the last step (where and why it ended). After each step
+    `row` (a :func:`trim_stream` row) says what went so far, so a later step that fails
+    leaves the trims before it reported. No entry is below
+    ``0-0`` (a limit reaching back before the epoch): nothing to walk, and XRANGE refuses an
+    interval ending before it."""
+    if stream_id_key(below) == (0, 0):
+        return 0, None, LetterTrim(0, None, below, TrimEnd.CUT, None)
     start, passed, last = "-", 0, None
     while True:
         step = trim_letters(client, s.key, start, below, s.sources, d.page_size, d.dry_run)
         passed, last = passed + step.passed, step.last or last
+        if row is not None:
+            row.update(would_trim=passed, last_trimmed_id=last,
+                       trimmed=0 if d.dry_run else passed)
         if step.why != TrimEnd.MORE:
             return passed, last, step
         # A real step trimmed what it passed: the stream starts at its bound again.
@@ -140,7 +151,7 @@ def retention_warnings(retention: dict[str, Any] | None) -> list[str]:
 
 
 def trim_stream(client: redis.Redis, s: DeadLetterStream, d: DeadLettersSettings,
-                now_ms: int) -> dict[str, Any]:
+                now_ms: int, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Trim one dead-letter stream; its summary row: ``stream``, ``dead_letter_stream``,
     ``trimmed`` (letters removed), ``last_trimmed_id`` (the newest removed, or None),
     ``kept_from_id`` (every entry below it is gone: the limits' cut, or where retention
@@ -148,17 +159,20 @@ def trim_stream(client: redis.Redis, s: DeadLetterStream, d: DeadLettersSettings
     ``would_trim`` (what goes; in a dry run, ``d.dry_run``, nothing is trimmed and
     ``trimmed`` stays 0), ``stopped_at_id`` and ``stopped_because`` (``not-a-letter``,
     ``source-not-selected``; None when retention reached the cut) and ``stopped_source``
-    (the source of the letter it stopped at)."""
+    (the source of the letter it stopped at). The row is added to `rows` before any trim and
+    kept up to date step by step (a failure midway leaves what went in it)."""
     row: dict[str, Any] = {"stream": s.source, "dead_letter_stream": s.key, "trimmed": 0,
                            "would_trim": 0, "last_trimmed_id": None, "kept_from_id": None,
                            "by": [], "held_by_floor": False, "stopped_at_id": None,
                            "stopped_because": None, "stopped_source": None}
+    if rows is not None:
+        rows.append(row)
     cut = cut_of(client, s.key, d, now_ms)
     if cut is None:
         return row
-    passed, last, step = walk_letters(client, s, cut.below, d)
-    row.update(kept_from_id=step.bound, by=list(cut.by), held_by_floor=cut.held_by_floor,
-               would_trim=passed, last_trimmed_id=last, trimmed=0 if d.dry_run else passed)
+    row.update(by=list(cut.by), held_by_floor=cut.held_by_floor)
+    passed, last, step = walk_letters(client, s, cut.below, d, row)
+    row.update(kept_from_id=step.bound)
     if step.why in (TrimEnd.NOT_A_LETTER, TrimEnd.SOURCE_NOT_SELECTED):
         row.update(stopped_at_id=step.bound, stopped_because=step.why,
                    stopped_source=step.source)
@@ -173,7 +187,9 @@ def trim_stream(client: redis.Redis, s: DeadLetterStream, d: DeadLettersSettings
 
 
 def apply_retention(params: RedisParams, streams: list[DeadLetterStream],
-                    d: DeadLettersSettings) -> dict[str, Any] | None:
+                    d: DeadLettersSettings,
+                    failed: Callable[[dict[str, Any]], None] | None = None
+                    ) -> dict[str, Any] | None:
     """Trim every dead-letter stream that holds entries (``status`` ``read``) when retention
     is on; the summary's ``retention``: the limits, ``now_ms`` (the server's clock the ages
     count from), ``dry_run``, ``trimmed`` (total letters), ``would_trim`` (what a real run
@@ -181,19 +197,33 @@ def apply_retention(params: RedisParams, streams: list[DeadLetterStream],
     (streams trimmed), ``stopped_streams`` (streams where retention stopped short of the
     cut at an entry it may not trim) and ``streams`` (one row per stream looked at,
     :func:`trim_stream`).
-    None when retention is off (nothing is sent)."""
+    None when retention is off (nothing is sent). When a step fails, `failed` is given the
+    report of what was trimmed until then before the error goes on (the run fails, and its
+    summary still says which letters are gone)."""
     if not d.retention_on:
         return None
     rows: list[dict[str, Any]] = []
+    now_ms: int | None = None
     client = connect(params)
     try:
         with redis_errors(params):
             now_ms = server_time_ms(client)
             for s in streams:
                 if s.status == "read":
-                    rows.append(trim_stream(client, s, d, now_ms))
+                    trim_stream(client, s, d, now_ms, rows)
+    except Exception:
+        if failed is not None:
+            failed(retention_report(d, now_ms, rows))
+        raise
     finally:
         client.close()
+    return retention_report(d, now_ms, rows)
+
+
+def retention_report(d: DeadLettersSettings, now_ms: int | None, rows: list[dict[str, Any]]
+                     ) -> dict[str, Any]:
+    """The summary's ``retention`` of the rows of :func:`trim_stream` (see
+    :func:`apply_retention`)."""
     return {"max_age_s": d.max_age_s, "max_length": d.max_length,
             "retention_floor_s": d.retention_floor_s, "now_ms": now_ms, "dry_run": d.dry_run,
             "trimmed": sum(r["trimmed"] for r in rows),

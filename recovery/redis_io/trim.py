@@ -13,15 +13,20 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 import redis
+from redis.cluster import RedisCluster
 
 from recovery.redis_io.scripts import scripts_for
 from recovery.redis_io.streams import as_str
 
 
 def server_time_ms(client: redis.Redis) -> int:
-    """The server's clock (TIME: ``[seconds, microseconds]``) as epoch ms, rounded down. A
-    Redis Cluster client may answer per node (a dict): the earliest clock, which trims least."""
-    reply = client.time()
+    """The server's clock (TIME: ``[seconds, microseconds]``) as epoch ms, rounded down. On a
+    Redis Cluster every primary is asked (each stamps its own entries' IDs; redis-py would ask
+    one node) and the earliest clock counts, which trims least."""
+    if isinstance(client, RedisCluster):
+        reply = client.time(target_nodes=RedisCluster.PRIMARIES)
+    else:
+        reply = client.time()
     seconds, micros = min(reply.values()) if isinstance(reply, dict) else reply
     return int(seconds) * 1000 + int(micros) // 1000
 

@@ -105,9 +105,9 @@ def inspect_streams(client: redis.Redis, pairs: list[tuple[str, str]], params: R
     pipelined. A key the ACL user may not access is of kind ``denied``; a refused command
     raises the job's RedisPermissionError."""
     label = labels(pairs)
-    sources: dict[str, tuple[str, ...]] = {}
+    sources: dict[str, list[str]] = {}  # appended to: a tuple copied per source was quadratic
     for source, key in pairs:
-        sources[key] = (*sources.get(key, ()), source)
+        sources.setdefault(key, []).append(source)
     commands = [c for key in label for c in (("TYPE", key), ("XLEN", key),
                                               ("XRANGE", key, "-", "+", "COUNT", 1))]
     with redis_errors(params):
@@ -117,11 +117,11 @@ def inspect_streams(client: redis.Redis, pairs: list[tuple[str, str]], params: R
         reply, length, first = replies[i * STATS_COMMANDS : (i + 1) * STATS_COMMANDS]
         kind = type_unless_denied(reply, params) or DENIED
         if kind != "stream":
-            found.append(DeadLetterStream(label[key], key, kind, sources=sources[key]))
+            found.append(DeadLetterStream(label[key], key, kind, sources=tuple(sources[key])))
             continue
         oldest = int(as_str(first[0][0]).partition("-")[0]) if first else None  # type: ignore[index]
         found.append(DeadLetterStream(label[key], key, kind, int(length), oldest,  # type: ignore[call-overload]
-                                      node_of(client, key), sources[key]))
+                                      node_of(client, key), tuple(sources[key])))
     return found
 
 
