@@ -19,7 +19,7 @@ from recovery.cli.dead_letters import dead_letters_main
 from recovery.dead_letters.retention import apply_retention, cut_of
 from recovery.dead_letters.run import find_dead_letter_streams
 from recovery.errors import ConfigError
-from recovery.redis_io.trim import nth_id, server_time_ms, trim_letters
+from recovery.redis_io.trim import LetterScope, nth_id, server_time_ms, trim_letters
 from recovery.settings.model import Settings, load_settings, redis_params
 from recovery.testing.backlog import create_group
 from recovery.testing.local_redis import LocalServer
@@ -159,7 +159,8 @@ def test_a_letter_added_after_the_cut_is_never_trimmed(redis_server, tmp_path):
     before = xrange_ids(client, DLQ)
     kept = before[2:]
 
-    step = trim_letters(client, DLQ, "-", cut.below, ["orders"], 1000, dry_run=False)
+    step = trim_letters(client, DLQ, "-", cut.below, LetterScope(["orders"]), 1000,
+                        dry_run=False)
     assert (step.passed, step.why, step.bound) == (2, "cut", cut.below)
     assert step.last == before[1]
     assert xrange_ids(client, DLQ) == kept and kept[-3:] == late

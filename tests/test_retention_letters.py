@@ -20,7 +20,7 @@ import redis
 from recovery.cli.dead_letters import dead_letters_main
 from recovery.dead_letters.retention import apply_retention, cut_of, retention_warnings
 from recovery.dead_letters.run import find_dead_letter_streams
-from recovery.redis_io.trim import server_time_ms, trim_letters
+from recovery.redis_io.trim import LetterScope, server_time_ms, trim_letters
 from recovery.settings.model import load_settings, redis_params
 from recovery.testing.local_redis import LocalServer
 
@@ -162,10 +162,12 @@ def test_an_entry_added_below_the_cut_after_it_was_found_is_checked(redis_server
                        id=f"{int(cut.below.split('-')[0]) - 1000}-0").decode()
     before = client.xrange("{orders}:dlq")
 
-    step = trim_letters(client, "{orders}:dlq", "(" + late, cut.below, ["orders"], 1,
+    step = trim_letters(client, "{orders}:dlq", "(" + late, cut.below,
+                        LetterScope(["orders"]), 1,
                         dry_run=False)  # a trim starts at the stream's start whatever it is given
     assert (step.passed, step.last, step.bound, step.why) == (1, ids[0], ids[1], "more")
-    step = trim_letters(client, "{orders}:dlq", "-", cut.below, ["orders"], 10, dry_run=False)
+    step = trim_letters(client, "{orders}:dlq", "-", cut.below, LetterScope(["orders"]), 10,
+                        dry_run=False)
 
     assert (step.passed, step.last, step.bound, step.why) == (1, ids[1], late, "not-a-letter")
     assert client.xrange("{orders}:dlq") == before[2:] and before[2][0].decode() == late

@@ -28,16 +28,25 @@ a dry run walks the same steps without trimming and counts exactly what a real r
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
+from recovery.errors import RedisUnavailableError
 from recovery.params import RedisParams
 from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.redis_io.streams import stream_id_key
-from recovery.redis_io.trim import LetterTrim, TrimEnd, nth_id, server_time_ms, trim_letters
+from recovery.redis_io.trim import (
+    LetterScope,
+    LetterTrim,
+    LostTrimReply,
+    TrimEnd,
+    nth_id,
+    server_time_ms,
+    trim_letters,
+)
 from recovery.settings.dead_letters import DeadLettersSettings
 from recovery.targets.dead_letter_streams import DeadLetterStream
 
@@ -103,8 +112,8 @@ def cut_of(client: redis.Redis, key: str, d: DeadLettersSettings, now_ms: int) -
 
 
 def walk_letters(client: redis.Redis, s: DeadLetterStream, below: str,
-                 d: DeadLettersSettings, row: dict[str, Any] | None = None
-                 ) -> tuple[int, str | None, LetterTrim]:
+                 d: DeadLettersSettings, row: dict[str, Any] | None = None,
+                 groups: Sequence[str] = ()) -> tuple[int, str | None, LetterTrim]:
     """Trim (or, in a dry run, count) the letters of `s` below `below` that retention may
     take, one atomic script step of ``page_size`` entries at a time (``trim_letters``): the
     count, the newest one's ID and the last step (where and why it ended). After each step
@@ -116,7 +125,14 @@ def walk_letters(client: redis.Redis, s: DeadLetterStream, below: str,
         return 0, None, LetterTrim(0, None, below, TrimEnd.CUT, None)
     start, passed, last = "-", 0, None
     while True:
-        step = trim_letters(client, s.key, start, below, s.sources, d.page_size, d.dry_run)
+        try:
+            step = trim_letters(client, s.key, start, below, LetterScope(s.sources, groups),
+                                d.page_size, d.dry_run)
+        except LostTrimReply:
+            raise RedisUnavailableError(
+                f"the reply of a retention step on {s.key} was lost: Redis may have trimmed up "
+                f"to {d.page_size} letters below {below} besides the {passed} reported: raise "
+                "redis.socket_timeout_s or lower dead_letters.page_size") from None
         passed, last = passed + step.passed, step.last or last
         if row is not None:
             row.update(would_trim=passed, last_trimmed_id=last,
@@ -127,6 +143,10 @@ def walk_letters(client: redis.Redis, s: DeadLetterStream, below: str,
         start = step.bound if d.dry_run else "-"
 
 
+# The ends of a walk that stop short of the limits' cut, at an entry retention may not take.
+STOPS = (TrimEnd.NOT_A_LETTER, TrimEnd.SOURCE_NOT_SELECTED, TrimEnd.GROUP_NOT_SELECTED)
+
+
 def stop_message(row: dict[str, Any]) -> str | None:
     """Where and why retention stopped short of the limits' cut on the stream of `row` (a
     :func:`trim_stream` row), for the log and the summary's ``warnings``; None: it did not."""
@@ -135,6 +155,10 @@ def stop_message(row: dict[str, Any]) -> str | None:
     if row["stopped_because"] == TrimEnd.NOT_A_LETTER:
         why = ("an entry without the dead-letter metadata block (x-original-stream), not a "
                "letter: does dead_letter.stream name an application stream?")
+    elif row["stopped_because"] == TrimEnd.GROUP_NOT_SELECTED:
+        group = row["stopped_source"]
+        why = (f"a letter of group {group or '(none)'}, not in streams.groups: the letters of "
+               "groups the run does not select are not its to trim")
     else:
         source = row["stopped_source"]
         why = (f"a letter of {source}, a stream not selected: a shared dead-letter stream is "
@@ -151,16 +175,18 @@ def retention_warnings(retention: dict[str, Any] | None) -> list[str]:
 
 
 def trim_stream(client: redis.Redis, s: DeadLetterStream, d: DeadLettersSettings,
-                now_ms: int, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                now_ms: int, rows: list[dict[str, Any]] | None = None,
+                groups: Sequence[str] = ()) -> dict[str, Any]:
     """Trim one dead-letter stream; its summary row: ``stream``, ``dead_letter_stream``,
     ``trimmed`` (letters removed), ``last_trimmed_id`` (the newest removed, or None),
     ``kept_from_id`` (every entry below it is gone: the limits' cut, or where retention
     stopped; None: no cut), ``by`` (the limits that set the cut), ``held_by_floor``,
     ``would_trim`` (what goes; in a dry run, ``d.dry_run``, nothing is trimmed and
     ``trimmed`` stays 0), ``stopped_at_id`` and ``stopped_because`` (``not-a-letter``,
-    ``source-not-selected``; None when retention reached the cut) and ``stopped_source``
-    (the source of the letter it stopped at). The row is added to `rows` before any trim and
-    kept up to date step by step (a failure midway leaves what went in it)."""
+    ``source-not-selected``, ``group-not-selected``; None when retention reached the cut) and
+    ``stopped_source`` (the source, or group, of the letter it stopped at); only letters of
+    `groups` (``streams.groups``; empty: all) are trimmed. The row is added to `rows` before
+    any trim and kept up to date step by step (a failure midway leaves what went in it)."""
     row: dict[str, Any] = {"stream": s.source, "dead_letter_stream": s.key, "trimmed": 0,
                            "would_trim": 0, "last_trimmed_id": None, "kept_from_id": None,
                            "by": [], "held_by_floor": False, "stopped_at_id": None,
@@ -171,9 +197,9 @@ def trim_stream(client: redis.Redis, s: DeadLetterStream, d: DeadLettersSettings
     if cut is None:
         return row
     row.update(by=list(cut.by), held_by_floor=cut.held_by_floor)
-    passed, last, step = walk_letters(client, s, cut.below, d, row)
+    passed, last, step = walk_letters(client, s, cut.below, d, row, groups)
     row.update(kept_from_id=step.bound)
-    if step.why in (TrimEnd.NOT_A_LETTER, TrimEnd.SOURCE_NOT_SELECTED):
+    if step.why in STOPS:
         row.update(stopped_at_id=step.bound, stopped_because=step.why,
                    stopped_source=step.source)
         log.warning("%s", stop_message(row))
@@ -188,8 +214,8 @@ def trim_stream(client: redis.Redis, s: DeadLetterStream, d: DeadLettersSettings
 
 def apply_retention(params: RedisParams, streams: list[DeadLetterStream],
                     d: DeadLettersSettings,
-                    failed: Callable[[dict[str, Any]], None] | None = None
-                    ) -> dict[str, Any] | None:
+                    failed: Callable[[dict[str, Any]], None] | None = None,
+                    groups: Sequence[str] = ()) -> dict[str, Any] | None:
     """Trim every dead-letter stream that holds entries (``status`` ``read``) when retention
     is on; the summary's ``retention``: the limits, ``now_ms`` (the server's clock the ages
     count from), ``dry_run``, ``trimmed`` (total letters), ``would_trim`` (what a real run
@@ -210,7 +236,7 @@ def apply_retention(params: RedisParams, streams: list[DeadLetterStream],
             now_ms = server_time_ms(client)
             for s in streams:
                 if s.status == "read":
-                    trim_stream(client, s, d, now_ms, rows)
+                    trim_stream(client, s, d, now_ms, rows, groups)
     except Exception:
         if failed is not None:
             failed(retention_report(d, now_ms, rows))

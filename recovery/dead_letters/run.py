@@ -144,7 +144,8 @@ def run_dead_letters(spark: SparkSession, settings: Settings, summary: DeadLette
                        F.sum("without_metadata").alias("bare")).collect()}
     summary.report_path = out
     summary.retention = apply_retention(  # a failure midway still reports what went
-        redis_params(settings), streams, d, lambda report: setattr(summary, "retention", report))
+        redis_params(settings), streams, d, lambda report: setattr(summary, "retention", report),
+        settings.streams.groups)
     summary.warnings += retention_warnings(summary.retention)
     fill_summary(summary, streams, per_key, rows["by_signature"], d.top_signatures, now)
     log.info("dead letters %s by reason\n%s", summary.run_id,
