@@ -1,0 +1,60 @@
+"""Attacks on "a run ID is used once" (issue 60, parts 4 and 5; docs/GUARANTEES.md, "Run
+IDs"): each test here failed on the code it was written against."""
+
+from __future__ import annotations
+
+import pytest
+
+from recovery.redis_io.run_ids import registration_key
+from tests.support.fault_tools import (
+    GROUP,
+    finished,
+    handed_over,
+    job_args,
+    kill_tree,
+    report_rows,
+    rows_by_key,
+    run_in_process,
+    spark_submit,
+    wait_until,
+    write_control,
+)
+from tests.support.journal_rows_tools import seed_stream
+
+SETTINGS = ("claim.min_idle_ms=1000",)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_dry_run_with_the_run_id_of_a_running_run_is_refused(spark, redis_server, tmp_path):
+    """A real run ``twin`` (spark-submit, ``local[2,2]``) has registered its ID and is
+    handing over; a ``--dry-run --run-id twin`` started then is not checked against the
+    registration (dry runs skip the Redis traces) and writes its plan into the same report
+    partition: the real run's report is lost (its staging directory removed under it: exit
+    1 after every entry was handed over and acked) or holds each entry twice. A given run ID
+    with a trace is refused, whatever the kind of run: the partition holds each entry once."""
+    client = redis_server.client()
+    write_control(redis_server.url, delay_s=2)
+    client.delete("test:handled")
+    ids = seed_stream(client, "s", GROUP, 30)
+    args = job_args(redis_server.url, tmp_path, ["s"], *SETTINGS, "claim.count=2",
+                    run_id="twin")
+    proc = spark_submit(args, tmp_path / "logs", master="local[2,2]")
+    try:
+        assert wait_until(lambda: client.exists(registration_key("recovery", "twin")) == 1,
+                          proc, 240, "the real run's registration"), "the real run ended first"
+        dry = run_in_process(spark, [*args, "--dry-run"])
+        real = finished(proc, tmp_path / "logs", 300)
+    finally:
+        if proc.poll() is None:
+            kill_tree(proc)
+    rows = rows_by_key(report_rows(spark, tmp_path, "twin") or [])
+    found = (dry.code, real.code, dry.summary.get("totals"),
+             sorted({tuple(r["action"] for r in v) for v in rows.values()}), len(rows))
+    assert dry.code == 2, ("the dry run was not refused", found)
+    (line,) = dry.error_lines()
+    assert "--run-id twin is taken" in line, line
+    assert real.code == 0, real.stderr[-3000:]
+    assert handed_over(client) == {("s", GROUP, i): 1 for i in ids}
+    assert {k: [r["action"] for r in v] for k, v in rows.items()} == {
+        ("s", GROUP, i): ["reprocessed"] for i in ids}
