@@ -130,7 +130,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
     with contextlib.closing(client), warming_up(spark) as warm_up, \
             contextlib.ExitStack() as stack:
         check_server(client, params.redis)
-        if run_id is not None and not dry_run:
+        if run_id is not None:  # a dry run too: it writes into the ID's report partition
             refuse_traced_run_id(client, settings, params.redis, params.run_id)
         server = server_identity(client, params.redis)
         warnings: list[str] = []  # a selection that matched nothing (discovery)
