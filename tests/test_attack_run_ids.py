@@ -58,3 +58,35 @@ def test_a_dry_run_with_the_run_id_of_a_running_run_is_refused(spark, redis_serv
     assert handed_over(client) == {("s", GROUP, i): 1 for i in ids}
     assert {k: [r["action"] for r in v] for k, v in rows.items()} == {
         ("s", GROUP, i): ["reprocessed"] for i in ids}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run_id", ["r[1]", "r*"])
+def test_a_run_id_with_glob_characters_reads_its_own_report_only(spark, redis_server, tmp_path,
+                                                                 run_id):
+    """A run ID with glob characters (its split keys' SCAN escapes them) whose run fails its
+    entries: the driver reads its report back for the summary's ``failed_errors``, and that
+    read took the partition path as a Hadoop glob: ``r[1]`` matched no directory (exit 1,
+    ``Path does not exist``, after every entry was handled, the registration left for a
+    week), ``r*`` matched another run's partition (``r1``: its errors in this summary). The
+    run reads its own partition, exits 0, names its own error only, deletes its
+    registration."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    client.delete("test:handled")
+    other = seed_stream(client, "o", GROUP, 2, extra={i: {b"raise": b"1"} for i in range(2)})
+    first = run_in_process(spark, job_args(redis_server.url, tmp_path, ["o"], *SETTINGS,
+                                           run_id="r1"))
+    assert first.code == 0 and first.summary["totals"]["failed"] == 2, first.stderr[-3000:]
+    ids = seed_stream(client, "s", GROUP, 3, extra={i: {b"raise": b"1"} for i in range(3)})
+    result = run_in_process(spark, job_args(redis_server.url, tmp_path, ["s"], *SETTINGS,
+                                            run_id=run_id))
+    assert result.code == 0, result.stderr[-3000:]
+    assert result.summary["totals"]["failed"] == 3, result.summary
+    assert [e["entries"] for e in result.summary["failed_errors"]] == [3], \
+        result.summary["failed_errors"]
+    assert client.keys("recovery:run:*") == [], "a finished run's registration is deleted"
+    handled = handed_over(client)
+    assert {k: n for k, n in handled.items() if k[0] == "s"} == {
+        ("s", GROUP, i): 1 for i in ids}, handled
+    assert len(other) == 2
