@@ -32,7 +32,7 @@ from recovery.redis_io.run_ids import (
     split_traces,
 )
 from recovery.redis_io.streams import drop_keys
-from recovery.report.run_report import health_path, run_path
+from recovery.report.run_report import hadoop_literal, health_path, run_path
 from recovery.report.worker_files import local_directory
 from recovery.settings.model import Settings
 from recovery.targets.keys import warn
@@ -53,18 +53,20 @@ def refuse_reported_run_id(spark: SparkSession, settings: Settings, run_id: str)
     the file system only: call it before any Redis write."""
     base = settings.report.path
     for path in (run_path(base, run_id), health_path(base, run_id)):
-        if _exists(spark, path):
+        if _exists(spark, path, run_id):
             raise taken(run_id, f"its report partition {path} exists")
 
 
-def _exists(spark: SparkSession, path: str) -> bool:
-    """Whether the directory `path` exists: a local one on the disk, another file system's
-    as Spark's reader finds it (a missing path fails its analysis)."""
+def _exists(spark: SparkSession, path: str, run_id: str) -> bool:
+    """Whether the directory `path` (ending in run `run_id`'s partition) exists: a local one
+    on the disk, another file system's as Spark's reader finds it (a missing path fails its
+    analysis; the run ID's glob characters escaped, so that it matches no other run's)."""
     local = local_directory(path)
     if local is not None:
         return Path(local).exists()
+    literal = path[:len(path) - len(run_id)] + hadoop_literal(run_id)
     try:
-        spark.read.format("text").load(path).schema  # noqa: B018 (analysis lists the path)
+        spark.read.format("text").load(literal).schema  # noqa: B018 (analysis lists the path)
     except Exception:
         return False
     return True
