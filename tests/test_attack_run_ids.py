@@ -90,3 +90,57 @@ def test_a_run_id_with_glob_characters_reads_its_own_report_only(spark, redis_se
     assert {k: n for k, n in handled.items() if k[0] == "s"} == {
         ("s", GROUP, i): 1 for i in ids}, handled
     assert len(other) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_dry_run_and_a_real_run_started_together_with_one_run_id_run_once(
+        spark, redis_server, tmp_path, monkeypatch):
+    """A ``--dry-run --run-id twin`` has passed its checks (no report partition, no
+    registration: the real run has not started) when a real run ``twin`` starts
+    (spark-submit, ``local[2,2]``): the real run finds no report partition either (the dry
+    run has written nothing yet) and registers; the dry run, which never registers, then
+    writes its plan into the same partition. Seen by hand with two spark-submits started a
+    few seconds apart: the partition held each entry twice (``would_reprocess`` and
+    ``reprocessed``), or the dry run's commit removed the real run's ``_staging`` and the
+    real run exited 1 after handing over and acking every entry, with no report row for
+    any of them. The interleaving is forced here: the dry run's discovery starts the real
+    run and waits for its registration. Of two runs with one ID, one runs: the other is
+    refused (exit 2), each entry is handed over once and is in the partition once."""
+    import recovery.driver.job as job
+
+    client = redis_server.client()
+    write_control(redis_server.url, delay_s=1)
+    client.delete("test:handled")
+    ids = seed_stream(client, "s", GROUP, 12)
+    args = job_args(redis_server.url, tmp_path, ["s"], *SETTINGS, "claim.count=2",
+                    run_id="twin")
+    procs: list = []
+    original = job.discover
+
+    def discover_then_start_the_real_run(*a, **k):  # the dry run's discovery
+        found = original(*a, **k)
+        procs.append(spark_submit(args, tmp_path / "logs", master="local[2,2]"))
+        wait_until(lambda: client.exists(registration_key("recovery", "twin")) == 1,
+                   procs[0], 240, "the real run's registration")
+        return found
+
+    monkeypatch.setattr(job, "discover", discover_then_start_the_real_run)
+    try:
+        dry = run_in_process(spark, [*args, "--dry-run"])
+        assert procs, "the fault did not land: the dry run never reached its discovery"
+        real = finished(procs[0], tmp_path / "logs", 300)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                kill_tree(proc)
+    rows = rows_by_key(report_rows(spark, tmp_path, "twin") or [])
+    found = (dry.code, real.code, sorted({tuple(r["action"] for r in v) for v in rows.values()}),
+             len(rows))
+    assert sorted([dry.code, real.code]) == [0, 2], found
+    assert all(len(v) == 1 for v in rows.values()), found
+    assert set(handed_over(client).values()) <= {1}, handed_over(client)
+    if real.code == 0:
+        assert handed_over(client) == {("s", GROUP, i): 1 for i in ids}
+        assert {k: [r["action"] for r in v] for k, v in rows.items()} == {
+            ("s", GROUP, i): ["reprocessed"] for i in ids}
