@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from recovery.driver.discovery import discover
+from recovery.redis_io.redis_conn import connect
 from recovery.redis_io.run_ids import registration_key
+from recovery.settings.model import load_settings, redis_params
 from tests.support.fault_tools import (
     GROUP,
     finished,
@@ -144,3 +147,32 @@ def test_a_dry_run_and_a_real_run_started_together_with_one_run_id_run_once(
         assert handed_over(client) == {("s", GROUP, i): 1 for i in ids}
         assert {k: [r["action"] for r in v] for k, v in rows.items()} == {
             ("s", GROUP, i): ["reprocessed"] for i in ids}
+
+
+@pytest.mark.parametrize("journal_prefix", ["orders:", "recovery:journal:"])
+def test_discovery_silences_only_names_the_job_makes(redis_server, tmp_path, journal_prefix):
+    """``claim.journal_prefix`` is the user's to choose (docs/ACL.md: grant that pattern).
+    Discovery left alone, without a word, every non-stream key that merely starts with it
+    (or with the registration prefix, or holds ``:recovery-split:``): with ``orders:``, an
+    application's hash ``orders:config`` that ``streams.match = "orders:*"`` selected was no
+    longer listed as a skipped source, and the summary said ``ok``. Only the names the job
+    makes (a journal is ``<journal prefix><consumer prefix>-<run id>-<part>``) are its own;
+    another key under the prefix is still a skipped source."""
+    client = redis_server.client()
+    seed_stream(client, "orders:eu", GROUP, 2)
+    client.hset("orders:config", "a", "1")
+    client.set("recovery:journal:notes", "x")
+    client.set("recovery:run:book", "x")
+    client.set("orders:x:recovery-split:y", "x")
+    own = f"{journal_prefix}recovery-KA-0"
+    client.rpush(own, "run KA")
+    settings = load_settings(None, [f"redis.url={redis_server.url}", "streams.match=*",
+                                    f"claim.journal_prefix={journal_prefix}",
+                                    f"report.path={tmp_path}"])
+    job_client = connect(redis_params(settings))
+    units, skipped = discover(job_client, settings, redis_params(settings))
+    job_client.close()
+    assert [(u.stream, u.pending) for u in units] == [("orders:eu", 2)]
+    names = sorted(s.stream for s in skipped)
+    assert own not in names, names
+    assert "orders:config" in names, names
