@@ -176,3 +176,24 @@ def test_discovery_silences_only_names_the_job_makes(redis_server, tmp_path, jou
     names = sorted(s.stream for s in skipped)
     assert own not in names, names
     assert "orders:config" in names, names
+
+
+@pytest.mark.slow
+def test_a_run_id_too_long_for_a_directory_name_is_refused_untouched(spark, redis_server,
+                                                                     tmp_path):
+    """``--run-id`` of 250 characters: ``run_id=<id>`` is longer than a file name may be
+    (255 bytes), so the report partition cannot be made. The run registered the ID, then
+    failed (exit 1, ``File name too long``) and left its registration for a week. A bad
+    argument is refused before Redis is touched: exit 2, no key written."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    client.delete("test:handled")
+    seed_stream(client, "s", GROUP, 3)
+    run_id = "L" * 250
+    result = run_in_process(spark, job_args(redis_server.url, tmp_path, ["s"], *SETTINGS,
+                                            run_id=run_id))
+    assert result.code == 2, (result.code, result.stderr[-2000:])
+    (line,) = result.error_lines()
+    assert "--run-id" in line, line
+    assert client.keys("recovery:*") == []
+    assert handed_over(client) == {}
