@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from redis.exceptions import ResponseError
 
 from recovery.driver.discovery import job_consumer
+from recovery.errors import ConfigError
 from recovery.params import RedisParams
 from recovery.redis_io.journal import journal_in_redis, journal_key
 from recovery.redis_io.redis_conn import redis_errors
@@ -39,6 +40,7 @@ from recovery.targets.keys import warn
 
 log = logging.getLogger(__name__)
 FIX = "omit --run-id for a fresh one, or pick another"
+NAME_MAX = 255  # bytes in a file name (Linux, HDFS's default component limit)
 ACL_LINE = "docs/ACL.md: the line of the run registrations, ~recovery:run:*"
 
 
@@ -50,7 +52,11 @@ def taken(run_id: str, trace: str) -> RunIdTakenError:
 def refuse_reported_run_id(spark: SparkSession, settings: Settings, run_id: str) -> None:
     """Refuse a given run ID whose report partition (entries or health) exists: a run with
     this ID wrote its report there, and a second would add its rows to that partition. Reads
-    the file system only: call it before any Redis write."""
+    the file system only: call it before any Redis write. An ID too long to name the
+    partition's directory is refused as well."""
+    if len(f"run_id={run_id}".encode("utf-8", "surrogateescape")) > NAME_MAX:
+        raise ConfigError(f"--run-id is too long: run_id=<id> names the report partition's "
+                          f"directory, at most {NAME_MAX} bytes: pick a shorter one")
     base = settings.report.path
     for path in (run_path(base, run_id), health_path(base, run_id)):
         if _exists(spark, path, run_id):
