@@ -197,3 +197,59 @@ def test_a_run_id_too_long_for_a_directory_name_is_refused_untouched(spark, redi
     assert "--run-id" in line, line
     assert client.keys("recovery:*") == []
     assert handed_over(client) == {}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_two_runs_with_one_run_id_on_two_servers_share_no_report_partition(
+        spark, redis_server, tmp_path, monkeypatch):
+    """One config (one ``report.path``) for two Redis servers, and one ``--run-id`` (an
+    Airflow DAG per server: the same Airflow run ID, task ID and try give the same job run
+    ID): each run registers the ID on its own server, so neither sees the other's
+    registration, and both pass the report check before either has written. Run A (in
+    process) is held in its discovery until run B (spark-submit, ``local[2,2]``, slow
+    handler) has registered on the other server. Both then wrote into
+    ``entries/run_id=twin``: one partition holding two runs' rows (or one run's report lost
+    when the other's commit removed the shared ``_staging``). Of two runs with one ID and
+    one report partition, one runs; the other is refused (exit 2)."""
+    import recovery.driver.job as job
+    from tests.support.servers import start_server
+
+    other = start_server("redis")
+    try:
+        client, client_b = redis_server.client(), other.client()
+        write_control(redis_server.url, delay_s=1)
+        client.delete("test:handled")
+        ids_a = seed_stream(client, "a", GROUP, 6)
+        ids_b = seed_stream(client_b, "b", GROUP, 6)
+        args_a = job_args(redis_server.url, tmp_path, ["a"], *SETTINGS, "claim.count=2",
+                          run_id="twin")
+        args_b = job_args(other.url, tmp_path, ["b"], *SETTINGS, "claim.count=2",
+                          run_id="twin")
+        procs: list = []
+        original = job.discover
+
+        def discover_then_start_run_b(*a, **k):  # run A's discovery
+            found = original(*a, **k)
+            procs.append(spark_submit(args_b, tmp_path / "logs", master="local[2,2]"))
+            wait_until(lambda: client_b.exists(registration_key("recovery", "twin")) == 1,
+                       procs[0], 240, "run B's registration")
+            return found
+
+        monkeypatch.setattr(job, "discover", discover_then_start_run_b)
+        try:
+            run_a = run_in_process(spark, args_a)
+            assert procs, "the fault did not land: run A never reached its discovery"
+            run_b = finished(procs[0], tmp_path / "logs", 300)
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    kill_tree(proc)
+        rows = rows_by_key(report_rows(spark, tmp_path, "twin") or [])
+        found = (run_a.code, run_b.code, sorted({k[0] for k in rows}), len(rows))
+        assert sorted([run_a.code, run_b.code]) == [0, 2], found
+        ran = ids_a if run_a.code == 0 else ids_b
+        stream = "a" if run_a.code == 0 else "b"
+        assert {k: len(v) for k, v in rows.items()} == {(stream, GROUP, i): 1 for i in ran}
+    finally:
+        other.stop()
