@@ -63,6 +63,32 @@ def refuse_reported_run_id(spark: SparkSession, settings: Settings, run_id: str)
             raise taken(run_id, f"its report partition {path} exists")
 
 
+@contextlib.contextmanager
+def claimed_partition(settings: Settings, run_id: str) -> Iterator[None]:
+    """Make the given run ID's report partition directory, exclusively (a local report
+    directory): of two runs with one ID that both passed ``refuse_reported_run_id`` before
+    either wrote (a dry run and a real run, or runs on two Redis servers sharing one
+    ``report.path``: their registrations are on different servers), the second is refused.
+    The directory is removed again when the run leaves it empty (it wrote no report); a
+    killed run's stays, and its ID with it."""
+    local = local_directory(run_path(settings.report.path, run_id))
+    if local is None:  # another file system: no exclusive mkdir; the check alone
+        yield
+        return
+    path = Path(local)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir()
+    except FileExistsError:
+        raise taken(run_id, f"its report partition {path} exists (another run with this ID "
+                    "started at the same time)") from None
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.rmdir()  # only an empty one: a run that wrote no report leaves none
+
+
 def _exists(spark: SparkSession, path: str, run_id: str) -> bool:
     """Whether the directory `path` (ending in run `run_id`'s partition) exists: a local one
     on the disk, another file system's as Spark's reader finds it (a missing path fails its
