@@ -56,6 +56,7 @@ from recovery.driver.plan import (
 from recovery.driver.progress.frontier import parts_order, progress_parts
 from recovery.driver.progress.reporter import ProgressReporter
 from recovery.driver.run_ids import (
+    claimed_partition,
     refuse_reported_run_id,
     refuse_traced_run_id,
     registered_run,
@@ -130,8 +131,10 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
     # The JVM warms up (recovery.driver.warm_up) while the driver reads Redis.
     with contextlib.closing(client), warming_up(spark) as warm_up, \
             contextlib.ExitStack() as stack:
+        if run_id is not None:  # this run's alone, before anything is written (run_ids)
+            stack.enter_context(claimed_partition(settings, run_id))
         check_server(client, params.redis)
-        if run_id is not None and not dry_run:
+        if run_id is not None:  # a dry run too: it writes into the ID's report partition
             refuse_traced_run_id(client, settings, params.redis, params.run_id)
         server = server_identity(client, params.redis)
         warnings: list[str] = []  # a selection that matched nothing (discovery)

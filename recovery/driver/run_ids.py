@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from redis.exceptions import ResponseError
 
 from recovery.driver.discovery import job_consumer
+from recovery.errors import ConfigError
 from recovery.params import RedisParams
 from recovery.redis_io.journal import journal_in_redis, journal_key
 from recovery.redis_io.redis_conn import redis_errors
@@ -32,13 +33,14 @@ from recovery.redis_io.run_ids import (
     split_traces,
 )
 from recovery.redis_io.streams import drop_keys
-from recovery.report.run_report import health_path, run_path
+from recovery.report.run_report import hadoop_literal, health_path, run_path
 from recovery.report.worker_files import local_directory
 from recovery.settings.model import Settings
 from recovery.targets.keys import warn
 
 log = logging.getLogger(__name__)
 FIX = "omit --run-id for a fresh one, or pick another"
+NAME_MAX = 255  # bytes in a file name (Linux, HDFS's default component limit)
 ACL_LINE = "docs/ACL.md: the line of the run registrations, ~recovery:run:*"
 
 
@@ -50,21 +52,53 @@ def taken(run_id: str, trace: str) -> RunIdTakenError:
 def refuse_reported_run_id(spark: SparkSession, settings: Settings, run_id: str) -> None:
     """Refuse a given run ID whose report partition (entries or health) exists: a run with
     this ID wrote its report there, and a second would add its rows to that partition. Reads
-    the file system only: call it before any Redis write."""
+    the file system only: call it before any Redis write. An ID too long to name the
+    partition's directory is refused as well."""
+    if len(f"run_id={run_id}".encode("utf-8", "surrogateescape")) > NAME_MAX:
+        raise ConfigError(f"--run-id is too long: run_id=<id> names the report partition's "
+                          f"directory, at most {NAME_MAX} bytes: pick a shorter one")
     base = settings.report.path
     for path in (run_path(base, run_id), health_path(base, run_id)):
-        if _exists(spark, path):
+        if _exists(spark, path, run_id):
             raise taken(run_id, f"its report partition {path} exists")
 
 
-def _exists(spark: SparkSession, path: str) -> bool:
-    """Whether the directory `path` exists: a local one on the disk, another file system's
-    as Spark's reader finds it (a missing path fails its analysis)."""
+@contextlib.contextmanager
+def claimed_partition(settings: Settings, run_id: str) -> Iterator[None]:
+    """Make the given run ID's report partition directory, exclusively (a local report
+    directory): of two runs with one ID that both passed ``refuse_reported_run_id`` before
+    either wrote (a dry run and a real run, or runs on two Redis servers sharing one
+    ``report.path``: their registrations are on different servers), the second is refused.
+    The directory is removed again when the run leaves it empty (it wrote no report); a
+    killed run's stays, and its ID with it."""
+    local = local_directory(run_path(settings.report.path, run_id))
+    if local is None:  # another file system: no exclusive mkdir; the check alone
+        yield
+        return
+    path = Path(local)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir()
+    except FileExistsError:
+        raise taken(run_id, f"its report partition {path} exists (another run with this ID "
+                    "started at the same time)") from None
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.rmdir()  # only an empty one: a run that wrote no report leaves none
+
+
+def _exists(spark: SparkSession, path: str, run_id: str) -> bool:
+    """Whether the directory `path` (ending in run `run_id`'s partition) exists: a local one
+    on the disk, another file system's as Spark's reader finds it (a missing path fails its
+    analysis; the run ID's glob characters escaped, so that it matches no other run's)."""
     local = local_directory(path)
     if local is not None:
         return Path(local).exists()
+    literal = path[:len(path) - len(run_id)] + hadoop_literal(run_id)
     try:
-        spark.read.format("text").load(path).schema  # noqa: B018 (analysis lists the path)
+        spark.read.format("text").load(literal).schema  # noqa: B018 (analysis lists the path)
     except Exception:
         return False
     return True

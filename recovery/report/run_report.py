@@ -183,8 +183,18 @@ def write_pass(frame: DataFrame, make: PassMaker, base: str, run_id: str,
 
 def read_run(spark: SparkSession, base: str, run_id: str) -> DataFrame:
     """The report rows of one run (REPORT: the run id is in the path). Read with the known schema:
-    inferring it costs a Spark job that reads a footer."""
-    return read_run_dir(spark, run_path(base, run_id))
+    inferring it costs a Spark job that reads a footer. Spark reads a path as a Hadoop glob:
+    the run ID's glob characters are escaped, so ``r[1]`` or ``r*`` reads its own partition,
+    never another run's (``r1``)."""
+    return read_run_dir(spark, run_path(base, hadoop_literal(run_id)))
+
+
+HADOOP_GLOB = "\\{}[]*?"  # the characters a Hadoop glob (Spark's path reading) treats as special
+
+
+def hadoop_literal(name: str) -> str:
+    """`name` as a Hadoop glob that matches it literally (a backslash before each special)."""
+    return "".join(f"\\{c}" if c in HADOOP_GLOB else c for c in name)
 
 
 def read_run_dir(spark: SparkSession, run_dir: str) -> DataFrame:

@@ -174,11 +174,15 @@ def refused_targets(client: redis.Redis, names: DeadLetterNames,
 
 def is_own_key(name: str, settings: Settings) -> bool:
     """True for a name of the job's own bookkeeping (any run's): a claim journal
-    (``claim.journal_prefix``), a split cursor or range list, a run registration. Such a key
+    (``claim.journal_prefix`` and a job consumer's name: a prefix the user chose may hold
+    other keys), a split cursor or range list, a run registration. Such a key
     that is not a stream is never a skipped source: the job leaves it alone, silently (each
     has a TTL, and its run deletes it when it finishes)."""
     journal = settings.claim.journal_prefix
-    return (bool(journal) and name.startswith(journal)) or is_split_key(name) \
+    consumer = name[len(journal):] if journal and name.startswith(journal) else ""
+    stem, _, part = consumer.rpartition("-")  # <consumer prefix>-<run id>-<part>
+    own_journal = stem.startswith(f"{settings.claim.consumer_prefix}-") and part.isdigit()
+    return own_journal or is_split_key(name) \
         or is_registration(name, settings.claim.consumer_prefix)
 
 
