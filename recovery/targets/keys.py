@@ -72,6 +72,10 @@ def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
                 and rule.by_template(name):
             undecided.add(name)
             selected[name] = explicit
+        elif name and rule.is_dead_letter(name) and explicit:
+            reason = by_name_reason(rule, name)
+            log.warning("skip %s: %s", name, reason)
+            skipped.append(Skipped(name, None, reason))
         elif name and rule.is_dead_letter(name):
             log.info("skip %s: it is a dead-letter stream", name)
         elif name:
@@ -79,6 +83,16 @@ def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
     if not selected and warnings is not None:
         warn(warnings, matched_nothing(settings))
     return selected
+
+
+def by_name_reason(rule: DeadLetterNames, name: str) -> str:
+    """Why a key named in ``streams.keys`` is left out by its name alone (it ends with
+    ``dead_letter.suffix``, or ``dead_letter.stream`` can make it): never silently."""
+    which = (f"ends with dead_letter.suffix {rule.suffix!r}" if rule.by_suffix(name)
+             else f"is a name dead_letter.stream {rule.template!r} can make")
+    return (f"named in streams.keys, but it {which}, so it is taken for a dead-letter "
+            "stream and never used as a source: rename the stream, or change "
+            "dead_letter.suffix / dead_letter.stream")
 
 
 def drop_dead_letter_streams(client: redis.Redis, settings: Settings,
