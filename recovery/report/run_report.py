@@ -215,13 +215,13 @@ def fill_summary(summary: RunSummary, tallies: Tallies, skipped: list[Skipped],
 
 
 def add_refused_targets(summary: RunSummary, client: redis.Redis,
-                        names: DeadLetterNames) -> None:
+                        names: DeadLetterNames, newest: bool = False) -> None:
     """A dry run's skipped rows for the units that would dead-letter into a stream the move
     script refuses (``recovery.targets.keys.refused_targets``): status ``partial``, as the
     real run's."""
     pairs = [(u["stream"], u["group"]) for u in summary.units
              if u.get(Action.WOULD_DEAD_LETTER)]
-    refused = refused_targets(client, names, pairs) if pairs else []
+    refused = refused_targets(client, names, pairs, newest) if pairs else []
     for refusal in refused:
         log.warning("%s / %s: %s", refusal.stream, refusal.group, refusal.reason)
     summary.skipped += [asdict(s) for s in refused]

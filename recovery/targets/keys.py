@@ -13,7 +13,7 @@ from recovery.errors import DeadLetterNameError, UnsupportedServerError
 from recovery.params import RedisParams
 from recovery.redis_io.dlq_names import DeadLetterNames, is_letter, refused_reason
 from recovery.redis_io.error_codes import TargetRefused
-from recovery.redis_io.redis_conn import key_refused, redis_errors
+from recovery.redis_io.redis_conn import key_refused, no_such_key, redis_errors, wrong_type
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.run_ids import is_registration
 from recovery.redis_io.split_cursors import is_split_key
@@ -153,12 +153,43 @@ def holds_letters(reply: object) -> bool:
     return is_letter(reply[0][1][::2])
 
 
+def may_read_stream_info(client: redis.Redis, key: str) -> bool:
+    """Whether the ACL user may run XINFO STREAM (asked on `key`, a selected stream): the
+    move script then checks the newest entry of each dead-letter stream too. Only a refusal
+    of the command says no (a missing key, another type or a key pattern say yes)."""
+    try:
+        client.execute_command("XINFO", "STREAM", key)
+    except redis.exceptions.NoPermissionError as exc:
+        return key_refused(exc)
+    except redis.exceptions.ResponseError as exc:
+        return no_such_key(exc) or wrong_type(exc)
+    return True
+
+
+def newest_is_letter(reply: object) -> bool:
+    """Whether an ``XINFO STREAM key`` reply (raw) shows no newest entry or a newest entry
+    that carries the metadata block. An error reply: True (left to the move script)."""
+    if isinstance(reply, list):  # raw: name, value, ...
+        info = {(k.decode() if isinstance(k, bytes) else k): v
+                for k, v in zip(reply[::2], reply[1::2], strict=False)}
+    elif isinstance(reply, dict):  # parsed (a cluster pipeline)
+        info = {(k.decode() if isinstance(k, bytes) else k): v for k, v in reply.items()}
+    else:
+        return True
+    entry = info.get("last-entry")
+    if not entry:
+        return True
+    fields = entry[1]
+    return is_letter(fields.keys() if isinstance(fields, dict) else fields[::2])
+
+
 def refused_targets(client: redis.Redis, names: DeadLetterNames,
-                    pairs: list[tuple[str, str]]) -> list[Skipped]:
+                    pairs: list[tuple[str, str]], newest: bool = False) -> list[Skipped]:
     """A dry run's view of the move script's target check (``dead_letter.lua``): a skipped
     row, with the reason a real run would give, per (stream, group) of `pairs` whose
     dead-letter stream is the source itself, a key of another type or a stream whose oldest
-    entry is no letter. Keys the user may not read are left to the real run."""
+    entry is no letter (and, with `newest`, as the move script then checks, a stream whose
+    newest entry is no letter). Keys the user may not read are left to the real run."""
     targets: dict[tuple[str, str], str] = {}
     for stream, group in pairs:
         key = _dead_letter_name(names, stream, group)
@@ -176,6 +207,10 @@ def refused_targets(client: redis.Redis, names: DeadLetterNames,
             refusals[key] = TargetRefused(str(kind), "it is no stream")
         elif not holds_letters(first):
             refusals[key] = TargetRefused("stream", "its oldest entry carries no metadata")
+        elif newest and first:
+            last = each(client, [("XINFO STREAM", key)])[0]
+            if not newest_is_letter(last):
+                refusals[key] = TargetRefused("stream", "its newest entry carries no metadata")
     rows = []
     for (stream, group), key in targets.items():
         refusal = refusals.get(key)
