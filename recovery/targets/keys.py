@@ -100,7 +100,7 @@ def drop_dead_letter_streams(client: redis.Redis, settings: Settings,
                              skipped: list[Skipped]) -> set[str]:
     """Which of the `undecided` streams (of `streams`: (stream, its selected groups)) are
     dead-letter streams, never recovered: those holding letters (empty, or their oldest entry
-    carries the metadata block), left out quietly; and those the template names for a
+    carries the metadata block, and their newest too where XINFO STREAM answers), left out quietly; and those the template names for a
     selected (stream, group) (where this run writes its letters), left out with a WARNING and
     a `skipped` row when they hold anything else. Any other stream the template could name is
     a source. Raises DeadLetterNameError (exit 2) when such a stream, holding no letters, is
@@ -114,9 +114,15 @@ def drop_dead_letter_streams(client: redis.Redis, settings: Settings,
                 owner.setdefault(key, (stream, group))
     checked = [stream for stream, _ in streams if stream in undecided]
     replies = each(client, [("XRANGE", key, "-", "+", "COUNT", 1) for key in checked])
+    # A letter first is not enough: the newest entry too, where XINFO STREAM answers (as
+    # the move script checks it), so an application's stream never passes for one.
+    lettered = [key for key, reply in zip(checked, replies, strict=True)
+                if isinstance(reply, list) and reply and holds_letters(reply)]
+    newest = dict(zip(lettered, each(client, [("XINFO STREAM", k) for k in lettered]),
+                      strict=True))
     dropped = set()
     for key, reply in zip(checked, replies, strict=True):
-        if holds_letters(reply):
+        if holds_letters(reply) and newest_is_letter(newest.get(key)):
             log.info("skip %s: it is a dead-letter stream", key)
             dropped.add(key)
             continue
