@@ -100,9 +100,10 @@ def drop_dead_letter_streams(client: redis.Redis, settings: Settings,
                              skipped: list[Skipped]) -> set[str]:
     """Which of the `undecided` streams (of `streams`: (stream, its selected groups)) are
     dead-letter streams, never recovered: those holding letters (empty, or their oldest entry
-    carries the metadata block, and their newest too where XINFO STREAM answers), left out quietly; and those the template names for a
-    selected (stream, group) (where this run writes its letters), left out with a WARNING and
-    a `skipped` row when they hold anything else. Any other stream the template could name is
+    carries the metadata block, and their newest too where XINFO STREAM answers), left out
+    quietly; and those the template names for a selected (stream, group) (where this run
+    writes its letters), left out with a WARNING and a `skipped` row when they hold anything
+    else. Any other stream the template could name is
     a source. Raises DeadLetterNameError (exit 2) when such a stream, holding no letters, is
     named in ``streams.keys``: the run would never recover it."""
     names = settings.dead_letter.names
@@ -139,6 +140,30 @@ def drop_dead_letter_streams(client: redis.Redis, settings: Settings,
         skipped.append(Skipped(key, None, f"not recovered: {reason}"))
         dropped.add(key)
     return dropped
+
+
+def sources_by_content(client: redis.Redis, settings: Settings, params: RedisParams,
+                       skipped: list[Skipped]) -> dict[str, bool]:
+    """``selected_keys`` for the redrive and the dead-letter read: a key only the template's
+    pattern names (``orders:v2`` under ``{stream}:{group}``) is left out when it holds
+    letters (its oldest entry, and its newest where XINFO STREAM answers, carry the metadata
+    block), else it is a source like any other; a missing or empty one stays a source (a
+    redrive re-creates a source that is gone)."""
+    undecided: set[str] = set()
+    selected = selected_keys(client, settings, params, skipped, None, undecided)
+    if not undecided:
+        return selected
+    checked = [key for key in selected if key in undecided]
+    with redis_errors(params):
+        oldest = each(client, [("XRANGE", key, "-", "+", "COUNT", 1) for key in checked])
+        lettered = [key for key, reply in zip(checked, oldest, strict=True)
+                    if isinstance(reply, list) and reply and holds_letters(reply)]
+        newest = each(client, [("XINFO STREAM", key) for key in lettered])
+    for key, reply in zip(lettered, newest, strict=True):
+        if newest_is_letter(reply):
+            log.info("skip %s: it is a dead-letter stream", key)
+            del selected[key]
+    return selected
 
 
 def _dead_letter_name(names: DeadLetterNames, stream: str, group: str) -> str | None:
