@@ -193,3 +193,23 @@ def test_a_plan_applied_never_writes_letters_into_an_application_stream(spark, r
     assert applied.code == 0, applied.stderr[-2000:]
     assert snapshot(client, "shop:eu") == before  # no letter after the application's entry
     assert applied.summary["status"] == "partial", applied.summary
+
+
+def test_on_a_redis_cluster_letters_never_go_after_an_application_entry(spark, redis_cluster,
+                                                                        tmp_path):
+    """On a Redis Cluster discovery reads XINFO GROUPS (no FULL read), so the move script
+    checked the oldest entry of ``{shop}:eu`` only and appended the letters after the
+    application's order, ``status ok``; the user may run XINFO STREAM, so the newest is
+    checked too."""
+    redis_cluster.flush()
+    client = redis_cluster.client()
+    ids = stuck(client, "{shop}", "eu")
+    client.xadd("{shop}:eu", letter("{shop}"))
+    client.xadd("{shop}:eu", {b"order": b"o-1", b"amount": b"100"})
+    before = snapshot(client, "{shop}:eu")
+    result = run_in_process(spark, args(redis_cluster, tmp_path, "streams.keys={shop}",
+                                        "dead_letter.stream={stream}:{group}"))
+    assert result.code == 0, result.stderr[-2000:]
+    assert snapshot(client, "{shop}:eu") == before
+    assert result.summary["status"] == "partial", result.summary
+    assert sorted(pel(client, "{shop}", "eu")) == sorted(ids[:OVER])
