@@ -213,3 +213,19 @@ def test_on_a_redis_cluster_letters_never_go_after_an_application_entry(spark, r
     assert snapshot(client, "{shop}:eu") == before
     assert result.summary["status"] == "partial", result.summary
     assert sorted(pel(client, "{shop}", "eu")) == sorted(ids[:OVER])
+
+
+def test_the_dry_run_tells_the_requeue_target_refusal_the_real_run_makes(spark, redis_server,
+                                                                         tmp_path):
+    """``{orders}:retry:g`` is a hash: the real run refuses it (``partial``, a skipped row);
+    the dry run said ``ok`` with ``would_requeue 15``."""
+    client = redis_server.client()
+    stuck(client, "orders", "g")
+    client.hset("{orders}:retry:g", "owner", "another team")
+    argv = args(redis_server, tmp_path, "streams.keys=orders", "reprocess.mode=requeue",
+                "reprocess.requeue_stream={stream}:retry:{group}")
+    dry = run_in_process(spark, [*argv, "--dry-run"])
+    real = run_in_process(spark, argv)
+    assert real.summary["status"] == "partial"
+    assert dry.summary["status"] == "partial", dry.summary
+    assert skipped_rows(dry.summary) == skipped_rows(real.summary)
