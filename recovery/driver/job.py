@@ -76,6 +76,7 @@ from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.report.after_run import add_after_run
 from recovery.report.run_report import (
     RunSummary,
+    add_refused_requeue_targets,
     add_refused_targets,
     check_report_location,
     due_time,
@@ -178,6 +179,9 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             fill_summary(summary, tallies, skipped, actions)
             if dry_run:  # what the move script would refuse (a real run's tallies tell it)
                 add_refused_targets(summary, client, names, params.dlq_check_newest)
+                if settings.reprocess.mode == "requeue":
+                    add_refused_requeue_targets(summary, client,
+                                                settings.reprocess.requeue_stream)
             summary.mark_selected(len(units) + len(quiet))
             if summary.status == "empty" and not warnings:  # (discovery warned of a match)
                 log.warning("run %s: nothing selected: no stream with a selected group "

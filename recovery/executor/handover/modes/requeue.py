@@ -20,11 +20,11 @@ from recovery.executor.handover.modes.base import (
 )
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams
-from recovery.redis_io.dlq_names import requeue_key
+from recovery.redis_io.dlq_names import refused_requeue_reason, requeue_key
 from recovery.redis_io.error_codes import TargetRefused
 from recovery.redis_io.round_trips import ScriptCall, run_script_calls
 from recovery.redis_io.scripts import MOVED_TOO_BIG, requeue_batch
-from recovery.schemas import REQUEUE_REFUSED, Action, Mode
+from recovery.schemas import Action, Mode
 
 REASON_TOO_BIG_TO_REQUEUE = ("too many fields (~3950 at most) to requeue from a script; "
                              "stays pending")
@@ -78,14 +78,6 @@ class RequeueMode(ReprocessMode):
             elif not left_alone(rb, i, status):
                 copy_id = status.decode() if isinstance(status, bytes) else str(status)
                 rb.set(i, Action.REQUEUED, requeued_id=copy_id)
-
-
-def refused_requeue_reason(target: str, refused: TargetRefused) -> str:
-    """The report reason (and the summary's skipped row) of an entry whose requeue target
-    the script refused: a key of another type; nothing written, the entry stays pending."""
-    return (f"{REQUEUE_REFUSED}{target!r} is a {refused.kind}, not a stream; nothing was "
-            "written and the entries stay pending: delete or rename that key, or set "
-            "reprocess.requeue_stream to a name of the job's own")
 
 
 MODE = RequeueMode()
