@@ -229,3 +229,19 @@ def test_the_dry_run_tells_the_requeue_target_refusal_the_real_run_makes(spark, 
     assert real.summary["status"] == "partial"
     assert dry.summary["status"] == "partial", dry.summary
     assert skipped_rows(dry.summary) == skipped_rows(real.summary)
+
+
+def test_a_literal_template_naming_an_empty_matched_source_writes_no_letters_quietly(
+        spark, redis_server, tmp_path):
+    """``dead_letter.stream = "pay"`` beside ``streams.match = "pay*"``: ``pay`` is an
+    application stream that happens to be empty (its group ``app`` has read everything).
+    Named in ``streams.keys`` it is refused at start; matched, it was taken for an empty
+    dead-letter stream and got the 5 letters of ``pay:v2`` (group ``app``: lag 5, the next
+    read hands them out as payments), ``status ok``, ``skipped []``."""
+    client = redis_server.client()
+    client.xgroup_create("pay", "app", id="$", mkstream=True)
+    stuck(client, "pay:v2", "billing")
+    result = run_in_process(spark, args(redis_server, tmp_path, "streams.match=pay*",
+                                        "dead_letter.stream=pay"))
+    written = client.xlen("pay")
+    assert written == 0 or _told(result.summary, "pay"), (written, result.summary)
