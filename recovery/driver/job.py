@@ -27,6 +27,7 @@ from functools import partial
 
 import redis
 from pyspark.sql import DataFrame, SparkSession
+from redis.cluster import RedisCluster
 
 from recovery.driver.discovery import (
     WorkUnit,
@@ -144,12 +145,13 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             units, skipped = plan_units(spark, client, settings, params.redis, plan)
         else:
             units, skipped = discover(client, settings, params.redis, warnings, quiet)
-        # Where the user may run XINFO STREAM (discovery's reads show it; else, on a Redis
-        # Cluster or with --plan, ask), the move script checks the newest entry of each
-        # dead-letter stream as well as its oldest.
+        # Where the user may run XINFO STREAM (discovery's reads show it; on a Redis Cluster
+        # or with --plan, where discovery never tries it, ask once), the move script checks
+        # the newest entry of each dead-letter stream as well as its oldest.
         params = replace(params, dlq_check_newest=bool(units) and (
             all(u.seen is not None for u in units)
-            or may_read_stream_info(client, units[0].stream)))
+            or ((plan is not None or isinstance(client, RedisCluster))
+                and may_read_stream_info(client, units[0].stream))))
         names = settings.dead_letter.names  # on a cluster, names in the sources' slots only
         refuse_cross_slot(client, names, [(u.stream, names.key(u.stream, u.group)) for u in units])
         log.info("run %s: %d units with pending entries, %d skipped%s", params.run_id,
