@@ -27,6 +27,7 @@ from functools import partial
 
 import redis
 from pyspark.sql import DataFrame, SparkSession
+from redis.cluster import RedisCluster
 
 from recovery.driver.discovery import (
     WorkUnit,
@@ -77,6 +78,7 @@ from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.report.after_run import add_after_run
 from recovery.report.run_report import (
     RunSummary,
+    add_refused_requeue_targets,
     add_refused_targets,
     check_report_location,
     due_time,
@@ -106,7 +108,7 @@ from recovery.spark.tasks import (
 )
 from recovery.spark.transforms import units_of_parts
 from recovery.targets.dead_letter_streams import dead_letter_warnings
-from recovery.targets.keys import check_server
+from recovery.targets.keys import check_server, may_read_stream_info
 
 log = logging.getLogger(__name__)
 MAX_RECORDS_PER_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
@@ -146,10 +148,13 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             units, skipped = plan_units(spark, client, settings, params.redis, plan)
         else:
             units, skipped = discover(client, settings, params.redis, warnings, quiet)
-        # Discovery's XINFO STREAM reads (``seen``) show the user may run it: the move script
-        # then checks the newest entry of each dead-letter stream as well as its oldest.
-        params = replace(params, dlq_check_newest=bool(units)
-                         and all(u.seen is not None for u in units))
+        # Where the user may run XINFO STREAM (discovery's reads show it; on a Redis Cluster
+        # or with --plan, where discovery never tries it, ask once), the move script checks
+        # the newest entry of each dead-letter stream as well as its oldest.
+        params = replace(params, dlq_check_newest=bool(units) and (
+            all(u.seen is not None for u in units)
+            or ((plan is not None or isinstance(client, RedisCluster))
+                and may_read_stream_info(client, units[0].stream))))
         names = settings.dead_letter.names  # on a cluster, names in the sources' slots only
         refuse_cross_slot(client, names, [(u.stream, names.key(u.stream, u.group)) for u in units])
         log.info("run %s: %d units with pending entries, %d skipped%s", params.run_id,
@@ -178,7 +183,10 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
                     _write_health(run_ctx, [], summary)
             fill_summary(summary, tallies, skipped, actions)
             if dry_run:  # what the move script would refuse (a real run's tallies tell it)
-                add_refused_targets(summary, client, names)
+                add_refused_targets(summary, client, names, params.dlq_check_newest)
+                if settings.reprocess.mode == "requeue":
+                    add_refused_requeue_targets(summary, client,
+                                                settings.reprocess.requeue_stream)
             summary.mark_selected(len(units) + len(quiet))
             if summary.status == "empty" and not warnings:  # (discovery warned of a match)
                 log.warning("run %s: nothing selected: no stream with a selected group "

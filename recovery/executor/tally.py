@@ -26,7 +26,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from recovery.executor.claim.backoff import NotDue
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.packing import ArrowFn
-from recovery.schemas import REPORT, TARGET_REFUSED, Action, arrow
+from recovery.schemas import REPORT, REQUEUE_REFUSED, TARGET_REFUSED, Action, arrow
 
 TALLY = "tally"
 # What Spark's writer gets: REPORT rows (tally null) and one tally row per task (all else null).
@@ -71,14 +71,16 @@ class Tally:
 
     def _gather_refusals(self, batch: pa.RecordBatch) -> None:
         """Note the units of `batch`'s rows skipped because their dead-letter stream was
-        refused (their reason starts with ``TARGET_REFUSED``): the run's unit errors."""
+        refused (their reason starts with ``TARGET_REFUSED``, or ``REQUEUE_REFUSED`` for a
+        requeue target): the run's unit errors."""
         if "reason" not in batch.schema.names:  # a batch of counts only (tests)
             return
         skipped = pc.equal(batch.column("action"), Action.SKIPPED.value)
         if not pc.any(skipped).as_py():
             return
         reasons = pc.fill_null(batch.column("reason"), "")
-        mask = pc.and_(skipped, pc.starts_with(reasons, TARGET_REFUSED))
+        mask = pc.and_(skipped, pc.or_(pc.starts_with(reasons, TARGET_REFUSED),
+                                       pc.starts_with(reasons, REQUEUE_REFUSED)))
         if not pc.any(mask).as_py():
             return
         rows = batch.filter(mask).select(["stream", "group", "reason"]).to_pylist()

@@ -27,7 +27,7 @@ from redis.crc import key_slot
 
 from recovery.errors import DeadLetterNameError
 from recovery.redis_io.error_codes import TargetRefused
-from recovery.schemas import TARGET_REFUSED
+from recovery.schemas import REQUEUE_REFUSED, TARGET_REFUSED
 
 
 def hash_tag(key: str) -> str | None:
@@ -247,3 +247,11 @@ def refused_reason(dlq: str, refused: TargetRefused) -> str:
                "{{{stream}}}:dlq:{group}, or move that stream away")
     return (f"{TARGET_REFUSED}{dlq!r} {found}; nothing was written and the over-limit "
             f"entries stay pending: {fix}")
+
+
+def refused_requeue_reason(target: str, refused: TargetRefused) -> str:
+    """The report reason (and the summary's skipped row) of an entry whose requeue target
+    the requeue script refused: a key of another type; nothing written, it stays pending."""
+    return (f"{REQUEUE_REFUSED}{target!r} is a {refused.kind}, not a stream; nothing was "
+            "written and the entries stay pending: delete or rename that key, or set "
+            "reprocess.requeue_stream to a name of the job's own")

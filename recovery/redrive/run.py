@@ -34,7 +34,7 @@ from recovery.report.json_line import JsonLine
 from recovery.settings.model import Settings, executor_params
 from recovery.settings.redrive import RedriveSettings
 from recovery.targets.dead_letter_streams import name_pairs
-from recovery.targets.keys import Skipped, check_server, selected_keys
+from recovery.targets.keys import Skipped, check_server, sources_by_content
 
 log = logging.getLogger(__name__)
 EXAMINE_PER_MOVE = 10  # entries one script call may examine per entry it may move
@@ -136,7 +136,7 @@ def select_units(client: redis.Redis, settings: Settings, params: RedisParams
     r, names = settings.redrive, settings.dead_letter.names
     skipped: list[Skipped] = []
     units: list[RedriveFilter] = []
-    selected = selected_keys(client, settings, params, skipped)
+    selected = sources_by_content(client, settings, params, skipped)
     pairs = name_pairs(client, names, list(selected), params, skipped, r.groups)
     refuse_cross_slot(client, names, pairs)
     for name, dlq in pairs:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 from collections.abc import Callable, Sequence
@@ -15,7 +16,12 @@ import redis
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from recovery.errors import ConfigError, EmptySelectionError, FailureThresholdError
+from recovery.errors import (
+    ConfigError,
+    DeadLetterNameError,
+    EmptySelectionError,
+    FailureThresholdError,
+)
 from recovery.executor.handover.modes import ACTIONS
 from recovery.executor.tally import (
     TALLIED,
@@ -28,7 +34,9 @@ from recovery.executor.tally import (
     tallied,
     unit_counts,
 )
-from recovery.redis_io.dlq_names import DeadLetterNames
+from recovery.redis_io.dlq_names import DeadLetterNames, refused_requeue_reason, requeue_key
+from recovery.redis_io.error_codes import TargetRefused
+from recovery.redis_io.round_trips import each
 from recovery.report.json_line import JsonLine
 from recovery.report.wording import plural
 from recovery.report.worker_files import local_directory, write_by_driver, write_by_workers
@@ -225,13 +233,41 @@ def fill_summary(summary: RunSummary, tallies: Tallies, skipped: list[Skipped],
 
 
 def add_refused_targets(summary: RunSummary, client: redis.Redis,
-                        names: DeadLetterNames) -> None:
+                        names: DeadLetterNames, newest: bool = False) -> None:
     """A dry run's skipped rows for the units that would dead-letter into a stream the move
     script refuses (``recovery.targets.keys.refused_targets``): status ``partial``, as the
     real run's."""
     pairs = [(u["stream"], u["group"]) for u in summary.units
              if u.get(Action.WOULD_DEAD_LETTER)]
-    refused = refused_targets(client, names, pairs) if pairs else []
+    refused = refused_targets(client, names, pairs, newest) if pairs else []
+    for refusal in refused:
+        log.warning("%s / %s: %s", refusal.stream, refusal.group, refusal.reason)
+    summary.skipped += [asdict(s) for s in refused]
+    if refused and summary.status == "ok":
+        summary.status = "partial"
+
+
+def add_refused_requeue_targets(summary: RunSummary, client: redis.Redis,
+                                template: str | None) -> None:
+    """A dry run's skipped rows for the units that would requeue into a key of another type
+    (the requeue script refuses it): status ``partial``, as the real run's."""
+    if template is None:
+        return
+    targets = {}
+    for u in summary.units:
+        if u.get(Action.WOULD_REQUEUE):
+            with contextlib.suppress(DeadLetterNameError):
+                targets[(u["stream"], u["group"])] = requeue_key(u["stream"], u["group"],
+                                                                 template)
+    distinct = list(dict.fromkeys(targets.values()))
+    kinds = dict(zip(distinct, each(client, [("TYPE", k) for k in distinct]), strict=True))
+    refused = []
+    for (stream, group), key in targets.items():
+        kind = kinds[key]
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        if isinstance(kind, str) and kind not in ("stream", "none") and key != stream:
+            refused.append(Skipped(stream, group, refused_requeue_reason(
+                key, TargetRefused(kind, "it is no stream"))))
     for refusal in refused:
         log.warning("%s / %s: %s", refusal.stream, refusal.group, refusal.reason)
     summary.skipped += [asdict(s) for s in refused]

@@ -24,7 +24,7 @@ from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import as_str, info_rows, shown
 from recovery.settings.model import Settings
-from recovery.targets.keys import Skipped, selected_keys, type_unless_denied
+from recovery.targets.keys import Skipped, sources_by_content, type_unless_denied
 
 log = logging.getLogger(__name__)
 STATS_COMMANDS = 3  # per dead-letter stream: TYPE, XLEN, XRANGE - + COUNT 1
@@ -70,7 +70,8 @@ def dead_letter_pairs(client: redis.Redis, settings: Settings, params: RedisPara
     ``streams.match`` select and each distinct dead-letter name of it (``dead_letter``
     settings); a key without a valid dead-letter name is added to `skipped`."""
     return name_pairs(client, settings.dead_letter.names,
-                      list(selected_keys(client, settings, params, skipped)), params, skipped,
+                      list(sources_by_content(client, settings, params, skipped)), params,
+                      skipped,
                       groups)
 
 

@@ -13,7 +13,7 @@ from recovery.errors import DeadLetterNameError, UnsupportedServerError
 from recovery.params import RedisParams
 from recovery.redis_io.dlq_names import DeadLetterNames, is_letter, refused_reason
 from recovery.redis_io.error_codes import TargetRefused
-from recovery.redis_io.redis_conn import key_refused, redis_errors
+from recovery.redis_io.redis_conn import key_refused, no_such_key, redis_errors, wrong_type
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.run_ids import is_registration
 from recovery.redis_io.split_cursors import is_split_key
@@ -72,6 +72,10 @@ def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
                 and rule.by_template(name):
             undecided.add(name)
             selected[name] = explicit
+        elif name and rule.is_dead_letter(name) and explicit:
+            reason = by_name_reason(rule, name)
+            log.warning("skip %s: %s", name, reason)
+            skipped.append(Skipped(name, None, reason))
         elif name and rule.is_dead_letter(name):
             log.info("skip %s: it is a dead-letter stream", name)
         elif name:
@@ -81,14 +85,25 @@ def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
     return selected
 
 
+def by_name_reason(rule: DeadLetterNames, name: str) -> str:
+    """Why a key named in ``streams.keys`` is left out by its name alone (it ends with
+    ``dead_letter.suffix``, or ``dead_letter.stream`` can make it): never silently."""
+    which = (f"ends with dead_letter.suffix {rule.suffix!r}" if rule.by_suffix(name)
+             else f"is a name dead_letter.stream {rule.template!r} can make")
+    return (f"named in streams.keys, but it {which}, so it is taken for a dead-letter "
+            "stream and never used as a source: rename the stream, or change "
+            "dead_letter.suffix / dead_letter.stream")
+
+
 def drop_dead_letter_streams(client: redis.Redis, settings: Settings,
                              streams: list[tuple[str, list[str]]], undecided: set[str],
                              skipped: list[Skipped]) -> set[str]:
     """Which of the `undecided` streams (of `streams`: (stream, its selected groups)) are
     dead-letter streams, never recovered: those holding letters (empty, or their oldest entry
-    carries the metadata block), left out quietly; and those the template names for a
-    selected (stream, group) (where this run writes its letters), left out with a WARNING and
-    a `skipped` row when they hold anything else. Any other stream the template could name is
+    carries the metadata block, and their newest too where XINFO STREAM answers), left out
+    quietly; and those the template names for a selected (stream, group) (where this run
+    writes its letters), left out with a WARNING and a `skipped` row when they hold anything
+    else. Any other stream the template could name is
     a source. Raises DeadLetterNameError (exit 2) when such a stream, holding no letters, is
     named in ``streams.keys``: the run would never recover it."""
     names = settings.dead_letter.names
@@ -100,9 +115,15 @@ def drop_dead_letter_streams(client: redis.Redis, settings: Settings,
                 owner.setdefault(key, (stream, group))
     checked = [stream for stream, _ in streams if stream in undecided]
     replies = each(client, [("XRANGE", key, "-", "+", "COUNT", 1) for key in checked])
+    # A letter first is not enough: the newest entry too, where XINFO STREAM answers (as
+    # the move script checks it), so an application's stream never passes for one.
+    lettered = [key for key, reply in zip(checked, replies, strict=True)
+                if isinstance(reply, list) and reply and holds_letters(reply)]
+    newest = dict(zip(lettered, each(client, [("XINFO STREAM", k) for k in lettered]),
+                      strict=True))
     dropped = set()
     for key, reply in zip(checked, replies, strict=True):
-        if holds_letters(reply):
+        if holds_letters(reply) and newest_is_letter(newest.get(key)):
             log.info("skip %s: it is a dead-letter stream", key)
             dropped.add(key)
             continue
@@ -119,6 +140,30 @@ def drop_dead_letter_streams(client: redis.Redis, settings: Settings,
         skipped.append(Skipped(key, None, f"not recovered: {reason}"))
         dropped.add(key)
     return dropped
+
+
+def sources_by_content(client: redis.Redis, settings: Settings, params: RedisParams,
+                       skipped: list[Skipped]) -> dict[str, bool]:
+    """``selected_keys`` for the redrive and the dead-letter read: a key only the template's
+    pattern names (``orders:v2`` under ``{stream}:{group}``) is left out when it holds
+    letters (its oldest entry, and its newest where XINFO STREAM answers, carry the metadata
+    block), else it is a source like any other; a missing or empty one stays a source (a
+    redrive re-creates a source that is gone)."""
+    undecided: set[str] = set()
+    selected = selected_keys(client, settings, params, skipped, None, undecided)
+    if not undecided:
+        return selected
+    checked = [key for key in selected if key in undecided]
+    with redis_errors(params):
+        oldest = each(client, [("XRANGE", key, "-", "+", "COUNT", 1) for key in checked])
+        lettered = [key for key, reply in zip(checked, oldest, strict=True)
+                    if isinstance(reply, list) and reply and holds_letters(reply)]
+        newest = each(client, [("XINFO STREAM", key) for key in lettered])
+    for key, reply in zip(lettered, newest, strict=True):
+        if newest_is_letter(reply):
+            log.info("skip %s: it is a dead-letter stream", key)
+            del selected[key]
+    return selected
 
 
 def _dead_letter_name(names: DeadLetterNames, stream: str, group: str) -> str | None:
@@ -139,12 +184,43 @@ def holds_letters(reply: object) -> bool:
     return is_letter(reply[0][1][::2])
 
 
+def may_read_stream_info(client: redis.Redis, key: str) -> bool:
+    """Whether the ACL user may run XINFO STREAM (asked on `key`, a selected stream): the
+    move script then checks the newest entry of each dead-letter stream too. Only a refusal
+    of the command says no (a missing key, another type or a key pattern say yes)."""
+    try:
+        client.execute_command("XINFO", "STREAM", key)
+    except redis.exceptions.NoPermissionError as exc:
+        return key_refused(exc)
+    except redis.exceptions.ResponseError as exc:
+        return no_such_key(exc) or wrong_type(exc)
+    return True
+
+
+def newest_is_letter(reply: object) -> bool:
+    """Whether an ``XINFO STREAM key`` reply (raw) shows no newest entry or a newest entry
+    that carries the metadata block. An error reply: True (left to the move script)."""
+    if isinstance(reply, list):  # raw: name, value, ...
+        info = {(k.decode() if isinstance(k, bytes) else k): v
+                for k, v in zip(reply[::2], reply[1::2], strict=False)}
+    elif isinstance(reply, dict):  # parsed (a cluster pipeline)
+        info = {(k.decode() if isinstance(k, bytes) else k): v for k, v in reply.items()}
+    else:
+        return True
+    entry = info.get("last-entry")
+    if not entry:
+        return True
+    fields = entry[1]
+    return is_letter(fields.keys() if isinstance(fields, dict) else fields[::2])
+
+
 def refused_targets(client: redis.Redis, names: DeadLetterNames,
-                    pairs: list[tuple[str, str]]) -> list[Skipped]:
+                    pairs: list[tuple[str, str]], newest: bool = False) -> list[Skipped]:
     """A dry run's view of the move script's target check (``dead_letter.lua``): a skipped
     row, with the reason a real run would give, per (stream, group) of `pairs` whose
     dead-letter stream is the source itself, a key of another type or a stream whose oldest
-    entry is no letter. Keys the user may not read are left to the real run."""
+    entry is no letter (and, with `newest`, as the move script then checks, a stream whose
+    newest entry is no letter). Keys the user may not read are left to the real run."""
     targets: dict[tuple[str, str], str] = {}
     for stream, group in pairs:
         key = _dead_letter_name(names, stream, group)
@@ -162,6 +238,10 @@ def refused_targets(client: redis.Redis, names: DeadLetterNames,
             refusals[key] = TargetRefused(str(kind), "it is no stream")
         elif not holds_letters(first):
             refusals[key] = TargetRefused("stream", "its oldest entry carries no metadata")
+        elif newest and first:
+            last = each(client, [("XINFO STREAM", key)])[0]
+            if not newest_is_letter(last):
+                refusals[key] = TargetRefused("stream", "its newest entry carries no metadata")
     rows = []
     for (stream, group), key in targets.items():
         refusal = refusals.get(key)

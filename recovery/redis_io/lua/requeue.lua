@@ -10,7 +10,15 @@
 -- Reply: one element per entry: the copy's ID if requeued; 0 if the entry is no longer
 -- pending or owned by ARGV[2] (left alone); -2 if it has too many fields to be re-added from
 -- a script (Lua's unpack() takes at most ~8000 values): left pending, nothing written.
+-- Or the error 'NOTLETTERS <type> it is no stream' when the target (not the source) is a
+-- key of another type: nothing is written or acked.
 local MAX_VALUES = 7900
+if KEYS[2] ~= KEYS[1] then
+  local kind = redis.call('TYPE', KEYS[2])['ok']
+  if kind ~= 'stream' and kind ~= 'none' then
+    return redis.error_reply('NOTLETTERS ' .. kind .. ' it is no stream')
+  end
+end
 local page, chunk = 1000, 1000  -- unpack() handles at most ~8000 values
 local group, consumer = ARGV[1], ARGV[2]
 local owned = {}  -- one range read of the job consumer's entries, not one read per entry

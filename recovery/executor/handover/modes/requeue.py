@@ -20,7 +20,8 @@ from recovery.executor.handover.modes.base import (
 )
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams
-from recovery.redis_io.dlq_names import requeue_key
+from recovery.redis_io.dlq_names import refused_requeue_reason, requeue_key
+from recovery.redis_io.error_codes import TargetRefused
 from recovery.redis_io.round_trips import ScriptCall, run_script_calls
 from recovery.redis_io.scripts import MOVED_TOO_BIG, requeue_batch
 from recovery.schemas import Action, Mode
@@ -69,7 +70,10 @@ class RequeueMode(ReprocessMode):
                            for i in chunk]
                 calls.append((chunk, partial(requeue_batch, client, unit, target, entries)))
         for i, status in run_script_calls(client, calls):
-            if status == MOVED_TOO_BIG:
+            if isinstance(status, TargetRefused):
+                target = requeue_key(rb.stream[i], rb.group[i], params.requeue_stream)
+                rb.set(i, Action.SKIPPED, refused_requeue_reason(target, status))
+            elif status == MOVED_TOO_BIG:
                 rb.set(i, Action.FAILED, REASON_TOO_BIG_TO_REQUEUE)
             elif not left_alone(rb, i, status):
                 copy_id = status.decode() if isinstance(status, bytes) else str(status)
