@@ -105,7 +105,9 @@ def drop_dead_letter_streams(client: redis.Redis, settings: Settings,
     writes its letters), left out with a WARNING and a `skipped` row when they hold anything
     else. Any other stream the template could name is
     a source. Raises DeadLetterNameError (exit 2) when such a stream, holding no letters, is
-    named in ``streams.keys``: the run would never recover it."""
+    named in ``streams.keys`` (the run would never recover it), or when it is this run's
+    dead-letter stream, empty and with consumer groups of its own, and selected: an empty
+    application stream and an emptied dead-letter stream look alike."""
     names = settings.dead_letter.names
     owner: dict[str, tuple[str, str]] = {}
     for stream, groups in streams:
@@ -122,7 +124,16 @@ def drop_dead_letter_streams(client: redis.Redis, settings: Settings,
     newest = dict(zip(lettered, each(client, [("XINFO STREAM", k) for k in lettered]),
                       strict=True))
     dropped = set()
+    groups_of = dict(streams)
     for key, reply in zip(checked, replies, strict=True):
+        if reply == [] and key in owner and groups_of.get(key):
+            raise DeadLetterNameError(
+                f"{key!r} is selected as a source (consumer groups "
+                f"{', '.join(groups_of[key])}) and named by dead_letter.stream "
+                f"{names.template!r} as the dead-letter stream of {owner[key][0]} / "
+                f"{owner[key][1]}; it is empty, so nothing tells a dead-letter stream read by "
+                "a team's group from an application stream: narrow streams.match so it is not "
+                "selected, or set dead_letter.stream to a name no application uses")
         if holds_letters(reply) and newest_is_letter(newest.get(key)):
             log.info("skip %s: it is a dead-letter stream", key)
             dropped.add(key)
