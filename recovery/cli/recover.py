@@ -26,6 +26,7 @@ from recovery.cli.common import (
 )
 from recovery.driver.handler_choice import check_handler
 from recovery.driver.job import run
+from recovery.driver.ordered import check_order
 from recovery.driver.plan import local_plan_refusal
 from recovery.metrics.recovery_run import push_recovery_metrics
 from recovery.redis_io.redis_conn import connect
@@ -64,6 +65,7 @@ def run_recovery(argv: list[str] | None,
         if args.plan is not None and args.dry_run:
             raise BadArguments("--plan and --dry-run exclude each other: a plan is applied "
                                 "by a real run; drop one of them")
+        check_order(settings, args.dry_run, args.plan)
         preflight(settings, args.plan, args.dry_run)
         summary = run(session(settings), settings, args.run_id, dry_run=args.dry_run,
                       plan=args.plan)

@@ -44,6 +44,12 @@ from recovery.driver.health import (
     format_health,
     remove_idle_consumers,
 )
+from recovery.driver.ordered import (
+    add_held_keys,
+    check_order,
+    claim_then_order,
+    ordered_actions,
+)
 from recovery.driver.plan import (
     check_plan,
     new_manifest,
@@ -123,6 +129,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
     check_no_speculation(spark.conf.get("spark.speculation", "false"))
     params = executor_params(settings, run_id or new_run_id())
     check_handler(settings, dry_run)  # none by default: handler mode names one
+    check_order(settings, dry_run, plan)
     check_report_location(settings.report.path)
     client = connect(params.redis)
     # The JVM warms up (recovery.driver.warm_up) while the driver reads Redis.
@@ -152,7 +159,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
         summary.dead_letter_warnings = dead_letter_warnings(client, settings, params.redis)
         if params.backoff:
             summary.backoff = {"factor": params.backoff_factor, "max_ms": params.backoff_max_ms}
-        actions = PLAN_ACTIONS if dry_run else ACTIONS
+        actions = ordered_actions(PLAN_ACTIONS if dry_run else ACTIONS, params, dry_run)
         with spark_errors():
             tallies = []
             run_ctx = RunContext(spark, client, settings, params, dry_run, plan,
@@ -167,6 +174,8 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
                 if quiet:  # every run that found groups leaves a health snapshot
                     _write_health(run_ctx, [], summary)
             fill_summary(summary, tallies, skipped, actions)
+            if units and Action.HELD in actions:
+                add_held_keys(spark, settings, summary)
             if (units or quiet) and not dry_run:
                 add_after_run(summary, client, [(u.stream, u.group) for u in [*units, *quiet]],
                               names, settings.claim.consumer_prefix)
@@ -255,7 +264,11 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
                               order) as pr:
             work = unit_df if plan is None else planned_frame(
                 spark, plan, parts, max(p for _, p in parts) + 1)
-            tallies = _recover(ctx, work, consumers, not dry_run and no_retries, in_pass)
+            if params.order is not None:  # per-key order: recovery.driver.ordered
+                tallies = claim_then_order(spark, settings, params, work, units, in_pass,
+                                           _batch_rows(spark))
+            else:
+                tallies = _recover(ctx, work, consumers, not dry_run and no_retries, in_pass)
             if in_pass:  # the histograms came with the report pass, as its claim steps found
                 # them; a split unit's parts' added up, with what they left
                 stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
@@ -351,6 +364,11 @@ def _one_pass(settings: Settings, params: JobParams, unit_df: DataFrame,
     log.info("run %s: claim, dead-letter, handler, acks and report done in %.1f s",
              params.run_id, time.monotonic() - started)
     return tallies
+
+
+def _batch_rows(spark: SparkSession) -> int:
+    """Spark's Arrow batch size (rows): the hand-over's step."""
+    return int(spark.conf.get(MAX_RECORDS_PER_BATCH) or DEFAULT_RECORDS_PER_BATCH)
 
 
 def _claim_then_apply(spark: SparkSession, settings: Settings, params: JobParams,

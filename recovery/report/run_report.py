@@ -59,6 +59,8 @@ class RunSummary(JsonLine):
     backoff: dict[str, Any] | None = None
     not_due: int = 0
     next_due_ms: int | None = None
+    # Per-key order (order.key_field): the keys this run held (None: no order).
+    held_keys: int | None = None
     # Selections that matched nothing (a typo in streams.keys / streams.match), as logged.
     warnings: list[str] = field(default_factory=list)
     # The failed entries by reason and error signature, most first (recovery.report

@@ -1,0 +1,223 @@
+"""Per-key ordered recovery (issue 63: ``order.key_field``): ``recovery.driver.ordered``,
+``recovery.executor.ordered``, ``recovery.executor.handover.ordered``,
+``recovery.redis_io.held_keys``, ``recovery.settings.order``.
+
+Settings refused before Redis is touched; then whole runs against real servers (Redis 7.0,
+Redis 6.2, Valkey 8.1), the handler (``tests.support.order_handler:in_order``) recording per
+key what it was handed and what succeeded. Each run checks Redis itself (XPENDING per entry,
+the dead-letter stream) and the report rows, not only the summary.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from recovery.executor.ordered import id_order, key_of
+from recovery.params import OrderParams
+from recovery.redis_io.streams import stream_id_key
+from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
+from tests.support.backlogs import DEAD, HOUR_MS
+from tests.support.fault_tools import GROUP, report_rows, run_in_process, write_control
+from tests.support.order_handler import DONE, FAIL, PARTITIONS, REJECT, SEEN, VIOLATIONS
+
+STREAM = "orders"
+HANDLER = "handler.path=tests.support.order_handler:in_order"
+
+
+def args(url: str, reports: Path, *overrides: str) -> list[str]:
+    sets = [f"redis.url={url}", f"report.path={reports}", f"streams.keys={STREAM}",
+            "claim.max_deliveries=5", HANDLER, "order.key_field=k", *overrides]
+    return [a for s in sets for a in ("--set", s)]
+
+
+# --- settings -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["requeue", "reassign"])
+def test_order_with_requeue_or_reassign_is_refused(tmp_path: Path, mode: str) -> None:
+    """Exit 2 before Redis (port 1: nothing listens) with a line naming both settings."""
+    result = run_in_process(None, args("redis://127.0.0.1:1/0", tmp_path,
+                                       f"reprocess.mode={mode}"))
+    assert result.code == 2, result.stderr
+    (line,) = result.error_lines()
+    assert "order.key_field needs reprocess.mode = \"handler\"" in line, line
+    assert mode in line
+
+
+def test_order_with_a_plan_is_refused(tmp_path: Path) -> None:
+    result = run_in_process(None, [*args("redis://127.0.0.1:1/0", tmp_path),
+                                   "--plan", str(tmp_path)])
+    assert result.code == 2, result.stderr
+    assert any("--plan cannot be applied with order.key_field" in line
+               for line in result.error_lines()), result.stderr
+
+
+def test_bad_order_settings_name_the_field(tmp_path: Path) -> None:
+    result = run_in_process(None, args("redis://127.0.0.1:1/0", tmp_path,
+                                       "order.missing_key=drop"))
+    assert result.code == 2
+    assert "order.missing_key" in result.stderr
+
+
+def test_key_field_per_stream_pattern_and_id_order() -> None:
+    order = OrderParams("k", (("audit*", ""), ("pay:*", "account")))
+    assert [order.field_of(s) for s in ("orders", "audit:1", "pay:eu")] == \
+        ["k", None, "account"]
+    assert key_of([(b"a", b"1"), (b"k", b"x"), (b"k", b"y")], "k") == b"x"
+    assert key_of([(b"a", b"1")], "k") is None
+    ids = ["10-2", "9-100", "10-10", "18446744073709551615-18446744073709551615", "0-0"]
+    assert sorted(ids, key=id_order) == sorted(ids, key=stream_id_key)
+
+
+# --- runs -------------------------------------------------------------------------------------
+
+def seed(client: Redis, keys: int, per_key: int, keyless: int = 0) -> dict[str, list[str]]:
+    """Stuck entries of `keys` keys interleaved (entry i has key k<i % keys>), plus
+    `keyless` entries without a key; key -> its IDs in ID order (keyless under "-")."""
+    create_group(client, STREAM, GROUP)
+    n = keys * per_key
+    ids = add_entries(client, STREAM, n, lambda i: {"k": f"k{i % keys}", "n": str(i)})
+    ids += add_entries(client, STREAM, keyless, lambda i: {"n": f"x{i}"})
+    assert deliver(client, STREAM, GROUP, DEAD, len(ids)) == ids
+    make_stuck(client, STREAM, GROUP, DEAD, ids, HOUR_MS)
+    by_key: dict[str, list[str]] = defaultdict(list)
+    for i, entry_id in enumerate(ids):
+        by_key[f"k{i % keys}" if i < n else "-"].append(entry_id)
+    return dict(by_key)
+
+
+def recorded(client: Redis, prefix: str, keys: list[str]) -> dict[str, list[str]]:
+    return {k: [v.decode() for v in client.lrange(prefix + k, 0, -1)] for k in keys}
+
+
+def pending_owners(client: Redis) -> dict[str, str]:
+    rows = client.xpending_range(STREAM, GROUP, "-", "+", 100_000)
+    return {r["message_id"].decode(): r["consumer"].decode() for r in rows}
+
+
+def age(client: Redis, ids: list[str]) -> None:
+    """Make the job's held entries idle an hour (owner and count as they are)."""
+    owners = pending_owners(client)
+    for entry_id in ids:
+        client.xclaim(STREAM, GROUP, owners[entry_id], 0, [entry_id], idle=HOUR_MS,
+                      justid=True)
+
+
+def rows_of(spark, reports: Path, summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    rows = report_rows(spark, reports, summary["run_id"])
+    assert rows is not None
+    by_id = {r["id"]: r for r in rows}
+    assert len(by_id) == len(rows), "an entry reported twice"
+    return by_id
+
+
+@pytest.mark.slow
+def test_keys_in_id_order_across_split_tasks_held_behind_failures_then_resumed(
+        spark, server, tmp_path):
+    """40 keys x 15 entries interleaved in one stream split over 4 tasks, 6 keyless: each
+    key's successes come in ID order, never two of a key in one call, keys spread over
+    tasks. Two heads fail (k3's 5th entry, k7's 1st): the rest of each key stays pending,
+    reported held behind the head; every other key is done. The next run (failures mended)
+    resumes each held key at its head, in order."""
+    client = server.client()
+    write_control(server.url)
+    ids = seed(client, keys=40, per_key=15, keyless=6)
+    failing = {"k3": ids["k3"][4], "k7": ids["k7"][0]}
+    client.sadd(FAIL, *failing.values())
+    reports = tmp_path / "reports"
+    overrides = ("spark.partitions=4", "spark.split_min_pending=100", "claim.count=25",
+                 "handler.batch_size=7")
+    first = run_in_process(spark, args(server.url, reports, *overrides))
+    assert first.code == 0, first.stderr[-3000:]
+
+    keys = sorted(ids)
+    done, seen = recorded(client, DONE, keys), recorded(client, SEEN, keys)
+    assert client.lrange(VIOLATIONS, 0, -1) == []
+    assert sorted(done.pop("-"), key=stream_id_key) == ids["-"]  # each its own key
+    for key in done:
+        cut = ids[key].index(failing[key]) if key in failing else len(ids[key])
+        assert done[key] == ids[key][:cut], key  # in ID order, nothing after the head
+        assert seen[key] == (ids[key][:cut + 1] if key in failing else ids[key]), key
+    assert len({client.hget(PARTITIONS, k) for k in keys if k != "-"}) > 1, "one task"
+    held = {k: ids[k][ids[k].index(head) + 1:] for k, head in failing.items()}
+    owners = pending_owners(client)
+    expected = [*failing.values(), *held["k3"], *held["k7"]]
+    assert sorted(owners, key=stream_id_key) == sorted(expected, key=stream_id_key)
+    assert all(o.startswith("recovery-") for o in owners.values())
+    rows = rows_of(spark, reports, first.summary)
+    assert len(rows) == 40 * 15 + 6
+    for key, head in failing.items():
+        assert rows[head]["action"] == "failed"
+        for entry_id in held[key]:
+            assert rows[entry_id]["action"] == "held", rows[entry_id]
+            assert f"held behind {head} of its key, which failed" in rows[entry_id]["reason"]
+    assert first.summary["totals"]["held"] == len(held["k3"]) + len(held["k7"])
+    assert first.summary["totals"]["failed"] == 2
+    assert first.summary["held_keys"] == 2
+
+    client.delete(FAIL)
+    age(client, list(owners))
+    second = run_in_process(spark, args(server.url, reports, *overrides))
+    assert second.code == 0, second.stderr[-3000:]
+    done = recorded(client, DONE, keys)
+    done["-"].sort(key=stream_id_key)
+    assert all(done[key] == ids[key] for key in keys)  # both runs together: in ID order
+    assert client.xpending(STREAM, GROUP)["pending"] == 0
+    assert client.lrange(VIOLATIONS, 0, -1) == []
+    assert second.summary["totals"]["reprocessed"] == len(owners)
+    assert second.summary["totals"]["held"] == 0 and second.summary["held_keys"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("releases", [True, False])
+def test_a_head_pending_elsewhere_holds_its_key_and_a_dead_lettered_one_releases_it(
+        spark, redis_version_server, tmp_path, releases):
+    """k0's oldest entry is pending on a live consumer (idle 0: not claimed): k0's claimed
+    entries after it are held, pending, naming it. k1's head is rejected by the handler
+    (Result.dead_letter): it is dead-lettered and the rest of k1 handled, or held with
+    ``order.dead_letter_releases = false``. k2 goes on either way; a keyless entry is its
+    own key. Then the live consumer acks its entry and the next run finishes k0 in order."""
+    server = redis_version_server
+    client = server.client()
+    write_control(server.url)
+    ids = seed(client, keys=3, per_key=5, keyless=1)
+    live = ids["k0"][0]
+    client.xclaim(STREAM, GROUP, "alive", 0, [live], idle=0, justid=True)
+    client.sadd(REJECT, ids["k1"][0])
+    reports = tmp_path / "reports"
+    first = run_in_process(spark, args(server.url, reports, "spark.partitions=2",
+                                       f"order.dead_letter_releases={str(releases).lower()}"))
+    assert first.code == 0, first.stderr[-3000:]
+    keys = sorted(ids)
+    done = recorded(client, DONE, keys)
+    assert done["k0"] == [] and done["k2"] == ids["k2"] and done["-"] == ids["-"]  # one
+    assert done["k1"] == (ids["k1"][1:] if releases else [])
+    dead = [f[b"x-original-id"].decode()
+            for _, f in client.xrange(f"{{{STREAM}}}:dlq") or client.xrange(f"{STREAM}:dlq")]
+    assert dead == [ids["k1"][0]]
+    owners = pending_owners(client)
+    assert owners[live] == "alive"
+    expected = {live, *ids["k0"][1:], *([] if releases else ids["k1"][1:])}
+    assert set(owners) == expected
+    rows = rows_of(spark, reports, first.summary)
+    assert live not in rows  # never claimed
+    for entry_id in ids["k0"][1:]:
+        assert rows[entry_id]["action"] == "held"
+        assert f"held behind {live} of its key, pending on another consumer" \
+            in rows[entry_id]["reason"]
+    for entry_id in ids["k1"][1:]:
+        assert rows[entry_id]["action"] == ("reprocessed" if releases else "held")
+    assert first.summary["held_keys"] == (1 if releases else 2)
+
+    client.xack(STREAM, GROUP, live)
+    client.delete(REJECT)
+    age(client, [i for i in owners if i != live])
+    second = run_in_process(spark, args(server.url, reports, "spark.partitions=2"))
+    assert second.code == 0, second.stderr[-3000:]
+    done = recorded(client, DONE, keys)
+    assert done["k0"] == ids["k0"][1:] and done["k1"] == ids["k1"][1:]
+    assert client.xpending(STREAM, GROUP)["pending"] == 0
