@@ -99,6 +99,11 @@ def pending_owners(client: Redis) -> dict[str, str]:
     return {r["message_id"].decode(): r["consumer"].decode() for r in rows}
 
 
+def deliveries(client: Redis) -> dict[str, int]:
+    rows = client.xpending_range(STREAM, GROUP, "-", "+", 100_000)
+    return {r["message_id"].decode(): r["times_delivered"] for r in rows}
+
+
 def age(client: Redis, ids: list[str]) -> None:
     """Make the job's held entries idle an hour (owner and count as they are)."""
     owners = pending_owners(client)
@@ -148,6 +153,8 @@ def test_keys_in_id_order_across_split_tasks_held_behind_failures_then_resumed(
     expected = [*failing.values(), *held["k3"], *held["k7"]]
     assert sorted(owners, key=stream_id_key) == sorted(expected, key=stream_id_key)
     assert all(o.startswith("recovery-") for o in owners.values())
+    # The held entries' counts as before the run's claim (seeded 1); each head was delivered.
+    assert deliveries(client) == {i: 2 if i in failing.values() else 1 for i in owners}
     rows = rows_of(spark, reports, first.summary)
     assert len(rows) == 40 * 15 + 6
     for key, head in failing.items():

@@ -9,11 +9,14 @@ gives the IDs but not the keys, so the entries' fields are read too (XRANGE id i
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 
 import redis
 
+from recovery.params import Unit
 from recovery.redis_io.error_codes import unit_vanished
 from recovery.redis_io.round_trips import each
+from recovery.redis_io.scripts import scripts_for
 from recovery.redis_io.streams import (
     ID,
     OWNER,
@@ -23,6 +26,7 @@ from recovery.redis_io.streams import (
     stream_id_key,
 )
 
+UNCLAIM_CHUNK = 500  # entries per unclaim_held.lua call
 PendingElsewhere = list[tuple[str, str, Fields | None]]  # (id, owner, fields or None: deleted)
 
 
@@ -74,3 +78,20 @@ def pending_elsewhere(client: redis.Redis, stream: str, group: str,
         raise
     bound = min(bounds, key=stream_id_key) if bounds else None
     return [(entry_id, owner, fields[entry_id]) for entry_id, owner in rows], bound
+
+
+def unclaim_held(client: redis.Redis, unit: Unit, counts: Sequence[tuple[str, int]]) -> int:
+    """Set the delivery count of held entries back to what it was before this run's claim
+    (``unclaim_held.lua``): `counts` pairs each entry ID with the count the claim left; only
+    entries still pending on `unit`'s consumer with that count change. Returns how many did
+    (-1 when the stream or group is gone)."""
+    script = scripts_for(client)["unclaim_held"]
+    changed = 0
+    for start in range(0, len(counts), UNCLAIM_CHUNK):
+        args: list[str | int] = [unit.group, unit.consumer]
+        args += chain.from_iterable(counts[start : start + UNCLAIM_CHUNK])
+        reply = int(script(keys=[unit.stream], args=args))
+        if reply < 0:
+            return reply
+        changed += reply
+    return changed

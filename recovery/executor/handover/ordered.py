@@ -23,13 +23,14 @@ from collections.abc import Sequence
 import pyarrow as pa
 import redis
 
-from recovery.executor.claimed import Claimed
+from recovery.executor.claimed import Claimed, carried_deliveries
 from recovery.executor.handover.dead_letter import dead_letter, over_limit
 from recovery.executor.handover.lease import REASON_GONE
 from recovery.executor.handover.modes.handler import MODE as HANDLER
 from recovery.executor.handover.ready import clear_deleted, ready
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams
+from recovery.redis_io.held_keys import unclaim_held
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import OWNER, pending_command
 from recovery.schemas import Action, Route
@@ -79,7 +80,20 @@ def apply_in_order(client: redis.Redis, params: JobParams, claimed: Claimed,
                 del queues[key]
     carried.clear()
     carried.update(held)
+    _unclaim(client, rb)
     return rb.report()
+
+
+def _unclaim(client: redis.Redis, rb: RoutedBatch) -> None:
+    """Give the held entries their delivery counts back as they were before this run's
+    claim (``recovery.redis_io.held_keys.unclaim_held``): the claim delivered them to no
+    application, and a key held for several runs must not push them to the limit. Entries
+    whose fields the claim did not read (taken back) keep theirs."""
+    held = [i for i, action in enumerate(rb.action) if action == Action.HELD
+            and rb.fields[i] is not None and rb.delivery_count[i] is not None]
+    for unit, rows in rb.by_unit(held, ordered=True).items():
+        unclaim_held(client, unit, [(rb.id[i], rb.delivery_count[i] -  # type: ignore[operator]
+                                     carried_deliveries(rb.fields[i])) for i in rows])
 
 
 def _hand_over(client: redis.Redis, params: JobParams, rb: RoutedBatch, heads: list[int]
