@@ -18,8 +18,12 @@ import pytest
 from redis import Redis
 
 from recovery.executor.ordered import id_order, key_of
+from recovery.metrics.families import run_registry
+from recovery.metrics.recovery_run import recovery_facts
 from recovery.params import OrderParams
 from recovery.redis_io.streams import stream_id_key
+from recovery.report.run_report import RunSummary
+from recovery.settings.model import load_settings
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from tests.support.backlogs import DEAD, HOUR_MS
 from tests.support.fault_tools import GROUP, report_rows, run_in_process, write_control
@@ -71,6 +75,15 @@ def test_key_field_per_stream_pattern_and_id_order() -> None:
     assert key_of([(b"a", b"1")], "k") is None
     ids = ["10-2", "9-100", "10-10", "18446744073709551615-18446744073709551615", "0-0"]
     assert sorted(ids, key=id_order) == sorted(ids, key=stream_id_key)
+
+
+def test_held_keys_reach_the_pushed_gauge(tmp_path: Path) -> None:
+    settings = load_settings(None, ["streams.keys=o", f"report.path={tmp_path}"])
+    facts, _ = recovery_facts(settings, RunSummary("r", held_keys=3), 0, 0.0)
+    registry = run_registry(facts, 10)
+    assert registry.get_sample_value("redis_stream_recovery_run_held_keys") == 3
+    facts, _ = recovery_facts(settings, RunSummary("r"), 0, 0.0)  # no order: 0
+    assert run_registry(facts, 10).get_sample_value("redis_stream_recovery_run_held_keys") == 0
 
 
 # --- runs -------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ class RunFacts:
     health: list[dict[str, Any]] = field(default_factory=list)
     after: AfterRun = field(default_factory=AfterRun)
     worked_on: int | None = None  # what the job worked on, if not (stream, group) units
+    held_keys: int = 0  # per-key order (order.key_field): keys this run held
 
 
 @dataclass
@@ -81,6 +82,9 @@ def run_registry(facts: RunFacts, max_units: int) -> CollectorRegistry:
           (((str(action),), n) for action, n in facts.totals.items()))
     gauge(registry, "run_not_due_entries", "Entries left pending this run, not due yet "
           "under the backoff schedule", (), [((), facts.not_due)])
+    gauge(registry, "run_held_keys", "Keys whose entries this run held pending behind an "
+          "older entry of the key (per-key order, order.key_field; 0 without)", (),
+          [((), facts.held_keys)])
     gauge(registry, "run_skipped_units", "Streams and groups the run skipped (missing, "
           "wrong type, refused)", (), [((), facts.skipped)])
     units = unit_series(facts)

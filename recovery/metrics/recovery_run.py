@@ -61,7 +61,8 @@ def recovery_facts(settings: Settings, summary: RunSummary | None, exit_code: in
     return RunFacts(status, exit_code, started_s, time.time() - started_s,
                     totals=summary.totals, not_due=summary.not_due,
                     skipped=len(summary.skipped), units=summary.units,
-                    health=summary.unit_health, after=after), pending_read
+                    health=summary.unit_health, after=after,
+                    held_keys=summary.held_keys or 0), pending_read
 
 
 def read_state_after(settings: Settings, units: list[tuple[str, str]]) -> AfterRun:
