@@ -241,3 +241,42 @@ def test_a_head_pending_elsewhere_holds_its_key_and_a_dead_lettered_one_releases
     done = recorded(client, DONE, keys)
     assert done["k0"] == ids["k0"][1:] and done["k1"] == ids["k1"][1:]
     assert client.xpending(STREAM, GROUP)["pending"] == 0
+
+
+def in_order_at_least_once(done: list[str]) -> list[str]:
+    """`done` with repeats of the entry before dropped (a replay after a task failure);
+    asserts nothing goes back: each entry is at or after the one before, in ID order."""
+    assert all(stream_id_key(a) <= stream_id_key(b) for a, b in zip(done, done[1:])), done
+    return [b for a, b in zip([None, *done], done) if a != b]
+
+
+@pytest.mark.slow
+def test_task_retries_in_claim_and_hand_over_keep_each_key_in_order(
+        spark, redis_server, tmp_path, faults):
+    """Task failures (the suite's session retries tasks: local[2,3]) at the second claim step
+    and after the third wave of every ordered hand-over task: the retried attempts replay each
+    key from its first entry not yet acked, so every key's successes stay in ID order, each
+    entry acked once, the failed head's key held; one report row per entry."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    ids = seed(client, keys=40, per_key=15)
+    head = ids["k3"][4]
+    client.sadd(FAIL, head)
+    faults("claim 2 0")
+    faults("ordered 3 0")
+    reports = tmp_path / "reports"
+    result = run_in_process(spark, args(redis_server.url, reports, "spark.partitions=4",
+                                        "spark.split_min_pending=100", "claim.count=25",
+                                        "handler.batch_size=7"))
+    assert result.code == 0, result.stderr[-3000:]
+    done = recorded(client, DONE, sorted(ids))
+    for key, key_ids in ids.items():
+        cut = 4 if key == "k3" else len(key_ids)
+        assert in_order_at_least_once(done[key]) == key_ids[:cut], key
+    assert client.lrange(VIOLATIONS, 0, -1) == []
+    assert sorted(pending_owners(client), key=stream_id_key) == ids["k3"][4:]
+    rows = rows_of(spark, reports, result.summary)
+    assert len(rows) == 600
+    assert [rows[i]["action"] for i in ids["k3"][4:]] == ["failed"] + ["held"] * 10
+    assert {rows[i]["action"] for k in ids if k != "k3" for i in ids[k]} <= \
+        {"reprocessed", "skipped"}  # skipped: acked by the failed attempt

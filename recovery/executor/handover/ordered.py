@@ -24,6 +24,7 @@ import pyarrow as pa
 import redis
 
 from recovery.executor.claimed import Claimed, carried_deliveries
+from recovery.executor.faults import maybe_fail
 from recovery.executor.handover.dead_letter import dead_letter, over_limit
 from recovery.executor.handover.lease import REASON_GONE
 from recovery.executor.handover.modes.handler import MODE as HANDLER
@@ -64,6 +65,7 @@ def apply_in_order(client: redis.Redis, params: JobParams, claimed: Claimed,
 
     for key in [k for k in queues if k in carried]:
         hold(key, carried[key])
+    wave = 0
     while queues:
         for key in [k for k, q in queues.items() if blocked[q[0]] is not None]:
             hold(key, blocked[queues[key][0]])  # type: ignore[arg-type]
@@ -71,6 +73,8 @@ def apply_in_order(client: redis.Redis, params: JobParams, claimed: Claimed,
         if not heads:
             break
         _hand_over(client, params, rb, heads)
+        wave += 1
+        maybe_fail("ordered", wave)  # after a wave's side effects (tests of task retries)
         holds = _holding(client, params, rb, heads)
         for i in heads:
             key = keys[i]
