@@ -11,6 +11,7 @@ the dead-letter stream) and the report rows, not only the summary.
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -246,7 +247,7 @@ def test_a_head_pending_elsewhere_holds_its_key_and_a_dead_lettered_one_releases
 def in_order_at_least_once(done: list[str]) -> list[str]:
     """`done` with repeats of the entry before dropped (a replay after a task failure);
     asserts nothing goes back: each entry is at or after the one before, in ID order."""
-    assert all(stream_id_key(a) <= stream_id_key(b) for a, b in zip(done, done[1:])), done
+    assert all(stream_id_key(a) <= stream_id_key(b) for a, b in pairwise(done)), done
     return [b for a, b in zip([None, *done], done) if a != b]
 
 
