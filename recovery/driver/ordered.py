@@ -3,8 +3,9 @@
 1. claim on executors, as always, materialised once (``recovery.spark.tasks``);
 2. each entry given its ordering key (``recovery.executor.ordered.keyed_partition``);
 3. per (stream, group), the keys held back by older entries pending on consumers that are
-   not this run's (not idle yet, a live consumer's, a killed run's): a small read-only pass
-   (``blocker_partition``), broadcast to the join;
+   not this run's (not idle yet, a live consumer's, a killed run's): one pipelined XINFO
+   CONSUMERS per group on the driver tells which groups have any; for those only, a small
+   read-only pass (``blocker_partition``), cached and broadcast to the join;
 4. the entries shuffled by (stream, group, key) over ``spark.partitions`` tasks and sorted by
    ID within each, so every key's entries meet in one task in ID order whichever task or
    split part claimed them; then handed over key by key
@@ -17,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 
+import redis
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -26,6 +28,8 @@ from recovery.executor.ordered import blocker_partition, keyed_partition, ordere
 from recovery.executor.partitions import claim_partition
 from recovery.executor.tally import Tallies
 from recovery.params import JobParams
+from recovery.redis_io.held_keys import groups_consumers_with_pending
+from recovery.redis_io.redis_conn import redis_errors
 from recovery.report.run_report import RunSummary, read_run, write_pass
 from recovery.schemas import BLOCKER, KEYED, PACKED, Action
 from recovery.settings.model import Settings
@@ -49,9 +53,9 @@ def ordered_actions(actions: tuple[str, ...], params: JobParams, dry_run: bool
     return (*actions, Action.HELD) if params.order is not None and not dry_run else actions
 
 
-def claim_then_order(spark: SparkSession, settings: Settings, params: JobParams,
-                     unit_df: DataFrame, units: list[WorkUnit], histograms: bool,
-                     rows: int) -> Tallies:
+def claim_then_order(spark: SparkSession, client: redis.Redis, settings: Settings,
+                     params: JobParams, unit_df: DataFrame, units: list[WorkUnit],
+                     histograms: bool, rows: int) -> Tallies:
     """Claim (materialised once), key, shuffle by key, sort by ID, hand over in key order and
     report in steps of `rows` entries; the tallies."""
     started = time.monotonic()
@@ -59,8 +63,9 @@ def claim_then_order(spark: SparkSession, settings: Settings, params: JobParams,
     log.info("run %s: claim done in %.1f s; handing over in per-key order", params.run_id,
              time.monotonic() - started)
     started = time.monotonic()
-    frame = ordered_frame(spark, params, claimed, units, settings.spark.partitions,
-                          job_consumer_stem(settings.claim.consumer_prefix, params.run_id))
+    stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
+    frame = ordered_frame(spark, params, claimed, held_back(client, params, units, stem),
+                          settings.spark.partitions, stem)
     tallies = write_pass(frame, ordered_partition(params, rows), settings.report.path,
                          params.run_id, by_workers=False)
     log.info("run %s: dead-letter, handler in per-key order, acks and report done in %.1f s",
@@ -68,22 +73,46 @@ def claim_then_order(spark: SparkSession, settings: Settings, params: JobParams,
     return tallies
 
 
-def ordered_frame(spark: SparkSession, params: JobParams, claimed: DataFrame,
-                  units: list[WorkUnit], partitions: int, own_stem: str) -> DataFrame:
-    """The claimed entries with their keys and blockers, in `partitions` partitions by
-    (stream, group, key), sorted by ID within each key."""
-    keyed = claimed.mapInArrow(keyed_partition(params), KEYED)
+def held_back(client: redis.Redis, params: JobParams, units: list[WorkUnit], own_stem: str
+              ) -> list[tuple[str, str]]:
+    """The (stream, group) pairs of `units` where a consumer that is not this run's
+    (`own_stem`) owns pending entries after the claim: only their entries can hold a key
+    back (one pipelined XINFO CONSUMERS per pair)."""
     pairs = sorted({(u.stream, u.group) for u in units})
+    with redis_errors(params.redis):
+        found = groups_consumers_with_pending(client, pairs)
+    return [pair for pair, names in zip(pairs, found, strict=True)
+            if any(not name.startswith(own_stem) for name in names)]
+
+
+def ordered_frame(spark: SparkSession, params: JobParams, claimed: DataFrame,
+                  pairs: list[tuple[str, str]], partitions: int, own_stem: str) -> DataFrame:
+    """The claimed entries with their keys and blockers (read for the (stream, group)
+    `pairs` only), in `partitions` partitions by (stream, group, key), sorted by ID within
+    each key."""
+    keyed = claimed.mapInArrow(keyed_partition(params), KEYED)
+    return _with_blockers(spark, params, keyed, pairs, partitions, own_stem) \
+        .repartition(partitions, *ORDER_COLUMNS).sortWithinPartitions(*ORDER_COLUMNS, "id_order")
+
+
+def _with_blockers(spark: SparkSession, params: JobParams, keyed: DataFrame,
+                   pairs: list[tuple[str, str]], partitions: int, own_stem: str
+                   ) -> DataFrame:
+    """`keyed` with ``blocked_by`` and ``unit_blocked_after`` (null where nothing holds
+    back: no Spark pass at all when `pairs` is empty)."""
+    if not pairs:
+        return keyed.withColumn("blocked_by", F.lit(None).cast("string")) \
+            .withColumn("unit_blocked_after", F.lit(None).cast("string"))
     unit_rows = spark.createDataFrame(pairs, "stream string, group string") \
-        .repartition(max(1, min(partitions, len(pairs))))
-    blockers = unit_rows.mapInArrow(blocker_partition(params, own_stem), BLOCKER)
+        .repartition(min(len(pairs), partitions))
+    # Read once for both joins (the read is a pass over Redis, not to be run twice).
+    blockers = unit_rows.mapInArrow(blocker_partition(params, own_stem), BLOCKER) \
+        .localCheckpoint(eager=True)
     by_key = blockers.where(F.col("order_key").isNotNull())
     by_unit = blockers.where(F.col("order_key").isNull()).select(
         "stream", "group", F.col("blocked_by").alias("unit_blocked_after"))
-    joined = keyed.join(F.broadcast(by_key), ["stream", "group", "order_key"], "left") \
+    return keyed.join(F.broadcast(by_key), ["stream", "group", "order_key"], "left") \
         .join(F.broadcast(by_unit), ["stream", "group"], "left")
-    return joined.repartition(partitions, *ORDER_COLUMNS) \
-        .sortWithinPartitions(*ORDER_COLUMNS, "id_order")
 
 
 def add_held_keys(spark: SparkSession, settings: Settings, summary: RunSummary) -> None:

@@ -33,15 +33,30 @@ PendingElsewhere = list[tuple[str, str, Fields | None]]  # (id, owner, fields or
 def consumers_with_pending(client: redis.Redis, stream: str, group: str) -> list[str]:
     """The names of `group`'s consumers that own pending entries (XINFO CONSUMERS); [] when
     the stream or group is gone."""
-    reply = each(client, [("XINFO", "CONSUMERS", stream, group)])[0]
-    if isinstance(reply, Exception):
-        if unit_vanished(reply):
-            return []
-        raise reply
+    return groups_consumers_with_pending(client, [(stream, group)])[0]
+
+
+def groups_consumers_with_pending(client: redis.Redis, groups: Sequence[tuple[str, str]]
+                                  ) -> list[list[str]]:
+    """For each (stream, group) of `groups`, its consumers that own pending entries (XINFO
+    CONSUMERS, pipelined); [] for one whose stream or group is gone."""
+    found: list[list[str]] = []
+    for reply in each(client, [("XINFO", "CONSUMERS", s, g) for s, g in groups]):
+        if isinstance(reply, Exception):
+            if unit_vanished(reply):
+                found.append([])
+                continue
+            raise reply
+        found.append(_with_pending(reply))
+    return found
+
+
+def _with_pending(reply: object) -> list[str]:
+    """The consumer names with pending entries in an XINFO CONSUMERS reply (flat pairs)."""
     names = []
     for row in reply:  # type: ignore[attr-defined]
-        info = dict(zip(row[0::2], row[1::2], strict=True))
-        info = {(k.decode() if isinstance(k, bytes) else k): v for k, v in info.items()}
+        info = {(k.decode() if isinstance(k, bytes) else k): v
+                for k, v in zip(row[0::2], row[1::2], strict=True)}
         if int(info["pending"]) > 0:
             name = info["name"]
             names.append(name.decode() if isinstance(name, bytes) else name)
