@@ -10,6 +10,7 @@ the dead-letter stream) and the report rows, not only the summary.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from itertools import pairwise
 from pathlib import Path
@@ -27,8 +28,24 @@ from recovery.report.run_report import RunSummary
 from recovery.settings.model import load_settings
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from tests.support.backlogs import DEAD, HOUR_MS
-from tests.support.fault_tools import GROUP, report_rows, run_in_process, write_control
-from tests.support.order_handler import DONE, FAIL, PARTITIONS, REJECT, SEEN, VIOLATIONS
+from tests.support.fault_tools import (
+    GROUP,
+    kill_landed,
+    report_rows,
+    run_in_process,
+    spark_submit,
+    wait_until,
+    write_control,
+)
+from tests.support.order_handler import (
+    COUNT,
+    DONE,
+    FAIL,
+    PARTITIONS,
+    REJECT,
+    SEEN,
+    VIOLATIONS,
+)
 
 STREAM = "orders"
 HANDLER = "handler.path=tests.support.order_handler:in_order"
@@ -281,3 +298,36 @@ def test_task_retries_in_claim_and_hand_over_keep_each_key_in_order(
     assert [rows[i]["action"] for i in ids["k3"][4:]] == ["failed"] + ["held"] * 10
     assert {rows[i]["action"] for k in ids if k != "k3" for i in ids[k]} <= \
         {"reprocessed", "skipped"}  # skipped: acked by the failed attempt
+
+
+@pytest.mark.slow
+def test_sigkill_mid_hand_over_then_rerun_keeps_each_key_in_order(spark, redis_server,
+                                                                   tmp_path):
+    """spark-submit (local[2]) SIGKILLed, with all its processes, once the handler has
+    acked 60 of 300 entries (20 keys x 15): each key's successes over the killed run and
+    the re-runs are in ID order, an entry replayed only right after itself (at-least-once,
+    in order), nothing left pending."""
+    client = redis_server.client()
+    write_control(redis_server.url, delay_s=0.05)
+    ids = seed(client, keys=20, per_key=15)
+    quick = ("claim.min_idle_ms=1000", "spark.partitions=2", "handler.batch_size=5")
+    proc = spark_submit(args(redis_server.url, tmp_path / "reports", *quick,
+                             "spark.split_min_pending=100", "claim.count=20"),
+                        tmp_path / "killed")
+    assert wait_until(lambda: int(client.get(COUNT) or 0) >= 60, proc, 180, "60 acks"), \
+        (tmp_path / "killed" / "stdout").read_text()[-3000:]
+    assert kill_landed(proc)
+    assert 60 <= int(client.get(COUNT) or 0) < 300  # killed with work left
+    write_control(redis_server.url)
+    reruns = 0
+    while reruns < 3:  # the killed run's claims become idle (1 s), then re-run
+        reruns += 1
+        time.sleep(1.1)
+        rerun = run_in_process(spark, args(redis_server.url, tmp_path / "reports", *quick))
+        assert rerun.code == 0, rerun.stderr[-3000:]
+        if client.xpending(STREAM, GROUP)["pending"] == 0:
+            break
+    assert client.xpending(STREAM, GROUP)["pending"] == 0, f"{reruns} re-runs"
+    done = recorded(client, DONE, sorted(ids))
+    assert all(in_order_at_least_once(done[key]) == ids[key] for key in ids), done
+    assert client.lrange(VIOLATIONS, 0, -1) == []

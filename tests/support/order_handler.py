@@ -6,11 +6,13 @@ Per call it records, for each message, its ID on the list ``SEEN + <key>`` (ever
 and, where it succeeds, on ``DONE + <key>``; a call holding two entries of one key is a
 violation (``VIOLATIONS``); the Spark partition of each key (``PARTITIONS``). It fails the
 messages whose IDs are in the set ``FAIL`` and rejects (``Result.dead_letter``) those in
-``REJECT``; the key is the message's ``k`` field (``-`` without one).
+``REJECT``; the key is the message's ``k`` field (``-`` without one). With ``delay_s`` in the
+control file it sleeps that long per call first; ``COUNT`` counts the successes.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 from recovery.handlers import Message, Result
@@ -22,6 +24,7 @@ VIOLATIONS = "test:order:violations"
 PARTITIONS = "test:order:partitions"  # hash: key -> the partition ids that handled it
 FAIL = "test:order:fail"
 REJECT = "test:order:reject"
+COUNT = "test:order:count"  # successes, all keys
 
 
 def key_of(m: Message) -> str:
@@ -33,7 +36,9 @@ def in_order(messages: list[Message]) -> list[Result]:
 
     ctx = TaskContext.get()
     partition = ctx.partitionId() if ctx is not None else -1
-    client = _client(_control()["url"])
+    control = _control()
+    client = _client(control["url"])
+    time.sleep(control.get("delay_s", 0))
     fail = {v.decode() for v in client.smembers(FAIL)}
     reject = {v.decode() for v in client.smembers(REJECT)}
     keys = Counter(key_of(m) for m in messages if m.field(b"k") is not None)
@@ -53,5 +58,6 @@ def in_order(messages: list[Message]) -> list[Result]:
         else:
             pipe.rpush(DONE + key, m.id)
             results.append(Result.success())
+    pipe.incrby(COUNT, sum(1 for r in results if r.ok))
     pipe.execute()
     return results
