@@ -30,6 +30,7 @@ from recovery.testing.backlog import add_entries, create_group, deliver, make_st
 from tests.support.backlogs import DEAD, HOUR_MS
 from tests.support.fault_tools import (
     GROUP,
+    finished,
     kill_landed,
     report_rows,
     run_in_process,
@@ -328,6 +329,40 @@ def test_sigkill_mid_hand_over_then_rerun_keeps_each_key_in_order(spark, redis_s
         if client.xpending(STREAM, GROUP)["pending"] == 0:
             break
     assert client.xpending(STREAM, GROUP)["pending"] == 0, f"{reruns} re-runs"
+    done = recorded(client, DONE, sorted(ids))
+    assert all(in_order_at_least_once(done[key]) == ids[key] for key in ids), done
+    assert client.lrange(VIOLATIONS, 0, -1) == []
+
+
+@pytest.mark.slow
+def test_two_runs_at_once_never_hand_a_key_over_out_of_order(spark, redis_server, tmp_path):
+    """A spark-submit run and an in-process run at once on the same group (each claims part
+    of every key's entries): each holds its entries that come after an entry the other one
+    (or the dead consumer) still has, so each key's successes over both runs, and the
+    re-runs that finish the rest, are in ID order; nothing is left pending."""
+    client = redis_server.client()
+    write_control(redis_server.url, delay_s=0.2)
+    ids = seed(client, keys=20, per_key=15)
+    quick = ("claim.min_idle_ms=1000", "spark.partitions=2", "handler.batch_size=5",
+             "claim.count=10", "spark.split_min_pending=100")
+    proc = spark_submit(args(redis_server.url, tmp_path / "reports", *quick), tmp_path / "a")
+    assert wait_until(lambda: any(c.startswith(b"recovery-") for c in
+                                  (r["name"] for r in client.xinfo_consumers(STREAM, GROUP))),
+                      proc, 180, "the first run's claim")
+    second = run_in_process(spark, args(redis_server.url, tmp_path / "reports", *quick))
+    first = finished(proc, tmp_path / "a", 300)
+    assert (first.code, second.code) == (0, 0), first.stderr[-2000:] + second.stderr[-2000:]
+    # Both claimed a share: they overlapped.
+    assert 0 < first.summary["totals"]["reprocessed"] < 300
+    assert sum(second.summary["totals"].values()) > 0
+    write_control(redis_server.url)
+    for _ in range(3):
+        if client.xpending(STREAM, GROUP)["pending"] == 0:
+            break
+        time.sleep(1.1)
+        assert run_in_process(spark, args(redis_server.url, tmp_path / "reports",
+                                          *quick)).code == 0
+    assert client.xpending(STREAM, GROUP)["pending"] == 0
     done = recorded(client, DONE, sorted(ids))
     assert all(in_order_at_least_once(done[key]) == ids[key] for key in ids), done
     assert client.lrange(VIOLATIONS, 0, -1) == []
