@@ -28,6 +28,7 @@ from recovery.report.run_report import RunSummary
 from recovery.settings.model import load_settings
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from tests.support.backlogs import DEAD, HOUR_MS
+from tests.support.cluster_fixtures import keys_on_every_primary
 from tests.support.fault_tools import (
     GROUP,
     finished,
@@ -107,18 +108,19 @@ def test_held_keys_reach_the_pushed_gauge(tmp_path: Path) -> None:
 
 # --- runs -------------------------------------------------------------------------------------
 
-def seed(client: Redis, keys: int, per_key: int, keyless: int = 0) -> dict[str, list[str]]:
-    """Stuck entries of `keys` keys interleaved (entry i has key k<i % keys>), plus
+def seed(client: Redis, keys: int, per_key: int, keyless: int = 0, stream: str = STREAM,
+         prefix: str = "k") -> dict[str, list[str]]:
+    """Stuck entries of `keys` keys interleaved (entry i has key <prefix><i % keys>), plus
     `keyless` entries without a key; key -> its IDs in ID order (keyless under "-")."""
-    create_group(client, STREAM, GROUP)
+    create_group(client, stream, GROUP)
     n = keys * per_key
-    ids = add_entries(client, STREAM, n, lambda i: {"k": f"k{i % keys}", "n": str(i)})
-    ids += add_entries(client, STREAM, keyless, lambda i: {"n": f"x{i}"})
-    assert deliver(client, STREAM, GROUP, DEAD, len(ids)) == ids
-    make_stuck(client, STREAM, GROUP, DEAD, ids, HOUR_MS)
+    ids = add_entries(client, stream, n, lambda i: {"k": f"{prefix}{i % keys}", "n": str(i)})
+    ids += add_entries(client, stream, keyless, lambda i: {"n": f"x{i}"})
+    assert deliver(client, stream, GROUP, DEAD, len(ids)) == ids
+    make_stuck(client, stream, GROUP, DEAD, ids, HOUR_MS)
     by_key: dict[str, list[str]] = defaultdict(list)
     for i, entry_id in enumerate(ids):
-        by_key[f"k{i % keys}" if i < n else "-"].append(entry_id)
+        by_key[f"{prefix}{i % keys}" if i < n else "-"].append(entry_id)
     return dict(by_key)
 
 
@@ -366,3 +368,46 @@ def test_two_runs_at_once_never_hand_a_key_over_out_of_order(spark, redis_server
     done = recorded(client, DONE, sorted(ids))
     assert all(in_order_at_least_once(done[key]) == ids[key] for key in ids), done
     assert client.lrange(VIOLATIONS, 0, -1) == []
+
+
+@pytest.mark.slow
+def test_per_key_order_on_a_redis_cluster(spark, redis_cluster, redis_server, tmp_path):
+    """One stream on each of three primaries, 4 keys x 6 entries each: on every stream the
+    first entry of key 0 is pending on a live consumer (its key held behind it, read on that
+    stream's primary), key 1's third entry fails (the rest held, counts given back by the
+    script on that primary); every other key done in ID order. The handler records on a
+    server of its own."""
+    redis_cluster.wait_healthy()
+    redis_cluster.flush()
+    rc = redis_cluster.client()
+    write_control(redis_server.url)
+    record = redis_server.client()
+    streams = keys_on_every_primary(rc, 1, prefix="ordered")
+    ids: dict[str, list[str]] = {}
+    live, failing = [], []
+    for n, stream in enumerate(streams):
+        keys = seed(rc, 4, 6, stream=stream, prefix=f"s{n}k")
+        rc.xclaim(stream, GROUP, "alive", 0, [keys[f"s{n}k0"][0]], idle=0, justid=True)
+        live.append(keys[f"s{n}k0"][0])
+        failing.append(keys[f"s{n}k1"][2])
+        ids.update(keys)
+    record.sadd(FAIL, *failing)
+    sets = [f"redis.url={redis_cluster.url}", f"report.path={tmp_path / 'reports'}",
+            "streams.keys=" + ",".join(streams), HANDLER, "order.key_field=k",
+            "spark.partitions=3"]
+    result = run_in_process(spark, [a for s in sets for a in ("--set", s)])
+    assert result.code == 0, result.stderr[-3000:]
+    done = recorded(record, DONE, sorted(ids))
+    for n, stream in enumerate(streams):
+        assert done[f"s{n}k0"] == [] and done[f"s{n}k1"] == ids[f"s{n}k1"][:2]
+        assert done[f"s{n}k2"] == ids[f"s{n}k2"] and done[f"s{n}k3"] == ids[f"s{n}k3"]
+        rows = {r["message_id"].decode(): (r["consumer"].decode(), r["times_delivered"])
+                for r in rc.xpending_range(stream, GROUP, "-", "+", 100)}
+        held = [*ids[f"s{n}k0"][1:], *ids[f"s{n}k1"][3:]]
+        assert sorted(rows, key=stream_id_key) == sorted(
+            [live[n], failing[n], *held], key=stream_id_key)
+        assert rows[live[n]][0] == "alive"
+        assert all(rows[i][0].startswith("recovery-") and rows[i][1] == 1 for i in held)
+        assert rows[failing[n]][1] == 2
+    assert result.summary["held_keys"] == 2 * len(streams)
+    rc.close()

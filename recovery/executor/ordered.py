@@ -26,6 +26,7 @@ from recovery.executor.packing import NOTE_ROWS, ArrowFn, unpack
 from recovery.executor.partitions import PartitionClient, young_collections_rarer
 from recovery.executor.tally import PassMaker, Tally
 from recovery.params import JobParams, OrderParams
+from recovery.redis_io.error_codes import unit_vanished
 from recovery.redis_io.held_keys import consumers_with_pending, pending_elsewhere
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.streams import Fields, fetch_entries, stream_id_key
@@ -84,8 +85,10 @@ def _keyed(client: PartitionClient, order: OrderParams, batch: pa.RecordBatch
                 rows = [i for i in missing if claimed.stream[i] == stream]
                 try:
                     found = fetch_entries(client.get(), stream, [claimed.id[i] for i in rows])
-                except redis.ResponseError:
-                    continue  # vanished: the hand-over reports it
+                except redis.ResponseError as exc:
+                    if not unit_vanished(exc):
+                        raise
+                    continue  # the stream is gone: the hand-over reports its entries
                 for i in rows:
                     fields[i] = found[claimed.id[i]]
     keys = [key_of(f, order.field_of(s)) for f, s in zip(fields, claimed.stream, strict=True)]
