@@ -52,22 +52,25 @@ def apply_in_order(client: redis.Redis, params: JobParams, claimed: Claimed,
     for i in routes[Route.GONE]:
         rb.set(i, Action.SKIPPED, REASON_GONE)
     clear_deleted(client, rb, routes[Route.DELETED])
+    # Every row takes its turn, those already decided too (deleted upstream; no longer the
+    # job's since the claim: it may be pending on someone else, which holds its key).
     queues: dict[KeyT, deque[int]] = {}
     for i in range(len(claimed)):
-        if rb.action[i] is None:
-            queues.setdefault(keys[i], deque()).append(i)
+        queues.setdefault(keys[i], deque()).append(i)
     held: dict[KeyT, str] = {}
 
     def hold(key: KeyT, why: str) -> None:
         for i in queues.pop(key):
-            rb.set(i, Action.HELD, why + STAYS)
+            if rb.action[i] is None:
+                rb.set(i, Action.HELD, why + STAYS)
         held[key] = why
 
     for key in [k for k in queues if k in carried]:
         hold(key, carried[key])
     wave = 0
     while queues:
-        for key in [k for k, q in queues.items() if blocked[q[0]] is not None]:
+        for key in [k for k, q in queues.items()
+                    if blocked[q[0]] is not None and rb.action[q[0]] is None]:
             hold(key, blocked[queues[key][0]])  # type: ignore[arg-type]
         heads = [q.popleft() for q in queues.values()]
         if not heads:
