@@ -36,8 +36,9 @@ class OrderParams:
     `key_field`: the entry field whose value is the ordering key; `key_fields`: (stream
     pattern, field) pairs, the first pattern matching a stream (fnmatch) wins over
     `key_field` ("" there: that stream unordered); `missing_key`: an entry without the field
-    is its own key (``own``) or is held (``hold``); `dead_letter_releases`: a head
-    dead-lettered releases its key (else the key is held behind it); `scan_max`: pending
+    is its own key (``own``), is held (``hold``) or dead-lettered (``dead_letter``);
+    `dead_letter_releases`: a head dead-lettered releases its key (else the key is held
+    behind it); `scan_max`: pending
     entries of other consumers read at most per consumer and unit for the keys they hold."""
 
     key_field: str | None = None

@@ -252,6 +252,8 @@ class DeathReason(StrEnum):
     # A delivery count at the largest 64-bit integer: Redis 8.8's XNACK ... FATAL (or a
     # counter that wrapped), never retried.
     MAX_COUNT = "delivery-count-at-maximum"
+    # Per-key order with order.missing_key = dead_letter: an entry without the key field.
+    NO_ORDER_KEY = "order-key-missing"
 
 
 class Mode(StrEnum):

@@ -23,6 +23,7 @@ from recovery.executor.ordered import id_order, key_of
 from recovery.metrics.families import run_registry
 from recovery.metrics.recovery_run import recovery_facts
 from recovery.params import OrderParams
+from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.streams import stream_id_key
 from recovery.report.run_report import RunSummary
 from recovery.settings.model import load_settings
@@ -238,7 +239,7 @@ def test_a_head_pending_elsewhere_holds_its_key_and_a_dead_lettered_one_releases
     assert done["k0"] == [] and done["k2"] == ids["k2"] and done["-"] == ids["-"]  # one
     assert done["k1"] == (ids["k1"][1:] if releases else [])
     dead = [f[b"x-original-id"].decode()
-            for _, f in client.xrange(f"{{{STREAM}}}:dlq") or client.xrange(f"{STREAM}:dlq")]
+            for _, f in client.xrange(dead_letter_key(STREAM, ":dlq"))]
     assert dead == [ids["k1"][0]]
     owners = pending_owners(client)
     assert owners[live] == "alive"
@@ -411,3 +412,33 @@ def test_per_key_order_on_a_redis_cluster(spark, redis_cluster, redis_server, tm
         assert rows[failing[n]][1] == 2
     assert result.summary["held_keys"] == 2 * len(streams)
     rc.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["hold", "dead_letter"])
+def test_entries_without_the_key_field_held_or_dead_lettered(spark, redis_server, tmp_path,
+                                                             policy):
+    """``order.missing_key``: `hold` leaves the 3 keyless entries pending on the job (report:
+    held, naming the field), `dead_letter` moves them to the dead-letter stream with
+    ``x-death-reason`` ``order-key-missing``; the keyed entries are handled in order."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    ids = seed(client, keys=2, per_key=4, keyless=3)
+    reports = tmp_path / "reports"
+    result = run_in_process(spark, args(redis_server.url, reports, "spark.partitions=2",
+                                        f"order.missing_key={policy}"))
+    assert result.code == 0, result.stderr[-3000:]
+    done = recorded(client, DONE, sorted(ids))
+    assert done == {"k0": ids["k0"], "k1": ids["k1"], "-": []}
+    owners = pending_owners(client)
+    dead = {f[b"x-original-id"].decode(): f[b"x-death-reason"]
+            for _, f in client.xrange(dead_letter_key(STREAM, ":dlq"))}
+    rows = rows_of(spark, reports, result.summary)
+    if policy == "hold":
+        assert sorted(owners) == sorted(ids["-"]) and dead == {}
+        assert all(rows[i]["action"] == "held" and "no 'k' field" in rows[i]["reason"]
+                   for i in ids["-"])
+    else:
+        assert owners == {}
+        assert dead == dict.fromkeys(ids["-"], b"order-key-missing")
+        assert all(rows[i]["action"] == "dead_lettered" for i in ids["-"])

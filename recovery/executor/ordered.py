@@ -206,8 +206,12 @@ def _apply(client: PartitionClient, params: JobParams, order: OrderParams,
     blocked = [_blocked_reason(order, *row) for row in zip(
         claimed.stream, claimed.id, col("order_key").to_pylist(),
         col("blocked_by").to_pylist(), col("unit_blocked_after").to_pylist(), strict=True)]
+    keyless: list[str] = []
+    if order.missing_key == "dead_letter":
+        keyless = [(order.field_of(s) or "") if k is None else "" for s, k in zip(
+            claimed.stream, col("order_key").to_pylist(), strict=True)]
     with redis_errors(params.redis):
-        return apply_in_order(client.get(), params, claimed, keys, blocked, carried)
+        return apply_in_order(client.get(), params, claimed, keys, blocked, carried, keyless)
 
 
 def _blocked_reason(order: OrderParams, stream: str, entry_id: str, key: bytes | None,

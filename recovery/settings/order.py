@@ -18,14 +18,15 @@ class OrderSettings(Section):
     """`key_field`: the entry field holding the ordering key (none: no order, as always);
     `key_fields`: stream pattern (``fnmatch``, e.g. ``"orders:*"``) -> field, the first
     pattern that matches a stream wins over `key_field` (``""``: that stream unordered);
-    `missing_key`: an entry without the field is its own key (``own``) or held (``hold``);
+    `missing_key`: an entry without the field is its own key (``own``), held (``hold``) or
+    dead-lettered (``dead_letter``, ``x-death-reason`` ``order-key-missing``);
     `dead_letter_releases`: a head dead-lettered (at the delivery limit or by
     ``Result.dead_letter``) releases its key, or holds it (``false``); `scan_max`: pending
     entries read at most per other consumer and group, for the keys they hold back."""
 
     key_field: str | None = Field(None, min_length=1)
     key_fields: dict[str, str] = Field(default_factory=dict)
-    missing_key: Literal["own", "hold"] = "own"
+    missing_key: Literal["own", "hold", "dead_letter"] = "own"
     dead_letter_releases: bool = True
     scan_max: int = Field(10_000, ge=1, le=1_000_000)
 

@@ -25,7 +25,7 @@ import redis
 
 from recovery.executor.claimed import Claimed, carried_deliveries
 from recovery.executor.faults import maybe_fail
-from recovery.executor.handover.dead_letter import dead_letter, over_limit
+from recovery.executor.handover.dead_letter import DeadLetterJob, dead_letter, over_limit
 from recovery.executor.handover.lease import REASON_GONE
 from recovery.executor.handover.modes.handler import MODE as HANDLER
 from recovery.executor.handover.ready import clear_deleted, ready
@@ -34,7 +34,7 @@ from recovery.params import JobParams
 from recovery.redis_io.held_keys import unclaim_held
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import OWNER, pending_command
-from recovery.schemas import Action, Route
+from recovery.schemas import Action, DeathReason, Route
 
 KeyT = tuple[str, str, bool, bytes]  # (stream, group, keyless, key or ID): one ordering key
 STAYS = "; stays pending"
@@ -42,16 +42,21 @@ STAYS = "; stays pending"
 
 def apply_in_order(client: redis.Redis, params: JobParams, claimed: Claimed,
                    keys: Sequence[KeyT], blocked: Sequence[str | None],
-                   carried: dict[KeyT, str]) -> pa.RecordBatch:
+                   carried: dict[KeyT, str], keyless: Sequence[str] = ()) -> pa.RecordBatch:
     """Route, dead-letter and hand over `claimed` (sorted by key, then ID) key by key in ID
     order; return its REPORT batch. `keys[i]`: row i's ordering key; `blocked[i]`: why row i
     is held from the start, or None. `carried`: the keys held in the batch before (a key
-    may go on into this batch), replaced by those held at the end of this one."""
+    may go on into this batch), replaced by those held at the end of this one. `keyless`:
+    per row, the key field it lacks where it is to be dead-lettered for that
+    (``order.missing_key = dead_letter``), else ""."""
     rb = RoutedBatch(claimed, params.max_deliveries)
     routes = rb.by_route()
     for i in routes[Route.GONE]:
         rb.set(i, Action.SKIPPED, REASON_GONE)
     clear_deleted(client, rb, routes[Route.DELETED])
+    dead_letter(client, params, rb, [
+        DeadLetterJob(i, DeathReason.NO_ORDER_KEY, f"no {name!r} field to order it by")
+        for i, name in enumerate(keyless) if name and rb.action[i] is None])
     # Every row takes its turn, those already decided too (deleted upstream; no longer the
     # job's since the claim: it may be pending on someone else, which holds its key).
     queues: dict[KeyT, deque[int]] = {}
@@ -105,7 +110,9 @@ def _unclaim(client: redis.Redis, rb: RoutedBatch) -> None:
 
 def _hand_over(client: redis.Redis, params: JobParams, rb: RoutedBatch, heads: list[int]
                ) -> None:
-    """One wave: the heads over the limit dead-lettered, the others handed to the handler."""
+    """One wave: the open heads over the limit dead-lettered, the others handed to the
+    handler (heads decided before the waves keep their outcome)."""
+    heads = [i for i in heads if rb.action[i] is None]
     dead_letter(client, params, rb,
                 over_limit(rb, [i for i in heads if rb.route[i] == Route.DEAD_LETTER]))
     rows = ready(client, params, rb, [i for i in heads if rb.route[i] == Route.HANDLE])
