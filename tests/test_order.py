@@ -34,6 +34,7 @@ from tests.support.fault_tools import (
     GROUP,
     finished,
     kill_landed,
+    kill_tree,
     report_rows,
     run_in_process,
     spark_submit,
@@ -442,3 +443,35 @@ def test_entries_without_the_key_field_held_or_dead_lettered(spark, redis_server
         assert owners == {}
         assert dead == dict.fromkeys(ids["-"], b"order-key-missing")
         assert all(rows[i]["action"] == "dead_lettered" for i in ids["-"])
+
+
+@pytest.mark.slow
+def test_task_retries_on_executors_of_their_own_keep_each_key_in_order(
+        spark, redis_server, tmp_path, faults):
+    """spark-submit on local-cluster[2,1,1024] (executors of their own, failed tasks
+    retried): every claim task fails once at its 2nd step, every hand-over task after its
+    2nd wave, and its second attempt after its 3rd: each key's successes in ID order over
+    all attempts, the failed head's key held, one report row per entry."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    ids = seed(client, keys=20, per_key=10)
+    client.sadd(FAIL, ids["k5"][3])
+    for fault in ("claim 2 0", "ordered 2 0", "ordered 3 1"):
+        faults(fault)
+    reports, logs = tmp_path / "reports", tmp_path / "logs"
+    proc = spark_submit([*args(redis_server.url, reports, "spark.partitions=2",
+                               "claim.count=20", "spark.split_min_pending=100"),
+                         "--run-id", "retried"], logs, master="local-cluster[2,1,1024]")
+    try:
+        result = finished(proc, logs, 360)
+    finally:
+        if proc.poll() is None:
+            kill_tree(proc)
+    assert result.code == 0, result.stderr[-3000:]
+    done = recorded(client, DONE, sorted(ids))
+    for key, key_ids in ids.items():
+        assert in_order_at_least_once(done[key]) == key_ids[:3 if key == "k5" else 10], key
+    assert sorted(pending_owners(client), key=stream_id_key) == ids["k5"][3:]
+    rows = rows_of(spark, reports, {"run_id": "retried"})
+    assert len(rows) == 200
+    assert [rows[i]["action"] for i in ids["k5"][3:]] == ["failed"] + ["held"] * 6
