@@ -13,6 +13,8 @@
    retried attempt reports what its failed attempt claimed; where the journal cannot be
    kept (the ACL user may not write it), the claimed set is instead materialised exactly
    once (eager local checkpoint of packed claim steps) before a second stage hands it over;
+   with per-key order (``order.key_field``), steps 3 and 4 are ``recovery.driver.ordered``:
+   the claim materialised, then shuffled by key and handed over key by key in ID order;
 5. remove the job's empty consumers (whose script's PEL summaries the final progress line
    uses), sum up the tallies that came with the report's write (``recovery.executor.tally``).
 """
