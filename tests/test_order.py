@@ -316,13 +316,18 @@ def test_sigkill_mid_hand_over_then_rerun_keeps_each_key_in_order(spark, redis_s
     write_control(redis_server.url, delay_s=0.05)
     ids = seed(client, keys=20, per_key=15)
     quick = ("claim.min_idle_ms=1000", "spark.partitions=2", "handler.batch_size=5")
-    proc = spark_submit(args(redis_server.url, tmp_path / "reports", *quick,
-                             "spark.split_min_pending=100", "claim.count=20"),
-                        tmp_path / "killed")
+    proc = spark_submit([*args(redis_server.url, tmp_path / "reports", *quick,
+                              "spark.split_min_pending=100", "claim.count=20"),
+                         "--run-id", "killed"], tmp_path / "killed")
     assert wait_until(lambda: int(client.get(COUNT) or 0) >= 60, proc, 180, "60 acks"), \
         (tmp_path / "killed" / "stdout").read_text()[-3000:]
     assert kill_landed(proc)
     assert 60 <= int(client.get(COUNT) or 0) < 300  # killed with work left
+    pel_then = pending_owners(client)
+    again = run_in_process(spark, [*args(redis_server.url, tmp_path / "reports", *quick),
+                                   "--run-id", "killed"])  # its ID is still taken
+    assert again.code == 2 and "--run-id killed is taken" in again.stderr, again.stderr
+    assert pending_owners(client) == pel_then
     write_control(redis_server.url)
     reruns = 0
     while reruns < 3:  # the killed run's claims become idle (1 s), then re-run

@@ -268,7 +268,8 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
                 spark, plan, parts, max(p for _, p in parts) + 1)
             if params.order is not None:  # per-key order: recovery.driver.ordered
                 tallies = claim_then_order(spark, client, settings, params, work, units,
-                                           in_pass, _batch_rows(spark))
+                                           sorted({c for _, _, c in consumers}), in_pass,
+                                           _batch_rows(spark))
             else:
                 tallies = _recover(ctx, work, consumers, not dry_run and no_retries, in_pass)
             if in_pass:  # the histograms came with the report pass, as its claim steps found

@@ -29,6 +29,7 @@ from recovery.executor.partitions import claim_partition
 from recovery.executor.tally import Tallies
 from recovery.params import JobParams
 from recovery.redis_io.held_keys import groups_consumers_with_pending
+from recovery.redis_io.journal import drop_journals, journal_key, open_journals
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.report.run_report import RunSummary, read_run, write_pass
 from recovery.schemas import BLOCKER, KEYED, PACKED, Action
@@ -55,9 +56,26 @@ def ordered_actions(actions: tuple[str, ...], params: JobParams, dry_run: bool
 
 def claim_then_order(spark: SparkSession, client: redis.Redis, settings: Settings,
                      params: JobParams, unit_df: DataFrame, units: list[WorkUnit],
-                     histograms: bool, rows: int) -> Tallies:
+                     consumers: list[str], histograms: bool, rows: int) -> Tallies:
     """Claim (materialised once), key, shuffle by key, sort by ID, hand over in key order and
-    report in steps of `rows` entries; the tallies."""
+    report in steps of `rows` entries; the tallies. The run's claim journals (of its job
+    `consumers`) hold only their header here, kept while the run lasts: what keeps a second
+    run from taking the same ``--run-id`` (``check_run_id_unused``)."""
+    prefix = settings.claim.journal_prefix
+    keys = [journal_key(prefix, c) for c in consumers] if prefix else []
+    with redis_errors(params.redis):
+        refusal = open_journals(client, keys, params.run_id) if keys else None
+    try:
+        return _claim_then_order(spark, client, settings, params, unit_df, units, histograms,
+                                 rows)
+    finally:
+        if keys and refusal is None:
+            drop_journals(client, keys)
+
+
+def _claim_then_order(spark: SparkSession, client: redis.Redis, settings: Settings,
+                      params: JobParams, unit_df: DataFrame, units: list[WorkUnit],
+                      histograms: bool, rows: int) -> Tallies:
     started = time.monotonic()
     claimed = materialise_once(unit_df.mapInArrow(claim_partition(params, histograms), PACKED))
     log.info("run %s: claim done in %.1f s; handing over in per-key order", params.run_id,
