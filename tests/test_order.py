@@ -99,13 +99,16 @@ def test_key_field_per_stream_pattern_and_id_order() -> None:
     assert sorted(ids, key=id_order) == sorted(ids, key=stream_id_key)
 
 
-def test_held_keys_reach_the_pushed_gauge(tmp_path: Path) -> None:
+def test_held_keys_reach_the_pushed_gauges(tmp_path: Path) -> None:
     settings = load_settings(None, ["streams.keys=o", f"report.path={tmp_path}"])
-    facts, _ = recovery_facts(settings, RunSummary("r", held_keys=3), 0, 0.0)
-    registry = run_registry(facts, 10)
+    summary = RunSummary("r", held_keys=3, oldest_held_age_s=7200.5)
+    registry = run_registry(recovery_facts(settings, summary, 0, 0.0)[0], 10)
     assert registry.get_sample_value("redis_stream_recovery_run_held_keys") == 3
-    facts, _ = recovery_facts(settings, RunSummary("r"), 0, 0.0)  # no order: 0
-    assert run_registry(facts, 10).get_sample_value("redis_stream_recovery_run_held_keys") == 0
+    assert registry.get_sample_value("redis_stream_recovery_run_oldest_held_age_seconds") \
+        == 7200.5
+    registry = run_registry(recovery_facts(settings, RunSummary("r"), 0, 0.0)[0], 10)
+    assert registry.get_sample_value("redis_stream_recovery_run_held_keys") == 0  # no order
+    assert registry.get_sample_value("redis_stream_recovery_run_oldest_held_age_seconds") == 0
 
 
 # --- runs -------------------------------------------------------------------------------------
@@ -201,6 +204,8 @@ def test_keys_in_id_order_across_split_tasks_held_behind_failures_then_resumed(
     assert first.summary["totals"]["held"] == len(held["k3"]) + len(held["k7"])
     assert first.summary["totals"]["failed"] == 2
     assert first.summary["held_keys"] == 2
+    oldest_s = min(stream_id_key(head)[0] for head in failing.values()) / 1000
+    assert abs(first.summary["oldest_held_age_s"] - (time.time() - oldest_s)) < 30
 
     client.delete(FAIL)
     age(client, list(owners))
@@ -213,6 +218,7 @@ def test_keys_in_id_order_across_split_tasks_held_behind_failures_then_resumed(
     assert client.lrange(VIOLATIONS, 0, -1) == []
     assert second.summary["totals"]["reprocessed"] == len(owners)
     assert second.summary["totals"]["held"] == 0 and second.summary["held_keys"] == 0
+    assert second.summary["oldest_held_age_s"] is None
 
 
 @pytest.mark.slow

@@ -135,13 +135,24 @@ def _with_blockers(spark: SparkSession, params: JobParams, keyed: DataFrame,
 
 def add_held_keys(spark: SparkSession, settings: Settings, summary: RunSummary) -> None:
     """The summary's ``held_keys``: how many keys the run held (distinct stream, group and
-    the ID their held entries wait behind, from the report), when it held any."""
+    the ID their held entries wait behind, from the report; an entry held for itself, such
+    as one without the key field, counts as a key), and ``oldest_held_age_s``: the age, by
+    its ID's time, of the oldest entry a key waits behind (or of the oldest entry held for
+    itself): how long that key has been held at least. 0 and None when nothing was held."""
+    summary.held_keys = 0
     if not summary.totals.get(Action.HELD):
-        summary.held_keys = 0
         return
     held = read_run(spark, settings.report.path, summary.run_id) \
         .where(F.col("action") == Action.HELD.value)
     behind = F.col("reason").startswith("held behind ")
-    heads = held.where(behind).select(
-        "stream", "group", F.regexp_extract("reason", r"^held behind (\S+)", 1)).distinct()
-    summary.held_keys = heads.count() + held.where(~behind).count()
+    head = F.when(behind, F.regexp_extract("reason", r"^held behind (\S+)", 1)) \
+        .otherwise(F.col("id"))
+    heads = held.select("stream", "group", behind.alias("behind"), head.alias("head"))
+    row = heads.groupBy().agg(
+        F.count_distinct(F.when(F.col("behind"), F.concat_ws(" ", "stream", "group", "head")))
+        .alias("keys"), F.sum(F.when(~F.col("behind"), 1).otherwise(0)).alias("alone"),
+        F.min(F.split("head", "-").getItem(0).cast("long")).alias("oldest_ms")).first()
+    assert row is not None
+    summary.held_keys = int(row["keys"]) + int(row["alone"] or 0)
+    if row["oldest_ms"] is not None:
+        summary.oldest_held_age_s = round(max(0.0, time.time() - row["oldest_ms"] / 1000), 3)

@@ -61,6 +61,7 @@ class RunSummary(JsonLine):
     next_due_ms: int | None = None
     # Per-key order (order.key_field): the keys this run held (None: no order).
     held_keys: int | None = None
+    oldest_held_age_s: float | None = None  # by its ID's time: recovery.driver.ordered
     # Selections that matched nothing (a typo in streams.keys / streams.match), as logged.
     warnings: list[str] = field(default_factory=list)
     # The failed entries by reason and error signature, most first (recovery.report
