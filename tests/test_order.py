@@ -10,6 +10,9 @@ the dead-letter stream) and the report rows, not only the summary.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections import defaultdict
 from itertools import pairwise
@@ -486,3 +489,26 @@ def test_task_retries_on_executors_of_their_own_keep_each_key_in_order(
     rows = rows_of(spark, reports, {"run_id": "retried"})
     assert len(rows) == 200
     assert [rows[i]["action"] for i in ids["k5"][3:]] == ["failed"] + ["held"] * 6
+
+
+@pytest.mark.slow
+def test_per_key_order_under_spark_connect(redis_server, tmp_path):
+    """The ordered path with DataFrame APIs only (Spark Connect, ``remote("local[2]")``):
+    a key held behind a live consumer's entry (the blocker pass runs), one behind a failed
+    head, the others done in ID order."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    ids = seed(client, keys=3, per_key=4)
+    client.xclaim(STREAM, GROUP, "alive", 0, [ids["k0"][0]], idle=0, justid=True)
+    client.sadd(FAIL, ids["k1"][1])
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.support.connect_run", redis_server.url,
+         str(tmp_path / "r"), HANDLER, "order.key_field=k"],
+        capture_output=True, text=True, timeout=240, cwd=Path(__file__).parent.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (summary["totals"]["held"], summary["held_keys"]) == (3 + 2, 2)
+    done = recorded(client, DONE, sorted(ids))
+    assert done == {"k0": [], "k1": ids["k1"][:1], "k2": ids["k2"]}
+    assert sorted(pending_owners(client), key=stream_id_key) == \
+        sorted([*ids["k0"], *ids["k1"][1:]], key=stream_id_key)
