@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict
 from itertools import pairwise
@@ -53,6 +54,7 @@ from tests.support.order_handler import (
     SEEN,
     VIOLATIONS,
 )
+from tests.support.servers import start_server
 
 STREAM = "orders"
 HANDLER = "handler.path=tests.support.order_handler:in_order"
@@ -512,3 +514,44 @@ def test_per_key_order_under_spark_connect(redis_server, tmp_path):
     assert done == {"k0": [], "k1": ids["k1"][:1], "k2": ids["k2"]}
     assert sorted(pending_owners(client), key=stream_id_key) == \
         sorted([*ids["k0"], *ids["k1"][1:]], key=stream_id_key)
+
+
+@pytest.mark.slow
+def test_redis_restart_mid_hand_over_then_rerun_keeps_each_key_in_order(spark, redis_server,
+                                                                        tmp_path):
+    """The job's Redis (AOF, fsync always) is SIGKILLed once the handler acked 40 of 200
+    entries and started again 1.5 s later on the same AOF; whatever the run's exit, the
+    re-runs finish the work, and each key's successes over all runs are in ID order. The
+    handler records on a server of its own."""
+    server = start_server("redis", "--appendonly", "yes", "--appendfsync", "always")
+    try:
+        client = server.client()
+        write_control(redis_server.url, delay_s=0.05)
+        record = redis_server.client()
+        ids = seed(client, keys=20, per_key=10)
+        quick = ("claim.min_idle_ms=1000", "spark.partitions=2", "handler.batch_size=5")
+        outcome: dict[str, Any] = {}
+        job = threading.Thread(target=lambda: outcome.update(
+            r=run_in_process(spark, args(server.url, tmp_path / "reports", *quick))))
+        job.start()
+        wait_until(lambda: int(record.get(COUNT) or 0) >= 40, None, 180, "40 acks")
+        server.kill()
+        in_flight = job.is_alive()
+        time.sleep(1.5)
+        server.start()
+        job.join(180)
+        assert in_flight and not job.is_alive()
+        assert outcome["r"].code in (0, 1), outcome["r"].stderr[-2000:]
+        write_control(redis_server.url)
+        client = server.client()
+        for _ in range(4):
+            if client.xpending(STREAM, GROUP)["pending"] == 0:
+                break
+            time.sleep(1.1)
+            rerun = run_in_process(spark, args(server.url, tmp_path / "reports", *quick))
+            assert rerun.code == 0, rerun.stderr[-2000:]
+        assert client.xpending(STREAM, GROUP)["pending"] == 0
+        done = recorded(record, DONE, sorted(ids))
+        assert all(in_order_at_least_once(done[key]) == ids[key] for key in ids), done
+    finally:
+        server.stop()
