@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from fnmatch import fnmatchcase
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,32 @@ class RedisParams:
     tls_key_file: str | None = None
     tls_check_hostname: bool = True
     cluster: bool | str = "auto"  # True, False or "auto"
+
+
+@dataclass(frozen=True)
+class OrderParams:
+    """Per-key ordered recovery (``order.*`` settings; ``recovery.executor.ordered``).
+
+    `key_field`: the entry field whose value is the ordering key; `key_fields`: (stream
+    pattern, field) pairs, the first pattern matching a stream (fnmatch) wins over
+    `key_field` ("" there: that stream unordered); `missing_key`: an entry without the field
+    is its own key (``own``), is held (``hold``) or dead-lettered (``dead_letter``);
+    `dead_letter_releases`: a head dead-lettered releases its key (else the key is held
+    behind it); `scan_max`: pending
+    entries of other consumers read at most per consumer and unit for the keys they hold."""
+
+    key_field: str | None = None
+    key_fields: tuple[tuple[str, str], ...] = ()
+    missing_key: str = "own"
+    dead_letter_releases: bool = True
+    scan_max: int = 10_000
+
+    def field_of(self, stream: str) -> str | None:
+        """The key field of `stream`, or None where its entries are not ordered."""
+        for pattern, name in self.key_fields:
+            if fnmatchcase(stream, pattern):
+                return name or None
+        return self.key_field or None
 
 
 @dataclass(frozen=True)
@@ -59,6 +86,7 @@ class JobParams:
     # The move script also checks a dead-letter stream's newest entry (XINFO STREAM): set by
     # the driver where discovery could run XINFO STREAM (older ACL rules do not grant it).
     dlq_check_newest: bool = False
+    order: OrderParams | None = None  # per-key ordered hand-over (order.*); None: off
 
     @property
     def backoff(self) -> bool:

@@ -61,6 +61,37 @@ CLAIMED = StructType(
     ]
 )
 
+# A claimed entry on its way to the task of its ordering key (order.key_field): its CLAIMED
+# columns, then `order_key` (the key field's value; null: none, the entry is its own key),
+# `keyless` (true where the entry has no key of its own), `group_key` (what it is grouped and
+# sorted by: the key, or its ID where keyless), `id_order` (its ID as 16 bytes, big-endian
+# ms then sequence: sorts as the ID does), `blocked_by` (the oldest older pending entry of its
+# key that the run did not claim, as that entry's ID; null: none), `unit_blocked_after` (past
+# this ID every entry of its unit is held: the scan of other consumers' entries stopped
+# there). A note row (`tally_note` set, the rest empty) carries a claim-stage note.
+KEYED = StructType(
+    [
+        *CLAIMED.fields,
+        StructField("order_key", BinaryType(), True),
+        StructField("keyless", BooleanType(), False),
+        StructField("group_key", BinaryType(), False),
+        StructField("id_order", BinaryType(), False),
+        StructField("tally_note", BinaryType(), True),
+    ]
+)
+
+# Older pending entries that hold a key back across runs: per unit and key, the oldest
+# entry pending on a consumer that is not this run's (`blocked_by`, its ID); a row with a
+# null `order_key` holds every entry of its unit past `blocked_by` (the scan's bound).
+BLOCKER = StructType(
+    [
+        STREAM,
+        GROUP,
+        StructField("order_key", BinaryType(), True),
+        StructField("blocked_by", StringType(), False),
+    ]
+)
+
 # A planned entry on its way to its unit's task (``--plan``): the unit and its job consumer,
 # the entry's ID and its delivery count as the plan (a dry run's report) shows it. A task's
 # rows come sorted by stream, group and ID (numerically).
@@ -203,6 +234,9 @@ class Action(StrEnum):
     SKIPPED = "skipped"
     REQUEUED = "requeued"
     REASSIGNED = "reassigned"
+    # Per-key order (order.key_field): left pending behind an older entry of its key that
+    # failed, or is pending elsewhere (its reason names that entry's ID).
+    HELD = "held"
     WOULD_REPROCESS = "would_reprocess"
     WOULD_DEAD_LETTER = "would_dead_letter"
     WOULD_REQUEUE = "would_requeue"
@@ -225,6 +259,8 @@ class DeathReason(StrEnum):
     # A delivery count at the largest 64-bit integer: Redis 8.8's XNACK ... FATAL (or a
     # counter that wrapped), never retried.
     MAX_COUNT = "delivery-count-at-maximum"
+    # Per-key order with order.missing_key = dead_letter: an entry without the key field.
+    NO_ORDER_KEY = "order-key-missing"
 
 
 class Mode(StrEnum):

@@ -1,6 +1,6 @@
 """What the run checks of its Spark application before it starts (recovery.driver.job):
 speculation is refused with the fix, and the one pass is taken only where no task can run
-twice."""
+twice (recovery.driver.passes)."""
 
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ from recovery.cli.common import (
 )
 from recovery.driver.handler_choice import check_handler
 from recovery.driver.job import run
+from recovery.driver.ordered import check_order
 from recovery.driver.plan import local_plan_refusal
 from recovery.errors import EXIT_OK, RedisAuthError, RedisUnavailableError
 from recovery.metrics.recovery_run import push_recovery_metrics
@@ -69,6 +70,7 @@ def run_recovery(argv: list[str] | None, session: Callable[[Settings], SparkSess
         if args.plan is not None and args.dry_run:
             raise BadArguments("--plan and --dry-run exclude each other: a plan is applied "
                                 "by a real run; drop one of them")
+        check_order(settings, args.dry_run, args.plan)
         if checks_only:
             local_preflight(settings, args.plan, args.dry_run)
             return

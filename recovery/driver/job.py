@@ -13,6 +13,8 @@
    retried attempt reports what its failed attempt claimed; where the journal cannot be
    kept (the ACL user may not write it), the claimed set is instead materialised exactly
    once (eager local checkpoint of packed claim steps) before a second stage hands it over;
+   with per-key order (``order.key_field``), steps 3 and 4 are ``recovery.driver.ordered``:
+   the claim materialised, then shuffled by key and handed over key by key in ID order;
 5. remove the job's empty consumers (whose script's PEL summaries the final progress line
    uses), sum up the tallies that came with the report's write (``recovery.executor.tally``).
 """
@@ -44,6 +46,13 @@ from recovery.driver.health import (
     format_health,
     remove_idle_consumers,
 )
+from recovery.driver.ordered import (
+    add_held_keys,
+    check_order,
+    claim_then_order,
+    ordered_actions,
+)
+from recovery.driver.passes import batch_rows, recover
 from recovery.driver.plan import (
     check_plan,
     new_manifest,
@@ -64,17 +73,13 @@ from recovery.driver.run_ids import (
 )
 from recovery.driver.split import Split, split_units
 from recovery.driver.warm_up import WarmUp, warming_up
-from recovery.executor.handover.lease import LEASE_ROWS
 from recovery.executor.handover.modes import ACTIONS, PLAN_ACTIONS
 from recovery.executor.histogram import merged_rows
-from recovery.executor.packing import PACK_ROWS
-from recovery.executor.partitions import apply_partition, claim_partition, recover_partition
 from recovery.executor.survey import histogram_partition, plan_partition
 from recovery.executor.tally import Tallies, histogram_rows
 from recovery.params import JobParams, Unit, new_run_id
 from recovery.redis_io.dlq_names import refuse_cross_slot
-from recovery.redis_io.journal import drop_journals, journal_key, open_journals
-from recovery.redis_io.redis_conn import connect, redis_errors
+from recovery.redis_io.redis_conn import connect
 from recovery.report.after_run import add_after_run
 from recovery.report.run_report import (
     RunSummary,
@@ -93,7 +98,6 @@ from recovery.report.run_report import (
 )
 from recovery.report.signatures import failed_errors, failed_warning
 from recovery.schemas import (
-    PACKED,
     PEL_HISTOGRAM,
     REPORT,
     Action,
@@ -102,17 +106,13 @@ from recovery.settings.model import Settings, executor_params
 from recovery.spark.errors import spark_errors
 from recovery.spark.tasks import (
     check_no_speculation,
-    materialise_once,
     retries_tasks,
-    session_conf,
 )
 from recovery.spark.transforms import units_of_parts
 from recovery.targets.dead_letter_streams import dead_letter_warnings
 from recovery.targets.keys import check_server, may_read_stream_info
 
 log = logging.getLogger(__name__)
-MAX_RECORDS_PER_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
-DEFAULT_RECORDS_PER_BATCH = 10_000  # Spark's default for the key above
 
 
 def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
@@ -126,6 +126,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
     check_no_speculation(spark.conf.get("spark.speculation", "false"))
     params = executor_params(settings, run_id or new_run_id())
     check_handler(settings, dry_run)  # none by default: handler mode names one
+    check_order(settings, dry_run, plan)
     check_report_location(settings.report.path)
     if run_id is not None:  # a run ID is used once (recovery.driver.run_ids)
         refuse_reported_run_id(spark, settings, run_id)
@@ -167,7 +168,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
         summary.dead_letter_warnings = dead_letter_warnings(client, settings, params.redis)
         if params.backoff:
             summary.backoff = {"factor": params.backoff_factor, "max_ms": params.backoff_max_ms}
-        actions = PLAN_ACTIONS if dry_run else ACTIONS
+        actions = ordered_actions(PLAN_ACTIONS if dry_run else ACTIONS, params, dry_run)
         with spark_errors():
             tallies = []
             run_ctx = RunContext(spark, client, settings, params, dry_run, plan,
@@ -191,6 +192,8 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             if summary.status == "empty" and not warnings:  # (discovery warned of a match)
                 log.warning("run %s: nothing selected: no stream with a selected group "
                             "(streams.keys, streams.match, streams.groups)", params.run_id)
+            if units and Action.HELD in actions:
+                add_held_keys(spark, settings, summary)
             if (units or quiet) and not dry_run:
                 add_after_run(summary, client, [(u.stream, u.group) for u in [*units, *quiet]],
                               names, settings.claim.consumer_prefix)
@@ -279,7 +282,13 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
                               order) as pr:
             work = unit_df if plan is None else planned_frame(
                 spark, plan, parts, max(p for _, p in parts) + 1)
-            tallies = _recover(ctx, work, consumers, not dry_run and no_retries, in_pass)
+            if params.order is not None:  # per-key order: recovery.driver.ordered
+                tallies = claim_then_order(spark, client, settings, params, work, units,
+                                           sorted({c for _, _, c in consumers}), in_pass,
+                                           batch_rows(spark))
+            else:
+                tallies = recover(spark, client, settings, params, work, consumers,
+                                  not dry_run and no_retries, in_pass)
             if in_pass:  # the histograms came with the report pass, as its claim steps found
                 # them; a split unit's parts' added up, with what they left
                 stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
@@ -325,71 +334,3 @@ def _unit_frame(ctx: RunContext, units: list[WorkUnit], split: Split | None = No
         by_part[part].append({**vars(unit), "part": part})
     consumers = sorted({(unit.stream, unit.group, unit.consumer) for unit, _ in parts})
     return units_of_parts(spark, by_part), consumers, parts
-
-
-def _recover(ctx: RunContext, unit_df: DataFrame, consumers: list[tuple[str, str, str]],
-             one_pass: bool, histograms: bool) -> Tallies:
-    """Claim, dead-letter, handle, ack and report: in one pass when Spark never retries a
-    task, or when it may and the claim journal can be kept in Redis (a retried attempt
-    reports from it); else with the claim materialised first (a retried hand-over reports
-    from it). Returns the tallies."""
-    client, settings, params = ctx.client, ctx.settings, ctx.params
-    master = str(ctx.spark.conf.get("spark.master", "") or "")
-    if one_pass:
-        log.info("run %s: tasks are not retried (master %s): claim and hand-over in one pass",
-                 params.run_id, master)
-        return _one_pass(settings, params, unit_df, None, histograms)
-    prefix = settings.claim.journal_prefix
-    keys = [journal_key(prefix, c) for c in sorted({c for _, _, c in consumers})] \
-        if prefix else []
-    refusal: str | None = "claim.journal_prefix is empty"
-    if prefix:
-        with redis_errors(params.redis):
-            refusal = open_journals(client, keys, params.run_id)
-    if refusal is None:
-        log.info("run %s: a task may run more than once (master %s): claim and hand-over in "
-                 "one pass, each claim step journaled in Redis (%s*)", params.run_id, master,
-                 prefix)
-        try:
-            return _one_pass(settings, params, unit_df, prefix, histograms)
-        finally:
-            drop_journals(client, keys)
-    log.info("run %s: a task may run more than once (master %s) and the claim journal cannot "
-             "be kept in Redis (%s): the claim is materialised before the hand-over, which "
-             "is slower (docs/ACL.md: the journal's keys and commands)", params.run_id, master,
-             refusal)
-    return _claim_then_apply(ctx.spark, settings, params, unit_df, histograms)
-
-
-def _one_pass(settings: Settings, params: JobParams, unit_df: DataFrame,
-              journal_prefix: str | None, histograms: bool) -> Tallies:
-    """Claim and hand over each claim step at once (small ones gathered into hand-overs of up
-    to LEASE_ROWS entries, or of Spark's Arrow batch size where that is smaller), in one
-    Spark stage; the tallies."""
-    started = time.monotonic()
-    batch_rows = int(unit_df.sparkSession.conf.get(MAX_RECORDS_PER_BATCH)
-                     or DEFAULT_RECORDS_PER_BATCH)
-    make = recover_partition(params, histograms, journal_prefix,
-                             rows=min(LEASE_ROWS, batch_rows))
-    tallies = write_pass(unit_df, make, settings.report.path, params.run_id, by_workers=True)
-    log.info("run %s: claim, dead-letter, handler, acks and report done in %.1f s",
-             params.run_id, time.monotonic() - started)
-    return tallies
-
-
-def _claim_then_apply(spark: SparkSession, settings: Settings, params: JobParams,
-                      unit_df: DataFrame, histograms: bool) -> Tallies:
-    started = time.monotonic()
-    claim = claim_partition(params, histograms)
-    claimed = materialise_once(unit_df.mapInArrow(claim, PACKED))
-    log.info("run %s: claim done in %.1f s", params.run_id, time.monotonic() - started)
-    # The hand-over works in steps of Spark's usual Arrow batch size (rows of entries); the
-    # JVM sends it as many packs at a time as make about one such step.
-    rows = int(spark.conf.get(MAX_RECORDS_PER_BATCH) or DEFAULT_RECORDS_PER_BATCH)
-    started = time.monotonic()
-    with session_conf(spark, {MAX_RECORDS_PER_BATCH: str(max(1, rows // PACK_ROWS))}):
-        tallies = write_pass(claimed, apply_partition(params, rows), settings.report.path,
-                             params.run_id, by_workers=False)
-    log.info("run %s: dead-letter, handler, acks and report done in %.1f s", params.run_id,
-             time.monotonic() - started)
-    return tallies

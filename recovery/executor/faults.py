@@ -1,7 +1,8 @@
 """Fault injection for tests: inert unless RECOVERY_FAULT_FILE names a file.
 
 The file holds lines ``<stage> <step> <attempt>``: raise InjectedFault at `stage`
-(``claim``, ``apply``) on the `step`-th step of a task whose attempt number is
+(``claim``, ``apply``; ``ordered``: a wave of the per-key ordered hand-over) on the
+`step`-th step of a task whose attempt number is
 `attempt`. Spark task retries (``local[N,F]``) then run the task again, which is what the
 tests check. Each fault that fires first appends its line to ``<file>.fired`` (FIRED_SUFFIX),
 so a test can prove its fault happened. Production runs never set the variable.

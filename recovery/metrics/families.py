@@ -46,6 +46,8 @@ class RunFacts:
     after: AfterRun = field(default_factory=AfterRun)
     worked_on: int | None = None  # what the job worked on, if not (stream, group) units
     selected: int | None = None  # (stream, group) units selected, if not those worked on
+    held_keys: int = 0  # per-key order (order.key_field): keys this run held
+    oldest_held_age_s: float = 0.0  # ...and the age of the oldest entry one waits behind
 
 
 @dataclass
@@ -83,6 +85,12 @@ def run_registry(facts: RunFacts, max_units: int) -> CollectorRegistry:
           (((str(action),), n) for action, n in facts.totals.items()))
     gauge(registry, "run_not_due_entries", "Entries left pending this run, not due yet "
           "under the backoff schedule", (), [((), facts.not_due)])
+    gauge(registry, "run_held_keys", "Keys whose entries this run held pending behind an "
+          "older entry of the key (per-key order, order.key_field; 0 without)", (),
+          [((), facts.held_keys)])
+    gauge(registry, "run_oldest_held_age_seconds", "Age (by its ID's time) of the oldest entry "
+          "a key held this run waits behind (per-key order; 0 without)", (),
+          [((), facts.oldest_held_age_s)])
     gauge(registry, "run_skipped_units", "Streams and groups the run skipped (missing, "
           "wrong type, refused)", (), [((), facts.skipped)])
     units = unit_series(facts)

@@ -77,7 +77,9 @@ def recovery_facts(settings: Settings, summary: RunSummary | None, exit_code: in
                     totals=summary.totals, not_due=summary.not_due,
                     skipped=len(summary.skipped), units=summary.units,
                     health=summary.unit_health, after=after,
-                    selected=summary.selected_units), pending_read
+                    selected=summary.selected_units,
+                    held_keys=summary.held_keys or 0,
+                    oldest_held_age_s=summary.oldest_held_age_s or 0.0), pending_read
 
 
 def read_state_after(settings: Settings, units: list[tuple[str, str]]) -> AfterRun:

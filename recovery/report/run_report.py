@@ -76,6 +76,9 @@ class RunSummary(JsonLine):
     # Streams and groups the selection matched, pending or not (a plan: its groups); 0 is
     # status "empty", whatever was skipped. None: not known (the run stopped before).
     selected_units: int | None = None
+    # Per-key order (order.key_field): the keys this run held (None: no order).
+    held_keys: int | None = None
+    oldest_held_age_s: float | None = None  # by its ID's time: recovery.driver.ordered
     # Selections that matched nothing (a typo in streams.keys / streams.match), as logged.
     warnings: list[str] = field(default_factory=list)
     # The failed entries by reason and error signature, most first (recovery.report

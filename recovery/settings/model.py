@@ -34,11 +34,12 @@ from pydantic_settings import (
 )
 
 from recovery.errors import ConfigError
-from recovery.params import JobParams, RedisParams
+from recovery.params import JobParams, OrderParams, RedisParams
 from recovery.redis_io.dlq_names import name_clash
 from recovery.settings.claim import ClaimSettings
 from recovery.settings.dead_letters import DeadLettersSettings
 from recovery.settings.metrics import MetricsSettings
+from recovery.settings.order import OrderSettings
 from recovery.settings.redis import RedisSettings, redacted_url
 from recovery.settings.redrive import RedriveSettings
 from recovery.settings.sections import (
@@ -76,6 +77,7 @@ class Settings(BaseSettings):
     redrive: RedriveSettings = Field(default_factory=RedriveSettings)
     dead_letters: DeadLettersSettings = Field(default_factory=DeadLettersSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    order: OrderSettings = Field(default_factory=OrderSettings)
 
     @model_validator(mode="after")
     def _lease_outlasts_handler(self) -> Settings:
@@ -97,6 +99,20 @@ class Settings(BaseSettings):
                            self.reprocess.requeue_stream)
         if clash is not None:
             raise ValueError(clash)
+        return self
+
+    @model_validator(mode="after")
+    def _order_needs_the_handler(self) -> Settings:
+        # Requeue appends copies that live consumers read in whatever order they read;
+        # reassign gives entries to live consumers that may hold older ones of the key: the
+        # job could not keep a key in order after it let go of its entries.
+        if self.order.ordered and self.reprocess.mode != "handler":
+            raise ValueError(
+                f"order.key_field needs reprocess.mode = \"handler\" (it is "
+                f"{self.reprocess.mode!r}): a {self.reprocess.mode} hands entries to live "
+                "consumers, which read them in their own order, so the job cannot keep a "
+                "key in order; use the handler mode or unset order.key_field / "
+                "order.key_fields")
         return self
 
     @classmethod
@@ -258,7 +274,17 @@ def executor_params(settings: Settings, run_id: str) -> JobParams:
         backoff_factor=settings.claim.backoff_factor,
         backoff_max_ms=settings.claim.backoff_max_ms,
         max_entries_per_s_per_partition=(rate / settings.spark.partitions) if rate else None,
+        order=order_params(settings),
     )
+
+
+def order_params(settings: Settings) -> OrderParams | None:
+    """What the executors need of ``order.*``; None when no stream is ordered."""
+    order = settings.order
+    if not order.ordered:
+        return None
+    return OrderParams(order.key_field, tuple(order.key_fields.items()), order.missing_key,
+                       order.dead_letter_releases, order.scan_max)
 
 
 def redis_params(settings: Settings) -> RedisParams:

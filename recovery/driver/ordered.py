@@ -1,0 +1,158 @@
+"""Per-key ordered recovery on the driver (``order.key_field``; README, "Per-key order").
+
+1. claim on executors, as always, materialised once (``recovery.spark.tasks``);
+2. each entry given its ordering key (``recovery.executor.ordered.keyed_partition``);
+3. per (stream, group), the keys held back by older entries pending on consumers that are
+   not this run's (not idle yet, a live consumer's, a killed run's): one pipelined XINFO
+   CONSUMERS per group on the driver tells which groups have any; for those only, a small
+   read-only pass (``blocker_partition``), cached and broadcast to the join;
+4. the entries shuffled by (stream, group, key) over ``spark.partitions`` tasks and sorted by
+   ID within each, so every key's entries meet in one task in ID order whichever task or
+   split part claimed them; then handed over key by key
+   (``recovery.executor.handover.ordered``) and reported by Spark's writer (a retried
+   hand-over's report is dropped with it).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import redis
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from recovery.driver.discovery import WorkUnit, job_consumer_stem
+from recovery.errors import ConfigError
+from recovery.executor.ordered import blocker_partition, keyed_partition, ordered_partition
+from recovery.executor.partitions import claim_partition
+from recovery.executor.tally import Tallies
+from recovery.params import JobParams
+from recovery.redis_io.held_keys import groups_consumers_with_pending
+from recovery.redis_io.journal import drop_journals, journal_key, open_journals
+from recovery.redis_io.redis_conn import redis_errors
+from recovery.report.run_report import RunSummary, read_run, write_pass
+from recovery.schemas import BLOCKER, KEYED, PACKED, Action
+from recovery.settings.model import Settings
+from recovery.spark.tasks import materialise_once
+
+log = logging.getLogger(__name__)
+ORDER_COLUMNS = ("stream", "group", "keyless", "group_key")
+
+
+def check_order(settings: Settings, dry_run: bool, plan: str | None) -> None:
+    """Refuse what per-key order cannot honour (exit 2): applying a plan (its claims by ID
+    would skip the blocker reads the order needs)."""
+    if settings.order.ordered and plan is not None and not dry_run:
+        raise ConfigError("--plan cannot be applied with order.key_field set: run without "
+                          "--plan, or unset order.key_field / order.key_fields")
+
+
+def ordered_actions(actions: tuple[str, ...], params: JobParams, dry_run: bool
+                    ) -> tuple[str, ...]:
+    """The summary's action columns: with per-key order, ``held`` too (a real run)."""
+    return (*actions, Action.HELD) if params.order is not None and not dry_run else actions
+
+
+def claim_then_order(spark: SparkSession, client: redis.Redis, settings: Settings,
+                     params: JobParams, unit_df: DataFrame, units: list[WorkUnit],
+                     consumers: list[str], histograms: bool, rows: int) -> Tallies:
+    """Claim (materialised once), key, shuffle by key, sort by ID, hand over in key order and
+    report in steps of `rows` entries; the tallies. The run's claim journals (of its job
+    `consumers`) hold only their header here, kept while the run lasts: what keeps a second
+    run from taking the same ``--run-id`` (``check_run_id_unused``)."""
+    prefix = settings.claim.journal_prefix
+    keys = [journal_key(prefix, c) for c in consumers] if prefix else []
+    with redis_errors(params.redis):
+        refusal = open_journals(client, keys, params.run_id) if keys else None
+    try:
+        return _claim_then_order(spark, client, settings, params, unit_df, units, histograms,
+                                 rows)
+    finally:
+        if keys and refusal is None:
+            drop_journals(client, keys)
+
+
+def _claim_then_order(spark: SparkSession, client: redis.Redis, settings: Settings,
+                      params: JobParams, unit_df: DataFrame, units: list[WorkUnit],
+                      histograms: bool, rows: int) -> Tallies:
+    started = time.monotonic()
+    claimed = materialise_once(unit_df.mapInArrow(claim_partition(params, histograms), PACKED))
+    log.info("run %s: claim done in %.1f s; handing over in per-key order", params.run_id,
+             time.monotonic() - started)
+    started = time.monotonic()
+    stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
+    frame = ordered_frame(spark, params, claimed, held_back(client, params, units, stem),
+                          settings.spark.partitions, stem)
+    tallies = write_pass(frame, ordered_partition(params, rows), settings.report.path,
+                         params.run_id, by_workers=False)
+    log.info("run %s: dead-letter, handler in per-key order, acks and report done in %.1f s",
+             params.run_id, time.monotonic() - started)
+    return tallies
+
+
+def held_back(client: redis.Redis, params: JobParams, units: list[WorkUnit], own_stem: str
+              ) -> list[tuple[str, str]]:
+    """The (stream, group) pairs of `units` where a consumer that is not this run's
+    (`own_stem`) owns pending entries after the claim: only their entries can hold a key
+    back (one pipelined XINFO CONSUMERS per pair)."""
+    pairs = sorted({(u.stream, u.group) for u in units})
+    with redis_errors(params.redis):
+        found = groups_consumers_with_pending(client, pairs)
+    return [pair for pair, names in zip(pairs, found, strict=True)
+            if any(not name.startswith(own_stem) for name in names)]
+
+
+def ordered_frame(spark: SparkSession, params: JobParams, claimed: DataFrame,
+                  pairs: list[tuple[str, str]], partitions: int, own_stem: str) -> DataFrame:
+    """The claimed entries with their keys and blockers (read for the (stream, group)
+    `pairs` only), in `partitions` partitions by (stream, group, key), sorted by ID within
+    each key."""
+    keyed = claimed.mapInArrow(keyed_partition(params), KEYED)
+    return _with_blockers(spark, params, keyed, pairs, partitions, own_stem) \
+        .repartition(partitions, *ORDER_COLUMNS).sortWithinPartitions(*ORDER_COLUMNS, "id_order")
+
+
+def _with_blockers(spark: SparkSession, params: JobParams, keyed: DataFrame,
+                   pairs: list[tuple[str, str]], partitions: int, own_stem: str
+                   ) -> DataFrame:
+    """`keyed` with ``blocked_by`` and ``unit_blocked_after`` (null where nothing holds
+    back: no Spark pass at all when `pairs` is empty)."""
+    if not pairs:
+        return keyed.withColumn("blocked_by", F.lit(None).cast("string")) \
+            .withColumn("unit_blocked_after", F.lit(None).cast("string"))
+    unit_rows = spark.createDataFrame(pairs, "stream string, group string") \
+        .repartition(min(len(pairs), partitions))
+    # Read once for both joins (the read is a pass over Redis, not to be run twice).
+    blockers = unit_rows.mapInArrow(blocker_partition(params, own_stem), BLOCKER) \
+        .localCheckpoint(eager=True)
+    by_key = blockers.where(F.col("order_key").isNotNull())
+    by_unit = blockers.where(F.col("order_key").isNull()).select(
+        "stream", "group", F.col("blocked_by").alias("unit_blocked_after"))
+    return keyed.join(F.broadcast(by_key), ["stream", "group", "order_key"], "left") \
+        .join(F.broadcast(by_unit), ["stream", "group"], "left")
+
+
+def add_held_keys(spark: SparkSession, settings: Settings, summary: RunSummary) -> None:
+    """The summary's ``held_keys``: how many keys the run held (distinct stream, group and
+    the ID their held entries wait behind, from the report; an entry held for itself, such
+    as one without the key field, counts as a key), and ``oldest_held_age_s``: the age, by
+    its ID's time, of the oldest entry a key waits behind (or of the oldest entry held for
+    itself): how long that key has been held at least. 0 and None when nothing was held."""
+    summary.held_keys = 0
+    if not summary.totals.get(Action.HELD):
+        return
+    held = read_run(spark, settings.report.path, summary.run_id) \
+        .where(F.col("action") == Action.HELD.value)
+    behind = F.col("reason").startswith("held behind ")
+    head = F.when(behind, F.regexp_extract("reason", r"^held behind (\S+)", 1)) \
+        .otherwise(F.col("id"))
+    heads = held.select("stream", "group", behind.alias("behind"), head.alias("head"))
+    row = heads.groupBy().agg(
+        F.count_distinct(F.when(F.col("behind"), F.concat_ws(" ", "stream", "group", "head")))
+        .alias("keys"), F.sum(F.when(~F.col("behind"), 1).otherwise(0)).alias("alone"),
+        F.min(F.split("head", "-").getItem(0).cast("long")).alias("oldest_ms")).first()
+    assert row is not None
+    summary.held_keys = int(row["keys"]) + int(row["alone"] or 0)
+    if row["oldest_ms"] is not None:
+        summary.oldest_held_age_s = round(max(0.0, time.time() - row["oldest_ms"] / 1000), 3)

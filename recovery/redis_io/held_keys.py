@@ -1,0 +1,112 @@
+"""Reads for per-key order across runs (``recovery.executor.ordered``): which pending entries
+of a group the run did not claim, and their fields (their ordering keys).
+
+A run claims only idle entries; an older entry of a key that a live consumer (or a killed
+run) still holds, or that is not idle yet, must hold that key's later entries back. XPENDING
+gives the IDs but not the keys, so the entries' fields are read too (XRANGE id id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain
+
+import redis
+
+from recovery.params import Unit
+from recovery.redis_io.error_codes import unit_vanished
+from recovery.redis_io.round_trips import each
+from recovery.redis_io.scripts import scripts_for
+from recovery.redis_io.streams import (
+    ID,
+    OWNER,
+    Fields,
+    fetch_entries,
+    pending_command,
+    stream_id_key,
+)
+
+UNCLAIM_CHUNK = 500  # entries per unclaim_held.lua call
+PendingElsewhere = list[tuple[str, str, Fields | None]]  # (id, owner, fields or None: deleted)
+
+
+def consumers_with_pending(client: redis.Redis, stream: str, group: str) -> list[str]:
+    """The names of `group`'s consumers that own pending entries (XINFO CONSUMERS); [] when
+    the stream or group is gone."""
+    return groups_consumers_with_pending(client, [(stream, group)])[0]
+
+
+def groups_consumers_with_pending(client: redis.Redis, groups: Sequence[tuple[str, str]]
+                                  ) -> list[list[str]]:
+    """For each (stream, group) of `groups`, its consumers that own pending entries (XINFO
+    CONSUMERS, pipelined); [] for one whose stream or group is gone."""
+    found: list[list[str]] = []
+    for reply in each(client, [("XINFO", "CONSUMERS", s, g) for s, g in groups]):
+        if isinstance(reply, Exception):
+            if unit_vanished(reply):
+                found.append([])
+                continue
+            raise reply
+        found.append(_with_pending(reply))
+    return found
+
+
+def _with_pending(reply: object) -> list[str]:
+    """The consumer names with pending entries in an XINFO CONSUMERS reply (flat pairs)."""
+    names = []
+    for row in reply:  # type: ignore[attr-defined]
+        info = {(k.decode() if isinstance(k, bytes) else k): v
+                for k, v in zip(row[0::2], row[1::2], strict=True)}
+        if int(info["pending"]) > 0:
+            name = info["name"]
+            names.append(name.decode() if isinstance(name, bytes) else name)
+    return names
+
+
+def pending_elsewhere(client: redis.Redis, stream: str, group: str,
+                      consumers: Sequence[str], limit: int
+                      ) -> tuple[PendingElsewhere, str | None]:
+    """The pending entries of `consumers` in `group`, at most `limit` per consumer (their
+    oldest: XPENDING - + limit+1 <consumer>, pipelined), each with its owner and fields
+    (None: deleted from the stream); and the bound: the smallest last ID read of a consumer
+    that owns more than `limit` (its entries past it were not read), or None when every
+    entry was read."""
+    replies = each(client, [pending_command(stream, group, "-", "+", limit + 1, consumer)
+                            for consumer in consumers])
+    rows: list[tuple[str, str]] = []
+    bounds: list[str] = []
+    for reply in replies:
+        if isinstance(reply, Exception):
+            if unit_vanished(reply):
+                return [], None
+            raise reply
+        page = [(r[ID].decode(), r[OWNER].decode()) for r in reply]  # type: ignore[attr-defined]
+        if len(page) > limit:
+            page = page[:limit]
+            bounds.append(page[-1][0])
+        rows += page
+    try:
+        fields = fetch_entries(client, stream, [entry_id for entry_id, _ in rows])
+    except redis.ResponseError as exc:
+        if unit_vanished(exc):
+            return [], None
+        raise
+    bound = min(bounds, key=stream_id_key) if bounds else None
+    return [(entry_id, owner, fields[entry_id]) for entry_id, owner in rows], bound
+
+
+def unclaim_held(client: redis.Redis, unit: Unit, counts: Sequence[tuple[str, int]]) -> int:
+    """Set the delivery count of held entries back to what it was before this run's claim
+    (``unclaim_held.lua``): `counts` pairs each entry ID with the count the claim left; only
+    entries still pending on `unit`'s consumer with that count change. Returns how many did
+    (-1 when the stream or group is gone)."""
+    script = scripts_for(client)["unclaim_held"]
+    changed = 0
+    for start in range(0, len(counts), UNCLAIM_CHUNK):
+        args: list[str | int] = [unit.group, unit.consumer]
+        args += chain.from_iterable(counts[start : start + UNCLAIM_CHUNK])
+        reply = int(script(keys=[unit.stream], args=args))
+        if reply < 0:
+            return reply
+        changed += reply
+    return changed
