@@ -22,6 +22,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -287,14 +288,22 @@ def _overrides_to_dict(overrides: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         path = key.strip().split(".")
         if not sep or len(path) != 2 or not all(path):
-            raise ConfigError(
-                f"--set {item!r}: write it as section.field=value, e.g. claim.count=500")
+            raise ConfigError(f"--set {_key_only(item)!r}: write it as section.field=value, "
+                              "e.g. claim.count=500")
         section, name = path
         parsed: Any = _list_value(item, value) if name in LIST_FIELDS else value
         if parsed == "" and _field_default(section, name) == (True, None):
             parsed = None  # unset: back to the default, none, over the file and environment
         result.setdefault(section, {})[name] = parsed
     return result
+
+
+def _key_only(item: str) -> str:
+    """A malformed ``--set`` item as an error may show it: its key (the leading letters,
+    digits, ``_``, ``.`` and ``-``), the rest elided: its value may be a password."""
+    key = re.match(r"[A-Za-z0-9_.\-]*", item).group()  # type: ignore[union-attr]
+    rest = item[len(key):]
+    return key + ("=..." if rest.startswith("=") else "..." if rest else "")
 
 
 def _list_value(item: str, value: str) -> list[str]:
