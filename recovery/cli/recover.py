@@ -38,12 +38,24 @@ from recovery.targets.keys import check_server
 log = logging.getLogger("recovery")
 
 
+class OnlyOnce(argparse.Action):
+    """An option given once: a second value (``apply A --plan B``) is refused, never one of
+    them silently dropped."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        if getattr(namespace, self.dest) is not None:
+            raise BadArguments(f"{self.option_strings[0]} given twice "
+                               f"({getattr(namespace, self.dest)} and {values}): give one")
+        setattr(namespace, self.dest, values)
+
+
 def recover_parser() -> argparse.ArgumentParser:
     """common_parser's options, --dry-run and --plan."""
     parser = common_parser("recover", __doc__)
     parser.add_argument("--dry-run", action="store_true",
                         help="plan only: read XPENDING and XRANGE, claim and change nothing")
-    parser.add_argument("--plan", metavar="DIR",
+    parser.add_argument("--plan", metavar="DIR", action=OnlyOnce,
                         help="apply a dry run's plan exactly: its report directory "
                              "(<report.path>/entries/run_id=<id>)")
     return parser

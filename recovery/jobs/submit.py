@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from recovery import __version__
-from recovery.cli.common import BadArguments, common_parser, exit_code_of, loaded_settings
+from recovery.cli.common import ArgumentParser, BadArguments, exit_code_of, loaded_settings
 from recovery.errors import EXIT_BAD_INPUT
 from recovery.jobs.precheck import precheck
 
@@ -121,6 +121,12 @@ def _split_at_dashes(args: list[str]) -> tuple[list[str], list[str]]:
 
 def _print_config(args: list[str]) -> None:
     """``config``: the effective settings as one JSON line, secrets masked."""
-    parsed = common_parser("redis-stream-recovery config", "Print the effective settings."
-                           ).parse_args([*args, "--print-config"])
+    parser = ArgumentParser(prog="redis-stream-recovery config",
+                            description="Print the effective settings (secrets masked); no "
+                                        "Spark, no Redis. Takes --config and --set only.")
+    parser.add_argument("--config", type=Path, help="TOML config file (see conf/recovery.toml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="SECTION.FIELD=VALUE", help="override one setting (repeatable)")
+    parsed = parser.parse_args(args)  # any other option (--run-id, ...) is refused: exit 2
+    parsed.print_config = True
     loaded_settings(parsed)
