@@ -197,3 +197,33 @@ def test_a_malformed_set_never_prints_its_value(item: str):
     assert done.returncode == 2, done.stdout + done.stderr
     assert "section.field=value" in done.stderr, done.stderr
     assert SECRET not in done.stdout + done.stderr
+
+
+# --- what the operator is told --------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [["frobnicate"], ["apply"], ["apply", "--set", "claim.count=5"]])
+def test_the_commands_own_refusals_end_with_the_json_error_line(args: list[str]):
+    """README: stdout's last line is always JSON, the error's when the job could not run
+    (the Airflow task's XCom); an unknown command or ``apply`` without its plan printed
+    nothing on stdout."""
+    done = command(*args)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith("error: "), done.stderr
+    last = json.loads((done.stdout.strip().splitlines() or ["null"])[-1])
+    assert last and (last["status"], last["exit_code"]) == ("error", 2), done.stdout
+
+
+@pytest.mark.parametrize("option", [["--set", "claim.count=5"], ["--run-id", "r1"],
+                                    ["--dry-run"], ["--config=c.toml"]])
+def test_a_job_option_after_the_dashes_is_refused_as_a_bad_argument(
+        tmp_path: Path, stub_spark: dict[str, str], option: list[str]):
+    """``run ... -- --master yarn --set claim.count=5``: spark-submit got ``--set`` and
+    stopped (exit 1, its usage on stderr, stdout empty: no JSON line), 2 s after a JVM
+    start. A job option on spark-submit's side is a bad argument: exit 2, named, here."""
+    done = command("dry-run", "--set", "streams.keys=orders", "--set", f"redis.url={CLOSED_URL}",
+                   "--set", f"report.path={tmp_path}", "--", "--master", "local[1]", *option,
+                   env=stub_spark)
+    assert STARTED not in done.stdout, "spark-submit refuses it (exit 1, no JSON line)"
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert option[0].partition("=")[0] in done.stderr, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["exit_code"] == 2
