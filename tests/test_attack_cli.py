@@ -244,3 +244,21 @@ def test_a_database_number_in_other_digits_is_refused_not_read_as_another(
     assert done.returncode == 2, done.stdout + done.stderr
     assert "redis.url names database" in done.stderr, done.stderr
     assert client.xpending("orders", "g")["pending"] == 1
+
+
+@pytest.mark.parametrize("job", ["run", "redrive", "dead-letters", "config"])
+@pytest.mark.parametrize("twice", [["--config", "a.toml", "--config", "b.toml"],
+                                   ["--run-id", "a", "--run-id", "b"]])
+def test_an_option_of_one_value_given_twice_is_refused_not_the_first_dropped(
+        tmp_path: Path, stub_spark: dict[str, str], job: str, twice: list[str]):
+    """``--config base.toml --config prod.toml`` ran with prod.toml alone (argparse keeps
+    the last; some tools merge both); ``--run-id`` twice, the first dropped. Refused, exit 2."""
+    for name in ("a.toml", "b.toml"):
+        (tmp_path / name).write_text('[streams]\nkeys = ["orders"]\n')
+    if job == "config" and twice[0] == "--run-id":
+        pytest.skip("config takes no --run-id (refused by its own test)")
+    done = command(job, *twice, "--set", f"redis.url={CLOSED_URL}", "--set",
+                   f"report.path={tmp_path}", "--set", "reprocess.mode=requeue",
+                   "--set", "reprocess.requeue_stream=retry", env=stub_spark, cwd=tmp_path)
+    assert STARTED not in done.stdout, "one of the two values was dropped, silently"
+    assert done.returncode == 2 and "twice" in done.stderr, done.stdout + done.stderr
