@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 
 from recovery.cli.common import (
     BadArguments,
+    OnlyOnce,
     Outcome,
     common_parser,
     exit_code_of,
@@ -36,18 +37,6 @@ from recovery.settings.model import Settings, redis_params
 from recovery.targets.keys import check_server
 
 log = logging.getLogger("recovery")
-
-
-class OnlyOnce(argparse.Action):
-    """An option given once: a second value (``apply A --plan B``) is refused, never one of
-    them silently dropped."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
-        if getattr(namespace, self.dest) is not None:
-            raise BadArguments(f"{self.option_strings[0]} given twice "
-                               f"({getattr(namespace, self.dest)} and {values}): give one")
-        setattr(namespace, self.dest, values)
 
 
 def recover_parser() -> argparse.ArgumentParser:

@@ -28,7 +28,13 @@ import sys
 from pathlib import Path
 
 from recovery import __version__
-from recovery.cli.common import ArgumentParser, BadArguments, exit_code_of, loaded_settings
+from recovery.cli.common import (
+    ArgumentParser,
+    BadArguments,
+    OnlyOnce,
+    exit_code_of,
+    loaded_settings,
+)
 from recovery.errors import EXIT_BAD_INPUT
 from recovery.jobs.precheck import precheck
 
@@ -131,7 +137,8 @@ def _print_config(args: list[str]) -> None:
     parser = ArgumentParser(prog="redis-stream-recovery config",
                             description="Print the effective settings (secrets masked); no "
                                         "Spark, no Redis. Takes --config and --set only.")
-    parser.add_argument("--config", type=Path, help="TOML config file (see conf/recovery.toml)")
+    parser.add_argument("--config", type=Path, action=OnlyOnce,
+                        help="TOML config file (see conf/recovery.toml)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="SECTION.FIELD=VALUE", help="override one setting (repeatable)")
     parsed = parser.parse_args(args)  # any other option (--run-id, ...) is refused: exit 2
