@@ -229,12 +229,12 @@ def test_a_job_option_after_the_dashes_is_refused_as_a_bad_argument(
     assert json.loads(done.stdout.strip().splitlines()[-1])["exit_code"] == 2
 
 
-@pytest.mark.parametrize("db", ["²", "１"])
+@pytest.mark.parametrize("db", ["\u00b2", "\uff11"])  # superscript two, fullwidth one
 def test_a_database_number_in_other_digits_is_refused_not_read_as_another(
         redis_server: LocalServer, tmp_path: Path, db: str):
     """``redis://host:port/²`` passed the check (str.isdigit) and redis-py, failing int('²'),
     silently connected to database 0: the run would recover another database's streams.
-    (``/１`` happened to be db 1.) A database is ASCII digits, else exit 2 before Redis."""
+    (fullwidth ``/1`` happened to be db 1.) A database is ASCII digits, else exit 2 before Redis."""
     client = redis_server.client()
     client.xadd("orders", {"a": "1"})  # database 0: what the run would have touched
     client.xgroup_create("orders", "g", id="0")
