@@ -262,3 +262,18 @@ def test_an_option_of_one_value_given_twice_is_refused_not_the_first_dropped(
                    "--set", "reprocess.requeue_stream=retry", env=stub_spark, cwd=tmp_path)
     assert STARTED not in done.stdout, "one of the two values was dropped, silently"
     assert done.returncode == 2 and "twice" in done.stderr, done.stdout + done.stderr
+
+
+def test_a_variable_with_one_underscore_for_two_is_refused_not_ignored():
+    """``RECOVERY_CLAIM_MIN_IDLE_MS=600000`` (``_`` for ``__``) was ignored: the run claimed
+    entries idle for 60 s, not the 10 min asked. It names a known setting: refused, with the
+    variable's right name. Variables of the project's own (RECOVERY_NOTEBOOK_CONFIG, ...)
+    name none and stay allowed."""
+    done = command("config", "--set", "streams.keys=orders",
+                   env={"RECOVERY_CLAIM_MIN_IDLE_MS": "600000"})
+    assert done.returncode == 2, done.stdout
+    assert "did you mean RECOVERY_CLAIM__MIN_IDLE_MS?" in done.stderr, done.stderr
+    done = command("config", "--set", "streams.keys=orders",
+                   env={"RECOVERY_NOTEBOOK_CONFIG": "x.toml", "RECOVERY_NOTEBOOK_REAL_RUN": "1",
+                        "RECOVERY_FAULT_FILE": "f"})
+    assert done.returncode == 0, done.stderr
