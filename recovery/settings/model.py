@@ -143,14 +143,28 @@ def _refuse_unknown_sections_in_environment() -> None:
     not have (a typo would silently not apply): refuse it as an unknown setting."""
     problems = []
     for variable in sorted(os.environ):
+        if not variable.upper().startswith("RECOVERY_"):
+            continue
         section, sep, _ = variable.upper().removeprefix("RECOVERY_").partition("__")
-        if (variable.upper().startswith("RECOVERY_") and sep
-                and section.lower() not in Settings.model_fields):
+        if sep and section.lower() not in Settings.model_fields:
             problems.append(f"{section.lower()}: unknown setting{_nearest((section.lower(),))} "
                             f"(from {variable})")
+        elif not sep and (meant := _one_underscore_for_two(section.lower())):
+            problems.append(f"{variable} is not read (one _ between section and field), did "
+                            f"you mean {meant}?")
     if problems:
         raise ConfigError("invalid config: " + "; ".join(problems) + " (fix or unset the "
                           "variable: RECOVERY_<SECTION>__<FIELD>)")
+
+
+def _one_underscore_for_two(name: str) -> str | None:
+    """``RECOVERY_CLAIM__MIN_IDLE_MS`` for ``claim_min_idle_ms`` (a variable written with one
+    ``_`` where two separate section and field: ignored by pydantic-settings), else None."""
+    for section, outer in Settings.model_fields.items():
+        field = name.removeprefix(f"{section}_")
+        if field != name and field in getattr(outer.annotation, "model_fields", {}):
+            return f"RECOVERY_{section}__{field}".upper()
+    return None
 
 
 def describe_validation_error(exc: ValidationError, overrides: dict[str, Any] | None = None
