@@ -277,3 +277,16 @@ def test_a_variable_with_one_underscore_for_two_is_refused_not_ignored():
                    env={"RECOVERY_NOTEBOOK_CONFIG": "x.toml", "RECOVERY_NOTEBOOK_REAL_RUN": "1",
                         "RECOVERY_FAULT_FILE": "f"})
     assert done.returncode == 0, done.stderr
+
+
+def test_a_sibling_of_a_py_file_in_py_files_is_not_shipped_with_it(
+        tmp_path: Path, stub_spark: dict[str, str]):
+    """``--py-files dir/a.py``: spark-submit copies a.py alone to a directory of its own for
+    the driver (SPARK-24384), so a handler in dir/b.py does not import there (the job
+    refuses it, exit 2, after a JVM start). The check put dir itself on the path and passed."""
+    (tmp_path / "atk_shipped_a.py").write_text("X = 1\n")
+    (tmp_path / "atk_sibling_b.py").write_text("def handle(batch):\n    return {}\n")
+    done = command("run", *base(tmp_path, "atk_sibling_b"), "--",
+                   "--py-files", str(tmp_path / "atk_shipped_a.py"), env=stub_spark)
+    assert STARTED not in done.stdout, "the job cannot import the sibling"
+    assert done.returncode == 2 and "atk_sibling_b" in done.stderr, done.stderr
