@@ -24,7 +24,9 @@ as the driver would.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
@@ -43,19 +45,20 @@ def precheck(command: str, job_args: list[str], spark_args: list[str]) -> int | 
     to ``[metrics]`` as the job would)."""
     if _driver_elsewhere(spark_args) or any(a in ANSWERED_BY_THE_JOB for a in job_args):
         return None
-    _as_the_driver_path(spark_args)
-    if command in ("run", "dry-run", "apply"):
-        from recovery.cli.recover import run_recovery
+    with tempfile.TemporaryDirectory(prefix="recovery-precheck-") as scratch:
+        _as_the_driver_path(spark_args, Path(scratch))
+        if command in ("run", "dry-run", "apply"):
+            from recovery.cli.recover import run_recovery
 
-        code = run_recovery(job_args, _no_session, checks_only=True)
-    elif command == "redrive":
-        from recovery.cli.redrive import redrive_main
+            code = run_recovery(job_args, _no_session, checks_only=True)
+        elif command == "redrive":
+            from recovery.cli.redrive import redrive_main
 
-        code = redrive_main(job_args, checks_only=True)
-    else:
-        from recovery.cli.dead_letters import dead_letters_main
+            code = redrive_main(job_args, checks_only=True)
+        else:
+            from recovery.cli.dead_letters import dead_letters_main
 
-        code = dead_letters_main(job_args, _no_session, checks_only=True)
+            code = dead_letters_main(job_args, _no_session, checks_only=True)
     return code or None
 
 
@@ -93,21 +96,28 @@ def _conf(spark_args: list[str], key: str) -> str | None:
     return value
 
 
-def _as_the_driver_path(spark_args: list[str]) -> None:
+def _as_the_driver_path(spark_args: list[str], scratch: Path) -> None:
     """This process's path as the driver's will be: its first entry the job file's
     directory, not this command's (under ``python -m`` the working directory, which the
     driver does not have), and the local ``--py-files`` (or ``spark.submit.pyFiles``) added
-    as spark-submit adds them: a handler shipped that way imports here too."""
+    as spark-submit adds them: a handler shipped that way imports here too (a ``.py`` file
+    copied alone to a directory of `scratch`, as spark-submit copies it)."""
     if sys.path and sys.path[0] in ("", os.getcwd(), os.path.dirname(sys.argv[0])):
         sys.path[0] = str(Path(__file__).resolve().parent)
     files = _option(spark_args, "--py-files")
     if files is None:
         files = _conf(spark_args, "spark.submit.pyFiles") or ""
-    for item in filter(None, files.split(",")):
+    for n, item in enumerate(filter(None, files.split(","))):
         parsed = urlparse(item)
         if parsed.scheme not in ("", "file", "local"):
             continue  # fetched by spark-submit: not readable here
         path = Path(parsed.path if parsed.scheme else item)
-        entry = str(path.parent if path.suffix == ".py" else path)
-        if path.exists() and entry not in sys.path:
-            sys.path.append(entry)
+        if not path.exists():
+            continue
+        if path.suffix == ".py":  # copied alone to a directory of its own (SPARK-24384):
+            alone = scratch / str(n)  # not its siblings
+            alone.mkdir()
+            shutil.copy(path, alone / path.name)
+            path = alone
+        if str(path) not in sys.path:
+            sys.path.append(str(path))
