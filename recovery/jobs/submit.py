@@ -136,11 +136,13 @@ def _print_config(args: list[str]) -> None:
     """``config``: the effective settings as one JSON line, secrets masked."""
     parser = ArgumentParser(prog="redis-stream-recovery config",
                             description="Print the effective settings (secrets masked); no "
-                                        "Spark, no Redis. Takes --config and --set only.")
+                                        "Spark, no Redis. Takes --config and --set.")
     parser.add_argument("--config", type=Path, action=OnlyOnce,
                         help="TOML config file (see conf/recovery.toml)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="SECTION.FIELD=VALUE", help="override one setting (repeatable)")
+    parser.add_argument("--print-config", action="store_true",
+                        help="what this command does anyway (as the jobs' option)")
     parsed = parser.parse_args(args)  # any other option (--run-id, ...) is refused: exit 2
     parsed.print_config = True
     loaded_settings(parsed)
