@@ -290,3 +290,14 @@ def test_a_sibling_of_a_py_file_in_py_files_is_not_shipped_with_it(
                    "--py-files", str(tmp_path / "atk_shipped_a.py"), env=stub_spark)
     assert STARTED not in done.stdout, "the job cannot import the sibling"
     assert done.returncode == 2 and "atk_sibling_b" in done.stderr, done.stderr
+
+
+def test_an_abbreviated_print_config_is_answered_once(stub_spark: dict[str, str]):
+    """argparse takes ``--print-conf`` for ``--print-config``; the check (which skips only
+    the full spelling) printed the settings and then started spark-submit, whose job
+    printed them again: two config lines, a JVM start for nothing."""
+    done = command("run", "--set", "streams.keys=orders", "--print-conf", env=stub_spark)
+    assert done.returncode == 0, done.stderr
+    printed = [line for line in done.stdout.splitlines() if line.startswith('{"claim"')]
+    started = STARTED in done.stdout
+    assert len(printed) + started == 1, done.stdout
