@@ -43,7 +43,7 @@ def precheck(command: str, job_args: list[str], spark_args: list[str]) -> int | 
     """Check `command`'s job options (as the job file gets them) before spark-submit:
     None when the job may start, else the exit code of the refusal just printed (and pushed
     to ``[metrics]`` as the job would)."""
-    if _driver_elsewhere(spark_args) or any(a in ANSWERED_BY_THE_JOB for a in job_args):
+    if _driver_elsewhere(spark_args) or any(_answered_by_the_job(a) for a in job_args):
         return None
     with tempfile.TemporaryDirectory(prefix="recovery-precheck-") as scratch:
         _as_the_driver_path(spark_args, Path(scratch))
@@ -60,6 +60,14 @@ def precheck(command: str, job_args: list[str], spark_args: list[str]) -> int | 
 
             code = dead_letters_main(job_args, _no_session, checks_only=True)
     return code or None
+
+
+def _answered_by_the_job(arg: str) -> bool:
+    """An option the job answers itself, as argparse reads it: ``--print-conf`` (an
+    abbreviation) is ``--print-config``."""
+    return arg in ANSWERED_BY_THE_JOB or (
+        arg.startswith("--") and len(arg) > 3
+        and any(option.startswith(arg) for option in ANSWERED_BY_THE_JOB))
 
 
 def _no_session(settings: Settings | None = None) -> SparkSession:
