@@ -14,8 +14,8 @@ run). What passes is checked again by the job. Redis is not contacted here: a ru
 cannot reach it is the job's to report (exit 1), metrics push included, as before.
 
 Skipped where this process is not where the driver runs (``--deploy-mode cluster`` or
-``--conf spark.submit.deployMode=cluster``: its files, modules and network are the
-cluster's), and for ``--help``, ``--version`` and ``--print-config`` (the job answers those
+``spark.submit.deployMode=cluster`` by ``--conf``, ``--properties-file`` or
+``spark-defaults.conf``: its files, modules and network are the cluster's), and for ``--help``, ``--version`` and ``--print-config`` (the job answers those
 itself). A handler shipped with ``--py-files`` (or ``spark.submit.pyFiles``) is imported
 from those files, and the working directory is not on the path (it is not on the driver's),
 as the driver would.
@@ -23,7 +23,9 @@ as the driver would.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -93,7 +95,8 @@ def _option(spark_args: list[str], name: str, aliases: tuple[str, ...] = ()) -> 
 
 
 def _conf(spark_args: list[str], key: str) -> str | None:
-    """The last ``--conf key=value`` (``-c``, ``--conf=``) of `key`, if any."""
+    """Spark property `key` as spark-submit will see it: the last ``--conf key=value``
+    (``-c``, ``--conf=``), else the properties files' (:func:`_properties`), if any."""
     value = None
     for i, arg in enumerate(spark_args):
         pair = (spark_args[i + 1] if arg in ("--conf", "-c") and i + 1 < len(spark_args)
@@ -101,7 +104,38 @@ def _conf(spark_args: list[str], key: str) -> str | None:
         k, sep, v = pair.partition("=")
         if sep and k.strip() == key:
             value = v
-    return value
+    return value if value is not None else _properties(spark_args).get(key)
+
+
+def _properties(spark_args: list[str]) -> dict[str, str]:
+    """The Spark properties of ``--properties-file`` and, without it (or with
+    ``--load-spark-defaults``), of ``spark-defaults.conf`` (``$SPARK_CONF_DIR``, else
+    ``$SPARK_HOME/conf``, else pip's pyspark's ``conf``), the former winning."""
+    chosen = _option(spark_args, "--properties-file")
+    files = [Path(chosen)] if chosen else []
+    if not chosen or "--load-spark-defaults" in spark_args:
+        conf_dir = os.environ.get("SPARK_CONF_DIR") or (
+            str(Path(os.environ["SPARK_HOME"]) / "conf") if os.environ.get("SPARK_HOME")
+            else str(Path(_pyspark_home()) / "conf"))
+        files.append(Path(conf_dir) / "spark-defaults.conf")
+    found: dict[str, str] = {}
+    for file in reversed(files):  # spark-defaults first, the chosen file over it
+        try:
+            lines = file.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in lines:
+            line = line.strip()
+            if line and line[0] not in "#!":
+                key, *value = re.split(r"\s*[=:]\s*|\s+", line, maxsplit=1)
+                found[key] = value[0].strip() if value else ""
+    return found
+
+
+def _pyspark_home() -> str:
+    """pip's pyspark directory (its spark-submit's SPARK_HOME), or "" without pyspark."""
+    spec = importlib.util.find_spec("pyspark")
+    return str(Path(spec.origin).parent) if spec and spec.origin else ""
 
 
 def _as_the_driver_path(spark_args: list[str], scratch: Path) -> None:
