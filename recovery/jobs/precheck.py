@@ -15,10 +15,10 @@ cannot reach it is the job's to report (exit 1), metrics push included, as befor
 
 Skipped where this process is not where the driver runs (``--deploy-mode cluster`` or
 ``spark.submit.deployMode=cluster`` by ``--conf``, ``--properties-file`` or
-``spark-defaults.conf``: its files, modules and network are the cluster's), and for ``--help``, ``--version`` and ``--print-config`` (the job answers those
-itself). A handler shipped with ``--py-files`` (or ``spark.submit.pyFiles``) is imported
-from those files, and the working directory is not on the path (it is not on the driver's),
-as the driver would.
+``spark-defaults.conf``: its files, modules and network are the cluster's), and for
+``--help``, ``--version`` and ``--print-config`` (the job answers those itself). A handler
+shipped with ``--py-files`` (or ``spark.submit.pyFiles``) is imported from those files, and
+the working directory is not on the path (it is not on the driver's), as the driver would.
 """
 
 from __future__ import annotations
