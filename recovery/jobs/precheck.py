@@ -15,7 +15,9 @@ cannot reach it is the job's to report (exit 1), metrics push included, as befor
 
 Skipped where this process is not where the driver runs (``--deploy-mode cluster`` or
 ``spark.submit.deployMode=cluster`` by ``--conf``, ``--properties-file`` or
-``spark-defaults.conf``: its files, modules and network are the cluster's), and for
+``spark-defaults.conf``: its files, modules and network are the cluster's) or not the Python
+the driver runs (``PYSPARK_DRIVER_PYTHON``, ``PYSPARK_PYTHON`` or their ``spark.pyspark.*``
+properties naming another environment's interpreter: the handler's modules are its), and for
 ``--help``, ``--version`` and ``--print-config`` (the job answers those itself). A handler
 shipped with ``--py-files`` (or ``spark.submit.pyFiles``) is imported from those files, and
 the working directory is not on the path (it is not on the driver's), as the driver would.
@@ -45,7 +47,8 @@ def precheck(command: str, job_args: list[str], spark_args: list[str]) -> int | 
     """Check `command`'s job options (as the job file gets them) before spark-submit:
     None when the job may start, else the exit code of the refusal just printed (and pushed
     to ``[metrics]`` as the job would)."""
-    if _driver_elsewhere(spark_args) or any(_answered_by_the_job(a) for a in job_args):
+    if (_driver_elsewhere(spark_args) or _another_python(spark_args)
+            or any(_answered_by_the_job(a) for a in job_args)):
         return None
     with tempfile.TemporaryDirectory(prefix="recovery-precheck-") as scratch:
         _as_the_driver_path(spark_args, Path(scratch))
@@ -81,6 +84,20 @@ def _driver_elsewhere(spark_args: list[str]) -> bool:
     ``--conf spark.submit.deployMode=cluster``), where the driver is not here."""
     mode = _option(spark_args, "--deploy-mode")
     return (mode if mode is not None else _conf(spark_args, "spark.submit.deployMode")) == "cluster"
+
+
+def _another_python(spark_args: list[str]) -> bool:
+    """True when the driver runs another Python environment than this one: its modules
+    (the handler's) are not this one's. Its interpreter as PythonRunner picks it:
+    ``spark.pyspark.driver.python``, ``spark.pyspark.python``, then the variables
+    ``PYSPARK_DRIVER_PYTHON``, ``PYSPARK_PYTHON``; none: this one (the command's default)."""
+    chosen = (_conf(spark_args, "spark.pyspark.driver.python")
+              or _conf(spark_args, "spark.pyspark.python")
+              or os.environ.get("PYSPARK_DRIVER_PYTHON") or os.environ.get("PYSPARK_PYTHON"))
+    if not chosen:
+        return False
+    found = shutil.which(chosen) or chosen
+    return Path(os.path.abspath(found)).parent != Path(os.path.abspath(sys.executable)).parent
 
 
 def _option(spark_args: list[str], name: str, aliases: tuple[str, ...] = ()) -> str | None:
