@@ -17,7 +17,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from recovery import __version__
 from recovery.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, RecoveryError
@@ -37,14 +37,28 @@ class BadArguments(RecoveryError):
     exit_code = EXIT_BAD_INPUT
 
 
+class OnlyOnce(argparse.Action):
+    """An option given once: a second value (``apply A --plan B``, ``--config a --config
+    b``) is refused, never one of them silently dropped."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        if getattr(namespace, self.dest) is not None:
+            raise BadArguments(f"{self.option_strings[0]} given twice "
+                               f"({getattr(namespace, self.dest)} and {values}): give one")
+        setattr(namespace, self.dest, values)
+
+
 def common_parser(prog: str, description: str | None) -> argparse.ArgumentParser:
     """The options every entry point takes: --config, --set, --run-id, --log-level. Each job
     adds only the options it acts on; any other is refused (exit 2, before anything)."""
     parser = ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--config", type=Path, help="TOML config file (see conf/recovery.toml)")
+    parser.add_argument("--config", type=Path, action=OnlyOnce,
+                        help="TOML config file (see conf/recovery.toml)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="SECTION.FIELD=VALUE", help="override one setting (repeatable)")
-    parser.add_argument("--run-id", help="run id (default: UTC time plus random suffix)")
+    parser.add_argument("--run-id", action=OnlyOnce,
+                        help="run id (default: UTC time plus random suffix)")
     parser.add_argument("--log-level", default="INFO", type=log_level, metavar="LEVEL",
                         help=f"log level of the job's own logs: {', '.join(LOG_LEVELS)}")
     parser.add_argument("--print-config", action="store_true",

@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 from recovery.cli.common import Outcome, common_parser, exit_code_of, loaded_settings, setup_logging
 from recovery.dead_letters.report import DeadLetterSummary
 from recovery.dead_letters.run import run_dead_letters
-from recovery.errors import RedisAuthError, RedisUnavailableError
+from recovery.errors import EXIT_OK, RedisAuthError, RedisUnavailableError
 from recovery.metrics.dead_letter_jobs import push_dead_letters_metrics
 from recovery.params import new_run_id
 from recovery.report.run_report import check_report_location
@@ -36,10 +36,13 @@ def dead_letters_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def dead_letters_main(argv: list[str] | None, session: Callable[[], SparkSession]) -> int:
+def dead_letters_main(argv: list[str] | None, session: Callable[[], SparkSession],
+                      checks_only: bool = False) -> int:
     """Parse, load, read, report; return the exit code. `session` builds the SparkSession,
     after the config is valid and the report directory writable. The metrics (``[metrics]``)
-    are pushed at the end, whatever the outcome."""
+    are pushed at the end, whatever the outcome. With `checks_only` (the installed command,
+    before spark-submit): those checks only; a refusal is reported and pushed as the job's
+    would be, a pass prints and pushes nothing."""
     started_s = time.time()
     loaded: dict[str, Any] = {}  # the settings, once known
 
@@ -51,6 +54,8 @@ def dead_letters_main(argv: list[str] | None, session: Callable[[], SparkSession
             return
         loaded["settings"] = settings
         check_report_location(settings.report.path)
+        if checks_only:
+            return
         summary = DeadLetterSummary(args.run_id or new_run_id(),
                                     dry_run=settings.dead_letters.dry_run)
         summaries.append(summary)
@@ -63,7 +68,7 @@ def dead_letters_main(argv: list[str] | None, session: Callable[[], SparkSession
             warn(summary.warnings, matched_nothing(settings, "stream with a dead-letter stream"))
 
     def finish(summary: Outcome | None, code: int) -> None:
-        if "settings" in loaded:
+        if "settings" in loaded and not (checks_only and code == EXIT_OK):
             push_dead_letters_metrics(loaded["settings"],
                                       cast(DeadLetterSummary | None, summary), code, started_s,
                                       loaded.get("redis_up"))

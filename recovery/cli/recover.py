@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 
 from recovery.cli.common import (
     BadArguments,
+    OnlyOnce,
     Outcome,
     common_parser,
     exit_code_of,
@@ -44,7 +45,7 @@ def recover_parser() -> argparse.ArgumentParser:
     parser = common_parser("recover", __doc__)
     parser.add_argument("--dry-run", action="store_true",
                         help="plan only: read XPENDING and XRANGE, claim and change nothing")
-    parser.add_argument("--plan", metavar="DIR",
+    parser.add_argument("--plan", metavar="DIR", action=OnlyOnce,
                         help="apply a dry run's plan exactly: its report directory "
                              "(<report.path>/entries/run_id=<id>)")
     return parser

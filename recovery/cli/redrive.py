@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from recovery.cli.common import Outcome, common_parser, exit_code_of, loaded_settings, setup_logging
-from recovery.errors import RedisAuthError, RedisUnavailableError
+from recovery.errors import EXIT_OK, RedisAuthError, RedisUnavailableError
 from recovery.metrics.dead_letter_jobs import push_redrive_metrics
 from recovery.params import new_run_id
 from recovery.redrive.run import RedriveSummary, id_range, run_redrive
@@ -34,10 +34,13 @@ def redrive_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def redrive_main(argv: list[str] | None, on_start: Callable[[], None] = lambda: None) -> int:
+def redrive_main(argv: list[str] | None, on_start: Callable[[], None] = lambda: None,
+                 checks_only: bool = False) -> int:
     """Parse, load, redrive, report; return the exit code. `on_start` runs after the config
     is valid and before any Redis call (the entry point starts Spark there). The metrics
-    (``[metrics]``) are pushed at the end, whatever the outcome."""
+    (``[metrics]``) are pushed at the end, whatever the outcome. With `checks_only` (the
+    installed command, before spark-submit): the checks before `on_start` only; a refusal is
+    reported and pushed as the job's would be, a pass prints and pushes nothing."""
     started_s = time.time()
     loaded: dict[str, Any] = {}  # the settings, once known
 
@@ -49,6 +52,8 @@ def redrive_main(argv: list[str] | None, on_start: Callable[[], None] = lambda: 
             return
         loaded["settings"] = settings
         id_range(settings.redrive)  # an empty range is a config error: exit 2 before anything
+        if checks_only:
+            return
         on_start()
         summary = RedriveSummary(args.run_id or new_run_id())
         summaries.append(summary)
@@ -61,7 +66,7 @@ def redrive_main(argv: list[str] | None, on_start: Callable[[], None] = lambda: 
             warn(summary.warnings, message)
 
     def finish(summary: Outcome | None, code: int) -> None:
-        if "settings" in loaded:
+        if "settings" in loaded and not (checks_only and code == EXIT_OK):
             push_redrive_metrics(loaded["settings"], cast(RedriveSummary | None, summary),
                                  code, started_s, loaded.get("redis_up"))
 

@@ -6,25 +6,34 @@ command first does, in this Python, what the job would do before Spark starts: p
 job's options, load the settings (file, ``RECOVERY_*``, ``--set``) and, for ``run``,
 ``dry-run`` and ``apply``, the job's checks that need neither Redis nor Spark
 (``recovery.cli.recover.local_preflight``: the handler and its exception classes import,
-the report path is writable, a local plan's terms allow the run). A refusal is the job's
-own: one ``error:`` line on stderr, the JSON error line on stdout, its exit code (2), and
-its metrics push (``[metrics]``: the attempt, as the job pushes a refused run). What passes
-is checked again by the job. Redis is not contacted here: a run that cannot reach it
-is the job's to report (exit 1), metrics push included, as before.
+the report path is writable, a local plan's terms allow the run), for ``redrive`` its
+filters' range and for ``dead-letters`` its report path, as those jobs do before Spark. A
+refusal is the job's own: one ``error:`` line on stderr, the JSON error line on stdout, its
+exit code (2), and its metrics push (``[metrics]``: the attempt, as the job pushes a refused
+run). What passes is checked again by the job. Redis is not contacted here: a run that
+cannot reach it is the job's to report (exit 1), metrics push included, as before.
 
-Skipped where this process is not where the driver runs (``--deploy-mode cluster``: its
-files, modules and network are the cluster's), and for ``--help``, ``--version`` and
-``--print-config`` (the job answers those itself). A handler shipped with ``--py-files``
-is imported from those files, as the driver would.
+Skipped where this process is not where the driver runs (``--deploy-mode cluster`` or
+``spark.submit.deployMode=cluster`` by ``--conf``, ``--properties-file`` or
+``spark-defaults.conf``: its files, modules and network are the cluster's) or not the Python
+the driver runs (``PYSPARK_DRIVER_PYTHON``, ``PYSPARK_PYTHON`` or their ``spark.pyspark.*``
+properties naming another environment's interpreter: the handler's modules are its), and for
+``--help``, ``--version`` and ``--print-config`` (the job answers those itself). A handler
+shipped with ``--py-files`` (or ``spark.submit.pyFiles``) is imported from those files, and
+the working directory is not on the path (it is not on the driver's), as the driver would.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import re
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from recovery.cli.common import exit_code_of, loaded_settings
+from urllib.parse import urlparse
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,55 +45,138 @@ ANSWERED_BY_THE_JOB = ("-h", "--help", "--version", "--print-config")
 
 def precheck(command: str, job_args: list[str], spark_args: list[str]) -> int | None:
     """Check `command`'s job options (as the job file gets them) before spark-submit:
-    None when the job may start, else the exit code of the refusal just printed (and, for
-    ``run``, ``dry-run`` and ``apply``, pushed to ``[metrics]`` as the job would)."""
-    if _driver_elsewhere(spark_args) or any(a in ANSWERED_BY_THE_JOB for a in job_args):
+    None when the job may start, else the exit code of the refusal just printed (and pushed
+    to ``[metrics]`` as the job would)."""
+    if (_driver_elsewhere(spark_args) or _another_python(spark_args)
+            or any(_answered_by_the_job(a) for a in job_args)):
         return None
-    _add_py_files(spark_args)
-    if command in ("run", "dry-run", "apply"):
-        from recovery.cli.recover import run_recovery
+    with tempfile.TemporaryDirectory(prefix="recovery-precheck-") as scratch:
+        _as_the_driver_path(spark_args, Path(scratch))
+        if command in ("run", "dry-run", "apply"):
+            from recovery.cli.recover import run_recovery
 
-        code = run_recovery(job_args, _no_session, checks_only=True)
-    else:
-        code = exit_code_of(lambda _: _load(command, job_args), command)
+            code = run_recovery(job_args, _no_session, checks_only=True)
+        elif command == "redrive":
+            from recovery.cli.redrive import redrive_main
+
+            code = redrive_main(job_args, checks_only=True)
+        else:
+            from recovery.cli.dead_letters import dead_letters_main
+
+            code = dead_letters_main(job_args, _no_session, checks_only=True)
     return code or None
 
 
-def _no_session(settings: Settings) -> SparkSession:
+def _answered_by_the_job(arg: str) -> bool:
+    """An option the job answers itself, as argparse reads it: ``--print-conf`` (an
+    abbreviation) is ``--print-config``."""
+    return arg in ANSWERED_BY_THE_JOB or (
+        arg.startswith("--") and len(arg) > 3
+        and any(option.startswith(arg) for option in ANSWERED_BY_THE_JOB))
+
+
+def _no_session(settings: Settings | None = None) -> SparkSession:
     raise RuntimeError("the checks before spark-submit start no Spark")
 
 
-def _load(command: str, job_args: list[str]) -> None:
-    """``redrive``, ``dead-letters``: their options and settings (they check the rest
-    themselves, Redis first)."""
-    if command == "redrive":
-        from recovery.cli.redrive import redrive_parser
-
-        loaded_settings(redrive_parser().parse_args(job_args))
-    else:
-        from recovery.cli.dead_letters import dead_letters_parser
-
-        loaded_settings(dead_letters_parser().parse_args(job_args))
-
-
 def _driver_elsewhere(spark_args: list[str]) -> bool:
-    """True for ``--deploy-mode cluster`` (either spelling), where the driver is not here."""
-    for i, arg in enumerate(spark_args):
-        if arg == "--deploy-mode" and spark_args[i + 1:i + 2] == ["cluster"]:
-            return True
-        if arg == "--deploy-mode=cluster":
-            return True
-    return False
+    """True for cluster deploy mode (``--deploy-mode cluster``, either spelling, else
+    ``--conf spark.submit.deployMode=cluster``), where the driver is not here."""
+    mode = _option(spark_args, "--deploy-mode")
+    return (mode if mode is not None else _conf(spark_args, "spark.submit.deployMode")) == "cluster"
 
 
-def _add_py_files(spark_args: list[str]) -> None:
-    """Put the local ``--py-files`` on this process's path, as spark-submit puts them on the
-    driver's: a handler shipped that way imports here too."""
+def _another_python(spark_args: list[str]) -> bool:
+    """True when the driver runs another Python environment than this one: its modules
+    (the handler's) are not this one's. Its interpreter as PythonRunner picks it:
+    ``spark.pyspark.driver.python``, ``spark.pyspark.python``, then the variables
+    ``PYSPARK_DRIVER_PYTHON``, ``PYSPARK_PYTHON``; none: this one (the command's default)."""
+    chosen = (_conf(spark_args, "spark.pyspark.driver.python")
+              or _conf(spark_args, "spark.pyspark.python")
+              or os.environ.get("PYSPARK_DRIVER_PYTHON") or os.environ.get("PYSPARK_PYTHON"))
+    if not chosen:
+        return False
+    found = shutil.which(chosen) or chosen
+    return Path(os.path.abspath(found)).parent != Path(os.path.abspath(sys.executable)).parent
+
+
+def _option(spark_args: list[str], name: str, aliases: tuple[str, ...] = ()) -> str | None:
+    """The last value of spark-submit option `name` (``--name V`` or ``--name=V``), if any."""
+    value = None
     for i, arg in enumerate(spark_args):
-        value = (spark_args[i + 1] if arg == "--py-files" and i + 1 < len(spark_args)
-                 else arg.partition("=")[2] if arg.startswith("--py-files=") else "")
-        for item in filter(None, value.split(",")):
-            path = Path(item.removeprefix("file://"))
-            entry = str(path.parent if path.suffix == ".py" else path)
-            if path.exists() and entry not in sys.path:
-                sys.path.append(entry)
+        if arg in (name, *aliases) and i + 1 < len(spark_args):
+            value = spark_args[i + 1]
+        elif arg.startswith(f"{name}="):
+            value = arg.partition("=")[2]
+    return value
+
+
+def _conf(spark_args: list[str], key: str) -> str | None:
+    """Spark property `key` as spark-submit will see it: the last ``--conf key=value``
+    (``-c``, ``--conf=``), else the properties files' (:func:`_properties`), if any."""
+    value = None
+    for i, arg in enumerate(spark_args):
+        pair = (spark_args[i + 1] if arg in ("--conf", "-c") and i + 1 < len(spark_args)
+                else arg.partition("=")[2] if arg.startswith("--conf=") else "")
+        k, sep, v = pair.partition("=")
+        if sep and k.strip() == key:
+            value = v
+    return value if value is not None else _properties(spark_args).get(key)
+
+
+def _properties(spark_args: list[str]) -> dict[str, str]:
+    """The Spark properties of ``--properties-file`` and, without it (or with
+    ``--load-spark-defaults``), of ``spark-defaults.conf`` (``$SPARK_CONF_DIR``, else
+    ``$SPARK_HOME/conf``, else pip's pyspark's ``conf``), the former winning."""
+    chosen = _option(spark_args, "--properties-file")
+    files = [Path(chosen)] if chosen else []
+    if not chosen or "--load-spark-defaults" in spark_args:
+        conf_dir = os.environ.get("SPARK_CONF_DIR") or (
+            str(Path(os.environ["SPARK_HOME"]) / "conf") if os.environ.get("SPARK_HOME")
+            else str(Path(_pyspark_home()) / "conf"))
+        files.append(Path(conf_dir) / "spark-defaults.conf")
+    found: dict[str, str] = {}
+    for file in reversed(files):  # spark-defaults first, the chosen file over it
+        try:
+            lines = file.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in lines:
+            line = line.strip()
+            if line and line[0] not in "#!":
+                key, *value = re.split(r"\s*[=:]\s*|\s+", line, maxsplit=1)
+                found[key] = value[0].strip() if value else ""
+    return found
+
+
+def _pyspark_home() -> str:
+    """pip's pyspark directory (its spark-submit's SPARK_HOME), or "" without pyspark."""
+    spec = importlib.util.find_spec("pyspark")
+    return str(Path(spec.origin).parent) if spec and spec.origin else ""
+
+
+def _as_the_driver_path(spark_args: list[str], scratch: Path) -> None:
+    """This process's path as the driver's will be: its first entry the job file's
+    directory, not this command's (under ``python -m`` the working directory, which the
+    driver does not have), and the local ``--py-files`` (or ``spark.submit.pyFiles``) added
+    as spark-submit adds them: a handler shipped that way imports here too (a ``.py`` file
+    copied alone to a directory of `scratch`, as spark-submit copies it)."""
+    if sys.path and sys.path[0] in ("", os.getcwd(), os.path.dirname(sys.argv[0])):
+        sys.path[0] = str(Path(__file__).resolve().parent)
+    files = _option(spark_args, "--py-files")
+    if files is None:
+        files = _conf(spark_args, "spark.submit.pyFiles") or ""
+    for n, item in enumerate(filter(None, files.split(","))):
+        parsed = urlparse(item)
+        if parsed.scheme not in ("", "file", "local"):
+            continue  # fetched by spark-submit: not readable here
+        path = Path(parsed.path if parsed.scheme else item)
+        if not path.exists():
+            continue
+        if path.suffix == ".py":  # copied alone to a directory of its own (SPARK-24384):
+            alone = scratch / str(n)  # not its siblings
+            alone.mkdir()
+            shutil.copy(path, alone / path.name)
+            path = alone
+        if str(path) not in sys.path:
+            sys.path.append(str(path))

@@ -28,7 +28,13 @@ import sys
 from pathlib import Path
 
 from recovery import __version__
-from recovery.cli.common import BadArguments, common_parser, exit_code_of, loaded_settings
+from recovery.cli.common import (
+    ArgumentParser,
+    BadArguments,
+    OnlyOnce,
+    exit_code_of,
+    loaded_settings,
+)
 from recovery.errors import EXIT_BAD_INPUT
 from recovery.jobs.precheck import precheck
 
@@ -41,6 +47,9 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "redrive": ("redrive.py", ()),
     "dead-letters": ("dead_letters.py", ()),
 }
+# The job options spark-submit does not have (it stops at one: exit 1, no JSON line).
+JOB_ONLY_OPTIONS = ("--config", "--set", "--run-id", "--log-level", "--print-config",
+                    "--dry-run", "--plan")
 USAGE = (f"usage: redis-stream-recovery {{{','.join([*COMMANDS, 'config'])}}} [JOB OPTIONS] "
          "[-- SPARK-SUBMIT OPTIONS] | --version | --help")
 
@@ -58,11 +67,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args[0] == "config":
         return exit_code_of(lambda _: _print_config(args[1:]), "config")
-    try:
-        command = submit_command(args)
-    except BadArguments as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    built: list[list[str]] = []  # a refusal here is told as the job's: error and JSON lines
+    refused_here = exit_code_of(lambda _: built.append(submit_command(args)), "command")
+    if not built:
+        return refused_here
+    command = built[0]
     job_args, spark_args = _job_and_spark_args(command)
     refused = precheck(args[0], job_args, spark_args)
     if refused is not None:
@@ -74,14 +83,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def submit_command(args: list[str]) -> list[str]:
     """The spark-submit command line for `args` (``<command> [job options] [-- spark
-    options]``). Raises BadArguments, naming the fix, for an unknown command, ``apply``
-    without a plan, or no spark-submit to run."""
+    options]``). Raises BadArguments, naming the fix, for an unknown command, a job option
+    after ``--``, ``apply`` without a plan, or no spark-submit to run."""
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
         raise BadArguments(f"unknown command {name!r}: use one of "
                            f"{', '.join([*COMMANDS, 'config'])} (see --help)")
     job_file, added = COMMANDS[name]
     job_args, spark_args = _split_at_dashes(rest)
+    misplaced = [a for a in spark_args if a.partition("=")[0] in JOB_ONLY_OPTIONS]
+    if misplaced:
+        raise BadArguments(f"{misplaced[0].partition('=')[0]} is a job option, after --: "
+                           "put job options before --, spark-submit's after it")
     if name == "apply":
         if not job_args or job_args[0].startswith("-"):
             raise BadArguments("apply needs the dry run's report directory: "
@@ -121,6 +134,15 @@ def _split_at_dashes(args: list[str]) -> tuple[list[str], list[str]]:
 
 def _print_config(args: list[str]) -> None:
     """``config``: the effective settings as one JSON line, secrets masked."""
-    parsed = common_parser("redis-stream-recovery config", "Print the effective settings."
-                           ).parse_args([*args, "--print-config"])
+    parser = ArgumentParser(prog="redis-stream-recovery config",
+                            description="Print the effective settings (secrets masked); no "
+                                        "Spark, no Redis. Takes --config and --set.")
+    parser.add_argument("--config", type=Path, action=OnlyOnce,
+                        help="TOML config file (see conf/recovery.toml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="SECTION.FIELD=VALUE", help="override one setting (repeatable)")
+    parser.add_argument("--print-config", action="store_true",
+                        help="what this command does anyway (as the jobs' option)")
+    parsed = parser.parse_args(args)  # any other option (--run-id, ...) is refused: exit 2
+    parsed.print_config = True
     loaded_settings(parsed)

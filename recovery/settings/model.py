@@ -22,6 +22,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -158,14 +159,28 @@ def _refuse_unknown_sections_in_environment() -> None:
     not have (a typo would silently not apply): refuse it as an unknown setting."""
     problems = []
     for variable in sorted(os.environ):
+        if not variable.upper().startswith("RECOVERY_"):
+            continue
         section, sep, _ = variable.upper().removeprefix("RECOVERY_").partition("__")
-        if (variable.upper().startswith("RECOVERY_") and sep
-                and section.lower() not in Settings.model_fields):
+        if sep and section.lower() not in Settings.model_fields:
             problems.append(f"{section.lower()}: unknown setting{_nearest((section.lower(),))} "
                             f"(from {variable})")
+        elif not sep and (meant := _one_underscore_for_two(section.lower())):
+            problems.append(f"{variable} is not read (one _ between section and field), did "
+                            f"you mean {meant}?")
     if problems:
         raise ConfigError("invalid config: " + "; ".join(problems) + " (fix or unset the "
                           "variable: RECOVERY_<SECTION>__<FIELD>)")
+
+
+def _one_underscore_for_two(name: str) -> str | None:
+    """``RECOVERY_CLAIM__MIN_IDLE_MS`` for ``claim_min_idle_ms`` (a variable written with one
+    ``_`` where two separate section and field: ignored by pydantic-settings), else None."""
+    for section, outer in Settings.model_fields.items():
+        field = name.removeprefix(f"{section}_")
+        if field != name and field in getattr(outer.annotation, "model_fields", {}):
+            return f"RECOVERY_{section}__{field}".upper()
+    return None
 
 
 def describe_validation_error(exc: ValidationError, overrides: dict[str, Any] | None = None
@@ -313,14 +328,22 @@ def _overrides_to_dict(overrides: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         path = key.strip().split(".")
         if not sep or len(path) != 2 or not all(path):
-            raise ConfigError(
-                f"--set {item!r}: write it as section.field=value, e.g. claim.count=500")
+            raise ConfigError(f"--set {_key_only(item)!r}: write it as section.field=value, "
+                              "e.g. claim.count=500")
         section, name = path
         parsed: Any = _list_value(item, value) if name in LIST_FIELDS else value
         if parsed == "" and _field_default(section, name) == (True, None):
             parsed = None  # unset: back to the default, none, over the file and environment
         result.setdefault(section, {})[name] = parsed
     return result
+
+
+def _key_only(item: str) -> str:
+    """A malformed ``--set`` item as an error may show it: its key (the leading letters,
+    digits, ``_``, ``.`` and ``-``), the rest elided: its value may be a password."""
+    key = re.match(r"[A-Za-z0-9_.\-]*", item).group()  # type: ignore[union-attr]
+    rest = item[len(key):]
+    return key + ("=..." if rest.startswith("=") else "..." if rest else "")
 
 
 def _list_value(item: str, value: str) -> list[str]:

@@ -67,7 +67,7 @@ class RedisSettings(Section):
                 "redis://host:6379/0"
             ) from exc
         db = parts.path.strip("/")
-        if db and not db.isdigit():
+        if db and not (db.isascii() and db.isdigit()):  # redis-py reads "²" as no db: 0
             raise ValueError(
                 f"redis.url names database {db!r}: it must be a number, e.g. redis://host:6379/0"
             )
