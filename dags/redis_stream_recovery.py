@@ -174,9 +174,21 @@ def recovery_job(command: str, args: list[str], config: str) -> dict[str, Any] |
     run_id = job_run_id(dag_run.run_id, dag_run.run_after, ti.task_id, ti.try_number)
     executable = Variable.get("recovery_command", default="redis-stream-recovery")
     name = f"redis-stream-{ti.task_id.replace('_', '-')}"
-    argv = [executable, command, *args, "--config", config, "--run-id", run_id,
+    argv = [executable, command, *kept_filters(args), "--config", config, "--run-id", run_id,
             "--", *spark_options(), "--name", name]
     return run_job(argv, {**os.environ, **redis_secrets()})
+
+
+def kept_filters(args: list[str]) -> list[str]:
+    """`args` without the ``--set key=`` pairs of form fields left empty: an empty field
+    means "as the config file says" (an empty ``--set`` would unset the file's filter)."""
+    kept: list[str] = []
+    for arg in args:
+        if kept and kept[-1] == "--set" and arg.endswith("="):
+            kept.pop()
+            continue
+        kept.append(arg)
+    return kept
 
 
 @task.short_circuit(execution_timeout=timedelta(minutes=5))
@@ -262,8 +274,12 @@ with DAG(
     description="Move dead letters back to their source streams (trigger by hand)",
     params={
         "dry_run": Param(True, type="boolean", description="count only; change nothing"),
-        "reasons": Param("", type="string", description="x-death-reason list, comma separated"),
-        "groups": Param("", type="string", description="x-original-group list, comma separated"),
+        "reasons": Param("", type="string",
+                         description="x-death-reason list, comma separated; empty: as the "
+                                     "config file says"),
+        "groups": Param("", type="string",
+                        description="x-original-group list, comma separated; empty: as the "
+                                    "config file says"),
     },
     **BY_HAND,
 ) as redrive_dag:

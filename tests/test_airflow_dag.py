@@ -137,8 +137,14 @@ def test_redrive_dag_dry_run_and_a_failing_job_calls_the_failure_notifiers(
         airflow_env, redis_server, tmp_path):
     client = redis_server.client()
     client.xadd("orders", {"p": "0"})  # streams.match finds existing sources only
-    client.xadd("{orders}:dlq", {"p": "1", "x-original-stream": "orders"})
+    client.xadd("{orders}:dlq", {"p": "1", "x-original-stream": "orders",
+                                 "x-original-group": "g"})
+    client.xadd("{orders}:dlq", {"p": "2", "x-original-stream": "orders",  # filtered out
+                                 "x-original-group": "other-team"})
     config = write_config(tmp_path, redis_server.url)
+    # The form's reasons and groups left empty keep the file's filters (an empty --set would
+    # unset them and redrive the other team's letter too).
+    config.write_text(config.read_text() + '[redrive]\ngroups = ["g"]\n')
     notified = tmp_path / "notified.jsonl"  # FAILURE_NOTIFIERS: a FileNotifier writing here
     hooked = {**airflow_env, "NOTIFY_FILE": str(notified)}
 
@@ -149,7 +155,7 @@ def test_redrive_dag_dry_run_and_a_failing_job_calls_the_failure_notifiers(
     assert dry["state"] == "success", dry["output"][-3000:]
     assert dry["xcom"]["redrive"]["dry_run"] is True
     assert dry["xcom"]["redrive"]["totals"]["matched"] == 1
-    assert client.xlen("{orders}:dlq") == 1  # the DAG's default is a dry run
+    assert client.xlen("{orders}:dlq") == 2  # the DAG's default is a dry run
     assert (failed["state"], failed["xcom"]) == ("failed", {})  # exit 2: the task failed
     calls = [json.loads(line) for line in notified.read_text().splitlines()]
     assert [(c["dag_id"], c["task_id"], c["run_id"]) for c in calls] == [
