@@ -151,6 +151,26 @@ def test_an_application_stream_named_in_streams_keys_is_refused_at_start(spark, 
     assert {k: snapshot(client, k) for k in before} == before
 
 
+def test_a_matched_stream_ending_with_the_suffix_is_recovered_unless_it_holds_letters(
+        spark, redis_server, tmp_path):
+    """Under the suffix rule, ``pay:dlq`` is an application stream that happens to end with
+    ``:dlq`` (nobody's dead-letter stream: ``pay``'s is ``{pay}:dlq``), matched by
+    ``streams.match = "pay*"``. Before: dropped by its name alone with an INFO line, its
+    stuck entries never recovered, status ok. Now decided by what it holds: a source, while
+    ``{pay}:dlq``, holding the letters of the first run, stays a dead-letter stream."""
+    client = redis_server.client()
+    ids = {s: stuck(client, s, "billing") for s in ("pay", "pay:dlq")}
+    result = run_in_process(spark, args(redis_server, tmp_path, "streams.match=*pay*"))
+    assert result.code == 0, result.stderr[-2000:]
+    assert {u["stream"] for u in result.summary["units"]} == {"pay", "pay:dlq"}
+    for stream in ("pay", "pay:dlq"):
+        assert pel(client, stream, "billing") == {}
+        letters = client.xrange("{" + stream + "}:dlq")
+        assert [f[b"x-original-id"].decode() for _, f in letters] == ids[stream][:OVER]
+    again = run_in_process(spark, args(redis_server, tmp_path, "streams.match=*pay*"))
+    assert again.code == 0 and again.summary["units"] == [], again.summary
+
+
 def test_a_stream_the_template_could_name_is_still_recovered(spark, redis_server, tmp_path):
     """With ``{stream}:{group}``, ``orders:v2`` (a stream of its own, no unit's dead-letter
     stream) is recovered like any source; ``orders:billing`` (where orders / billing's

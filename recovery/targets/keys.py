@@ -55,9 +55,11 @@ def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
     """The keys ``streams.keys`` and ``streams.match`` select -> whether named explicitly:
     the explicit keys, then the SCAN MATCH hits in order; dead-letter streams left out (before
     any TYPE: the job's ACL user needs no read access to them), non-UTF-8 names skipped.
-    With `undecided` (the recovery run), a key only the template's pattern names (not the
-    suffix) is kept and added to it: ``drop_dead_letter_streams`` decides it once the groups
-    are known. None at all: ``matched_nothing`` is added to `warnings`, if given, and
+    With `undecided` (the recovery run, the redrive and the dead-letter read), a key the
+    naming rule could make (it ends with the suffix, or the template's pattern names it) is
+    kept and added to it, unless named in ``streams.keys`` by a dead-letter suffix (refused
+    with a WARNING): ``drop_dead_letter_streams`` decides it by what it holds once the
+    groups are known. None at all: ``matched_nothing`` is added to `warnings`, if given, and
     logged."""
     sel, rule = settings.streams, settings.dead_letter.names
     names = dict.fromkeys(sel.keys, True)
@@ -68,8 +70,8 @@ def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
             names.setdefault(key_text(key, skipped), False)
     selected = {}
     for name, explicit in names.items():
-        if name and undecided is not None and not rule.by_suffix(name) \
-                and rule.by_template(name):
+        if name and undecided is not None and rule.is_dead_letter(name) \
+                and not (explicit and rule.by_suffix(name)):
             undecided.add(name)
             selected[name] = explicit
         elif name and rule.is_dead_letter(name) and explicit:
