@@ -7,58 +7,21 @@ failed on the code it was written against; see the commit that adds it."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 from redis import Redis
 
-from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
-from recovery.testing.local_redis import LocalServer
-from tests.support.backlogs import DEAD, HOUR_MS
+from recovery.testing.backlog import create_group, deliver
 from tests.support.fault_tools import run_in_process
 from tests.support.invariants import pel
 from tests.support.redrive_tools import redrive
+from tests.support.target_tools import OVER, args, skipped_rows, snapshot, stuck
 
 NOT_OK = ("partial", "failed", "error")
-OVER = 5  # of each stuck stream's entries, delivered 9 times: over max_deliveries (5)
-
-
-def stuck(client: Redis, stream: str, group: str, n: int = 20) -> list[str]:
-    """`n` entries of `stream` pending in `group` on a dead consumer for an hour, the first
-    OVER of them delivered 9 times; their IDs."""
-    ids = add_entries(client, stream, n, lambda i: {b"n": str(i).encode(),
-                                                     b"raw": bytes([i, 255, 0])})
-    create_group(client, stream, group)
-    deliver(client, stream, group, DEAD, n)
-    make_stuck(client, stream, group, DEAD, ids, HOUR_MS)
-    make_stuck(client, stream, group, DEAD, ids[:OVER], HOUR_MS, 9)
-    return ids
 
 
 def letter(source: str) -> dict[bytes, bytes]:
     """A dead letter of an earlier run (its x-death block)."""
     return {b"n": b"0", b"x-original-stream": source.encode(), b"x-original-id": b"1-1",
             b"x-death-reason": b"max-deliveries-exceeded"}
-
-
-def snapshot(client: Redis, key: str) -> dict[str, Any]:
-    """`key`'s entries byte for byte and, per group, its lag, last ID and PEL."""
-    raw = client.execute_command("XRANGE", key, "-", "+")
-    groups = {g["name"].decode(): (g.get("lag"), g["last-delivered-id"])
-              for g in client.xinfo_groups(key)}
-    return {"entries": raw, "groups": groups,
-            "pels": {g: pel(client, key, g) for g in groups}}
-
-
-def args(server: LocalServer, reports: Path, *overrides: str) -> list[str]:
-    sets = [f"redis.url={server.url}", f"report.path={reports}", "claim.max_deliveries=5",
-            "claim.min_idle_ms=600000", "handler.path=recovery.handlers:example_handler",
-            *overrides]
-    return [a for s in sets for a in ("--set", s)]
-
-
-def skipped_rows(summary: dict[str, Any]) -> dict[tuple[str, str | None], str]:
-    return {(s["stream"], s["group"]): s["reason"] for s in summary["skipped"]}
 
 
 def _told(summary: dict, key: str) -> bool:

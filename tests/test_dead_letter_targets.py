@@ -11,9 +11,6 @@ the source's PEL, the report rows."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import pytest
 from redis import Redis
 
@@ -22,25 +19,11 @@ from recovery.metrics.recovery_run import recovery_facts
 from recovery.report.run_report import RunSummary
 from recovery.schemas import TARGET_REFUSED
 from recovery.settings.model import load_settings
-from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
-from recovery.testing.local_redis import LocalServer
+from recovery.testing.backlog import create_group, deliver, make_stuck
 from tests.support.backlogs import DEAD, HOUR_MS, age_pending
 from tests.support.fault_tools import report_rows, run_in_process
 from tests.support.invariants import pel
-
-OVER = 5  # of each stuck stream's entries, delivered 9 times: over max_deliveries (5)
-
-
-def stuck(client: Redis, stream: str, group: str, n: int = 20) -> list[str]:
-    """`n` entries of `stream` pending in `group` on a dead consumer for an hour, the first
-    OVER of them delivered 9 times; their IDs."""
-    ids = add_entries(client, stream, n, lambda i: {b"n": str(i).encode(),
-                                                     b"raw": bytes([i, 255, 0])})
-    create_group(client, stream, group)
-    deliver(client, stream, group, DEAD, n)
-    make_stuck(client, stream, group, DEAD, ids, HOUR_MS)
-    make_stuck(client, stream, group, DEAD, ids[:OVER], HOUR_MS, 9)
-    return ids
+from tests.support.target_tools import OVER, args, skipped_rows, snapshot, stuck
 
 
 def application_stream(client: Redis, key: str = "shop:eu") -> None:
@@ -49,27 +32,6 @@ def application_stream(client: Redis, key: str = "shop:eu") -> None:
         client.xadd(key, {b"order": f"o-{i}".encode(), b"amount": str(100 + i).encode()})
     client.xgroup_create(key, "app", id="0")
     client.xreadgroup("app", "crashed-worker", {key: ">"}, count=2)
-
-
-def snapshot(client: Redis, key: str) -> dict[str, Any]:
-    """What another team sees of `key`: its entries byte for byte, and per group its lag,
-    last delivered ID and PEL (owner and delivery count per entry)."""
-    raw = client.execute_command("XRANGE", key, "-", "+")
-    groups = {g["name"].decode(): (g.get("lag"), g["last-delivered-id"])
-              for g in client.xinfo_groups(key)}
-    return {"entries": raw, "groups": groups,
-            "pels": {g: pel(client, key, g) for g in groups}}
-
-
-def args(server: LocalServer, reports: Path, *overrides: str) -> list[str]:
-    sets = [f"redis.url={server.url}", f"report.path={reports}", "claim.max_deliveries=5",
-            "claim.min_idle_ms=600000", "handler.path=recovery.handlers:example_handler",
-            *overrides]
-    return [a for s in sets for a in ("--set", s)]
-
-
-def skipped_rows(summary: dict[str, Any]) -> dict[tuple[str, str | None], str]:
-    return {(s["stream"], s["group"]): s["reason"] for s in summary["skipped"]}
 
 
 # --- part 1: the name resolves to what is not the job's ------------------------------------
