@@ -20,7 +20,7 @@ from recovery.dead_letters.run import find_dead_letter_streams
 from recovery.errors import RecoveryError
 from recovery.redis_io.trim import server_time_ms
 from recovery.settings.model import load_settings, redis_params
-from recovery.testing.local_redis import LocalServer
+from tests.support.retention_tools import retain
 from tests.support.servers import ON_NEWEST_TOO
 
 
@@ -35,15 +35,6 @@ def letters(client: redis.Redis, key: str, source: str, groups: list[str], age_s
                   b"x-death-reason": b"handler-rejected"}
         ids.append(client.xadd(key, fields, id=f"{now - age_s * 1000 + i}-0"))
     return ids
-
-
-def retain(server: LocalServer, tmp_path: Path, *overrides: str) -> dict:
-    settings = load_settings(None, [f"redis.url={server.url}", f"report.path={tmp_path / 'r'}",
-                                    *overrides])
-    streams, _ = find_dead_letter_streams(settings, redis_params(settings))
-    report = apply_retention(redis_params(settings), streams, settings.dead_letters)
-    assert report is not None
-    return report
 
 
 def job(spark, server_url: str, tmp_path: Path, capsys, *overrides: str) -> tuple[int, dict]:

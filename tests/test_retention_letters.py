@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 
 import pytest
 import redis
 
 from recovery.cli.dead_letters import dead_letters_main
-from recovery.dead_letters.retention import apply_retention, cut_of, retention_warnings
-from recovery.dead_letters.run import find_dead_letter_streams
+from recovery.dead_letters.retention import cut_of, retention_warnings
 from recovery.redis_io.trim import LetterScope, server_time_ms, trim_letters
-from recovery.settings.model import load_settings, redis_params
-from recovery.testing.local_redis import LocalServer
+from recovery.settings.model import load_settings
+from tests.support.retention_tools import retain
 
 LETTER, APP = "letter", "app"  # what write_aged writes: a letter (metadata block) or not
 
@@ -47,15 +45,6 @@ def pel(client: redis.Redis, key: str, group: str) -> list[tuple[bytes, bytes, i
     """The group's PEL rows without their idle time: (ID, consumer, deliveries)."""
     return [(r["message_id"], r["consumer"], r["times_delivered"])
             for r in client.xpending_range(key, group, "-", "+", 100)]
-
-
-def retain(server: LocalServer, tmp_path: Path, *overrides: str) -> dict:
-    settings = load_settings(None, [f"redis.url={server.url}", f"report.path={tmp_path / 'r'}",
-                                    *overrides])
-    streams, _ = find_dead_letter_streams(settings, redis_params(settings))
-    report = apply_retention(redis_params(settings), streams, settings.dead_letters)
-    assert report is not None
-    return report
 
 
 def only_row(report: dict, key: str) -> dict:
