@@ -71,3 +71,12 @@ class EmptySelectionError(RecoveryError):
 
 class FailureThresholdError(RecoveryError):
     """More messages failed in the handler than the configured threshold allows (exit 1)."""
+
+
+# The start of a report row's reason when its unit's dead-letter stream was refused (not the
+# job's to write: recovery.executor.handover.dead_letter); the tallies gather those units.
+# Here, not in recovery.schemas, so the Redis layer names them without importing pyarrow
+# (the executors' daemon preloads recovery.redis_io before it forks).
+TARGET_REFUSED = "dead-letter stream refused: "
+# The same for a requeue target (``reprocess.requeue_stream``) of another type.
+REQUEUE_REFUSED = "requeue stream refused: "

@@ -243,11 +243,6 @@ class Action(StrEnum):
     WOULD_REASSIGN = "would_reassign"
 
 
-# The start of a report row's reason when its unit's dead-letter stream was refused (not the
-# job's to write: recovery.executor.handover.dead_letter); the tallies gather those units.
-TARGET_REFUSED = "dead-letter stream refused: "
-# The same for a requeue target (``reprocess.requeue_stream``) of another type.
-REQUEUE_REFUSED = "requeue stream refused: "
 
 
 class DeathReason(StrEnum):

@@ -14,10 +14,10 @@ from __future__ import annotations
 import pytest
 from redis import Redis
 
+from recovery.errors import TARGET_REFUSED
 from recovery.metrics.families import run_registry
 from recovery.metrics.recovery_run import recovery_facts
 from recovery.report.run_report import RunSummary
-from recovery.schemas import TARGET_REFUSED
 from recovery.settings.model import load_settings
 from recovery.testing.backlog import create_group, deliver, make_stuck
 from tests.support.backlogs import DEAD, HOUR_MS, age_pending

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -75,9 +76,15 @@ def _anchors(path: Path) -> set[str]:
     return anchors
 
 
+def _markdown() -> list[Path]:
+    """The project's Markdown files: those git tracks (never a venv's or a server's)."""
+    listed = subprocess.run(["git", "ls-files", "*.md"], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout.split()
+    return sorted(ROOT / name for name in listed)
+
+
 def _links() -> list[tuple[Path, str]]:
-    return [(path, target) for path in sorted(ROOT.glob("**/*.md"))
-            if ".venv" not in path.parts and ".servers" not in path.parts
+    return [(path, target) for path in _markdown()
             for target in LINK.findall(path.read_text())
             if not re.match(r"[a-z]+:", target)]
 

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from redis import Redis
 
+from recovery.errors import TARGET_REFUSED
 from recovery.executor.claim.backoff import NotDue
 from recovery.executor.claim.loop import examined
 from recovery.executor.handover.modes import ACTIONS
@@ -28,7 +29,7 @@ from recovery.executor.tally import (
 )
 from recovery.redis_io.autoclaim import ClaimBatch
 from recovery.redis_io.dlq_names import dead_letter_key
-from recovery.schemas import TARGET_REFUSED, UNIT, arrow
+from recovery.schemas import UNIT, arrow
 from recovery.settings.model import executor_params
 from recovery.testing.backlog import add_entries, deliver, make_stuck
 from tests.support.backlogs import DEAD, HOUR_MS, LIVE, binary_fields, seed

@@ -23,10 +23,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import StringType, StructField, StructType
 
+from recovery.errors import REQUEUE_REFUSED, TARGET_REFUSED
 from recovery.executor.claim.backoff import NotDue
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.packing import ArrowFn
-from recovery.schemas import REPORT, REQUEUE_REFUSED, TARGET_REFUSED, Action, arrow
+from recovery.schemas import REPORT, Action, arrow
 
 TALLY = "tally"
 # What Spark's writer gets: REPORT rows (tally null) and one tally row per task (all else null).

@@ -25,9 +25,8 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from recovery.errors import DeadLetterNameError
+from recovery.errors import REQUEUE_REFUSED, TARGET_REFUSED, DeadLetterNameError
 from recovery.redis_io.error_codes import TargetRefused
-from recovery.schemas import REQUEUE_REFUSED, TARGET_REFUSED
 
 
 def hash_tag(key: str) -> str | None:

@@ -49,6 +49,8 @@ REQUEUE_LOOP = "raw-requeue"
 RAW_RUN_ID = "raw-loop"
 # In dead_letter.lua from before one call could carry several units (`run --code REF`).
 LEGACY_LAYOUT = "ARGV[6]: source name"
+# In dead_letter.lua since it checks its target: ARGV[4] says whether to read the newest entry.
+NEWEST_FLAG = "ARGV[4]: '1' to"
 
 
 class CountingConnection(redis.Connection):
@@ -127,6 +129,7 @@ class MoveScript:
 
     sha: str
     legacy: bool = False  # the one-unit layout of older commits (`run --code REF`)
+    newest_flag: bool = True  # ARGV[4], the target check's newest-entry switch (newer commits)
 
     def command(self, spec: BacklogSpec, stream: str, values: list[Any]) -> tuple[Any, ...]:
         """The EVALSHA that moves `values` (6 per entry) of `stream` to its DLQ."""
@@ -134,8 +137,9 @@ class MoveScript:
         if self.legacy:
             head = [spec.group, RAW_CONSUMER, RAW_RUN_ID, spec.max_deliveries, now_ms, stream]
         else:
-            head = [RAW_RUN_ID, spec.max_deliveries, now_ms, spec.group, RAW_CONSUMER, stream,
-                    len(values) // 6]
+            flag = ["0"] if self.newest_flag else []
+            head = [RAW_RUN_ID, spec.max_deliveries, now_ms, *flag, spec.group, RAW_CONSUMER,
+                    stream, len(values) // 6]
         return ("EVALSHA", self.sha, 2, stream, dead_letter_key(stream, DLQ_SUFFIX), *head,
                 *values)
 
@@ -177,7 +181,8 @@ def raw_recover(client: redis.Redis, spec: BacklogSpec, count: int = RAW_COUNT,
     ``x-recovery-deliveries``) in the same MULTI as its XACK: the least Redis work a requeue
     can cost, without the job's ownership check. Else `handle` gets each batch to ack."""
     source = _dead_letter_source()
-    script = MoveScript(client.script_load(source), LEGACY_LAYOUT in source)
+    script = MoveScript(client.script_load(source), LEGACY_LAYOUT in source,
+                        NEWEST_FLAG in source)
     tally, writes = Tally(), Writes()
     for stream in spec.stream_names():
         cursor = b"0-0"
