@@ -1,0 +1,60 @@
+"""Attacks on per-key ordered recovery (issue 63): each test failed on the code it was
+written against (see the commit that adds it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from recovery.redis_io.dlq_names import dead_letter_key
+from tests.support.fault_tools import run_in_process, write_control
+from tests.support.order_handler import DONE, REJECT, SEEN
+from tests.test_order import STREAM, age, args, pending_owners, recorded, rows_of, seed
+
+
+@pytest.mark.slow
+def test_a_head_whose_dead_letter_stream_is_refused_holds_its_key(spark, redis_server,
+                                                                  tmp_path: Path) -> None:
+    """k0's head is rejected by the handler (Result.dead_letter), but its dead-letter stream
+    is refused (a stream that is not one: its oldest entry has no x-death block): the head
+    stays pending, skipped. Its key must stay held: k0's later entries must not be handed
+    to the handler ahead of it."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    ids = seed(client, keys=2, per_key=3)
+    dlq = dead_letter_key(STREAM, ":dlq")
+    client.xadd(dlq, {"not": "a letter"})
+    head = ids["k0"][0]
+    client.sadd(REJECT, head)
+    result = run_in_process(spark, args(redis_server.url, tmp_path / "r", "spark.partitions=1"))
+    assert result.code == 0, result.stderr[-3000:]
+    assert client.xlen(dlq) == 1  # nothing written to a stream the job does not own
+    assert head in pending_owners(client)  # the head was not moved: still pending
+    seen = recorded(client, SEEN, ["k0"])["k0"]
+    assert seen == [head], f"k0's later entries handed over while its head is pending: {seen}"
+    rows = rows_of(spark, tmp_path / "r", result.summary)
+    assert [rows[i]["action"] for i in ids["k0"][1:]] == ["held", "held"]
+
+
+@pytest.mark.slow
+def test_dead_letter_releases_false_keeps_the_key_held_in_the_next_run(spark, redis_server,
+                                                                       tmp_path: Path) -> None:
+    """With order.dead_letter_releases = false, k0's head rejected (dead-lettered) holds the
+    rest of k0 in the run; the next run, with the same setting, must not hand k0's later
+    entries over either: the key waits for the operator (its head is in the dead-letter
+    stream, not handled)."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    ids = seed(client, keys=2, per_key=3)
+    head = ids["k0"][0]
+    client.sadd(REJECT, head)
+    hold = ("spark.partitions=1", "order.dead_letter_releases=false")
+    first = run_in_process(spark, args(redis_server.url, tmp_path / "r", *hold))
+    assert first.code == 0, first.stderr[-3000:]
+    assert recorded(client, DONE, ["k0"])["k0"] == []
+    age(client, list(pending_owners(client)))
+    second = run_in_process(spark, args(redis_server.url, tmp_path / "r", *hold))
+    assert second.code == 0, second.stderr[-3000:]
+    done = recorded(client, DONE, ["k0"])["k0"]
+    assert done == [], f"k0 released in the next run although its head was dead-lettered: {done}"
