@@ -123,7 +123,8 @@ def _holding(client: redis.Redis, params: JobParams, rb: RoutedBatch, heads: lis
              ) -> dict[int, str]:
     """The heads that hold their keys, each with why: failed, dead-lettered (where
     ``order.dead_letter_releases`` is false), or no longer the job's but still pending on
-    another consumer (one XPENDING of its ID, pipelined: an entry acked by someone is done)."""
+    another consumer, or skipped and left pending (a refused dead-letter move; one XPENDING
+    of its ID, pipelined: an entry acked by someone is done)."""
     releases = params.order is None or params.order.dead_letter_releases
     holds: dict[int, str] = {}
     gone = []
@@ -134,13 +135,17 @@ def _holding(client: redis.Redis, params: JobParams, rb: RoutedBatch, heads: lis
         elif action == Action.DEAD_LETTERED and not releases:
             holds[i] = (f"held behind {head} of its key, dead-lettered in this run "
                         "(order.dead_letter_releases = false)")
-        elif action == Action.SKIPPED and rb.reason[i] == REASON_GONE:
-            gone.append(i)
+        elif action == Action.SKIPPED:
+            gone.append(i)  # no longer the job's, or left pending (a refused dead-letter move)
     replies = each(client, [pending_command(rb.stream[i], rb.group[i], rb.id[i], rb.id[i], 1)
                             for i in gone])
     for i, reply in zip(gone, replies, strict=True):
         if isinstance(reply, list) and reply:
-            owner = reply[0][OWNER].decode()
-            holds[i] = (f"held behind {rb.id[i]} of its key, pending on consumer {owner!r} "
-                        "since this run claimed it")
+            if rb.reason[i] == REASON_GONE:
+                owner = reply[0][OWNER].decode()
+                holds[i] = (f"held behind {rb.id[i]} of its key, pending on consumer "
+                            f"{owner!r} since this run claimed it")
+            else:
+                holds[i] = (f"held behind {rb.id[i]} of its key, which stays pending: "
+                            f"{rb.reason[i]}")
     return holds
