@@ -58,3 +58,25 @@ def test_dead_letter_releases_false_keeps_the_key_held_in_the_next_run(spark, re
     assert second.code == 0, second.stderr[-3000:]
     done = recorded(client, DONE, ["k0"])["k0"]
     assert done == [], f"k0 released in the next run although its head was dead-lettered: {done}"
+
+
+@pytest.mark.slow
+def test_an_older_entry_on_a_run_whose_id_extends_this_one_still_holds_its_key(
+        spark, redis_server, tmp_path: Path) -> None:
+    """A killed run with ``--run-id nightly-2`` left k0's head pending on its consumer
+    ``recovery-nightly-2-0`` (not idle yet). A run with ``--run-id nightly`` must see that
+    consumer as another run's (its own are ``recovery-nightly-<part>``) and hold k0's later
+    entries; a prefix test takes it for its own and hands them over ahead of the head."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    ids = seed(client, keys=2, per_key=3)
+    head = ids["k0"][0]
+    client.xclaim(STREAM, "g", "recovery-nightly-2-0", 0, [head], idle=0, justid=True)
+    result = run_in_process(spark, [*args(redis_server.url, tmp_path / "r",
+                                          "spark.partitions=1"), "--run-id", "nightly"])
+    assert result.code == 0, result.stderr[-3000:]
+    assert pending_owners(client)[head] == "recovery-nightly-2-0"
+    seen = recorded(client, SEEN, ["k0"])["k0"]
+    assert seen == [], f"k0 handed over while its head is pending on another run: {seen}"
+    rows = rows_of(spark, tmp_path / "r", result.summary)
+    assert [rows[i]["action"] for i in ids["k0"][1:]] == ["held", "held"]
