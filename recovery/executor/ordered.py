@@ -27,7 +27,11 @@ from recovery.executor.partitions import PartitionClient, young_collections_rare
 from recovery.executor.tally import PassMaker, Tally
 from recovery.params import JobParams, OrderParams
 from recovery.redis_io.error_codes import unit_vanished
-from recovery.redis_io.held_keys import consumers_with_pending, pending_elsewhere
+from recovery.redis_io.held_keys import (
+    consumers_with_pending,
+    not_this_runs,
+    pending_elsewhere,
+)
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.streams import Fields, fetch_entries, stream_id_key
 from recovery.schemas import BLOCKER, CLAIMED, KEYED, arrow
@@ -147,7 +151,7 @@ def _blockers(client: redis.Redis, order: OrderParams, stream: str, group: str,
     if name is None:
         return []
     others = [c for c in consumers_with_pending(client, stream, group)
-              if not c.startswith(own_stem)]
+              if not_this_runs(c, own_stem)]
     if not others:
         return []
     entries, bound = pending_elsewhere(client, stream, group, others, order.scan_max)

@@ -30,6 +30,13 @@ UNCLAIM_CHUNK = 500  # entries per unclaim_held.lua call
 PendingElsewhere = list[tuple[str, str, Fields | None]]  # (id, owner, fields or None: deleted)
 
 
+def not_this_runs(name: str, own_stem: str) -> bool:
+    """Whether consumer `name` is not one of this run's (``<prefix>-<run id>-<part>``): a
+    name that only starts with `own_stem` (another run's whose ID extends this one's, such
+    as ``nightly-2`` for ``nightly``) is another's."""
+    return not (name.startswith(own_stem) and name[len(own_stem):].isdigit())
+
+
 def consumers_with_pending(client: redis.Redis, stream: str, group: str) -> list[str]:
     """The names of `group`'s consumers that own pending entries (XINFO CONSUMERS); [] when
     the stream or group is gone."""
