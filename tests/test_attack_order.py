@@ -80,3 +80,23 @@ def test_an_older_entry_on_a_run_whose_id_extends_this_one_still_holds_its_key(
     assert seen == [], f"k0 handed over while its head is pending on another run: {seen}"
     rows = rows_of(spark, tmp_path / "r", result.summary)
     assert [rows[i]["action"] for i in ids["k0"][1:]] == ["held", "held"]
+
+
+@pytest.mark.slow
+def test_an_older_entry_pending_on_a_consumer_named_in_non_utf8_bytes_holds_its_key(
+        spark, redis_server, tmp_path: Path) -> None:
+    """A live consumer whose name is not UTF-8 (any application may name one so; the rest of
+    the job shows such names escaped) owns k0's head, not idle. The ordered run must not
+    crash on its name, and must hold k0's later entries behind that head; k1 goes on."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    ids = seed(client, keys=2, per_key=3)
+    head = ids["k0"][0]
+    client.xclaim(STREAM, "g", b"live-\xff\xfe", 0, [head], idle=0, justid=True)
+    result = run_in_process(spark, args(redis_server.url, tmp_path / "r",
+                                        "spark.partitions=1"))
+    assert result.code == 0, result.stderr[-3000:]
+    assert recorded(client, SEEN, ["k0"])["k0"] == []
+    assert recorded(client, DONE, ["k1"])["k1"] == ids["k1"]
+    rows = rows_of(spark, tmp_path / "r", result.summary)
+    assert [rows[i]["action"] for i in ids["k0"][1:]] == ["held", "held"]
