@@ -22,7 +22,9 @@ from recovery.redis_io.streams import (
     OWNER,
     Fields,
     fetch_entries,
+    name_text,
     pending_command,
+    shown,
     stream_id_key,
 )
 
@@ -30,24 +32,28 @@ UNCLAIM_CHUNK = 500  # entries per unclaim_held.lua call
 PendingElsewhere = list[tuple[str, str, Fields | None]]  # (id, owner, fields or None: deleted)
 
 
-def not_this_runs(name: str, own_stem: str) -> bool:
+def not_this_runs(name: str | bytes, own_stem: str) -> bool:
     """Whether consumer `name` is not one of this run's (``<prefix>-<run id>-<part>``): a
     name that only starts with `own_stem` (another run's whose ID extends this one's, such
-    as ``nightly-2`` for ``nightly``) is another's."""
+    as ``nightly-2`` for ``nightly``) is another's, and so is one that is not UTF-8."""
+    if isinstance(name, bytes):
+        return True
     return not (name.startswith(own_stem) and name[len(own_stem):].isdigit())
 
 
-def consumers_with_pending(client: redis.Redis, stream: str, group: str) -> list[str]:
-    """The names of `group`'s consumers that own pending entries (XINFO CONSUMERS); [] when
-    the stream or group is gone."""
+def consumers_with_pending(client: redis.Redis, stream: str, group: str
+                           ) -> list[str | bytes]:
+    """The names of `group`'s consumers that own pending entries (XINFO CONSUMERS; a name
+    that is not UTF-8 as its bytes, to be sent back as it came); [] when the stream or group
+    is gone."""
     return groups_consumers_with_pending(client, [(stream, group)])[0]
 
 
 def groups_consumers_with_pending(client: redis.Redis, groups: Sequence[tuple[str, str]]
-                                  ) -> list[list[str]]:
+                                  ) -> list[list[str | bytes]]:
     """For each (stream, group) of `groups`, its consumers that own pending entries (XINFO
     CONSUMERS, pipelined); [] for one whose stream or group is gone."""
-    found: list[list[str]] = []
+    found: list[list[str | bytes]] = []
     for reply in each(client, [("XINFO", "CONSUMERS", s, g) for s, g in groups]):
         if isinstance(reply, Exception):
             if unit_vanished(reply):
@@ -58,20 +64,20 @@ def groups_consumers_with_pending(client: redis.Redis, groups: Sequence[tuple[st
     return found
 
 
-def _with_pending(reply: object) -> list[str]:
+def _with_pending(reply: object) -> list[str | bytes]:
     """The consumer names with pending entries in an XINFO CONSUMERS reply (flat pairs)."""
-    names = []
+    names: list[str | bytes] = []
     for row in reply:  # type: ignore[attr-defined]
         info = {(k.decode() if isinstance(k, bytes) else k): v
                 for k, v in zip(row[0::2], row[1::2], strict=True)}
         if int(info["pending"]) > 0:
             name = info["name"]
-            names.append(name.decode() if isinstance(name, bytes) else name)
+            names.append(name_text(name) if isinstance(name, bytes) else name)
     return names
 
 
 def pending_elsewhere(client: redis.Redis, stream: str, group: str,
-                      consumers: Sequence[str], limit: int
+                      consumers: Sequence[str | bytes], limit: int
                       ) -> tuple[PendingElsewhere, str | None]:
     """The pending entries of `consumers` in `group`, at most `limit` per consumer (their
     oldest: XPENDING - + limit+1 <consumer>, pipelined), each with its owner and fields
@@ -87,7 +93,7 @@ def pending_elsewhere(client: redis.Redis, stream: str, group: str,
             if unit_vanished(reply):
                 return [], None
             raise reply
-        page = [(r[ID].decode(), r[OWNER].decode()) for r in reply]  # type: ignore[attr-defined]
+        page = [(r[ID].decode(), shown(r[OWNER])) for r in reply]  # type: ignore[attr-defined]
         if len(page) > limit:
             page = page[:limit]
             bounds.append(page[-1][0])

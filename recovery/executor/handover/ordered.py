@@ -33,7 +33,7 @@ from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams
 from recovery.redis_io.held_keys import unclaim_held
 from recovery.redis_io.round_trips import each
-from recovery.redis_io.streams import OWNER, pending_command
+from recovery.redis_io.streams import OWNER, pending_command, shown
 from recovery.schemas import Action, DeathReason, Route
 
 KeyT = tuple[str, str, bool, bytes]  # (stream, group, keyless, key or ID): one ordering key
@@ -142,7 +142,7 @@ def _holding(client: redis.Redis, params: JobParams, rb: RoutedBatch, heads: lis
     for i, reply in zip(gone, replies, strict=True):
         if isinstance(reply, list) and reply:
             if rb.reason[i] == REASON_GONE:
-                owner = reply[0][OWNER].decode()
+                owner = shown(reply[0][OWNER])
                 holds[i] = (f"held behind {rb.id[i]} of its key, pending on consumer "
                             f"{owner!r} since this run claimed it")
             else:
