@@ -100,3 +100,27 @@ def test_an_older_entry_pending_on_a_consumer_named_in_non_utf8_bytes_holds_its_
     assert recorded(client, DONE, ["k1"])["k1"] == ids["k1"]
     rows = rows_of(spark, tmp_path / "r", result.summary)
     assert [rows[i]["action"] for i in ids["k0"][1:]] == ["held", "held"]
+
+
+@pytest.mark.slow
+def test_a_retried_hand_over_keeps_a_key_held_behind_a_head_dead_lettered_before(
+        spark, redis_server, tmp_path: Path, faults) -> None:
+    """order.dead_letter_releases = false; k0's head rejected (Result.dead_letter) in the
+    first wave; the hand-over task fails after that wave (the suite's session retries
+    tasks). The retried attempt finds the head gone from the PEL (the failed attempt moved
+    it) and must still hold k0: none of k0's later entries may reach the handler."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    ids = seed(client, keys=2, per_key=3)
+    head = ids["k0"][0]
+    client.sadd(REJECT, head)
+    faults("ordered 1 0")
+    result = run_in_process(spark, args(redis_server.url, tmp_path / "r", "spark.partitions=1",
+                                        "order.dead_letter_releases=false"))
+    assert result.code == 0, result.stderr[-3000:]
+    dead = [f[b"x-original-id"].decode()
+            for _, f in client.xrange(dead_letter_key(STREAM, ":dlq"))]
+    assert dead == [head]
+    done = recorded(client, DONE, ["k0"])["k0"]
+    assert done == [], f"k0 released by the retry although its head was dead-lettered: {done}"
+    assert set(ids["k0"][1:]) <= set(pending_owners(client))
