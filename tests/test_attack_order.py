@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from recovery.redis_io.dlq_names import dead_letter_key
+from tests.support.attack_order_handlers import XDEL
 from tests.support.fault_tools import run_in_process, write_control
-from tests.support.order_handler import DONE, REJECT, SEEN
+from tests.support.order_handler import DONE, FAIL, REJECT, SEEN
 from tests.test_order import STREAM, age, args, pending_owners, recorded, rows_of, seed
 
 
@@ -124,3 +125,28 @@ def test_a_retried_hand_over_keeps_a_key_held_behind_a_head_dead_lettered_before
     done = recorded(client, DONE, ["k0"])["k0"]
     assert done == [], f"k0 released by the retry although its head was dead-lettered: {done}"
     assert set(ids["k0"][1:]) <= set(pending_owners(client))
+
+
+@pytest.mark.slow
+def test_a_held_entry_deleted_upstream_mid_run_is_not_reported_pending(
+        spark, redis_server, tmp_path: Path) -> None:
+    """k0's head fails; its last entry is deleted upstream (XDEL) during the run, while the
+    run holds it. Giving held entries their counts back (an XCLAIM, which on Redis 7.0 drops
+    a deleted entry from the PEL) must not leave a report row saying it ``stays pending``:
+    every entry ends exactly once as what it is (here: deleted)."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    ids = seed(client, keys=2, per_key=3)
+    client.sadd(FAIL, ids["k0"][0])
+    doomed = ids["k0"][2]
+    client.sadd(XDEL, doomed)
+    result = run_in_process(spark, args(
+        redis_server.url, tmp_path / "r", "spark.partitions=1",
+        "handler.path=tests.support.attack_order_handlers:deleting"))
+    assert result.code == 0, result.stderr[-3000:]
+    pel = pending_owners(client)
+    rows = rows_of(spark, tmp_path / "r", result.summary)
+    assert rows[ids["k0"][1]]["action"] == "held" and ids["k0"][1] in pel
+    row = rows[doomed]
+    assert doomed in pel or row["action"] == "deleted", \
+        f"reported {row['action']!r} ({row['reason']}) but gone from the PEL"
