@@ -108,18 +108,21 @@ def pending_elsewhere(client: redis.Redis, stream: str, group: str,
     return [(entry_id, owner, fields[entry_id]) for entry_id, owner in rows], bound
 
 
-def unclaim_held(client: redis.Redis, unit: Unit, counts: Sequence[tuple[str, int]]) -> int:
+def unclaim_held(client: redis.Redis, unit: Unit, counts: Sequence[tuple[str, int]]
+                 ) -> tuple[int, list[str]]:
     """Set the delivery count of held entries back to what it was before this run's claim
     (``unclaim_held.lua``): `counts` pairs each entry ID with the count the claim left; only
     entries still pending on `unit`'s consumer with that count change. Returns how many did
-    (-1 when the stream or group is gone)."""
+    (-1 when the stream or group is gone) and the IDs of those found deleted from the stream
+    upstream (their PEL slots acked: report them deleted)."""
     script = scripts_for(client)["unclaim_held"]
-    changed = 0
+    changed, deleted = 0, list[str]()
     for start in range(0, len(counts), UNCLAIM_CHUNK):
         args: list[str | int] = [unit.group, unit.consumer]
         args += chain.from_iterable(counts[start : start + UNCLAIM_CHUNK])
-        reply = int(script(keys=[unit.stream], args=args))
-        if reply < 0:
-            return reply
-        changed += reply
-    return changed
+        reply = script(keys=[unit.stream], args=args)
+        if int(reply[0]) < 0:
+            return -1, deleted
+        changed += int(reply[0])
+        deleted += [i.decode() if isinstance(i, bytes) else i for i in reply[1:]]
+    return changed, deleted

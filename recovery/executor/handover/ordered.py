@@ -26,7 +26,7 @@ import redis
 from recovery.executor.claimed import Claimed, carried_deliveries
 from recovery.executor.faults import maybe_fail
 from recovery.executor.handover.dead_letter import DeadLetterJob, dead_letter, over_limit
-from recovery.executor.handover.lease import REASON_GONE
+from recovery.executor.handover.lease import REASON_DELETED, REASON_GONE
 from recovery.executor.handover.modes.handler import MODE as HANDLER
 from recovery.executor.handover.ready import clear_deleted, ready
 from recovery.executor.handover.routed import RoutedBatch
@@ -104,8 +104,14 @@ def _unclaim(client: redis.Redis, rb: RoutedBatch) -> None:
     held = [i for i, action in enumerate(rb.action) if action == Action.HELD
             and rb.fields[i] is not None and rb.delivery_count[i] is not None]
     for unit, rows in rb.by_unit(held, ordered=True).items():
-        unclaim_held(client, unit, [(rb.id[i], rb.delivery_count[i] -  # type: ignore[operator]
-                                     carried_deliveries(rb.fields[i])) for i in rows])
+        _, deleted = unclaim_held(client, unit, [
+            (rb.id[i], rb.delivery_count[i] -  # type: ignore[operator]
+             carried_deliveries(rb.fields[i])) for i in rows])
+        gone = set(deleted)
+        for i in rows:
+            if rb.id[i] in gone:  # deleted upstream while held: its PEL slot acked
+                rb.action[i] = None  # held -> deleted: its one outcome
+                rb.set(i, Action.DELETED, REASON_DELETED)
 
 
 def _hand_over(client: redis.Redis, params: JobParams, rb: RoutedBatch, heads: list[int]
