@@ -150,3 +150,23 @@ def test_a_held_entry_deleted_upstream_mid_run_is_not_reported_pending(
     row = rows[doomed]
     assert doomed in pel or row["action"] == "deleted", \
         f"reported {row['action']!r} ({row['reason']}) but gone from the PEL"
+
+
+@pytest.mark.slow
+def test_entries_without_a_key_are_never_held_by_the_scan_bound(spark, redis_server,
+                                                               tmp_path: Path) -> None:
+    """order.missing_key = own: an entry without the key field is its own key, "never held by
+    others" (CONFIGURATION.md). A live consumer owns more than order.scan_max entries, so
+    claimed entries of the group after the bound may be of a key it holds; but an entry
+    without a key cannot be: it must be handed over, not held."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    ids = seed(client, keys=1, per_key=3, keyless=2)
+    client.xclaim(STREAM, "g", "alive", 0, ids["k0"][:2], idle=0, justid=True)
+    result = run_in_process(spark, args(redis_server.url, tmp_path / "r", "spark.partitions=1",
+                                        "order.scan_max=1"))
+    assert result.code == 0, result.stderr[-3000:]
+    rows = rows_of(spark, tmp_path / "r", result.summary)
+    assert rows[ids["k0"][2]]["action"] == "held"
+    assert [rows[i]["action"] for i in ids["-"]] == ["reprocessed", "reprocessed"], \
+        [rows[i]["reason"] for i in ids["-"]]
