@@ -222,7 +222,8 @@ def _blocked_reason(order: OrderParams, stream: str, entry_id: str, key: bytes |
                     blocked_by: str | None, unit_after: str | None) -> str | None:
     """Why an entry is held before any hand-over, or None: it has no key field and
     ``order.missing_key`` is ``hold``; an older entry of its key is pending elsewhere; or the
-    scan of other consumers' entries stopped before it."""
+    scan of other consumers' entries stopped before it (an entry without a key is of no
+    key those entries could hold)."""
     name = order.field_of(stream)
     here = stream_id_key(entry_id)
     if key is None and name is not None and order.missing_key == "hold":
@@ -230,7 +231,7 @@ def _blocked_reason(order: OrderParams, stream: str, entry_id: str, key: bytes |
     if blocked_by is not None and stream_id_key(blocked_by) < here:
         return (f"held behind {blocked_by} of its key, pending on another consumer and not "
                 "claimed by this run")
-    if unit_after is not None and stream_id_key(unit_after) < here:
+    if unit_after is not None and key is not None and stream_id_key(unit_after) < here:
         return (f"held: entries pending elsewhere past {unit_after} were not read "
                 "(order.scan_max), one may be of its key")
     return None
