@@ -170,3 +170,22 @@ def test_entries_without_a_key_are_never_held_by_the_scan_bound(spark, redis_ser
     assert rows[ids["k0"][2]]["action"] == "held"
     assert [rows[i]["action"] for i in ids["-"]] == ["reprocessed", "reprocessed"], \
         [rows[i]["reason"] for i in ids["-"]]
+
+
+@pytest.mark.slow
+def test_a_dry_run_counts_the_entries_without_a_key_that_the_run_dead_letters(
+        spark, redis_server, tmp_path: Path) -> None:
+    """order.missing_key = dead_letter: the real run dead-letters an entry without the key
+    field (``order-key-missing``). The dry run must say so (would_dead_letter), not predict
+    a hand-over, and touch nothing; the real run then does what it said."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    seed(client, keys=1, per_key=2, keyless=1)
+    sets = args(redis_server.url, tmp_path / "r", "order.missing_key=dead_letter")
+    dry = run_in_process(spark, [*sets, "--dry-run"])
+    assert dry.code == 0, dry.stderr[-3000:]
+    real = run_in_process(spark, sets)
+    assert real.code == 0, real.stderr[-3000:]
+    assert real.summary["totals"]["dead_lettered"] == 1
+    assert (dry.summary["totals"]["would_dead_letter"],
+            dry.summary["totals"]["would_reprocess"]) == (1, 2), dry.summary["totals"]
