@@ -28,7 +28,7 @@ from recovery.executor.ordered import blocker_partition, keyed_partition, ordere
 from recovery.executor.partitions import claim_partition
 from recovery.executor.tally import Tallies
 from recovery.params import JobParams
-from recovery.redis_io.held_keys import groups_consumers_with_pending
+from recovery.redis_io.held_keys import groups_consumers_with_pending, not_this_runs
 from recovery.redis_io.journal import drop_journals, journal_key, open_journals
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.report.run_report import RunSummary, read_run, write_pass
@@ -100,7 +100,7 @@ def held_back(client: redis.Redis, params: JobParams, units: list[WorkUnit], own
     with redis_errors(params.redis):
         found = groups_consumers_with_pending(client, pairs)
     return [pair for pair, names in zip(pairs, found, strict=True)
-            if any(not name.startswith(own_stem) for name in names)]
+            if any(not_this_runs(name, own_stem) for name in names)]
 
 
 def ordered_frame(spark: SparkSession, params: JobParams, claimed: DataFrame,

@@ -27,7 +27,11 @@ from recovery.executor.partitions import PartitionClient, young_collections_rare
 from recovery.executor.tally import PassMaker, Tally
 from recovery.params import JobParams, OrderParams
 from recovery.redis_io.error_codes import unit_vanished
-from recovery.redis_io.held_keys import consumers_with_pending, pending_elsewhere
+from recovery.redis_io.held_keys import (
+    consumers_with_pending,
+    not_this_runs,
+    pending_elsewhere,
+)
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.streams import Fields, fetch_entries, stream_id_key
 from recovery.schemas import BLOCKER, CLAIMED, KEYED, arrow
@@ -147,7 +151,7 @@ def _blockers(client: redis.Redis, order: OrderParams, stream: str, group: str,
     if name is None:
         return []
     others = [c for c in consumers_with_pending(client, stream, group)
-              if not c.startswith(own_stem)]
+              if not_this_runs(c, own_stem)]
     if not others:
         return []
     entries, bound = pending_elsewhere(client, stream, group, others, order.scan_max)
@@ -218,7 +222,8 @@ def _blocked_reason(order: OrderParams, stream: str, entry_id: str, key: bytes |
                     blocked_by: str | None, unit_after: str | None) -> str | None:
     """Why an entry is held before any hand-over, or None: it has no key field and
     ``order.missing_key`` is ``hold``; an older entry of its key is pending elsewhere; or the
-    scan of other consumers' entries stopped before it."""
+    scan of other consumers' entries stopped before it (an entry without a key is of no
+    key those entries could hold)."""
     name = order.field_of(stream)
     here = stream_id_key(entry_id)
     if key is None and name is not None and order.missing_key == "hold":
@@ -226,7 +231,7 @@ def _blocked_reason(order: OrderParams, stream: str, entry_id: str, key: bytes |
     if blocked_by is not None and stream_id_key(blocked_by) < here:
         return (f"held behind {blocked_by} of its key, pending on another consumer and not "
                 "claimed by this run")
-    if unit_after is not None and stream_id_key(unit_after) < here:
+    if unit_after is not None and key is not None and stream_id_key(unit_after) < here:
         return (f"held: entries pending elsewhere past {unit_after} were not read "
                 "(order.scan_max), one may be of its key")
     return None

@@ -107,6 +107,18 @@ def _due_rows(params: JobParams, unit: Unit, page: list[PendingRow], waiting: No
     return due
 
 
+def _missing_key(params: JobParams, stream: str, fields: Fields | None) -> str | None:
+    """The key field an entry lacks where a real run dead-letters it for that
+    (``order.missing_key = dead_letter``), else None."""
+    order = params.order
+    if order is None or order.missing_key != "dead_letter" or fields is None:
+        return None
+    name = order.field_of(stream)
+    if name is None or any(field == name.encode() for field, _ in fields):
+        return None
+    return name
+
+
 def _plan_row(params: JobParams, stream: str, group: str, entry_id: str, row: PendingRow,
               fields: Fields | None) -> ReportRow:
     """A real run's claim would add one delivery (and a requeued copy's carried count):
@@ -114,8 +126,12 @@ def _plan_row(params: JobParams, stream: str, group: str, entry_id: str, row: Pe
     count = with_carried(row[COUNT] + 1, fields)
     action: str
     reason: str | None
+    missing = _missing_key(params, stream, fields)
     if fields is None:
         action, reason = Action.DELETED, "entry deleted from the stream upstream"
+    elif missing is not None:
+        action, reason = Action.WOULD_DEAD_LETTER, (
+            f"no {missing!r} field to order it by (order.missing_key = dead_letter)")
     elif route(False, count, params.max_deliveries) == Route.DEAD_LETTER:
         action, reason = Action.WOULD_DEAD_LETTER, over_limit_reason(count)
     else:

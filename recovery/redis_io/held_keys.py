@@ -22,7 +22,9 @@ from recovery.redis_io.streams import (
     OWNER,
     Fields,
     fetch_entries,
+    name_text,
     pending_command,
+    shown,
     stream_id_key,
 )
 
@@ -30,17 +32,28 @@ UNCLAIM_CHUNK = 500  # entries per unclaim_held.lua call
 PendingElsewhere = list[tuple[str, str, Fields | None]]  # (id, owner, fields or None: deleted)
 
 
-def consumers_with_pending(client: redis.Redis, stream: str, group: str) -> list[str]:
-    """The names of `group`'s consumers that own pending entries (XINFO CONSUMERS); [] when
-    the stream or group is gone."""
+def not_this_runs(name: str | bytes, own_stem: str) -> bool:
+    """Whether consumer `name` is not one of this run's (``<prefix>-<run id>-<part>``): a
+    name that only starts with `own_stem` (another run's whose ID extends this one's, such
+    as ``nightly-2`` for ``nightly``) is another's, and so is one that is not UTF-8."""
+    if isinstance(name, bytes):
+        return True
+    return not (name.startswith(own_stem) and name[len(own_stem):].isdigit())
+
+
+def consumers_with_pending(client: redis.Redis, stream: str, group: str
+                           ) -> list[str | bytes]:
+    """The names of `group`'s consumers that own pending entries (XINFO CONSUMERS; a name
+    that is not UTF-8 as its bytes, to be sent back as it came); [] when the stream or group
+    is gone."""
     return groups_consumers_with_pending(client, [(stream, group)])[0]
 
 
 def groups_consumers_with_pending(client: redis.Redis, groups: Sequence[tuple[str, str]]
-                                  ) -> list[list[str]]:
+                                  ) -> list[list[str | bytes]]:
     """For each (stream, group) of `groups`, its consumers that own pending entries (XINFO
     CONSUMERS, pipelined); [] for one whose stream or group is gone."""
-    found: list[list[str]] = []
+    found: list[list[str | bytes]] = []
     for reply in each(client, [("XINFO", "CONSUMERS", s, g) for s, g in groups]):
         if isinstance(reply, Exception):
             if unit_vanished(reply):
@@ -51,20 +64,20 @@ def groups_consumers_with_pending(client: redis.Redis, groups: Sequence[tuple[st
     return found
 
 
-def _with_pending(reply: object) -> list[str]:
+def _with_pending(reply: object) -> list[str | bytes]:
     """The consumer names with pending entries in an XINFO CONSUMERS reply (flat pairs)."""
-    names = []
+    names: list[str | bytes] = []
     for row in reply:  # type: ignore[attr-defined]
         info = {(k.decode() if isinstance(k, bytes) else k): v
                 for k, v in zip(row[0::2], row[1::2], strict=True)}
         if int(info["pending"]) > 0:
             name = info["name"]
-            names.append(name.decode() if isinstance(name, bytes) else name)
+            names.append(name_text(name) if isinstance(name, bytes) else name)
     return names
 
 
 def pending_elsewhere(client: redis.Redis, stream: str, group: str,
-                      consumers: Sequence[str], limit: int
+                      consumers: Sequence[str | bytes], limit: int
                       ) -> tuple[PendingElsewhere, str | None]:
     """The pending entries of `consumers` in `group`, at most `limit` per consumer (their
     oldest: XPENDING - + limit+1 <consumer>, pipelined), each with its owner and fields
@@ -80,7 +93,7 @@ def pending_elsewhere(client: redis.Redis, stream: str, group: str,
             if unit_vanished(reply):
                 return [], None
             raise reply
-        page = [(r[ID].decode(), r[OWNER].decode()) for r in reply]  # type: ignore[attr-defined]
+        page = [(r[ID].decode(), shown(r[OWNER])) for r in reply]  # type: ignore[attr-defined]
         if len(page) > limit:
             page = page[:limit]
             bounds.append(page[-1][0])
@@ -95,18 +108,21 @@ def pending_elsewhere(client: redis.Redis, stream: str, group: str,
     return [(entry_id, owner, fields[entry_id]) for entry_id, owner in rows], bound
 
 
-def unclaim_held(client: redis.Redis, unit: Unit, counts: Sequence[tuple[str, int]]) -> int:
+def unclaim_held(client: redis.Redis, unit: Unit, counts: Sequence[tuple[str, int]]
+                 ) -> tuple[int, list[str]]:
     """Set the delivery count of held entries back to what it was before this run's claim
     (``unclaim_held.lua``): `counts` pairs each entry ID with the count the claim left; only
     entries still pending on `unit`'s consumer with that count change. Returns how many did
-    (-1 when the stream or group is gone)."""
+    (-1 when the stream or group is gone) and the IDs of those found deleted from the stream
+    upstream (their PEL slots acked: report them deleted)."""
     script = scripts_for(client)["unclaim_held"]
-    changed = 0
+    changed, deleted = 0, list[str]()
     for start in range(0, len(counts), UNCLAIM_CHUNK):
         args: list[str | int] = [unit.group, unit.consumer]
         args += chain.from_iterable(counts[start : start + UNCLAIM_CHUNK])
-        reply = int(script(keys=[unit.stream], args=args))
-        if reply < 0:
-            return reply
-        changed += reply
-    return changed
+        reply = script(keys=[unit.stream], args=args)
+        if int(reply[0]) < 0:
+            return -1, deleted
+        changed += int(reply[0])
+        deleted += [i.decode() if isinstance(i, bytes) else i for i in reply[1:]]
+    return changed, deleted

@@ -165,7 +165,7 @@ def next_id(entry_id: str) -> str:
 
 
 def pending_command(stream: str, group: str, start: str, end: str, count: int,
-                    consumer: str | None = None, min_idle_ms: int | None = None
+                    consumer: str | bytes | None = None, min_idle_ms: int | None = None
                     ) -> tuple[object, ...]:
     """The XPENDING extended-form command for up to `count` PEL rows with start <= id <= end,
     only `consumer`'s and only those idle >= `min_idle_ms` ms when given (for pipelines)."""

@@ -26,14 +26,14 @@ import redis
 from recovery.executor.claimed import Claimed, carried_deliveries
 from recovery.executor.faults import maybe_fail
 from recovery.executor.handover.dead_letter import DeadLetterJob, dead_letter, over_limit
-from recovery.executor.handover.lease import REASON_GONE
+from recovery.executor.handover.lease import REASON_DELETED, REASON_GONE
 from recovery.executor.handover.modes.handler import MODE as HANDLER
 from recovery.executor.handover.ready import clear_deleted, ready
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams
 from recovery.redis_io.held_keys import unclaim_held
 from recovery.redis_io.round_trips import each
-from recovery.redis_io.streams import OWNER, pending_command
+from recovery.redis_io.streams import OWNER, pending_command, shown
 from recovery.schemas import Action, DeathReason, Route
 
 KeyT = tuple[str, str, bool, bytes]  # (stream, group, keyless, key or ID): one ordering key
@@ -104,8 +104,14 @@ def _unclaim(client: redis.Redis, rb: RoutedBatch) -> None:
     held = [i for i, action in enumerate(rb.action) if action == Action.HELD
             and rb.fields[i] is not None and rb.delivery_count[i] is not None]
     for unit, rows in rb.by_unit(held, ordered=True).items():
-        unclaim_held(client, unit, [(rb.id[i], rb.delivery_count[i] -  # type: ignore[operator]
-                                     carried_deliveries(rb.fields[i])) for i in rows])
+        _, deleted = unclaim_held(client, unit, [
+            (rb.id[i], rb.delivery_count[i] -  # type: ignore[operator]
+             carried_deliveries(rb.fields[i])) for i in rows])
+        gone = set(deleted)
+        for i in rows:
+            if rb.id[i] in gone:  # deleted upstream while held: its PEL slot acked
+                rb.action[i] = None  # held -> deleted: its one outcome
+                rb.set(i, Action.DELETED, REASON_DELETED)
 
 
 def _hand_over(client: redis.Redis, params: JobParams, rb: RoutedBatch, heads: list[int]
@@ -123,7 +129,8 @@ def _holding(client: redis.Redis, params: JobParams, rb: RoutedBatch, heads: lis
              ) -> dict[int, str]:
     """The heads that hold their keys, each with why: failed, dead-lettered (where
     ``order.dead_letter_releases`` is false), or no longer the job's but still pending on
-    another consumer (one XPENDING of its ID, pipelined: an entry acked by someone is done)."""
+    another consumer, or skipped and left pending (a refused dead-letter move; one XPENDING
+    of its ID, pipelined: an entry acked by someone is done)."""
     releases = params.order is None or params.order.dead_letter_releases
     holds: dict[int, str] = {}
     gone = []
@@ -134,13 +141,17 @@ def _holding(client: redis.Redis, params: JobParams, rb: RoutedBatch, heads: lis
         elif action == Action.DEAD_LETTERED and not releases:
             holds[i] = (f"held behind {head} of its key, dead-lettered in this run "
                         "(order.dead_letter_releases = false)")
-        elif action == Action.SKIPPED and rb.reason[i] == REASON_GONE:
-            gone.append(i)
+        elif action == Action.SKIPPED:
+            gone.append(i)  # no longer the job's, or left pending (a refused dead-letter move)
     replies = each(client, [pending_command(rb.stream[i], rb.group[i], rb.id[i], rb.id[i], 1)
                             for i in gone])
     for i, reply in zip(gone, replies, strict=True):
         if isinstance(reply, list) and reply:
-            owner = reply[0][OWNER].decode()
-            holds[i] = (f"held behind {rb.id[i]} of its key, pending on consumer {owner!r} "
-                        "since this run claimed it")
+            if rb.reason[i] == REASON_GONE:
+                owner = shown(reply[0][OWNER])
+                holds[i] = (f"held behind {rb.id[i]} of its key, pending on consumer "
+                            f"{owner!r} since this run claimed it")
+            else:
+                holds[i] = (f"held behind {rb.id[i]} of its key, which stays pending: "
+                            f"{rb.reason[i]}")
     return holds

@@ -1,0 +1,36 @@
+"""Attack handler (tests/test_attack_order.py): ``tests.support.order_handler:in_order``,
+but a message whose ID is in ``CRASH`` kills its Python worker once (os._exit) right after
+the call's side effects (recorded successes), before its results come back."""
+
+from __future__ import annotations
+
+import os
+
+from recovery.handlers import Message, Result
+from tests.support.handlers import _client, _control
+from tests.support.order_handler import in_order
+
+CRASH = "test:order:crash"
+CRASHED = "test:order:crashed"
+
+
+def crash_once(messages: list[Message]) -> list[Result]:
+    results = in_order(messages)
+    client = _client(_control()["url"])
+    crash = {v.decode() for v in client.smembers(CRASH)}
+    if any(m.id in crash for m in messages) and client.set(CRASHED, 1, nx=True):
+        os._exit(1)
+    return results
+
+
+XDEL = "test:order:xdel"  # IDs the handler deletes from the stream (XDEL) on its first call
+
+
+def deleting(messages: list[Message]) -> list[Result]:
+    """``in_order``, but its first call deletes the IDs in ``XDEL`` from ``orders`` first
+    (an upstream XDEL while the run holds them)."""
+    client = _client(_control()["url"])
+    doomed = [v.decode() for v in client.smembers(XDEL)]
+    if doomed and client.set(XDEL + ":done", 1, nx=True):
+        client.xdel("orders", *doomed)
+    return in_order(messages)
