@@ -15,13 +15,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
-from redis import Redis
 
 from recovery.executor.ordered import id_order, key_of
 from recovery.metrics.families import run_registry
@@ -31,15 +29,12 @@ from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.streams import stream_id_key
 from recovery.report.run_report import RunSummary
 from recovery.settings.model import load_settings
-from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
-from tests.support.backlogs import DEAD, HOUR_MS
 from tests.support.cluster_fixtures import keys_on_every_primary
 from tests.support.fault_tools import (
     GROUP,
     finished,
     kill_landed,
     kill_tree,
-    report_rows,
     run_in_process,
     spark_submit,
     wait_until,
@@ -54,17 +49,18 @@ from tests.support.order_handler import (
     SEEN,
     VIOLATIONS,
 )
+from tests.support.order_tools import (
+    HANDLER,
+    STREAM,
+    age,
+    args,
+    deliveries,
+    pending_owners,
+    recorded,
+    rows_of,
+    seed,
+)
 from tests.support.servers import start_server
-
-STREAM = "orders"
-HANDLER = "handler.path=tests.support.order_handler:in_order"
-
-
-def args(url: str, reports: Path, *overrides: str) -> list[str]:
-    sets = [f"redis.url={url}", f"report.path={reports}", f"streams.keys={STREAM}",
-            "claim.max_deliveries=5", HANDLER, "order.key_field=k", *overrides]
-    return [a for s in sets for a in ("--set", s)]
-
 
 # --- settings -------------------------------------------------------------------------------
 
@@ -117,51 +113,6 @@ def test_held_keys_reach_the_pushed_gauges(tmp_path: Path) -> None:
 
 
 # --- runs -------------------------------------------------------------------------------------
-
-def seed(client: Redis, keys: int, per_key: int, keyless: int = 0, stream: str = STREAM,
-         prefix: str = "k") -> dict[str, list[str]]:
-    """Stuck entries of `keys` keys interleaved (entry i has key <prefix><i % keys>), plus
-    `keyless` entries without a key; key -> its IDs in ID order (keyless under "-")."""
-    create_group(client, stream, GROUP)
-    n = keys * per_key
-    ids = add_entries(client, stream, n, lambda i: {"k": f"{prefix}{i % keys}", "n": str(i)})
-    ids += add_entries(client, stream, keyless, lambda i: {"n": f"x{i}"})
-    assert deliver(client, stream, GROUP, DEAD, len(ids)) == ids
-    make_stuck(client, stream, GROUP, DEAD, ids, HOUR_MS)
-    by_key: dict[str, list[str]] = defaultdict(list)
-    for i, entry_id in enumerate(ids):
-        by_key[f"{prefix}{i % keys}" if i < n else "-"].append(entry_id)
-    return dict(by_key)
-
-
-def recorded(client: Redis, prefix: str, keys: list[str]) -> dict[str, list[str]]:
-    return {k: [v.decode() for v in client.lrange(prefix + k, 0, -1)] for k in keys}
-
-
-def pending_owners(client: Redis) -> dict[str, str]:
-    rows = client.xpending_range(STREAM, GROUP, "-", "+", 100_000)
-    return {r["message_id"].decode(): r["consumer"].decode() for r in rows}
-
-
-def deliveries(client: Redis) -> dict[str, int]:
-    rows = client.xpending_range(STREAM, GROUP, "-", "+", 100_000)
-    return {r["message_id"].decode(): r["times_delivered"] for r in rows}
-
-
-def age(client: Redis, ids: list[str]) -> None:
-    """Make the job's held entries idle an hour (owner and count as they are)."""
-    owners = pending_owners(client)
-    for entry_id in ids:
-        client.xclaim(STREAM, GROUP, owners[entry_id], 0, [entry_id], idle=HOUR_MS,
-                      justid=True)
-
-
-def rows_of(spark, reports: Path, summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    rows = report_rows(spark, reports, summary["run_id"])
-    assert rows is not None
-    by_id = {r["id"]: r for r in rows}
-    assert len(by_id) == len(rows), "an entry reported twice"
-    return by_id
 
 
 @pytest.mark.slow
@@ -227,7 +178,7 @@ def test_keys_in_id_order_across_split_tasks_held_behind_failures_then_resumed(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("releases", [True, False])
+@pytest.mark.parametrize("releases", [True])  # false is refused: tests/test_attack_order.py
 def test_a_head_pending_elsewhere_holds_its_key_and_a_dead_lettered_one_releases_it(
         spark, redis_version_server, tmp_path, releases):
     """k0's oldest entry is pending on a live consumer (idle 0: not claimed): k0's claimed

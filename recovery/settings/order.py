@@ -21,8 +21,10 @@ class OrderSettings(Section):
     `missing_key`: an entry without the field is its own key (``own``), held (``hold``) or
     dead-lettered (``dead_letter``, ``x-death-reason`` ``order-key-missing``);
     `dead_letter_releases`: a head dead-lettered (at the delivery limit or by
-    ``Result.dead_letter``) releases its key, or holds it (``false``); `scan_max`: pending
-    entries read at most per other consumer and group, for the keys they hold back."""
+    ``Result.dead_letter``) releases its key; ``false`` (hold it) is refused until a held key
+    can be kept held across runs and task retries (nothing remembers a head once it left the
+    PEL); `scan_max`: pending entries read at most per other consumer and group, for the
+    keys they hold back."""
 
     key_field: str | None = Field(None, min_length=1)
     key_fields: dict[str, str] = Field(default_factory=dict)
@@ -36,6 +38,16 @@ class OrderSettings(Section):
         if any(not pattern for pattern in fields):
             raise ValueError("a stream pattern is empty: name streams, e.g. \"orders:*\"")
         return fields
+
+    @field_validator("dead_letter_releases")
+    @classmethod
+    def _releases_only(cls, releases: bool) -> bool:
+        if not releases:  # an option the job cannot honour is refused, never half-kept
+            raise ValueError(
+                "false is not supported yet: a key would stay held only within one run (the "
+                "next run, or a retried task, no longer sees the dead-lettered head and hands "
+                "the key's later entries over); leave it true, and redrive or stop by hand")
+        return releases
 
     @property
     def ordered(self) -> bool:
