@@ -137,10 +137,10 @@ def test_redrive_dag_dry_run_and_a_failing_job_calls_the_failure_notifiers(
         airflow_env, redis_server, tmp_path):
     client = redis_server.client()
     client.xadd("orders", {"p": "0"})  # streams.match finds existing sources only
-    client.xadd("{orders}:dlq", {"p": "1", "x-original-stream": "orders",
-                                 "x-original-group": "g"})
-    client.xadd("{orders}:dlq", {"p": "2", "x-original-stream": "orders",  # filtered out
-                                 "x-original-group": "other-team"})
+    for n, group in enumerate(("g", "other-team")):  # the other team's: filtered out
+        client.xadd("{orders}:dlq", {"p": str(n), "x-original-stream": "orders",
+                                     "x-original-group": group, "x-original-id": f"1-{n}",
+                                     "x-death-reason": "max-deliveries-exceeded"})
     config = write_config(tmp_path, redis_server.url)
     # The form's reasons and groups left empty keep the file's filters (an empty --set would
     # unset them and redrive the other team's letter too).
@@ -297,6 +297,7 @@ def test_dead_letters_dag_reads_the_dead_letters_and_leaves_them(airflow_env, re
     client.xadd("orders", {"p": "0"})
     for n in range(3):
         client.xadd("{orders}:dlq", {"p": str(n), "x-original-stream": "orders",
+                                     "x-original-id": f"1-{n}",
                                      "x-death-reason": "max-deliveries-exceeded"})
     before = client.xrange("{orders}:dlq")
     config = write_config(tmp_path, redis_server.url)

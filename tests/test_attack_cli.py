@@ -246,17 +246,20 @@ def test_a_database_number_in_other_digits_is_refused_not_read_as_another(
     assert client.xpending("orders", "g")["pending"] == 1
 
 
-@pytest.mark.parametrize("job", ["run", "redrive", "dead-letters", "config"])
-@pytest.mark.parametrize("twice", [["--config", "a.toml", "--config", "b.toml"],
-                                   ["--run-id", "a", "--run-id", "b"]])
+TWICE = {"config": ["--config", "a.toml", "--config", "b.toml"],
+         "run-id": ["--run-id", "a", "--run-id", "b"]}
+
+
+# config takes no --run-id at all (refused by test_config_refuses_the_options_it_does_not_act_on)
+@pytest.mark.parametrize(("job", "twice"), [
+    (job, TWICE[option]) for job in ("run", "redrive", "dead-letters", "config")
+    for option in TWICE if (job, option) != ("config", "run-id")])
 def test_an_option_of_one_value_given_twice_is_refused_not_the_first_dropped(
         tmp_path: Path, stub_spark: dict[str, str], job: str, twice: list[str]):
     """``--config base.toml --config prod.toml`` ran with prod.toml alone (argparse keeps
     the last; some tools merge both); ``--run-id`` twice, the first dropped. Refused, exit 2."""
     for name in ("a.toml", "b.toml"):
         (tmp_path / name).write_text('[streams]\nkeys = ["orders"]\n')
-    if job == "config" and twice[0] == "--run-id":
-        pytest.skip("config takes no --run-id (refused by its own test)")
     done = command(job, *twice, "--set", f"redis.url={CLOSED_URL}", "--set",
                    f"report.path={tmp_path}", "--set", "reprocess.mode=requeue",
                    "--set", "reprocess.requeue_stream=retry", env=stub_spark, cwd=tmp_path)
