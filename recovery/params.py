@@ -123,3 +123,10 @@ class DeadLetterReadParams:
 def new_run_id() -> str:
     """A sortable, unique run id: UTC time plus 6 hex digits."""
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def is_job_consumer(name: str, stem: str) -> bool:
+    """True for a consumer named `stem` (``<prefix>-<run id>-``, one run's) followed by a
+    part number: one of that run's job consumers (a name that only starts with `stem`
+    belongs to another run whose ID extends this one's)."""
+    return name.startswith(stem) and name[len(stem):].isdigit()

@@ -244,11 +244,6 @@ def job_consumer_stem(prefix: str, run_id: str) -> str:
     return f"{prefix}-{run_id}-"
 
 
-def is_job_consumer(name: str, stem: str) -> bool:
-    """True for a consumer named `stem` (``job_consumer_stem``) followed by a part number."""
-    return name.startswith(stem) and name[len(stem):].isdigit()
-
-
 @dataclass(frozen=True)
 class CleanUp:
     """What a consumer clean-up did: how many consumers it `removed`, and per (stream, group)

@@ -35,7 +35,6 @@ from recovery.driver.discovery import (
     WorkUnit,
     assign,
     discover,
-    is_job_consumer,
     job_consumer_stem,
 )
 from recovery.driver.handler_choice import check_handler
@@ -77,7 +76,7 @@ from recovery.executor.handover.modes import ACTIONS, PLAN_ACTIONS
 from recovery.executor.histogram import merged_rows
 from recovery.executor.survey import histogram_partition, plan_partition
 from recovery.executor.tally import Tallies, histogram_rows
-from recovery.params import JobParams, Unit, new_run_id
+from recovery.params import JobParams, Unit, is_job_consumer, new_run_id
 from recovery.redis_io.dlq_names import refuse_cross_slot
 from recovery.redis_io.redis_conn import connect
 from recovery.report.after_run import add_after_run

@@ -123,10 +123,11 @@ def _note_row(note: bytes) -> pa.RecordBatch:
 
 
 def blocker_partition(params: JobParams, own_stem: str) -> ArrowFn:
-    """UNIT rows -> BLOCKER rows: for each unit, the entries pending on consumers whose names
-    do not start with `own_stem` (this run's), at most ``order.scan_max`` per consumer, read
-    with their fields; per key, the oldest such entry's ID; where a consumer owns more, a row
-    with a null key and the bound (every later entry of the unit is held)."""
+    """UNIT rows -> BLOCKER rows: for each unit, the entries pending on consumers that are
+    not this run's (`own_stem` and a part number: ``is_job_consumer``), at most
+    ``order.scan_max`` per consumer, read with their fields; per key, the oldest such
+    entry's ID; where a consumer owns more, a row with a null key and the bound (every later
+    entry of the unit is held)."""
     order = params.order
     assert order is not None
 

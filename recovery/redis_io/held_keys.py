@@ -13,7 +13,7 @@ from itertools import chain
 
 import redis
 
-from recovery.params import Unit
+from recovery.params import Unit, is_job_consumer
 from recovery.redis_io.error_codes import unit_vanished
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.scripts import scripts_for
@@ -38,7 +38,7 @@ def not_this_runs(name: str | bytes, own_stem: str) -> bool:
     as ``nightly-2`` for ``nightly``) is another's, and so is one that is not UTF-8."""
     if isinstance(name, bytes):
         return True
-    return not (name.startswith(own_stem) and name[len(own_stem):].isdigit())
+    return not is_job_consumer(name, own_stem)
 
 
 def consumers_with_pending(client: redis.Redis, stream: str, group: str

@@ -10,8 +10,9 @@ from typing import Any, cast
 
 import redis
 
-from recovery.driver.discovery import WorkUnit, is_job_consumer
+from recovery.driver.discovery import WorkUnit
 from recovery.errors import DeadLetterNameError
+from recovery.params import is_job_consumer
 from recovery.redis_io.dlq_names import DeadLetterNames
 from recovery.redis_io.error_codes import unit_vanished
 from recovery.redis_io.redis_conn import server_text
