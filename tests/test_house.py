@@ -219,3 +219,105 @@ def test_every_runtime_module_is_named_by_a_test_module() -> None:
                and m.relative_to(PACKAGE).parts[0] != "testing"]
     assert [module_id(m) for m in runtime
             if not any(within(n, (dotted(m),)) for n in names)] == []
+
+
+# Redis behind one door: only ``recovery/redis_io`` (and the test tooling) sends commands.
+REDIS_DOOR = ("recovery.redis_io", "recovery.testing")
+# Sends left outside the door for now, each with why: "recovery/x.py:function": "why".
+SENDS_OUTSIDE: dict[str, str] = {
+    "recovery/targets/keys.py:check_server": "the server probe (PING, version), which the "
+    "server-features work moves whole",
+}
+# A command name as the job writes it first in a command tuple: ``("XLEN", key)``.
+COMMAND_WORD = re.compile(r"[A-Z]+(?: [A-Z]+)?")
+# A variable that holds a Redis client, connection or pipeline: ``client``, ``self._client``.
+CLIENT_NAME = re.compile(r"_?(\w*client|conn|connection|pipe|pipeline|node|redis|r)")
+ALWAYS_A_SEND = ("execute_command", "pipeline")
+
+
+def redis_command_methods() -> frozenset[str]:
+    """The command methods of redis-py's clients (``xlen``, ``xinfo_groups``, ``ping``...)."""
+    from redis.commands.cluster import RedisClusterCommands
+    from redis.commands.core import CoreCommands
+    return frozenset(n for cls in (CoreCommands, RedisClusterCommands) for n in dir(cls)
+                     if not n.startswith("_"))
+
+
+def receiver_name(node: ast.expr) -> str:
+    """``client`` of ``client.xlen``, ``_client`` of ``self._client.xlen``; else ""."""
+    if isinstance(node, ast.Name):
+        return node.id
+    return node.attr if isinstance(node, ast.Attribute) else ""
+
+
+def redis_sends(source: str) -> list[tuple[str, int, str]]:
+    """(function, line, what) for each Redis command `source` sends itself: a command tuple
+    or list (``("XLEN", key)``, a command word first, something other than a constant after
+    it), ``execute_command`` or ``pipeline`` on anything, or a redis-py command method called
+    on a client (``client.xlen(key)``; a holder's ``client.get()`` without a key aside)."""
+    methods = redis_command_methods()
+    words = {m.split("_")[0].upper() for m in methods}
+    found: list[tuple[str, int, str]] = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function = node.name
+        if isinstance(node, (ast.Tuple, ast.List)) and node.elts:
+            first = node.elts[0]
+            if (isinstance(first, ast.Constant) and isinstance(first.value, str)
+                    and COMMAND_WORD.fullmatch(first.value)
+                    and first.value.split()[0] in words
+                    and not all(isinstance(e, ast.Constant) for e in node.elts)):
+                found.append((function, node.lineno, f"command {first.value}"))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name = node.func.attr
+            keyless_get = name == "get" and not node.args and not node.keywords
+            if name in ALWAYS_A_SEND or (
+                    name in methods and not keyless_get
+                    and CLIENT_NAME.fullmatch(receiver_name(node.func.value))):
+                found.append((function, node.lineno, f".{name}()"))
+        for child in ast.iter_child_nodes(node):
+            visit(child, function)
+
+    visit(ast.parse(source), "")
+    return found
+
+
+def test_redis_sends_are_found() -> None:
+    """The rule below sees each way a module sends a command, and no log or dict call."""
+    source = '''
+def f(client, pipe, key):
+    client.execute_command("XLEN", key)
+    each(client, [("XPENDING", key, "g") for _ in ()])
+    self._client.xinfo_groups(key)
+    pipe.xack(key, "g", "1-0")
+    holder.get()
+    log.info("x %s", key)
+    LEVELS = ("DEBUG", "INFO")
+    row.get("name")
+    client.get()
+'''
+    assert [(line, what) for _, line, what in redis_sends(source)] == [
+        (3, ".execute_command()"), (4, "command XPENDING"),
+        (5, ".xinfo_groups()"), (6, ".xack()")]
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if not within(dotted(m), REDIS_DOOR)],
+                         ids=module_id)
+def test_only_redis_io_sends_redis_commands(module: Path) -> None:
+    """A Redis command is written in ``recovery/redis_io`` (one function per command or
+    query, its reply shape in the docstring) and called from there; no other module builds
+    a command tuple or calls a client's command method."""
+    sends = [f"{module_id(module)}:{function}:{line}: {what}"
+             for function, line, what in redis_sends(module.read_text(encoding="utf-8"))
+             if f"{module_id(module)}:{function}" not in SENDS_OUTSIDE]
+    assert sends == [], "move these sends into recovery/redis_io and call that function"
+
+
+def test_every_send_left_outside_is_still_there() -> None:
+    """SENDS_OUTSIDE names only functions that still send a command themselves."""
+    still = set()
+    for module in MODULES:
+        for function, _, _ in redis_sends(module.read_text(encoding="utf-8")):
+            still.add(f"{module_id(module)}:{function}")
+    assert set(SENDS_OUTSIDE) <= still

@@ -36,6 +36,7 @@ import redis
 
 from recovery.errors import RedisUnavailableError
 from recovery.params import RedisParams
+from recovery.redis_io.commands import stream_length
 from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.redis_io.streams import stream_id_key
 from recovery.redis_io.trim import (
@@ -77,7 +78,7 @@ def later(a: str, b: str) -> str:
 def length_cut(client: redis.Redis, key: str, max_length: int, page: int) -> str | None:
     """The ID of the oldest of the newest `max_length` letters of `key`, read from the end
     where fewer entries are read; None when it holds at most `max_length` (XLEN first)."""
-    excess = int(client.execute_command("XLEN", key)) - max_length
+    excess = stream_length(client, key) - max_length
     if excess <= 0:
         return None
     if excess + 1 <= max_length:

@@ -20,9 +20,10 @@ from recovery.errors import (
 from recovery.executor.handover.modes import mode_of
 from recovery.params import RedisParams, Unit
 from recovery.redis_io.cluster import groups_by_node, node_of, spread
+from recovery.redis_io.commands import key_types, stream_groups
 from recovery.redis_io.dlq_names import requeue_key
 from recovery.redis_io.redis_conn import key_refused, no_such_key, redis_errors, wrong_type
-from recovery.redis_io.round_trips import calls_of, each, script_replies
+from recovery.redis_io.round_trips import calls_of, script_replies
 from recovery.redis_io.scripts import delete_empty_consumers
 from recovery.redis_io.stream_full import GroupSeen, StreamSeen, read_streams
 from recovery.redis_io.streams import info_rows, shown
@@ -140,10 +141,10 @@ def _stream_groups(client: redis.Redis, settings: Settings, params: RedisParams,
     with redis_errors(params):
         replies = read_streams(client, candidates)
         if replies is None:
-            replies = each(client, [("XINFO GROUPS", n) for n in candidates])
+            replies = stream_groups(client, candidates)
     other = [n for n, r in zip(candidates, replies, strict=True) if wrong_type(r)]
     with redis_errors(params):
-        kinds = dict(zip(other, each(client, [("TYPE", n) for n in other]), strict=True))
+        kinds = dict(zip(other, key_types(client, other), strict=True))
     streams: list[tuple[str, list[dict[str, object]], StreamSeen | None]] = []
     for name, reply in zip(candidates, replies, strict=True):
         reason = _not_a_stream(name, reply, kinds.get(name), params)

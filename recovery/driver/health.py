@@ -19,6 +19,7 @@ import redis
 
 from recovery.driver.discovery import CleanUp, WorkUnit, clean_up_consumers
 from recovery.params import RedisParams
+from recovery.redis_io.commands import consumers_command, length_command
 from recovery.redis_io.dlq_names import DeadLetterNames
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.round_trips import each
@@ -67,10 +68,9 @@ def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: Redis
     unseen_streams = list(dict.fromkeys(u.stream for u in unseen))
     dlq_of = {(u.stream, u.group): names.key(u.stream, u.group) for u in units}
     dlqs = list(dict.fromkeys(dlq_of.values()))
-    commands: list[tuple[object, ...]] = [
-        *(("XINFO CONSUMERS", u.stream, u.group) for u in unseen),
-        *(("XLEN", s) for s in unseen_streams),
-        *(("XLEN", key) for key in dlqs)]
+    commands = [*(consumers_command(u.stream, u.group) for u in unseen),
+                *(length_command(s) for s in unseen_streams),
+                *(length_command(key) for key in dlqs)]
     with redis_errors(params):
         replies = iter(each(client, commands))
     consumers = {(u.stream, u.group): next(replies) for u in unseen}

@@ -34,8 +34,8 @@ from recovery.errors import ConfigError, DeadLetterNameError, StreamUnitError
 from recovery.executor.handover.modes import mode_of
 from recovery.params import JobParams, RedisParams, Unit
 from recovery.redis_io.cluster import node_of
+from recovery.redis_io.commands import server_run_ids, stream_groups
 from recovery.redis_io.redis_conn import redis_errors
-from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import info_rows
 from recovery.report.run_report import read_run_dir
 from recovery.report.worker_files import local_directory
@@ -77,11 +77,7 @@ def server_identity(client: redis.Redis, params: RedisParams) -> dict[str, Any]:
     db = urlsplit(params.url).path.strip("/")
     cluster = isinstance(client, RedisCluster)
     with redis_errors(params):
-        if cluster:
-            infos = client.info("server", target_nodes=RedisCluster.PRIMARIES)
-            ids = sorted(str(info["run_id"]) for info in infos.values())
-        else:
-            ids = [str(client.info("server")["run_id"])]
+        ids = server_run_ids(client)
     return {"address": strip_userinfo(params.url), "db": int(db or 0), "cluster": cluster,
             "ids": ids}
 
@@ -208,7 +204,7 @@ def plan_units(spark: SparkSession, client: redis.Redis, settings: Settings,
         by_stream.setdefault(row["stream"], {})[row["group"]] = int(row["count"])
     streams = sorted(by_stream)
     with redis_errors(params):
-        replies = each(client, [("XINFO GROUPS", s) for s in streams])
+        replies = stream_groups(client, streams)
     units: list[WorkUnit] = []
     skipped: list[Skipped] = []
     for stream, reply in zip(streams, replies, strict=True):

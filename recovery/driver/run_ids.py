@@ -22,6 +22,7 @@ from redis.exceptions import ResponseError
 from recovery.driver.discovery import job_consumer
 from recovery.errors import ConfigError
 from recovery.params import RedisParams
+from recovery.redis_io.commands import key_exists
 from recovery.redis_io.journal import journal_in_redis, journal_key
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.run_ids import (
@@ -129,7 +130,7 @@ def _exists_unless_refused(client: redis.Redis, key: str) -> bool:
     """EXISTS `key`; False when the ACL user may not (it cannot register either: the
     registration step says so)."""
     try:
-        return bool(client.exists(key))
+        return key_exists(client, key)
     except ResponseError as exc:
         if refused(exc):
             return False

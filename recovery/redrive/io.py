@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import redis
 
+from recovery.redis_io.commands import stream_length
 from recovery.redis_io.scripts import scripts_for
 from recovery.redis_io.streams import as_str
 
@@ -53,4 +54,4 @@ def redrive_step(client: redis.Redis, flt: RedriveFilter, start: str, end: str,
 
 def length(client: redis.Redis, stream: str) -> int:
     """XLEN: entries in `stream` (0 when the key does not exist)."""
-    return int(client.xlen(stream))
+    return stream_length(client, stream)

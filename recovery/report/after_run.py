@@ -15,9 +15,15 @@ from typing import Any, cast
 
 import redis
 
+from recovery.redis_io.commands import (
+    StreamHead,
+    head_commands,
+    pending_summary_command,
+    stream_heads,
+)
 from recovery.redis_io.dlq_names import DeadLetterNames, labels
 from recovery.redis_io.round_trips import each
-from recovery.redis_io.streams import as_str, shown
+from recovery.redis_io.streams import shown
 from recovery.report.run_report import RunSummary
 
 log = logging.getLogger(__name__)
@@ -55,23 +61,23 @@ def read_after_run(client: redis.Redis, units: Iterable[tuple[str, str]],
         pairs = ((stream, names.key(stream, group)) for stream, group in units)
     pairs = list(dict.fromkeys(pairs))
     label = labels(pairs)
-    commands: list[tuple[object, ...]] = [
-        *(("XPENDING", stream, group) for stream, group in units),
-        *(c for key in label for c in (("XLEN", key), ("XRANGE", key, "-", "+", "COUNT", 1)))]
+    commands = [*(pending_summary_command(stream, group) for stream, group in units),
+                *(c for key in label for c in head_commands(key))]
     now_ms = time.time() * 1000
-    replies = iter(each(client, commands))
-    pending = {unit: next(replies) for unit in units}
-    tails = {key: (next(replies), next(replies)) for key in label}
-    failed = {stream for stream, key in pairs if isinstance(tails[key][0], Exception)}
+    replies = each(client, commands)
+    pending = dict(zip(units, replies[:len(units)], strict=True))
+    heads = dict(zip(label, stream_heads(replies[len(units):]), strict=True))
+    failed = {stream for stream, key in pairs if isinstance(heads[key], Exception)}
     read = {unit: reply for unit, reply in pending.items()
             if isinstance(reply, (list, tuple)) and reply}
     held = {unit: job_holdings(reply, consumer_prefix) for unit, reply in read.items()}
     return AfterRun(
         pending={unit: int(reply[0]) for unit, reply in read.items()},  # type: ignore[call-overload]
-        dead_letters={label[key]: int(length) for key, (length, _) in tails.items()  # type: ignore[call-overload]
-                      if not isinstance(length, Exception)},
-        dead_letter_ages={label[key]: age for key, (_, first) in tails.items()
-                          if (age := oldest_age_s(first, now_ms)) is not None},
+        dead_letters={label[key]: head.length for key, head in heads.items()
+                      if isinstance(head, StreamHead)},
+        dead_letter_ages={label[key]: age for key, head in heads.items()
+                          if isinstance(head, StreamHead)
+                          and (age := head.age_s(now_ms)) is not None},
         read_for=frozenset(stream for stream, _ in pairs) - failed,
         job_consumers={unit: n for unit, (n, _) in held.items()},
         job_consumer_entries={unit: n for unit, (_, n) in held.items()})
@@ -83,15 +89,6 @@ def job_holdings(summary: list[object] | tuple[object, ...], prefix: str) -> tup
     rows = cast(list[list[Any]], summary[3] if len(summary) > 3 and summary[3] else [])
     held = [int(count) for name, count in rows if shown(name).startswith(prefix + "-")]
     return len(held), sum(held)
-
-
-def oldest_age_s(first: object, now_ms: float) -> float | None:
-    """Seconds since the entry of an ``XRANGE - + COUNT 1`` reply was added (the time part
-    of its ID); None for an empty stream or an error reply."""
-    if not isinstance(first, (list, tuple)) or not first:
-        return None
-    added_ms = int(as_str(first[0][0]).partition("-")[0])
-    return round(max(now_ms - added_ms, 0) / 1000, 3)
 
 
 def add_after_run(summary: RunSummary, client: redis.Redis, units: Iterable[tuple[str, str]],

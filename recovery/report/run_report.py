@@ -34,9 +34,9 @@ from recovery.executor.tally import (
     tallied,
     unit_counts,
 )
+from recovery.redis_io.commands import key_types
 from recovery.redis_io.dlq_names import DeadLetterNames, refused_requeue_reason, requeue_key
 from recovery.redis_io.error_codes import TargetRefused
-from recovery.redis_io.round_trips import each
 from recovery.report.json_line import JsonLine
 from recovery.report.wording import plural
 from recovery.report.worker_files import local_directory, write_by_driver, write_by_workers
@@ -263,7 +263,7 @@ def add_refused_requeue_targets(summary: RunSummary, client: redis.Redis,
                 targets[(u["stream"], u["group"])] = requeue_key(u["stream"], u["group"],
                                                                  template)
     distinct = list(dict.fromkeys(targets.values()))
-    kinds = dict(zip(distinct, each(client, [("TYPE", k) for k in distinct]), strict=True))
+    kinds = dict(zip(distinct, key_types(client, distinct), strict=True))
     refused = []
     for (stream, group), key in targets.items():
         kind = kinds[key]

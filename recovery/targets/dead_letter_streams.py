@@ -19,15 +19,22 @@ import redis
 from recovery.errors import DeadLetterNameError
 from recovery.params import RedisParams
 from recovery.redis_io.cluster import node_of
+from recovery.redis_io.commands import (
+    HEAD_COMMANDS,
+    head_commands,
+    stream_groups,
+    stream_head,
+    type_command,
+)
 from recovery.redis_io.dlq_names import DeadLetterNames, labels
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.round_trips import each
-from recovery.redis_io.streams import as_str, info_rows, shown
+from recovery.redis_io.streams import info_rows, shown
 from recovery.settings.model import Settings
 from recovery.targets.keys import Skipped, sources_by_content, type_unless_denied
 
 log = logging.getLogger(__name__)
-STATS_COMMANDS = 3  # per dead-letter stream: TYPE, XLEN, XRANGE - + COUNT 1
+STATS_COMMANDS = 1 + HEAD_COMMANDS  # per dead-letter stream: TYPE, XLEN, XRANGE - + COUNT 1
 DENIED = "denied"  # the kind of a key the ACL user may not access (its key patterns)
 
 
@@ -92,7 +99,7 @@ def name_pairs(client: redis.Redis, names: DeadLetterNames, sources: Sequence[st
     groups_of = {source: list(groups) for source in named}
     if names.per_group and named:
         with redis_errors(params):
-            replies = each(client, [("XINFO GROUPS", s) for s in named])
+            replies = stream_groups(client, named)
         for source, reply in zip(named, replies, strict=True):
             found = [] if isinstance(reply, Exception) else [
                 shown(g["name"]) for g in info_rows(reply)]  # type: ignore[arg-type]
@@ -109,19 +116,21 @@ def inspect_streams(client: redis.Redis, pairs: list[tuple[str, str]], params: R
     sources: dict[str, list[str]] = {}  # appended to: a tuple copied per source was quadratic
     for source, key in pairs:
         sources.setdefault(key, []).append(source)
-    commands = [c for key in label for c in (("TYPE", key), ("XLEN", key),
-                                              ("XRANGE", key, "-", "+", "COUNT", 1))]
+    commands = [c for key in label for c in (type_command(key), *head_commands(key))]
     with redis_errors(params):
         replies = each(client, commands)
     found = []
     for i, key in enumerate(label):
-        reply, length, first = replies[i * STATS_COMMANDS : (i + 1) * STATS_COMMANDS]
+        reply, *head_replies = replies[i * STATS_COMMANDS : (i + 1) * STATS_COMMANDS]
         kind = type_unless_denied(reply, params) or DENIED
         if kind != "stream":
             found.append(DeadLetterStream(label[key], key, kind, sources=tuple(sources[key])))
             continue
-        oldest = int(as_str(first[0][0]).partition("-")[0]) if first else None  # type: ignore[index]
-        found.append(DeadLetterStream(label[key], key, kind, int(length), oldest,  # type: ignore[call-overload]
+        head = stream_head(*head_replies)
+        if isinstance(head, Exception):
+            with redis_errors(params, key):
+                raise head
+        found.append(DeadLetterStream(label[key], key, kind, head.length, head.oldest_ms,
                                       node_of(client, key), tuple(sources[key])))
     return found
 

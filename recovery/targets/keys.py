@@ -11,10 +11,15 @@ import redis
 
 from recovery.errors import DeadLetterNameError, UnsupportedServerError
 from recovery.params import RedisParams
+from recovery.redis_io.commands import (
+    key_types,
+    oldest_entries,
+    stream_info,
+    stream_infos,
+)
 from recovery.redis_io.dlq_names import DeadLetterNames, is_letter, refused_reason
 from recovery.redis_io.error_codes import TargetRefused
 from recovery.redis_io.redis_conn import key_refused, no_such_key, redis_errors, wrong_type
-from recovery.redis_io.round_trips import each
 from recovery.redis_io.run_ids import is_registration
 from recovery.redis_io.split_cursors import is_split_key
 from recovery.redis_io.streams import scan_keys, server_version, shown
@@ -118,13 +123,12 @@ def drop_dead_letter_streams(client: redis.Redis, settings: Settings,
             if key is not None and key != stream:
                 owner.setdefault(key, (stream, group))
     checked = [stream for stream, _ in streams if stream in undecided]
-    replies = each(client, [("XRANGE", key, "-", "+", "COUNT", 1) for key in checked])
+    replies = oldest_entries(client, checked)
     # A letter first is not enough: the newest entry too, where XINFO STREAM answers (as
     # the move script checks it), so an application's stream never passes for one.
     lettered = [key for key, reply in zip(checked, replies, strict=True)
                 if isinstance(reply, list) and reply and holds_letters(reply)]
-    newest = dict(zip(lettered, each(client, [("XINFO STREAM", k) for k in lettered]),
-                      strict=True))
+    newest = dict(zip(lettered, stream_infos(client, lettered), strict=True))
     dropped = set()
     groups_of = dict(streams)
     for key, reply in zip(checked, replies, strict=True):
@@ -168,10 +172,10 @@ def sources_by_content(client: redis.Redis, settings: Settings, params: RedisPar
         return selected
     checked = [key for key in selected if key in undecided]
     with redis_errors(params):
-        oldest = each(client, [("XRANGE", key, "-", "+", "COUNT", 1) for key in checked])
+        oldest = oldest_entries(client, checked)
         lettered = [key for key, reply in zip(checked, oldest, strict=True)
                     if isinstance(reply, list) and reply and holds_letters(reply)]
-        newest = each(client, [("XINFO STREAM", key) for key in lettered])
+        newest = stream_infos(client, lettered)
     for key, reply in zip(lettered, newest, strict=True):
         if newest_is_letter(reply):
             log.info("skip %s: it is a dead-letter stream", key)
@@ -202,7 +206,7 @@ def may_read_stream_info(client: redis.Redis, key: str) -> bool:
     move script then checks the newest entry of each dead-letter stream too. Only a refusal
     of the command says no (a missing key, another type or a key pattern say yes)."""
     try:
-        client.execute_command("XINFO", "STREAM", key)
+        stream_info(client, key)
     except redis.exceptions.NoPermissionError as exc:
         return key_refused(exc)
     except redis.exceptions.ResponseError as exc:
@@ -240,8 +244,8 @@ def refused_targets(client: redis.Redis, names: DeadLetterNames,
         if key is not None:
             targets[(stream, group)] = key
     distinct = list(dict.fromkeys(targets.values()))
-    kinds = each(client, [("TYPE", key) for key in distinct])
-    oldest = each(client, [("XRANGE", key, "-", "+", "COUNT", 1) for key in distinct])
+    kinds = key_types(client, distinct)
+    oldest = oldest_entries(client, distinct)
     refusals: dict[str, TargetRefused] = {}
     for key, kind, first in zip(distinct, kinds, oldest, strict=True):
         kind = kind.decode() if isinstance(kind, bytes) else kind
@@ -252,7 +256,7 @@ def refused_targets(client: redis.Redis, names: DeadLetterNames,
         elif not holds_letters(first):
             refusals[key] = TargetRefused("stream", "its oldest entry carries no metadata")
         elif newest and first:
-            last = each(client, [("XINFO STREAM", key)])[0]
+            last = stream_infos(client, [key])[0]
             if not newest_is_letter(last):
                 refusals[key] = TargetRefused("stream", "its newest entry carries no metadata")
     rows = []

@@ -13,10 +13,10 @@ import redis
 from recovery.driver.discovery import WorkUnit
 from recovery.errors import DeadLetterNameError
 from recovery.params import is_job_consumer
+from recovery.redis_io.commands import pending_summaries, stream_lengths
 from recovery.redis_io.dlq_names import DeadLetterNames
 from recovery.redis_io.error_codes import unit_vanished
 from recovery.redis_io.redis_conn import server_text
-from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import shown
 
 
@@ -129,7 +129,7 @@ def read_progress(client: redis.Redis, units: Sequence[WorkUnit],
     indices = range(len(units)) if picked is None else picked
     summaries = {key: reply for key, reply in (known or {}).items() if _usable(reply)}
     unread = [units[i] for i in indices if (units[i].stream, units[i].group) not in summaries]
-    replies = each(client, [("XPENDING", u.stream, u.group) for u in unread])
+    replies = pending_summaries(client, [(u.stream, u.group) for u in unread])
     summaries.update(zip([(u.stream, u.group) for u in unread], replies, strict=True))
     errors: list[str] = []
     states: list[UnitState | None] = [None] * len(units)
@@ -140,7 +140,7 @@ def read_progress(client: redis.Redis, units: Sequence[WorkUnit],
     wanted = lengths_for(states) if lengths_for else (dlq_keys[i] for i in indices)
     dlqs = list(dict.fromkeys(k for k in wanted if k))
     dead: dict[str, int | None] = {}
-    for key, reply in zip(dlqs, each(client, [("XLEN", key) for key in dlqs]), strict=True):
+    for key, reply in zip(dlqs, stream_lengths(client, dlqs), strict=True):
         if isinstance(reply, int):
             dead[key] = reply
         else:

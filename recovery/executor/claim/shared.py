@@ -30,9 +30,10 @@ from recovery.executor.claim.walk import ClaimStep, Walk
 from recovery.params import JobParams, Unit
 from recovery.redis_io.autoclaim import ClaimBatch
 from recovery.redis_io.claim_due import claim_due_batch, taken_range
+from recovery.redis_io.commands import list_items
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.split_cursors import ranges_key
-from recovery.redis_io.streams import END_CURSOR, as_str
+from recovery.redis_io.streams import END_CURSOR
 
 
 def _ranges(unit: Unit) -> str:
@@ -67,7 +68,7 @@ def _again(walk: Walk, taken: str) -> Iterator[ClaimStep]:
 def _taken(client: redis.Redis, params: JobParams, unit: Unit) -> list[str]:
     """The ranges the part's list holds, in the order they were taken."""
     with redis_errors(params.redis, unit.stream, unit.group):
-        return [as_str(t) for t in client.execute_command("LRANGE", _ranges(unit), 0, -1)]
+        return list_items(client, _ranges(unit))
 
 
 def _shared_step(walk: Walk, mine: set[str], cursor: str, ahead: int) -> ClaimBatch:

@@ -38,6 +38,7 @@ import redis
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.handlers import Result
 from recovery.params import Unit
+from recovery.redis_io.commands import ack_command, pending_summaries
 from recovery.redis_io.error_codes import VANISHED, unit_vanished
 from recovery.redis_io.round_trips import ScriptCall, each, run_script_calls
 from recovery.redis_io.scripts import LEASE_DELETED, LEASE_RENEWED, renew_lease
@@ -121,7 +122,7 @@ def _ack_and_lease(client: redis.Redis, rb: RoutedBatch, to_ack: list[int], to_l
 
 def xack_commands(rb: RoutedBatch, by_unit: dict[Unit, list[int]]) -> list[tuple[object, ...]]:
     """One XACK command per unit, of the rows' IDs (for a pipeline; the reply is a count)."""
-    return [("XACK", unit.stream, unit.group, *(rb.id[i] for i in unit_rows))
+    return [ack_command(unit.stream, unit.group, [rb.id[i] for i in unit_rows])
             for unit, unit_rows in by_unit.items()]
 
 
@@ -182,7 +183,7 @@ def _report_acks(client: redis.Redis, rb: RoutedBatch, acks: dict[Unit, list[int
     """
     short = [unit for (unit, rows), reply in zip(acks.items(), replies, strict=True)
              if not isinstance(reply, Exception) and int(reply) < len(rows)]
-    probes = each(client, [("XPENDING", unit.stream, unit.group) for unit in short])
+    probes = pending_summaries(client, [(unit.stream, unit.group) for unit in short])
     vanished = {unit for unit, probe in zip(short, probes, strict=True)
                 if isinstance(probe, Exception) and unit_vanished(probe)}
     for (unit, rows), reply in zip(acks.items(), replies, strict=True):
