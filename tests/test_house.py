@@ -233,6 +233,7 @@ COMMAND_WORD = re.compile(r"[A-Z]+(?: [A-Z]+)?")
 # A variable that holds a Redis client, connection or pipeline: ``client``, ``self._client``.
 CLIENT_NAME = re.compile(r"_?(\w*client|conn|connection|pipe|pipeline|node|redis|r)")
 ALWAYS_A_SEND = ("execute_command", "pipeline")
+SCRIPT_HANDLES = ("scripts_for", "load_scripts", "register_script")  # the Lua scripts' callers
 
 
 def redis_command_methods() -> frozenset[str]:
@@ -253,8 +254,9 @@ def receiver_name(node: ast.expr) -> str:
 def redis_sends(source: str) -> list[tuple[str, int, str]]:
     """(function, line, what) for each Redis command `source` sends itself: a command tuple
     or list (``("XLEN", key)``, a command word first, something other than a constant after
-    it), ``execute_command`` or ``pipeline`` on anything, or a redis-py command method called
-    on a client (``client.xlen(key)``; a holder's ``client.get()`` without a key aside)."""
+    it), ``execute_command`` or ``pipeline`` on anything, a handle on the Lua scripts
+    (``scripts_for(client)``), or a redis-py command method called on a client
+    (``client.xlen(key)``; a holder's ``client.get()`` without a key aside)."""
     methods = redis_command_methods()
     words = {m.split("_")[0].upper() for m in methods}
     found: list[tuple[str, int, str]] = []
@@ -269,6 +271,9 @@ def redis_sends(source: str) -> list[tuple[str, int, str]]:
                     and first.value.split()[0] in words
                     and not all(isinstance(e, ast.Constant) for e in node.elts)):
                 found.append((function, node.lineno, f"command {first.value}"))
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in SCRIPT_HANDLES):
+            found.append((function, node.lineno, f"{node.func.id}()"))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             name = node.func.attr
             keyless_get = name == "get" and not node.args and not node.keywords
@@ -296,10 +301,11 @@ def f(client, pipe, key):
     LEVELS = ("DEBUG", "INFO")
     row.get("name")
     client.get()
+    scripts_for(client)["redrive"](keys=[key], args=[])
 '''
     assert [(line, what) for _, line, what in redis_sends(source)] == [
         (3, ".execute_command()"), (4, "command XPENDING"),
-        (5, ".xinfo_groups()"), (6, ".xack()")]
+        (5, ".xinfo_groups()"), (6, ".xack()"), (12, "scripts_for()")]
 
 
 @pytest.mark.parametrize("module", [m for m in MODULES if not within(dotted(m), REDIS_DOOR)],

@@ -3,7 +3,7 @@
 Every test checks Redis itself afterwards: which dead-letter IDs left, and what the new source
 entries hold, byte for byte, compared with the original entries they came from. The filters
 are the ``[redrive]`` settings (recovery.settings.redrive), the moves the redrive's script
-calls (recovery.redrive.io), and the exit codes come with the JSON summary line
+calls (recovery.redis_io.redrive), and the exit codes come with the JSON summary line
 (recovery.report.json_line).
 """
 

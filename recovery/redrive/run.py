@@ -26,10 +26,11 @@ import redis
 from recovery.errors import ConfigError, StreamUnitError
 from recovery.executor.claim.throttle import Throttle
 from recovery.params import RedisParams
+from recovery.redis_io.commands import stream_length
 from recovery.redis_io.dlq_names import refuse_cross_slot
 from recovery.redis_io.redis_conn import connect, redis_errors
+from recovery.redis_io.redrive import RedriveFilter, redrive_step
 from recovery.redis_io.streams import key_type
-from recovery.redrive.io import RedriveFilter, length, redrive_step
 from recovery.report.json_line import JsonLine
 from recovery.settings.model import Settings, executor_params
 from recovery.settings.redrive import RedriveSettings
@@ -199,7 +200,7 @@ def _redrive_one(client: redis.Redis, params: RedisParams, flt: RedriveFilter,
     except StreamUnitError as exc:
         summary.skipped.append(asdict(Skipped(flt.source, None, str(exc))))
     with redis_errors(params, flt.dead_letter_stream):
-        unit["left_in_dead_letter"] = length(client, flt.dead_letter_stream)
+        unit["left_in_dead_letter"] = stream_length(client, flt.dead_letter_stream)
     log.info("redrive %s <- %s: %d matched, %d redriven, %d examined%s", flt.source,
              flt.dead_letter_stream, unit["matched"], unit["redriven"], unit["examined"],
              " (dry run)" if summary.dry_run else "")

@@ -1,4 +1,4 @@
-"""Redis I/O of a redrive: which dead-letter streams exist, and the atomic move script.
+"""The redrive's atomic move script: dead letters back to their source stream.
 
 Messages never leave Redis: ``recovery/redis_io/lua/redrive.lua`` reads, filters and moves
 them on the server, and the client sees cursors, counts and IDs only. IDs are ``str``
@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import redis
 
-from recovery.redis_io.commands import stream_length
 from recovery.redis_io.scripts import scripts_for
 from recovery.redis_io.streams import as_str
 
@@ -50,8 +49,3 @@ def redrive_step(client: redis.Redis, flt: RedriveFilter, start: str, end: str,
     cursor, examined, flat = script(keys=[flt.dead_letter_stream, flt.source], args=args)
     pairs = [(as_str(flat[i]), as_str(flat[i + 1]) or None) for i in range(0, len(flat), 2)]
     return RedriveStep(as_str(cursor) or None, int(examined), pairs)
-
-
-def length(client: redis.Redis, stream: str) -> int:
-    """XLEN: entries in `stream` (0 when the key does not exist)."""
-    return stream_length(client, stream)
