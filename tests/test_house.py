@@ -3,8 +3,10 @@ their floors (no import runs back up, see ``FLOORS``), runtime modules stay smal
 read in one sitting, and the packages keep to their roles. What runs in Spark's Python
 workers (``recovery/executor/``) and the Redis I/O both sides use (``recovery/redis_io/``)
 never import the driver side; the claim and the hand-over never import each other; the job
-never imports its test tooling (``recovery/testing/``); tests share code only through
-``tests/support/``; and every runtime module is named by a test module that exercises it."""
+never imports its test tooling (``recovery/testing/``); only ``recovery/redis_io/`` sends
+Redis commands (``SENDS_OUTSIDE`` names the exceptions, each with why); tests share code
+only through ``tests/support/``; and every runtime module is named by a test module that
+exercises it."""
 
 from __future__ import annotations
 
