@@ -1,13 +1,14 @@
 """The dead-letter console's HTTP rules against a real Redis, through Starlette's TestClient
 (recovery.console.app, recovery.console.guard, recovery.console.pages, recovery.console.act,
 recovery.console.sessions, recovery.console.users, recovery.console.queries,
-recovery.console.state, recovery.console.serve, recovery.cli.console): logged out, the reader role, a POST without
-its CSRF token, a hostile field value, a binary value, two redrives of one letter at once
-(recovery.console.moves, recovery.console.tasks), delete, export and the audit log
-(recovery.console.audit), and the Redis password nowhere; pages by ID and filters
-(recovery.console.browse, recovery.console.letters, recovery.redis_io.letters,
-recovery.report.signature_rules), the overview and its background counts
-(recovery.console.overview, recovery.console.counts). Each test checks Redis itself."""
+recovery.console.state, recovery.console.serve, recovery.cli.console): logged out, the
+reader role, a POST without its CSRF token, a hostile field value, a binary value, two
+redrives of one letter at once (recovery.console.moves, recovery.console.tasks), delete,
+export and the audit log (recovery.console.audit), and the Redis password nowhere; pages by
+ID and filters (recovery.console.browse, recovery.console.letters,
+recovery.redis_io.letters, recovery.report.signature_rules), the overview and its
+background counts (recovery.console.overview, recovery.console.counts). Each test checks
+Redis itself."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from recovery.console.sessions import Session
 from recovery.console.state import ConsoleState
 from recovery.redis_io.letters import letters_by_id
 from recovery.redis_io.redis_conn import redis_errors
+from recovery.redrive.io import length
 
 ACTIONS = ("redrive", "delete", "export")
 
@@ -35,7 +36,7 @@ def _task_page(task_id: int) -> Response:
     return RedirectResponse(f"/task?id={task_id}", status_code=303)
 
 
-async def selected(request: Request, state: ConsoleState, session: Session,
+def selected(request: Request, state: ConsoleState, session: Session,
                    form: FormData) -> Response:
     """``action`` redrive / delete / export of the letters ``ids`` of ``key``."""
     try:
@@ -71,7 +72,7 @@ def _export(state: ConsoleState, session: Session, key: str, ids: list[str]) -> 
                              headers={"content-disposition": f'attachment; filename="{name}"'})
 
 
-async def delete(request: Request, state: ConsoleState, session: Session,
+def delete(request: Request, state: ConsoleState, session: Session,
                  form: FormData) -> Response:
     """The confirmed delete: XDEL of the selected letters; the audit says how many."""
     try:
@@ -89,7 +90,7 @@ async def delete(request: Request, state: ConsoleState, session: Session,
                   selected=len(ids))
 
 
-async def preview(request: Request, state: ConsoleState, session: Session,
+def preview(request: Request, state: ConsoleState, session: Session,
                   form: FormData) -> Response:
     """Count what the filter matches in the background; its page offers the redrive."""
     try:
@@ -100,7 +101,7 @@ async def preview(request: Request, state: ConsoleState, session: Session,
     return _task_page(state.tasks.preview(session.user, session.role.value, key, flt).task_id)
 
 
-async def redrive_matching(request: Request, state: ConsoleState, session: Session,
+def redrive_matching(request: Request, state: ConsoleState, session: Session,
                            form: FormData) -> Response:
     """Redrive what a finished preview counted (``preview`` is its task ID)."""
     raw = str(form.get("preview", ""))
@@ -112,7 +113,7 @@ async def redrive_matching(request: Request, state: ConsoleState, session: Sessi
                                                    state.sources_of(shown.key)).task_id)
 
 
-async def recount(request: Request, state: ConsoleState, session: Session,
+def recount(request: Request, state: ConsoleState, session: Session,
                   form: FormData) -> Response:
     """Start a new count scan of a stream (reads only)."""
     try:
@@ -120,12 +121,12 @@ async def recount(request: Request, state: ConsoleState, session: Session,
     except UnknownStream as exc:
         return problem(request, session, exc)
     with redis_errors(state.params, key):
-        length = int(state.client.xlen(key))
-    state.scans.start(key, length)
+        letters = length(state.client, key)
+    state.scans.start(key, letters)
     return RedirectResponse("/", status_code=303)
 
 
-async def logout(request: Request, state: ConsoleState, session: Session,
+def logout(request: Request, state: ConsoleState, session: Session,
                  form: FormData) -> Response:
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie("rsr_console", path="/")

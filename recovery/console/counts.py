@@ -20,6 +20,7 @@ from recovery.redis_io.streams import as_str, range_pages
 log = logging.getLogger(__name__)
 SCAN_PAGE = 1000  # letters per XRANGE of a scan
 PAUSE_S = 0.002  # between two pages: other clients' commands run in between
+AT_ONCE = 2  # scans that read at the same time (hundreds of streams: the others wait)
 
 
 @dataclass
@@ -65,6 +66,7 @@ class CountScans:
         self._connect = connect
         self._lock = threading.Lock()
         self._scans: dict[str, LetterCounts] = {}
+        self._readers = threading.Semaphore(AT_ONCE)
 
     def latest(self, key: str) -> LetterCounts | None:
         with self._lock:
@@ -82,6 +84,11 @@ class CountScans:
         return scan
 
     def _run(self, scan: LetterCounts) -> None:
+        with self._readers:
+            scan.started_s = time.time()
+            self._scan(scan)
+
+    def _scan(self, scan: LetterCounts) -> None:
         try:
             client = self._connect()
             try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable
 
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
@@ -21,8 +22,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from recovery.console.sessions import COOKIE, CSRF_FIELD, CSRF_HEADER, Session
 from recovery.console.state import ConsoleState
 
-PageHandler = Callable[[Request, ConsoleState, Session], Awaitable[Response]]
-ActionHandler = Callable[[Request, ConsoleState, Session, FormData], Awaitable[Response]]
+# Handlers are plain functions: they talk to Redis (blocking), so they run in Starlette's
+# thread pool and one slow page never holds up the others.
+PageHandler = Callable[[Request, ConsoleState, Session], Response]
+ActionHandler = Callable[[Request, ConsoleState, Session, FormData], Response]
 HEADERS = {
     # No inline script or style, nothing from another origin: every asset ships in the package.
     b"content-security-policy": b"default-src 'self'; script-src 'self'; style-src 'self'; "
@@ -52,7 +55,7 @@ def page(handler: PageHandler) -> Callable[[Request], Awaitable[Response]]:
         session = session_of(request)
         if session is None:
             return RedirectResponse("/login", status_code=303)
-        return await handler(request, state_of(request), session)
+        return await run_in_threadpool(handler, request, state_of(request), session)
 
     return run
 
@@ -75,7 +78,7 @@ def action(handler: ActionHandler, operator: bool = True
         if operator and not session.may_act:
             return PlainTextResponse("the reader role may look, not act: log in as an operator",
                                      status_code=403)
-        return await handler(request, state_of(request), session, form)
+        return await run_in_threadpool(handler, request, state_of(request), session, form)
 
     return run
 

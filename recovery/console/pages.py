@@ -8,6 +8,7 @@ import hmac
 import secrets
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
@@ -67,8 +68,8 @@ async def login(request: Request) -> Response:
         return PlainTextResponse("missing or wrong CSRF token: reload the login page",
                                  status_code=403)
     state = state_of(request)
-    user = authenticate(state.users, str(form.get("user", ""))[:200],
-                        str(form.get("secret", ""))[:1000])
+    user = await run_in_threadpool(authenticate, state.users, str(form.get("user", ""))[:200],
+                                   str(form.get("secret", ""))[:1000])  # PBKDF2: a thread
     if user is None:
         response = render(request, "login.html", None, 401, login_token=kept, failed=True)
         return response
@@ -84,12 +85,12 @@ def _https(request: Request) -> bool:
 
 
 @page
-async def home(request: Request, state: ConsoleState, session: Session) -> Response:
+def home(request: Request, state: ConsoleState, session: Session) -> Response:
     return render(request, "overview.html", session, view=overview(state))
 
 
 @page
-async def browse(request: Request, state: ConsoleState, session: Session) -> Response:
+def browse(request: Request, state: ConsoleState, session: Session) -> Response:
     params = request.query_params
     try:
         key = stream_key(state, params)
@@ -104,7 +105,7 @@ async def browse(request: Request, state: ConsoleState, session: Session) -> Res
 
 
 @page
-async def letter(request: Request, state: ConsoleState, session: Session) -> Response:
+def letter(request: Request, state: ConsoleState, session: Session) -> Response:
     params = request.query_params
     try:
         key = stream_key(state, params)
@@ -120,14 +121,14 @@ async def letter(request: Request, state: ConsoleState, session: Session) -> Res
 
 
 @page
-async def audit(request: Request, state: ConsoleState, session: Session) -> Response:
+def audit(request: Request, state: ConsoleState, session: Session) -> Response:
     with redis_errors(state.params, state.audit_key):
         records = newest(state.client, state.audit_key)
     return render(request, "audit.html", session, records=records, key=state.audit_key)
 
 
 @page
-async def task(request: Request, state: ConsoleState, session: Session) -> Response:
+def task(request: Request, state: ConsoleState, session: Session) -> Response:
     raw = request.query_params.get("id", "")
     found = state.tasks.get(int(raw)) if raw.isdigit() and len(raw) < 10 else None
     if found is None:
