@@ -383,3 +383,17 @@ def test_console_command_refuses_what_it_cannot_honour(monkeypatch: pytest.Monke
     assert console_main(["--set=redis.url=redis://127.0.0.1:1/0",
                          "--set=streams.keys=orders"]) == 1
     assert "cannot reach Redis at 127.0.0.1:1" in capsys.readouterr().err
+
+
+def test_the_benchmark_runs_at_a_small_size(tmp_path: object) -> None:
+    """tests/benchmark/console.py end to end on 3,000 letters, so it cannot rot (its timings
+    are printed, never asserted)."""
+    from pathlib import Path
+
+    from tests.benchmark.console import main
+
+    out = Path(str(tmp_path)) / "console.json"
+    assert main(["--letters", "3000", "--repeats", "1", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    assert figures["letters"] == 3000 and figures["background count of the whole stream (s)"]
+    assert len(figures["page 100 filtered by reason"]) == 2

@@ -8,6 +8,7 @@ valid UTF-8, else as hex; a value longer than ``SHOWN_BYTES`` is cut, with its s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,6 +16,8 @@ from datetime import UTC, datetime
 from recovery.dead_letters.read import split_fields
 from recovery.report.signature_rules import signature_text
 
+# Messages repeat (a thousand failures of one cause): each distinct one is worked out once.
+_signature = functools.lru_cache(maxsize=65_536)(signature_text)
 SHOWN_BYTES = 2048  # bytes of a value shown in full on a letter's page
 LISTED_BYTES = 80  # bytes of a value shown in a list of letters
 SOURCE = b"x-original-stream"
@@ -86,7 +89,7 @@ class Letter:
 
     @property
     def signature(self) -> str | None:
-        return signature_text(self.message)
+        return _signature(self.message)
 
     @property
     def dead_lettered_at(self) -> datetime:
