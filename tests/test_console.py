@@ -397,3 +397,42 @@ def test_the_benchmark_runs_at_a_small_size(tmp_path: object) -> None:
     figures = json.loads(out.read_text())
     assert figures["letters"] == 3000 and figures["background count of the whole stream (s)"]
     assert len(figures["page 100 filtered by reason"]) == 2
+
+
+def test_logout_ends_the_session_and_guessing_gets_slow(state: ConsoleState) -> None:
+    client, csrf = logged_in(state, READER, READER_SECRET)
+    kept = client.cookies["rsr_console"]
+    assert client.post("/logout", data={"csrf_token": csrf}).status_code == 303
+    client.cookies.set("rsr_console", kept)  # a copy of the cookie kept from before
+    assert client.get("/").status_code == 303
+    from starlette.testclient import TestClient
+
+    from recovery.console.app import console_app
+
+    guesser = TestClient(console_app(state), follow_redirects=False)
+    token = csrf_of(guesser.get("/login").text)
+    codes = [guesser.post("/login", data={"csrf_token": token, "user": OPERATOR,
+                                          "secret": f"guess-number-{i}"}).status_code
+             for i in range(6)]
+    assert codes == [401] * 5 + [429]
+    right = guesser.post("/login", data={"csrf_token": token, "user": OPERATOR,
+                                         "secret": OPERATOR_SECRET})
+    assert right.status_code == 429  # even the right secret, until the window passes
+
+
+def test_a_letter_goes_back_only_to_a_selected_source(state: ConsoleState,
+                                                      redis_server: LocalServer) -> None:
+    r = redis_server.client()
+    [real] = letters(r, 1)
+    stray = r.xadd(DLQ["orders"], {"n": "1", "x-original-stream": "elsewhere",
+                                   "x-original-id": "1-0", "x-death-reason": "handler-rejected"})
+    bare = r.xadd(DLQ["orders"], {"no": "metadata"})
+    client, csrf = logged_in(state, OPERATOR, OPERATOR_SECRET)
+    reply = client.post("/act", data={"csrf_token": csrf, "key": DLQ["orders"],
+                                      "ids": [stray.decode(), bare.decode(), real],
+                                      "action": "redrive"})
+    page = wait_task(client, reply.headers["location"])
+    assert "1 moved back" in page and "2 refused" in page
+    assert "not a stream the config selects" in page and "no x-original-stream" in page
+    assert not r.exists("elsewhere")
+    assert [i for i, _ in entries(r, DLQ["orders"])] == [stray.decode(), bare.decode()]

@@ -19,7 +19,7 @@ from recovery.console.letters import Letter
 from recovery.console.moves import delete_selected
 from recovery.console.pages import problem, render
 from recovery.console.queries import BadQuery, UnknownStream, entry_ids, letter_filter, stream_key
-from recovery.console.sessions import Session
+from recovery.console.sessions import COOKIE, Session
 from recovery.console.state import ConsoleState
 from recovery.redis_io.letters import letters_by_id
 from recovery.redis_io.redis_conn import redis_errors
@@ -128,8 +128,9 @@ def recount(request: Request, state: ConsoleState, session: Session,
 
 def logout(request: Request, state: ConsoleState, session: Session,
                  form: FormData) -> Response:
+    state.signer.revoke(request.cookies.get(COOKIE))
     response = RedirectResponse("/login", status_code=303)
-    response.delete_cookie("rsr_console", path="/")
+    response.delete_cookie(COOKIE, path="/")
     return response
 
 

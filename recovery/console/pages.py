@@ -68,9 +68,14 @@ async def login(request: Request) -> Response:
         return PlainTextResponse("missing or wrong CSRF token: reload the login page",
                                  status_code=403)
     state = state_of(request)
-    user = await run_in_threadpool(authenticate, state.users, str(form.get("user", ""))[:200],
+    name = str(form.get("user", ""))[:200]
+    if state.logins.blocked(name):
+        return PlainTextResponse("too many failed logins for this user: wait five minutes",
+                                 status_code=429)
+    user = await run_in_threadpool(authenticate, state.users, name,
                                    str(form.get("secret", ""))[:1000])  # PBKDF2: a thread
     if user is None:
+        state.logins.failed(name)
         response = render(request, "login.html", None, 401, login_token=kept, failed=True)
         return response
     _, cookie = state.signer.new(user.name, user.role)

@@ -47,6 +47,17 @@ class SessionSigner:
 
     def __init__(self, key: bytes | None = None) -> None:
         self._key = key or secrets.token_bytes(32)
+        self._revoked: dict[str, int] = {}  # signature -> expiry (s): logged out before it
+
+    def revoke(self, cookie: str | None, now_s: float | None = None) -> None:
+        """End the session `cookie` holds (a logout): it is refused from now on, even if a
+        copy of the cookie was kept. Expired revocations are forgotten."""
+        session = self.read(cookie, now_s)
+        if session is None or cookie is None:
+            return
+        now = time.time() if now_s is None else now_s
+        self._revoked = {s: e for s, e in self._revoked.items() if e > now}
+        self._revoked[cookie.rpartition(".")[2]] = session.expires_s
 
     def new(self, user: str, role: Role, now_s: float | None = None) -> tuple[Session, str]:
         """A fresh session for `user` and its cookie value."""
@@ -61,7 +72,8 @@ class SessionSigner:
         if not cookie or "." not in cookie:
             return None
         body, _, signature = cookie.rpartition(".")
-        if not hmac.compare_digest(signature.encode(), self._sign(body).encode()):
+        if not hmac.compare_digest(signature.encode(), self._sign(body).encode()) \
+                or signature in self._revoked:
             return None
         try:
             user, role, csrf, expires = base64.urlsafe_b64decode(body).decode().rsplit("|", 3)

@@ -19,7 +19,7 @@ import redis
 from recovery.console.counts import CountScans
 from recovery.console.sessions import SessionSigner
 from recovery.console.tasks import Runner, Tasks
-from recovery.console.users import User
+from recovery.console.users import FailedLogins, User
 from recovery.params import RedisParams
 from recovery.redis_io.redis_conn import connect, redis_errors, where
 from recovery.settings.model import Settings
@@ -42,6 +42,7 @@ class ConsoleState:
     audit_key: str
     rate: float | None
     signer: SessionSigner = field(default_factory=SessionSigner)
+    logins: FailedLogins = field(default_factory=FailedLogins)
     _pairs: tuple[float, list[tuple[str, str]]] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

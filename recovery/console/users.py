@@ -19,6 +19,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -124,3 +125,24 @@ def authenticate(users: Mapping[str, User], name: str, secret: str) -> User | No
         hmac.compare_digest(secret.encode(), b"x" * len(secret.encode()))
         return None
     return user if user.accepts(secret) else None
+
+
+class FailedLogins:
+    """Failed logins per user name: after `limit` within `window_s` seconds, that name is
+    refused until the window passes (guessing a secret from the login form gets slow)."""
+
+    def __init__(self, limit: int = 5, window_s: float = 300.0, names: int = 10_000) -> None:
+        self.limit, self.window_s, self.names = limit, window_s, names
+        self._failures: dict[str, list[float]] = {}
+
+    def blocked(self, name: str, now_s: float | None = None) -> bool:
+        now = time.monotonic() if now_s is None else now_s
+        recent = [t for t in self._failures.get(name, []) if now - t < self.window_s]
+        self._failures[name] = recent
+        return len(recent) >= self.limit
+
+    def failed(self, name: str, now_s: float | None = None) -> None:
+        if len(self._failures) >= self.names:  # many names: forget the oldest
+            self._failures.pop(next(iter(self._failures)))
+        self._failures.setdefault(name, []).append(
+            time.monotonic() if now_s is None else now_s)
