@@ -436,3 +436,44 @@ def test_a_letter_goes_back_only_to_a_selected_source(state: ConsoleState,
     assert "not a stream the config selects" in page and "no x-original-stream" in page
     assert not r.exists("elsewhere")
     assert [i for i, _ in entries(r, DLQ["orders"])] == [stray.decode(), bare.decode()]
+
+
+def test_the_console_on_a_redis_cluster(redis_cluster: object) -> None:
+    """Sources on all three primaries: the overview lists every dead-letter stream, and a
+    redrive runs each letter's script on the primary that owns its source's slot."""
+    from recovery.console.serve import ServeOptions, console_state
+    from recovery.redis_io.dlq_names import dead_letter_key
+    from recovery.settings.model import load_settings
+    from recovery.testing.backlog import create_group
+    from tests.support.cluster_fixtures import LocalCluster, keys_on_every_primary
+    from tests.support.console_tools import USERS
+    from tests.support.redrive_tools import dead_letter
+
+    assert isinstance(redis_cluster, LocalCluster)
+    redis_cluster.wait_healthy()
+    redis_cluster.flush()
+    rc = redis_cluster.client()
+    sources = keys_on_every_primary(rc, 1, prefix="cs")
+    for stream in sources:
+        create_group(rc, stream, "billing")
+        dead_letter(rc, stream, "billing", [{b"n": b"1", b"\xff": b""}, {b"n": b"2"}],
+                    ["max-deliveries-exceeded"] * 2)
+    settings = load_settings(None, [f"redis.url={redis_cluster.url}",
+                                    f"streams.keys={','.join(sources)}"])
+    state = console_state(settings, load_users(USERS), ServeOptions())
+    try:
+        client, csrf = logged_in(state, OPERATOR, OPERATOR_SECRET)
+        home = client.get("/").text
+        assert all(dead_letter_key(s, ":dlq") in home for s in sources)
+        for stream in sources:
+            key = dead_letter_key(stream, ":dlq")
+            first = rc.xrange(key)[0][0].decode()
+            reply = client.post("/act", data={"csrf_token": csrf, "key": key, "ids": first,
+                                              "action": "redrive"})
+            assert "1 moved back" in wait_task(client, reply.headers["location"])
+            assert rc.xlen(key) == 1
+            assert [f for _, f in rc.xrange(stream)][2:] == [
+                {b"n": b"1", b"\xff": b"", b"x-redrive-count": b"1"}]
+    finally:
+        state.close()
+        rc.close()
