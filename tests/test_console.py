@@ -477,3 +477,27 @@ def test_the_console_on_a_redis_cluster(redis_cluster: object) -> None:
     finally:
         state.close()
         rc.close()
+
+
+def test_overview_page_and_redrive_on_every_server(server: LocalServer) -> None:
+    """Redis 7.0, Valkey 8.1 and Redis 6.2 (no lag in XINFO GROUPS there): the same pages and
+    the same move."""
+    r = server.client()
+    ids = letters(r, 3)
+    r.xadd("orders", {"n": "late"})
+    r.xreadgroup("billing", "c", {"orders": ">"})  # one entry pending: its idle time shows
+    found = state_for(server)
+    try:
+        client, csrf = logged_in(found, OPERATOR, OPERATOR_SECRET)
+        home = client.get("/")
+        assert home.status_code == 200 and 'id="groups"' in home.text
+        groups = home.text.split('id="groups"')[1]
+        assert "<td>orders</td><td>billing</td><td class=\"n\">1</td>" in groups
+        assert all(i in client.get(f"/browse?key={DLQ['orders']}").text for i in ids)
+        reply = client.post("/act", data={"csrf_token": csrf, "key": DLQ["orders"],
+                                          "ids": ids[0], "action": "redrive"})
+        assert "1 moved back" in wait_task(client, reply.headers["location"])
+    finally:
+        found.close()
+    assert [i for i, _ in entries(r, DLQ["orders"])] == ids[1:]
+    assert entries(r, "orders")[-1][1] == [b"n", b"0", b"body", b"", b"x-redrive-count", b"1"]
