@@ -3,7 +3,8 @@
 against the console served by uvicorn (recovery.console.app) over a real Redis with seeded
 letters. Log in, filter, open a letter, redrive three selected letters and watch the progress
 (recovery.console.tasks); then Redis itself: the three back in their source with their fields
-byte for byte, every other letter untouched."""
+byte for byte, every other letter untouched. And in the browser too: a filter's preview, the
+redrive of what it matched, a delete after its confirmation, both in the audit log."""
 
 from __future__ import annotations
 
@@ -105,3 +106,43 @@ def test_log_in_filter_open_and_redrive_three(browser: object,
                  for i in chosen]
     assert added == [[*o, b"x-redrive-count", b"1"] for o in originals]
     assert [i for i, _ in entries(r, DLQ["payments"])] == other
+
+
+def test_redrive_what_a_filter_matches_after_its_preview_then_delete_one(
+        browser: object, redis_server: LocalServer) -> None:
+    r = redis_server.client()
+    ids = seed(r, "orders", [{b"n": str(i).encode()} for i in range(8)],
+               reasons=[R_LIMIT, R_FAILED] * 4)
+    state = state_for(redis_server)
+    try:
+        with live_console(state) as live:
+            page = browser.new_page()  # type: ignore[attr-defined]
+            page.goto(f"{live.url}/login")
+            page.fill("input[name=user]", OPERATOR)
+            page.fill("input[name=secret]", OPERATOR_SECRET)
+            page.click("button[type=submit]")
+            page.goto(f"{live.url}/browse?key=%7Borders%7D%3Adlq&reason={R_FAILED}")
+            page.click("#preview")
+            page.wait_for_selector("#redrive-matching", timeout=20_000)
+            assert "4 letters match" in page.inner_text("#progress")
+            assert r.xlen(DLQ["orders"]) == 8  # the preview moved nothing
+            page.click("#redrive-matching")
+            page.wait_for_selector("#progress[data-done='1']", timeout=20_000)
+            assert "4 moved back" in page.inner_text("#progress")
+
+            page.goto(f"{live.url}/browse?key=%7Borders%7D%3Adlq")
+            page.check(f"#letter-{ids[0]} input[name=ids]")
+            page.click("#delete-selected")
+            page.wait_for_selector("#confirm")
+            assert r.xlen(DLQ["orders"]) == 4  # asking deletes nothing
+            page.check("#confirm")
+            page.click("#delete-confirmed")
+            assert "1 of 1 selected letters deleted" in page.inner_text("#deleted")
+            page.goto(f"{live.url}/audit")
+            audit = page.inner_text("#audit")
+            assert "delete" in audit and "redrive-filter" in audit and OPERATOR in audit
+            page.close()
+    finally:
+        state.close()
+    assert [i for i, _ in entries(r, DLQ["orders"])] == ids[2::2]
+    assert [f[1] for _, f in entries(r, "orders")][-4:] == [b"1", b"3", b"5", b"7"]
