@@ -501,3 +501,42 @@ def test_overview_page_and_redrive_on_every_server(server: LocalServer) -> None:
         found.close()
     assert [i for i, _ in entries(r, DLQ["orders"])] == ids[1:]
     assert entries(r, "orders")[-1][1] == [b"n", b"0", b"body", b"", b"x-redrive-count", b"1"]
+
+
+def test_the_command_serves_on_loopback_and_stops_cleanly(redis_server: LocalServer) -> None:
+    """``python -m recovery console`` (the installed command's code) as a process: it listens on
+    127.0.0.1 by default, asks for a login, and exits 0 on Ctrl-C."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from recovery.testing.local_redis import free_port
+
+    port = free_port()
+    env = {**os.environ, "RECOVERY_CONSOLE_TOKEN": "a-long-enough-token"}
+    process = subprocess.Popen([sys.executable, "-m", "recovery", "console", "--port", str(port),
+                                "--set", f"redis.url={redis_server.url}",
+                                "--set", "streams.keys=orders"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                reply = httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+                break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert (reply.status_code, reply.headers["location"]) == (303, "/login")
+        with socket.socket() as probe:  # not on another address of the machine
+            outside = socket.gethostbyname(socket.gethostname())
+            assert outside.startswith("127.") or probe.connect_ex((outside, port)) != 0
+    finally:
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert f"console: http://127.0.0.1:{port}/" in err and "a-long-enough-token" not in out + err
