@@ -540,3 +540,21 @@ def test_the_command_serves_on_loopback_and_stops_cleanly(redis_server: LocalSer
         out, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
     assert f"console: http://127.0.0.1:{port}/" in err and "a-long-enough-token" not in out + err
+
+
+def test_a_redrive_that_stops_on_an_error_says_so_in_the_audit_log(
+        state: ConsoleState, redis_server: LocalServer) -> None:
+    r = redis_server.client()
+    ids = letters(r, 3)
+    r.delete("orders")
+    r.set("orders", "now a string")  # the source became another type: the script refuses
+    client, csrf = logged_in(state, OPERATOR, OPERATOR_SECRET)
+    reply = client.post("/act", data={"csrf_token": csrf, "key": DLQ["orders"], "ids": ids,
+                                      "action": "redrive"})
+    page = wait_task(client, reply.headers["location"])
+    assert "Stopped:" in page and "WRONGTYPE" in page
+    assert [i for i, _ in entries(r, DLQ["orders"])] == ids and r.get("orders") == b"now a string"
+    newest_first = [dict(zip(f[::2], f[1::2], strict=True))
+                    for _, f in entries(r, "recovery:console:audit")][::-1]
+    assert newest_first[0][b"action"] == b"redrive-failed"
+    assert newest_first[1][b"action"] == b"redrive-start"

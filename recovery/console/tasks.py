@@ -152,9 +152,11 @@ class Tasks:
                                task.counts[Moved.MOVED.value], _outcome_text(task))
                 finally:
                     client.close()
-            except Exception as exc:  # shown on the task's page; the audit has the start
+            except Exception as exc:  # shown on the task's page, and in the audit log
                 log.warning("console task %d failed: %s", task.task_id, exc)
                 task.error = f"{type(exc).__name__}: {exc}"
+                if audited:
+                    _record_failure(run, task, role)
             task.finished_s = time.time()
 
         threading.Thread(target=body, daemon=True, name=f"console-task-{task.task_id}").start()
@@ -178,6 +180,21 @@ def walk(client: redis.Redis, key: str, flt: LetterFilter, high: str | None, tas
         if len(entries) < WALK_CHUNK:
             return
         low = "(" + entries[-1][0]
+
+
+def _record_failure(run: Runner, task: Task, role: str) -> None:
+    """The audit entry of a task that stopped on an error (what it had moved by then); a
+    Redis that is gone cannot take it, which the log says."""
+    try:
+        client = run.connect()
+        try:
+            record(client, run.audit_key, task.who, role, f"{task.kind}-failed", task.key,
+                   task.counts[Moved.MOVED.value], f"{_outcome_text(task)}; {task.error}")
+        finally:
+            client.close()
+    except Exception as exc:
+        log.warning("console task %d: its failure is not in the audit log: %s",
+                    task.task_id, exc)
 
 
 def _filter_text(flt: LetterFilter) -> str:
