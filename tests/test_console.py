@@ -558,3 +558,26 @@ def test_a_redrive_that_stops_on_an_error_says_so_in_the_audit_log(
                     for _, f in entries(r, "recovery:console:audit")][::-1]
     assert newest_first[0][b"action"] == b"redrive-failed"
     assert newest_first[1][b"action"] == b"redrive-start"
+
+
+def test_both_read_the_letter_then_both_move_it_one_copy(redis_server: LocalServer) -> None:
+    """The race at its narrowest: two operators' tasks both read the letter, then both run
+    the move; the script's own range read makes the second a no-op."""
+    from recovery.console.letters import Letter
+    from recovery.console.moves import Moved, redrive_letter
+    from recovery.redis_io.letters import letters_by_id
+
+    r = redis_server.client()
+    ids = letters(r, 2)
+    source_before = r.xlen("orders")
+    state = state_for(redis_server)
+    try:
+        flat = letters_by_id(state.client, DLQ["orders"], [ids[0]])[ids[0]]
+        first = redrive_letter(state.client, DLQ["orders"], Letter.of(ids[0], flat), ["orders"])
+        second = redrive_letter(state.client, DLQ["orders"], Letter.of(ids[0], flat),
+                                ["orders"])
+    finally:
+        state.close()
+    assert (first[0], second) == (Moved.MOVED, (Moved.GONE, ""))
+    assert r.xlen("orders") == source_before + 1
+    assert [i for i, _ in entries(r, DLQ["orders"])] == [ids[1]]
