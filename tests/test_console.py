@@ -22,6 +22,7 @@ import redis
 from recovery.console.state import ConsoleState
 from recovery.console.users import hashed_secret, load_users
 from recovery.errors import ConfigError
+from recovery.settings.model import load_settings
 from recovery.testing.local_redis import LocalServer, server_binary
 from tests.support.console_tools import (
     DLQ,
@@ -581,3 +582,19 @@ def test_both_read_the_letter_then_both_move_it_one_copy(redis_server: LocalServ
     assert (first[0], second) == (Moved.MOVED, (Moved.GONE, ""))
     assert r.xlen("orders") == source_before + 1
     assert [i for i, _ in entries(r, DLQ["orders"])] == [ids[1]]
+
+
+def test_the_audit_stream_is_no_source_even_when_a_pattern_selects_it(
+        redis_server: LocalServer) -> None:
+    from recovery.console.serve import ServeOptions, console_state
+    from tests.support.console_tools import USERS
+
+    r = redis_server.client()
+    letters(r, 1)
+    r.xadd("recovery:console:audit", {"at": "earlier"})
+    settings = load_settings(None, [f"redis.url={redis_server.url}", "streams.match=*"])
+    state = console_state(settings, load_users(USERS), ServeOptions())
+    try:
+        assert [s for s, _ in state.pairs()] == ["orders"]
+    finally:
+        state.close()

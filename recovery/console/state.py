@@ -67,7 +67,8 @@ class ConsoleState:
             if self._pairs is None or time.monotonic() - self._pairs[0] > PAIRS_TTL_S:
                 with redis_errors(self.params):
                     found = dead_letter_pairs(self.client, self.settings, self.params, [])
-                self._pairs = (time.monotonic(), found)
+                # streams.match = "*" selects the audit stream too: it is no source
+                self._pairs = (time.monotonic(), [p for p in found if p[0] != self.audit_key])
             return self._pairs[1]
 
     def streams(self) -> list[DeadLetterStream]:
