@@ -12,7 +12,14 @@ from redis import Redis
 
 from recovery.redis_io.dlq_names import dead_letter_key
 from tests.support.backlogs import DEAD
-from tests.support.fault_tools import GROUP, job_args, report_rows, rows_by_key, run_in_process
+from tests.support.fault_tools import (
+    GROUP,
+    job_args,
+    report_rows,
+    rows_by_key,
+    run_in_process,
+    write_control,
+)
 from tests.support.invariants import dead_letters, pel
 from tests.support.reprocess_tools import copies, stuck
 from tests.support.servers import WITH_XACKDEL, XACKDEL, has, start_server
@@ -48,6 +55,7 @@ def test_an_entry_is_deleted_only_once_both_groups_have_acked_it(spark, tmp_path
         done_by_other = ok[:4] + poison[:2]
         assert client.xack(STREAM, OTHER, *done_by_other) == len(done_by_other)
         held_by_other = sorted(set(ok + poison) - set(done_by_other))
+        write_control(server.url)
 
         result = run_in_process(spark, job_args(server.url, tmp_path, [STREAM],
                                                 f"streams.groups={GROUP}", DELETE,

@@ -80,12 +80,12 @@ def probe_features(client: redis.Redis) -> ServerFeatures:
         if _is_refusal(exc):
             return _from_version(info)
         docs = None  # Redis 6.2: no COMMAND DOCS at all
-    docs = docs or {}
+    has_docs, docs = docs is not None, docs or {}
     present = {name for name, row in zip(COMMANDS, known, strict=True) if row}
     return ServerFeatures(
         server=_server(info), version=_own_version(info),
         redis_version=_version_tuple(info.get("redis_version", "0.0.0")), asked=True,
-        command_docs=docs is not None, xautoclaim="xautoclaim" in present,
+        command_docs=has_docs, xautoclaim="xautoclaim" in present,
         claim_reports_deleted=DELETED_IDS_SINCE in _history(docs, "xautoclaim"),
         consumer_inactive=INACTIVE_SINCE in _history(docs, "xinfo|consumers"),
         xackdel="xackdel" in present,
