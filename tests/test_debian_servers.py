@@ -121,4 +121,5 @@ def test_an_unreachable_mirror_is_one_line_at_once(capsys: pytest.CaptureFixture
     with pytest.raises(SetupError, match=f"^{re.escape(f'cannot fetch {url}: ')}"):
         fetch(url)
     assert main(["redis99"]) == 1
-    assert capsys.readouterr().err == "error: unknown flavor redis99: one of redis80, valkey91, redis86\n"
+    assert capsys.readouterr().err == \
+        "error: unknown flavor redis99: one of redis80, valkey91, redis86\n"

@@ -1,8 +1,8 @@
 """The servers the tests start behave as ``tests/support/servers.py`` declares: each declared
 feature is seen (or its absence is) on every flavor, the newest (Redis 8.0, Valkey 9.1 and
 Redis 8.6 from Debian's packages, recovery.testing.debian_servers) included, and what the
-job's probe (recovery.redis_io.features) says a server has is what it does, so the tests that branch on
-``has(client, FEATURE)`` branch on what the server really does."""
+job's probe (recovery.redis_io.features) says a server has is what it does, so the tests
+that branch on ``has(client, FEATURE)`` branch on what the server really does."""
 
 from __future__ import annotations
 
