@@ -95,10 +95,11 @@ def probe_features(client: redis.Redis) -> ServerFeatures:
 
 
 def _on_one_node(client: redis.Redis, *command: object) -> Any:
-    """`command` on the server, or on one primary of a cluster (the servers of one cluster
-    run one version)."""
+    """`command` on the server, or on the default primary of a cluster (the servers of one
+    cluster run one version; redis-py cannot route these commands by key)."""
     if isinstance(client, RedisCluster):
-        return client.execute_command(*command, target_nodes=RedisCluster.RANDOM)
+        node = client.get_redis_connection(client.get_default_node())
+        return node.execute_command(*command)
     return client.execute_command(*command)
 
 
