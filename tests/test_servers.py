@@ -6,6 +6,8 @@ that branch on ``has(client, FEATURE)`` branch on what the server really does.""
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 from redis import Redis
 from redis.exceptions import NoPermissionError, ResponseError
@@ -86,6 +88,7 @@ def test_what_the_probe_says_each_server_has_is_what_it_does(server: LocalServer
     Valkey is told apart whatever ``redis_version`` it reports."""
     client = server.client()
     found = features(client)
+    assert pickle.loads(pickle.dumps(found)) == found, "it travels to the executors"
     info = client.info("server")
     assert found.server == ("valkey" if "valkey_version" in info else "redis")
     assert found.asked and found.xautoclaim
