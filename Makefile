@@ -38,7 +38,8 @@ chromium:
 
 setup: $(VENV)/.installed redis-server
 
-# Redis 8.0 and Valkey 9.1 from Debian's trixie and sid packages, unpacked under .servers/
+# Redis 8.0, Valkey 9.1 and Redis 8.6 from Debian's trixie, sid and experimental packages
+# (experimental's with sid's libraries), unpacked under .servers/
 # beside their own C library (nothing installed; recovery/testing/debian_servers.py says
 # how). Once set up, nothing is fetched again.
 servers: setup

@@ -100,11 +100,15 @@ class ReprocessSettings(Section):
     ``handler`` calls the handler; ``requeue`` appends each entry again, as a new message
     with its deliveries so far, to its stream (or to ``requeue_stream``, a per-group retry
     stream: ``{stream}`` then a suffix, which may hold ``{group}``) and acks the original;
-    ``reassign`` hands it to a live consumer of its group (XCLAIM), spread evenly."""
+    ``reassign`` hands it to a live consumer of its group (XCLAIM), spread evenly.
+    ``delete_acked``: ack with XACKDEL ... ACKED after a hand-over, a dead-letter move and a
+    requeue, which also deletes the entry from its stream once no other consumer group still
+    references it (Redis 8.2+; refused at start on a server without XACKDEL)."""
 
     mode: str = Mode.HANDLER.value  # a schemas.Mode value: the modes registered
     requeue_stream: str | None = None
     live_within_ms: int = Field(60_000, gt=0)  # reassign: "live" = seen within this (ms)
+    delete_acked: bool = False  # XACKDEL ... ACKED instead of XACK (Redis 8.2+)
 
     @field_validator("mode", mode="before")
     @classmethod
