@@ -28,8 +28,6 @@ from tests.support.readme_commands import commands, invocation
 from tests.support.redrive_tools import dead_letter
 from tests.support.servers import start_server
 
-# A Spark run takes 15-30 s on a quiet 2-core machine, minutes on a loaded one.
-SLOW = [pytest.mark.slow, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = ROOT / ".venv" / "bin"
 README_COMMANDS = commands((ROOT / "README.md").read_text(encoding="utf-8"))
@@ -55,6 +53,12 @@ def runs(command: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
         RUN_BY[command] = test.__name__
         return test
     return mark
+
+
+def spark_run(test: Callable[..., None]) -> Callable[..., None]:
+    """A test that starts Spark: slow, 15-30 s on a quiet 2-core machine, minutes on a busy
+    one."""
+    return pytest.mark.slow(pytest.mark.timeout(900)(test))
 
 
 @dataclass
@@ -139,8 +143,7 @@ def test_every_readme_command_runs_in_a_test() -> None:
     assert all(COVERED_BY[c][0] in RUN_BY for c in COVERED_BY)
 
 
-@SLOW[0]
-@SLOW[1]
+@spark_run
 @runs(SUBMIT)
 def test_spark_submit_with_the_shipped_config(server, client, tmp_path):
     """The file's ``streams.keys = ["orders"]``, the ``--set`` over the file's 60 s idle time:
@@ -162,8 +165,7 @@ def test_spark_submit_with_the_shipped_config(server, client, tmp_path):
     assert letters(client, "{orders}:dlq") == sorted(over)
 
 
-@SLOW[0]
-@SLOW[1]
+@spark_run
 @runs(INSTALLED.format("run"))
 def test_installed_run(server, client, tmp_path):
     ok, over = stuck(client, "inst:run")
@@ -197,8 +199,7 @@ def dry_run(server: LocalServer, client: Redis, tmp_path_factory: pytest.TempPat
     return DryRun(ran, ok, over, pending(client, "inst:plan"), consumers)
 
 
-@SLOW[0]
-@SLOW[1]
+@spark_run
 @runs(INSTALLED.format("dry-run"))
 def test_installed_dry_run(dry_run):
     ran = dry_run.ran
@@ -210,8 +211,7 @@ def test_installed_dry_run(dry_run):
     assert dry_run.consumers_after == ["crashed"]  # no consumer created
 
 
-@SLOW[0]
-@SLOW[1]
+@spark_run
 @runs(INSTALLED.format("apply PLAN"))
 def test_installed_apply(server, client, dry_run, tmp_path):
     plan = dry_run.ran.last["report_path"]
@@ -232,8 +232,7 @@ def letters_of(client: Redis, stream: str, reasons: list[str]) -> list[str]:
         len(reasons))], reasons)
 
 
-@SLOW[0]
-@SLOW[1]
+@spark_run
 @runs(INSTALLED.format("redrive"))
 def test_installed_redrive(server, client, tmp_path):
     sources = letters_of(client, "inst:redrive", ["max-deliveries-exceeded"] * 4)
@@ -246,8 +245,7 @@ def test_installed_redrive(server, client, tmp_path):
     assert all(f[b"x-redrive-count"] == b"1" for _, f in back)
 
 
-@SLOW[0]
-@SLOW[1]
+@spark_run
 @runs(INSTALLED.format("dead-letters"))
 def test_installed_dead_letters(server, client, tmp_path):
     reasons = ["max-deliveries-exceeded", "handler-rejected", "handler-rejected"]
