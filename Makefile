@@ -6,7 +6,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 AIRFLOW_VENV := .venv-airflow
 
-.PHONY: setup redis-server servers monitoring-tools demo test test-fast lint bench cds
+.PHONY: setup redis-server servers monitoring-tools chromium demo test test-fast lint bench cds
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -31,9 +31,15 @@ monitoring-tools:
 	@$(call debian,prometheus-pushgateway,prometheus-pushgateway)
 	@$(call debian,promtool,prometheus)
 
+# The console's browser tests drive Debian's chromium through Playwright (never a browser
+# Playwright would download): tests/test_console_browser.py.
+chromium:
+	@$(call debian,chromium,chromium)
+
 setup: $(VENV)/.installed redis-server
 
-# Redis 8.0 and Valkey 9.1 from Debian's trixie and sid packages, unpacked under .servers/
+# Redis 8.0, Valkey 9.1 and Redis 8.6 from Debian's trixie, sid and experimental packages
+# (experimental's with sid's libraries), unpacked under .servers/
 # beside their own C library (nothing installed; recovery/testing/debian_servers.py says
 # how). Once set up, nothing is fetched again.
 servers: setup
@@ -53,14 +59,14 @@ demo: setup
 # spark-submit processes and servers more than it computes (README "Tests").
 # The tests start only once ruff and mypy pass (tests/test_house.py checks module sizes).
 TEST_WORKERS ?= 2
-test: lint servers monitoring-tools $(AIRFLOW_VENV)/.installed
+test: lint servers monitoring-tools chromium $(AIRFLOW_VENV)/.installed
 	AIRFLOW_PYTHON=$(abspath $(AIRFLOW_VENV)/bin/python) \
 	  $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # The quick tier while working: the same lint and workers, without the tests marked slow
 # (whole Spark runs, spark-submit processes, fault trials, Airflow, the notebook; pyproject's
 # markers), so no Airflow venv either. `make test` still runs everything.
-test-fast: lint servers monitoring-tools
+test-fast: lint servers monitoring-tools chromium
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
 
 lint: setup

@@ -12,12 +12,15 @@ failed on are aged by XCLAIM ... IDLE): the billing groups' entries are requeued
 (``reprocess.mode = requeue``) into per-group retry streams, where a small application
 consumer reads the copies (with the deliveries each carries) and acks them; the analytics
 groups' entries are reassigned (``reprocess.mode = reassign``) to the live consumer, which
-finds them among its own pending entries (XREADGROUP ... 0). Then it stops the server.
+finds them among its own pending entries (XREADGROUP ... 0). It ends by printing the command
+that opens the dead-letter console on the demo's server (run in a terminal, it keeps the
+server up until Enter is pressed); then it stops the server.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 import tempfile
 from collections import Counter
@@ -76,7 +79,25 @@ def main(argv: list[str] | None = None) -> int:
                   "pending on the job's consumers: applications not written in Python get "
                   "them back, billing by requeue, analytics by reassignment", file=sys.stderr)
             code = requeue_round(server, args) or reassign_round(server, args)
+        offer_console(server)
     return code
+
+
+def console_command(server: LocalServer, token: str) -> str:
+    """The command that serves the dead-letter console on the demo's server."""
+    tool = Path(sys.executable).parent / "redis-stream-recovery"
+    return (f"RECOVERY_CONSOLE_TOKEN={token} {tool} console "
+            f"--config {ROOT / 'conf' / 'demo.toml'} --set redis.url={server.url}")
+
+
+def offer_console(server: LocalServer) -> None:
+    """Print the console's command for this server; in a terminal, keep the server up until
+    Enter is pressed, so the command has a server to open."""
+    token = secrets.token_urlsafe(12)
+    print("demo: the dead letters in the console (http://127.0.0.1:8765/, user operator, the "
+          "token below):\n  " + console_command(server, token), flush=True)
+    if sys.stdin.isatty():
+        input("demo: the server stays up for it: press Enter to stop it ")
 
 
 def requeue_round(server: LocalServer, args: list[str]) -> int:

@@ -87,6 +87,12 @@ class JobParams:
     # the driver where discovery could run XINFO STREAM (older ACL rules do not grant it).
     dlq_check_newest: bool = False
     order: OrderParams | None = None  # per-key ordered hand-over (order.*); None: off
+    # reprocess.delete_acked: ack with XACKDEL ... ACKED (the driver checked the server has it)
+    delete_acked: bool = False
+    # What the server offers (recovery.redis_io.features.ServerFeatures, a frozen dataclass
+    # of plain values), probed once by the driver; None before the probe. Typed loosely here:
+    # this floor sits below recovery.redis_io.
+    features: object | None = None
 
     @property
     def backoff(self) -> bool:

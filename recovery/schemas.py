@@ -121,6 +121,10 @@ REPORT = StructType(
         StructField("dead_letter_id", StringType(), True),
         StructField("requeued_id", StringType(), True),  # the copy's ID, where requeued
         StructField("reassigned_to", StringType(), True),  # the new owner, where reassigned
+        # reprocess.delete_acked: true if the entry was deleted from its stream with its ack
+        # (XACKDEL ... ACKED), false if acked but kept because another consumer group still
+        # references it; null where the job acked nothing or was not asked to delete.
+        StructField("entry_deleted", BooleanType(), True),
     ]
 )
 
@@ -190,6 +194,7 @@ class ReportRow(NamedTuple):
     dead_letter_id: str | None = None
     requeued_id: str | None = None
     reassigned_to: str | None = None
+    entry_deleted: bool | None = None
 
 
 if ReportRow._fields != tuple(REPORT.fieldNames()):

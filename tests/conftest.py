@@ -50,8 +50,8 @@ def spark() -> Iterator[SparkSession]:
 @pytest.fixture(params=FLAVORS)
 def server(request: pytest.FixtureRequest) -> Iterator[LocalServer]:
     """A fresh server per test, of each flavor: Redis 7.0 from the OS, Valkey 8.1 and Redis
-    6.2 from their wheels (and, for tests marked ON_NEWEST_TOO, Redis 8.0 and Valkey 9.1 from
-    Debian's packages: tests/support/servers.py)."""
+    6.2 from their wheels (and, for tests marked ON_NEWEST_TOO, Redis 8.0, Valkey 9.1 and
+    Redis 8.6 from Debian's packages: tests/support/servers.py)."""
     srv = start_server(request.param)
     yield srv
     srv.stop()

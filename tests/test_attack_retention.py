@@ -21,7 +21,7 @@ from recovery.errors import RecoveryError
 from recovery.redis_io.trim import server_time_ms
 from recovery.settings.model import load_settings, redis_params
 from tests.support.retention_tools import retain
-from tests.support.servers import ON_NEWEST_TOO
+from tests.support.servers import CLAIM_DROPS_DELETED, ON_NEWEST_TOO, has
 
 
 def letters(client: redis.Redis, key: str, source: str, groups: list[str], age_s: int
@@ -198,3 +198,29 @@ def test_retention_on_a_cluster_counts_ages_from_the_earliest_primary_clock(redi
     server_time_ms(client)
     after = time_calls()
     assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
+
+
+@ON_NEWEST_TOO
+def test_letters_a_group_still_holds_are_trimmed_and_its_pel_keeps_their_ids(server, tmp_path):
+    """A team reads ``{orders}:dlq`` through a group of its own and has not acked its two
+    oldest letters. Retention (``max_length`` 1) trims them all the same, with today's rule
+    (XTRIM MINID =, whose default on Redis 8.2+ is KEEPREF): the group's PEL keeps the two
+    IDs, whose entries are gone (XRANGE), and the next XAUTOCLAIM of the group lists them as
+    deleted (7.0+) or as nil entries (6.2), as for any entry deleted upstream."""
+    client = server.client()
+    ids = letters(client, "{orders}:dlq", "orders", ["eu", "eu", "eu"], age_s=900)
+    client.xgroup_create("{orders}:dlq", "ops", id="0")
+    client.xreadgroup("ops", "reader", {"{orders}:dlq": ">"}, count=2)
+
+    report = retain(server, tmp_path, "streams.keys=orders", "dead_letters.max_length=1")
+
+    assert report["trimmed"] == 2
+    assert [e[0] for e in client.xrange("{orders}:dlq")] == ids[2:]
+    held = [r["message_id"] for r in client.xpending_range("{orders}:dlq", "ops", "-", "+", 10)]
+    assert held == ids[:2], "the group's PEL keeps the trimmed letters' IDs"
+    reply = client.execute_command("XAUTOCLAIM", "{orders}:dlq", "ops", "other", 0, "0-0")
+    if has(client, CLAIM_DROPS_DELETED):
+        assert (reply[1], reply[2]) == ([], ids[:2]), reply
+    else:
+        assert [e for e in reply[1] if e and e[0]] == [], reply  # two nil entries
+        assert len(reply[1]) == 2, reply

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from recovery.testing import debian_servers
 from recovery.testing.debian_servers import (
     MIRROR_ENV,
     SetupError,
@@ -121,4 +122,23 @@ def test_an_unreachable_mirror_is_one_line_at_once(capsys: pytest.CaptureFixture
     with pytest.raises(SetupError, match=f"^{re.escape(f'cannot fetch {url}: ')}"):
         fetch(url)
     assert main(["redis99"]) == 1
-    assert capsys.readouterr().err == "error: unknown flavor redis99: one of redis80, valkey91\n"
+    assert capsys.readouterr().err == \
+        "error: unknown flavor redis99: one of redis80, valkey91, redis86\n"
+
+
+def test_a_server_of_experimental_takes_its_libraries_from_sid(monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """Redis 8.6's flavor: the server's packages from experimental (which carries only what
+    differs from sid), every library from sid, even one experimental also carries."""
+    suites = {
+        "experimental": parse_packages(INDEX.replace("5:8.0.2-3", "5:8.6.3-1")
+                                       + "\nPackage: libbase\nSection: libs\nVersion: 9\n"),
+        "sid": parse_packages(INDEX),
+    }
+    monkeypatch.setattr(debian_servers, "release_index", lambda archive, suite: suites[suite])
+    server = debian_servers.DebianServer("x", "experimental", ("srv", "srv-data"), "redis",
+                                         "8.6.", "redis_version", libs_suite="sid")
+    index = debian_servers.server_index("http://mirror.example/debian", server)
+    assert index["srv"]["Version"] == "5:8.6.3-1"
+    assert "Version" not in index["libbase"], "sid's libbase, not experimental's"
+    assert debian_servers.SERVERS["redis86"].libs_suite == "sid"

@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.slow
 def test_demo_runs_every_round_ok_and_redis_agrees() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "jobs" / "demo.py")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL)  # no terminal: it does not wait for Enter
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
     summaries = _summaries(done.stdout)
@@ -36,6 +37,9 @@ def test_demo_runs_every_round_ok_and_redis_agrees() -> None:
     # The live consumer's own pending entries (XREADGROUP ... 0) hold every reassigned one.
     reassigned = [int(n) for n in re.findall(r"pending for worker-2-live, (\d+) of them", out)]
     assert sum(reassigned) == reassign["totals"]["reassigned"] > 0
+    # It ends with the command that opens the console on its server.
+    assert re.search(r"RECOVERY_CONSOLE_TOKEN=\S+ \S+redis-stream-recovery console --config "
+                     r"\S+demo.toml --set redis.url=redis://127.0.0.1:\d+/0\n", done.stdout)
 
 
 def _summaries(stdout: str) -> list[dict[str, Any]]:

@@ -1,6 +1,8 @@
 """Words that stay true: every dotted ``recovery.…`` name written in the code, the docs and the
 config files resolves to a module or an attribute; every relative Markdown link (and its
-``#anchor``) resolves; every setting of the model is named in docs/CONFIGURATION.md.
+``#anchor``) resolves; every setting of the model is named in docs/CONFIGURATION.md, and every
+settings table in the documents is what ``recovery.settings.reference`` writes from the
+model's field descriptions.
 
 Each check reads the files as they are, so a rename that forgets a mention fails here."""
 
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from recovery.settings import reference
 from recovery.settings.model import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,3 +117,28 @@ def test_every_setting_is_documented() -> None:
     text = (ROOT / "docs/CONFIGURATION.md").read_text()
     missing = [name for name in _setting_names(Settings) if name not in text]
     assert not missing, "settings docs/CONFIGURATION.md does not name: " + ", ".join(missing)
+
+
+@pytest.mark.parametrize("document", reference.DOCUMENTS)
+def test_the_settings_tables_are_written_from_the_model(document: str) -> None:
+    """Each table between ``<!-- settings: ... -->`` markers is the generator's output: a
+    description, default or range changed in recovery/settings/ fails here until rewritten."""
+    text = (ROOT / document).read_text(encoding="utf-8")
+    assert reference.BLOCK.search(text), f"{document} has no <!-- settings: ... --> table"
+    assert text == reference.regenerate(text, document), (
+        f"{document}'s settings table differs from the model's field descriptions: run "
+        f"`{reference.COMMAND}` from the repository's root and commit the result")
+
+
+def test_every_settings_table_is_checked() -> None:
+    """A table marked in a document the generator does not rewrite would drift unseen."""
+    marked = {str(path.relative_to(ROOT)) for path in _markdown()
+              if reference.BLOCK.search(path.read_text(encoding="utf-8"))}
+    assert marked <= set(reference.DOCUMENTS), (
+        "settings tables outside recovery.settings.reference.DOCUMENTS: " + ", ".join(
+            sorted(marked - set(reference.DOCUMENTS))))
+
+
+def test_docs_configuration_tables_every_setting() -> None:
+    text = (ROOT / "docs/CONFIGURATION.md").read_text(encoding="utf-8")
+    assert "<!-- settings: all -->" in text

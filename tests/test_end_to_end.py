@@ -1,5 +1,5 @@
 """The whole job against real Redis 7.0, Valkey 8.1 and Redis 6.2, checked in Redis afterwards
-(the exactly-once recovery also on Redis 8.0 and Valkey 9.1)."""
+(the exactly-once recovery also on Redis 8.0, Valkey 9.1 and Redis 8.6)."""
 
 from __future__ import annotations
 

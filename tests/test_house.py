@@ -52,7 +52,8 @@ FLOORS = (
     "recovery.dead_letters",  # dead letters as data (jobs/dead_letters.py)
     "recovery.redrive",       # dead letters back to their streams (jobs/redrive.py)
     "recovery.metrics",       # a job's metrics, pushed to a Prometheus Pushgateway
-    "recovery.cli",           # the three jobs' command lines
+    "recovery.console",       # the dead-letter console: a web app over Redis, no Spark
+    "recovery.cli",           # the three jobs' command lines, and the console's
     "recovery.jobs",          # the spark-submit entry points and the command that submits them
     "recovery.testing",       # throwaway servers and backlogs for the demo and the tests
 )

@@ -85,7 +85,10 @@ def test_the_wheel_carries_the_jobs_and_the_command_not_the_test_tooling(wheel_z
     names = zipfile.ZipFile(wheel_zip).namelist()
     assert {"recovery/jobs/recover.py", "recovery/jobs/redrive.py",
             "recovery/jobs/dead_letters.py", "recovery/__main__.py",
-            "recovery/redis_io/lua/claim_due.lua"} <= set(names)
+            "recovery/redis_io/lua/claim_due.lua",
+            # the console's every asset (no CDN, no build step)
+            "recovery/console/templates/base.html", "recovery/console/templates/browse.html",
+            "recovery/console/static/console.css"} <= set(names)
     assert [n for n in names if n.startswith("recovery/testing")] == []
     [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     text = zipfile.ZipFile(wheel_zip).read(entry_points).decode()

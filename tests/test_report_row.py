@@ -11,7 +11,7 @@ import types
 from typing import get_type_hints
 
 import pytest
-from pyspark.sql.types import LongType, StringType
+from pyspark.sql.types import BooleanType, LongType, StringType
 
 from recovery.executor.claimed import Claimed
 from recovery.executor.handover.routed import RoutedBatch
@@ -19,14 +19,15 @@ from recovery.executor.survey import _plan_row
 from recovery.params import JobParams, RedisParams, Unit
 from recovery.schemas import REPORT, REPORT_ARROW, ReportRow, report_batch, report_rows
 
-SPARK_TYPE = {str: StringType(), int: LongType()}
+SPARK_TYPE = {str: StringType(), int: LongType(), bool: BooleanType()}
 
 
 def _own_values() -> dict[str, object]:
-    """Each column's value: its own name for a string column, a distinct number else."""
+    """Each column's value: its own name for a string column, True for a boolean one (the
+    only boolean, entry_deleted, null by default), a distinct number else."""
     numbers = iter(range(11, 100))
-    return {f.name: f.name if f.dataType == StringType() else next(numbers)
-            for f in REPORT.fields}
+    return {f.name: f.name if f.dataType == StringType() else
+            True if f.dataType == BooleanType() else next(numbers) for f in REPORT.fields}
 
 
 def test_the_row_is_the_schema_by_name_type_and_nullability():
@@ -48,7 +49,7 @@ def test_the_hand_over_fills_each_column_from_its_own_name():
     rb = RoutedBatch(claimed, max_deliveries=1000)
     rb.set(0, **{name: values[name] for name in ("action", "reason", "error",  # type: ignore[arg-type]
                                                   "dead_letter_id", "requeued_id",
-                                                  "reassigned_to")})
+                                                  "reassigned_to", "entry_deleted")})
     batch = rb.report()
     assert batch.schema == REPORT_ARROW
     assert batch.to_pylist() == [values]
@@ -63,7 +64,8 @@ def test_the_dry_run_fills_each_column_from_its_own_name():
     assert report_rows([row]).to_pylist() == [{
         "stream": "s", "group": "g", "id": "1-0", "previous_consumer": "owner",
         "delivery_count": 3, "idle_ms": 7, "action": "would_reprocess", "reason": None,
-        "error": None, "dead_letter_id": None, "requeued_id": None, "reassigned_to": None}]
+        "error": None, "dead_letter_id": None, "requeued_id": None, "reassigned_to": None,
+        "entry_deleted": None}]
 
 
 def test_rows_and_columns_build_the_same_batch():

@@ -1,7 +1,8 @@
 """Failed entries made visible (recovery.report.signatures): a run whose handler fails says
 so in a WARNING line and in its summary's ``failed_errors`` (by reason and error signature),
 keeps its exit code 0 unless ``handler.max_failed_ratio`` says otherwise, and leaves the
-failed entries pending for the next run (checked in Redis)."""
+failed entries pending for the next run (checked in Redis). The plain-Python signature the
+dead-letter console uses (recovery.report.signature_rules) gives Spark's, message for message."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from recovery.report.signatures import failed_errors
+from recovery.report.signature_rules import signature_text
+from recovery.report.signatures import failed_errors, signature
 from recovery.schemas import REPORT
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.testing.local_redis import LocalServer
@@ -74,3 +76,13 @@ def test_a_failing_handler_is_a_warning_and_a_summary_key(
     left = pel(client, "orders", GROUP)
     assert sorted(left) == sorted(ids)  # all still pending, for the next run
     assert {p.delivery_count for p in left.values()} == {2}  # delivered once more, by the run
+
+
+def test_python_signature_is_sparks(spark: SparkSession) -> None:
+    messages = ["timeout after 3012 ms on order 88", "HTTPError: 400 bad payload '7-1'",
+                'bad "quoted 12" at 0xFF and deadbeef12 in 1700000000000-3',
+                "uuid 123e4567-e89b-12d3-a456-426614174000 \t twice  spaced\n",
+                "ünïcode \u0663 digits \uff13 and 1.5 kB", "", "  "]
+    frame = spark.createDataFrame([(m,) for m in messages], "message string")
+    sparks = [r[0] for r in frame.select(signature(frame["message"])).collect()]
+    assert [signature_text(m) for m in messages] == sparks

@@ -35,7 +35,7 @@ from recovery.metrics.recovery_run import push_recovery_metrics
 from recovery.redis_io.redis_conn import connect
 from recovery.report.run_report import RunSummary, check_report_location
 from recovery.settings.model import Settings, redis_params
-from recovery.targets.keys import check_server
+from recovery.targets.keys import check_features, check_server
 
 log = logging.getLogger("recovery")
 
@@ -106,6 +106,7 @@ def preflight(settings: Settings, plan: str | None = None, dry_run: bool = False
     client = connect(params)
     try:
         check_server(client, params)
+        check_features(client, settings, params)
         if plan is not None:
             local_plan_refusal(plan, settings, client, params)
     finally:

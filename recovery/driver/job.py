@@ -75,7 +75,7 @@ from recovery.driver.warm_up import WarmUp, warming_up
 from recovery.executor.handover.modes import ACTIONS, PLAN_ACTIONS
 from recovery.executor.histogram import merged_rows
 from recovery.executor.survey import histogram_partition, plan_partition
-from recovery.executor.tally import Tallies, histogram_rows
+from recovery.executor.tally import Tallies, acked_deletions, histogram_rows
 from recovery.params import JobParams, Unit, is_job_consumer, new_run_id
 from recovery.redis_io.dlq_names import refuse_cross_slot
 from recovery.redis_io.redis_conn import connect
@@ -109,7 +109,7 @@ from recovery.spark.tasks import (
 )
 from recovery.spark.transforms import units_of_parts
 from recovery.targets.dead_letter_streams import dead_letter_warnings
-from recovery.targets.keys import check_server, may_read_stream_info
+from recovery.targets.keys import check_features, check_server, may_read_stream_info
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
         if run_id is not None:  # this run's alone, before anything is written (run_ids)
             stack.enter_context(claimed_partition(settings, run_id))
         check_server(client, params.redis)
+        params = replace(params, features=check_features(client, settings, params.redis))
         if run_id is not None:  # a dry run too: it writes into the ID's report partition
             refuse_traced_run_id(client, settings, params.redis, params.run_id)
         server = server_identity(client, params.redis)
@@ -182,6 +183,11 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
                 if quiet:  # every run that found groups leaves a health snapshot
                     _write_health(run_ctx, [], summary)
             fill_summary(summary, tallies, skipped, actions)
+            if settings.reprocess.delete_acked and not dry_run:
+                summary.acked_deletions = done = acked_deletions(tallies)
+                log.info("run %s: %d entries deleted with their ack, %d kept (another consumer "
+                         "group still references them)", params.run_id, done["deleted"],
+                         done["kept"])
             if dry_run:  # what the move script would refuse (a real run's tallies tell it)
                 add_refused_targets(summary, client, names, params.dlq_check_newest)
                 if settings.reprocess.mode == "requeue":

@@ -50,6 +50,9 @@ class Tally:
         self.not_due: dict[tuple[str, str], NotDue] = {}
         # Units whose dead-letter stream the move script refused -> the reason (one row's).
         self.refused: dict[tuple[str, str], str] = {}
+        # reprocess.delete_acked: (stream, group, deleted) -> rows whose ack deleted the entry
+        # (True) or kept it for another group (False): REPORT's entry_deleted.
+        self.acked: Counter[tuple[str, str, bool]] = Counter()
 
     def count(self, batch: pa.RecordBatch) -> None:
         """Count a REPORT batch's rows by (stream, group, action). A batch of one unit, as
@@ -58,6 +61,7 @@ class Tally:
         if not batch.num_rows:
             return
         self._gather_refusals(batch)
+        self._count_acked(batch)
         stream, group = batch.column("stream"), batch.column("group")
         if pc.count_distinct(stream).as_py() == 1 and pc.count_distinct(group).as_py() == 1:
             unit = (stream[0].as_py(), group[0].as_py())
@@ -69,6 +73,18 @@ class Tally:
         counted = table.group_by(keys, use_threads=False).aggregate([([], "count_all")])
         for row in counted.to_pylist():
             self.actions[(row["stream"], row["group"], row["action"])] += row["count_all"]
+
+    def _count_acked(self, batch: pa.RecordBatch) -> None:
+        """Count the rows whose ack deleted their entry or kept it (``entry_deleted`` set:
+        reprocess.delete_acked), by unit."""
+        if "entry_deleted" not in batch.schema.names:  # a batch of counts only (tests)
+            return
+        column = batch.column("entry_deleted")
+        if column.null_count == len(column):
+            return
+        rows = batch.filter(pc.is_valid(column)).select([*UNIT_KEY, "entry_deleted"])
+        for row in rows.to_pylist():
+            self.acked[(row["stream"], row["group"], row["entry_deleted"])] += 1
 
     def _gather_refusals(self, batch: pa.RecordBatch) -> None:
         """Note the units of `batch`'s rows skipped because their dead-letter stream was
@@ -116,6 +132,7 @@ class Tally:
                            *self.histogram_rows],
             "not_due": [[*key, w.entries, w.next_due_ms] for key, w in self.not_due.items()],
             "refused": [[*key, reason] for key, reason in self.refused.items()],
+            "acked": [[*key, n] for key, n in self.acked.items()],
         })
 
 
@@ -209,6 +226,22 @@ def refused_units(tallies: Tallies) -> dict[tuple[str, str], str]:
         for stream, group, reason in tally.get("refused", []):
             refused.setdefault((stream, group), reason)
     return refused
+
+
+def acked_deletions(tallies: Tallies) -> dict[str, Any]:
+    """What reprocess.delete_acked did, over the tasks: ``{"deleted": n, "kept": n, "units":
+    [{"stream", "group", "deleted", "kept"}, ...]}``, `deleted` the entries whose ack also
+    deleted them from their stream, `kept` those acked but kept because another consumer
+    group still references them (units sorted; only those with either)."""
+    units: dict[tuple[str, str], dict[str, Any]] = {}
+    for tally in tallies:
+        for stream, group, deleted, n in tally.get("acked", []):
+            row = units.setdefault((stream, group), {"stream": stream, "group": group,
+                                                     "deleted": 0, "kept": 0})
+            row["deleted" if deleted else "kept"] += n
+    rows = [units[key] for key in sorted(units)]
+    return {"deleted": sum(r["deleted"] for r in rows), "kept": sum(r["kept"] for r in rows),
+            "units": rows}
 
 
 def histogram_rows(tallies: Tallies) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ submits the job files this package carries to Spark, so no checkout is needed:
     redis-stream-recovery redrive      [JOB OPTIONS] [-- SPARK-SUBMIT OPTIONS]
     redis-stream-recovery dead-letters [JOB OPTIONS] [-- SPARK-SUBMIT OPTIONS]
     redis-stream-recovery config       [--config FILE] [--set section.field=value ...]
+    redis-stream-recovery console      [--config FILE] [--host H] [--port P] ...
     redis-stream-recovery --version
 
 JOB OPTIONS are the job's own (``--config``, ``--set``, ``--run-id``, ``--log-level``, ...);
@@ -17,7 +18,8 @@ on ``PATH``; ``PYSPARK_PYTHON`` defaults to this Python. The process becomes spa
 here, in Python (:mod:`recovery.jobs.precheck`): a bad config, a handler that does not import
 or a plan that cannot be applied is refused in well under a second, on stderr, with the job's
 exit code, before any JVM starts. ``config`` prints the effective settings (secrets masked)
-without Spark or Redis.
+without Spark or Redis. ``console`` serves the dead-letter console
+(:mod:`recovery.cli.console`) in this process: no Spark.
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
 # The job options spark-submit does not have (it stops at one: exit 1, no JSON line).
 JOB_ONLY_OPTIONS = ("--config", "--set", "--run-id", "--log-level", "--print-config",
                     "--dry-run", "--plan")
-USAGE = (f"usage: redis-stream-recovery {{{','.join([*COMMANDS, 'config'])}}} [JOB OPTIONS] "
-         "[-- SPARK-SUBMIT OPTIONS] | --version | --help")
+USAGE = (f"usage: redis-stream-recovery {{{','.join([*COMMANDS, 'config', 'console'])}}} "
+         "[JOB OPTIONS] [-- SPARK-SUBMIT OPTIONS] | --version | --help")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,6 +69,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args[0] == "config":
         return exit_code_of(lambda _: _print_config(args[1:]), "config")
+    if args[0] == "console":
+        try:  # the optional extra, imported only when asked for
+            from recovery.cli.console import console_main
+        except ImportError as exc:
+            print(f"error: the console needs its extra ({exc.name} is missing): pip install "
+                  "'redis-stream-recovery[console]'", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        return console_main(args[1:])
     built: list[list[str]] = []  # a refusal here is told as the job's: error and JSON lines
     refused_here = exit_code_of(lambda _: built.append(submit_command(args)), "command")
     if not built:
@@ -88,7 +98,7 @@ def submit_command(args: list[str]) -> list[str]:
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
         raise BadArguments(f"unknown command {name!r}: use one of "
-                           f"{', '.join([*COMMANDS, 'config'])} (see --help)")
+                           f"{', '.join([*COMMANDS, 'config', 'console'])} (see --help)")
     job_file, added = COMMANDS[name]
     job_args, spark_args = _split_at_dashes(rest)
     misplaced = [a for a in spark_args if a.partition("=")[0] in JOB_ONLY_OPTIONS]

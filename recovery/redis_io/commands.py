@@ -69,6 +69,13 @@ def ack_command(stream: str, group: str, ids: Sequence[str]) -> Command:
     return ("XACK", stream, group, *ids)
 
 
+def ack_delete_command(stream: str, group: str, ids: Sequence[str]) -> Command:
+    """XACKDEL `stream` `group` ACKED IDS n `ids` (Redis 8.2+): ack each ID and delete it from
+    the stream once no consumer group references it; reply: one code per ID (-1 not found,
+    1 acked and deleted, 2 acked but kept: another group still references it)."""
+    return ("XACKDEL", stream, group, "ACKED", "IDS", len(ids), *ids)
+
+
 def key_types(client: redis.Redis, keys: Sequence[str]) -> list[object]:
     """:func:`type_command` of each key, pipelined: one reply (or error) per key."""
     return each(client, [type_command(k) for k in keys])

@@ -38,7 +38,7 @@ from recovery.redis_io.error_codes import error_code, server_text
 from recovery.redis_io.tls_errors import tls_hint
 
 RETRIES = 3
-RAW_REPLY_COMMANDS = ("XAUTOCLAIM", "XCLAIM", "XPENDING", "XRANGE", "XINFO GROUPS",
+RAW_REPLY_COMMANDS = ("XAUTOCLAIM", "XCLAIM", "XPENDING", "XRANGE", "XREVRANGE", "XINFO GROUPS",
                       "XINFO CONSUMERS")
 
 

@@ -83,11 +83,17 @@ class DeadLetterContext:
     # Check the dead-letter stream's newest entry too (XINFO STREAM, where the ACL user may
     # run it), not only its oldest (XRANGE): dead_letter.lua.
     check_newest: bool = False
+    # Ack a moved entry with XACKDEL ... ACKED (reprocess.delete_acked; Redis 8.2+).
+    delete_acked: bool = False
 
 
 MOVED_NOT_OURS = 0
 MOVED_DELETED = -1
 MOVED_TOO_BIG = -2
+# XACKDEL ... ACKED's code for an entry it acked: deleted from the stream, or kept because
+# another consumer group still references it (not read or not acked by that group yet).
+ACKDEL_DELETED = 1
+ACKDEL_KEPT = 2
 
 
 DeadLetterUnit = tuple[DeadLetterContext, Sequence[DeadLetter]]  # one unit's entries to move
@@ -101,7 +107,8 @@ def dead_letter_units(client: redis.Redis, units: Sequence[DeadLetterUnit], pipe
     unit per call (a call's keys must share a slot).
 
     Reply (without pipe): one element per unit, in order: a list with one element per entry,
-    in order: the dead-letter ID (bytes) if moved, ``MOVED_NOT_OURS`` (0) if left alone,
+    in order: the dead-letter ID (bytes) if moved (with the contexts' `delete_acked`:
+    ``[ID, ACKDEL_DELETED or ACKDEL_KEPT]``), ``MOVED_NOT_OURS`` (0) if left alone,
     ``MOVED_DELETED`` (-1) if it was deleted upstream (then only acked), ``MOVED_TOO_BIG``
     (-2) if it has too many fields (~3950) to be re-added from a script (left pending); or,
     in its place, the error (a ResponseError: NOGROUP, WRONGTYPE) that unit's stream or
@@ -111,11 +118,13 @@ def dead_letter_units(client: redis.Redis, units: Sequence[DeadLetterUnit], pipe
     Other errors fail the call as a whole.
     """
     first = units[0][0]
-    header = [first.run_id, first.delivery_limit, first.death_time_ms, int(first.check_newest)]
+    header = [first.run_id, first.delivery_limit, first.death_time_ms, int(first.check_newest),
+              int(first.delete_acked)]
     keys: list[str] = []
     args: list[Any] = list(header)
     for ctx, entries in units:
-        if [ctx.run_id, ctx.delivery_limit, ctx.death_time_ms, int(ctx.check_newest)] != header:
+        if [ctx.run_id, ctx.delivery_limit, ctx.death_time_ms, int(ctx.check_newest),
+                int(ctx.delete_acked)] != header:
             raise ValueError("dead-letter units of one call must share run id, limit, time "
                              "and check")
         keys += [ctx.stream, ctx.dlq]
@@ -127,16 +136,20 @@ def dead_letter_units(client: redis.Redis, units: Sequence[DeadLetterUnit], pipe
 
 
 def requeue_batch(client: redis.Redis, unit: Unit, target: str,
-                  entries: Sequence[tuple[str, CopyFields]], pipe: Any = None) -> list[Any]:
+                  entries: Sequence[tuple[str, CopyFields]], pipe: Any = None,
+                  delete_acked: bool = False) -> list[Any]:
     """Requeue `entries` ((id, the copy's fields), in ascending ID order) from `unit`'s
     stream to `target` in one atomic call; only entries pending in its group and owned by its
     consumer move. The job
     sends the copies' fields itself: no read per entry.
 
     Reply (without pipe): one element per entry, in order: the copy's ID (bytes) if
-    requeued, or ``MOVED_NOT_OURS`` / ``MOVED_TOO_BIG`` as for :func:`dead_letter_units`.
+    requeued (with `delete_acked`, the originals acked by XACKDEL ... ACKED: ``[ID,
+    ACKDEL_DELETED or ACKDEL_KEPT]``), or ``MOVED_NOT_OURS`` / ``MOVED_TOO_BIG`` as for
+    :func:`dead_letter_units`.
     """
-    args: list[Any] = [unit.group, unit.consumer, entries[0][0], entries[-1][0]]
+    args: list[Any] = [unit.group, unit.consumer, entries[0][0], entries[-1][0],
+                       int(delete_acked)]
     for entry_id, fields in entries:
         args += [entry_id, 2 * len(fields), *chain.from_iterable(fields)]
     return _call(client, "requeue", [unit.stream, target], args, pipe)  # type: ignore[no-any-return]

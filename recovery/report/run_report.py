@@ -84,6 +84,10 @@ class RunSummary(JsonLine):
     # The failed entries by reason and error signature, most first (recovery.report
     # .signatures.failed_errors): {"reason", "signature", "entries", "example"} each.
     failed_errors: list[dict[str, Any]] = field(default_factory=list)
+    # reprocess.delete_acked (recovery.executor.tally.acked_deletions): the entries whose ack
+    # deleted them, those kept because another group still references them, per unit too;
+    # None when the setting is off (or in a dry run).
+    acked_deletions: dict[str, Any] | None = None
     # The metrics push (recovery.metrics.push): None when metrics are off.
     metrics: dict[str, Any] | None = None
     # The state right after the run (recovery.report.after_run; `health` is the state as

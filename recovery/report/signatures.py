@@ -16,22 +16,15 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from recovery.report.signature_rules import SIGNATURE_RULES
 from recovery.schemas import Action
 
-SIGNATURE_RULES: tuple[tuple[str, str], ...] = (
-    (r"'[^']*'|\"[^\"]*\"", "<str>"),
-    (r"(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", "<uuid>"),
-    (r"\b\d+-\d+\b", "<id>"),
-    (r"\b0[xX][0-9a-fA-F]+\b", "<hex>"),
-    (r"\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b", "<hex>"),
-    (r"\d+(?:\.\d+)?", "<n>"),
-    (r"\s+", " "),
-)
 TOP_FAILED_ERRORS = 10  # signatures of failed entries a run's summary lists at most
 
 
 def signature(message: Column) -> Column:
-    """The signature of an exception message column (null stays null)."""
+    """The signature of an exception message column (null stays null); the same rules as
+    :func:`recovery.report.signature_rules.signature_text` applies to one string."""
     for pattern, placeholder in SIGNATURE_RULES:
         message = F.regexp_replace(message, pattern, placeholder)
     return F.trim(message)

@@ -12,33 +12,39 @@ from recovery.settings.base import Section
 class DeadLettersSettings(Section):
     """Dead letters as data. The dead-letter streams are those of the streams that
     ``streams.keys`` / ``streams.match`` select, named by ``dead_letter.suffix`` or
-    ``dead_letter.stream`` (a shared one read once).
+    ``dead_letter.stream`` (a shared one read once). The warnings are never a cap; the
+    retention (``recovery.dead_letters.retention``) is off unless ``max_age_s`` or
+    ``max_length`` is set (each field's description)."""
 
-    ``page_size``: entries per XRANGE reply; ``top_signatures``: error signatures in the
-    JSON summary; ``write_entries``: also write every dead letter as Parquet (a second read of
-    the streams). Warnings (off by default; never a cap, nothing is trimmed):
-    ``warn_length`` when a dead-letter stream holds at least this many entries,
-    ``warn_oldest_age_s`` when its oldest entry was added at least this many seconds ago.
-
-    Retention (off by default; ``recovery.dead_letters.retention``): the dead-letter job
-    trims each dead-letter stream (XTRIM MINID, exact) of letters added more than
-    ``max_age_s`` seconds ago and of the oldest beyond the newest ``max_length``; no letter
-    added less than ``retention_floor_s`` seconds ago is ever trimmed (a ``max_age_s`` below
-    it is refused here; a ``max_length`` cut is held back to it, with a WARNING). Only
-    letters of the selected sources go: the trim stops at the first entry, oldest first,
-    that is not a letter or is a letter of a source not selected, never past it. With
-    ``dry_run`` (``jobs/dead_letters.py --dry-run``) it only counts what it would trim.
-    """
-
-    page_size: int = Field(1000, ge=1, le=10_000)
-    top_signatures: int = Field(10, ge=0, le=1000)
-    write_entries: bool = False
-    warn_length: int | None = Field(None, ge=1)
-    warn_oldest_age_s: float | None = Field(None, gt=0)
-    max_age_s: int | None = Field(None, ge=1)
-    max_length: int | None = Field(None, ge=1)
-    retention_floor_s: int | None = Field(None, ge=0)
-    dry_run: bool = False
+    page_size: int = Field(1000, ge=1, le=10_000, description=(
+        "`jobs/dead_letters.py`: entries per XRANGE reply"))
+    top_signatures: int = Field(10, ge=0, le=1000, description=(
+        "`jobs/dead_letters.py`: error signatures in its JSON summary"))
+    write_entries: bool = Field(False, description=(
+        "`jobs/dead_letters.py`: also write every dead letter as Parquet (a second read): "
+        "[docs/OPERATIONS.md](docs/OPERATIONS.md#dead-letters-as-data)"))
+    warn_length: int | None = Field(None, ge=1, description=(
+        "warn when a dead-letter stream holds at least this many entries, in both jobs' "
+        "summaries (`dead_letter_warnings`); never a cap, nothing is trimmed; none: off"))
+    warn_oldest_age_s: float | None = Field(None, gt=0, description=(
+        "warn when a dead-letter stream's oldest entry was added at least this many seconds "
+        "ago, as `warn_length`; none: off"))
+    max_age_s: int | None = Field(None, ge=1, description=(
+        "opt-in retention: `jobs/dead_letters.py` trims, after its read (XTRIM MINID, exact), "
+        "letters added more than this many seconds ago; only letters of the selected sources: "
+        "the trim stops at the first entry (oldest first) that is not a letter or is a letter "
+        "of a source not selected (a shared stream), never past it; none: off. "
+        "[docs/OPERATIONS.md](docs/OPERATIONS.md#retention)"))
+    max_length: int | None = Field(None, ge=1, description=(
+        "opt-in retention, as `max_age_s`: the oldest letters beyond the newest `max_length` "
+        "go; a cut into letters younger than `retention_floor_s` is held back to it, with a "
+        "WARNING; none: off"))
+    retention_floor_s: int | None = Field(None, ge=0, description=(
+        "no letter added less than this many seconds ago is ever trimmed (a `max_age_s` below "
+        "it is refused, exit 2); none: no floor"))
+    dry_run: bool = Field(False, description=(
+        "count what retention would trim, trim nothing (`jobs/dead_letters.py --dry-run` sets "
+        "it)"))
 
     @model_validator(mode="after")
     def _age_above_floor(self) -> DeadLettersSettings:

@@ -13,25 +13,29 @@ from recovery.settings.base import Section
 
 
 class MetricsSettings(Section):
-    """A Pushgateway to push each run's metrics to (``recovery.metrics``).
+    """A Pushgateway to push each run's metrics to (``recovery.metrics``), and its basic
+    auth (each field's description)."""
 
-    ``pushgateway_url``: ``http://host:9091`` (unset: no metrics); ``job`` and ``instance``:
-    the grouping key's labels, with the job's kind (``recover``, ``recover_dry_run``, ...)
-    added, so two deployments, two jobs or a dry run never overwrite each other's metrics;
-    ``max_units``: (stream, group) series pushed at most, those with the most pending entries
-    (the others summed into one ``(other)`` series); ``timeout_s``: of the whole push
-    (connect to last byte). Basic auth: ``username`` with ``password`` (better
-    ``RECOVERY_METRICS__PASSWORD``) or ``password_file``; never in the URL.
-    """
-
-    pushgateway_url: str | None = None
-    job: str = Field("redis_stream_recovery", min_length=1, pattern=r"^[^/]+$")
-    instance: str = Field("default", min_length=1, pattern=r"^[^/]+$")
-    max_units: int = Field(100, ge=0, le=10_000)
-    timeout_s: float = Field(10.0, gt=0, le=300)
-    username: str | None = None
-    password: SecretStr | None = None
-    password_file: Path | None = None
+    pushgateway_url: str | None = Field(None, description=(
+        "`http://host:9091`: push each run's metrics to this Pushgateway; never a user or "
+        "password in it; none: no push. [docs/OPERATIONS.md](docs/OPERATIONS.md#monitoring)"))
+    job: str = Field("redis_stream_recovery", min_length=1, pattern=r"^[^/]+$", description=(
+        "the push's grouping key, with `instance`; the job's kind (`recover`, "
+        "`recover_dry_run`, ...) is added, so two deployments, two jobs or a dry run never "
+        "overwrite each other's metrics"))
+    instance: str = Field("default", min_length=1, pattern=r"^[^/]+$", description=(
+        "the push's grouping key, with `job`"))
+    max_units: int = Field(100, ge=0, le=10_000, description=(
+        "(stream, group) series pushed at most, those with the most pending entries; the "
+        "rest summed into one `(other)` series"))
+    timeout_s: float = Field(10.0, gt=0, le=300, description=(
+        "timeout of the whole push, connect to last byte (s)"))
+    username: str | None = Field(None, description="basic auth user for the Pushgateway")
+    password: SecretStr | None = Field(None, description=(
+        "basic auth password: give it through `RECOVERY_METRICS__PASSWORD` or "
+        "`password_file`; never printed"))
+    password_file: Path | None = Field(None, description=(
+        "a file holding the basic auth password, read when `password` is not set"))
 
     @model_validator(mode="before")
     @classmethod

@@ -285,6 +285,7 @@ def executor_params(settings: Settings, run_id: str) -> JobParams:
         reprocess_mode=settings.reprocess.mode,
         requeue_stream=settings.reprocess.requeue_stream,
         live_within_ms=settings.reprocess.live_within_ms,
+        delete_acked=settings.reprocess.delete_acked,
         consumer_prefix=settings.claim.consumer_prefix,
         backoff_factor=settings.claim.backoff_factor,
         backoff_max_ms=settings.claim.backoff_max_ms,

@@ -15,22 +15,30 @@ from recovery.settings.base import Section
 
 
 class OrderSettings(Section):
-    """`key_field`: the entry field holding the ordering key (none: no order, as always);
-    `key_fields`: stream pattern (``fnmatch``, e.g. ``"orders:*"``) -> field, the first
-    pattern that matches a stream wins over `key_field` (``""``: that stream unordered);
-    `missing_key`: an entry without the field is its own key (``own``), held (``hold``) or
-    dead-lettered (``dead_letter``, ``x-death-reason`` ``order-key-missing``);
-    `dead_letter_releases`: a head dead-lettered (at the delivery limit or by
-    ``Result.dead_letter``) releases its key; ``false`` (hold it) is refused until a held key
-    can be kept held across runs and task retries (nothing remembers a head once it left the
-    PEL); `scan_max`: pending entries read at most per other consumer and group, for the
-    keys they hold back."""
+    """Per-key order: which field holds each stream's ordering key, and what an entry
+    without one, or a dead-lettered head, does to its key (each field's description)."""
 
-    key_field: str | None = Field(None, min_length=1)
-    key_fields: dict[str, str] = Field(default_factory=dict)
-    missing_key: Literal["own", "hold", "dead_letter"] = "own"
-    dead_letter_releases: bool = True
-    scan_max: int = Field(10_000, ge=1, le=1_000_000)
+    key_field: str | None = Field(None, min_length=1, description=(
+        "per-key order: the entry field whose value is the ordering key; entries of one key "
+        "are handed to the handler in ID order, a failed one holds the rest of its key "
+        "(`held`); none: no order. `handler` mode only (requeue / reassign refused, exit 2), "
+        "not with `--plan`: [docs/GUARANTEES.md](docs/GUARANTEES.md#per-key-order)"))
+    key_fields: dict[str, str] = Field(default_factory=dict, description=(
+        "stream pattern (fnmatch, e.g. `\"orders:*\"`) -> key field; the first pattern that "
+        "matches a stream wins over `key_field`; `\"\"`: that stream unordered (TOML: "
+        "`key_fields = { \"payments:*\" = \"account_id\" }`)"))
+    missing_key: Literal["own", "hold", "dead_letter"] = Field("own", description=(
+        "an entry without the key field: `own` (its own key, never held by others), `hold` "
+        "(held, pending, until the setting changes) or `dead_letter` (moved to its "
+        "dead-letter stream, `x-death-reason` `order-key-missing`)"))
+    dead_letter_releases: bool = Field(True, description=(
+        "a head dead-lettered (at the delivery limit, by `Result.dead_letter`) lets its key "
+        "go on; `false` (hold the key) is refused, exit 2: nothing yet keeps a key held across "
+        "runs and task retries once its head left the PEL"))
+    scan_max: int = Field(10_000, ge=1, le=1_000_000, description=(
+        "entries pending on other consumers read at most per consumer and group to find the "
+        "keys they hold back across runs; past that bound every later entry of the group is "
+        "held"))
 
     @field_validator("key_fields")
     @classmethod

@@ -15,18 +15,32 @@ from recovery.settings.base import Section
 class RedisSettings(Section):
     """Where Redis is and how to log in."""
 
-    url: str = "redis://127.0.0.1:6379/0"
-    username: str | None = None
-    password: SecretStr | None = None
-    password_file: Path | None = None
-    connect_timeout_s: float = Field(5.0, gt=0, le=300)
-    socket_timeout_s: float = Field(30.0, gt=0, le=3600)
-    tls_ca_file: Path | None = None
-    tls_cert_file: Path | None = None
-    tls_key_file: Path | None = None
-    tls_check_hostname: bool = True
-    # Redis Cluster: "auto" asks the server (INFO cluster) when a client opens.
-    cluster: bool | Literal["auto"] = "auto"
+    url: str = Field("redis://127.0.0.1:6379/0", description=(
+        "`redis://host:port/db`, or `rediss://` for TLS; a user and password in it are moved "
+        "out of it (into `username` and `password`), never printed"))
+    username: str | None = Field(None, description="ACL user name; none: the default user")
+    password: SecretStr | None = Field(None, description=(
+        "ACL password: give it through `RECOVERY_REDIS__PASSWORD` or `password_file`, never on "
+        "the command line; it is never printed or logged"))
+    password_file: Path | None = Field(None, description=(
+        "a file holding the password (one line), read when `password` is not set"))
+    connect_timeout_s: float = Field(5.0, gt=0, le=300, description="connection timeout (s)")
+    socket_timeout_s: float = Field(30.0, gt=0, le=3600, description="reply timeout (s)")
+    tls_ca_file: Path | None = Field(None, description=(
+        "PEM file of the CA(s) that signed the server's certificate (`rediss://`); none: the "
+        "system's CAs; see [TLS](docs/CLUSTER_TLS.md#tls)"))
+    tls_cert_file: Path | None = Field(None, description=(
+        "client certificate, for servers with `tls-auth-clients yes` (or `optional`)"))
+    tls_key_file: Path | None = Field(None, description="the client certificate's key")
+    tls_check_hostname: bool = Field(True, description=(
+        "the server's certificate must name the host of `url` (subjectAltName DNS or IP). "
+        "`false` skips only this name check: the certificate must still be signed by a "
+        "trusted CA (the chain is always verified)"))
+    cluster: bool | Literal["auto"] = Field("auto", description=(
+        "Redis Cluster client: `\"auto\"`: each client asks the server when it opens (INFO "
+        "cluster, `cluster_enabled:1`; one extra round trip); `true`: always a cluster client "
+        "(skips the question); `false`: always a single-server client, e.g. behind a proxy "
+        "that hides the cluster"))
 
     @model_validator(mode="before")
     @classmethod

@@ -20,24 +20,28 @@ class RedriveSettings(Section):
 
     Source streams are chosen by ``streams.keys`` / ``streams.match`` and their dead-letter
     streams named by ``dead_letter.suffix`` or ``dead_letter.stream``, as for the recovery
-    run (a shared one gives each source only its letters). Every filter narrows:
-    ``groups`` (x-original-group) and ``reasons`` (x-death-reason: a ``DeathReason`` value),
-    empty = all; ``from_id`` / ``to_id``, inclusive dead-letter entry IDs; ``since`` /
-    ``until``, the time an entry was dead-lettered (the time part of its dead-letter ID;
-    ISO 8601, UTC if no zone, or epoch);
-    ``limit`` entries in all. ``max_entries_per_s`` caps moves per second (all streams).
-    """
+    run (a shared one gives each source only its letters). Every filter narrows (each
+    field's description)."""
 
-    groups: list[str] = Field(default_factory=list)
-    reasons: list[str] = Field(default_factory=list)
-    from_id: str = "-"
-    to_id: str = "+"
-    since: datetime | None = None
-    until: datetime | None = None
-    limit: int | None = Field(None, ge=1)
-    max_entries_per_s: float | None = Field(None, gt=0)
-    batch_size: int = Field(100, ge=1, le=5000)
-    dry_run: bool = False
+    groups: list[str] = Field(default_factory=list, description=(
+        "`jobs/redrive.py` moves only letters of these groups (`x-original-group`); empty: "
+        "all. [docs/OPERATIONS.md](docs/OPERATIONS.md#redrive-dead-letters-back-to-their-source)"))
+    reasons: list[str] = Field(default_factory=list, description=(
+        "moves only letters of these reasons (`x-death-reason`: a known value, else exit 2); "
+        "empty: all"))
+    from_id: str = Field("-", description="the first dead-letter entry ID moved (inclusive)")
+    to_id: str = Field("+", description="the last dead-letter entry ID moved (inclusive)")
+    since: datetime | None = Field(None, description=(
+        "moves only letters dead-lettered at or after this time (the time part of the "
+        "dead-letter ID; ISO 8601, UTC if no zone, or epoch); none: no bound"))
+    until: datetime | None = Field(None, description=(
+        "moves only letters dead-lettered at or before this time, as `since`"))
+    limit: int | None = Field(None, ge=1, description="letters moved at most in all; none: all")
+    max_entries_per_s: float | None = Field(None, gt=0, description=(
+        "moves per second at most, across all streams; none: no cap"))
+    batch_size: int = Field(100, ge=1, le=5000, description="letters per atomic move")
+    dry_run: bool = Field(False, description=(
+        "count what would move, move nothing (`jobs/redrive.py --dry-run` sets it)"))
 
     @field_validator("groups", "reasons", mode="before")
     @classmethod

@@ -18,14 +18,23 @@ EXCEPTION_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[.:][A-Za-z_]\w*$")
 class StreamsSettings(Section):
     """Which streams and groups to recover."""
 
-    keys: list[str] = Field(default_factory=list)
-    match: str | None = None
-    groups: list[str] = Field(default_factory=list)
-    scan_count: int = Field(1000, ge=1, le=100_000)
+    keys: list[str] = Field(default_factory=list, description=(
+        "explicit stream keys; with `match`, at least one of the two is set. Keys that are not "
+        "streams are skipped and listed in the summary; dead-letter streams are never "
+        "recovered from"))
+    match: str | None = Field(None, description=(
+        "a SCAN MATCH pattern of stream keys (e.g. `\"orders:*\"`), besides or instead of "
+        "`keys`"))
+    groups: list[str] = Field(default_factory=list, description=(
+        "groups to recover; empty: every group of each stream"))
+    scan_count: int = Field(1000, ge=1, le=100_000, description="SCAN COUNT for `match`")
     fail_when_empty: bool = Field(False, description=(
-        "A run whose selection matches no stream with a selected group (status `empty`) "
-        "exits 1 instead of 0. Off by default: an empty selection can be a normal state "
-        "(streams created on first use), and `selected_units` 0 with its alert says it."))
+        "a run whose selection matches no stream with a selected group (summary `status` "
+        "`empty`, metric `selected_units` 0) exits 1 instead of 0. Off by default: streams "
+        "created on first use make an empty selection a normal state, and the "
+        "`RedisStreamRecoveryNothingSelected` alert catches one that stays empty; turn it on "
+        "where the streams always exist, so a typo (`order:*` for `orders:*`) fails the "
+        "scheduler's task"))
 
     @model_validator(mode="after")
     def _something_selected(self) -> StreamsSettings:
@@ -39,9 +48,16 @@ class DeadLetterSettings(Section):
     `stream`, a template of the name (``{stream}``, ``{group}``; ``{{`` / ``}}`` a literal
     brace) that may name one stream for many sources (docs/CONFIGURATION.md)."""
 
-    suffix: str = Field(":dlq", min_length=1, pattern=r"^[^{}]+$")
-    stream: str | None = Field(None, min_length=1)
-    batch_size: int = Field(200, ge=1, le=5000)
+    suffix: str = Field(":dlq", min_length=1, pattern=r"^[^{}]+$", description=(
+        "without `stream`, each source's dead-letter stream is `{<source>}<suffix>` (or "
+        "`<a{tag}b><suffix>` for a key with a hash tag), in its source's hash slot: see "
+        "[Dead-letter stream names](docs/CONFIGURATION.md#dead-letter-stream-names)"))
+    stream: str | None = Field(None, min_length=1, description=(
+        "a template of the dead-letter stream's name instead of the suffix rule, e.g. "
+        "`\"CDL\"`, `\"dlq:{group}\"`, `\"{stream}:dlq\"`: see "
+        "[Dead-letter stream names](docs/CONFIGURATION.md#dead-letter-stream-names)"))
+    batch_size: int = Field(200, ge=1, le=5000, description=(
+        "entries per atomic move (one script call)"))
 
     @field_validator("stream")
     @classmethod
@@ -64,11 +80,23 @@ class HandlerSettings(Section):
     ``Result.dead_letter`` for the message that raised them (``recovery.handlers``); imported
     on the driver before anything is claimed."""
 
-    path: str | None = None
-    batch_size: int = Field(100, ge=1, le=100_000)
-    max_failed_ratio: float | None = Field(None, ge=0, le=1)
-    timeout_s: float | None = Field(None, gt=0, le=86_400)
-    dead_letter_exceptions: list[str] = Field(default_factory=list)
+    path: str | None = Field(None, description=(
+        "`package.module:function`; required by a real run in `handler` mode (refused, exit 2, "
+        "without it; a dry run, `requeue` and `reassign` need none). The example, "
+        "`recovery.handlers:example_handler`, acks every message without a `poison` field: "
+        "name it only to try the job"))
+    batch_size: int = Field(100, ge=1, le=100_000, description="messages per handler call")
+    max_failed_ratio: float | None = Field(None, ge=0, le=1, description=(
+        "exit 1 when a larger share of handled messages failed; none: never"))
+    timeout_s: float | None = Field(None, gt=0, le=86_400, description=(
+        "a handler call slower than this (s) fails its batch (its entries stay pending); must "
+        "be below `claim.min_idle_ms`"))
+    dead_letter_exceptions: list[str] = Field(default_factory=list, description=(
+        "exception classes (`package.module.ClassName`, imported on the driver: one that does "
+        "not import or is no exception class is refused, exit 2) that mean "
+        "`Result.dead_letter` for the message that raised them, subclasses included; a batch "
+        "that raised one is retried one by one to find it: "
+        "[docs/OPERATIONS.md](docs/OPERATIONS.md#exceptions-that-dead-letter-a-message)"))
 
     @field_validator("dead_letter_exceptions")
     @classmethod
@@ -100,11 +128,22 @@ class ReprocessSettings(Section):
     ``handler`` calls the handler; ``requeue`` appends each entry again, as a new message
     with its deliveries so far, to its stream (or to ``requeue_stream``, a per-group retry
     stream: ``{stream}`` then a suffix, which may hold ``{group}``) and acks the original;
-    ``reassign`` hands it to a live consumer of its group (XCLAIM), spread evenly."""
+    ``reassign`` hands it to a live consumer of its group (XCLAIM), spread evenly.
+    ``delete_acked``: XACKDEL ... ACKED instead of XACK (Redis 8.2+)."""
 
-    mode: str = Mode.HANDLER.value  # a schemas.Mode value: the modes registered
-    requeue_stream: str | None = None
-    live_within_ms: int = Field(60_000, gt=0)  # reassign: "live" = seen within this (ms)
+    mode: str = Field(Mode.HANDLER.value, description=(  # a schemas.Mode value
+        "`handler`, `requeue` or `reassign` (README, \"Re-processing without Python\")"))
+    requeue_stream: str | None = Field(None, description=(
+        "requeue into a per-group retry stream: `{stream}` then a suffix that may hold "
+        "`{group}`, e.g. `{stream}:retry:{group}`; none: the source stream (single-group "
+        "streams only)"))
+    live_within_ms: int = Field(60_000, gt=0, description=(
+        "reassign: a consumer seen within this many ms is live"))
+    delete_acked: bool = Field(False, description=(
+        "ack with `XACKDEL ... ACKED` after a hand-over, a dead-letter move and a requeue: "
+        "the entry is also deleted from its stream once no other consumer group references "
+        "it (Redis 8.2+; refused, exit 2, on a server without XACKDEL): "
+        "[docs/OPERATIONS.md](docs/OPERATIONS.md#deleting-what-every-group-has-acked)"))
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -127,34 +166,42 @@ class ReprocessSettings(Section):
 class ReportSettings(Section):
     """Where the per-entry Parquet report goes (a directory, local or any Hadoop path)."""
 
-    path: str = Field("reports", min_length=1)
-    pel_histograms: bool = True  # read each group's whole PEL once for the health histograms
-    # Seconds between the driver's progress lines (totals, and the streams that changed),
-    # read from Redis while the stages run (recovery/driver/progress/reporter.py); 0 = off.
-    progress_interval_s: float = Field(10.0, ge=0)
-    # Units listed at most in the log's group health and summary tables (the others are
-    # counted; every unit is in the health files and the JSON summary); 0 = all.
-    log_units_max: int = Field(100, ge=0)
+    path: str = Field("reports", min_length=1, description=(
+        "Parquet report directory (local or any Hadoop file system, named with its scheme)"))
+    pel_histograms: bool = Field(True, description=(
+        "count each PEL's delivery counts and idle ages for the health histograms (reads "
+        "each group's whole PEL once)"))
+    progress_interval_s: float = Field(10.0, ge=0, description=(
+        "seconds between the driver's progress lines (totals, and the streams that changed), "
+        "read from Redis while the stages run; 0: off"))
+    log_units_max: int = Field(100, ge=0, description=(
+        "units listed at most in the log's group health table (those with the most pending "
+        "entries) and summary table (the most failed, then the most entries); one line counts "
+        "the others, which are in the health files and the JSON summary; 0: all"))
 
 
 class HousekeepingSettings(Section):
     """Optional clean-up of the groups (off by default)."""
 
-    remove_idle_consumers_ms: int | None = Field(None, ge=1)
+    remove_idle_consumers_ms: int | None = Field(None, ge=1, description=(
+        "remove consumers idle this long (ms) that own no pending entries; none: off"))
 
 
 class SparkSettings(Section):
     """How the work is spread."""
 
-    partitions: int = Field(2, ge=1, le=10_000)
-    # A stream and group with at least this many pending entries, and more than its share of
-    # the run (all pending entries over `partitions`), is claimed and handed over by several
-    # tasks at once (recovery.driver.split); 0 keeps each stream and group in one task.
-    split_min_pending: int = Field(5000, ge=0)
+    partitions: int = Field(2, ge=1, le=10_000, description=(
+        "parallel claim loops; few, fat partitions are best"))
+    split_min_pending: int = Field(5000, ge=0, description=(  # recovery.driver.split
+        "a stream and group with at least this many pending entries, and more than its share "
+        "of the run (all pending entries over `spark.partitions`), is claimed and handed over "
+        "by several tasks at once (README, \"One busy stream, many tasks\"); 0: each stream "
+        "and group in one task"))
 
 
 class PlanSettings(Section):
     """Applying a dry run's plan (``--plan``): how old a plan may be (s, from when the dry
     run started)."""
 
-    max_age_s: int = Field(3600, ge=1)
+    max_age_s: int = Field(3600, ge=1, description=(
+        "`--plan` refuses a dry run's plan older than this (s, from the dry run's start)"))

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import redis
 
-from recovery.errors import DeadLetterNameError, UnsupportedServerError
+from recovery.errors import ConfigError, DeadLetterNameError, UnsupportedServerError
 from recovery.params import RedisParams
 from recovery.redis_io.commands import (
     key_types,
@@ -19,6 +19,7 @@ from recovery.redis_io.commands import (
 )
 from recovery.redis_io.dlq_names import DeadLetterNames, is_letter, refused_reason
 from recovery.redis_io.error_codes import TargetRefused
+from recovery.redis_io.features import ServerFeatures, probe_features
 from recovery.redis_io.redis_conn import key_refused, no_such_key, redis_errors, wrong_type
 from recovery.redis_io.run_ids import is_registration
 from recovery.redis_io.split_cursors import is_split_key
@@ -52,6 +53,24 @@ def check_server(client: redis.Redis, params: RedisParams) -> tuple[int, int, in
             "upgrade the server to Redis 6.2 or newer (or Valkey)"
         )
     return version
+
+
+def check_features(client: redis.Redis, settings: Settings, params: RedisParams
+                   ) -> ServerFeatures:
+    """What the server offers (``probe_features``: one round trip), and a ConfigError (exit
+    2) for a setting it cannot honour: ``reprocess.delete_acked`` needs XACKDEL (Redis 8.2+).
+    Before anything is written."""
+    with redis_errors(params):
+        features = probe_features(client)
+    if settings.reprocess.delete_acked and not features.xackdel:
+        needs = "reprocess.delete_acked = true needs XACKDEL (Redis 8.2 or newer)"
+        if features.asked:
+            raise ConfigError(f"{needs}, which {features.name} does not have: unset "
+                              "reprocess.delete_acked or run on Redis 8.2 or newer")
+        raise ConfigError(f"{needs}, and the Redis user may not run COMMAND INFO to ask the "
+                          "server for it: grant +command (docs/ACL.md line 7) or unset "
+                          "reprocess.delete_acked")
+    return features
 
 
 def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,

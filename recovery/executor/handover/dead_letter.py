@@ -25,6 +25,7 @@ from recovery.redis_io.dlq_names import DeadLetterNames, refused_reason
 from recovery.redis_io.error_codes import VANISHED, TargetRefused
 from recovery.redis_io.round_trips import UnitScriptCall, calls_of, run_unit_script_calls
 from recovery.redis_io.scripts import (
+    ACKDEL_DELETED,
     MOVED_DELETED,
     MOVED_NOT_OURS,
     MOVED_TOO_BIG,
@@ -96,7 +97,7 @@ def dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
         ctx = DeadLetterContext(unit.stream, unit.group, unit.consumer,
                                 names.key(unit.stream, unit.group),
                                 params.run_id, params.max_deliveries, now_ms,
-                                params.dlq_check_newest)
+                                params.dlq_check_newest, params.delete_acked)
         chunks += [(ctx, chunk) for chunk in batches([job_of[i] for i in rows],
                                                      params.dlq_batch_size)]
     per_call = 1 if isinstance(client, RedisCluster) else params.dlq_batch_size
@@ -124,5 +125,15 @@ def _report_dead_letter(rb: RoutedBatch, job: DeadLetterJob, status: Any) -> Non
     if status == MOVED_TOO_BIG:
         rb.set(i, Action.FAILED, REASON_TOO_BIG, job.error)
     elif not left_alone(rb, i, status, job.error):
-        dlq_id = status.decode() if isinstance(status, bytes) else str(status)
-        rb.set(i, Action.DEAD_LETTERED, job.reason, job.error, dlq_id)
+        new_id, deleted = moved_and_deleted(status)
+        rb.set(i, Action.DEAD_LETTERED, job.reason, job.error, new_id, entry_deleted=deleted)
+
+
+def moved_and_deleted(status: Any) -> tuple[str, bool | None]:
+    """A move script's reply for a moved entry: its new ID (the dead letter's, the copy's),
+    and, where the original was acked with XACKDEL ... ACKED (``[ID, code]``), whether it
+    was deleted (False: kept, another group still references it); None without it."""
+    deleted = None
+    if isinstance(status, list):
+        status, deleted = status[0], int(status[1]) == ACKDEL_DELETED
+    return (status.decode() if isinstance(status, bytes) else str(status)), deleted

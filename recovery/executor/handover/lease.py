@@ -20,7 +20,10 @@ the entries are still pending and owned by its consumer:
 3. XACK of the entries it succeeded on. The ack is unconditional on purpose: the entry has
    been processed, and only a claim with a shorter ``min_idle_ms`` than the call could have
    moved it meanwhile. XACK's reply (a count) tells whether someone else acked some of them
-   since their lease; those rows say so in their reason.
+   since their lease; those rows say so in their reason. With ``reprocess.delete_acked`` the
+   ack is ``XACKDEL ... ACKED`` (Redis 8.2+; one code per ID: 1 acked and deleted from the
+   stream, 2 acked but kept because another group still references it, -1 not pending any
+   more): each row's ``entry_deleted`` says which.
 
 Round trips are few: a lease read goes out with the acks queued so far, one pipeline per
 ``LEASE_ROWS`` rows for a fast handler.
@@ -38,10 +41,16 @@ import redis
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.handlers import Result
 from recovery.params import Unit
-from recovery.redis_io.commands import ack_command, pending_summaries
+from recovery.redis_io.commands import ack_command, ack_delete_command, pending_summaries
 from recovery.redis_io.error_codes import VANISHED, unit_vanished
 from recovery.redis_io.round_trips import ScriptCall, each, run_script_calls
-from recovery.redis_io.scripts import LEASE_DELETED, LEASE_RENEWED, renew_lease
+from recovery.redis_io.scripts import (
+    ACKDEL_DELETED,
+    ACKDEL_KEPT,
+    LEASE_DELETED,
+    LEASE_RENEWED,
+    renew_lease,
+)
 from recovery.redis_io.streams import ID, IDLE, pending_command
 from recovery.schemas import Action
 
@@ -64,6 +73,7 @@ class HandOver:
     fresh_ms: int
     read_at: float = 0.0
     to_ack: list[int] = field(default_factory=list)
+    delete_acked: bool = False  # ack with XACKDEL ... ACKED (reprocess.delete_acked)
 
     def stale(self) -> bool:
         """Whether the last reading of the lease is older than LEASE_FRESH_S."""
@@ -74,7 +84,8 @@ class HandOver:
         not leased get their outcome; the leased ones are those still without one. The
         reading counts from when it was sent."""
         sent_at = time.monotonic()
-        _ack_and_lease(self.client, self.rb, self.to_ack, rows, self.fresh_ms)
+        _ack_and_lease(self.client, self.rb, self.to_ack, rows, self.fresh_ms,
+                       self.delete_acked)
         self.to_ack = []
         if rows:
             self.read_at = sent_at
@@ -95,7 +106,7 @@ class HandOver:
 
 
 def _ack_and_lease(client: redis.Redis, rb: RoutedBatch, to_ack: list[int], to_lease: list[int],
-                   fresh_ms: int) -> None:
+                   fresh_ms: int, delete_acked: bool = False) -> None:
     """XACK `to_ack` (report them) and read the lease of `to_lease`, in one round trip.
 
     The rows of `to_lease` not to hand over get their outcome (skipped, deleted); the others
@@ -104,7 +115,7 @@ def _ack_and_lease(client: redis.Redis, rb: RoutedBatch, to_ack: list[int], to_l
     acks = rb.by_unit(to_ack)
     leases = rb.by_unit(to_lease)
     reads = [_lease_read(rb, unit, rows) for unit, rows in leases.items()]
-    replies = each(client, xack_commands(rb, acks) + reads)
+    replies = each(client, xack_commands(rb, acks, delete_acked) + reads)
     _report_acks(client, rb, acks, replies[: len(acks)])
     stale = []
     for (unit, unit_rows), reply in zip(leases.items(), replies[len(acks):], strict=True):
@@ -120,9 +131,12 @@ def _ack_and_lease(client: redis.Redis, rb: RoutedBatch, to_ack: list[int], to_l
     _renew(client, rb, stale, fresh_ms)
 
 
-def xack_commands(rb: RoutedBatch, by_unit: dict[Unit, list[int]]) -> list[tuple[object, ...]]:
-    """One XACK command per unit, of the rows' IDs (for a pipeline; the reply is a count)."""
-    return [ack_command(unit.stream, unit.group, [rb.id[i] for i in unit_rows])
+def xack_commands(rb: RoutedBatch, by_unit: dict[Unit, list[int]], delete_acked: bool = False
+                  ) -> list[tuple[object, ...]]:
+    """One XACK command per unit, of the rows' IDs (for a pipeline; the reply is a count);
+    with `delete_acked`, XACKDEL ... ACKED instead (the reply: one code per ID)."""
+    command = ack_delete_command if delete_acked else ack_command
+    return [command(unit.stream, unit.group, [rb.id[i] for i in unit_rows])
             for unit, unit_rows in by_unit.items()]
 
 
@@ -179,8 +193,11 @@ def _report_acks(client: redis.Redis, rb: RoutedBatch, acks: dict[Unit, list[int
 
     XACK counts 0 for an entry someone else acked first, and also for a stream or group that
     no longer exists. A short count is therefore told apart with one XPENDING summary per
-    such unit (NOGROUP: vanished), sent only then.
+    such unit (NOGROUP: vanished), sent only then. XACKDEL's codes (a list) count the IDs
+    it acked (1, 2) and set each row's ``entry_deleted``.
     """
+    replies = [_acked_count(rb, rows, reply) for rows, reply in zip(acks.values(), replies,
+                                                                    strict=True)]
     short = [unit for (unit, rows), reply in zip(acks.items(), replies, strict=True)
              if not isinstance(reply, Exception) and int(reply) < len(rows)]
     probes = pending_summaries(client, [(unit.stream, unit.group) for unit in short])
@@ -198,3 +215,15 @@ def _report_acks(client: redis.Redis, rb: RoutedBatch, acks: dict[Unit, list[int
             reason = (f"handled; {len(rows) - int(reply)} of the {len(rows)} entries acked "
                       "with it had been acked by another consumer since their lease")
         rb.set_rows(rows, Action.REPROCESSED, reason)
+
+
+def _acked_count(rb: RoutedBatch, rows: list[int], reply: Any) -> Any:
+    """XACK's reply as it is; XACKDEL's codes (one per row) noted on the rows
+    (``entry_deleted``: 1 deleted, 2 kept, -1 not acked by this call) and counted as XACK
+    would count them."""
+    if not isinstance(reply, list):
+        return reply
+    for i, code in zip(rows, reply, strict=True):
+        if int(code) in (ACKDEL_DELETED, ACKDEL_KEPT):
+            rb.entry_deleted[i] = int(code) == ACKDEL_DELETED
+    return sum(int(code) in (ACKDEL_DELETED, ACKDEL_KEPT) for code in reply)

@@ -81,6 +81,7 @@ class RoutedBatch:
         self.dead_letter_id: list[str | None] = [None] * n
         self.requeued_id: list[str | None] = [None] * n
         self.reassigned_to: list[str | None] = [None] * n
+        self.entry_deleted: list[bool | None] = [None] * n
 
     def unit(self, i: int) -> Unit:
         return self._units[self._unit_of[i]]
@@ -147,13 +148,13 @@ class RoutedBatch:
 
     def set(self, i: int, action: str, reason: str | None = None, error: str | None = None,
             dead_letter_id: str | None = None, requeued_id: str | None = None,
-            reassigned_to: str | None = None) -> None:
+            reassigned_to: str | None = None, entry_deleted: bool | None = None) -> None:
         """Record row `i`'s outcome; a second outcome for the same row is a bug."""
         if self.action[i] is not None:
             raise RuntimeError(f"entry {self.stream[i]} {self.id[i]} reported twice")
         self.action[i], self.reason[i], self.error[i] = action, reason, error
         self.dead_letter_id[i], self.requeued_id[i] = dead_letter_id, requeued_id
-        self.reassigned_to[i] = reassigned_to
+        self.reassigned_to[i], self.entry_deleted[i] = reassigned_to, entry_deleted
 
     def report(self) -> pa.RecordBatch:
         """The REPORT batch: the row's own columns plus its outcome, in input order."""
@@ -173,7 +174,7 @@ class RoutedBatch:
             "delivery_count": self.delivery_count, "idle_ms": self.idle_ms,
             "action": self.action, "reason": self.reason, "error": self.error,
             "dead_letter_id": self.dead_letter_id, "requeued_id": self.requeued_id,
-            "reassigned_to": self.reassigned_to,
+            "reassigned_to": self.reassigned_to, "entry_deleted": self.entry_deleted,
         })
 
     def _note_count_change(self, i: int) -> None:

@@ -5,13 +5,16 @@
 -- (same hash slot as its source).
 -- ARGV[1]: run id; ARGV[2]: delivery limit; ARGV[3]: death time (epoch ms); ARGV[4]: '1' to
 -- check the newest entry of a dead-letter stream too (XINFO STREAM: the user may run it),
--- '0' to check its oldest only (XRANGE, which every documented ACL rule grants); then per unit,
+-- '0' to check its oldest only (XRANGE, which every documented ACL rule grants); ARGV[5]: '1'
+-- to ack a moved entry with XACKDEL ... ACKED (Redis 8.2+: the entry is also deleted from its
+-- stream unless another group still references it), '0' with XACK; then per unit,
 -- in KEYS order: its group; the job's consumer (only entries it owns move); the source name
 -- (x-original-stream); the number n of its entries; then 6 values per entry: id, delivery
 -- count (with a requeued copy's carried deliveries, whose field is not copied), idle ms
 -- (before the claim), last owner ('' if unknown), reason, handler error ('' if none).
 -- Reply: one element per unit, in order: an array with one element per entry, in order: the
--- new dead-letter ID if moved; 0 if the entry is no longer pending or owned by the job's
+-- new dead-letter ID if moved (with ARGV[5] '1': {the new ID, XACKDEL's code: 1 deleted, 2
+-- kept because another group still references it}); 0 if the entry is no longer pending or owned by the job's
 -- consumer (someone acked or claimed it: left alone); -1 if the entry was deleted from the
 -- stream upstream (it is acked, so it leaves the PEL, and nothing is written); -2 if the entry
 -- has too many fields to be re-added from a script (Lua's unpack() takes at most ~8000 values,
@@ -28,6 +31,7 @@
 -- is written or acked: its entries stay pending.
 local MAX_VALUES = 7900
 local run_id, limit, death_time, newest = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
+local delete = ARGV[5] == '1'
 
 local function unit_gone(reply)
   return type(reply) == 'table' and reply.err ~= nil
@@ -76,6 +80,9 @@ local function move(stream, dlq, group, consumer, source, i)
   if failed(dlq_id) then  -- nothing was written: again, to fail as redis.call fails
     dlq_id = redis.call('XADD', unpack(args))
   end
+  if delete then
+    return {dlq_id, redis.call('XACKDEL', stream, group, 'ACKED', 'IDS', 1, id)[1]}
+  end
   redis.call('XACK', stream, group, id)
   return dlq_id
 end
@@ -110,7 +117,7 @@ local function not_letters(stream, dlq)
 end
 
 local replies = {}
-local at = 5
+local at = 6
 for u = 1, #KEYS / 2 do
   local stream, dlq = KEYS[2 * u - 1], KEYS[2 * u]
   local group, consumer, source, n = ARGV[at], ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])

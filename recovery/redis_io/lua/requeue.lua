@@ -5,9 +5,12 @@
 -- far); the originals are then acked. One call: for every entry, both or neither.
 -- KEYS[1]: source stream; KEYS[2]: target stream (the source itself, or a retry stream in
 -- the same hash slot). ARGV[1]: group; ARGV[2]: the job's consumer; ARGV[3], ARGV[4]: the
--- smallest and the largest ID of the batch; then per entry: id, n, and the n values of the
--- copy's fields (name, value, name, value, ...).
--- Reply: one element per entry: the copy's ID if requeued; 0 if the entry is no longer
+-- smallest and the largest ID of the batch; ARGV[5]: '1' to ack the originals with XACKDEL
+-- ... ACKED (Redis 8.2+: each is also deleted from the source unless another group still
+-- references it), '0' with XACK; then per entry: id, n, and the n values of the copy's fields
+-- (name, value, name, value, ...).
+-- Reply: one element per entry: the copy's ID if requeued (with ARGV[5] '1': {the copy's ID,
+-- XACKDEL's code: 1 deleted, 2 kept because another group still references it}); 0 if the entry is no longer
 -- pending or owned by ARGV[2] (left alone); -2 if it has too many fields to be re-added from
 -- a script (Lua's unpack() takes at most ~8000 values): left pending, nothing written.
 -- Or the error 'NOTLETTERS <type> it is no stream' when the target (not the source) is a
@@ -29,8 +32,9 @@ while true do
   if #rows < page then break end
   start = '(' .. rows[#rows][1]
 end
-local reply, moved = {}, {}
-local i = 5
+local reply, moved, at = {}, {}, {}  -- at[k]: the reply element of moved[k]
+local delete = ARGV[5] == '1'
+local i = 6
 while i <= #ARGV do
   local id, n = ARGV[i], tonumber(ARGV[i + 1])
   if not owned[id] then
@@ -40,10 +44,18 @@ while i <= #ARGV do
   else
     reply[#reply + 1] = redis.call('XADD', KEYS[2], '*', unpack(ARGV, i + 2, i + 1 + n))
     moved[#moved + 1] = id
+    at[#moved] = #reply
   end
   i = i + 2 + n
 end
 for k = 1, #moved, chunk do
-  redis.call('XACK', KEYS[1], group, unpack(moved, k, math.min(k + chunk - 1, #moved)))
+  local last = math.min(k + chunk - 1, #moved)
+  if delete then
+    local codes = redis.call('XACKDEL', KEYS[1], group, 'ACKED', 'IDS', last - k + 1,
+                             unpack(moved, k, last))
+    for j = k, last do reply[at[j]] = {reply[at[j]], codes[j - k + 1]} end
+  else
+    redis.call('XACK', KEYS[1], group, unpack(moved, k, last))
+  end
 end
 return reply

@@ -100,7 +100,7 @@ class HandlerMode(ReprocessMode):
                              load_exceptions(params.handler_dead_letter_exceptions))
         hand_over = HandOver(client, rb,
                              fresh_lease_ms(params.min_idle_ms, params.handler_timeout_s),
-                             read_at or 0.0)
+                             read_at or 0.0, delete_acked=params.delete_acked)
         size = params.handler_batch_size
         window = max(size, LEASE_ROWS // size * size)
         for start in range(0, len(rows), window):

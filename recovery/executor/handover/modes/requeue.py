@@ -12,7 +12,7 @@ import redis
 
 from recovery.errors import ConfigError
 from recovery.executor.claimed import copy_fields
-from recovery.executor.handover.dead_letter import batches, left_alone
+from recovery.executor.handover.dead_letter import batches, left_alone, moved_and_deleted
 from recovery.executor.handover.modes.base import (
     ReprocessChoice,
     ReprocessMode,
@@ -68,7 +68,8 @@ class RequeueMode(ReprocessMode):
             for chunk in batches(unit_rows, params.dlq_batch_size):
                 entries = [(rb.id[i], copy_fields(rb.fields_of(i), deliveries_so_far(rb, i)))
                            for i in chunk]
-                calls.append((chunk, partial(requeue_batch, client, unit, target, entries)))
+                calls.append((chunk, partial(requeue_batch, client, unit, target, entries,
+                                             delete_acked=params.delete_acked)))
         for i, status in run_script_calls(client, calls):
             if isinstance(status, TargetRefused):
                 target = requeue_key(rb.stream[i], rb.group[i], params.requeue_stream)
@@ -76,8 +77,8 @@ class RequeueMode(ReprocessMode):
             elif status == MOVED_TOO_BIG:
                 rb.set(i, Action.FAILED, REASON_TOO_BIG_TO_REQUEUE)
             elif not left_alone(rb, i, status):
-                copy_id = status.decode() if isinstance(status, bytes) else str(status)
-                rb.set(i, Action.REQUEUED, requeued_id=copy_id)
+                copy_id, deleted = moved_and_deleted(status)
+                rb.set(i, Action.REQUEUED, requeued_id=copy_id, entry_deleted=deleted)
 
 
 MODE = RequeueMode()
