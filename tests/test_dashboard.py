@@ -1,14 +1,31 @@
 """The Grafana dashboard users import (conf/grafana-dashboard.json): valid JSON in
 Grafana's dashboard form, every panel with a query, and every query naming only metrics
-the jobs push (recovery.metrics.families) and labels they carry."""
+the jobs push (recovery.metrics.families) and labels they carry; the dead-letter panels'
+data links, filled as Grafana fills them, open the console's page of that stream
+(recovery.console.links) on a real server."""
 
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
+from urllib.parse import quote
 
+from starlette.testclient import TestClient
+
+from recovery.console.app import console_app
 from recovery.metrics.families import PREFIX
+from recovery.redis_io.dlq_names import labels
+from recovery.testing.local_redis import LocalServer
+from tests.support.console_tools import (
+    DLQ,
+    READER,
+    READER_SECRET,
+    SOURCES,
+    logged_in,
+    seed,
+    state_for,
+)
 from tests.support.pushgateway import pushed_names
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "conf" / "grafana-dashboard.json"
@@ -35,3 +52,63 @@ def test_the_dashboard_names_only_what_the_jobs_push() -> None:
     labels = {label for q in queries()
               for label in re.findall(r"(?:by \(|[{,]\s*)(\w+)\s*(?:=~|=|,|\))", q)}
     assert labels <= LABELS, labels - LABELS
+
+
+def dead_letter_links() -> list[dict[str, object]]:
+    board = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    return [link for p in board["panels"] if "dead_letter" in p["targets"][0]["expr"]
+            for link in p["fieldConfig"]["defaults"].get("links", [])]
+
+
+def grafana_url(template: str, console_url: str, labels: dict[str, str]) -> str:
+    """`template` as Grafana fills a data link: ``${var}``, ``${__field.labels.x}`` and its
+    ``:percentencode`` form (only what the dashboard's links use; anything else fails)."""
+    def fill(match: re.Match[str]) -> str:
+        name, form = match.group(1), match.group(2)
+        value = console_url if name == "console_url" else labels[name.removeprefix(
+            "__field.labels.")]
+        assert form in (None, "percentencode"), form
+        return quote(value, safe="") if form else value
+    filled = re.sub(r"\$\{([\w.]+)(?::(\w+))?\}", fill, template)
+    assert "$" not in filled, filled
+    return filled
+
+
+def test_the_console_url_variable_is_empty_by_default() -> None:
+    board = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    found = [v for v in board["templating"]["list"] if v["name"] == "console_url"]
+    assert [(v["type"], v["query"], v["current"]["value"]) for v in found] == [
+        ("textbox", "", "")]
+
+
+def test_the_dead_letter_panels_link_to_the_consoles_page_of_the_stream(
+        redis_server: LocalServer) -> None:
+    links = dead_letter_links()
+    assert len(links) == 2 and all(link["targetBlank"] for link in links)
+    client = redis_server.client()
+    ids = seed(client, "orders", [{b"n": b"1"}, {b"n": b"2"}])
+    seed(client, "payments", [{b"n": b"3"}])
+    # The metrics' stream label of each dead-letter stream, as the jobs push it.
+    label = labels([(s, DLQ[s]) for s in SOURCES])
+    assert label == {DLQ["orders"]: "orders", DLQ["payments"]: "payments"}
+    state = state_for(redis_server)
+    try:
+        browser, _ = logged_in(state, READER, READER_SECRET)
+        for link in links:
+            url = grafana_url(str(link["url"]), "http://testserver", {"stream": "orders"})
+            reply = browser.get(url)
+            assert reply.status_code == 303, reply.text
+            assert reply.headers["location"] == "/browse?key=" + quote(DLQ["orders"], safe="")
+            page = browser.get(reply.headers["location"])
+            assert page.status_code == 200 and all(i in page.text for i in ids)
+        other = grafana_url(str(links[0]["url"]), "http://testserver", {"stream": "(other)"})
+        assert browser.get(other).status_code == 404
+        # Logged out (or a SameSite=Strict cookie left behind by a cross-site click): one
+        # reload from the console itself, then the login form.
+        anonymous = TestClient(console_app(state), follow_redirects=False)
+        hop = anonymous.get(url)
+        assert hop.status_code == 200 and "/streams/orders?hop=1" in hop.text
+        assert anonymous.get("/streams/orders?hop=1").headers["location"] == "/login"
+    finally:
+        state.close()
+    assert client.xlen(DLQ["orders"]) == 2 and client.xlen(DLQ["payments"]) == 1

@@ -16,7 +16,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from recovery.console import act, pages
+from recovery.console import act, links, pages
 from recovery.console.guard import SecurityHeaders, session_of
 from recovery.console.state import ConsoleState
 from recovery.errors import RecoveryError
@@ -62,7 +62,7 @@ def console_app(state: ConsoleState) -> Starlette:
               Route("/login", pages.login, methods=["POST"]),
               Route("/", pages.home), Route("/browse", pages.browse),
               Route("/letter", pages.letter), Route("/audit", pages.audit),
-              Route("/task", pages.task),
+              Route("/task", pages.task), Route(links.ROUTE, links.stream_page),
               *(Route(path, handler, methods=["POST"]) for path, handler in act.ROUTES.items()),
               Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")]
     app = Starlette(routes=routes, middleware=[Middleware(SecurityHeaders)],

@@ -47,6 +47,8 @@ class DeadLetterSummary(JsonLine):
     metrics: dict[str, Any] | None = None  # the metrics push (None: metrics off)
     # The retention's trims (recovery.dead_letters.retention.apply_retention; None: off).
     retention: dict[str, Any] | None = None
+    # dead_letter.console_url: each dead-letter stream read -> its console page.
+    console_links: dict[str, str] = field(default_factory=dict)
 
 
 def plain(value: object) -> object:

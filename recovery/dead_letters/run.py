@@ -37,6 +37,7 @@ from recovery.dead_letters.views import by_reason, by_signature, causes, with_de
 from recovery.params import DeadLetterReadParams, RedisParams
 from recovery.redis_io.cluster import biggest_first, groups_by_node
 from recovery.redis_io.redis_conn import connect
+from recovery.report.console_links import console_links, link_lines
 from recovery.report.run_report import check_report_location
 from recovery.schemas import DEAD_LETTER, DEAD_LETTER_KEY
 from recovery.settings.model import Settings, redis_params
@@ -152,6 +153,11 @@ def run_dead_letters(spark: SparkSession, settings: Settings, summary: DeadLette
              fixed_width(rows["by_reason"][:LOGGED_ROWS], REASON_COLUMNS))
     log.info("dead letters %s by error signature\n%s", summary.run_id,
              fixed_width(rows["by_signature"][:LOGGED_ROWS], SIGNATURE_COLUMNS))
+    summary.console_links = console_links(settings.dead_letter.console_url,
+                                          (s.key for s in streams if s.status == "read"))
+    if summary.console_links:
+        log.info("dead letters %s in the console\n%s", summary.run_id,
+                 "\n".join(link_lines(summary.console_links)))
     summary.duration_s = round(time.monotonic() - started, 3)
     return summary
 

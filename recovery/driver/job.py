@@ -80,6 +80,7 @@ from recovery.params import JobParams, Unit, is_job_consumer, new_run_id
 from recovery.redis_io.dlq_names import refuse_cross_slot
 from recovery.redis_io.redis_conn import connect
 from recovery.report.after_run import add_after_run
+from recovery.report.console_links import console_links
 from recovery.report.run_report import (
     RunSummary,
     add_refused_requeue_targets,
@@ -202,6 +203,11 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             if (units or quiet) and not dry_run:
                 add_after_run(summary, client, [(u.stream, u.group) for u in [*units, *quiet]],
                               names, settings.claim.consumer_prefix)
+            if not dry_run:
+                summary.console_links = console_links(
+                    settings.dead_letter.console_url,
+                    (names.key(u["stream"], u["group"]) for u in summary.units
+                     if u.get(Action.DEAD_LETTERED)))
             if not dry_run and summary.totals[Action.FAILED]:
                 summary.failed_errors = failed_errors(
                     read_run(spark, settings.report.path, params.run_id))

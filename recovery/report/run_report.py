@@ -37,6 +37,7 @@ from recovery.executor.tally import (
 from recovery.redis_io.commands import key_types
 from recovery.redis_io.dlq_names import DeadLetterNames, refused_requeue_reason, requeue_key
 from recovery.redis_io.error_codes import TargetRefused
+from recovery.report.console_links import link_lines
 from recovery.report.json_line import JsonLine
 from recovery.report.wording import plural
 from recovery.report.worker_files import local_directory, write_by_driver, write_by_workers
@@ -93,6 +94,8 @@ class RunSummary(JsonLine):
     # The state right after the run (recovery.report.after_run; `health` is the state as
     # found before it): {"units", "pending", "dead_letter_length"}; None in a dry run.
     health_after: dict[str, Any] | None = None
+    # dead_letter.console_url: each dead-letter stream the run wrote to -> its console page.
+    console_links: dict[str, str] = field(default_factory=dict)
     # ...as read, per unit, for the metrics (kept out of the JSON line).
     after: Any = field(default=None, repr=False, metadata={"json": False})
     # The group health rows as found (recovery.driver.health), for the metrics: kept out of
@@ -354,7 +357,7 @@ def format_table(summary: RunSummary, max_units: int = 0) -> str:
     for s in summary.skipped:
         lines.append(f"skipped {s['stream']}" + (f" / {s['group']}" if s["group"] else "")
                      + f": {s['reason']}")
-    return "\n".join(lines)
+    return "\n".join(lines + link_lines(summary.console_links))
 
 
 def largest(rows: Sequence[T], limit: int, size: Callable[[T], Any]) -> tuple[list[T], int]:

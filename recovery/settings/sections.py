@@ -4,6 +4,7 @@ reprocess, report, housekeeping, spark and plan."""
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
@@ -58,6 +59,17 @@ class DeadLetterSettings(Section):
         "[Dead-letter stream names](docs/CONFIGURATION.md#dead-letter-stream-names)"))
     batch_size: int = Field(200, ge=1, le=5000, description=(
         "entries per atomic move (one script call)"))
+    console_url: str | None = Field(None, description=(
+        "the dead-letter console's base URL as browsers reach it (`redis-stream-recovery "
+        "console`), e.g. `\"https://dlq.example.com\"`: the summaries' `console_links` then "
+        "map each dead-letter stream a run wrote to (the dead-letter job: each it read) to "
+        "`<console_url>/streams/<name>`, and the log names them; none: no links. See "
+        "[the console](docs/OPERATIONS.md#dead-letter-console)"))
+
+    @field_validator("console_url")
+    @classmethod
+    def _console_url_shape(cls, url: str | None) -> str | None:
+        return console_base(url)
 
     @field_validator("stream")
     @classmethod
@@ -71,6 +83,21 @@ class DeadLetterSettings(Section):
     def names(self) -> DeadLetterNames:
         """The naming rule these settings set (``recovery.redis_io.dlq_names``)."""
         return DeadLetterNames(self.suffix, self.stream)
+
+
+def console_base(url: str | None) -> str | None:
+    """``dead_letter.console_url`` checked: an http(s) URL with a host and neither a login,
+    a query nor a fragment; without its trailing ``/`` (None for none or empty)."""
+    if not url or not url.strip():
+        return None
+    parts = urlsplit(url.strip())
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ValueError("dead_letter.console_url holds a login, a query or a fragment: give "
+                         "only the console's base address (logs and summaries print it)")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("dead_letter.console_url is no http(s) URL with a host: give the "
+                         "console's base address, like \"https://dlq.example.com\"")
+    return url.strip().rstrip("/")
 
 
 class HandlerSettings(Section):
