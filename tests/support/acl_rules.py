@@ -12,7 +12,7 @@ from tests.support.servers import ACL_LOG_SUBCOMMANDS, has
 
 ACL_DOC = Path(__file__).resolve().parents[2] / "docs" / "ACL.md"
 PASSWORD = "acl-test-9d41"
-DOC_RULE = re.compile(r"<!-- acl-rule: (\w+) -->\s*```\n(.*?)```", re.DOTALL)
+DOC_RULE = re.compile(r"<!-- acl-rule: ([\w-]+) -->\s*```\n(.*?)```", re.DOTALL)
 
 
 def documented_rules() -> dict[str, list[list[str]]]:
@@ -23,7 +23,7 @@ def documented_rules() -> dict[str, list[list[str]]]:
         assert all(line[:3] == ["ACL", "SETUSER", name] for line in lines), block
         rules[name] = [[t.replace(">CHANGE-ME", f">{PASSWORD}") for t in line[2:]]
                        for line in lines]
-    assert set(rules) == {"recovery", "redrive"}
+    assert set(rules) == {"recovery", "redrive", "console-read", "console-operator"}
     return rules
 
 
