@@ -148,7 +148,7 @@ def test_the_operator_user_redrives_deletes_exports_and_audits(
 def test_what_the_rules_leave_out_redis_refuses(redis_version_server: LocalServer,
                                                 seeded: tuple[Redis, dict[str, list[str]]],
                                                 user: str, command: tuple[str, ...]) -> None:
-    client, letters = seeded
+    client, _ = seeded
     before = {k: client.xlen(k) for k in (*SOURCES, *DLQ.values())}
     as_user = redis.Redis(host="127.0.0.1", port=redis_version_server.port, username=user,
                           password=PASSWORD)
