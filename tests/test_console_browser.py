@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -146,3 +149,57 @@ def test_redrive_what_a_filter_matches_after_its_preview_then_delete_one(
         state.close()
     assert [i for i, _ in entries(r, DLQ["orders"])] == ids[2::2]
     assert [f[1] for _, f in entries(r, "orders")][-4:] == [b"1", b"3", b"5", b"7"]
+
+
+@contextmanager
+def page_elsewhere(html: str) -> Iterator[str]:
+    """`html` served at http://localhost:<free port>/ (another site than the console's
+    127.0.0.1, as Grafana is), in a thread; its URL."""
+    body = html.encode()
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            self.send_response(200)
+            self.send_header("content-type", "text/html; charset=utf-8")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://localhost:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_link_from_another_site_opens_the_streams_letters(browser: object,
+                                                              redis_server: LocalServer) -> None:
+    """As a click on the Grafana dashboard's data link: the SameSite=Strict session cookie is
+    not sent with it, and the console's same-site reload brings the logged-in user to the
+    stream's letters (recovery.console.links)."""
+    ids = seed(redis_server.client(), "orders", [{b"n": b"1"}, {b"n": b"2"}])
+    state = state_for(redis_server)
+    try:
+        with live_console(state) as live:
+            page = browser.new_page()  # type: ignore[attr-defined]
+            page.goto(f"{live.url}/login")
+            page.fill("input[name=user]", OPERATOR)
+            page.fill("input[name=secret]", OPERATOR_SECRET)
+            page.click("button[type=submit]")
+            page.wait_for_selector("#streams")
+            with page_elsewhere(f'<a id="go" href="{live.url}/streams/orders">orders</a>') as at:
+                page.goto(at)
+                page.click("#go")
+                page.wait_for_selector("#letters")
+            assert page.url == f"{live.url}/browse?key=%7Borders%7D%3Adlq"
+            assert all(page.locator(f"#letter-{i}").count() == 1 for i in ids)
+            page.context.clear_cookies()  # logged out: the login form, no loop
+            page.goto(f"{live.url}/streams/orders")
+            page.wait_for_url("**/login")
+    finally:
+        state.close()
