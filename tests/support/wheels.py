@@ -21,7 +21,10 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 def build_wheel_zip(out: Path, source: Path) -> Path:
     """``pip wheel . --no-deps`` of a copy of the tree in `source` (no stale build/ dir), the
-    wheel copied to `out` under a ``.zip`` name (what ``spark-submit --py-files`` ships)."""
+    wheel copied to `out` under a ``.zip`` name (what ``spark-submit --py-files`` ships).
+    Both directories are made if missing."""
+    out.mkdir(parents=True, exist_ok=True)
+    source.mkdir(parents=True, exist_ok=True)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     shutil.copytree(ROOT / "recovery", source / "recovery",
