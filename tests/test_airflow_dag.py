@@ -35,6 +35,7 @@ from tests.support.airflow_runs import (
     ROOT,
     airflow_finish,
     airflow_run,
+    airflow_runs,
     airflow_start,
     answer_approval,
     fire_deadline,
@@ -51,7 +52,8 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """A fresh AIRFLOW_HOME with a migrated SQLite database and the DAGs serialised."""
+    """A fresh AIRFLOW_HOME with a migrated SQLite database. (No ``dags reserialize``: each
+    ``dag.test()`` writes the DAG bundle's serialised DAGs to the database itself first.)"""
     home = tmp_path_factory.mktemp("airflow-home")
     venv_bin = Path(sys.executable).parent
     env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -63,9 +65,8 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
            "PYSPARK_PYTHON": sys.executable}
     env.pop("RECOVERY_REDIS__PASSWORD", None)  # the connection's or none
     airflow = str(Path(AIRFLOW_PYTHON or "").parent / "airflow")
-    for command in (["db", "migrate"], ["dags", "reserialize"]):
-        subprocess.run([airflow, *command], env=env, check=True, capture_output=True,
-                       timeout=300)
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True,
+                   timeout=300)
     return env
 
 
@@ -84,8 +85,18 @@ def job_run_id(run: dict, task_id: str, try_number: int = 1) -> str:
     return f"{run['run_after']}-{safe}-{task_id}-{try_number}"
 
 
-def test_dags_parse_with_a_timeout_on_every_task(airflow_env):
-    result = airflow_run(airflow_env)
+NO_PLAN = ({}, {"plan": ""}, {"plan": "  "})  # apply_plan's triggers without a plan
+
+
+@pytest.fixture(scope="module")
+def parsed_and_refused(airflow_env) -> dict:
+    """One Airflow process for the tests that run no job: it parses the DAG folder, then
+    triggers the apply DAG with each of NO_PLAN."""
+    return airflow_runs(airflow_env, [("redis_stream_apply_plan", conf, {}) for conf in NO_PLAN])
+
+
+def test_dags_parse_with_a_timeout_on_every_task(parsed_and_refused):
+    result = parsed_and_refused
     assert result["errors"] == {}
     hour, five_minutes = 3600.0, 300.0
     assert result["timeouts"] == {
@@ -148,9 +159,10 @@ def test_redrive_dag_dry_run_and_a_failing_job_calls_the_failure_notifiers(
     notified = tmp_path / "notified.jsonl"  # FAILURE_NOTIFIERS: a FileNotifier writing here
     hooked = {**airflow_env, "NOTIFY_FILE": str(notified)}
 
-    dry = airflow_run(hooked, "redis_stream_redrive", recovery_config=str(config))
-    failed = airflow_run(hooked, "redis_stream_redrive",
-                         recovery_config=str(tmp_path / "missing.toml"))
+    dry, failed = airflow_runs(hooked, [  # one Airflow process, two runs of the DAG
+        ("redis_stream_redrive", None, {"recovery_config": str(config)}),
+        ("redis_stream_redrive", None, {"recovery_config": str(tmp_path / "missing.toml")}),
+    ])["runs"]
 
     assert dry["state"] == "success", dry["output"][-3000:]
     assert dry["xcom"]["redrive"]["dry_run"] is True
@@ -284,9 +296,8 @@ def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow_env, redis_ser
     assert (pel(client), client.xlen("{orders}:dlq")) == (later, 2)
 
 
-def test_apply_plan_dag_refuses_a_trigger_without_a_plan(airflow_env):
-    for conf in ({}, {"plan": ""}, {"plan": "  "}):
-        result = airflow_run(airflow_env, "redis_stream_apply_plan", conf)
+def test_apply_plan_dag_refuses_a_trigger_without_a_plan(parsed_and_refused):
+    for conf, result in zip(NO_PLAN, parsed_and_refused["runs"], strict=True):
         assert result["state"] == "not started", (conf, result)
         assert "plan" in result["error"], result["error"]
 
