@@ -85,14 +85,18 @@ def run_here(command: str, job_args: list[str], spark_args: list[str]) -> int:
 
 def _launch_options(master: str | None) -> None:
     """The options PySpark passes to spark-submit when it launches this process's JVM
-    (``PYSPARK_SUBMIT_ARGS``): the master, and C1 only for the driver JVM where the
-    properties files set no Java options of their own; the workers run this Python."""
+    (``PYSPARK_SUBMIT_ARGS``): the master, C1 only for the driver JVM and no console
+    progress bar where the properties files set neither; the workers run this Python."""
     if master is None:
         master = spark_conf([], "spark.master") or os.environ.get("MASTER") or LOCAL_MASTER
     launch = ["--master", master]
-    if spark_conf([], DRIVER_JVM) is None:
-        from recovery.spark.local import C1_ONLY
+    from recovery.spark.local import C1_ONLY
+    from recovery.spark.session import CONSOLE_PROGRESS
 
-        launch += ["--conf", f"{DRIVER_JVM}={C1_ONLY}"]
+    # PySpark's launch is a shell's (``pyspark-shell``), whose progress bar is on by default:
+    # off, as the job's defaults have it under spark-submit, where the files leave it unset.
+    for key, value in ((DRIVER_JVM, C1_ONLY), (CONSOLE_PROGRESS, "false")):
+        if spark_conf([], key) is None:
+            launch += ["--conf", f"{key}={value}"]
     os.environ["PYSPARK_SUBMIT_ARGS"] = " ".join([*launch, "pyspark-shell"])
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
