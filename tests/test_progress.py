@@ -610,7 +610,7 @@ def test_still_pending_is_what_redis_has_pending_and_adds_up_with_done(server, c
             client.xack(stream, GROUP, *ids[stream][:18])  # 2 left, held by the job
         want = sum(client.xpending(s, GROUP)["pending"] for s in ("sp-a", "sp-b"))
         assert want == 4
-        wait_for(lambda: f"36 of 40 pending entries done" in (totals(caplog) or [""])[-1])
+        wait_for(lambda: "36 of 40 pending entries done" in (totals(caplog) or [""])[-1])
     line = totals(caplog)[-1]
     assert f"{want} still pending (4 of them held by the job)" in line, line
     assert "0 of 2 streams finished" in line, line  # the job still holds entries of both
