@@ -38,10 +38,12 @@ def stub_spark(tmp_path: Path) -> dict[str, str]:
     return {"SPARK_HOME": str(home), "SPARK_CONF_DIR": str(home / "conf")}
 
 
-def command(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def command(*args: str, env: dict[str, str], timeout_s: float = 300
+            ) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if k not in ("MASTER", "RECOVERY_SPARK_SUBMIT")}
     return subprocess.run([sys.executable, "-m", "recovery", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, env={**environ, **env})
+                          capture_output=True, text=True, timeout=timeout_s,
+                          env={**environ, **env})
 
 
 @pytest.mark.parametrize(("command_name", "spark_args", "environ", "here"), [
@@ -115,6 +117,7 @@ def test_a_redrive_that_cannot_reach_redis_exits_1_with_the_json_error_line(stub
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(700)  # a JVM start: minutes on a loaded 2-core machine
 def test_a_dry_run_runs_here_on_a_local_session(redis_server, stub_spark, tmp_path):
     """A dry run with a local master: this process starts the local Spark (the stub is
     never started), prints the job's tables and JSON line, exit 0; Redis is unchanged."""
@@ -125,7 +128,7 @@ def test_a_dry_run_runs_here_on_a_local_session(redis_server, stub_spark, tmp_pa
     client.xclaim("orders", "billing", "crashed", 0, ids, idle=3_600_000, justid=True)
     done = command("dry-run", "--set", f"redis.url={redis_server.url}",
                    "--set", "streams.keys=orders", "--set", f"report.path={tmp_path / 'r'}",
-                   "--", "--master", "local[1]", env=stub_spark)
+                   "--", "--master", "local[1]", env=stub_spark, timeout_s=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert STARTED not in done.stdout
     last = json.loads(done.stdout.strip().splitlines()[-1])

@@ -50,7 +50,7 @@ def command(args: list[str], env: dict[str, str]) -> tuple[float, dict]:
     done = subprocess.run([sys.executable, "-m", "recovery", *args], capture_output=True,
                           text=True, timeout=600, env={**os.environ, **env})
     wall = time.monotonic() - started
-    print(f"{args[0]:14} {env and 'spark-submit' or 'in-process':12} {wall:7.2f} s",
+    print(f"{args[0]:14} {'spark-submit' if env else 'in-process':12} {wall:7.2f} s",
           flush=True)
     if done.returncode != 0:
         sys.exit(f"{args[0]} failed ({done.returncode}):\n{(done.stdout + done.stderr)[-2000:]}")
