@@ -65,6 +65,17 @@ def test_which_commands_run_here(command_name, spark_args, environ, here, tmp_pa
     assert runs_here(command_name, spark_args, environ) is here
 
 
+def test_a_driver_python_of_another_environment_sends_the_job_to_spark_submit(
+        tmp_path, monkeypatch):
+    """The driver would import the handler in that Python, not in this one."""
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    monkeypatch.delenv("PYSPARK_DRIVER_PYTHON", raising=False)
+    monkeypatch.setenv("PYSPARK_PYTHON", str(tmp_path / "other-venv" / "bin" / "python"))
+    assert not runs_here("dry-run", [], {})
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    assert runs_here("dry-run", [], {})
+
+
 def test_a_master_in_spark_defaults_sends_the_job_to_spark_submit(tmp_path, monkeypatch):
     (tmp_path / "spark-defaults.conf").write_text("spark.master  yarn\n")
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))

@@ -17,7 +17,8 @@ What decides is where the work would run, not its size: without a master (or wit
 memory, so no backlog is big enough for it to be faster. spark-submit stays for what this
 process cannot honour: the scheduled ``run`` (the process shape Airflow's operators and the
 docs show), a master that is not local (``--master``, ``spark.master`` in the properties
-files, ``MASTER``), and any other spark-submit option (``--conf``, ``--py-files``,
+files, ``MASTER``), a driver Python of another environment (``PYSPARK_PYTHON``, ...), and
+any other spark-submit option (``--conf``, ``--py-files``,
 ``--driver-memory``, ...), which only spark-submit applies as written.
 """
 
@@ -27,7 +28,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-from recovery.jobs.precheck import spark_conf, spark_option
+from recovery.jobs.precheck import another_python, spark_conf, spark_option
 
 RUNS_HERE = ("dry-run", "apply", "redrive", "dead-letters")
 # The local session's launch (PySpark runs spark-submit for the JVM with these): the master
@@ -40,13 +41,15 @@ DRIVER_JVM = "spark.driver.extraJavaOptions"
 def runs_here(command: str, spark_args: list[str],
               environ: Mapping[str, str] = os.environ) -> bool:
     """Whether `command` with spark-submit options `spark_args` runs in this process: one of
-    :data:`RUNS_HERE`, no spark-submit option but ``--master local...``, and the master
+    :data:`RUNS_HERE`, no spark-submit option but ``--master local...``, the driver's Python
+    this one (``PYSPARK_DRIVER_PYTHON``, ``PYSPARK_PYTHON`` or their ``spark.pyspark.*``
+    properties naming no other environment's: the handler's modules are its), and the master
     (that option, else ``spark.master`` of the properties files, else ``MASTER``) local or
     none. ``RECOVERY_SPARK_SUBMIT=1`` in `environ` keeps spark-submit for every command."""
     if command not in RUNS_HERE or environ.get("RECOVERY_SPARK_SUBMIT") == "1":
         return False
-    if not _only_a_master(spark_args):
-        return False
+    if not _only_a_master(spark_args) or another_python(spark_args):
+        return False  # only spark-submit honours them; another Python has its own modules
     master = spark_option(spark_args, "--master")
     if master is None:
         master = spark_conf([], "spark.master") or environ.get("MASTER")

@@ -47,7 +47,7 @@ def precheck(command: str, job_args: list[str], spark_args: list[str]) -> int | 
     """Check `command`'s job options (as the job file gets them) before spark-submit:
     None when the job may start, else the exit code of the refusal just printed (and pushed
     to ``[metrics]`` as the job would)."""
-    if (_driver_elsewhere(spark_args) or _another_python(spark_args)
+    if (_driver_elsewhere(spark_args) or another_python(spark_args)
             or any(_answered_by_the_job(a) for a in job_args)):
         return None
     with tempfile.TemporaryDirectory(prefix="recovery-precheck-") as scratch:
@@ -88,7 +88,7 @@ def _driver_elsewhere(spark_args: list[str]) -> bool:
     return mode == "cluster"
 
 
-def _another_python(spark_args: list[str]) -> bool:
+def another_python(spark_args: list[str]) -> bool:
     """True when the driver runs another Python environment than this one: its modules
     (the handler's) are not this one's. Its interpreter as PythonRunner picks it:
     ``spark.pyspark.driver.python``, ``spark.pyspark.python``, then the variables
