@@ -128,6 +128,24 @@ def test_a_run_that_succeeds_says_exit_code_0(spark: SparkSession, redis_server:
     assert pel(client, "cli-ok", GROUP) == {}  # the run really recovered them
 
 
+def test_the_checks_before_a_run_are_made_once(spark: SparkSession, redis_server: LocalServer,
+                                               tmp_path: Path, caplog) -> None:
+    """The command line checked the server (PING, INFO) and the handler before the session,
+    and the run checked them again: now once. Redis counts the PINGs; a dry run in handler
+    mode without a handler still warns, once."""
+    client = redis_server.client()
+    stuck(client, "cli-once")
+    pings = int(client.info("commandstats").get("cmdstat_ping", {}).get("calls", 0))
+    result = run_in_process(spark, [*job_args(redis_server.url, tmp_path, ["cli-once"],
+                                             "handler.path="),
+                                    "--dry-run"])
+    assert result.code == 0, result.stderr
+    assert result.summary["totals"]["would_reprocess"] == 3
+    assert int(client.info("commandstats")["cmdstat_ping"]["calls"]) - pings == 1
+    warned = [r for r in caplog.records if "handler.path is not set" in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in warned]
+
+
 SPARK_INFO = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ", re.MULTILINE)
 
 

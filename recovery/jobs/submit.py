@@ -14,7 +14,9 @@ JOB OPTIONS are the job's own (``--config``, ``--set``, ``--run-id``, ``--log-le
 SPARK-SUBMIT OPTIONS go to spark-submit as they are (``--master yarn --conf k=v``). The
 spark-submit run is ``$SPARK_HOME/bin/spark-submit`` when ``SPARK_HOME`` is set, else the one
 on ``PATH``; ``PYSPARK_PYTHON`` defaults to this Python. The process becomes spark-submit
-(exec), so its exit code and output are the job's. Before that, the job's options are checked
+(exec), so its exit code and output are the job's. Without a cluster master, ``dry-run``, ``apply``,
+``redrive`` and ``dead-letters`` run in this Python instead, with the same outputs and exit
+codes (:mod:`recovery.jobs.in_process` says when). Before that, the job's options are checked
 here, in Python (:mod:`recovery.jobs.precheck`): a bad config, a handler that does not import
 or a plan that cannot be applied is refused in well under a second, on stderr, with the job's
 exit code, before any JVM starts. ``config`` prints the effective settings (secrets masked)
@@ -38,6 +40,7 @@ from recovery.cli.common import (
     loaded_settings,
 )
 from recovery.errors import EXIT_BAD_INPUT
+from recovery.jobs.in_process import run_here, runs_here
 from recovery.jobs.precheck import precheck
 
 JOBS_DIR = Path(__file__).resolve().parent
@@ -86,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     refused = precheck(args[0], job_args, spark_args)
     if refused is not None:
         return refused
+    if runs_here(args[0], spark_args):  # no cluster: the job in this Python (in_process)
+        return run_here(args[0], job_args, spark_args)
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
     os.execve(command[0], command, env)
     return 1  # not reached: execve replaces the process or raises
