@@ -21,15 +21,18 @@ class OrderSettings(Section):
     `missing_key`: an entry without the field is its own key (``own``), held (``hold``) or
     dead-lettered (``dead_letter``, ``x-death-reason`` ``order-key-missing``);
     `dead_letter_releases`: a head dead-lettered (at the delivery limit or by
-    ``Result.dead_letter``) releases its key; ``false`` (hold it) is refused until a held key
-    can be kept held across runs and task retries (nothing remembers a head once it left the
-    PEL); `scan_max`: pending entries read at most per other consumer and group, for the
-    keys they hold back."""
+    ``Result.dead_letter``) releases its key; ``false`` holds it, across runs and task
+    retries, until an operator releases it: the move also records the head in a hash of
+    the job's, ``<hold_prefix><stream>:<group>`` (``recovery.redis_io.key_holds``; its
+    field the key, deleted to release it); `hold_prefix`: that name's prefix (no braces: the
+    name takes the stream's hash slot); `scan_max`: pending entries read at most per other
+    consumer and group, for the keys they hold back."""
 
     key_field: str | None = Field(None, min_length=1)
     key_fields: dict[str, str] = Field(default_factory=dict)
     missing_key: Literal["own", "hold", "dead_letter"] = "own"
     dead_letter_releases: bool = True
+    hold_prefix: str = Field("recovery:held:", min_length=1)
     scan_max: int = Field(10_000, ge=1, le=1_000_000)
 
     @field_validator("key_fields")
@@ -39,15 +42,13 @@ class OrderSettings(Section):
             raise ValueError("a stream pattern is empty: name streams, e.g. \"orders:*\"")
         return fields
 
-    @field_validator("dead_letter_releases")
+    @field_validator("hold_prefix")
     @classmethod
-    def _releases_only(cls, releases: bool) -> bool:
-        if not releases:  # an option the job cannot honour is refused, never half-kept
-            raise ValueError(
-                "false is not supported yet: a key would stay held only within one run (the "
-                "next run, or a retried task, no longer sees the dead-lettered head and hands "
-                "the key's later entries over); leave it true, and redrive or stop by hand")
-        return releases
+    def _no_braces(cls, prefix: str) -> str:
+        if "{" in prefix or "}" in prefix:  # the stream's hash tag must decide the slot
+            raise ValueError(f"{prefix!r} has a brace: the hold's name takes the stream's hash "
+                             "slot from the stream's name; use e.g. \"recovery:held:\"")
+        return prefix
 
     @property
     def ordered(self) -> bool:

@@ -23,6 +23,7 @@ from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams
 from recovery.redis_io.dlq_names import DeadLetterNames, refused_reason
 from recovery.redis_io.error_codes import VANISHED, TargetRefused
+from recovery.redis_io.key_holds import HOLD_REFUSED, hold_key, hold_refused
 from recovery.redis_io.round_trips import UnitScriptCall, calls_of, run_unit_script_calls
 from recovery.redis_io.scripts import (
     MOVED_DELETED,
@@ -92,11 +93,14 @@ def dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
     job_of = {job.row: job for job in jobs}
     chunks: list[tuple[DeadLetterContext, list[DeadLetterJob]]] = []
     names = DeadLetterNames(params.dlq_suffix, params.dlq_stream)
+    holds = params.order.hold_prefix if params.order is not None and \
+        rb.order_keys is not None else None
     for unit, rows in rb.by_unit(job_of).items():
         ctx = DeadLetterContext(unit.stream, unit.group, unit.consumer,
                                 names.key(unit.stream, unit.group),
                                 params.run_id, params.max_deliveries, now_ms,
-                                params.dlq_check_newest)
+                                params.dlq_check_newest, None if holds is None else
+                                hold_key(holds, unit.stream, unit.group))
         chunks += [(ctx, chunk) for chunk in batches([job_of[i] for i in rows],
                                                      params.dlq_batch_size)]
     per_call = 1 if isinstance(client, RedisCluster) else params.dlq_batch_size
@@ -107,8 +111,10 @@ def dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
     for job, status in run_unit_script_calls(client, calls):
         if isinstance(status, TargetRefused):
             i = job.row
-            dlq = names.key(rb.stream[i], rb.group[i])
-            rb.set(i, Action.SKIPPED, refused_reason(dlq, status), job.error)
+            reason = hold_refused(hold_key(holds, rb.stream[i], rb.group[i]), status) \
+                if holds is not None and status.kind.startswith(HOLD_REFUSED) else \
+                refused_reason(names.key(rb.stream[i], rb.group[i]), status)
+            rb.set(i, Action.SKIPPED, reason, job.error)
         else:
             _report_dead_letter(rb, job, status)
 
@@ -116,7 +122,8 @@ def dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
 def _dead_letter_entry(rb: RoutedBatch, job: DeadLetterJob) -> DeadLetter:
     i = job.row
     return DeadLetter(rb.id[i], int(rb.delivery_count[i] or 0), int(rb.idle_ms[i] or 0),
-                      rb.previous_consumer[i], job.reason, job.error)
+                      rb.previous_consumer[i], job.reason, job.error,
+                      None if rb.order_keys is None else rb.order_keys[i])
 
 
 def _report_dead_letter(rb: RoutedBatch, job: DeadLetterJob, status: Any) -> None:

@@ -50,6 +50,8 @@ def apply_in_order(client: redis.Redis, params: JobParams, claimed: Claimed,
     per row, the key field it lacks where it is to be dead-lettered for that
     (``order.missing_key = dead_letter``), else ""."""
     rb = RoutedBatch(claimed, params.max_deliveries)
+    if params.order is not None and not params.order.dead_letter_releases:
+        rb.order_keys = [None if k[2] else k[3] for k in keys]  # a moved head holds its key
     routes = rb.by_route()
     for i in routes[Route.GONE]:
         rb.set(i, Action.SKIPPED, REASON_GONE)
@@ -83,7 +85,7 @@ def apply_in_order(client: redis.Redis, params: JobParams, claimed: Claimed,
         _hand_over(client, params, rb, heads)
         wave += 1
         maybe_fail("ordered", wave)  # after a wave's side effects (tests of task retries)
-        holds = _holding(client, params, rb, heads)
+        holds = _holding(client, params, rb, heads, keys)
         for i in heads:
             key = keys[i]
             if i in holds:
@@ -125,8 +127,8 @@ def _hand_over(client: redis.Redis, params: JobParams, rb: RoutedBatch, heads: l
     HANDLER.hand_over(client, params, rb, rows, None)
 
 
-def _holding(client: redis.Redis, params: JobParams, rb: RoutedBatch, heads: list[int]
-             ) -> dict[int, str]:
+def _holding(client: redis.Redis, params: JobParams, rb: RoutedBatch, heads: list[int],
+             keys: Sequence[KeyT]) -> dict[int, str]:
     """The heads that hold their keys, each with why: failed, dead-lettered (where
     ``order.dead_letter_releases`` is false), or no longer the job's but still pending on
     another consumer, or skipped and left pending (a refused dead-letter move; one XPENDING
@@ -138,9 +140,10 @@ def _holding(client: redis.Redis, params: JobParams, rb: RoutedBatch, heads: lis
         action, head = rb.action[i], rb.id[i]
         if action == Action.FAILED:
             holds[i] = f"held behind {head} of its key, which failed in this run"
-        elif action == Action.DEAD_LETTERED and not releases:
-            holds[i] = (f"held behind {head} of its key, dead-lettered in this run "
-                        "(order.dead_letter_releases = false)")
+        elif action == Action.DEAD_LETTERED and not releases and not keys[i][2]:
+            holds[i] = (f"held behind {head} of its key, dead-lettered as "
+                        f"{rb.dead_letter_id[i]} in this run (order.dead_letter_releases = "
+                        "false) until an operator releases it")
         elif action == Action.SKIPPED:
             gone.append(i)  # no longer the job's, or left pending (a refused dead-letter move)
     replies = each(client, [pending_command(rb.stream[i], rb.group[i], rb.id[i], rb.id[i], 1)
