@@ -18,8 +18,11 @@ from redis import Redis, ResponseError
 from redis.crc import key_slot
 
 from recovery.errors import ConfigError, DeadLetterNameError
+from recovery.params import RedisParams
 from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.redis_io.held_keys import pending_elsewhere
 from recovery.redis_io.key_holds import hold_key, parse_hold, read_all_heads, read_heads
+from recovery.redis_io.redis_conn import connect
 from recovery.redis_io.scripts import DeadLetter, DeadLetterContext, dead_letter_units
 from recovery.settings.model import load_settings
 from recovery.testing.backlog import add_entries, create_group, deliver
@@ -158,3 +161,21 @@ def test_a_head_dead_lettered_at_the_limit_holds_its_key_across_runs_until_relea
     assert third.code == 0, third.stderr[-3000:]
     assert recorded(client, DONE, ["k0"])["k0"] == ids["k0"][1:]
     assert client.xpending(STREAM, GROUP)["pending"] == 0
+
+
+def test_the_read_of_what_others_hold_takes_in_a_consumer_that_appeared_since(
+        server) -> None:  # type: ignore[no-untyped-def]
+    """``pending_elsewhere`` is given the consumers found with pending entries a moment
+    before; one that took entries since (``late``, not in that list) must be read in the
+    same snapshot, not missed; this run's own consumer is never read."""
+    client = connect(RedisParams(server.url))  # the job's client: raw stream replies
+    ids = _pending_three(client)
+    client.xclaim(STREAM, GROUP, "late", 0, ids[1:2], justid=True)
+    client.xclaim(STREAM, GROUP, "recovery-r1-0", 0, ids[2:], justid=True)
+    entries, bound = pending_elsewhere(client, STREAM, GROUP, ["c"], 10, "recovery-r1-")
+    assert bound is None
+    assert sorted((i, owner) for i, owner, _ in entries) == [(ids[0], "c"), (ids[1], "late")]
+    assert all(fields is not None and (b"k", b"k0") in fields for _, _, fields in entries)
+    client.xclaim(STREAM, GROUP, "late", 0, ids[2:], justid=True)  # late owns two now
+    entries, bound = pending_elsewhere(client, STREAM, GROUP, ["c"], 1, "recovery-r1-")
+    assert sorted(i for i, _, _ in entries) == ids[:2] and bound == ids[1]

@@ -156,7 +156,8 @@ def _blockers(client: redis.Redis, order: OrderParams, stream: str, group: str,
               if not_this_runs(c, own_stem)]
     if not others:
         return []
-    entries, bound = pending_elsewhere(client, stream, group, others, order.scan_max)
+    entries, bound = pending_elsewhere(client, stream, group, others, order.scan_max,
+                                       own_stem)
     oldest: dict[bytes, str] = {}
     for entry_id, _owner, fields in entries:
         key = key_of(fields, name)

@@ -4,12 +4,14 @@ key not held, then the next, and so on, so the handler never gets an entry befor
 previous entry of its key succeeded in this run, and never two entries of one key in a call.
 
 After each wave, each key's head decides: acked (``reprocessed``), deleted upstream, or
-dead-lettered (unless ``order.dead_letter_releases`` is false) lets the key go on; a head
-that failed, or is no longer the job's but still pending (another consumer took it), holds
-the key: every later entry of that key in this run is not handed over, reported ``held``
-with the head's ID in its reason, and stays pending on the job's consumer. An entry the
-driver found held back (an older entry of its key pending elsewhere: ``blocked`` reasons)
-holds its key from the start. Other keys go on.
+dead-lettered lets the key go on (unless ``order.dead_letter_releases`` is false: then the
+move also records the key as held, ``recovery.redis_io.key_holds``, and it holds the key); a
+head that failed, or is no longer the job's but still pending (another consumer took it),
+holds the key: every later entry of that key in this run is not handed over, reported
+``held`` with the head's ID in its reason, and stays pending on the job's consumer. An entry
+the driver found held back (an older entry of its key pending elsewhere), or one after a head
+recorded as dead-lettered before (``blocked`` reasons), holds its key from the start. Other
+keys go on.
 
 Each wave is one ordinary hand-over (``modes.handler``): dead-letter moves of the heads over
 the limit, then lease, handler calls of ``handler.batch_size`` and acks.
