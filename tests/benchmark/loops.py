@@ -51,6 +51,8 @@ RAW_RUN_ID = "raw-loop"
 LEGACY_LAYOUT = "ARGV[6]: source name"
 # In dead_letter.lua since it checks its target: ARGV[4] says whether to read the newest entry.
 NEWEST_FLAG = "ARGV[4]: '1' to"
+# In dead_letter.lua since a unit may hold keys (per-key order): a flag after the unit's count.
+HOLD_FLAG = "'1' if it holds keys"
 
 
 class CountingConnection(redis.Connection):
@@ -130,6 +132,7 @@ class MoveScript:
     sha: str
     legacy: bool = False  # the one-unit layout of older commits (`run --code REF`)
     newest_flag: bool = True  # ARGV[4], the target check's newest-entry switch (newer commits)
+    hold_flag: bool = True  # the unit's holds-keys switch after its count (newer commits)
 
     def command(self, spec: BacklogSpec, stream: str, values: list[Any]) -> tuple[Any, ...]:
         """The EVALSHA that moves `values` (6 per entry) of `stream` to its DLQ."""
@@ -139,7 +142,7 @@ class MoveScript:
         else:
             flag = ["0"] if self.newest_flag else []
             head = [RAW_RUN_ID, spec.max_deliveries, now_ms, *flag, spec.group, RAW_CONSUMER,
-                    stream, len(values) // 6]
+                    stream, len(values) // 6, *(["0"] if self.hold_flag else [])]
         return ("EVALSHA", self.sha, 2, stream, dead_letter_key(stream, DLQ_SUFFIX), *head,
                 *values)
 
@@ -182,7 +185,7 @@ def raw_recover(client: redis.Redis, spec: BacklogSpec, count: int = RAW_COUNT,
     can cost, without the job's ownership check. Else `handle` gets each batch to ack."""
     source = _dead_letter_source()
     script = MoveScript(client.script_load(source), LEGACY_LAYOUT in source,
-                        NEWEST_FLAG in source)
+                        NEWEST_FLAG in source, HOLD_FLAG in source)
     tally, writes = Tally(), Writes()
     for stream in spec.stream_names():
         cursor = b"0-0"
