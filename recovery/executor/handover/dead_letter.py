@@ -93,14 +93,12 @@ def dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
     job_of = {job.row: job for job in jobs}
     chunks: list[tuple[DeadLetterContext, list[DeadLetterJob]]] = []
     names = DeadLetterNames(params.dlq_suffix, params.dlq_stream)
-    holds = params.order.hold_prefix if params.order is not None and \
-        rb.order_keys is not None else None
     for unit, rows in rb.by_unit(job_of).items():
         ctx = DeadLetterContext(unit.stream, unit.group, unit.consumer,
                                 names.key(unit.stream, unit.group),
                                 params.run_id, params.max_deliveries, now_ms,
-                                params.dlq_check_newest, None if holds is None else
-                                hold_key(holds, unit.stream, unit.group))
+                                params.dlq_check_newest,
+                                _holds_of(params, rb, unit.stream, unit.group))
         chunks += [(ctx, chunk) for chunk in batches([job_of[i] for i in rows],
                                                      params.dlq_batch_size)]
     per_call = 1 if isinstance(client, RedisCluster) else params.dlq_batch_size
@@ -111,12 +109,23 @@ def dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
     for job, status in run_unit_script_calls(client, calls):
         if isinstance(status, TargetRefused):
             i = job.row
-            reason = hold_refused(hold_key(holds, rb.stream[i], rb.group[i]), status) \
-                if holds is not None and status.kind.startswith(HOLD_REFUSED) else \
+            held = _holds_of(params, rb, rb.stream[i], rb.group[i])
+            reason = hold_refused(held, status) \
+                if held is not None and status.kind.startswith(HOLD_REFUSED) else \
                 refused_reason(names.key(rb.stream[i], rb.group[i]), status)
             rb.set(i, Action.SKIPPED, reason, job.error)
         else:
             _report_dead_letter(rb, job, status)
+
+
+def _holds_of(params: JobParams, rb: RoutedBatch, stream: str, group: str) -> str | None:
+    """The hash of held keys that a dead-letter move of `stream` / `group` records its key
+    in (``recovery.redis_io.key_holds``): where `rb` carries ordering keys (its heads hold
+    them: ``order.dead_letter_releases = false``) and `stream` is ordered; else None."""
+    order = params.order
+    if order is None or rb.order_keys is None or order.field_of(stream) is None:
+        return None
+    return hold_key(order.hold_prefix, stream, group)
 
 
 def _dead_letter_entry(rb: RoutedBatch, job: DeadLetterJob) -> DeadLetter:
