@@ -337,7 +337,7 @@ def render(args: argparse.Namespace, argv: list[str], records: list[RunRecord]) 
         parts += ["", title, "", report.markdown(report.PROFILE_HEADER, profile)]
     issue_49 = targets.issue_49(rows, records, args.masters[0])
     for issue, checks in (("3", targets.issue_3(rows)), ("30", targets.issue_30(rows, records)),
-                          ("49", issue_49)):
+                          ("49", issue_49), ("63", targets.issue_63(rows, records))):
         if checks:
             parts += ["", f"### Targets of issue {issue} (measured, not asserted)", "", *checks]
     return "\n".join(parts) + "\n"
