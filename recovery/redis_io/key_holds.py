@@ -103,9 +103,3 @@ def read_all_heads(client: redis.Redis, name: str) -> dict[bytes, HoldT]:
     holds = {k: parse_hold(v) for k, v in pairs}
     return {k: h for k, h in holds.items() if h is not None}
 
-
-def count_held(client: redis.Redis, names: Sequence[str]) -> list[int | None]:
-    """Per hash of `names`, how many keys it holds (HLEN, pipelined); None where the key is
-    of another type."""
-    return [None if isinstance(r, Exception) else int(r)  # type: ignore[call-overload]
-            for r in each(client, [("HLEN", name) for name in names])]
