@@ -27,6 +27,7 @@ from recovery.redis_io.scripts import DeadLetter, DeadLetterContext, dead_letter
 from recovery.settings.model import load_settings
 from recovery.testing.backlog import add_entries, create_group, deliver
 from tests.support.backlogs import DEAD, HOUR_MS
+from tests.support.cluster_fixtures import keys_on_every_primary
 from tests.support.fault_tools import GROUP, run_in_process, write_control
 from tests.support.order_handler import DONE, SEEN
 from tests.support.order_tools import STREAM, age, args, pending_owners, recorded, rows_of, seed
@@ -179,3 +180,28 @@ def test_the_read_of_what_others_hold_takes_in_a_consumer_that_appeared_since(
     client.xclaim(STREAM, GROUP, "late", 0, ids[2:], justid=True)  # late owns two now
     entries, bound = pending_elsewhere(client, STREAM, GROUP, ["c"], 1, "recovery-r1-")
     assert sorted(i for i, _, _ in entries) == ids[:2] and bound == ids[1]
+
+
+@pytest.mark.slow
+def test_the_hold_is_written_on_each_streams_primary_of_a_cluster(redis_cluster) -> None:  # type: ignore[no-untyped-def]
+    """On a Redis Cluster the move script's keys (stream, dead-letter stream, hash of held
+    keys) share one slot, whatever primary the stream lives on, a stream with a hash tag
+    too: the call is accepted and the hold is on that stream's primary."""
+    redis_cluster.wait_healthy()
+    redis_cluster.flush()
+    rc = connect(RedisParams(redis_cluster.url))  # the job's client
+    plain = redis_cluster.client()
+    streams = [*keys_on_every_primary(plain, 1, prefix="held"), "tagged{eu}:orders"]
+    for stream in streams:
+        create_group(plain, stream, GROUP)
+        [entry] = add_entries(plain, stream, 1, lambda i: {"k": "k0"})
+        assert deliver(plain, stream, GROUP, "c", 1) == [entry]
+        held = hold_key("recovery:held:", stream, GROUP)
+        ctx = DeadLetterContext(stream, GROUP, "c", dead_letter_key(stream, ":dlq"), "run-t",
+                                5, int(time.time() * 1000), hold_key=held)
+        [[letter]] = dead_letter_units(rc, [(ctx, [DeadLetter(entry, 6, 1, "", "r", None,
+                                                              b"k0")])])
+        assert plain.hget(held, "k0") == f"{entry} {letter.decode()}".encode()
+        assert plain.xpending(stream, GROUP)["pending"] == 0
+    rc.close()
+    plain.close()
