@@ -23,9 +23,11 @@ from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.held_keys import pending_elsewhere
 from recovery.redis_io.key_holds import hold_key, parse_hold, read_all_heads, read_heads
 from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.round_trips import each
 from recovery.redis_io.scripts import DeadLetter, DeadLetterContext, dead_letter_units
 from recovery.settings.model import load_settings
 from recovery.testing.backlog import add_entries, create_group, deliver
+from tests.support.acl_rules import PASSWORD, create_users, refusals, setinfo_refusal
 from tests.support.backlogs import DEAD, HOUR_MS
 from tests.support.cluster_fixtures import keys_on_every_primary
 from tests.support.fault_tools import GROUP, run_in_process, write_control
@@ -205,3 +207,24 @@ def test_the_hold_is_written_on_each_streams_primary_of_a_cluster(redis_cluster)
         assert plain.xpending(stream, GROUP)["pending"] == 0
     rc.close()
     plain.close()
+
+
+def test_the_documented_recovery_user_may_write_and_read_the_holds(server) -> None:  # type: ignore[no-untyped-def]
+    """docs/ACL.md's recovery user (line 12): the move script's TYPE and HSETNX on the hash
+    of held keys, the hand-over's HMGET, the dry run's HGETALL and the health's HLEN, with
+    nothing refused in the ACL LOG but redis-py's CLIENT SETINFO."""
+    admin = server.client()
+    create_users(admin)
+    stream = "events:orders"
+    create_group(admin, stream, GROUP)
+    [entry] = add_entries(admin, stream, 1, lambda i: {"k": "k0"})
+    assert deliver(admin, stream, GROUP, "c", 1) == [entry]
+    job = connect(RedisParams(server.url, username="recovery", password=PASSWORD))
+    held = hold_key("recovery:held:", stream, GROUP)
+    ctx = DeadLetterContext(stream, GROUP, "c", dead_letter_key(stream, ":dlq"), "run-t", 5,
+                            int(time.time() * 1000), hold_key=held)
+    [[letter]] = dead_letter_units(job, [(ctx, [DeadLetter(entry, 6, 1, "", "r", None, b"k0")])])
+    assert read_heads(job, [(held, [b"k0"])]) == [[(entry, letter.decode())]]
+    assert read_all_heads(job, held) == {b"k0": (entry, letter.decode())}
+    assert each(job, [("HLEN", held)]) == [1]
+    assert refusals(admin) <= {setinfo_refusal(admin)}
