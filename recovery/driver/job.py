@@ -266,7 +266,9 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
     # run, which claims nothing, and a run that claims planned IDs read the PELs in a pass
     # of their own.
     in_pass = not dry_run and plan is None and settings.report.pel_histograms
-    health = collect_health(client, units, params.redis, settings.dead_letter.names)
+    holding = params.order is not None and not params.order.dead_letter_releases
+    health = collect_health(client, units, params.redis, settings.dead_letter.names,
+                            settings.order.hold_prefix if holding else None)
     if warm_up is not None:
         warm_up.wait()
     # A run that claims spreads each big PEL over several tasks (recovery.driver.split).

@@ -300,7 +300,7 @@ def order_params(settings: Settings) -> OrderParams | None:
     if not order.ordered:
         return None
     return OrderParams(order.key_field, tuple(order.key_fields.items()), order.missing_key,
-                       order.dead_letter_releases, order.scan_max)
+                       order.dead_letter_releases, order.scan_max, order.hold_prefix)
 
 
 def redis_params(settings: Settings) -> RedisParams:
