@@ -51,6 +51,7 @@ FLOORS = (
     "recovery.redrive",       # dead letters back to their streams (jobs/redrive.py)
     "recovery.metrics",       # a job's metrics, pushed to a Prometheus Pushgateway
     "recovery.cli",           # the three jobs' command lines
+    "recovery.starter",       # the starter files `init` writes (config, alerts, DAG)
     "recovery.jobs",          # the spark-submit entry points and the command that submits them
     "recovery.testing",       # throwaway servers and backlogs for the demo and the tests
 )
