@@ -26,7 +26,8 @@ from recovery.starter import STARTER_FILES
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from tests.support.wheels import build_wheel_zip, deps_only_python, install_wheel
 
-pytestmark = pytest.mark.slow  # builds the wheel, then spark-submit runs
+pytestmark = [pytest.mark.slow,  # builds the wheel, then spark-submit runs
+              pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parent.parent
 SPARK = ["--", "--conf", "spark.ui.enabled=false"]
