@@ -263,7 +263,7 @@ def test_reviewed_recovery_dag_applies_exactly_the_approved_plan(airflow_env, re
     assert sorted(f[b"x-original-id"].decode() for _, f in dead) == sorted(poison)
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1200)  # three DAG runs, each an Airflow and a spark-submit start
 def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow_env, redis_server, tmp_path):
     """The same by hand, in two DAGs, as shipped on a fresh Airflow home without any
     connection (spark-submit's default local master runs the job): the dry run DAG changes
