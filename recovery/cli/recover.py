@@ -83,6 +83,7 @@ def run_recovery(argv: list[str] | None, session: Callable[[Settings], SparkSess
         except (RedisUnavailableError, RedisAuthError):
             loaded["redis_up"] = 0  # the metrics say so (redis_up), beside the exit code
             raise
+        summary.scheduler_run_id = args.scheduler_run_id
         summaries.append(summary)
         summary.check_not_empty(settings.streams.fail_when_empty)
         summary.check_failure_threshold(settings.handler.max_failed_ratio)

@@ -48,7 +48,7 @@ def precheck(command: str, job_args: list[str], spark_args: list[str]) -> int | 
     None when the job may start, else the exit code of the refusal just printed (and pushed
     to ``[metrics]`` as the job would)."""
     if (_driver_elsewhere(spark_args) or another_python(spark_args)
-            or any(_answered_by_the_job(a) for a in job_args)):
+            or any(answered_by_the_job(a) for a in job_args)):
         return None
     with tempfile.TemporaryDirectory(prefix="recovery-precheck-") as scratch:
         _as_the_driver_path(spark_args, Path(scratch))
@@ -67,7 +67,7 @@ def precheck(command: str, job_args: list[str], spark_args: list[str]) -> int | 
     return code or None
 
 
-def _answered_by_the_job(arg: str) -> bool:
+def answered_by_the_job(arg: str) -> bool:
     """An option the job answers itself, as argparse reads it: ``--print-conf`` (an
     abbreviation) is ``--print-config``."""
     return arg in ANSWERED_BY_THE_JOB or (
