@@ -18,17 +18,24 @@ XCom (``return_value``). The driver's stdout reaches the command's output in cli
 mode and with local masters; in YARN or Kubernetes cluster mode it stays in the driver's log
 and XCom gets None.
 
-The job's ``--run-id`` is made from Airflow's: ``<run_after %Y%m%dT%H%M%SZ>-<Airflow run_id,
-other characters than letters, digits, ``.`` and ``_`` as ``-``>-<task id>-<try number>``
-(:func:`job_run_id`): the same on the worker, in Redis (``x-run-id``, the job's consumer
-names) and in the report paths, new for each try (a retry never reuses a killed try's claim
-journal), starting with the time the dead-letter trend reads.
+The job's ``--run-id`` is a short form of Airflow's: ``<run_after %Y%m%dT%H%M%SZ>-<task
+id>-<try number>-<first 8 hex digits of the SHA-256 of the Airflow run_id>`` (:func:`job_run_id`,
+e.g. ``20261202T020923Z-dry_run-1-5f0c1a9e``): the same on the worker, in Redis (``x-run-id``,
+the job's consumer names, its registration and journals) and in the report paths, new for
+each try (a retry never reuses a killed try's claim journal), starting with the time the
+dead-letter trend reads. The full Airflow run_id goes with it (``--scheduler-run-id``): the
+job's JSON summary, the task's XCom, has it as ``scheduler_run_id``. Two Airflow runs whose
+short forms meet (one second, one task, one try, one hash prefix) cannot share a run: the
+job registers each run id once (SET NX) and refuses the second (exit 2; a retry gets a new
+one).
 
 On the worker: ``redis-stream-recovery`` (the Variable ``recovery_command``, default the one on
 PATH); the config file (Variable ``recovery_config``, default
 ``<recovery_app_dir>/conf/recovery.toml``, ``recovery_app_dir`` defaulting to
 ``/opt/redis-stream-recovery``); the Spark master (host and port), ``deploy-mode`` and
-``queue`` (extra) from the ``spark_default`` connection, SPARK_OPTIONS below for the rest. The
+``queue`` (extra) from the ``spark_default`` connection when it is defined, SPARK_OPTIONS below
+for the rest; without that connection spark-submit's own default master (``local[*]``, or
+``spark.master`` of its ``spark-defaults.conf``) runs the job. The
 Redis password (and user, its login) from the ``redis_recovery`` connection, given to the job
 as RECOVERY_REDIS__PASSWORD (RECOVERY_REDIS__USERNAME) in its environment only: never on a
 command line, in the TOML file or a log. Without that connection the job reads its password
@@ -40,6 +47,7 @@ Alerts: fill FAILURE_NOTIFIERS and DEADLINE_CALLBACK below.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -97,15 +105,23 @@ def notify_failure(context: Any) -> None:
 
 
 def job_run_id(airflow_run_id: str, run_after: datetime, task_id: str, try_number: int) -> str:
-    """The job's ``--run-id`` for one try of one task of an Airflow run (module docstring)."""
-    safe = re.sub(r"[^A-Za-z0-9._]+", "-", airflow_run_id).strip("-")
-    return f"{run_after:%Y%m%dT%H%M%SZ}-{safe}-{task_id}-{try_number}"
+    """The job's ``--run-id`` for one try of one task of an Airflow run: short, and traceable
+    to the Airflow run by its time, task, try and hash (module docstring)."""
+    digest = hashlib.sha256(airflow_run_id.encode("utf-8")).hexdigest()[:8]
+    task = re.sub(r"[^A-Za-z0-9._]+", "-", task_id).strip("-")
+    return f"{run_after:%Y%m%dT%H%M%SZ}-{task}-{try_number}-{digest}"
 
 
 def spark_options(conn_id: str = SPARK_CONN_ID) -> list[str]:
     """spark-submit options from the Spark connection: ``--master`` (host, with the port when
-    set), ``--deploy-mode`` and ``--queue`` (extra), then SPARK_OPTIONS."""
-    conn = Connection.get(conn_id)
+    set), ``--deploy-mode`` and ``--queue`` (extra), then SPARK_OPTIONS. Without the
+    connection, SPARK_OPTIONS only: spark-submit's default master (local)."""
+    try:
+        conn = Connection.get(conn_id)
+    except AirflowNotFoundException:
+        log.info("no Airflow connection %r: spark-submit's default master runs the job",
+                 conn_id)
+        return list(SPARK_OPTIONS)
     master = f"{conn.host}:{conn.port}" if conn.port else str(conn.host)
     extra = conn.extra_dejson
     options = ["--master", master]
@@ -167,15 +183,16 @@ def _stop(job: subprocess.Popen[str]) -> None:
 
 @task(execution_timeout=JOB_TIMEOUT)
 def recovery_job(command: str, args: list[str], config: str) -> dict[str, Any] | None:
-    """``redis-stream-recovery <command> --config <config> --run-id <job_run_id> <args> --
-    <spark options>``; returns the job's JSON summary."""
+    """``redis-stream-recovery <command> <args> --config <config> --run-id <job_run_id>
+    --scheduler-run-id <Airflow run_id> -- <spark options>``; returns the job's JSON
+    summary."""
     context = get_current_context()
     ti, dag_run = context["ti"], context["dag_run"]
     run_id = job_run_id(dag_run.run_id, dag_run.run_after, ti.task_id, ti.try_number)
     executable = Variable.get("recovery_command", default="redis-stream-recovery")
     name = f"redis-stream-{ti.task_id.replace('_', '-')}"
     argv = [executable, command, *kept_filters(args), "--config", config, "--run-id", run_id,
-            "--", *spark_options(), "--name", name]
+            "--scheduler-run-id", dag_run.run_id, "--", *spark_options(), "--name", name]
     return run_job(argv, {**os.environ, **redis_secrets()})
 
 

@@ -78,6 +78,12 @@ class Result:
         return cls(False, error, final=True)
 
 
+# How to get a handler's module to Spark's driver and executors (README, "Handlers and
+# re-processing"), said wherever one does not import.
+SHIP_HINT = ("a wheel pip-installed where Spark runs, or spark-submit --py-files with the .py "
+             "module or a .zip of its package (redis-stream-recovery run ... -- --py-files "
+             "handlers.zip); redis-stream-recovery ships a <module>.py of the working "
+             "directory itself")
 Handler = Callable[[list[Message]], Sequence["Result | bool"]]
 _CACHE: dict[str, Handler] = {}
 
@@ -92,7 +98,8 @@ def load_handler(path: str) -> Handler:
     except Exception as exc:  # any import-time failure is the user's handler's problem
         raise HandlerError(
             f"handler.path {path!r}: module {module_name!r} does not import "
-            f"({type(exc).__name__}: {exc}); install it on driver and executors or fix the path"
+            f"({type(exc).__name__}: {exc}); install it on driver and executors or fix the path: "
+            f"{SHIP_HINT}"
         ) from None
     handler = getattr(module, attr, None)
     if not callable(handler):
@@ -124,7 +131,8 @@ def _exception_class(path: str) -> type[Exception]:
     except Exception as exc:  # any import-time failure is the user's module's problem
         raise HandlerError(
             f"handler.dead_letter_exceptions {path!r}: module {module_name!r} does not import "
-            f"({type(exc).__name__}: {exc}); install it on driver and executors or fix the path"
+            f"({type(exc).__name__}: {exc}); install it on driver and executors or fix the path: "
+            f"{SHIP_HINT}"
         ) from None
     if not (isinstance(found, type) and issubclass(found, Exception)):
         raise HandlerError(

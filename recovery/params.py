@@ -38,14 +38,16 @@ class OrderParams:
     `key_field` ("" there: that stream unordered); `missing_key`: an entry without the field
     is its own key (``own``), is held (``hold``) or dead-lettered (``dead_letter``);
     `dead_letter_releases`: a head dead-lettered releases its key (else the key is held
-    behind it); `scan_max`: pending
-    entries of other consumers read at most per consumer and unit for the keys they hold."""
+    behind it, recorded in a hash named by `hold_prefix`: ``recovery.redis_io.key_holds``);
+    `scan_max`: pending entries of other consumers read at most per consumer and unit for
+    the keys they hold."""
 
     key_field: str | None = None
     key_fields: tuple[tuple[str, str], ...] = ()
     missing_key: str = "own"
     dead_letter_releases: bool = True
     scan_max: int = 10_000
+    hold_prefix: str = "recovery:held:"
 
     def field_of(self, stream: str) -> str | None:
         """The key field of `stream`, or None where its entries are not ordered."""

@@ -155,6 +155,9 @@ HEALTH = StructType(
         StructField("deliveries", MapType(StringType(), LongType(), False), False),
         StructField("idle_ages", MapType(StringType(), LongType(), False), False),
         StructField("dead_letter_length", LongType(), True),
+        # Keys held behind dead-lettered heads (order.dead_letter_releases = false: the
+        # unit's hash of held keys); null where heads do not hold their keys.
+        StructField("held_keys", LongType(), True),
     ]
 )
 PEL_HISTOGRAM = StructType(
@@ -246,6 +249,9 @@ class Action(StrEnum):
     WOULD_DEAD_LETTER = "would_dead_letter"
     WOULD_REQUEUE = "would_requeue"
     WOULD_REASSIGN = "would_reassign"
+    # A dry run's per-key order (order.dead_letter_releases = false): after an entry of its
+    # key that is held already, or that the run would dead-letter (its reason names it).
+    WOULD_HOLD = "would_hold"
 
 
 

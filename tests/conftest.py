@@ -28,6 +28,7 @@ from recovery.spark.local import local_session  # noqa: E402
 from recovery.testing.local_redis import LocalServer  # noqa: E402
 from tests.support.cluster_fixtures import LocalCluster  # noqa: E402
 from tests.support.servers import FLAVORS, REDIS_VERSIONS, start_server  # noqa: E402
+from tests.support.wheels import build_wheel_zip, made_once, wheel_installed_python  # noqa: E402
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -45,6 +46,29 @@ def spark() -> Iterator[SparkSession]:
         "spark.sql.shuffle.partitions": "2", "spark.python.worker.reuse": "true"})
     yield session
     session.stop()
+
+
+def run_wide_temp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The temp directory all of this ``pytest`` run's processes share: under xdist each
+    worker's base temp is a folder of it (the xdist documentation's recipe)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def wheel_zip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's wheel under a .zip name (tests/support/wheels.py), built once per run
+    for all workers (packaging and notebook tests): read it, never change it."""
+    return Path(made_once(run_wide_temp(tmp_path_factory), "wheel", lambda where: str(
+        build_wheel_zip(where / "wheelhouse", where / "source"))))
+
+
+@pytest.fixture(scope="session")
+def wheel_python(tmp_path_factory: pytest.TempPathFactory, wheel_zip: Path) -> str:
+    """A Python with the dependencies and the installed wheel, not the checkout, made once
+    per run for all workers: its interpreter path. Run it; never install into it."""
+    return made_once(run_wide_temp(tmp_path_factory), "wheel-venv",
+                     lambda where: wheel_installed_python(wheel_zip, where))
 
 
 @pytest.fixture(params=FLAVORS)

@@ -18,9 +18,9 @@ API, the deadline callback) is in tests/support/airflow_runs.py.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +35,7 @@ from tests.support.airflow_runs import (
     ROOT,
     airflow_finish,
     airflow_run,
+    airflow_runs,
     airflow_start,
     answer_approval,
     fire_deadline,
@@ -51,21 +52,22 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """A fresh AIRFLOW_HOME with a migrated SQLite database and the DAGs serialised."""
+    """A fresh AIRFLOW_HOME with a migrated SQLite database and no connection at all (a test
+    adds one as AIRFLOW_CONN_<ID>, SPARK_CONNECTION). (No ``dags reserialize``: each
+    ``dag.test()`` writes the DAG bundle's serialised DAGs to the database itself first.)"""
     home = tmp_path_factory.mktemp("airflow-home")
     venv_bin = Path(sys.executable).parent
-    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_CONN_")}
+    env = {**env, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-           "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
            "AIRFLOW_VAR_RECOVERY_APP_DIR": str(ROOT),
            # the project's redis-stream-recovery and spark-submit
            "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}",
            "PYSPARK_PYTHON": sys.executable}
     env.pop("RECOVERY_REDIS__PASSWORD", None)  # the connection's or none
     airflow = str(Path(AIRFLOW_PYTHON or "").parent / "airflow")
-    for command in (["db", "migrate"], ["dags", "reserialize"]):
-        subprocess.run([airflow, *command], env=env, check=True, capture_output=True,
-                       timeout=300)
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True,
+                   timeout=300)
     return env
 
 
@@ -77,15 +79,36 @@ def write_config(tmp_path: Path, url: str) -> Path:
     return config
 
 
+SPARK_CONNECTION = {"AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark",
+                                                              "host": "local[2]"})}
+
+
 def job_run_id(run: dict, task_id: str, try_number: int = 1) -> str:
     """The --run-id the DAGs give the job for one try of `task_id` in the Airflow run `run`
-    (the contract the DAG module's docstring states)."""
-    safe = re.sub(r"[^A-Za-z0-9._]+", "-", run["run_id"]).strip("-")
-    return f"{run['run_after']}-{safe}-{task_id}-{try_number}"
+    (the contract the DAG module's docstring states): time, task, try, hash of the run id."""
+    digest = hashlib.sha256(run["run_id"].encode()).hexdigest()[:8]
+    return f"{run['run_after']}-{task_id}-{try_number}-{digest}"
 
 
-def test_dags_parse_with_a_timeout_on_every_task(airflow_env):
-    result = airflow_run(airflow_env)
+def assert_traceable(summary: dict, run: dict, task_id: str) -> None:
+    """The job's run id is the short form; the summary keeps Airflow's run id in full."""
+    assert summary["run_id"] == job_run_id(run, task_id)
+    assert len(summary["run_id"]) <= 16 + len(task_id) + 12, summary["run_id"]
+    assert summary["scheduler_run_id"] == run["run_id"]
+
+
+NO_PLAN = ({}, {"plan": ""}, {"plan": "  "})  # apply_plan's triggers without a plan
+
+
+@pytest.fixture(scope="module")
+def parsed_and_refused(airflow_env) -> dict:
+    """One Airflow process for the tests that run no job: it parses the DAG folder, then
+    triggers the apply DAG with each of NO_PLAN."""
+    return airflow_runs(airflow_env, [("redis_stream_apply_plan", conf, {}) for conf in NO_PLAN])
+
+
+def test_dags_parse_with_a_timeout_on_every_task(parsed_and_refused):
+    result = parsed_and_refused
     assert result["errors"] == {}
     hour, five_minutes = 3600.0, 300.0
     assert result["timeouts"] == {
@@ -112,7 +135,8 @@ def test_recovery_dag_runs_the_job_with_the_connection_password(airflow_env, red
     client = Redis(port=redis_server.port, password=PASSWORD)
     config = write_config(tmp_path, redis_server.url)
     conn = {"AIRFLOW_CONN_REDIS_RECOVERY": json.dumps({"conn_type": "generic",
-                                                       "password": PASSWORD})}
+                                                       "password": PASSWORD}),
+            **SPARK_CONNECTION}
 
     result = airflow_run({**airflow_env, **conn}, "redis_stream_recovery",
                          recovery_config=str(config))
@@ -125,8 +149,9 @@ def test_recovery_dag_runs_the_job_with_the_connection_password(airflow_env, red
     dead = [f for s in streams for _, f in client.xrange(dead_letter_key(s, ":dlq"))]
     assert len(dead) == 24
     run_id = job_run_id(result, "recover")
-    assert summary["run_id"] == run_id
+    assert_traceable(summary, result, "recover")
     assert {f[b"x-run-id"].decode() for f in dead} == {run_id}
+    assert "-- --master local[2] --name redis-stream-recover" in result["output"]
     assert summary["report_path"] == f"{tmp_path}/reports/entries/run_id={run_id}"
     assert Path(summary["report_path"]).is_dir()
     assert f"redis-stream-recovery run --config {config} --run-id {run_id}" in result["output"]
@@ -148,9 +173,10 @@ def test_redrive_dag_dry_run_and_a_failing_job_calls_the_failure_notifiers(
     notified = tmp_path / "notified.jsonl"  # FAILURE_NOTIFIERS: a FileNotifier writing here
     hooked = {**airflow_env, "NOTIFY_FILE": str(notified)}
 
-    dry = airflow_run(hooked, "redis_stream_redrive", recovery_config=str(config))
-    failed = airflow_run(hooked, "redis_stream_redrive",
-                         recovery_config=str(tmp_path / "missing.toml"))
+    dry, failed = airflow_runs(hooked, [  # one Airflow process, two runs of the DAG
+        ("redis_stream_redrive", None, {"recovery_config": str(config)}),
+        ("redis_stream_redrive", None, {"recovery_config": str(tmp_path / "missing.toml")}),
+    ])["runs"]
 
     assert dry["state"] == "success", dry["output"][-3000:]
     assert dry["xcom"]["redrive"]["dry_run"] is True
@@ -238,22 +264,25 @@ def test_reviewed_recovery_dag_applies_exactly_the_approved_plan(airflow_env, re
     plan, summary = result["xcom"]["dry_run"], result["xcom"]["apply_plan"]
     assert (plan["dry_run"], nonzero(plan["totals"])) == (True, {"would_reprocess": 6,
                                                                  "would_dead_letter": 2})
-    assert plan["run_id"] == job_run_id(result, "dry_run")
+    assert_traceable(plan, result, "dry_run")
     assert plan["report_path"] in waiting["asked"][0]["body"]  # the approver sees the plan
     assert '"would_dead_letter": 2' in waiting["asked"][0]["body"]
     assert (summary["dry_run"], summary["plan"], nonzero(summary["totals"])) == (
         False, plan["report_path"], {"reprocessed": 6, "dead_lettered": 2})
-    assert summary["run_id"] == job_run_id(result, "apply_plan")
+    assert_traceable(summary, result, "apply_plan")
     assert pel(client) == later
     dead = client.xrange("{orders}:dlq")
     assert sorted(f[b"x-original-id"].decode() for _, f in dead) == sorted(poison)
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1200)  # three DAG runs, each an Airflow and a spark-submit start
 def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow_env, redis_server, tmp_path):
-    """The same by hand, in two DAGs: the dry run DAG changes nothing and names its plan in
-    XCom; the apply DAG, given it, acks and dead-letters exactly the planned entries; given a
-    real run's report it fails, Redis unchanged (a plain recovery would take the later ones)."""
+    """The same by hand, in two DAGs, as shipped on a fresh Airflow home without any
+    connection (spark-submit's default local master runs the job): the dry run DAG changes
+    nothing and names its plan in XCom; the apply DAG, given it, acks and dead-letters exactly
+    the planned entries; given a real run's report it fails, Redis unchanged (a plain
+    recovery would take the later ones). The job's consumer names in Redis carry the short
+    run id, the summary Airflow's in full."""
     client = redis_server.client()
     ok, poison, config = plan_backlog(client, tmp_path, redis_server.url)
 
@@ -263,6 +292,9 @@ def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow_env, redis_ser
     assert (plan["dry_run"], nonzero(plan["totals"])) == (True, {"would_reprocess": 6,
                                                                  "would_dead_letter": 2})
     assert plan["report_path"] == f"{tmp_path}/reports/entries/run_id={plan['run_id']}"
+    assert_traceable(plan, dry, "dry_run")
+    assert "no Airflow connection 'spark_default'" in dry["output"]
+    assert " -- --name redis-stream-dry-run" in dry["output"]  # no --master: the default
     assert (pel(client), client.exists("{orders}:dlq")) == (ok + poison, 0)  # nothing changed
     assert [c["name"] for c in client.xinfo_consumers("orders", "billing")] == [
         b"worker-1-crashed"]  # nothing claimed
@@ -274,9 +306,13 @@ def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow_env, redis_ser
     summary = applied["xcom"]["apply_plan"]
     assert (summary["dry_run"], summary["plan"], nonzero(summary["totals"])) == (
         False, plan["report_path"], {"reprocessed": 6, "dead_lettered": 2})
+    assert_traceable(summary, applied, "apply_plan")
     assert pel(client) == later
     dead = client.xrange("{orders}:dlq")
     assert sorted(f[b"x-original-id"].decode() for _, f in dead) == sorted(poison)
+    assert {f[b"x-run-id"].decode() for _, f in dead} == {summary["run_id"]}
+    assert [c["name"].decode() for c in client.xinfo_consumers("orders", "billing")] == [
+        "worker-1-crashed"]  # the job's consumers (recovery-<short id>-<part>) are gone
 
     refused = airflow_run(airflow_env, "redis_stream_apply_plan",
                           {"plan": summary["report_path"]}, recovery_config=config)
@@ -284,9 +320,8 @@ def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow_env, redis_ser
     assert (pel(client), client.xlen("{orders}:dlq")) == (later, 2)
 
 
-def test_apply_plan_dag_refuses_a_trigger_without_a_plan(airflow_env):
-    for conf in ({}, {"plan": ""}, {"plan": "  "}):
-        result = airflow_run(airflow_env, "redis_stream_apply_plan", conf)
+def test_apply_plan_dag_refuses_a_trigger_without_a_plan(parsed_and_refused):
+    for conf, result in zip(NO_PLAN, parsed_and_refused["runs"], strict=True):
         assert result["state"] == "not started", (conf, result)
         assert "plan" in result["error"], result["error"]
 
@@ -306,7 +341,8 @@ def test_dead_letters_dag_reads_the_dead_letters_and_leaves_them(airflow_env, re
 
     assert result["state"] == "success", result["output"][-3000:]
     summary = result["xcom"]["dead_letters"]
-    assert (summary["status"], summary["run_id"]) == ("ok", job_run_id(result, "dead_letters"))
+    assert summary["status"] == "ok"
+    assert_traceable(summary, result, "dead_letters")
     assert (summary["totals"]["dead_letter_streams"], summary["totals"]["dead_letters"]) == (1, 3)
     assert Path(summary["report_path"]).is_dir()
     assert client.xrange("{orders}:dlq") == before  # a read: Redis unchanged

@@ -11,7 +11,15 @@ from recovery.redis_io.dlq_names import dead_letter_key
 from tests.support.attack_order_handlers import XDEL
 from tests.support.fault_tools import run_in_process, write_control
 from tests.support.order_handler import DONE, FAIL, REJECT, SEEN
-from tests.support.order_tools import STREAM, args, pending_owners, recorded, rows_of, seed
+from tests.support.order_tools import (
+    STREAM,
+    age,
+    args,
+    pending_owners,
+    recorded,
+    rows_of,
+    seed,
+)
 
 
 @pytest.mark.slow
@@ -144,20 +152,48 @@ def test_a_dry_run_counts_the_entries_without_a_key_that_the_run_dead_letters(
             dry.summary["totals"]["would_reprocess"]) == (1, 2), dry.summary["totals"]
 
 
-def test_dead_letter_releases_false_is_refused_untouched(spark, redis_server,
-                                                       tmp_path: Path) -> None:
-    """``order.dead_letter_releases = false`` cannot be kept: once the dead-lettered head has
-    left the PEL, the next run (or a retried task) no longer sees it and handed the key's
-    later entries over (both shown before the refusal: a second run, and a hand-over retried
-    after its first wave, released k0). An option the job cannot honour is refused: exit 2,
-    one line naming it, nothing touched in Redis."""
+@pytest.mark.slow
+def test_dead_letter_releases_false_keeps_the_key_held_in_the_next_run(spark, redis_server,
+                                                                       tmp_path: Path) -> None:
+    """With order.dead_letter_releases = false, k0's head rejected (dead-lettered) holds the
+    rest of k0 in the run; the next run, with the same setting, must not hand k0's later
+    entries over either: the key waits for the operator (its head is in the dead-letter
+    stream, not handled)."""
     client = redis_server.client()
     write_control(redis_server.url)
-    seed(client, keys=2, per_key=3)
-    before = {k: client.dump(k) for k in client.keys("*")}
+    ids = seed(client, keys=2, per_key=3)
+    head = ids["k0"][0]
+    client.sadd(REJECT, head)
+    hold = ("spark.partitions=1", "order.dead_letter_releases=false")
+    first = run_in_process(spark, args(redis_server.url, tmp_path / "r", *hold))
+    assert first.code == 0, first.stderr[-3000:]
+    assert recorded(client, DONE, ["k0"])["k0"] == []
+    age(client, list(pending_owners(client)))
+    second = run_in_process(spark, args(redis_server.url, tmp_path / "r", *hold))
+    assert second.code == 0, second.stderr[-3000:]
+    done = recorded(client, DONE, ["k0"])["k0"]
+    assert done == [], f"k0 released in the next run although its head was dead-lettered: {done}"
+
+
+@pytest.mark.slow
+def test_a_retried_hand_over_keeps_a_key_held_behind_a_head_dead_lettered_before(
+        spark, redis_server, tmp_path: Path, faults) -> None:
+    """order.dead_letter_releases = false; k0's head rejected (Result.dead_letter) in the
+    first wave; the hand-over task fails after that wave (the suite's session retries
+    tasks). The retried attempt finds the head gone from the PEL (the failed attempt moved
+    it) and must still hold k0: none of k0's later entries may reach the handler."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    ids = seed(client, keys=2, per_key=3)
+    head = ids["k0"][0]
+    client.sadd(REJECT, head)
+    faults("ordered 1 0")
     result = run_in_process(spark, args(redis_server.url, tmp_path / "r", "spark.partitions=1",
                                         "order.dead_letter_releases=false"))
-    assert result.code == 2, result.stderr[-3000:]
-    assert "order.dead_letter_releases" in result.stderr and "not supported" in result.stderr
-    assert {k: client.dump(k) for k in client.keys("*")} == before
-    assert recorded(client, SEEN, ["k0", "k1"]) == {"k0": [], "k1": []}
+    assert result.code == 0, result.stderr[-3000:]
+    dead = [f[b"x-original-id"].decode()
+            for _, f in client.xrange(dead_letter_key(STREAM, ":dlq"))]
+    assert dead == [head]
+    done = recorded(client, DONE, ["k0"])["k0"]
+    assert done == [], f"k0 released by the retry although its head was dead-lettered: {done}"
+    assert set(ids["k0"][1:]) <= set(pending_owners(client))

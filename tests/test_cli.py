@@ -116,16 +116,48 @@ def test_a_bad_value_names_the_variable_it_came_from() -> None:
 @pytest.mark.slow
 def test_a_run_that_succeeds_says_exit_code_0(spark: SparkSession, redis_server: LocalServer,
                                               tmp_path: Path) -> None:
-    """Every JSON summary carries the exit code, not only the failures'."""
+    """Every JSON summary carries the exit code, not only the failures', and the
+    scheduler's run id in full when one is given."""
     client = redis_server.client()
     stuck(client, "cli-ok")
-    result = run_in_process(spark, job_args(redis_server.url, tmp_path, ["cli-ok"],
-                                            "handler.path=recovery.handlers:example_handler"))
+    airflow_run_id = "manual__2026-12-02T02:09:23.395718+00:00"
+    result = run_in_process(spark, [*job_args(redis_server.url, tmp_path, ["cli-ok"],
+                                              "handler.path=recovery.handlers:example_handler"),
+                                    "--scheduler-run-id", airflow_run_id])
     assert result.code == 0, result.stderr
+    assert result.summary["scheduler_run_id"] == airflow_run_id
+    assert airflow_run_id not in result.summary["run_id"]
     assert result.summary["exit_code"] == 0
     assert result.summary["status"] == "ok"
     assert result.summary["totals"]["reprocessed"] == 3
     assert pel(client, "cli-ok", GROUP) == {}  # the run really recovered them
+
+
+def test_the_checks_before_a_run_are_made_once(spark: SparkSession, redis_server: LocalServer,
+                                               tmp_path: Path, caplog) -> None:
+    """The command line checked the server (PING, INFO) and the handler before the session,
+    and the run checked them again: now once. Redis counts the PINGs; a dry run in handler
+    mode without a handler still warns, once."""
+    client = redis_server.client()
+    stuck(client, "cli-once")
+    pings = int(client.info("commandstats").get("cmdstat_ping", {}).get("calls", 0))
+    result = run_in_process(spark, [*job_args(redis_server.url, tmp_path, ["cli-once"],
+                                             "handler.path="),
+                                    "--dry-run"])
+    assert result.code == 0, result.stderr
+    assert result.summary["totals"]["would_reprocess"] == 3
+    assert int(client.info("commandstats")["cmdstat_ping"]["calls"]) - pings == 1
+    warned = [r for r in caplog.records if "handler.path is not set" in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in warned]
+
+
+@pytest.mark.parametrize("given", ["", "x" * 251, "run\nid"])
+def test_a_scheduler_run_id_that_is_no_run_id_is_refused_before_redis(given: str,
+                                                                     tmp_path: Path) -> None:
+    result = run_in_process(None, [*job_args(CLOSED_URL, tmp_path, ["orders"]),
+                                   "--scheduler-run-id", given])
+    assert result.code == 2, result.stderr
+    assert "a scheduler run id is 1 to 250 printable characters" in result.stderr
 
 
 SPARK_INFO = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ", re.MULTILINE)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from urllib.parse import quote
 
@@ -29,6 +31,7 @@ from tests.support.console_tools import (
 from tests.support.pushgateway import pushed_names
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "conf" / "grafana-dashboard.json"
+KINDS = ("recover", "dead_letters", "redrive")  # each pushes dead-letter lengths
 LABELS = {"job", "instance", "kind", "stream", "group", "action", "status", "outcome",
           "bucket"}
 
@@ -112,3 +115,43 @@ def test_the_dead_letter_panels_link_to_the_consoles_page_of_the_stream(
     finally:
         state.close()
     assert client.xlen(DLQ["orders"]) == 2 and client.xlen(DLQ["payments"]) == 1
+
+
+def panel(title_start: str) -> dict:
+    board = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    [found] = [p for p in board["panels"] if p["title"].startswith(title_start)]
+    return found
+
+
+def test_a_dead_letter_stream_is_drawn_once_whatever_jobs_pushed_its_length(tmp_path: Path):
+    """The recovery run, the dead-letter read and the redrive each push the length of a
+    dead-letter stream under their own kind: the panel drew one stream three times. Its
+    query, evaluated by promtool over the three series, gives one (the scheduled run's)."""
+    binary = shutil.which("promtool")
+    assert binary, "no promtool: apt-get install prometheus (.ci/run does)"
+    expr = panel("Dead-letter stream length")["targets"][0]["expr"]
+    expr = expr.replace("$job", "redis_stream_recovery").replace("$instance", ".*")
+    series = [f"{PREFIX}dead_letter_entries{{job=\"redis_stream_recovery\",instance=\"a\","
+              f"kind=\"{kind}\",stream=\"{{orders}}:dlq\"}}" for kind in KINDS]
+    test = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [{"series": s, "values": "7x5"} for s in series],
+        "promql_expr_test": [{"expr": expr, "eval_time": "2m", "exp_samples": [
+            {"labels": series[0], "value": 7}]}]}]}
+    (tmp_path / "panel_test.yml").write_text(json.dumps(test))  # JSON is YAML
+    done = subprocess.run([binary, "test", "rules", str(tmp_path / "panel_test.yml")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_run_status_and_seconds_are_on_axes_of_their_own():
+    """0/1 and seconds shared one axis (a 40 s run flattened the status to a line at 0): the
+    duration series is drawn on a right axis in seconds."""
+    found = panel("Run status and duration")
+    legends = {t["legendFormat"]: t["expr"] for t in found["targets"]}
+    [seconds] = [legend for legend, expr in legends.items() if "_seconds" in expr]
+    [override] = [o for o in found["fieldConfig"]["overrides"]
+                  if o["matcher"] == {"id": "byName", "options": seconds}]
+    properties = {p["id"]: p["value"] for p in override["properties"]}
+    assert properties["unit"] == "s" and properties["custom.axisPlacement"] == "right"
+    assert found["fieldConfig"]["defaults"]["unit"] != "s"

@@ -19,16 +19,21 @@ import redis
 from recovery.cli.dead_letters import dead_letters_main
 from recovery.dead_letters.read import dead_letter_row
 from recovery.dead_letters.report import DeadLetterSummary, views_path
-from recovery.dead_letters.run import key_parts, read_dead_letters, run_dead_letters
+from recovery.dead_letters.run import (
+    find_dead_letter_streams,
+    key_parts,
+    read_dead_letters,
+    run_dead_letters,
+)
 from recovery.dead_letters.trend import health_trend
 from recovery.dead_letters.views import signature
 from recovery.driver.job import run
 from recovery.schemas import HEALTH, arrow
-from recovery.settings.model import Settings, load_settings
+from recovery.settings.model import Settings, load_settings, redis_params
 from recovery.targets.dead_letter_streams import DeadLetterStream
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.testing.local_redis import LocalServer
-from tests.support.redrive_tools import dead_letter
+from tests.support.redrive_tools import dead_letter, redrive
 
 R_LIMIT, R_FAILED = "max-deliveries-exceeded", "handler-failed-at-limit"
 TIMEOUTS = ["timeout after 3012 ms on order 88", "timeout after 17 ms on order 5"]
@@ -259,3 +264,27 @@ def test_recovery_run_warns_and_health_trend_has_dead_letter_lengths(spark, redi
         ("20260101T000000Z-aaaaaa", datetime(2026, 1, 1), "orders", 1, None),
         ("20261126T010203Z-bbbbbb", datetime(2026, 11, 26, 1, 2, 3), "orders", 2, 3)]
     assert client.xlen("{orders}:dlq") == 3  # never trimmed
+
+
+def test_a_key_of_another_type_matched_by_the_pattern_is_no_source(redis_server, tmp_path):
+    """``streams.match`` also finds keys of other types: the dead-letter read listed a string
+    key as a source with a "missing" dead-letter stream (and its metrics pushed 0 for it).
+    Sources are now only what Redis holds as streams (or no longer holds); the others are
+    skipped with the recovery run's reason, the redrive alike, and nothing is written."""
+    client = redis_server.client()
+    seed_causes(client)
+    client.set("orders:cache", "not a stream")
+    client.hset("orders:h", "a", "b")
+    settings = settings_of(redis_server, tmp_path, "streams.match=orders*")
+    before = snapshot(client)
+
+    streams, skipped = find_dead_letter_streams(settings, redis_params(settings))
+    sources = sorted({src for s in streams for src in s.sources})
+    assert sources == ["orders"]
+    assert {client.type(src) for src in sources} == {b"stream"}  # Redis: only streams
+    assert sorted((s.stream, s.reason) for s in skipped) == [
+        ("orders:cache", "not a stream (type string): left alone"),
+        ("orders:h", "not a stream (type hash): left alone")]
+    summary = redrive(redis_server, "streams.match=orders*", "redrive.dry_run=true")
+    assert [u["stream"] for u in summary.units] == ["orders"]
+    assert snapshot(client) == before

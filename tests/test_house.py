@@ -54,6 +54,7 @@ FLOORS = (
     "recovery.metrics",       # a job's metrics, pushed to a Prometheus Pushgateway
     "recovery.console",       # the dead-letter console: a web app over Redis, no Spark
     "recovery.cli",           # the three jobs' command lines, and the console's
+    "recovery.starter",       # the starter files `init` writes (config, alerts, DAG)
     "recovery.jobs",          # the spark-submit entry points and the command that submits them
     "recovery.testing",       # throwaway servers and backlogs for the demo and the tests
 )

@@ -19,7 +19,6 @@ import pytest
 from redis import Redis
 
 from recovery.testing.backlog import make_stuck, seed_demo_backlog
-from tests.support.wheels import build_wheel_zip, deps_only_python, install_wheel
 
 pytestmark = pytest.mark.slow  # the notebook runs the job in its own Spark
 
@@ -183,17 +182,9 @@ def test_with_a_config_file_the_users_limits_win_and_the_real_run_waits_for_its_
     assert first_plan["run_id"] in cell_text(tagged(nb, "trend"))
 
 
-@pytest.fixture(scope="module")
-def wheel_zip(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_wheel_zip(tmp_path_factory.mktemp("wheelhouse"),
-                           tmp_path_factory.mktemp("source"))
-
-
-def wheel_kernel(wheel_file: Path, where: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A Jupyter kernel whose Python has the installed wheel and the dependencies (seen
+def wheel_kernel(python: str, where: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A Jupyter kernel of `python`, which has the installed wheel and the dependencies (seen
     through a .pth), not the checkout: its name."""
-    python = deps_only_python(where / "venv")
-    install_wheel(wheel_file, python)
     spec = where / "jupyter" / "kernels" / "recovery-wheel"
     spec.mkdir(parents=True)
     (spec / "kernel.json").write_text(json.dumps({
@@ -206,8 +197,8 @@ def wheel_kernel(wheel_file: Path, where: Path, monkeypatch: pytest.MonkeyPatch)
 
 
 def test_from_the_installed_wheel_with_a_config_file(monkeypatch, redis_server, tmp_path,
-                                                     wheel_zip):
-    kernel = wheel_kernel(wheel_zip, tmp_path, monkeypatch)
+                                                     wheel_python):
+    kernel = wheel_kernel(wheel_python, tmp_path, monkeypatch)
     client = redis_server.client()
     recent = seed_with_recent_repeats(client)
     conf = user_config(tmp_path, redis_server.url)
@@ -215,7 +206,7 @@ def test_from_the_installed_wheel_with_a_config_file(monkeypatch, redis_server, 
     nb = execute(monkeypatch, kernel, RECOVERY_NOTEBOOK_CONFIG=str(conf),
                  RECOVERY_NOTEBOOK_REAL_RUN="1")
     imported_from = Path(cell_text(tagged(nb, "imported-from")).strip())
-    assert imported_from.is_relative_to(tmp_path / "venv"), imported_from
+    assert imported_from.is_relative_to(Path(wheel_python).parent.parent), imported_from
     assert_the_users_limits_held(client, recent, last_json_line(tagged(nb, "real-run")))
 
     # No config, no URL: the throwaway demo server is a checkout's, and says so.

@@ -179,7 +179,7 @@ def test_keys_in_id_order_across_split_tasks_held_behind_failures_then_resumed(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("releases", [True])  # false is refused: tests/test_attack_order.py
+@pytest.mark.parametrize("releases", [True, False])
 def test_a_head_pending_elsewhere_holds_its_key_and_a_dead_lettered_one_releases_it(
         spark, redis_version_server, tmp_path, releases):
     """k0's oldest entry is pending on a live consumer (idle 0: not claimed): k0's claimed

@@ -29,18 +29,12 @@ from recovery.testing.backlog import (
     make_stuck,
     seed_demo_backlog,
 )
-from tests.support.wheels import build_wheel_zip, deps_only_python, install_wheel
+from tests.support.wheels import deps_only_python
 
 pytestmark = pytest.mark.slow  # builds the wheel, then spark-submit runs
 
 ROOT = Path(__file__).resolve().parent.parent
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
-
-
-@pytest.fixture(scope="module")
-def wheel_zip(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_wheel_zip(tmp_path_factory.mktemp("wheelhouse"),
-                           tmp_path_factory.mktemp("source"))
 
 
 def clean_env(python: str) -> dict[str, str]:
@@ -95,13 +89,12 @@ def test_the_wheel_carries_the_jobs_and_the_command_not_the_test_tooling(wheel_z
     assert "redis-stream-recovery = recovery.jobs.submit:main" in text
 
 
-def test_the_installed_command_runs_the_job_through_spark_submit(wheel_zip, redis_server,
+def test_the_installed_command_runs_the_job_through_spark_submit(wheel_python, redis_server,
                                                                  tmp_path):
     """The wheel pip-installed into a fresh venv (its dependencies seen through a .pth): its
     ``redis-stream-recovery`` command, run from an empty directory, submits the job file the
     package carries; Redis shows the work done (dry run: nothing; apply: the plan)."""
-    python = deps_only_python(tmp_path / "venv")
-    install_wheel(wheel_zip, python)
+    python = wheel_python
     command = str(Path(python).parent / "redis-stream-recovery")
     client = redis_server.client()
     create_group(client, "orders", "billing")

@@ -280,3 +280,21 @@ def test_a_planned_page_whose_reply_was_lost_is_taken_back(server, client, make_
     back = [s for s in steps if s.sent_at is None]
     assert [r["id"] for s in back for r in s.claimed.to_arrow().to_pylist()] == ids[5:10]
     assert all(r["fields"] is None for s in back for r in s.claimed.to_arrow().to_pylist())
+
+
+def test_an_applied_plan_shows_the_lag_redis_tells_as_its_dry_run_did(spark, client,
+                                                                     make_settings):
+    """The group health of ``apply`` showed lag "unknown" on Redis 7.0+ where its dry run
+    showed the lag: the plan's units never carried XINFO GROUPS's ``lag``. Both runs' health
+    rows now show what Redis tells (None only where it cannot tell: Redis 6.2)."""
+    ids = add_entries(client, "lag-s", 8, lambda i: {"n": str(i)})
+    client.xgroup_create("lag-s", "g", id="0")
+    assert deliver(client, "lag-s", "g", DEAD, 5) == ids[:5]  # 3 never read: lag 3
+    make_stuck(client, "lag-s", "g", DEAD, ids[:5], HOUR_MS, 1)
+    settings = make_settings('streams.keys=["lag-s"]')
+    dry = run(spark, settings, dry_run=True)
+    lag = client.xinfo_groups("lag-s")[0].get("lag")  # what Redis tells (absent before 7.0)
+    applied = run(spark, settings, plan=dry.report_path)
+    assert [h["lag"] for h in dry.unit_health] == [lag]
+    assert [h["lag"] for h in applied.unit_health] == [lag]
+    assert lag is None or lag == 3

@@ -24,6 +24,8 @@ from tests.support.pushgateway import LocalPushgateway, pushed
 ROOT = Path(__file__).resolve().parent.parent
 CLOSED_URL = "redis://127.0.0.1:1/0"  # nothing listens
 HINT = "did you mean claim.min_idle_ms?"
+SPELLING = ("(check the spelling against conf/recovery.toml; `redis-stream-recovery init` "
+            "writes it)")
 
 
 def command(*args: str, env: dict[str, str] | None = None, cwd: Path = ROOT
@@ -61,13 +63,12 @@ def test_a_typo_in_a_variable_or_a_set_names_the_nearest_key():
     done, _ = command("dry-run", "--set", "streams.keys=orders",
                       env={"RECOVERY_CLAIM__MIN_IDLE": "600000"})
     refused_here(done, 2, f"claim.min_idle: unknown setting, {HINT} "
-                          "(check the spelling against conf/recovery.toml) "
-                          "(from RECOVERY_CLAIM__MIN_IDLE)")
+                          f"{SPELLING} (from RECOVERY_CLAIM__MIN_IDLE)")
     done, _ = command("redrive", "--set", "streams.keys=orders", "--set", "claims.count=5")
     refused_here(done, 2, "claims: unknown setting, did you mean claim?")
     done, _ = command("dead-letters", "--set", "streams.keys=orders",
                       "--set", "claim.min_idle=1")
-    refused_here(done, 2, f"{HINT} (check the spelling against conf/recovery.toml) (from --set)")
+    refused_here(done, 2, f"{HINT} {SPELLING} (from --set)")
 
 
 def test_a_variable_of_an_unknown_section_is_refused_not_ignored():

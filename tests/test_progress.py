@@ -119,8 +119,8 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
 def expected(done: int, at_start: int, dead: int, held: int, still: int, finished: int,
              units: int, vanished: int = 0) -> str:
     line = (f"{done:,} of {at_start:,} pending entries done ({done * 100 // at_start}%), "
-            f"{dead:,} dead-lettered, {held:,} held by the job, {still:,} still pending; "
-            f"{finished} of {units} streams finished")
+            f"{dead:,} dead-lettered, {held + still:,} still pending ({held:,} of them held "
+            f"by the job); {finished} of {units} streams finished")
     return line + (f" ({vanished} vanished)" if vanished else "")
 
 
@@ -593,3 +593,24 @@ def test_ticks_read_along_the_parts_frontiers_and_keep_up_with_the_job(
     assert totals(caplog)[-1] == redis_totals(
         client, dict.fromkeys(streams, 3), [], GROUP, lambda n: n in JOB, dlqs)
     assert totals(caplog)[-1] == expected(20 * 3 + 6 * 3 + 1, 120, 26, 0, 41, 27, 40)
+
+
+def test_still_pending_is_what_redis_has_pending_and_adds_up_with_done(server, caplog_info):
+    """A line said "0 still pending; 0 of 2 streams finished" beside "pending 20 -> 2 (job
+    holds 2)": its still-pending left out what the job held. The totals line's still-pending
+    is now the groups' XPENDING count, and done + still pending is the pending at the start."""
+    caplog = caplog_info
+    client = server.client()
+    ids = seed(client, ["sp-a", "sp-b"], 20)
+    units = units_of(client, [(s, GROUP) for s in ("sp-a", "sp-b")])
+    with reporter(server, units, 0.1) as rep:
+        assert rep.running
+        for stream in ("sp-a", "sp-b"):
+            claim(client, stream, JOB[0], ids[stream][:20])
+            client.xack(stream, GROUP, *ids[stream][:18])  # 2 left, held by the job
+        want = sum(client.xpending(s, GROUP)["pending"] for s in ("sp-a", "sp-b"))
+        assert want == 4
+        wait_for(lambda: "36 of 40 pending entries done" in (totals(caplog) or [""])[-1])
+    line = totals(caplog)[-1]
+    assert f"{want} still pending (4 of them held by the job)" in line, line
+    assert "0 of 2 streams finished" in line, line  # the job still holds entries of both

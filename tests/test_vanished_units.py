@@ -18,10 +18,15 @@ import pytest
 from redis import Redis
 from redis.exceptions import NoScriptError, ResponseError
 
+from recovery.executor.claimed import Claimed
+from recovery.executor.handover.ready import ready
+from recovery.executor.handover.routed import RoutedBatch
+from recovery.params import Unit
 from recovery.redis_io.error_codes import error_code, server_text, unit_vanished
-from recovery.redis_io.redis_conn import wrong_type
+from recovery.redis_io.redis_conn import connect, wrong_type
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.scripts import scripts_for
+from recovery.settings.model import executor_params
 from recovery.testing.local_redis import LocalServer
 from tests.support.acting_proxy import ActingProxy
 from tests.support.backlogs import DEAD
@@ -38,6 +43,58 @@ from tests.support.fault_tools import (
 )
 from tests.support.invariants import final_states, pel
 from tests.support.servers import SCRIPT_ERRORS_KEEP_THEIR_CODE, has
+
+# --- entries claimed by ID only, found gone at the hand-over -------------------------------
+
+GONE_TWO = ["XDEL", "s"]  # two of the entries, named by the test
+VANISHINGS = {"stream-deleted": [["DEL", "s"]],
+              "two-entries-deleted": [GONE_TWO],
+              "two-entries-deleted-then-group-destroyed": [GONE_TWO,
+                                                           ["XGROUP", "DESTROY", "s", "g"]]}
+
+
+@pytest.mark.parametrize("vanish", list(VANISHINGS))
+def test_entries_claimed_by_id_and_then_gone_are_deleted_only_while_their_unit_exists(
+        server: LocalServer, make_settings, vanish: str):
+    """A split part's claim and a retried task take entries by ID; the hand-over fetches
+    their fields (XRANGE), which answers nothing both for an entry deleted from its stream
+    and for a stream deleted whole. The moment between that claim and the fetch, made
+    deterministic: only entries gone from a stream that still has the group are `deleted`
+    (their PEL slot acked); those of a stream deleted, or of a group destroyed, are skipped
+    as vanished (docs/GUARANTEES.md), and nothing is created back in Redis. (Entries still
+    readable go on to the hand-over, whose lease read finds a destroyed group.)"""
+    client = server.client()
+    ids = [client.xadd("s", {"n": n}).decode() for n in range(5)]
+    client.xgroup_create("s", "g", "0")
+    client.xreadgroup("g", "recovery-c", {"s": ">"})
+    n = len(ids)
+    claimed = Claimed.of_unit(Unit("s", "g", "recovery-c"), ids, [False] * n, [None] * n,
+                              [0] * n, [None] * n, [1] * n)  # claimed by ID: no fields
+    rb = RoutedBatch(claimed, max_deliveries=10)
+    for command in VANISHINGS[vanish]:
+        client.execute_command(*command, *(ids[1:3] if command is GONE_TWO else []))
+    params = executor_params(make_settings('streams.keys=["s"]'), "r")
+    job_client = connect(params.redis)  # the job's own connection (RESP, decoding)
+    try:
+        left = ready(job_client, params, rb, list(range(n)))
+    finally:
+        job_client.close()
+
+    if vanish == "stream-deleted":
+        assert left == [] and rb.action == ["skipped"] * n, rb.action
+        assert all("vanished" in str(reason) for reason in rb.reason), rb.reason
+        assert client.exists("s") == 0, "the deleted stream was created again"
+        return
+    assert left == [0, 3, 4] and rb.action[0::3] == [None, None], rb.action
+    if vanish == "two-entries-deleted":
+        assert rb.action[1:3] == ["deleted", "deleted"], rb.action
+        assert [row["message_id"].decode() for row in client.xpending_range(
+            "s", "g", "-", "+", 10)] == [ids[0], ids[3], ids[4]], "deleted ones' slots acked"
+    else:
+        assert rb.action[1:3] == ["skipped", "skipped"], rb.action
+        assert all("vanished" in str(reason) for reason in rb.reason[1:3]), rb.reason
+        assert client.xlen("s") == n - 2 and client.xinfo_groups("s") == []
+
 
 # --- the classifier, on replies captured from the real servers ------------------------------
 

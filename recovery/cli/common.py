@@ -24,6 +24,7 @@ from recovery.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, RecoveryError
 from recovery.settings.model import Settings, effective_config, load_settings
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+SCHEDULER_RUN_ID_MAX = 250
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -54,11 +55,15 @@ def common_parser(prog: str, description: str | None) -> argparse.ArgumentParser
     adds only the options it acts on; any other is refused (exit 2, before anything)."""
     parser = ArgumentParser(prog=prog, description=description)
     parser.add_argument("--config", type=Path, action=OnlyOnce,
-                        help="TOML config file (see conf/recovery.toml)")
+                        help="TOML config file (`redis-stream-recovery init` writes a "
+                             "commented one: conf/recovery.toml)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="SECTION.FIELD=VALUE", help="override one setting (repeatable)")
     parser.add_argument("--run-id", action=OnlyOnce,
                         help="run id (default: UTC time plus random suffix)")
+    parser.add_argument("--scheduler-run-id", action=OnlyOnce, type=scheduler_run_id,
+                        metavar="ID", help="the scheduler's own run id (Airflow's DAG run id), "
+                                           "kept in full in the summary (scheduler_run_id)")
     parser.add_argument("--log-level", default="INFO", type=log_level, metavar="LEVEL",
                         help=f"log level of the job's own logs: {', '.join(LOG_LEVELS)}")
     parser.add_argument("--print-config", action="store_true",
@@ -78,6 +83,16 @@ def loaded_settings(args: argparse.Namespace, extra: list[str] | None = None
         return settings
     print(json.dumps(effective_config(settings), sort_keys=True), flush=True)
     return None
+
+
+def scheduler_run_id(text: str) -> str:
+    """A ``--scheduler-run-id`` value: 1 to SCHEDULER_RUN_ID_MAX printable characters
+    (Airflow's run ids are at most 250); any other is a bad argument (exit 2)."""
+    if not 0 < len(text) <= SCHEDULER_RUN_ID_MAX or not text.isprintable():
+        raise argparse.ArgumentTypeError(
+            f"a scheduler run id is 1 to {SCHEDULER_RUN_ID_MAX} printable characters: "
+            "pass the scheduler's run id as it is")
+    return text
 
 
 def log_level(text: str) -> str:

@@ -58,6 +58,7 @@ def dead_letters_main(argv: list[str] | None, session: Callable[[], SparkSession
             return
         summary = DeadLetterSummary(args.run_id or new_run_id(),
                                     dry_run=settings.dead_letters.dry_run)
+        summary.scheduler_run_id = args.scheduler_run_id
         summaries.append(summary)
         try:
             run_dead_letters(session(), settings, summary)

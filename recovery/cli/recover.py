@@ -76,13 +76,14 @@ def run_recovery(argv: list[str] | None, session: Callable[[Settings], SparkSess
             local_preflight(settings, args.plan, args.dry_run)
             return
         try:
-            preflight(settings, args.plan, args.dry_run)
+            preflight(settings, args.plan, args.dry_run, warn=True)
             loaded["redis_up"] = 1  # preflight read the server
             summary = run(session(settings), settings, args.run_id, dry_run=args.dry_run,
-                          plan=args.plan)
+                          plan=args.plan, checked=True)  # the checks are made once: here
         except (RedisUnavailableError, RedisAuthError):
             loaded["redis_up"] = 0  # the metrics say so (redis_up), beside the exit code
             raise
+        summary.scheduler_run_id = args.scheduler_run_id
         summaries.append(summary)
         summary.check_not_empty(settings.streams.fail_when_empty)
         summary.check_failure_threshold(settings.handler.max_failed_ratio)
@@ -96,12 +97,14 @@ def run_recovery(argv: list[str] | None, session: Callable[[Settings], SparkSess
     return exit_code_of(body, "job", finish)
 
 
-def preflight(settings: Settings, plan: str | None = None, dry_run: bool = False) -> None:
+def preflight(settings: Settings, plan: str | None = None, dry_run: bool = False,
+              warn: bool = False) -> None:
     """Fail fast, before Spark starts (10 s or more): :func:`local_preflight`, then Redis
     must answer (reachable, login accepted, version 6.2 or newer) and a `plan` in a local
-    directory must have been made on this server. The run checks them again (and warns a dry
-    run without a handler)."""
-    local_preflight(settings, plan, dry_run)
+    directory must have been made on this server. The run that follows is told not to
+    check them again (``recovery.driver.job.run``'s `checked`). `warn`: a dry run in handler
+    mode without a handler logs its WARNING (the run no longer does)."""
+    local_preflight(settings, plan, dry_run, warn)
     params = redis_params(settings)
     client = connect(params)
     try:
@@ -113,14 +116,15 @@ def preflight(settings: Settings, plan: str | None = None, dry_run: bool = False
         client.close()
 
 
-def local_preflight(settings: Settings, plan: str | None = None, dry_run: bool = False
-                    ) -> None:
+def local_preflight(settings: Settings, plan: str | None = None, dry_run: bool = False,
+                    warn: bool = False) -> None:
     """The checks that need neither Redis nor Spark (the installed command makes them before
     spark-submit, :mod:`recovery.jobs.precheck`): a real run in handler mode must name a
     handler, the handler named must import, the local report directory must be writable, and
-    a `plan` in a local directory must be a manifest whose terms allow this run."""
-    if settings.handler.path is not None or not dry_run:
-        check_handler(settings)
+    a `plan` in a local directory must be a manifest whose terms allow this run. `warn`: see
+    :func:`preflight` (the check before spark-submit leaves the WARNING to the job)."""
+    if settings.handler.path is not None or not dry_run or warn:
+        check_handler(settings, dry_run)  # a dry run without one: a WARNING, if `warn`
     check_report_location(settings.report.path)
     if plan is not None:
         local_plan_refusal(plan, settings, None)

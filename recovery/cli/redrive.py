@@ -56,6 +56,7 @@ def redrive_main(argv: list[str] | None, on_start: Callable[[], None] = lambda: 
             return
         on_start()
         summary = RedriveSummary(args.run_id or new_run_id())
+        summary.scheduler_run_id = args.scheduler_run_id
         summaries.append(summary)
         try:
             run_redrive(settings, summary)

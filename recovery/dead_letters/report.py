@@ -29,6 +29,9 @@ class DeadLetterSummary(JsonLine):
 
     run_id: str
     status: str = "ok"
+    # The run id of the scheduler that started this run (--scheduler-run-id, e.g. Airflow's
+    # DAG run id), in full: the run's own run_id is the short form Redis names carry.
+    scheduler_run_id: str | None = None
     dry_run: bool = False  # retention counted what it would trim and trimmed nothing
     totals: dict[str, int] = field(default_factory=lambda: {
         "dead_letter_streams": 0, "read": 0, "empty": 0, "missing": 0, "dead_letters": 0,

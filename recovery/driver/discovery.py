@@ -22,13 +22,14 @@ from recovery.params import RedisParams, Unit
 from recovery.redis_io.cluster import groups_by_node, node_of, spread
 from recovery.redis_io.commands import key_types, stream_groups
 from recovery.redis_io.dlq_names import requeue_key
+from recovery.redis_io.key_holds import hold_key
 from recovery.redis_io.redis_conn import key_refused, no_such_key, redis_errors, wrong_type
 from recovery.redis_io.round_trips import calls_of, script_replies
 from recovery.redis_io.scripts import delete_empty_consumers
 from recovery.redis_io.stream_full import GroupSeen, StreamSeen, read_streams
 from recovery.redis_io.streams import info_rows, shown
 from recovery.schemas import Mode
-from recovery.settings.model import Settings
+from recovery.settings.model import Settings, order_params
 from recovery.targets.keys import (
     NO_ACCESS,
     NO_KEY,
@@ -89,6 +90,7 @@ def discover(client: redis.Redis, settings: Settings, params: RedisParams,
     for stream, groups, full in streams:
         try:
             settings.dead_letter.names.check_source(stream)
+            check_hold_name(settings, stream)
         except DeadLetterNameError as exc:
             skipped.append(Skipped(stream, None, str(exc)))
             continue
@@ -102,6 +104,16 @@ def discover(client: redis.Redis, settings: Settings, params: RedisParams,
         units += found
     refuse_requeue_clash(settings, units)
     return units, skipped
+
+
+def check_hold_name(settings: Settings, stream: str) -> None:
+    """Raise DeadLetterNameError when `stream` is ordered, its dead-lettered heads hold
+    their keys (``order.dead_letter_releases = false``) and no hash of held keys can share
+    its hash slot (``recovery.redis_io.key_holds.hold_key``): such a stream is skipped."""
+    order = settings.order
+    if order.ordered and not order.dead_letter_releases and \
+            order_params(settings).field_of(stream) is not None:  # type: ignore[union-attr]
+        hold_key(order.hold_prefix, stream, "")
 
 
 def refuse_requeue_clash(settings: Settings, units: list[WorkUnit]) -> None:

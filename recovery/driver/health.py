@@ -11,6 +11,7 @@ their own (``recovery.executor.survey.histogram_partition``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -18,9 +19,12 @@ from typing import Any
 import redis
 
 from recovery.driver.discovery import CleanUp, WorkUnit, clean_up_consumers
+from recovery.errors import DeadLetterNameError
 from recovery.params import RedisParams
 from recovery.redis_io.commands import consumers_command, length_command
 from recovery.redis_io.dlq_names import DeadLetterNames
+from recovery.redis_io.key_holds import count_command as hold_count_command
+from recovery.redis_io.key_holds import hold_key
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import info_rows, shown
@@ -53,7 +57,8 @@ def _maybe_int(value: object) -> int | None:
 
 
 def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: RedisParams,
-                   names: DeadLetterNames) -> list[dict[str, Any]]:
+                   names: DeadLetterNames, hold_prefix: str | None = None
+                   ) -> list[dict[str, Any]]:
     """Health of every unit (skipping units that vanished), histograms still empty. Units
     come from discovery, so their dead-letter names exist (``dlq_names``).
 
@@ -62,7 +67,9 @@ def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: Redis
     a shared name, share it; each of their rows shows that stream's whole length). A unit that
     discovery's FULL read showed (``WorkUnit.seen``) costs nothing more; for the others
     (``--plan``, a Redis Cluster, a user that may not run XINFO STREAM) XINFO CONSUMERS per
-    unit and the stream's XLEN once per stream."""
+    unit and the stream's XLEN once per stream. With `hold_prefix` (per-key order where
+    dead-lettered heads hold their keys), ``held_keys``: the HLEN of each unit's hash of
+    held keys (``recovery.redis_io.key_holds``), in the same pipeline."""
     units = list(units)
     unseen = [u for u in units if u.seen is None]
     unseen_streams = list(dict.fromkeys(u.stream for u in unseen))
@@ -71,11 +78,14 @@ def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: Redis
     commands = [*(consumers_command(u.stream, u.group) for u in unseen),
                 *(length_command(s) for s in unseen_streams),
                 *(length_command(key) for key in dlqs)]
+    holds = _hold_names(units, hold_prefix)
+    commands += [hold_count_command(name) for name in holds.values()]
     with redis_errors(params):
         replies = iter(each(client, commands))
     consumers = {(u.stream, u.group): next(replies) for u in unseen}
     lengths = {s: next(replies) for s in unseen_streams}
     dead_letters = {key: next(replies) for key in dlqs}
+    held = {unit: next(replies) for unit in holds}
     result = []
     for unit in units:
         rows: list[dict[str, object]]
@@ -87,10 +97,22 @@ def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: Redis
             if isinstance(raw, Exception) or isinstance(length, Exception):
                 continue  # vanished since discovery: the run reports it
             rows = info_rows(raw)  # type: ignore[arg-type]
-        result.append(_health_row(unit, rows, length,
-                                  dead_letters[dlq_of[(unit.stream, unit.group)]]))
+        row = _health_row(unit, rows, length, dead_letters[dlq_of[(unit.stream, unit.group)]])
+        count = held.get((unit.stream, unit.group))
+        row["held_keys"] = count if isinstance(count, int) else None
+        result.append(row)
     add_histograms(result, [])
     return result
+
+
+def _hold_names(units: list[WorkUnit], prefix: str | None) -> dict[tuple[str, str], str]:
+    """(stream, group) -> its hash of held keys, where `prefix` is given and the stream's
+    name allows one (``recovery.redis_io.key_holds.hold_key``)."""
+    names: dict[tuple[str, str], str] = {}
+    for u in units if prefix is not None else []:
+        with contextlib.suppress(DeadLetterNameError):
+            names[(u.stream, u.group)] = hold_key(prefix, u.stream, u.group)  # type: ignore[arg-type]
+    return names
 
 
 def add_histograms(health: list[dict[str, Any]], histograms: Iterable[dict[str, Any]]) -> None:
@@ -142,7 +164,8 @@ def format_health(health: list[dict[str, Any]], max_units: int = 0) -> str:
     ``<delivery count bucket>:<entries>`` pairs, consumers with their pending entries and
     idle time. With `max_units` above 0, at most that many units are listed (those with the
     most pending entries) and one line counts the others."""
-    lines = ["stream / group: length, lag, pending, oldest idle s, deliveries, consumers"]
+    lines = ["stream / group: length, lag, pending, oldest idle s, deliveries, consumers"
+             "[, held keys]"]
     listed, unlisted = largest(health, max_units, lambda h: h["pending"])
     for h in listed:
         oldest = "-" if h["oldest_idle_ms"] is None else f"{h['oldest_idle_ms'] / 1000:.0f}"
@@ -150,8 +173,9 @@ def format_health(health: list[dict[str, Any]], max_units: int = 0) -> str:
         consumers = ", ".join(f"{c['name']}({c['pending']} pending, idle {c['idle_ms']} ms)"
                               for c in h["consumers"])
         lag = "unknown" if h["lag"] is None else h["lag"]  # before 7.0, or after deletions
+        held = "" if h.get("held_keys") is None else f", held keys {h['held_keys']}"
         lines.append(f"{h['stream']} / {h['group']}: {h['length']}, {lag}, {h['pending']}, "
-                     f"{oldest}, {deliveries}, {consumers}")
+                     f"{oldest}, {deliveries}, {consumers}{held}")
     if unlisted:
         lines.append(unlisted_line(unlisted, "the group health files"))
     return "\n".join(lines)

@@ -116,18 +116,23 @@ log = logging.getLogger(__name__)
 
 
 def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
-        dry_run: bool = False, plan: str | None = None) -> RunSummary:
+        dry_run: bool = False, plan: str | None = None, *, checked: bool = False
+        ) -> RunSummary:
     """One recovery run (or, with `dry_run`, its plan: nothing is written to Redis; or, with
     `plan`, a dry run's report directory, exactly the entries it planned: ``driver.plan``).
+    `checked`: the caller made the pre-flight checks just before, on these settings (the
+    command line's ``recovery.cli.recover.preflight``, before the session started): the
+    handler, the order settings, the report location and the server are not checked again.
 
     Raises RecoveryError subclasses for what it cannot do.
     """
     started, started_ms = time.monotonic(), int(time.time() * 1000)
     check_no_speculation(spark.conf.get("spark.speculation", "false"))
     params = executor_params(settings, run_id or new_run_id())
-    check_handler(settings, dry_run)  # none by default: handler mode names one
-    check_order(settings, dry_run, plan)
-    check_report_location(settings.report.path)
+    if not checked:
+        check_handler(settings, dry_run)  # none by default: handler mode names one
+        check_order(settings, dry_run, plan)
+        check_report_location(settings.report.path)
     if run_id is not None:  # a run ID is used once (recovery.driver.run_ids)
         refuse_reported_run_id(spark, settings, run_id)
     client = connect(params.redis)
@@ -136,7 +141,8 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             contextlib.ExitStack() as stack:
         if run_id is not None:  # this run's alone, before anything is written (run_ids)
             stack.enter_context(claimed_partition(settings, run_id))
-        check_server(client, params.redis)
+        if not checked:
+            check_server(client, params.redis)
         params = replace(params, features=check_features(client, settings, params.redis))
         if run_id is not None:  # a dry run too: it writes into the ID's report partition
             refuse_traced_run_id(client, settings, params.redis, params.run_id)
@@ -266,7 +272,9 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
     # run, which claims nothing, and a run that claims planned IDs read the PELs in a pass
     # of their own.
     in_pass = not dry_run and plan is None and settings.report.pel_histograms
-    health = collect_health(client, units, params.redis, settings.dead_letter.names)
+    holding = params.order is not None and not params.order.dead_letter_releases
+    health = collect_health(client, units, params.redis, settings.dead_letter.names,
+                            settings.order.hold_prefix if holding else None)
     if warm_up is not None:
         warm_up.wait()
     # A run that claims spreads each big PEL over several tasks (recovery.driver.split).

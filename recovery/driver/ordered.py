@@ -50,8 +50,13 @@ def check_order(settings: Settings, dry_run: bool, plan: str | None) -> None:
 
 def ordered_actions(actions: tuple[str, ...], params: JobParams, dry_run: bool
                     ) -> tuple[str, ...]:
-    """The summary's action columns: with per-key order, ``held`` too (a real run)."""
-    return (*actions, Action.HELD) if params.order is not None and not dry_run else actions
+    """The summary's action columns: with per-key order, ``held`` too (a real run), or, in
+    a dry run where dead-lettered heads hold their keys, ``would_hold``."""
+    if params.order is None:
+        return actions
+    if not dry_run:
+        return (*actions, Action.HELD)
+    return actions if params.order.dead_letter_releases else (*actions, Action.WOULD_HOLD)
 
 
 def claim_then_order(spark: SparkSession, client: redis.Redis, settings: Settings,

@@ -57,7 +57,8 @@ def recover(spark: SparkSession, client: redis.Redis, settings: Settings, params
             drop_journals(client, keys)
     log.info("run %s: a task may run more than once (master %s) and the claim journal cannot "
              "be kept in Redis (%s): the claim is materialised before the hand-over, which "
-             "is slower (docs/ACL.md: the journal's keys and commands)", params.run_id, master,
+             "is slower (grant ACL SETUSER <user> ~<claim.journal_prefix>* +rpush +lrange "
+             "+expire +del; docs/ACL.md line 8)", params.run_id, master,
              refusal)
     return _claim_then_apply(spark, settings, params, unit_df, histograms)
 

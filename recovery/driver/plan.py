@@ -191,7 +191,9 @@ def _refusal(plan_dir: str, problem: str, alternative: str = "") -> str:
 def plan_units(spark: SparkSession, client: redis.Redis, settings: Settings,
                params: RedisParams, plan_dir: str) -> tuple[list[WorkUnit], list[Skipped]]:
     """The plan's (stream, group) units, each with its planned entries as `pending` (the
-    weight for spreading them), and those skipped: stream or group gone since the plan."""
+    weight for spreading them) and the group's lag as XINFO GROUPS tells it now (None where
+    the server cannot tell, as in discovery), and those skipped: stream or group gone since
+    the plan."""
     try:
         counts = read_run_dir(spark, plan_dir).groupBy("stream", "group").count().collect()
     except Exception as exc:
@@ -213,7 +215,10 @@ def plan_units(spark: SparkSession, client: redis.Redis, settings: Settings,
             if isinstance(reply, Exception):
                 with redis_errors(params, stream):
                     raise reply
-            names = [g["name"] for g in info_rows(reply)]  # type: ignore[arg-type]
+            rows = info_rows(reply)  # type: ignore[arg-type]
+            names = [g["name"] for g in rows]
+            lags = {g["name"]: None if g.get("lag") is None else int(g["lag"])  # type: ignore[call-overload]
+                    for g in rows}
         except (StreamUnitError, DeadLetterNameError) as exc:
             skipped.append(Skipped(stream, None, f"{exc} (since the plan)"))
             continue
@@ -221,7 +226,8 @@ def plan_units(spark: SparkSession, client: redis.Redis, settings: Settings,
                                                       settings.reprocess)
         for group, planned in sorted(by_stream[stream].items()):
             if group in names:
-                units.append(WorkUnit(stream, group, planned, node_of(client, stream)))
+                units.append(WorkUnit(stream, group, planned, node_of(client, stream),
+                                      lags[group]))  # the health's lag, as a dry run shows
             else:
                 skipped.append(Skipped(stream, group, "no such consumer group (deleted since "
                                        "the plan): its planned entries are left alone"))

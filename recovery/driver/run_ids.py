@@ -42,7 +42,8 @@ from recovery.targets.keys import warn
 log = logging.getLogger(__name__)
 FIX = "omit --run-id for a fresh one, or pick another"
 NAME_MAX = 255  # bytes in a file name (Linux, HDFS's default component limit)
-ACL_LINE = "docs/ACL.md: the line of the run registrations, ~recovery:run:*"
+ACL_LINE = ("ACL SETUSER <user> ~{prefix}:run:* +set +get +exists +del; docs/ACL.md line 11 "
+            "in the project's repository")
 
 
 def taken(run_id: str, trace: str) -> RunIdTakenError:
@@ -154,7 +155,8 @@ def registered_run(client: redis.Redis, settings: Settings, params: RedisParams,
     if got is not True:
         message = (f"run {run_id}: its ID cannot be registered in Redis ({got}): only its "
                    "report, journal and split keys were checked, so two runs started at once "
-                   f"with this --run-id would not be told apart; grant the key ({ACL_LINE})")
+                   "with this --run-id would not be told apart; grant the key ("
+                   f"{ACL_LINE.format(prefix=settings.claim.consumer_prefix)})")
         if given:
             warn(warnings, message)
         else:

@@ -14,7 +14,7 @@ mapInArrow functions between the materialised claim and the ordered hand-over.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -32,6 +32,7 @@ from recovery.redis_io.held_keys import (
     not_this_runs,
     pending_elsewhere,
 )
+from recovery.redis_io.key_holds import hold_key, read_heads
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.streams import Fields, fetch_entries, stream_id_key
 from recovery.schemas import BLOCKER, CLAIMED, KEYED, arrow
@@ -155,7 +156,8 @@ def _blockers(client: redis.Redis, order: OrderParams, stream: str, group: str,
               if not_this_runs(c, own_stem)]
     if not others:
         return []
-    entries, bound = pending_elsewhere(client, stream, group, others, order.scan_max)
+    entries, bound = pending_elsewhere(client, stream, group, others, order.scan_max,
+                                       own_stem)
     oldest: dict[bytes, str] = {}
     for entry_id, _owner, fields in entries:
         key = key_of(fields, name)
@@ -211,12 +213,46 @@ def _apply(client: PartitionClient, params: JobParams, order: OrderParams,
     blocked = [_blocked_reason(order, *row) for row in zip(
         claimed.stream, claimed.id, col("order_key").to_pylist(),
         col("blocked_by").to_pylist(), col("unit_blocked_after").to_pylist(), strict=True)]
+    if not order.dead_letter_releases:
+        with redis_errors(params.redis):
+            recorded = _held_by_record(client.get(), order, claimed.stream, claimed.group,
+                                       claimed.id, col("order_key").to_pylist())
+        blocked = [b or r for b, r in zip(blocked, recorded, strict=True)]
     keyless: list[str] = []
     if order.missing_key == "dead_letter":
         keyless = [(order.field_of(s) or "") if k is None else "" for s, k in zip(
             claimed.stream, col("order_key").to_pylist(), strict=True)]
     with redis_errors(params.redis):
         return apply_in_order(client.get(), params, claimed, keys, blocked, carried, keyless)
+
+
+def _held_by_record(client: redis.Redis, order: OrderParams, streams: Sequence[str],
+                    groups: Sequence[str], ids: Sequence[str], keys: Sequence[bytes | None]
+                    ) -> list[str | None]:
+    """Per row, why it is held behind a head dead-lettered earlier (this run, a failed
+    attempt of this task or an earlier run: the unit's hash of held keys,
+    ``recovery.redis_io.key_holds``), or None: a row of a key held there whose ID is after
+    the recorded head's. One HMGET per unit of the rows, pipelined."""
+    wanted: dict[tuple[str, str], dict[bytes, None]] = {}
+    for stream, group, key in zip(streams, groups, keys, strict=True):
+        if key is not None:
+            wanted.setdefault((stream, group), {})[key] = None
+    units = list(wanted)
+    names = [hold_key(order.hold_prefix, s, g) for s, g in units]
+    found = read_heads(client, [(n, list(wanted[u])) for n, u in zip(names, units, strict=True)])
+    heads = {(u, k): h for u, n, hs in zip(units, names, found, strict=True)
+             for k, h in zip(wanted[u], hs, strict=True) if h is not None}
+    name_of = dict(zip(units, names, strict=True))
+    reasons: list[str | None] = []
+    for stream, group, entry_id, key in zip(streams, groups, ids, keys, strict=True):
+        hold = heads.get(((stream, group), key)) if key is not None else None
+        if hold is None or stream_id_key(hold[0]) >= stream_id_key(entry_id):
+            reasons.append(None)
+            continue
+        reasons.append(f"held behind {hold[0]} of its key, dead-lettered as {hold[1]} "
+                       "(order.dead_letter_releases = false) until its field is deleted from "
+                       f"{name_of[(stream, group)]!r}")
+    return reasons
 
 
 def _blocked_reason(order: OrderParams, stream: str, entry_id: str, key: bytes | None,

@@ -18,9 +18,11 @@ from recovery.executor.handover.dead_letter import over_limit_reason
 from recovery.executor.handover.modes import mode_of
 from recovery.executor.handover.routed import ODD_CARRIED, route
 from recovery.executor.histogram import PelHistogram
+from recovery.executor.ordered import key_of
 from recovery.executor.partitions import ArrowFn, coalesced, per_unit
 from recovery.executor.tally import PassMaker
 from recovery.params import JobParams, Unit
+from recovery.redis_io.key_holds import hold_key, read_all_heads
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.streams import (
     COUNT,
@@ -32,6 +34,7 @@ from recovery.redis_io.streams import (
     fetch_entries,
     pending_pages,
     shown,
+    stream_id_key,
 )
 from recovery.schemas import (
     PEL_HISTOGRAM,
@@ -79,6 +82,7 @@ def _plan_unit(client: redis.Redis, params: JobParams, unit: Unit, waiting: NotD
                ) -> Iterator[pa.RecordBatch]:
     stream, group = unit.stream, unit.group
     with redis_errors(params.redis, stream, group):
+        holds = _held_heads(client, params, stream, group)
         for page in pending_pages(client, stream, group, PAGE, min_idle_ms=params.min_idle_ms):
             if waiting is not None:
                 page = _due_rows(params, unit, page, waiting)
@@ -86,8 +90,44 @@ def _plan_unit(client: redis.Redis, params: JobParams, unit: Unit, waiting: NotD
                     continue
             ids = [r[ID].decode() for r in page]
             found = fetch_entries(client, stream, ids)
-            yield report_rows([_plan_row(params, stream, group, i, r, found[i])
-                               for i, r in zip(ids, page, strict=True)])
+            rows = [_plan_row(params, stream, group, i, r, found[i])
+                    for i, r in zip(ids, page, strict=True)]
+            if holds is not None:
+                _predict_holds(params, holds, rows, [found[i] for i in ids])
+            yield report_rows(rows)
+
+
+def _held_heads(client: redis.Redis, params: JobParams, stream: str, group: str
+                ) -> dict[bytes, str] | None:
+    """Where dead-lettered heads hold their keys (``order.dead_letter_releases = false``) and
+    `stream` is ordered: its keys held already (key -> head ID: the unit's hash of held
+    keys, ``recovery.redis_io.key_holds``); else None (nothing to predict)."""
+    order = params.order
+    if order is None or order.dead_letter_releases or order.field_of(stream) is None:
+        return None
+    found = read_all_heads(client, hold_key(order.hold_prefix, stream, group))
+    return {key: head for key, (head, _) in found.items()}
+
+
+def _predict_holds(params: JobParams, holds: dict[bytes, str], rows: list[ReportRow],
+                   fields: list[Fields | None]) -> None:
+    """A page of plan `rows` (in ID order, pages in order) as a real run would hold them:
+    an entry after its key's held head (in `holds`) would be held (``would_hold``); an
+    entry the run would dead-letter at the delivery limit becomes its key's head in `holds`
+    (its reason says it would hold the key). Entries without the key are never held so."""
+    name = params.order.field_of(rows[0].stream) if params.order and rows else None
+    for j, (row, entry_fields) in enumerate(zip(rows, fields, strict=True)):
+        key = key_of(entry_fields, name)
+        if key is None:
+            continue
+        head = holds.get(key)
+        if head is not None and stream_id_key(head) < stream_id_key(row.id):
+            rows[j] = row._replace(action=Action.WOULD_HOLD, reason=(
+                f"held behind {head} of its key, dead-lettered (or to be, before it) with "
+                "order.dead_letter_releases = false"))
+        elif head is None and row.action == Action.WOULD_DEAD_LETTER:
+            holds[key] = row.id
+            rows[j] = row._replace(reason=f"{row.reason}; would hold its key's later entries")
 
 
 def _due_rows(params: JobParams, unit: Unit, page: list[PendingRow], waiting: NotDue

@@ -47,8 +47,8 @@ def precheck(command: str, job_args: list[str], spark_args: list[str]) -> int | 
     """Check `command`'s job options (as the job file gets them) before spark-submit:
     None when the job may start, else the exit code of the refusal just printed (and pushed
     to ``[metrics]`` as the job would)."""
-    if (_driver_elsewhere(spark_args) or _another_python(spark_args)
-            or any(_answered_by_the_job(a) for a in job_args)):
+    if (_driver_elsewhere(spark_args) or another_python(spark_args)
+            or any(answered_by_the_job(a) for a in job_args)):
         return None
     with tempfile.TemporaryDirectory(prefix="recovery-precheck-") as scratch:
         _as_the_driver_path(spark_args, Path(scratch))
@@ -67,7 +67,7 @@ def precheck(command: str, job_args: list[str], spark_args: list[str]) -> int | 
     return code or None
 
 
-def _answered_by_the_job(arg: str) -> bool:
+def answered_by_the_job(arg: str) -> bool:
     """An option the job answers itself, as argparse reads it: ``--print-conf`` (an
     abbreviation) is ``--print-config``."""
     return arg in ANSWERED_BY_THE_JOB or (
@@ -82,17 +82,19 @@ def _no_session(settings: Settings | None = None) -> SparkSession:
 def _driver_elsewhere(spark_args: list[str]) -> bool:
     """True for cluster deploy mode (``--deploy-mode cluster``, either spelling, else
     ``--conf spark.submit.deployMode=cluster``), where the driver is not here."""
-    mode = _option(spark_args, "--deploy-mode")
-    return (mode if mode is not None else _conf(spark_args, "spark.submit.deployMode")) == "cluster"
+    mode = spark_option(spark_args, "--deploy-mode")
+    if mode is None:
+        mode = spark_conf(spark_args, "spark.submit.deployMode")
+    return mode == "cluster"
 
 
-def _another_python(spark_args: list[str]) -> bool:
+def another_python(spark_args: list[str]) -> bool:
     """True when the driver runs another Python environment than this one: its modules
     (the handler's) are not this one's. Its interpreter as PythonRunner picks it:
     ``spark.pyspark.driver.python``, ``spark.pyspark.python``, then the variables
     ``PYSPARK_DRIVER_PYTHON``, ``PYSPARK_PYTHON``; none: this one (the command's default)."""
-    chosen = (_conf(spark_args, "spark.pyspark.driver.python")
-              or _conf(spark_args, "spark.pyspark.python")
+    chosen = (spark_conf(spark_args, "spark.pyspark.driver.python")
+              or spark_conf(spark_args, "spark.pyspark.python")
               or os.environ.get("PYSPARK_DRIVER_PYTHON") or os.environ.get("PYSPARK_PYTHON"))
     if not chosen:
         return False
@@ -100,7 +102,7 @@ def _another_python(spark_args: list[str]) -> bool:
     return Path(os.path.abspath(found)).parent != Path(os.path.abspath(sys.executable)).parent
 
 
-def _option(spark_args: list[str], name: str, aliases: tuple[str, ...] = ()) -> str | None:
+def spark_option(spark_args: list[str], name: str, aliases: tuple[str, ...] = ()) -> str | None:
     """The last value of spark-submit option `name` (``--name V`` or ``--name=V``), if any."""
     value = None
     for i, arg in enumerate(spark_args):
@@ -111,7 +113,7 @@ def _option(spark_args: list[str], name: str, aliases: tuple[str, ...] = ()) -> 
     return value
 
 
-def _conf(spark_args: list[str], key: str) -> str | None:
+def spark_conf(spark_args: list[str], key: str) -> str | None:
     """Spark property `key` as spark-submit will see it: the last ``--conf key=value``
     (``-c``, ``--conf=``), else the properties files' (:func:`_properties`), if any."""
     value = None
@@ -128,7 +130,7 @@ def _properties(spark_args: list[str]) -> dict[str, str]:
     """The Spark properties of ``--properties-file`` and, without it (or with
     ``--load-spark-defaults``), of ``spark-defaults.conf`` (``$SPARK_CONF_DIR``, else
     ``$SPARK_HOME/conf``, else pip's pyspark's ``conf``), the former winning."""
-    chosen = _option(spark_args, "--properties-file")
+    chosen = spark_option(spark_args, "--properties-file")
     files = [Path(chosen)] if chosen else []
     if not chosen or "--load-spark-defaults" in spark_args:
         conf_dir = os.environ.get("SPARK_CONF_DIR") or (
@@ -163,9 +165,9 @@ def _as_the_driver_path(spark_args: list[str], scratch: Path) -> None:
     copied alone to a directory of `scratch`, as spark-submit copies it)."""
     if sys.path and sys.path[0] in ("", os.getcwd(), os.path.dirname(sys.argv[0])):
         sys.path[0] = str(Path(__file__).resolve().parent)
-    files = _option(spark_args, "--py-files")
+    files = spark_option(spark_args, "--py-files")
     if files is None:
-        files = _conf(spark_args, "spark.submit.pyFiles") or ""
+        files = spark_conf(spark_args, "spark.submit.pyFiles") or ""
     for n, item in enumerate(filter(None, files.split(","))):
         parsed = urlparse(item)
         if parsed.scheme not in ("", "file", "local"):

@@ -8,18 +8,25 @@ submits the job files this package carries to Spark, so no checkout is needed:
     redis-stream-recovery dead-letters [JOB OPTIONS] [-- SPARK-SUBMIT OPTIONS]
     redis-stream-recovery config       [--config FILE] [--set section.field=value ...]
     redis-stream-recovery console      [--config FILE] [--host H] [--port P] ...
+    redis-stream-recovery init         [DIR] [--with alerts,dashboard,dag|all] [--force]
     redis-stream-recovery --version
 
 JOB OPTIONS are the job's own (``--config``, ``--set``, ``--run-id``, ``--log-level``, ...);
 SPARK-SUBMIT OPTIONS go to spark-submit as they are (``--master yarn --conf k=v``). The
 spark-submit run is ``$SPARK_HOME/bin/spark-submit`` when ``SPARK_HOME`` is set, else the one
 on ``PATH``; ``PYSPARK_PYTHON`` defaults to this Python. The process becomes spark-submit
-(exec), so its exit code and output are the job's. Before that, the job's options are checked
+(exec), so its exit code and output are the job's. Without a cluster master, ``dry-run``, ``apply``,
+``redrive`` and ``dead-letters`` run in this Python instead, with the same outputs and exit
+codes (:mod:`recovery.jobs.in_process` says when). Before that, the job's options are checked
 here, in Python (:mod:`recovery.jobs.precheck`): a bad config, a handler that does not import
 or a plan that cannot be applied is refused in well under a second, on stderr, with the job's
-exit code, before any JVM starts. ``config`` prints the effective settings (secrets masked)
-without Spark or Redis. ``console`` serves the dead-letter console
-(:mod:`recovery.cli.console`) in this process: no Spark.
+exit code, before any JVM starts. A handler module in the working directory
+(``./myhandlers.py`` for ``handler.path = "myhandlers:handle"``) is added to spark-submit's
+``--py-files`` (:mod:`recovery.jobs.local_modules`). ``config`` prints the effective
+settings (secrets masked) without Spark or Redis. ``console`` serves the dead-letter console
+(:mod:`recovery.cli.console`) in this process: no Spark. ``init`` writes the commented config
+``DIR/conf/recovery.toml`` and, with ``--with``, the alert rules, the Grafana dashboard and
+the Airflow DAG file (:mod:`recovery.jobs.init_command`).
 """
 
 from __future__ import annotations
@@ -38,6 +45,9 @@ from recovery.cli.common import (
     loaded_settings,
 )
 from recovery.errors import EXIT_BAD_INPUT
+from recovery.jobs.in_process import run_here, runs_here
+from recovery.jobs.init_command import init_main
+from recovery.jobs.local_modules import with_shipped_modules
 from recovery.jobs.precheck import precheck
 
 JOBS_DIR = Path(__file__).resolve().parent
@@ -50,10 +60,12 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "dead-letters": ("dead_letters.py", ()),
 }
 # The job options spark-submit does not have (it stops at one: exit 1, no JSON line).
-JOB_ONLY_OPTIONS = ("--config", "--set", "--run-id", "--log-level", "--print-config",
+JOB_ONLY_OPTIONS = ("--config", "--set", "--run-id", "--scheduler-run-id", "--log-level",
+                    "--print-config",
                     "--dry-run", "--plan")
-USAGE = (f"usage: redis-stream-recovery {{{','.join([*COMMANDS, 'config', 'console'])}}} "
-         "[JOB OPTIONS] [-- SPARK-SUBMIT OPTIONS] | --version | --help")
+HERE_ONLY = ("config", "console", "init")  # the commands that start no spark-submit
+USAGE = (f"usage: redis-stream-recovery {{{','.join([*COMMANDS, *HERE_ONLY])}}} [JOB OPTIONS] "
+         "[-- SPARK-SUBMIT OPTIONS] | --version | --help")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,15 +89,20 @@ def main(argv: list[str] | None = None) -> int:
                   "'redis-stream-recovery[console]'", file=sys.stderr)
             return EXIT_BAD_INPUT
         return console_main(args[1:])
+    if args[0] == "init":
+        return init_main(args[1:])
     built: list[list[str]] = []  # a refusal here is told as the job's: error and JSON lines
     refused_here = exit_code_of(lambda _: built.append(submit_command(args)), "command")
     if not built:
         return refused_here
-    command = built[0]
-    job_args, spark_args = _job_and_spark_args(command)
+    job_args, given_spark_args = _job_and_spark_args(built[0])
+    spark_args = with_shipped_modules(args[0], job_args, given_spark_args)
+    command = [built[0][0], *spark_args, *built[0][1 + len(given_spark_args):]]
     refused = precheck(args[0], job_args, spark_args)
     if refused is not None:
         return refused
+    if runs_here(args[0], spark_args):  # no cluster: the job in this Python (in_process)
+        return run_here(args[0], job_args, spark_args)
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
     os.execve(command[0], command, env)
     return 1  # not reached: execve replaces the process or raises
@@ -98,7 +115,7 @@ def submit_command(args: list[str]) -> list[str]:
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
         raise BadArguments(f"unknown command {name!r}: use one of "
-                           f"{', '.join([*COMMANDS, 'config', 'console'])} (see --help)")
+                           f"{', '.join([*COMMANDS, *HERE_ONLY])} (see --help)")
     job_file, added = COMMANDS[name]
     job_args, spark_args = _split_at_dashes(rest)
     misplaced = [a for a in spark_args if a.partition("=")[0] in JOB_ONLY_OPTIONS]
@@ -148,7 +165,8 @@ def _print_config(args: list[str]) -> None:
                             description="Print the effective settings (secrets masked); no "
                                         "Spark, no Redis. Takes --config and --set.")
     parser.add_argument("--config", type=Path, action=OnlyOnce,
-                        help="TOML config file (see conf/recovery.toml)")
+                        help="TOML config file (`redis-stream-recovery init` writes a "
+                             "commented one: conf/recovery.toml)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="SECTION.FIELD=VALUE", help="override one setting (repeatable)")
     parser.add_argument("--print-config", action="store_true",

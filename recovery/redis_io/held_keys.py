@@ -3,19 +3,23 @@ of a group the run did not claim, and their fields (their ordering keys).
 
 A run claims only idle entries; an older entry of a key that a live consumer (or a killed
 run) still holds, or that is not idle yet, must hold that key's later entries back. XPENDING
-gives the IDs but not the keys, so the entries' fields are read too (XRANGE id id).
+gives the IDs but not the keys, so the entries' fields are read too (XRANGE id id). Who owns
+what is read as one snapshot (MULTI/EXEC: ``pending_elsewhere``), so an entry moving between
+two consumers during the read is never missed.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from itertools import chain
+from typing import Any
 
 import redis
 
 from recovery.params import Unit, is_job_consumer
 from recovery.redis_io.error_codes import unit_vanished
-from recovery.redis_io.round_trips import each
+from recovery.redis_io.round_trips import each, in_transaction
 from recovery.redis_io.scripts import scripts_for
 from recovery.redis_io.streams import (
     ID,
@@ -28,7 +32,9 @@ from recovery.redis_io.streams import (
     stream_id_key,
 )
 
+log = logging.getLogger(__name__)
 UNCLAIM_CHUNK = 500  # entries per unclaim_held.lua call
+SNAPSHOT_TRIES = 5  # pending_elsewhere's snapshots at most, while consumers keep appearing
 PendingElsewhere = list[tuple[str, str, Fields | None]]  # (id, owner, fields or None: deleted)
 
 
@@ -65,11 +71,12 @@ def groups_consumers_with_pending(client: redis.Redis, groups: Sequence[tuple[st
 
 
 def _with_pending(reply: object) -> list[str | bytes]:
-    """The consumer names with pending entries in an XINFO CONSUMERS reply (flat pairs)."""
+    """The consumer names with pending entries in an XINFO CONSUMERS reply (rows of flat
+    pairs, or of dicts where redis-py parsed them: inside a transaction)."""
     names: list[str | bytes] = []
     for row in reply:  # type: ignore[attr-defined]
-        info = {(k.decode() if isinstance(k, bytes) else k): v
-                for k, v in zip(row[0::2], row[1::2], strict=True)}
+        pairs = row.items() if isinstance(row, dict) else zip(row[0::2], row[1::2], strict=True)
+        info = {(k.decode() if isinstance(k, bytes) else k): v for k, v in pairs}
         if int(info["pending"]) > 0:
             name = info["name"]
             names.append(name_text(name) if isinstance(name, bytes) else name)
@@ -77,23 +84,51 @@ def _with_pending(reply: object) -> list[str | bytes]:
 
 
 def pending_elsewhere(client: redis.Redis, stream: str, group: str,
-                      consumers: Sequence[str | bytes], limit: int
+                      consumers: Sequence[str | bytes], limit: int, own_stem: str
                       ) -> tuple[PendingElsewhere, str | None]:
-    """The pending entries of `consumers` in `group`, at most `limit` per consumer (their
-    oldest: XPENDING - + limit+1 <consumer>, pipelined), each with its owner and fields
-    (None: deleted from the stream); and the bound: the smallest last ID read of a consumer
-    that owns more than `limit` (its entries past it were not read), or None when every
-    entry was read."""
-    replies = each(client, [pending_command(stream, group, "-", "+", limit + 1, consumer)
-                            for consumer in consumers])
+    """The pending entries of the consumers in `group` that are not this run's (`own_stem`:
+    ``not_this_runs``), at most `limit` per consumer (their oldest), each with its owner and
+    fields (None: deleted from the stream); and the bound: the smallest last ID read of a
+    consumer that owns more than `limit` (its entries past it were not read), or None when
+    every entry was read. `consumers`: those found with pending entries just before.
+
+    The owners are one snapshot: one MULTI/EXEC of XINFO CONSUMERS and ``XPENDING - +
+    limit+1 <consumer>`` per consumer (an entry moved between two consumers meanwhile is
+    seen once, with one of them). Where that XINFO CONSUMERS names another consumer with
+    pending entries (one that took entries since), the snapshot is taken again with it, up
+    to ``SNAPSHOT_TRIES`` times; then the last one is used and a WARNING says so. The
+    fields are read after (XRANGE per ID, pipelined): an entry's fields never change, and
+    one acked meanwhile is done."""
+    wanted = list(consumers)
+    for attempt in range(SNAPSHOT_TRIES):
+        replies = in_transaction(client, [("XINFO", "CONSUMERS", stream, group), *(
+            pending_command(stream, group, "-", "+", limit + 1, c) for c in wanted)])
+        if any(isinstance(r, Exception) and unit_vanished(r) for r in replies):
+            return [], None
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        now = [c for c in _with_pending(replies[0]) if not_this_runs(c, own_stem)]
+        missed = [c for c in now if c not in wanted]
+        if not missed:
+            break
+        if attempt + 1 == SNAPSHOT_TRIES:
+            log.warning("%s / %s: consumers kept taking entries while their pending entries "
+                        "were read (%d tries); read without %d of them", stream, group,
+                        SNAPSHOT_TRIES, len(missed))
+            break
+        wanted += missed
+    return _with_fields(client, stream, replies[1:], limit)
+
+
+def _with_fields(client: redis.Redis, stream: str, replies: Sequence[Any], limit: int
+                 ) -> tuple[PendingElsewhere, str | None]:
+    """The XPENDING `replies` (at most `limit` + 1 rows each) as rows with their fields, and
+    the bound (``pending_elsewhere``)."""
     rows: list[tuple[str, str]] = []
     bounds: list[str] = []
     for reply in replies:
-        if isinstance(reply, Exception):
-            if unit_vanished(reply):
-                return [], None
-            raise reply
-        page = [(r[ID].decode(), shown(r[OWNER])) for r in reply]  # type: ignore[attr-defined]
+        page = [(r[ID].decode(), shown(r[OWNER])) for r in reply]
         if len(page) > limit:
             page = page[:limit]
             bounds.append(page[-1][0])

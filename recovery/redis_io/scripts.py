@@ -67,6 +67,9 @@ class DeadLetter:
     last_owner: str | None
     reason: str
     error: str | None = None
+    # Its ordering key, where its unit holds keys (DeadLetterContext.hold_key): recorded as
+    # held behind it when it moves.
+    order_key: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,9 @@ class DeadLetterContext:
     check_newest: bool = False
     # Ack a moved entry with XACKDEL ... ACKED (reprocess.delete_acked; Redis 8.2+).
     delete_acked: bool = False
+    # The hash of the unit's keys held behind dead-lettered heads (order.dead_letter_releases
+    # = false: recovery.redis_io.key_holds), or None: no key is held.
+    hold_key: str | None = None
 
 
 MOVED_NOT_OURS = 0
@@ -114,8 +120,10 @@ def dead_letter_units(client: redis.Redis, units: Sequence[DeadLetterUnit], pipe
     in its place, the error (a ResponseError: NOGROUP, WRONGTYPE) that unit's stream or
     group answered: that unit stopped there (entries it moved before stay moved), the other
     units went on; or ``NOTLETTERS <type> <why>`` when its dead-letter stream is not the
-    job's (``error_codes.target_refused``): nothing of that unit was written or acked.
-    Other errors fail the call as a whole.
+    job's (``error_codes.target_refused``), or ``NOTLETTERS hold:<type> ...`` when its hash
+    of held keys is of another type: nothing of that unit was written or acked. Other
+    errors fail the call as a whole. A unit with a ``hold_key`` records, in the same call,
+    each moved entry's ``order_key`` as held behind it (``recovery.redis_io.key_holds``).
     """
     first = units[0][0]
     header = [first.run_id, first.delivery_limit, first.death_time_ms, int(first.check_newest),
@@ -127,11 +135,12 @@ def dead_letter_units(client: redis.Redis, units: Sequence[DeadLetterUnit], pipe
                 int(ctx.delete_acked)] != header:
             raise ValueError("dead-letter units of one call must share run id, limit, time "
                              "and check")
-        keys += [ctx.stream, ctx.dlq]
-        args += [ctx.group, ctx.consumer, ctx.stream, len(entries)]
+        holds = ctx.hold_key is not None
+        keys += [ctx.stream, ctx.dlq, *([ctx.hold_key] if ctx.hold_key is not None else [])]
+        args += [ctx.group, ctx.consumer, ctx.stream, len(entries), int(holds)]
         for e in entries:
             args += [e.id, e.delivery_count, e.idle_ms, e.last_owner or "", e.reason,
-                     e.error or ""]
+                     e.error or "", *([e.order_key or b""] if holds else [])]
     return _call(client, "dead_letter", keys, args, pipe)  # type: ignore[no-any-return]
 
 

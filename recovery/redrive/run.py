@@ -49,6 +49,9 @@ class RedriveSummary(JsonLine):
     """What one redrive did; ``matched`` counts what a dry run would move."""
 
     run_id: str
+    # The run id of the scheduler that started this run (--scheduler-run-id, e.g. Airflow's
+    # DAG run id), in full: the run's own run_id is the short form Redis names carry.
+    scheduler_run_id: str | None = None
     dry_run: bool = False
     status: str = "ok"
     totals: dict[str, int] = field(

@@ -56,6 +56,9 @@ class RunSummary(JsonLine):
     run_id: str
     status: str = "ok"
     report_path: str | None = None
+    # The run id of the scheduler that started this run (--scheduler-run-id, e.g. Airflow's
+    # DAG run id), in full: the run's own run_id is the short form Redis names carry.
+    scheduler_run_id: str | None = None
     totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ACTIONS, 0))
     units: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)

@@ -194,7 +194,8 @@ def describe_validation_error(exc: ValidationError, overrides: dict[str, Any] | 
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown setting" + _nearest(err["loc"]) + (
-                " (check the spelling against conf/recovery.toml)")
+                " (check the spelling against conf/recovery.toml; `redis-stream-recovery init` "
+                "writes it)")
         elif _emptied(err["loc"], overrides or {}):
             msg = _cannot_unset(err["loc"], msg)
         elif err["type"] == "missing":
@@ -300,7 +301,7 @@ def order_params(settings: Settings) -> OrderParams | None:
     if not order.ordered:
         return None
     return OrderParams(order.key_field, tuple(order.key_fields.items()), order.missing_key,
-                       order.dead_letter_releases, order.scan_max)
+                       order.dead_letter_releases, order.scan_max, order.hold_prefix)
 
 
 def redis_params(settings: Settings) -> RedisParams:

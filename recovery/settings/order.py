@@ -33,12 +33,20 @@ class OrderSettings(Section):
         "dead-letter stream, `x-death-reason` `order-key-missing`)"))
     dead_letter_releases: bool = Field(True, description=(
         "a head dead-lettered (at the delivery limit, by `Result.dead_letter`) lets its key "
-        "go on; `false` (hold the key) is refused, exit 2: nothing yet keeps a key held across "
-        "runs and task retries once its head left the PEL"))
+        "go on; `false` holds the key, in this run, a retried task and every later run, until "
+        "an operator releases it: the move records the key in a hash of the job's in the same "
+        "script call ([docs/OPERATIONS.md](docs/OPERATIONS.md#keys-held-behind-a-dead-letter)); "
+        "setting it back to `true` releases every such key (the hashes are then not read)"))
+    hold_prefix: str = Field("recovery:held:", min_length=1, description=(
+        "with `order.dead_letter_releases = false`: the prefix of the hashes of held keys, one "
+        "per stream and group, `<prefix>{<stream>}:<group>` (a stream with a hash tag keeps "
+        "it: the hash shares the stream's hash slot); no braces (exit 2). A stream whose name "
+        "has a `}` but no hash tag is skipped, as for its dead-letter stream"))
     scan_max: int = Field(10_000, ge=1, le=1_000_000, description=(
         "entries pending on other consumers read at most per consumer and group to find the "
-        "keys they hold back across runs; past that bound every later entry of the group is "
-        "held"))
+        "keys they hold back across runs (one MULTI/EXEC snapshot per group: "
+        "[docs/GUARANTEES.md](docs/GUARANTEES.md#per-key-order)); past that bound every later "
+        "entry of the group is held"))
 
     @field_validator("key_fields")
     @classmethod
@@ -47,15 +55,13 @@ class OrderSettings(Section):
             raise ValueError("a stream pattern is empty: name streams, e.g. \"orders:*\"")
         return fields
 
-    @field_validator("dead_letter_releases")
+    @field_validator("hold_prefix")
     @classmethod
-    def _releases_only(cls, releases: bool) -> bool:
-        if not releases:  # an option the job cannot honour is refused, never half-kept
-            raise ValueError(
-                "false is not supported yet: a key would stay held only within one run (the "
-                "next run, or a retried task, no longer sees the dead-lettered head and hands "
-                "the key's later entries over); leave it true, and redrive or stop by hand")
-        return releases
+    def _no_braces(cls, prefix: str) -> str:
+        if "{" in prefix or "}" in prefix:  # the stream's hash tag must decide the slot
+            raise ValueError(f"{prefix!r} has a brace: the hold's name takes the stream's hash "
+                             "slot from the stream's name; use e.g. \"recovery:held:\"")
+        return prefix
 
     @property
     def ordered(self) -> bool:

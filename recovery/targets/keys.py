@@ -187,6 +187,7 @@ def sources_by_content(client: redis.Redis, settings: Settings, params: RedisPar
     redrive re-creates a source that is gone)."""
     undecided: set[str] = set()
     selected = selected_keys(client, settings, params, skipped, None, undecided)
+    drop_other_types(client, selected, params, skipped)
     if not undecided:
         return selected
     checked = [key for key in selected if key in undecided]
@@ -200,6 +201,25 @@ def sources_by_content(client: redis.Redis, settings: Settings, params: RedisPar
             log.info("skip %s: it is a dead-letter stream", key)
             del selected[key]
     return selected
+
+
+def drop_other_types(client: redis.Redis, selected: dict[str, bool], params: RedisParams,
+                     skipped: list[Skipped]) -> None:
+    """Leave out of `selected` (``selected_keys``) the keys only ``streams.match`` found
+    that hold another type than a stream (TYPE, pipelined), each with a `skipped` row as the
+    recovery run's discovery gives it: they are no source, and have no dead letters. A key
+    named in ``streams.keys``, a missing key and a TYPE the ACL user may not send stay."""
+    matched = [key for key, explicit in selected.items() if not explicit]
+    if not matched:
+        return
+    with redis_errors(params):
+        kinds = key_types(client, matched)
+    for key, kind in zip(matched, kinds, strict=True):
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        if isinstance(kind, str) and kind not in ("stream", "none"):
+            log.info("skip %s: not a stream (type %s)", key, kind)
+            skipped.append(Skipped(key, None, f"not a stream (type {kind}): left alone"))
+            del selected[key]
 
 
 def _dead_letter_name(names: DeadLetterNames, stream: str, group: str) -> str | None:

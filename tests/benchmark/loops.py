@@ -53,6 +53,8 @@ LEGACY_LAYOUT = "ARGV[6]: source name"
 NEWEST_FLAG = "ARGV[4]: '1' to"
 # In dead_letter.lua since reprocess.delete_acked: ARGV[5] says whether to ack with XACKDEL.
 DELETE_FLAG = "ARGV[5]: '1'"
+# In dead_letter.lua since a unit may hold keys (per-key order): a flag after the unit's count.
+HOLD_FLAG = "'1' if it holds keys"
 
 
 class CountingConnection(redis.Connection):
@@ -133,6 +135,7 @@ class MoveScript:
     legacy: bool = False  # the one-unit layout of older commits (`run --code REF`)
     newest_flag: bool = True  # ARGV[4], the target check's newest-entry switch (newer commits)
     delete_flag: bool = False  # ARGV[5], XACKDEL instead of XACK (newer commits)
+    hold_flag: bool = True  # the unit's holds-keys switch after its count (newer commits)
 
     def command(self, spec: BacklogSpec, stream: str, values: list[Any]) -> tuple[Any, ...]:
         """The EVALSHA that moves `values` (6 per entry) of `stream` to its DLQ."""
@@ -142,7 +145,7 @@ class MoveScript:
         else:
             flag = ["0"] * (self.newest_flag + self.delete_flag)
             head = [RAW_RUN_ID, spec.max_deliveries, now_ms, *flag, spec.group, RAW_CONSUMER,
-                    stream, len(values) // 6]
+                    stream, len(values) // 6, *(["0"] if self.hold_flag else [])]
         return ("EVALSHA", self.sha, 2, stream, dead_letter_key(stream, DLQ_SUFFIX), *head,
                 *values)
 
@@ -185,7 +188,7 @@ def raw_recover(client: redis.Redis, spec: BacklogSpec, count: int = RAW_COUNT,
     can cost, without the job's ownership check. Else `handle` gets each batch to ack."""
     source = _dead_letter_source()
     script = MoveScript(client.script_load(source), LEGACY_LAYOUT in source,
-                        NEWEST_FLAG in source, DELETE_FLAG in source)
+                        NEWEST_FLAG in source, DELETE_FLAG in source, HOLD_FLAG in source)
     tally, writes = Tally(), Writes()
     for stream in spec.stream_names():
         cursor = b"0-0"

@@ -66,6 +66,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="fraction of the other entries delivered 3 times, not due under "
                              "the job's backoff schedule (needs --contenders job and e.g. "
                              "--job-set claim.backoff_factor=10); they must stay pending")
+    parser.add_argument("--keys", type=int, default=0, metavar="N",
+                        help="give the entries an ordering key field, account = a<i mod N> "
+                             "(keys interleaved), for a per-key ordered job, e.g. --variant "
+                             "ordered:order.key_field=account; 0: no such field")
     parser.add_argument("--naive-max-messages", type=int, default=100_000,
                         help="run the naive loop only up to this size; extrapolate above")
     parser.add_argument("--master", action="append", default=[],
@@ -101,7 +105,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=ROOT / ".bench" / "results.json")
     args = parser.parse_args(argv)
     args.specs = [BacklogSpec(*parse_size(s), over_limit_fraction=args.over_limit,
-                              not_due_fraction=args.not_due)
+                              not_due_fraction=args.not_due, keys=args.keys)
                   for s in args.sizes.split(",") if s]
     args.masters = args.master or ["local[2]"]
     args.contender_list = [c for c in args.contenders.split(",") if c]
@@ -110,6 +114,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = set(args.contender_list) - set(CONTENDERS)
     if args.handler_delay_ms < 0:
         parser.error("--handler-delay-ms: milliseconds per message, 0 or more")
+    if args.keys < 0:
+        parser.error("--keys: a number of ordering keys, 0 (none) or more")
     if unknown or args.repeats < 1 or not args.specs:
         parser.error(f"unknown contenders {sorted(unknown)}" if unknown
                      else "need at least one size and one repeat")
@@ -185,7 +191,8 @@ def _run_one(args: argparse.Namespace, name: str, spec: BacklogSpec, repeat: int
         wait_for_load(args.wait_for_load, args.wait_max_s)
     label = report.probe_of(name) if probe else name
     workdir = ROOT / ".bench" / "runs" / f"{spec.label}-{repeat}-{_path_safe(label)}"
-    run_spec = BacklogSpec(*PROBE_SPEC, over_limit_fraction=0.05) if probe else spec
+    run_spec = BacklogSpec(*PROBE_SPEC, over_limit_fraction=0.05, keys=spec.keys) if probe \
+        else spec
     record = run_contender(JOB if job else name, run_spec, repeat, workdir, options,
                            args.idle_probe_s)
     shutil.rmtree(workdir / "reports", ignore_errors=True)
@@ -283,6 +290,7 @@ def conditions(args: argparse.Namespace, argv: list[str], records: list[RunRecor
         "right after each job run, steady = job wall - that"
         + ("; profiled with py-spy (slower)" if args.py_spy else ""),
         f"- backlog: {args.over_limit:.0%} of entries over max_deliveries=5"
+        + (f", {args.keys} ordering keys interleaved (field account)" if args.keys else "")
         + (f", {args.not_due:.0%} of the rest delivered 3 times (not due)" if args.not_due
            else "") + ", 4 fields, ~200 "
         f"bytes each; medians of {args.repeats} runs; 1-min load average at run starts/ends: "
@@ -329,7 +337,7 @@ def render(args: argparse.Namespace, argv: list[str], records: list[RunRecord]) 
         parts += ["", title, "", report.markdown(report.PROFILE_HEADER, profile)]
     issue_49 = targets.issue_49(rows, records, args.masters[0])
     for issue, checks in (("3", targets.issue_3(rows)), ("30", targets.issue_30(rows, records)),
-                          ("49", issue_49)):
+                          ("49", issue_49), ("63", targets.issue_63(rows, records))):
         if checks:
             parts += ["", f"### Targets of issue {issue} (measured, not asserted)", "", *checks]
     return "\n".join(parts) + "\n"

@@ -39,6 +39,8 @@ class BacklogSpec:
     # times (run.py --not-due): not due under a steep enough backoff schedule.
     not_due_fraction: float = 0.0
     not_due_deliveries: int = 3
+    # Ordering keys interleaved over the entries (field ``account``, run.py --keys); 0: none.
+    keys: int = 0
 
     @property
     def messages(self) -> int:
@@ -111,7 +113,7 @@ def seed_backlog(client: redis.Redis, spec: BacklogSpec) -> SeededBacklog:
             script(keys=[name], client=pipe, args=[
                 spec.group, spec.consumer, size, spec.idle_ms, 1, spec.max_deliveries + 3,
                 spec.over_limit_fraction, "p" * PAYLOAD_BYTES, first, spec.not_due_fraction,
-                spec.not_due_deliveries])
+                spec.not_due_deliveries, spec.keys])
         for (name, _, _), (over, later) in zip(calls, pipe.execute(), strict=True):
             over_limit.setdefault(name, []).extend(as_str(i) for i in over)
             not_due.setdefault(name, []).extend(as_str(i) for i in later)

@@ -10,7 +10,10 @@
 - issue 49 (one hot stream, many tasks): per job contender and one-stream backlog ``1xN``,
   with a handler delay the one pass against that of each backlog of ``k`` streams of
   ``N/k`` entries; without one, the steady rate against the raw loop's, and beside it
-  (no target) those of the ``kxN/k`` backlogs.
+  (no target) those of the ``kxN/k`` backlogs;
+- issue 63 (per-key order): per backlog and master, the pass of the job run as
+  ``--variant ordered:order.key_field=...`` against the plain job's (the unordered split) and
+  against ``--variant onetask:spark.split_min_pending=0`` (today's in-order choice).
 """
 
 from __future__ import annotations
@@ -21,6 +24,13 @@ from tests.benchmark.seed import parse_size
 
 # The job's log line that ends the one pass (recovery/driver/job.py), as a segment label.
 PASS_LABEL = "claim, dead-letter, handler, acks and report done"
+# The two steps of the paths that claim first (recovery/driver/passes.py's materialised path,
+# recovery/driver/ordered.py's per-key order): their log lines, as segment labels.
+CLAIM_LABEL = "claim done in"
+HANDOVER_LABEL = "dead-letter, handler"
+ORDERED, ONE_TASK = "+ordered", "+onetask"  # issue 63's variant names
+ORDERED_PASS_RATIO = 1.3  # issue 63: ordered within 1.3x of the unordered split
+ONE_TASK_SPEEDUP = 3.0  # and at least 3x faster than one task per stream
 
 
 def issue_3(rows: list[Row]) -> list[str]:
@@ -82,6 +92,48 @@ def pass_seconds(records: list[RunRecord], contender: str, size: str) -> float |
 
     runs = [r for r in records if r.contender == contender and r.size == size]
     return median_of(runs, seconds)
+
+
+def two_step_seconds(records: list[RunRecord], contender: str, size: str) -> float | None:
+    """Median seconds of the claim and the hand-over that follows it (the two timeline
+    segments their log lines end) over the runs of `contender` at `size`: the pass of the
+    paths that claim first; None where no run logged both."""
+    def seconds(record: RunRecord) -> float | None:
+        steps = [float(s["seconds"]) for s in record.details.get("segments") or []
+                 if s["label"].startswith((CLAIM_LABEL, HANDOVER_LABEL))]
+        return sum(steps) if len(steps) == 2 else None
+
+    runs = [r for r in records if r.contender == contender and r.size == size]
+    return median_of(runs, seconds)
+
+
+def any_pass_seconds(records: list[RunRecord], contender: str, size: str) -> float | None:
+    """The one pass, or the two steps of a path that claims first."""
+    one = pass_seconds(records, contender, size)
+    return one if one is not None else two_step_seconds(records, contender, size)
+
+
+def issue_63(rows: list[Row], records: list[RunRecord]) -> list[str]:
+    """Issue 63's targets, per ``job+ordered`` contender (any master) and backlog: its pass
+    against the plain job's on that master (<= ``ORDERED_PASS_RATIO``x) and against
+    ``job+onetask``'s (>= ``ONE_TASK_SPEEDUP``x faster)."""
+    names = {r.contender for r in rows if r.runs}
+    out = []
+    for ordered in (r for r in rows if ORDERED in r.contender and r.runs):
+        plain = ordered.contender.replace(ORDERED, "")
+        one_task = ordered.contender.replace(ORDERED, ONE_TASK)
+        passed = any_pass_seconds(records, ordered.contender, ordered.size)
+        line = f"- {ordered.size}: {ordered.contender} the pass {fmt(passed, 2)} s"
+        if plain in names:
+            theirs = any_pass_seconds(records, plain, ordered.size)
+            line += (f", {fmt(ratio(passed, theirs), 2)}x {plain}'s {fmt(theirs, 2)} s "
+                     f"(target <= {ORDERED_PASS_RATIO}x)")
+        if one_task in names:
+            theirs = any_pass_seconds(records, one_task, ordered.size)
+            line += (f", {fmt(ratio(theirs, passed), 2)}x faster than {one_task}'s "
+                     f"{fmt(theirs, 2)} s (target >= {ONE_TASK_SPEEDUP}x)")
+        out.append(line)
+    return out
 
 
 def issue_30(rows: list[Row], records: list[RunRecord]) -> list[str]:

@@ -1,7 +1,8 @@
 """Airflow, driven from the project's tests: Airflow lives in its own venv (AIRFLOW_PYTHON), so
 each step is a script run with that interpreter, printing one ``RESULT <json>`` line.
 
-- RUNNER parses the DAG folder and optionally runs one DAG with ``dag.test()``; with
+- RUNNER parses the DAG folder and runs the DAGs asked, one after the other in the same
+  process (an Airflow start and parse costs seconds), each with ``dag.test()``; with
   NOTIFY_FILE set it first adds a FileNotifier (tests/support/airflow_notifier.py) to the DAG
   file's FAILURE_NOTIFIERS, as a user fills that hook.
 - APPROVER answers (or only waits for) a human-in-the-loop task through Airflow's REST API
@@ -29,29 +30,38 @@ result = {"errors": {k: str(v) for k, v in bag.import_errors.items()},
           "tasks": {d: {t.task_id: type(t).__name__ for t in dag.tasks}
                     for d, dag in bag.dags.items()},
           "timeouts": {d: {t.task_id: t.execution_timeout and t.execution_timeout.total_seconds()
-                           for t in dag.tasks} for d, dag in bag.dags.items()}}
-if len(sys.argv) > 3:
+                           for t in dag.tasks} for d, dag in bag.dags.items()},
+          "runs": []}
+hooked = set()
+for asked in json.loads(sys.argv[3]) if len(sys.argv) > 3 else []:
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
-    dag = bag.dags[sys.argv[3]]
-    if os.environ.get("NOTIFY_FILE"):
+    dag = bag.dags[asked["dag_id"]]
+    if os.environ.get("NOTIFY_FILE") and dag.dag_id not in hooked:
         from tests.support.airflow_notifier import FileNotifier
         hook = dag.tasks[0].on_failure_callback
         hook = hook[0] if isinstance(hook, list) else hook
         hook.__globals__["FAILURE_NOTIFIERS"].append(FileNotifier(os.environ["NOTIFY_FILE"]))
+        hooked.add(dag.dag_id)
+    variables = {"AIRFLOW_VAR_" + k.upper(): v for k, v in asked["variables"].items()}
+    os.environ.update(variables)  # this run's Airflow Variables, read as the tasks run
+    done = {}
     try:
-        run = dag.test(run_conf=json.loads(sys.argv[4]))
+        run = dag.test(run_conf=asked["conf"])
     except Exception as exc:
-        result.update(state="not started", error=f"{type(exc).__name__}: {exc}")
+        done.update(state="not started", error=f"{type(exc).__name__}: {exc}")
     else:
         with create_session() as session:
             rows = session.query(XComModel).filter_by(dag_id=run.dag_id, run_id=run.run_id,
                                                       key="return_value").all()
             tis = run.get_task_instances(session=session)
-            result.update(state=str(run.state), run_id=run.run_id,
-                          run_after=run.run_after.strftime("%Y%m%dT%H%M%SZ"),
-                          xcom={r.task_id: r.value for r in rows},
-                          task_states={ti.task_id: str(ti.state) for ti in tis})
+            done.update(state=str(run.state), run_id=run.run_id,
+                        run_after=run.run_after.strftime("%Y%m%dT%H%M%SZ"),
+                        xcom={r.task_id: r.value for r in rows},
+                        task_states={ti.task_id: str(ti.state) for ti in tis})
+    for name in variables:
+        del os.environ[name]
+    result["runs"].append(done)
 print("RESULT " + json.dumps(result))
 """
 
@@ -117,15 +127,15 @@ def result_of(done: subprocess.CompletedProcess[str]) -> dict:
             "output": done.stdout + done.stderr}
 
 
-def airflow_argv(dag_id: str | None, conf: dict | None) -> list[str]:
-    """RUNNER's command line: parse the DAG folder; with `dag_id`, run it with `conf`."""
-    run = [dag_id, json.dumps(conf)] if dag_id else []
-    return [AIRFLOW_PYTHON or "", "-c", RUNNER, str(ROOT / "dags"), str(ROOT), *run]
+Run = tuple[str, dict | None, dict[str, str]]  # a DAG id, its params (conf), its Variables
 
 
-def with_variables(env: dict[str, str], variables: dict[str, str]) -> dict[str, str]:
-    """`env` plus Airflow Variables as AIRFLOW_VAR_<NAME> environment variables."""
-    return {**env, **{f"AIRFLOW_VAR_{k.upper()}": v for k, v in variables.items()}}
+def airflow_argv(runs: list[Run]) -> list[str]:
+    """RUNNER's command line: parse the DAG folder, then run each of `runs` in turn."""
+    asked = [{"dag_id": dag_id, "conf": conf or {}, "variables": variables}
+             for dag_id, conf, variables in runs]
+    return [AIRFLOW_PYTHON or "", "-c", RUNNER, str(ROOT / "dags"), str(ROOT),
+            json.dumps(asked)]
 
 
 def airflow_run(env: dict[str, str], dag_id: str | None = None, conf: dict | None = None,
@@ -134,22 +144,36 @@ def airflow_run(env: dict[str, str], dag_id: str | None = None, conf: dict | Non
     Airflow Variables. Returns ``errors``, ``tasks``, ``timeouts``, ``output`` and, for a run,
     ``state``, ``run_id``, ``run_after``, ``xcom`` and ``task_states`` by task id (or
     ``error`` when Airflow refused to start the run)."""
-    done = subprocess.run(airflow_argv(dag_id, conf), env=with_variables(env, variables),
-                          capture_output=True, text=True, timeout=600)
-    return result_of(done)
+    if dag_id is None:
+        return airflow_runs(env, [])
+    return airflow_runs(env, [(dag_id, conf, variables)])["runs"][0]
+
+
+def airflow_runs(env: dict[str, str], runs: list[Run]) -> dict:
+    """Parse the DAGs, then run each of `runs` in turn in the same Airflow process (one
+    interpreter start and one DAG folder parse for all; each run's Variables set only while
+    it runs): ``errors``, ``tasks``, ``timeouts``, ``output``, and ``runs``, each run's result
+    as :func:`airflow_run` gives it, with the same ``output``."""
+    done = subprocess.run(airflow_argv(runs), env=env, capture_output=True, text=True,
+                          timeout=600 + 300 * len(runs))
+    result = result_of(done)
+    result["runs"] = [{**run, "output": result["output"], "errors": result["errors"]}
+                      for run in result["runs"]]
+    return result
 
 
 def airflow_start(env: dict[str, str], dag_id: str, **variables: str
                   ) -> subprocess.Popen[str]:
     """Start a run of `dag_id` (RUNNER) without waiting: finish it with airflow_finish."""
-    return subprocess.Popen(airflow_argv(dag_id, {}), env=with_variables(env, variables),
+    return subprocess.Popen(airflow_argv([(dag_id, {}, variables)]), env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def airflow_finish(run: subprocess.Popen[str], timeout_s: float = 600) -> dict:
     """The result of a run started with airflow_start."""
     stdout, stderr = run.communicate(timeout=timeout_s)
-    return result_of(subprocess.CompletedProcess(run.args, run.returncode, stdout, stderr))
+    result = result_of(subprocess.CompletedProcess(run.args, run.returncode, stdout, stderr))
+    return {**result["runs"][0], "output": result["output"]}
 
 
 def answer_approval(env: dict[str, str], dag_id: str, task_id: str, answer: str) -> dict:

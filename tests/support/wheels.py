@@ -1,12 +1,19 @@
 """The package as users get it: a wheel built from the tree as committed, and a Python that
-has the dependencies but not the checkout (tests/test_packaging.py, tests/test_notebook.py)."""
+has the dependencies but not the checkout (tests/test_packaging.py, tests/test_notebook.py).
+
+The wheel and the Python it is installed into are made once per ``pytest`` run, however many
+xdist workers ask (:func:`made_once`: conftest's session fixtures ``wheel_zip`` and
+``wheel_python``), and only read after that."""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import shutil
 import site
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -14,7 +21,10 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 def build_wheel_zip(out: Path, source: Path) -> Path:
     """``pip wheel . --no-deps`` of a copy of the tree in `source` (no stale build/ dir), the
-    wheel copied to `out` under a ``.zip`` name (what ``spark-submit --py-files`` ships)."""
+    wheel copied to `out` under a ``.zip`` name (what ``spark-submit --py-files`` ships).
+    Both directories are made if missing."""
+    out.mkdir(parents=True, exist_ok=True)
+    source.mkdir(parents=True, exist_ok=True)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     shutil.copytree(ROOT / "recovery", source / "recovery",
@@ -46,3 +56,30 @@ def install_wheel(wheel_zip: Path, python: str) -> None:
     subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps",
                     "--ignore-installed", "-q", str(wheel)], check=True, capture_output=True,
                    timeout=300)
+
+
+def made_once(root: Path, name: str, make: Callable[[Path], str]) -> str:
+    """What ``make(root / name)`` returns (a path or interpreter, as text), made by the first
+    caller only: the others (xdist workers sharing `root`, the run's common temp directory)
+    wait on an exclusive ``flock`` of ``root / f"{name}.lock"`` and read the result the first
+    one recorded in ``root / f"{name}.json"``. A failed `make` records nothing: the next
+    caller tries again (and fails the same way, in its own test)."""
+    result = root / f"{name}.json"
+    with (root / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if result.exists():
+            return str(json.loads(result.read_text()))
+        where = root / name
+        shutil.rmtree(where, ignore_errors=True)  # what a failed try left
+        where.mkdir()
+        made = make(where)
+        result.write_text(json.dumps(made))
+        return made
+
+
+def wheel_installed_python(wheel_zip: Path, where: Path) -> str:
+    """A deps-only Python (:func:`deps_only_python`) in ``where / "venv"`` with the wheel
+    installed: the interpreter's path."""
+    python = deps_only_python(where / "venv")
+    install_wheel(wheel_zip, python)
+    return python

@@ -25,12 +25,16 @@ class Totals:
 
 
 def totals_line(label: str, totals: Totals) -> str:
-    """``progress <label>: D of S pending entries done (P%), ...`` (see the module doc)."""
+    """``progress <label>: D of S pending entries done (P%), X dead-lettered, N still pending
+    (H of them held by the job); F of U streams finished``: N is every entry pending now in
+    the run's units, as the unit lines' ``pending A -> B`` add up (D + N = S while nothing
+    new arrives), H the share of it this run's consumers hold."""
     t = totals
     percent = t.done * 100 // t.at_start if t.at_start else 100
     line = (f"progress {label}: {t.done:,} of {t.at_start:,} pending entries done ({percent}%), "
-            f"{t.dead_lettered:,} dead-lettered, {t.held:,} held by the job, "
-            f"{t.still_pending:,} still pending; {t.finished:,} of {t.units:,} streams finished")
+            f"{t.dead_lettered:,} dead-lettered, {t.held + t.still_pending:,} still pending "
+            f"({t.held:,} of them held by the job); {t.finished:,} of {t.units:,} streams "
+            "finished")
     return line + (f" ({t.vanished:,} vanished)" if t.vanished else "")
 
 

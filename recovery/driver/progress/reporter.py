@@ -16,7 +16,7 @@ ever held by the job). It logs at INFO on ``recovery.driver.progress.reporter``:
 - one totals line per tick::
 
     progress 40 s: 312,000 of 1,000,000 pending entries done (31%), 5,400 dead-lettered,
-    120,000 held by the job, 688,000 still pending; 210 of 1,000 streams finished
+    688,000 still pending (120,000 of them held by the job); 210 of 1,000 streams finished
 
   (one line; `` (3 vanished)`` appended when units vanished; on exit ``progress final 52 s:
   ...``, read once more (the PEL summaries as the consumer clean-up just read them, the

@@ -11,8 +11,10 @@ Counts are entries. Definitions, per unit (one stream and group), against the ba
   the totals line says how many vanished.
 - *held by the job*: pending entries owned by this run's job consumers (claimed, not yet
   acked or dead-lettered; at the end of a run, the ones whose handler call failed).
-- *still pending*: pending now and not held by the job (not claimed yet, not idle enough to
-  claim, or owned by a live consumer).
+- *still pending*: pending now, held by the job or not (not claimed yet, not idle enough to
+  claim, or owned by a live consumer): the totals line shows it with the job's share, so it
+  adds up with the unit lines' ``pending A -> B`` (``Totals.still_pending`` counts the part
+  not held by the job).
 - *dead-lettered*: growth of the dead-letter streams' lengths since the baseline, at least 0,
   counted once per dead-letter stream: the groups of one stream share its DLQ, so a unit line
   says so when its stream has more than one group. Entries others add to a dead-letter

@@ -23,6 +23,7 @@ from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams
 from recovery.redis_io.dlq_names import DeadLetterNames, refused_reason
 from recovery.redis_io.error_codes import VANISHED, TargetRefused
+from recovery.redis_io.key_holds import HOLD_REFUSED, hold_key, hold_refused
 from recovery.redis_io.round_trips import UnitScriptCall, calls_of, run_unit_script_calls
 from recovery.redis_io.scripts import (
     ACKDEL_DELETED,
@@ -97,7 +98,8 @@ def dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
         ctx = DeadLetterContext(unit.stream, unit.group, unit.consumer,
                                 names.key(unit.stream, unit.group),
                                 params.run_id, params.max_deliveries, now_ms,
-                                params.dlq_check_newest, params.delete_acked)
+                                params.dlq_check_newest, params.delete_acked,
+                                _holds_of(params, rb, unit.stream, unit.group))
         chunks += [(ctx, chunk) for chunk in batches([job_of[i] for i in rows],
                                                      params.dlq_batch_size)]
     per_call = 1 if isinstance(client, RedisCluster) else params.dlq_batch_size
@@ -108,16 +110,30 @@ def dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
     for job, status in run_unit_script_calls(client, calls):
         if isinstance(status, TargetRefused):
             i = job.row
-            dlq = names.key(rb.stream[i], rb.group[i])
-            rb.set(i, Action.SKIPPED, refused_reason(dlq, status), job.error)
+            held = _holds_of(params, rb, rb.stream[i], rb.group[i])
+            reason = hold_refused(held, status) \
+                if held is not None and status.kind.startswith(HOLD_REFUSED) else \
+                refused_reason(names.key(rb.stream[i], rb.group[i]), status)
+            rb.set(i, Action.SKIPPED, reason, job.error)
         else:
             _report_dead_letter(rb, job, status)
+
+
+def _holds_of(params: JobParams, rb: RoutedBatch, stream: str, group: str) -> str | None:
+    """The hash of held keys that a dead-letter move of `stream` / `group` records its key
+    in (``recovery.redis_io.key_holds``): where `rb` carries ordering keys (its heads hold
+    them: ``order.dead_letter_releases = false``) and `stream` is ordered; else None."""
+    order = params.order
+    if order is None or rb.order_keys is None or order.field_of(stream) is None:
+        return None
+    return hold_key(order.hold_prefix, stream, group)
 
 
 def _dead_letter_entry(rb: RoutedBatch, job: DeadLetterJob) -> DeadLetter:
     i = job.row
     return DeadLetter(rb.id[i], int(rb.delivery_count[i] or 0), int(rb.idle_ms[i] or 0),
-                      rb.previous_consumer[i], job.reason, job.error)
+                      rb.previous_consumer[i], job.reason, job.error,
+                      None if rb.order_keys is None else rb.order_keys[i])
 
 
 def _report_dead_letter(rb: RoutedBatch, job: DeadLetterJob, status: Any) -> None:

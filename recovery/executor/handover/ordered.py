@@ -4,12 +4,14 @@ key not held, then the next, and so on, so the handler never gets an entry befor
 previous entry of its key succeeded in this run, and never two entries of one key in a call.
 
 After each wave, each key's head decides: acked (``reprocessed``), deleted upstream, or
-dead-lettered (unless ``order.dead_letter_releases`` is false) lets the key go on; a head
-that failed, or is no longer the job's but still pending (another consumer took it), holds
-the key: every later entry of that key in this run is not handed over, reported ``held``
-with the head's ID in its reason, and stays pending on the job's consumer. An entry the
-driver found held back (an older entry of its key pending elsewhere: ``blocked`` reasons)
-holds its key from the start. Other keys go on.
+dead-lettered lets the key go on (unless ``order.dead_letter_releases`` is false: then the
+move also records the key as held, ``recovery.redis_io.key_holds``, and it holds the key); a
+head that failed, or is no longer the job's but still pending (another consumer took it),
+holds the key: every later entry of that key in this run is not handed over, reported
+``held`` with the head's ID in its reason, and stays pending on the job's consumer. An entry
+the driver found held back (an older entry of its key pending elsewhere), or one after a head
+recorded as dead-lettered before (``blocked`` reasons), holds its key from the start. Other
+keys go on.
 
 Each wave is one ordinary hand-over (``modes.handler``): dead-letter moves of the heads over
 the limit, then lease, handler calls of ``handler.batch_size`` and acks.
@@ -50,6 +52,8 @@ def apply_in_order(client: redis.Redis, params: JobParams, claimed: Claimed,
     per row, the key field it lacks where it is to be dead-lettered for that
     (``order.missing_key = dead_letter``), else ""."""
     rb = RoutedBatch(claimed, params.max_deliveries)
+    if params.order is not None and not params.order.dead_letter_releases:
+        rb.order_keys = [None if k[2] else k[3] for k in keys]  # a moved head holds its key
     routes = rb.by_route()
     for i in routes[Route.GONE]:
         rb.set(i, Action.SKIPPED, REASON_GONE)
@@ -83,7 +87,7 @@ def apply_in_order(client: redis.Redis, params: JobParams, claimed: Claimed,
         _hand_over(client, params, rb, heads)
         wave += 1
         maybe_fail("ordered", wave)  # after a wave's side effects (tests of task retries)
-        holds = _holding(client, params, rb, heads)
+        holds = _holding(client, params, rb, heads, keys)
         for i in heads:
             key = keys[i]
             if i in holds:
@@ -125,8 +129,8 @@ def _hand_over(client: redis.Redis, params: JobParams, rb: RoutedBatch, heads: l
     HANDLER.hand_over(client, params, rb, rows, None)
 
 
-def _holding(client: redis.Redis, params: JobParams, rb: RoutedBatch, heads: list[int]
-             ) -> dict[int, str]:
+def _holding(client: redis.Redis, params: JobParams, rb: RoutedBatch, heads: list[int],
+             keys: Sequence[KeyT]) -> dict[int, str]:
     """The heads that hold their keys, each with why: failed, dead-lettered (where
     ``order.dead_letter_releases`` is false), or no longer the job's but still pending on
     another consumer, or skipped and left pending (a refused dead-letter move; one XPENDING
@@ -138,9 +142,10 @@ def _holding(client: redis.Redis, params: JobParams, rb: RoutedBatch, heads: lis
         action, head = rb.action[i], rb.id[i]
         if action == Action.FAILED:
             holds[i] = f"held behind {head} of its key, which failed in this run"
-        elif action == Action.DEAD_LETTERED and not releases:
-            holds[i] = (f"held behind {head} of its key, dead-lettered in this run "
-                        "(order.dead_letter_releases = false)")
+        elif action == Action.DEAD_LETTERED and not releases and not keys[i][2]:
+            holds[i] = (f"held behind {head} of its key, dead-lettered as "
+                        f"{rb.dead_letter_id[i]} in this run (order.dead_letter_releases = "
+                        "false) until an operator releases it")
         elif action == Action.SKIPPED:
             gone.append(i)  # no longer the job's, or left pending (a refused dead-letter move)
     replies = each(client, [pending_command(rb.stream[i], rb.group[i], rb.id[i], rb.id[i], 1)

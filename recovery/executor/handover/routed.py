@@ -82,6 +82,9 @@ class RoutedBatch:
         self.requeued_id: list[str | None] = [None] * n
         self.reassigned_to: list[str | None] = [None] * n
         self.entry_deleted: list[bool | None] = [None] * n
+        # Per row, its ordering key, where a dead-lettered head holds its key across runs
+        # (order.dead_letter_releases = false: recovery.executor.handover.ordered); else None.
+        self.order_keys: list[bytes | None] | None = None
 
     def unit(self, i: int) -> Unit:
         return self._units[self._unit_of[i]]

@@ -1,17 +1,21 @@
 -- Move entries of one or more units (stream, group, job consumer) from their group's PEL to
 -- their dead-letter streams, atomically (one script call: on a Redis Cluster give it one
 -- unit, as all keys of a call must share a slot).
--- KEYS, per unit u in order: KEYS[2u-1] its source stream, KEYS[2u] its dead-letter stream
--- (same hash slot as its source).
+-- KEYS, per unit in order: its source stream, its dead-letter stream (same hash slot as its
+-- source), and, for a unit that holds keys (ARGV flag below), the hash of its held keys
+-- (same slot: recovery/redis_io/key_holds.py).
 -- ARGV[1]: run id; ARGV[2]: delivery limit; ARGV[3]: death time (epoch ms); ARGV[4]: '1' to
 -- check the newest entry of a dead-letter stream too (XINFO STREAM: the user may run it),
 -- '0' to check its oldest only (XRANGE, which every documented ACL rule grants); ARGV[5]: '1'
 -- to ack a moved entry with XACKDEL ... ACKED (Redis 8.2+: the entry is also deleted from its
 -- stream unless another group still references it), '0' with XACK; then per unit,
 -- in KEYS order: its group; the job's consumer (only entries it owns move); the source name
--- (x-original-stream); the number n of its entries; then 6 values per entry: id, delivery
--- count (with a requeued copy's carried deliveries, whose field is not copied), idle ms
--- (before the claim), last owner ('' if unknown), reason, handler error ('' if none).
+-- (x-original-stream); the number n of its entries; '1' if it holds keys, else '0'; then 6
+-- values per entry (7 where the unit holds keys): id, delivery count (with a requeued copy's
+-- carried deliveries, whose field is not copied), idle ms (before the claim), last owner (''
+-- if unknown), reason, handler error ('' if none)[, its ordering key ('' if none)]. An entry
+-- with a key that moves records its key as held behind it, in the same call: HSETNX hash key
+-- '<id> <dead-letter id>' (a key already held keeps its first head).
 -- Reply: one element per unit, in order: an array with one element per entry, in order: the
 -- new dead-letter ID if moved (with ARGV[5] '1': {the new ID, XACKDEL's code: 1 deleted, 2
 -- kept because another group still references it}); 0 if the entry is no longer pending or owned by the job's
@@ -27,8 +31,9 @@
 -- dead-letter stream is not the job's to write (checked before its first entry, in the same
 -- atomic call): it must be missing, an empty stream, or a stream whose oldest entry (and,
 -- with ARGV[4] '1', newest entry) carries the metadata block (x-original-stream,
--- x-original-id, x-death-reason), and never the source itself. Then nothing of that unit
--- is written or acked: its entries stay pending.
+-- x-original-id, x-death-reason), and never the source itself; and its hash of held keys
+-- must be missing or a hash ('NOTLETTERS hold:<type> it is no hash'). Then nothing of that
+-- unit is written or acked: its entries stay pending.
 local MAX_VALUES = 7900
 local run_id, limit, death_time, newest = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
 local delete = ARGV[5] == '1'
@@ -43,7 +48,7 @@ local function failed(reply)
 end
 
 -- Move one entry (its 6 values at ARGV[i]); its reply element, or the unit's error.
-local function move(stream, dlq, group, consumer, source, i)
+local function move(stream, dlq, held, group, consumer, source, i)
   local id = ARGV[i]
   local owned = redis.pcall('XPENDING', stream, group, id, id, 1, consumer)
   if unit_gone(owned) then return owned end
@@ -80,10 +85,16 @@ local function move(stream, dlq, group, consumer, source, i)
   if failed(dlq_id) then  -- nothing was written: again, to fail as redis.call fails
     dlq_id = redis.call('XADD', unpack(args))
   end
+  local code = nil
   if delete then
-    return {dlq_id, redis.call('XACKDEL', stream, group, 'ACKED', 'IDS', 1, id)[1]}
+    code = redis.call('XACKDEL', stream, group, 'ACKED', 'IDS', 1, id)[1]
+  else
+    redis.call('XACK', stream, group, id)
   end
-  redis.call('XACK', stream, group, id)
+  if held and ARGV[i + 6] ~= '' then
+    redis.call('HSETNX', held, ARGV[i + 6], id .. ' ' .. dlq_id)
+  end
+  if delete then return {dlq_id, code} end
   return dlq_id
 end
 
@@ -116,20 +127,33 @@ local function not_letters(stream, dlq)
   return nil
 end
 
+-- Why `held` is no hash of held keys ('hold:<type> <why>'), or nil when it may take them.
+local function not_holds(held)
+  local kind = redis.call('TYPE', held)['ok']
+  if kind == 'none' or kind == 'hash' then return nil end
+  return 'hold:' .. kind .. ' it is no hash'
+end
+
 local replies = {}
-local at = 6
-for u = 1, #KEYS / 2 do
-  local stream, dlq = KEYS[2 * u - 1], KEYS[2 * u]
+local at, k_at, u = 6, 1, 0
+while k_at <= #KEYS do
+  u = u + 1
   local group, consumer, source, n = ARGV[at], ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
+  local holds = ARGV[at + 4] == '1'
+  local stream, dlq, held = KEYS[k_at], KEYS[k_at + 1], nil
+  if holds then held = KEYS[k_at + 2] end
+  local width = holds and 7 or 6
   local reply = {}
-  local refused = n > 0 and not_letters(stream, dlq)
-  if refused then n = 0; reply = {err = 'NOTLETTERS ' .. refused} end
-  for k = 0, n - 1 do
-    local one = move(stream, dlq, group, consumer, source, at + 4 + 6 * k)
-    if failed(one) then reply = one; break end
-    reply[k + 1] = one
+  local refused = n > 0 and (not_letters(stream, dlq) or (held and not_holds(held)))
+  if refused then reply = {err = 'NOTLETTERS ' .. refused} else
+    for k = 0, n - 1 do
+      local one = move(stream, dlq, held, group, consumer, source, at + 5 + width * k)
+      if failed(one) then reply = one; break end
+      reply[k + 1] = one
+    end
   end
   replies[u] = reply
-  at = at + 4 + 6 * tonumber(ARGV[at + 3])
+  at = at + 5 + width * n
+  k_at = k_at + (holds and 3 or 2)
 end
 return replies

@@ -6,7 +6,9 @@
 -- entries; ARGV[7]: over-limit fraction (0..1); ARGV[8]: payload padding (a string of ~140
 -- bytes); ARGV[9]: the stream-wide number of the slice's first entry (1 for the first slice,
 -- which also creates the group); ARGV[10]: the fraction (0..1) of the other entries that get
--- ARGV[11] deliveries instead of ARGV[5] (not due yet under a backoff schedule).
+-- ARGV[11] deliveries instead of ARGV[5] (not due yet under a backoff schedule); ARGV[12]: a
+-- number of ordering keys k above 0 gives entry i a fifth field, 'account' = 'a<i mod k>'
+-- (keys interleaved across the stream, for order.key_field = account), 0 none.
 -- Entry i (1-based, stream-wide) is over the limit when floor(i * f) > floor((i - 1) * f):
 -- exactly floor(n * f) of them, evenly spread; the next rule with ARGV[10] picks, among the
 -- others, those delivered ARGV[11] times.
@@ -16,12 +18,16 @@ local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
 local n, idle = tonumber(ARGV[3]), ARGV[4]
 local fraction, pad, first = tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
 local later = tonumber(ARGV[10] or '0')
+local keys = tonumber(ARGV[12] or '0')
 local chunk = 1000
 local normal, over, waiting = {}, {}, {}
 for i = first, first + n - 1 do
-  local id = redis.call('XADD', stream, '*',
-    'order_id', stream .. '-' .. i, 'amount_cents', tostring(1000 + i % 997),
-    'currency', 'EUR', 'payload', pad)
+  local fields = {'order_id', stream .. '-' .. i, 'amount_cents', tostring(1000 + i % 997),
+    'currency', 'EUR', 'payload', pad}
+  if keys > 0 then
+    fields[#fields + 1] = 'account'; fields[#fields + 1] = 'a' .. (i % keys)
+  end
+  local id = redis.call('XADD', stream, '*', unpack(fields))
   if math.floor(i * fraction) > math.floor((i - 1) * fraction) then
     over[#over + 1] = id
   elseif math.floor(i * later) > math.floor((i - 1) * later) then

@@ -1,0 +1,105 @@
+"""The operator commands in the command's own Python: ``dry-run``, ``apply``, ``redrive``
+and ``dead-letters`` without a cluster master (``recovery.jobs.submit`` asks
+:func:`runs_here`, then calls :func:`run_here` instead of starting spark-submit).
+
+Without a master, spark-submit runs the job on this machine in ``local[*]``: its own JVM
+start, then a Python driver that imports the package again. Here the same job runs on the
+Python that already checked its options (``recovery.jobs.precheck``): ``redrive`` starts no
+Spark at all (its work is inside Redis), ``dry-run``, ``apply`` and ``dead-letters`` start a
+local session from this process (PySpark launches the JVM with the options of
+:data:`LOCAL_SUBMIT`, the master spark-submit would have used; ``spark-defaults.conf`` is
+read by that launch as by spark-submit). Outputs and exit codes are the job's: the JSON line
+last on stdout; an ``error:`` line stays on stderr (spark-submit would have merged it into
+stdout).
+
+What decides is where the work would run, not its size: without a master (or with a
+``local`` one) spark-submit runs the same Spark on the same cores with the same driver
+memory, so no backlog is big enough for it to be faster. spark-submit stays for what this
+process cannot honour: the scheduled ``run`` (the process shape Airflow's operators and the
+docs show), a master that is not local (``--master``, ``spark.master`` in the properties
+files, ``MASTER``), a driver Python of another environment (``PYSPARK_PYTHON``, ...), and
+any other spark-submit option (``--conf``, ``--py-files``,
+``--driver-memory``, ...), which only spark-submit applies as written.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+from recovery.jobs.precheck import another_python, spark_conf, spark_option
+
+RUNS_HERE = ("dry-run", "apply", "redrive", "dead-letters")
+# The local session's launch (PySpark runs spark-submit for the JVM with these): the master
+# spark-submit defaults to, and the driver JVM compiling with C1 only, as the demo and the
+# tests run (docs/PERFORMANCE.md, "JVM and start-up": short local runs end sooner).
+LOCAL_MASTER = "local[*]"
+DRIVER_JVM = "spark.driver.extraJavaOptions"
+
+
+def runs_here(command: str, spark_args: list[str],
+              environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether `command` with spark-submit options `spark_args` runs in this process: one of
+    :data:`RUNS_HERE`, no spark-submit option but ``--master local...``, the driver's Python
+    this one (``PYSPARK_DRIVER_PYTHON``, ``PYSPARK_PYTHON`` or their ``spark.pyspark.*``
+    properties naming no other environment's: the handler's modules are its), and the master
+    (that option, else ``spark.master`` of the properties files, else ``MASTER``) local or
+    none. ``RECOVERY_SPARK_SUBMIT=1`` in `environ` keeps spark-submit for every command."""
+    if command not in RUNS_HERE or environ.get("RECOVERY_SPARK_SUBMIT") == "1":
+        return False
+    if not _only_a_master(spark_args) or another_python(spark_args):
+        return False  # only spark-submit honours them; another Python has its own modules
+    master = spark_option(spark_args, "--master")
+    if master is None:
+        master = spark_conf([], "spark.master") or environ.get("MASTER")
+    return master is None or is_local(master)
+
+
+def _only_a_master(spark_args: list[str]) -> bool:
+    """True when `spark_args` is empty or ``--master M`` / ``--master=M`` alone."""
+    return (not spark_args or (len(spark_args) == 2 and spark_args[0] == "--master")
+            or (len(spark_args) == 1 and spark_args[0].startswith("--master=")))
+
+
+def is_local(master: str) -> bool:
+    """``local``, ``local[N]``, ``local[*]``, ``local[N,F]``: Spark in the driver's JVM
+    (``local-cluster[...]`` starts executor JVMs of its own: not local here)."""
+    return master == "local" or (master.startswith("local[") and master.endswith("]"))
+
+
+def run_here(command: str, job_args: list[str], spark_args: list[str]) -> int:
+    """Run `command`'s job with `job_args` (as its job file gets them) here; its exit code."""
+    if command == "redrive":
+        from recovery.cli.redrive import redrive_main
+
+        return redrive_main(job_args)
+    _launch_options(spark_option(spark_args, "--master"))
+    from recovery.spark.session import submitted_session
+
+    if command == "dead-letters":
+        from recovery.cli.dead_letters import dead_letters_main
+
+        return dead_letters_main(job_args, lambda: submitted_session("redis-stream-dead-letters"))
+    from recovery.cli.recover import run_recovery
+
+    return run_recovery(job_args, lambda _: submitted_session("redis-stream-recovery"))
+
+
+def _launch_options(master: str | None) -> None:
+    """The options PySpark passes to spark-submit when it launches this process's JVM
+    (``PYSPARK_SUBMIT_ARGS``): the master, C1 only for the driver JVM and no console
+    progress bar where the properties files set neither; the workers run this Python."""
+    if master is None:
+        master = spark_conf([], "spark.master") or os.environ.get("MASTER") or LOCAL_MASTER
+    launch = ["--master", master]
+    from recovery.spark.local import C1_ONLY
+    from recovery.spark.session import CONSOLE_PROGRESS
+
+    # PySpark's launch is a shell's (``pyspark-shell``), whose progress bar is on by default:
+    # off, as the job's defaults have it under spark-submit, where the files leave it unset.
+    for key, value in ((DRIVER_JVM, C1_ONLY), (CONSOLE_PROGRESS, "false")):
+        if spark_conf([], key) is None:
+            launch += ["--conf", f"{key}={value}"]
+    os.environ["PYSPARK_SUBMIT_ARGS"] = " ".join([*launch, "pyspark-shell"])
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
