@@ -11,10 +11,11 @@ whatever they have. The probe reads, in one pipeline:
   ``inactive`` 7.2.0) and ``arguments`` (XREADGROUP's ``claim``, XADD's ``idmp``). Redis 6.2
   has no COMMAND DOCS (an ``ERR``): none of the 7.0+ changes.
 
-A user whose ACL rules refuse COMMAND (docs/ACL.md line 7) gets ``asked=False``: the reply
-changes then follow ``redis_version`` (the only thing such a user can read), and no optional
-command counts as present. The object is a frozen dataclass of plain values: it pickles, and
-travels to the executors inside ``JobParams``.
+A user whose ACL rules refuse COMMAND (docs/ACL.md line 7), and a server or proxy that does not
+know it (``rename-command COMMAND ""``, a proxy's ``unknown command``), give ``asked=False``:
+the reply changes then follow ``redis_version`` (the only thing left to read), and no
+optional command counts as present. The object is a frozen dataclass of plain values: it
+pickles, and travels to the executors inside ``JobParams``.
 """
 
 from __future__ import annotations
@@ -104,8 +105,12 @@ def _on_one_node(client: redis.Redis, *command: object) -> Any:
 
 
 def _is_refusal(exc: ResponseError) -> bool:
-    """Whether `exc` is an ACL refusal (redis-py raises NoPermissionError, a ResponseError)."""
-    return error_code(exc) == "NOPERM" or "no permissions" in str(exc)
+    """Whether `exc` refuses COMMAND itself: an ACL refusal (redis-py raises
+    NoPermissionError, a ResponseError), or ``ERR unknown command 'command'`` (renamed or
+    disabled in the server's configuration, or a proxy that does not pass it on)."""
+    text = str(exc).lower()
+    return error_code(exc) == "NOPERM" or "no permissions" in text \
+        or "unknown command 'command'" in text
 
 
 def _from_version(info: Mapping[str, str]) -> ServerFeatures:

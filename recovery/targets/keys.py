@@ -11,8 +11,9 @@ import redis
 
 from recovery.errors import ConfigError, DeadLetterNameError, UnsupportedServerError
 from recovery.params import RedisParams
+from recovery.redis_io.acl_errors import denied_command
 from recovery.redis_io.dlq_names import DeadLetterNames, is_letter, refused_reason
-from recovery.redis_io.error_codes import TargetRefused
+from recovery.redis_io.error_codes import TargetRefused, server_text
 from recovery.redis_io.features import ServerFeatures, probe_features
 from recovery.redis_io.redis_conn import key_refused, no_such_key, redis_errors, wrong_type
 from recovery.redis_io.round_trips import each
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 MIN_VERSION = (6, 2, 0)
 NO_ACCESS = "the Redis user may not access this key (ACL key patterns): left alone"
 NO_KEY = "no such key: fix streams.keys"
+XACKDEL_PROBE_KEY = "recovery:xackdel-probe"  # never created: check_may_run_xackdel
 
 
 @dataclass(frozen=True)
@@ -62,10 +64,29 @@ def check_features(client: redis.Redis, settings: Settings, params: RedisParams
         if features.asked:
             raise ConfigError(f"{needs}, which {features.name} does not have: unset "
                               "reprocess.delete_acked or run on Redis 8.2 or newer")
-        raise ConfigError(f"{needs}, and the Redis user may not run COMMAND INFO to ask the "
-                          "server for it: grant +command (docs/ACL.md line 7) or unset "
-                          "reprocess.delete_acked")
+        raise ConfigError(f"{needs}, and the server refused COMMAND INFO, which asks it (the "
+                          "Redis user may not run it, or COMMAND is renamed or disabled): "
+                          "grant +command (docs/ACL.md line 7) or unset reprocess.delete_acked")
+    if settings.reprocess.delete_acked:
+        with redis_errors(params):
+            check_may_run_xackdel(client)
     return features
+
+
+def check_may_run_xackdel(client: redis.Redis) -> None:
+    """Raise the server's NOPERM when the Redis user may not run XACKDEL (the documented ACL
+    rules leave it out). Asked before anything is written: the dead-letter and requeue
+    scripts call XACKDEL after their XADD, and a script is not rolled back, so a refusal
+    there would leave letters and copies whose originals stay pending. The question is an
+    XACKDEL of ID 0-1 on a key that does not exist (``XACKDEL_PROBE_KEY``; answers ``[-1]``,
+    changes nothing); a refused key (ACL key patterns) means the command itself is allowed
+    (Redis checks the command first)."""
+    try:
+        client.execute_command("XACKDEL", XACKDEL_PROBE_KEY, "recovery", "ACKED", "IDS", 1,
+                               "0-1")
+    except redis.exceptions.ResponseError as exc:
+        if denied_command(server_text(exc)):
+            raise
 
 
 def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,

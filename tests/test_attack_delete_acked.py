@@ -1,0 +1,70 @@
+"""Attacks on reprocess.delete_acked (XACKDEL ... ACKED in the hand-over, dead-letter and
+requeue paths) and on the ServerFeatures probe, through the job's command line against a
+real Redis 8.6, checked in Redis itself (XRANGE, XLEN, XPENDING, XINFO GROUPS)."""
+
+from __future__ import annotations
+
+import pytest
+from redis import Redis
+
+from recovery.redis_io.dlq_names import dead_letter_key
+from tests.support.acl_rules import PASSWORD, create_users
+from tests.support.fault_tools import GROUP, job_args, run_in_process, write_control
+from tests.support.invariants import pel
+from tests.support.reprocess_tools import stuck
+from tests.support.servers import WITH_XACKDEL, start_server
+
+pytestmark = pytest.mark.slow
+
+STREAM = "events:work"  # inside the documented users' key patterns (docs/ACL.md)
+DELETE = "reprocess.delete_acked=true"
+
+
+def snapshot(client: Redis, stream: str) -> tuple[object, ...]:
+    """What a refused run must leave as it was: keys, the stream, the group's PEL."""
+    return (sorted(client.keys()), client.xrange(stream), pel(client, stream, GROUP))
+
+
+@pytest.mark.parametrize("mode", ["handler", "requeue"])
+def test_a_user_without_xackdel_is_refused_before_anything_is_written(mode, spark, tmp_path):
+    """The documented rules leave out +xackdel (docs/ACL.md). A run with delete_acked as that
+    user used to fail inside the dead-letter and requeue scripts after their XADD (a script
+    is not rolled back): letters and copies written, originals still pending, so every rerun
+    wrote them again. It must be refused at start: one line naming +xackdel, exit 1, nothing
+    in Redis changed."""
+    with start_server(WITH_XACKDEL) as server:
+        client = server.client()
+        stuck(client, STREAM, {"ok": (4, 1), "poison": (2, 9)})
+        create_users(client)
+        before = snapshot(client, STREAM)
+        result = run_in_process(spark, job_args(
+            server.url, tmp_path, [STREAM], DELETE, f"reprocess.mode={mode}",
+            "redis.username=recovery", f"redis.password={PASSWORD}"))
+        lines = result.error_lines()
+        assert result.code == 1 and len(lines) == 1, result.stderr[-3000:]
+        assert "+xackdel" in lines[0], lines
+        assert not client.exists(dead_letter_key(STREAM, ":dlq")), "a letter was written"
+        assert snapshot(client, STREAM) == before
+
+
+def test_a_server_with_command_renamed_runs_and_refuses_only_the_setting(spark, tmp_path):
+    """``rename-command COMMAND ""`` (as a proxy that does not pass COMMAND on) answers
+    ``ERR unknown command``, no ACL refusal. The probe used to raise it: every run on such a
+    server stopped with exit 1, with or without the setting. The job must run as it did
+    before the probe, and refuse only reprocess.delete_acked (it cannot ask for XACKDEL)."""
+    with start_server(WITH_XACKDEL, "--rename-command", "COMMAND", "") as server:
+        client = server.client()
+        stuck(client, STREAM, {"ok": (4, 1), "poison": (2, 9)})
+        before = snapshot(client, STREAM)
+        refused = run_in_process(None, job_args(server.url, tmp_path, [STREAM], DELETE))
+        lines = refused.error_lines()
+        assert refused.code == 2 and len(lines) == 1, refused.stderr[-3000:]
+        assert "reprocess.delete_acked" in lines[0] and "COMMAND" in lines[0], lines
+        assert snapshot(client, STREAM) == before
+
+        write_control(server.url)
+        result = run_in_process(spark, job_args(server.url, tmp_path, [STREAM],
+                                                "reprocess.mode=requeue"))
+        assert result.code == 0, result.stderr[-3000:]
+        assert pel(client, STREAM, GROUP) == {}
+        assert client.xlen(dead_letter_key(STREAM, ":dlq")) == 2
