@@ -9,8 +9,9 @@ from redis import Redis
 
 from recovery.redis_io.dlq_names import dead_letter_key
 from tests.support.acl_rules import PASSWORD, create_users
-from tests.support.fault_tools import GROUP, job_args, run_in_process, write_control
+from tests.support.fault_tools import GROUP, job_args, report_rows, run_in_process, write_control
 from tests.support.invariants import pel
+from tests.support.lost_reply import ReplyDropper
 from tests.support.reprocess_tools import stuck
 from tests.support.servers import WITH_XACKDEL, start_server
 
@@ -68,3 +69,27 @@ def test_a_server_with_command_renamed_runs_and_refuses_only_the_setting(spark, 
         assert result.code == 0, result.stderr[-3000:]
         assert pel(client, STREAM, GROUP) == {}
         assert client.xlen(dead_letter_key(STREAM, ":dlq")) == 2
+
+
+def test_a_lost_xackdel_reply_sent_again_still_reports_the_deletions(spark, tmp_path):
+    """The hand-over's XACKDEL runs, its reply is lost, redis-py sends it again (the job's
+    retry policy) and the second call answers -1 for every ID: not pending any more. The
+    entries are gone from the stream; the report and ``acked_deletions`` must still say the
+    job's ack deleted them (not that another consumer acked them and nothing was deleted)."""
+    with start_server(WITH_XACKDEL) as server:
+        client = server.client()
+        seeded = stuck(client, STREAM, {"ok": (6, 1)})
+        write_control(server.url)
+        proxy = ReplyDropper(server.port, b"XACKDEL\r\n$11\r\nevents:work")
+        try:
+            result = run_in_process(spark, job_args(proxy.url(), tmp_path, [STREAM], DELETE,
+                                                    run_id="lost1"))
+        finally:
+            proxy.close()
+        assert proxy.dropped == 1, "the fault did not happen"
+        assert result.code == 0, result.stderr[-3000:]
+        assert client.xlen(STREAM) == 0 and pel(client, STREAM, GROUP) == {}
+        rows = report_rows(spark, tmp_path, "lost1") or []
+        assert len(rows) == len(seeded)
+        assert {r["entry_deleted"] for r in rows} == {True}, rows
+        assert result.summary["acked_deletions"]["deleted"] == len(seeded)
