@@ -9,6 +9,7 @@ from redis import Redis
 
 from recovery.redis_io.dlq_names import dead_letter_key
 from tests.support.acl_rules import PASSWORD, create_users
+from tests.support.cluster_fixtures import LocalCluster, keys_on_every_primary
 from tests.support.fault_tools import GROUP, job_args, report_rows, run_in_process, write_control
 from tests.support.invariants import pel
 from tests.support.lost_reply import ReplyDropper
@@ -93,3 +94,28 @@ def test_a_lost_xackdel_reply_sent_again_still_reports_the_deletions(spark, tmp_
         assert len(rows) == len(seeded)
         assert {r["entry_deleted"] for r in rows} == {True}, rows
         assert result.summary["acked_deletions"]["deleted"] == len(seeded)
+
+
+def test_a_cluster_in_a_rolling_upgrade_refuses_the_setting(spark, tmp_path):
+    """A cluster whose first primary (redis-py's default node) runs Redis 8.6 and the other
+    two Redis 7.0. The probe used to ask the default node only: XACKDEL counted as present,
+    and the dead-letter script on the 7.0 primaries wrote each letter, then failed on
+    XACKDEL (no rollback), once per task attempt, the original left pending. Every primary
+    must be asked: refused, exit 2, nothing written on any node."""
+    cluster = LocalCluster(with_replica=False, flavors=(WITH_XACKDEL, "redis", "redis"))
+    cluster.start()
+    try:
+        client = cluster.client()
+        streams = keys_on_every_primary(client, 1, prefix="events:w")
+        for stream in streams:
+            stuck(client, stream, {"ok": (2, 1), "poison": (2, 9)})
+        before = {s: (client.xrange(s), pel(client, s, GROUP)) for s in streams}
+        write_control(cluster.url)
+        result = run_in_process(spark, job_args(cluster.url, tmp_path, streams, DELETE))
+        lines = result.error_lines()
+        assert result.code == 2 and len(lines) == 1, result.stderr[-3000:]
+        assert "needs XACKDEL" in lines[0] and "Redis 7.0" in lines[0], lines
+        assert not any(client.exists(dead_letter_key(s, ":dlq")) for s in streams)
+        assert {s: (client.xrange(s), pel(client, s, GROUP)) for s in streams} == before
+    finally:
+        cluster.stop()

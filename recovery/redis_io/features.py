@@ -21,7 +21,7 @@ pickles, and travels to the executors inside ``JobParams``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import redis
@@ -65,18 +65,37 @@ class ServerFeatures:
 
 
 def probe_features(client: redis.Redis) -> ServerFeatures:
-    """Ask the server behind `client` (one primary of a cluster) what it offers: one round
-    INFO server, COMMAND INFO and COMMAND DOCS (module docstring): three small replies."""
-    info = _text_dict(_on_one_node(client, "INFO", "server"))
+    """Ask the server behind `client` what it offers: INFO server, COMMAND INFO and COMMAND
+    DOCS (module docstring): three small replies. On a Redis Cluster every primary is asked
+    (one of an older version in a rolling upgrade has not what the others have; redis-py
+    cannot route these commands by key), and only what all of them offer counts."""
+    if isinstance(client, RedisCluster):
+        return _common([_probe_node(client.get_redis_connection(node))
+                        for node in client.get_primaries()])
+    return _probe_node(client)
+
+
+def _common(found: list[ServerFeatures]) -> ServerFeatures:
+    """What every server of `found` offers, named (server, version) after the one that
+    offers least, for messages."""
+    common = {f.name: all(getattr(one, f.name) for one in found)
+              for f in fields(ServerFeatures) if f.type in (bool, "bool")}
+    named = min(found, key=lambda one: sum(getattr(one, name) for name in common))
+    return replace(named, **common)  # type: ignore[arg-type]
+
+
+def _probe_node(client: redis.Redis) -> ServerFeatures:
+    """`probe_features` of one server."""
+    info = _text_dict(client.execute_command("INFO", "server"))
     try:
-        known = _on_one_node(client, "COMMAND INFO", *COMMANDS)
+        known = client.execute_command("COMMAND INFO", *COMMANDS)
     except ResponseError as exc:
         if not _is_refusal(exc):
             raise
         return _from_version(info)
     try:
         docs: dict[str, dict[str, Any]] | None = _docs(
-            _on_one_node(client, "COMMAND DOCS", *DOCUMENTED))
+            client.execute_command("COMMAND DOCS", *DOCUMENTED))
     except ResponseError as exc:
         if _is_refusal(exc):
             return _from_version(info)
@@ -93,15 +112,6 @@ def probe_features(client: redis.Redis) -> ServerFeatures:
         xreadgroup_claim="claim" in _argument_words(docs, "xreadgroup"),
         xadd_idmp="idmp" in _argument_words(docs, "xadd"),
         xnack="xnack" in present)
-
-
-def _on_one_node(client: redis.Redis, *command: object) -> Any:
-    """`command` on the server, or on the default primary of a cluster (the servers of one
-    cluster run one version; redis-py cannot route these commands by key)."""
-    if isinstance(client, RedisCluster):
-        node = client.get_redis_connection(client.get_default_node())
-        return node.execute_command(*command)
-    return client.execute_command(*command)
 
 
 def _is_refusal(exc: ResponseError) -> bool:

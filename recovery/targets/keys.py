@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass
 
 import redis
+from redis.cluster import RedisCluster
 
 from recovery.errors import ConfigError, DeadLetterNameError, UnsupportedServerError
 from recovery.params import RedisParams
@@ -80,13 +81,16 @@ def check_may_run_xackdel(client: redis.Redis) -> None:
     there would leave letters and copies whose originals stay pending. The question is an
     XACKDEL of ID 0-1 on a key that does not exist (``XACKDEL_PROBE_KEY``; answers ``[-1]``,
     changes nothing); a refused key (ACL key patterns) means the command itself is allowed
-    (Redis checks the command first)."""
-    try:
-        client.execute_command("XACKDEL", XACKDEL_PROBE_KEY, "recovery", "ACKED", "IDS", 1,
-                               "0-1")
-    except redis.exceptions.ResponseError as exc:
-        if denied_command(server_text(exc)):
-            raise
+    (Redis checks the command first). On a Redis Cluster every primary is asked."""
+    nodes = [client.get_redis_connection(node) for node in client.get_primaries()] \
+        if isinstance(client, RedisCluster) else [client]  # ACL rules are per node
+    for node in nodes:  # a MOVED answer: the command passed the ACL check, made first
+        try:
+            node.execute_command("XACKDEL", XACKDEL_PROBE_KEY, "recovery", "ACKED", "IDS", 1,
+                                 "0-1")
+        except redis.exceptions.ResponseError as exc:
+            if denied_command(server_text(exc)):
+                raise
 
 
 def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
