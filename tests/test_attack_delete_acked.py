@@ -10,7 +10,14 @@ from redis import Redis
 from recovery.redis_io.dlq_names import dead_letter_key
 from tests.support.acl_rules import PASSWORD, create_users
 from tests.support.cluster_fixtures import LocalCluster, keys_on_every_primary
-from tests.support.fault_tools import GROUP, job_args, report_rows, run_in_process, write_control
+from tests.support.fault_tools import (
+    GROUP,
+    job_args,
+    planned,
+    report_rows,
+    run_in_process,
+    write_control,
+)
 from tests.support.invariants import pel
 from tests.support.lost_reply import ReplyDropper
 from tests.support.reprocess_tools import stuck
@@ -119,3 +126,22 @@ def test_a_cluster_in_a_rolling_upgrade_refuses_the_setting(spark, tmp_path):
         assert {s: (client.xrange(s), pel(client, s, GROUP)) for s in streams} == before
     finally:
         cluster.stop()
+
+
+def test_a_plan_made_without_the_setting_is_not_applied_with_it(spark, tmp_path):
+    """A dry run reviewed without reprocess.delete_acked, applied with it: the apply used to
+    run and delete every entry it acked (the manifest did not hold the setting, so the plan
+    could not say what it would do to the stream). Refused like another reprocess.mode:
+    one line, exit 2, nothing in Redis changed."""
+    with start_server(WITH_XACKDEL) as server:
+        client = server.client()
+        stuck(client, STREAM, {"ok": (4, 1), "poison": (2, 9)})
+        write_control(server.url)
+        plan = planned(spark, server.url, tmp_path, [STREAM])
+        before = snapshot(client, STREAM)
+        result = run_in_process(spark, [*job_args(server.url, tmp_path, [STREAM], DELETE),
+                                         *plan])
+        lines = result.error_lines()
+        assert result.code == 2 and len(lines) == 1, result.stderr[-3000:]
+        assert "reprocess.delete_acked" in lines[0], lines
+        assert snapshot(client, STREAM) == before
