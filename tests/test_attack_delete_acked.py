@@ -145,3 +145,29 @@ def test_a_plan_made_without_the_setting_is_not_applied_with_it(spark, tmp_path)
         assert result.code == 2 and len(lines) == 1, result.stderr[-3000:]
         assert "reprocess.delete_acked" in lines[0], lines
         assert snapshot(client, STREAM) == before
+
+
+def test_entries_a_group_has_not_read_stay_whatever_its_entries_read(spark, tmp_path):
+    """Held: a group created after the entries at the third one's ID (``entries-read``
+    unknown, ``lag`` null) has not read the later ones, and a group created at ``$`` never
+    will read any. XACKDEL ... ACKED deletes the first three only, keeps the rest for the
+    first group to read, and the report says which."""
+    with start_server(WITH_XACKDEL) as server:
+        client = server.client()
+        seeded = stuck(client, STREAM, {"ok": (6, 1)})
+        ids = sorted((k[2] for k in seeded), key=lambda i: tuple(map(int, i.split("-"))))
+        client.xgroup_create(STREAM, "mid", id=ids[2])
+        client.xgroup_create(STREAM, "late", id="$")
+        mid = next(g for g in client.xinfo_groups(STREAM) if g["name"] == b"mid")
+        assert mid["entries-read"] is None and mid["lag"] is None
+        write_control(server.url)
+        result = run_in_process(spark, job_args(server.url, tmp_path, [STREAM], DELETE,
+                                                f"streams.groups={GROUP}", run_id="unread"))
+        assert result.code == 0, result.stderr[-3000:]
+        assert [i.decode() for i, _ in client.xrange(STREAM)] == ids[3:]
+        assert pel(client, STREAM, GROUP) == {}
+        rows = report_rows(spark, tmp_path, "unread") or []
+        assert {r["id"]: r["entry_deleted"] for r in rows} == {
+            i: i in ids[:3] for i in ids}
+        assert result.summary["acked_deletions"]["deleted"] == 3
+        assert len(client.xreadgroup("mid", "c", {STREAM: ">"})[0][1]) == 3
