@@ -201,3 +201,22 @@ def test_a_lost_dead_letter_reply_sent_again_still_reports_the_move(spark, tmp_p
         rows = report_rows(spark, tmp_path, "lostdl") or []
         assert {(r["action"], r["entry_deleted"]) for r in rows} == {("dead_lettered", True)}
         assert result.summary["acked_deletions"]["deleted"] == 2
+
+
+def test_a_stream_deleted_during_the_handler_call_is_not_counted_as_deleted_by_the_ack(
+        spark, tmp_path):
+    """The stream is deleted while the handler works (its first call runs DEL). XACKDEL on a
+    missing key answers -1 for every ID, no NOGROUP: the rows must still say the stream
+    vanished before the ack (skipped), not that the job's ack deleted the entries."""
+    with start_server(WITH_XACKDEL) as server:
+        client = server.client()
+        seeded = stuck(client, STREAM, {"ok": (4, 1)})
+        write_control(server.url, on_first_call=[["DEL", STREAM]])
+        result = run_in_process(spark, job_args(server.url, tmp_path, [STREAM], DELETE,
+                                                run_id="vanish"))
+        assert result.code == 0, result.stderr[-3000:]
+        assert not client.exists(STREAM)
+        rows = report_rows(spark, tmp_path, "vanish") or []
+        assert len(rows) == len(seeded)
+        assert {(r["action"], r["entry_deleted"]) for r in rows} == {("skipped", None)}, rows
+        assert result.summary["acked_deletions"]["deleted"] == 0

@@ -224,16 +224,25 @@ def _report_acks(client: redis.Redis, rb: RoutedBatch, acks: dict[Unit, list[int
 def _gone_since_lease(client: redis.Redis, rb: RoutedBatch, acks: dict[Unit, list[int]],
                       replies: list[Any]) -> set[int]:
     """The rows XACKDEL answered -1 (not pending any more) whose entry is no longer in its
-    stream (one pipelined ``XRANGE <id> <id>`` per such row, sent only then). A reply lost
-    and the XACKDEL sent again (the client's retry policy) answers -1 for what the first
-    call acked and deleted; the entry's absence tells it from a plain XACK by another
-    consumer, which leaves the entry (an XACKDEL by another consumer of the job's group in the
-    moment since the lease cannot be told apart: it counts as the job's)."""
-    rows = [i for unit_rows, reply in zip(acks.values(), replies, strict=True)
-            if isinstance(reply, list)
-            for i, code in zip(unit_rows, reply, strict=True) if int(code) == ACKDEL_GONE]
-    found = each(client, [("XRANGE", rb.stream[i], rb.id[i], rb.id[i]) for i in rows])
-    return {i for i, entries in zip(rows, found, strict=True) if entries == []}
+    stream while the stream and group still are (one pipelined ``XRANGE <id> <id>`` per such
+    row and ``XPENDING <stream> <group>`` per unit, sent only then). A reply lost and the
+    XACKDEL sent again (the client's retry policy) answers -1 for what the first call acked
+    and deleted; the entry's absence tells it from a plain XACK by another consumer, which
+    leaves the entry (an XACKDEL by another consumer of the job's group in the moment since
+    the lease cannot be told apart: it counts as the job's). XACKDEL answers -1 too on a
+    stream or group deleted since the lease (no NOGROUP): those rows are not gone."""
+    rows = {unit: [i for i, code in zip(unit_rows, reply, strict=True)
+                   if int(code) == ACKDEL_GONE]
+            for (unit, unit_rows), reply in zip(acks.items(), replies, strict=True)
+            if isinstance(reply, list)}
+    rows = {unit: unit_rows for unit, unit_rows in rows.items() if unit_rows}
+    units = list(rows)
+    found = each(client, [("XPENDING", unit.stream, unit.group) for unit in units]
+                 + [("XRANGE", rb.stream[i], rb.id[i], rb.id[i]) for u in units for i in rows[u]])
+    left = dict(zip(units, found, strict=False))  # the first len(units) replies
+    entries = iter(found[len(units):])
+    return {i for unit in units for i in rows[unit]
+            if next(entries) == [] and not isinstance(left[unit], Exception)}
 
 
 def _acked_count(rb: RoutedBatch, rows: list[int], reply: Any, gone: set[int]) -> Any:
