@@ -9,6 +9,7 @@ from redis import Redis
 
 from recovery.redis_io import scripts
 from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.targets.keys import XACKDEL_PROBE_KEY
 from tests.support.acl_rules import PASSWORD, create_users
 from tests.support.cluster_fixtures import LocalCluster, keys_on_every_primary
 from tests.support.fault_tools import (
@@ -220,3 +221,33 @@ def test_a_stream_deleted_during_the_handler_call_is_not_counted_as_deleted_by_t
         assert len(rows) == len(seeded)
         assert {(r["action"], r["entry_deleted"]) for r in rows} == {("skipped", None)}, rows
         assert result.summary["acked_deletions"]["deleted"] == 0
+
+
+def test_a_cluster_node_whose_user_may_not_run_xackdel_refuses_the_run(spark, tmp_path):
+    """A Redis 8.6 cluster: ACL rules are per node, and only the node of the probe's key
+    grants +xackdel. Every primary must be asked: refused with one line, exit 1, nothing
+    written on any node (the other nodes' scripts would write letters, then fail)."""
+    cluster = LocalCluster(with_replica=False, flavors=(WITH_XACKDEL,) * 3)
+    cluster.start()
+    try:
+        client = cluster.client()
+        streams = keys_on_every_primary(client, 1, prefix="events:w")
+        for stream in streams:
+            stuck(client, stream, {"ok": (2, 1), "poison": (2, 9)})
+        probed = client.get_node_from_key(XACKDEL_PROBE_KEY).port
+        for node in cluster.primaries:
+            create_users(node.client())
+            if node.port == probed:
+                node.client().execute_command("ACL", "SETUSER", "recovery", "+xackdel")
+        before = {s: (client.xrange(s), pel(client, s, GROUP)) for s in streams}
+        write_control(cluster.url)
+        result = run_in_process(spark, job_args(
+            cluster.url, tmp_path, streams, DELETE, "redis.username=recovery",
+            f"redis.password={PASSWORD}"))
+        lines = result.error_lines()
+        assert result.code == 1 and len(lines) == 1, result.stderr[-3000:]
+        assert "+xackdel" in lines[0], lines
+        assert not any(client.exists(dead_letter_key(s, ":dlq")) for s in streams)
+        assert {s: (client.xrange(s), pel(client, s, GROUP)) for s in streams} == before
+    finally:
+        cluster.stop()
