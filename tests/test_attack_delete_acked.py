@@ -58,6 +58,23 @@ def test_a_user_without_xackdel_is_refused_before_anything_is_written(mode, spar
         assert snapshot(client, STREAM) == before
 
 
+@pytest.mark.parametrize("flavor", ["redis62", "valkey"])
+def test_an_older_server_with_command_renamed_refuses_the_setting_in_one_line(flavor,
+                                                                             tmp_path):
+    """Redis 6.2 quotes the unknown command with backticks (``unknown command `command```),
+    Valkey with quotes: either way the setting is refused with exit 2, not exit 1 on an
+    error."""
+    with start_server(flavor, "--rename-command", "COMMAND", "") as server:
+        client = server.client()
+        stuck(client, STREAM, {"ok": (2, 1)})
+        before = snapshot(client, STREAM)
+        refused = run_in_process(None, job_args(server.url, tmp_path, [STREAM], DELETE))
+        lines = refused.error_lines()
+        assert refused.code == 2 and len(lines) == 1, refused.stderr[-3000:]
+        assert "reprocess.delete_acked" in lines[0], lines
+        assert snapshot(client, STREAM) == before
+
+
 def test_a_server_with_command_renamed_runs_and_refuses_only_the_setting(spark, tmp_path):
     """``rename-command COMMAND ""`` (as a proxy that does not pass COMMAND on) answers
     ``ERR unknown command``, no ACL refusal. The probe used to raise it: every run on such a

@@ -120,7 +120,7 @@ def _is_refusal(exc: ResponseError) -> bool:
     disabled in the server's configuration, or a proxy that does not pass it on)."""
     text = str(exc).lower()
     return error_code(exc) == "NOPERM" or "no permissions" in text \
-        or "unknown command 'command'" in text
+        or any(f"unknown command {q}command{q}" in text for q in "'`")  # 7.0+, 6.2
 
 
 def _from_version(info: Mapping[str, str]) -> ServerFeatures:
