@@ -3,15 +3,16 @@ which applies a dry run's report exactly (``recovery.executor.claim.by_plan`` cl
 
 The manifest, ``<run's report directory>/_plan.json`` (``_``: Parquet readers skip it), holds
 no credentials: whether the run was a dry run, its run id, when it started (epoch ms), the
-claim settings it routed with (``min_idle_ms``, ``max_deliveries``, ``reprocess_mode``) and the
-identity of the server it read (``server_identity``).
+claim settings it routed with (``min_idle_ms``, ``max_deliveries``, ``reprocess_mode``,
+``delete_acked``) and the identity of the server it read (``server_identity``).
 
 A plan is refused (``PlanError``, exit 2, before anything is written to Redis) when its
 directory or manifest is missing or cannot be read, it holds no entries, it comes from a
 real run, it is older than ``plan.max_age_s``, it was made on another server, with
-another ``reprocess.mode`` than the run's, or with a ``min_idle_ms`` not longer than
-``handler.timeout_s`` (the lease would not outlast a handler call); or when the run has a
-backoff schedule (``claim.backoff_factor``), which a claim by ID does not follow.
+another ``reprocess.mode`` or ``reprocess.delete_acked`` than the run's, or with a
+``min_idle_ms`` not longer than ``handler.timeout_s`` (the lease would not outlast a handler
+call); or when the run has a backoff schedule (``claim.backoff_factor``), which a claim by
+ID does not follow.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class Manifest:
     server: dict[str, Any] = field(default_factory=dict)
     backoff_factor: float | None = None  # the dry run's schedule (claim.backoff_factor)
     backoff_max_ms: int | None = None
+    delete_acked: bool = False  # reprocess.delete_acked (absent from older manifests: off)
     kind: str = KIND
     version: int = 1
 
@@ -96,7 +98,7 @@ def new_manifest(params: JobParams, dry_run: bool, started_ms: int,
     """The manifest of a run that started at `started_ms` (epoch ms) on `server`."""
     return Manifest(params.run_id, dry_run, started_ms, params.min_idle_ms,
                     params.max_deliveries, params.reprocess_mode, server,
-                    params.backoff_factor, params.backoff_max_ms)
+                    params.backoff_factor, params.backoff_max_ms, params.delete_acked)
 
 
 def write_manifest(spark: SparkSession, run_dir: str, manifest: Manifest) -> None:
@@ -180,6 +182,12 @@ def check_plan(plan_dir: str, manifest: Manifest, settings: Settings,
                                  f"{manifest.reprocess_mode}, this run has "
                                  f"{settings.reprocess.mode}", "or set reprocess.mode = "
                                  f"{manifest.reprocess_mode}"))
+    if manifest.delete_acked != settings.reprocess.delete_acked:
+        raise PlanError(_refusal(plan_dir, f"it was made with reprocess.delete_acked = "
+                                 f"{str(manifest.delete_acked).lower()}, this run has "
+                                 f"{str(settings.reprocess.delete_acked).lower()} (whether "
+                                 "the entries it re-processes leave their streams)", "or set "
+                                 f"reprocess.delete_acked = {str(manifest.delete_acked).lower()}"))
 
 
 def _refusal(plan_dir: str, problem: str, alternative: str = "") -> str:

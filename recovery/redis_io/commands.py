@@ -64,6 +64,12 @@ def pending_summary_command(stream: str, group: str) -> Command:
     return ("XPENDING", stream, group)
 
 
+def entry_command(stream: str, entry_id: str) -> Command:
+    """XRANGE `stream` `entry_id` `entry_id`; reply: ``[]`` when the entry is gone, else
+    ``[(id, fields)]``."""
+    return ("XRANGE", stream, entry_id, entry_id)
+
+
 def ack_command(stream: str, group: str, ids: Sequence[str]) -> Command:
     """XACK `stream` `group` `ids`; reply: how many of them were pending (int)."""
     return ("XACK", stream, group, *ids)

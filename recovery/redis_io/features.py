@@ -11,23 +11,25 @@ whatever they have. The probe reads, in one pipeline:
   ``inactive`` 7.2.0) and ``arguments`` (XREADGROUP's ``claim``, XADD's ``idmp``). Redis 6.2
   has no COMMAND DOCS (an ``ERR``): none of the 7.0+ changes.
 
-A user whose ACL rules refuse COMMAND (docs/ACL.md line 7) gets ``asked=False``: the reply
-changes then follow ``redis_version`` (the only thing such a user can read), and no optional
-command counts as present. The object is a frozen dataclass of plain values: it pickles, and
-travels to the executors inside ``JobParams``.
+A user whose ACL rules refuse COMMAND (docs/ACL.md line 7), and a server or proxy that does not
+know it (``rename-command COMMAND ""``, a proxy's ``unknown command``), give ``asked=False``:
+the reply changes then follow ``redis_version`` (the only thing left to read), and no
+optional command counts as present. The object is a frozen dataclass of plain values: it
+pickles, and travels to the executors inside ``JobParams``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
-from recovery.redis_io.error_codes import error_code
+from recovery.redis_io.acl_errors import denied_command
+from recovery.redis_io.error_codes import error_code, server_text
 
 COMMANDS = ("xautoclaim", "xackdel", "xnack")  # COMMAND INFO: present or not
 DOCUMENTED = ("xautoclaim", "xinfo|consumers", "xreadgroup", "xadd")  # COMMAND DOCS
@@ -64,18 +66,37 @@ class ServerFeatures:
 
 
 def probe_features(client: redis.Redis) -> ServerFeatures:
-    """Ask the server behind `client` (one primary of a cluster) what it offers: one round
-    INFO server, COMMAND INFO and COMMAND DOCS (module docstring): three small replies."""
-    info = _text_dict(_on_one_node(client, "INFO", "server"))
+    """Ask the server behind `client` what it offers: INFO server, COMMAND INFO and COMMAND
+    DOCS (module docstring): three small replies. On a Redis Cluster every primary is asked
+    (one of an older version in a rolling upgrade has not what the others have; redis-py
+    cannot route these commands by key), and only what all of them offer counts."""
+    if isinstance(client, RedisCluster):
+        return _common([_probe_node(client.get_redis_connection(node))
+                        for node in client.get_primaries()])
+    return _probe_node(client)
+
+
+def _common(found: list[ServerFeatures]) -> ServerFeatures:
+    """What every server of `found` offers, named (server, version) after the one that
+    offers least, for messages."""
+    common = {f.name: all(getattr(one, f.name) for one in found)
+              for f in fields(ServerFeatures) if f.type in (bool, "bool")}
+    named = min(found, key=lambda one: sum(getattr(one, name) for name in common))
+    return replace(named, **common)  # type: ignore[arg-type]
+
+
+def _probe_node(client: redis.Redis) -> ServerFeatures:
+    """`probe_features` of one server."""
+    info = _text_dict(client.execute_command("INFO", "server"))
     try:
-        known = _on_one_node(client, "COMMAND INFO", *COMMANDS)
+        known = client.execute_command("COMMAND INFO", *COMMANDS)
     except ResponseError as exc:
         if not _is_refusal(exc):
             raise
         return _from_version(info)
     try:
         docs: dict[str, dict[str, Any]] | None = _docs(
-            _on_one_node(client, "COMMAND DOCS", *DOCUMENTED))
+            client.execute_command("COMMAND DOCS", *DOCUMENTED))
     except ResponseError as exc:
         if _is_refusal(exc):
             return _from_version(info)
@@ -94,18 +115,13 @@ def probe_features(client: redis.Redis) -> ServerFeatures:
         xnack="xnack" in present)
 
 
-def _on_one_node(client: redis.Redis, *command: object) -> Any:
-    """`command` on the server, or on the default primary of a cluster (the servers of one
-    cluster run one version; redis-py cannot route these commands by key)."""
-    if isinstance(client, RedisCluster):
-        node = client.get_redis_connection(client.get_default_node())
-        return node.execute_command(*command)
-    return client.execute_command(*command)
-
-
 def _is_refusal(exc: ResponseError) -> bool:
-    """Whether `exc` is an ACL refusal (redis-py raises NoPermissionError, a ResponseError)."""
-    return error_code(exc) == "NOPERM" or "no permissions" in str(exc)
+    """Whether `exc` refuses COMMAND itself: an ACL refusal (redis-py raises
+    NoPermissionError, a ResponseError), or ``ERR unknown command 'command'`` (renamed or
+    disabled in the server's configuration, or a proxy that does not pass it on)."""
+    text = str(exc).lower()
+    return error_code(exc) == "NOPERM" or "no permissions" in text \
+        or any(f"unknown command {q}command{q}" in text for q in "'`")  # 7.0+, 6.2
 
 
 def _from_version(info: Mapping[str, str]) -> ServerFeatures:
@@ -174,3 +190,25 @@ def _argument_words(docs: Mapping[str, Mapping[str, Any]], command: str) -> set[
         words |= {_text(argument.get(k, "")).lower() for k in ("name", "token")}
         todo += list(argument.get("arguments") or ())
     return words
+
+
+XACKDEL_PROBE_KEY = "recovery:xackdel-probe"  # never created: check_may_run_xackdel
+
+
+def check_may_run_xackdel(client: redis.Redis) -> None:
+    """Raise the server's NOPERM when the Redis user may not run XACKDEL (the documented ACL
+    rules leave it out). Asked before anything is written: the dead-letter and requeue
+    scripts call XACKDEL after their XADD, and a script is not rolled back, so a refusal
+    there would leave letters and copies whose originals stay pending. The question is an
+    XACKDEL of ID 0-1 on a key that does not exist (``XACKDEL_PROBE_KEY``; answers ``[-1]``,
+    changes nothing); a refused key (ACL key patterns) means the command itself is allowed
+    (Redis checks the command first). On a Redis Cluster every primary is asked."""
+    nodes = [client.get_redis_connection(node) for node in client.get_primaries()] \
+        if isinstance(client, RedisCluster) else [client]  # ACL rules are per node
+    for node in nodes:  # a MOVED answer: the command passed the ACL check, made first
+        try:
+            node.execute_command("XACKDEL", XACKDEL_PROBE_KEY, "recovery", "ACKED", "IDS", 1,
+                                 "0-1")
+        except redis.exceptions.ResponseError as exc:
+            if denied_command(server_text(exc)):
+                raise

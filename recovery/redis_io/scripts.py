@@ -100,6 +100,7 @@ MOVED_TOO_BIG = -2
 # another consumer group still references it (not read or not acked by that group yet).
 ACKDEL_DELETED = 1
 ACKDEL_KEPT = 2
+ACKDEL_GONE = -1  # XACKDEL's code for an ID not pending in the group (nothing done)
 
 
 DeadLetterUnit = tuple[DeadLetterContext, Sequence[DeadLetter]]  # one unit's entries to move

@@ -19,7 +19,11 @@ from recovery.redis_io.commands import (
 )
 from recovery.redis_io.dlq_names import DeadLetterNames, is_letter, refused_reason
 from recovery.redis_io.error_codes import TargetRefused
-from recovery.redis_io.features import ServerFeatures, probe_features
+from recovery.redis_io.features import (
+    ServerFeatures,
+    check_may_run_xackdel,
+    probe_features,
+)
 from recovery.redis_io.redis_conn import key_refused, no_such_key, redis_errors, wrong_type
 from recovery.redis_io.run_ids import is_registration
 from recovery.redis_io.split_cursors import is_split_key
@@ -67,9 +71,12 @@ def check_features(client: redis.Redis, settings: Settings, params: RedisParams
         if features.asked:
             raise ConfigError(f"{needs}, which {features.name} does not have: unset "
                               "reprocess.delete_acked or run on Redis 8.2 or newer")
-        raise ConfigError(f"{needs}, and the Redis user may not run COMMAND INFO to ask the "
-                          "server for it: grant +command (docs/ACL.md line 7) or unset "
-                          "reprocess.delete_acked")
+        raise ConfigError(f"{needs}, and the server refused COMMAND INFO, which asks it (the "
+                          "Redis user may not run it, or COMMAND is renamed or disabled): "
+                          "grant +command (docs/ACL.md line 7) or unset reprocess.delete_acked")
+    if settings.reprocess.delete_acked:
+        with redis_errors(params):
+            check_may_run_xackdel(client)
     return features
 
 

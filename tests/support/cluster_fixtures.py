@@ -39,9 +39,9 @@ def _free(port: int) -> bool:
         return True
 
 
-def cluster_node(tls: TlsFiles | None = None) -> LocalServer:
-    """One cluster-enabled redis-server (not yet part of a cluster)."""
-    binary = server_binary("redis")
+def cluster_node(tls: TlsFiles | None = None, flavor: str = "redis") -> LocalServer:
+    """One cluster-enabled redis-server of `flavor` (not yet part of a cluster)."""
+    binary = server_binary(flavor)
     if binary is None:
         raise RuntimeError("no redis-server on the PATH: apt-get install redis-server")
     port = cluster_port()
@@ -67,10 +67,13 @@ def redis_cli(*args: str, tls: TlsFiles | None = None, timeout_s: float = 60) ->
 
 @dataclass
 class LocalCluster:
-    """Three primaries (16384 slots spread by redis-cli) and a replica of the first."""
+    """Three primaries (16384 slots spread by redis-cli) and a replica of the first.
+    `flavors`: the servers of the three primaries (mixed: a cluster in a rolling upgrade);
+    the first owns slot 0, so redis-py's default node is of the first flavor."""
 
     tls: TlsFiles | None = None
     with_replica: bool = True
+    flavors: tuple[str, str, str] = ("redis", "redis", "redis")
     primaries: list[LocalServer] = field(default_factory=list)
     replica: LocalServer | None = None
 
@@ -84,7 +87,7 @@ class LocalCluster:
         return self.primaries[0].url
 
     def start(self) -> LocalCluster:
-        self.primaries = [cluster_node(self.tls) for _ in range(3)]
+        self.primaries = [cluster_node(self.tls, flavor) for flavor in self.flavors]
         redis_cli("--cluster", "create", *(self._addr(n) for n in self.primaries),
                   "--cluster-yes", tls=self.tls)
         if self.with_replica:

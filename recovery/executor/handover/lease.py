@@ -23,7 +23,8 @@ the entries are still pending and owned by its consumer:
    since their lease; those rows say so in their reason. With ``reprocess.delete_acked`` the
    ack is ``XACKDEL ... ACKED`` (Redis 8.2+; one code per ID: 1 acked and deleted from the
    stream, 2 acked but kept because another group still references it, -1 not pending any
-   more): each row's ``entry_deleted`` says which.
+   more): each row's ``entry_deleted`` says which. A -1 for an entry no longer in its stream
+   is this ack's own deletion answered again (a lost reply, the XACKDEL sent again).
 
 Round trips are few: a lease read goes out with the acks queued so far, one pipeline per
 ``LEASE_ROWS`` rows for a fast handler.
@@ -41,11 +42,18 @@ import redis
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.handlers import Result
 from recovery.params import Unit
-from recovery.redis_io.commands import ack_command, ack_delete_command, pending_summaries
+from recovery.redis_io.commands import (
+    ack_command,
+    ack_delete_command,
+    entry_command,
+    pending_summaries,
+    pending_summary_command,
+)
 from recovery.redis_io.error_codes import VANISHED, unit_vanished
 from recovery.redis_io.round_trips import ScriptCall, each, run_script_calls
 from recovery.redis_io.scripts import (
     ACKDEL_DELETED,
+    ACKDEL_GONE,
     ACKDEL_KEPT,
     LEASE_DELETED,
     LEASE_RENEWED,
@@ -196,8 +204,9 @@ def _report_acks(client: redis.Redis, rb: RoutedBatch, acks: dict[Unit, list[int
     such unit (NOGROUP: vanished), sent only then. XACKDEL's codes (a list) count the IDs
     it acked (1, 2) and set each row's ``entry_deleted``.
     """
-    replies = [_acked_count(rb, rows, reply) for rows, reply in zip(acks.values(), replies,
-                                                                    strict=True)]
+    gone = _gone_since_lease(client, rb, acks, replies)
+    replies = [_acked_count(rb, rows, reply, gone)
+               for rows, reply in zip(acks.values(), replies, strict=True)]
     short = [unit for (unit, rows), reply in zip(acks.items(), replies, strict=True)
              if not isinstance(reply, Exception) and int(reply) < len(rows)]
     probes = pending_summaries(client, [(unit.stream, unit.group) for unit in short])
@@ -217,13 +226,40 @@ def _report_acks(client: redis.Redis, rb: RoutedBatch, acks: dict[Unit, list[int
         rb.set_rows(rows, Action.REPROCESSED, reason)
 
 
-def _acked_count(rb: RoutedBatch, rows: list[int], reply: Any) -> Any:
+def _gone_since_lease(client: redis.Redis, rb: RoutedBatch, acks: dict[Unit, list[int]],
+                      replies: list[Any]) -> set[int]:
+    """The rows XACKDEL answered -1 (not pending any more) whose entry is no longer in its
+    stream while the stream and group still are (one pipelined ``XRANGE <id> <id>`` per such
+    row and ``XPENDING <stream> <group>`` per unit, sent only then). A reply lost and the
+    XACKDEL sent again (the client's retry policy) answers -1 for what the first call acked
+    and deleted; the entry's absence tells it from a plain XACK by another consumer, which
+    leaves the entry (an XACKDEL by another consumer of the job's group in the moment since
+    the lease cannot be told apart: it counts as the job's). XACKDEL answers -1 too on a
+    stream or group deleted since the lease (no NOGROUP): those rows are not gone."""
+    rows = {unit: [i for i, code in zip(unit_rows, reply, strict=True)
+                   if int(code) == ACKDEL_GONE]
+            for (unit, unit_rows), reply in zip(acks.items(), replies, strict=True)
+            if isinstance(reply, list)}
+    rows = {unit: unit_rows for unit, unit_rows in rows.items() if unit_rows}
+    units = list(rows)
+    found = each(client, [pending_summary_command(unit.stream, unit.group) for unit in units]
+                 + [entry_command(rb.stream[i], rb.id[i]) for u in units for i in rows[u]])
+    left = dict(zip(units, found, strict=False))  # the first len(units) replies
+    entries = iter(found[len(units):])
+    return {i for unit in units for i in rows[unit]
+            if next(entries) == [] and not isinstance(left[unit], Exception)}
+
+
+def _acked_count(rb: RoutedBatch, rows: list[int], reply: Any, gone: set[int]) -> Any:
     """XACK's reply as it is; XACKDEL's codes (one per row) noted on the rows
-    (``entry_deleted``: 1 deleted, 2 kept, -1 not acked by this call) and counted as XACK
-    would count them."""
+    (``entry_deleted``: 1 deleted, 2 kept, -1 not acked by this call, unless the row is in
+    `gone`: acked and deleted by this call's first sending) and counted as XACK would
+    count them."""
     if not isinstance(reply, list):
         return reply
+    acked = 0
     for i, code in zip(rows, reply, strict=True):
-        if int(code) in (ACKDEL_DELETED, ACKDEL_KEPT):
-            rb.entry_deleted[i] = int(code) == ACKDEL_DELETED
-    return sum(int(code) in (ACKDEL_DELETED, ACKDEL_KEPT) for code in reply)
+        if int(code) in (ACKDEL_DELETED, ACKDEL_KEPT) or i in gone:
+            rb.entry_deleted[i] = int(code) != ACKDEL_KEPT
+            acked += 1
+    return acked
