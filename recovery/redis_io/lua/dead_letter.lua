@@ -15,7 +15,9 @@
 -- carried deliveries, whose field is not copied), idle ms (before the claim), last owner (''
 -- if unknown), reason, handler error ('' if none)[, its ordering key ('' if none)]. An entry
 -- with a key that moves records its key as held behind it, in the same call: HSETNX hash key
--- '<id> <dead-letter id>' (a key already held keeps its first head).
+-- '<id> <dead-letter id>' (a key already held keeps its first head), before the entry is
+-- acked. A user who may not HSETNX the hash fails the call before the unit writes anything
+-- (Redis 7.0+), or (6.2) at that HSETNX, the letter written but the head still pending.
 -- Reply: one element per unit, in order: an array with one element per entry, in order: the
 -- new dead-letter ID if moved (with ARGV[5] '1': {the new ID, XACKDEL's code: 1 deleted, 2
 -- kept because another group still references it}); 0 if the entry is no longer pending or owned by the job's
@@ -85,14 +87,14 @@ local function move(stream, dlq, held, group, consumer, source, i)
   if failed(dlq_id) then  -- nothing was written: again, to fail as redis.call fails
     dlq_id = redis.call('XADD', unpack(args))
   end
+  if held and ARGV[i + 6] ~= '' then  -- before the ack: a refusal leaves the head pending
+    redis.call('HSETNX', held, ARGV[i + 6], id .. ' ' .. dlq_id)
+  end
   local code = nil
   if delete then
     code = redis.call('XACKDEL', stream, group, 'ACKED', 'IDS', 1, id)[1]
   else
     redis.call('XACK', stream, group, id)
-  end
-  if held and ARGV[i + 6] ~= '' then
-    redis.call('HSETNX', held, ARGV[i + 6], id .. ' ' .. dlq_id)
   end
   if delete then return {dlq_id, code} end
   return dlq_id
@@ -134,6 +136,16 @@ local function not_holds(held)
   return 'hold:' .. kind .. ' it is no hash'
 end
 
+-- A user who may not HSETNX `held` fails the call here, with that ACL error, before
+-- anything of the unit is written (a script's writes are never undone: a refusal after
+-- the ack would release the key). redis.acl_check_cmd is Redis 7.0+; on 6.2 the HSETNX
+-- in move, before the ack, is refused with the head still pending.
+local function may_hold(held)
+  if redis.acl_check_cmd and not redis.acl_check_cmd('HSETNX', held, 'k', 'v') then
+    redis.call('HSETNX', held, 'k', 'v')  -- refused: nothing is written
+  end
+end
+
 local replies = {}
 local at, k_at, u = 6, 1, 0
 while k_at <= #KEYS do
@@ -144,6 +156,7 @@ while k_at <= #KEYS do
   if holds then held = KEYS[k_at + 2] end
   local width = holds and 7 or 6
   local reply = {}
+  if n > 0 and held then may_hold(held) end
   local refused = n > 0 and (not_letters(stream, dlq) or (held and not_holds(held)))
   if refused then reply = {err = 'NOTLETTERS ' .. refused} else
     for k = 0, n - 1 do

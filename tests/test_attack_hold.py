@@ -1,0 +1,66 @@
+"""Attacks on keys held across runs behind a dead-lettered head (issue 63,
+``order.dead_letter_releases = false``): the hold written inside ``dead_letter.lua``'s move,
+read by every ordered hand-over. Each test checks Redis itself afterwards: the PEL, the
+dead-letter stream, the hash of held keys.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from redis import Redis, ResponseError
+
+from recovery.params import RedisParams
+from recovery.redis_io.acl_errors import denied_command
+from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.redis_io.key_holds import hold_key
+from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.scripts import DeadLetter, DeadLetterContext, dead_letter_units
+from recovery.testing.backlog import add_entries, create_group, deliver
+from tests.support.acl_rules import PASSWORD, create_users
+from tests.support.fault_tools import GROUP
+
+STREAM = "events:orders"
+DLQ = dead_letter_key(STREAM, ":dlq")
+HELD = hold_key("recovery:held:", STREAM, GROUP)
+
+
+def _pending(client: Redis, n: int, fields: dict[str, str] | None = None) -> list[str]:
+    """`n` entries of key k0 delivered to consumer ``c`` of `GROUP`."""
+    create_group(client, STREAM, GROUP)
+    ids = add_entries(client, STREAM, n, lambda i: fields or {"k": "k0", "n": str(i)})
+    assert deliver(client, STREAM, GROUP, "c", n) == ids
+    return ids
+
+
+def _move(job: Redis, entry_id: str, key: bytes) -> object:
+    """Dead-letter `entry_id` (consumer ``c``) holding `key`, as the ordered hand-over does."""
+    ctx = DeadLetterContext(STREAM, GROUP, "c", DLQ, "run-t", 5, int(time.time() * 1000),
+                            hold_key=HELD)
+    [reply] = dead_letter_units(job, [(ctx, [DeadLetter(entry_id, 6, 1, "", "r", None, key)])])
+    return reply
+
+
+def test_a_user_who_may_not_write_the_holds_loses_no_hold(server) -> None:  # type: ignore[no-untyped-def]
+    """Finding: a job user granted the holds' keys but not HSETNX (docs/ACL.md line 12 with
+    its reads only; a key pattern refused fails before the script runs): the move script XADDed the letter and XACKed the head, then its
+    HSETNX was refused, and a script's writes are never rolled back: the head left the PEL
+    with no hold recorded, so the key was silently released and the next run handed its
+    later entries over past a lost event. The refusal must leave the head pending (the key
+    still held by it) and name the missing grant."""
+    admin = server.client()
+    create_users(admin, without="~recovery:held:*")
+    admin.execute_command("ACL", "SETUSER", "recovery", "~recovery:held:*", "+hmget",
+                          "+hgetall", "+hlen")  # the holds' keys, but no HSETNX
+    [head, _later] = _pending(admin, 2)
+    job = connect(RedisParams(server.url, username="recovery", password=PASSWORD))
+    with pytest.raises(ResponseError) as refused:
+        _move(job, head, b"k0")
+    assert denied_command(str(refused.value)) == "hsetnx", refused.value  # the fix it names
+    pending = [r["message_id"].decode() for r in admin.xpending_range(STREAM, GROUP, "-", "+", 9)]
+    assert head in pending and not admin.hgetall(HELD)  # nothing of the unit was acked
+    checks = admin.eval("if redis.acl_check_cmd then return 1 end return 0", 0)
+    assert admin.xlen(DLQ) == (0 if checks else 1)  # 6.2: the letter, a rerun's duplicate
+    job.close()
