@@ -18,9 +18,13 @@ from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.key_holds import hold_key
 from recovery.redis_io.redis_conn import connect
 from recovery.redis_io.scripts import DeadLetter, DeadLetterContext, dead_letter_units
-from recovery.testing.backlog import add_entries, create_group, deliver
+from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from tests.support.acl_rules import PASSWORD, create_users
-from tests.support.fault_tools import GROUP
+from tests.support.backlogs import DEAD, HOUR_MS
+from tests.support.fault_tools import GROUP, run_in_process, write_control
+from tests.support.order_handler import DONE, REJECT
+from tests.support.order_tools import STREAM as ORDERS
+from tests.support.order_tools import age, args, pending_owners, recorded
 
 STREAM = "events:orders"
 DLQ = dead_letter_key(STREAM, ":dlq")
@@ -64,3 +68,31 @@ def test_a_user_who_may_not_write_the_holds_loses_no_hold(server) -> None:  # ty
     checks = admin.eval("if redis.acl_check_cmd then return 1 end return 0", 0)
     assert admin.xlen(DLQ) == (0 if checks else 1)  # 6.2: the letter, a rerun's duplicate
     job.close()
+
+
+@pytest.mark.slow
+def test_an_empty_key_dead_lettered_holds_its_key_across_runs(spark, server, tmp_path
+                                                              ) -> None:  # type: ignore[no-untyped-def]
+    """Finding: an entry whose key field is present but empty (``k = ""``) is a key of its
+    own (``key_of``: b"", not None), held behind its head in the run; but the move script
+    took an empty key argument for "no key" and recorded no hold, so the next run handed the
+    key's later entries over past the dead-lettered head."""
+    client = server.client()
+    write_control(server.url)
+    create_group(client, ORDERS, GROUP)
+    ids = add_entries(client, ORDERS, 3, lambda i: {"k": "", "n": str(i)})
+    assert deliver(client, ORDERS, GROUP, DEAD, 3) == ids
+    make_stuck(client, ORDERS, GROUP, DEAD, ids, HOUR_MS)
+    client.sadd(REJECT, ids[0])
+    sets = args(server.url, tmp_path / "r", "order.dead_letter_releases=false")
+    first = run_in_process(spark, sets)
+    assert first.code == 0, first.stderr[-3000:]
+    held = hold_key("recovery:held:", ORDERS, GROUP)
+    [(letter, _)] = client.xrange(dead_letter_key(ORDERS, ":dlq"))
+    assert client.hgetall(held) == {b"": f"{ids[0]} {letter.decode()}".encode()}
+    assert set(pending_owners(client)) == set(ids[1:])
+    age(client, ids[1:])
+    second = run_in_process(spark, sets)
+    assert second.code == 0, second.stderr[-3000:]
+    assert recorded(client, DONE, ["-"])["-"] == []
+    assert set(pending_owners(client)) == set(ids[1:])

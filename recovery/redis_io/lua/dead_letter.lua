@@ -13,7 +13,8 @@
 -- (x-original-stream); the number n of its entries; '1' if it holds keys, else '0'; then 6
 -- values per entry (7 where the unit holds keys): id, delivery count (with a requeued copy's
 -- carried deliveries, whose field is not copied), idle ms (before the claim), last owner (''
--- if unknown), reason, handler error ('' if none)[, its ordering key ('' if none)]. An entry
+-- if unknown), reason, handler error ('' if none)[, its ordering key: '' if none, else
+-- '=' and the key, so an empty key is one]. An entry
 -- with a key that moves records its key as held behind it, in the same call: HSETNX hash key
 -- '<id> <dead-letter id>' (a key already held keeps its first head), before the entry is
 -- acked. A user who may not HSETNX the hash fails the call before the unit writes anything
@@ -88,7 +89,7 @@ local function move(stream, dlq, held, group, consumer, source, i)
     dlq_id = redis.call('XADD', unpack(args))
   end
   if held and ARGV[i + 6] ~= '' then  -- before the ack: a refusal leaves the head pending
-    redis.call('HSETNX', held, ARGV[i + 6], id .. ' ' .. dlq_id)
+    redis.call('HSETNX', held, string.sub(ARGV[i + 6], 2), id .. ' ' .. dlq_id)
   end
   local code = nil
   if delete then
