@@ -6,15 +6,16 @@ dead-letter stream, the hash of held keys.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
-
 from redis import Redis, ResponseError
 
 from recovery.params import RedisParams
 from recovery.redis_io.acl_errors import denied_command
 from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.redis_io.held_keys import pending_elsewhere
 from recovery.redis_io.key_holds import hold_key
 from recovery.redis_io.redis_conn import connect
 from recovery.redis_io.scripts import DeadLetter, DeadLetterContext, dead_letter_units
@@ -49,11 +50,12 @@ def _move(job: Redis, entry_id: str, key: bytes) -> object:
 
 def test_a_user_who_may_not_write_the_holds_loses_no_hold(server) -> None:  # type: ignore[no-untyped-def]
     """Finding: a job user granted the holds' keys but not HSETNX (docs/ACL.md line 12 with
-    its reads only; a key pattern refused fails before the script runs): the move script XADDed the letter and XACKed the head, then its
-    HSETNX was refused, and a script's writes are never rolled back: the head left the PEL
-    with no hold recorded, so the key was silently released and the next run handed its
-    later entries over past a lost event. The refusal must leave the head pending (the key
-    still held by it) and name the missing grant."""
+    its reads only; a key pattern refused fails before the script runs): the move script
+    XADDed the letter and XACKed the head, then its HSETNX was refused, and a script's
+    writes are never rolled back: the head left the PEL with no hold recorded, so the key
+    was silently released and the next run handed its later entries over past a lost
+    event. The refusal must leave the head pending (the key still held by it) and name the
+    missing grant."""
     admin = server.client()
     create_users(admin, without="~recovery:held:*")
     admin.execute_command("ACL", "SETUSER", "recovery", "~recovery:held:*", "+hmget",
@@ -96,3 +98,33 @@ def test_an_empty_key_dead_lettered_holds_its_key_across_runs(spark, server, tmp
     assert second.code == 0, second.stderr[-3000:]
     assert recorded(client, DONE, ["-"])["-"] == []
     assert set(pending_owners(client)) == set(ids[1:])
+
+
+def test_a_consumer_appearing_on_every_read_holds_the_group_not_nothing(server) -> None:  # type: ignore[no-untyped-def]
+    """Finding: ``pending_elsewhere`` retakes its snapshot while new consumers with pending
+    entries appear; after SNAPSHOT_TRIES it went on without them and said all was read (no
+    bound), so an older entry of a key, pending on such a consumer, held nothing back. Here
+    another tool moves one old entry to a new consumer name as fast as it can: the read must
+    either see that entry or return a bound that holds every later entry of the group."""
+    client = connect(RedisParams(server.url))
+    [old] = _pending(client, 1)
+    stop = threading.Event()
+
+    def steal() -> None:
+        thief = server.client()
+        n = 0
+        while not stop.is_set():
+            n += 1
+            thief.xclaim(STREAM, GROUP, f"tool-{n}", 0, [old], justid=True)
+        thief.close()
+
+    worker = threading.Thread(target=steal, daemon=True)
+    worker.start()
+    try:
+        time.sleep(0.05)
+        entries, bound = pending_elsewhere(client, STREAM, GROUP, [], 10, "recovery-r1-")
+    finally:
+        stop.set()
+        worker.join()
+    assert old in [i for i, _, _ in entries] or bound is not None, (entries, bound)
+    client.close()
