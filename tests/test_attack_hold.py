@@ -20,7 +20,7 @@ from recovery.redis_io.key_holds import hold_key
 from recovery.redis_io.redis_conn import connect
 from recovery.redis_io.scripts import DeadLetter, DeadLetterContext, dead_letter_units
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
-from tests.support.acl_rules import PASSWORD, create_users
+from tests.support.acl_rules import PASSWORD, create_users, refusals, setinfo_refusal
 from tests.support.backlogs import DEAD, HOUR_MS
 from tests.support.fault_tools import GROUP, run_in_process, write_control
 from tests.support.order_handler import DONE, REJECT
@@ -128,3 +128,36 @@ def test_a_consumer_appearing_on_every_read_holds_the_group_not_nothing(server) 
         worker.join()
     assert old in [i for i, _, _ in entries] or bound is not None, (entries, bound)
     client.close()
+
+
+def test_a_users_hash_where_the_holds_belong_is_never_written(client: Redis) -> None:
+    """Finding: the move script took any hash at the hold's name for the job's own and
+    HSETNX'd the held key into it (a team's hash under ``order.hold_prefix``, e.g. one of
+    its own ``recovery:held:...`` records). Like a dead-letter stream whose oldest entry
+    carries no metadata, a hash whose values are not ``<head ID> <dead-letter ID>`` is not
+    the job's: nothing of the unit is written or acked, the head stays pending."""
+    [head, _later] = _pending(client, 2)
+    client.hset(HELD, mapping={"owner": "alice", "note": "keep"})
+    refused = _move(client, head, b"k0")
+    assert isinstance(refused, ResponseError) and "NOTLETTERS hold:hash" in str(refused)
+    assert client.hgetall(HELD) == {b"owner": b"alice", b"note": b"keep"}
+    assert not client.exists(DLQ)
+    assert client.xpending(STREAM, GROUP)["pending"] == 2
+
+
+def test_the_documented_user_may_check_a_hash_of_holds_it_wrote(server) -> None:  # type: ignore[no-untyped-def]
+    """docs/ACL.md's recovery user moves a second head into the hash its first move wrote
+    (TYPE, HRANDFIELD of the existing hash, HSETNX): accepted, both keys held, nothing
+    refused in the ACL LOG but redis-py's CLIENT SETINFO."""
+    admin = server.client()
+    create_users(admin)
+    create_group(admin, STREAM, GROUP)
+    ids = add_entries(admin, STREAM, 2, lambda i: {"k": f"k{i}"})
+    assert deliver(admin, STREAM, GROUP, "c", 2) == ids
+    job = connect(RedisParams(server.url, username="recovery", password=PASSWORD))
+    for entry_id, key in zip(ids, (b"k0", b"k1"), strict=True):
+        [letter] = _move(job, entry_id, key)  # type: ignore[misc]
+        assert isinstance(letter, bytes)
+    assert sorted(admin.hgetall(HELD)) == [b"k0", b"k1"]
+    assert refusals(admin) <= {setinfo_refusal(admin)}
+    job.close()

@@ -35,7 +35,8 @@
 -- atomic call): it must be missing, an empty stream, or a stream whose oldest entry (and,
 -- with ARGV[4] '1', newest entry) carries the metadata block (x-original-stream,
 -- x-original-id, x-death-reason), and never the source itself; and its hash of held keys
--- must be missing or a hash ('NOTLETTERS hold:<type> it is no hash'). Then nothing of that
+-- must be missing or a hash of the job's ('NOTLETTERS hold:<type> it is no hash'; a hash
+-- whose value HRANDFIELD picks is no '<id> <id>': 'NOTLETTERS hold:hash ...'). Then nothing of that
 -- unit is written or acked: its entries stay pending.
 local MAX_VALUES = 7900
 local run_id, limit, death_time, newest = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
@@ -130,11 +131,15 @@ local function not_letters(stream, dlq)
   return nil
 end
 
--- Why `held` is no hash of held keys ('hold:<type> <why>'), or nil when it may take them.
+-- Why `held` is no hash of held keys ('hold:<type> <why>'), or nil when it may take them:
+-- missing, or a hash whose values (one read at random) are '<head ID> <dead-letter ID>'.
 local function not_holds(held)
   local kind = redis.call('TYPE', held)['ok']
-  if kind == 'none' or kind == 'hash' then return nil end
-  return 'hold:' .. kind .. ' it is no hash'
+  if kind == 'none' then return nil end
+  if kind ~= 'hash' then return 'hold:' .. kind .. ' it is no hash' end
+  local one = redis.call('HRANDFIELD', held, 1, 'WITHVALUES')
+  if #one == 0 or string.find(one[2], '^%d+%-%d+ %d+%-%d+$') then return nil end
+  return 'hold:hash its values are not <head ID> <dead-letter ID>'
 end
 
 -- A user who may not HSETNX `held` fails the call here, with that ACL error, before
