@@ -26,6 +26,7 @@ from tests.support.fault_tools import GROUP, run_in_process, write_control
 from tests.support.order_handler import DONE, REJECT
 from tests.support.order_tools import STREAM as ORDERS
 from tests.support.order_tools import age, args, pending_owners, recorded
+from tests.support.servers import WITH_XACKDEL
 
 STREAM = "events:orders"
 DLQ = dead_letter_key(STREAM, ":dlq")
@@ -174,3 +175,38 @@ def test_two_units_never_share_a_hash_of_held_keys() -> None:
     pairs = [(("a", "g"), ("{a}", "g")), (("x{eu}", "g:h"), ("x{eu}:g", "h"))]
     for one, other in pairs:
         assert hold_key("recovery:held:", *one) != hold_key("recovery:held:", *other)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("server", [WITH_XACKDEL], indirect=True)
+def test_holds_with_delete_acked_on_the_newest_redis(spark, server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``reprocess.delete_acked`` (XACKDEL ... ACKED in the same move) with holds, through
+    ``streams.match`` (which also finds the hash of held keys and the dead-letter stream):
+    the dry run predicts what the run holds; the head leaves the stream into the dead-letter
+    stream, its key is recorded, its later entries stay pending and in the stream, run
+    after run; the other key is handled and deleted."""
+    client = server.client()
+    write_control(server.url)
+    create_group(client, ORDERS, GROUP)
+    ids = add_entries(client, ORDERS, 5, lambda i: {"k": f"k{i % 2}", "n": str(i)})
+    assert deliver(client, ORDERS, GROUP, DEAD, 5) == ids
+    make_stuck(client, ORDERS, GROUP, DEAD, ids, HOUR_MS)
+    k0, k1 = ids[0::2], ids[1::2]
+    client.xclaim(ORDERS, GROUP, DEAD, 0, k0[:1], idle=HOUR_MS, retrycount=9, justid=True)
+    sets = [a if a != f"streams.keys={ORDERS}" else "streams.match=*" for a in args(
+        server.url, tmp_path / "r", "order.dead_letter_releases=false",
+        "reprocess.delete_acked=true")]
+    dry = run_in_process(spark, [*sets, "--dry-run"])
+    assert dry.code == 0, dry.stderr[-3000:]
+    assert dry.summary["totals"]["would_hold"] == 2, dry.summary["totals"]
+    held = hold_key("recovery:held:", ORDERS, GROUP)
+    for _ in range(2):
+        result = run_in_process(spark, sets)
+        assert result.code == 0, result.stderr[-3000:]
+        [(letter, fields)] = client.xrange(dead_letter_key(ORDERS, ":dlq"))
+        assert fields[b"x-original-id"].decode() == k0[0]
+        assert client.hgetall(held) == {b"k0": f"{k0[0]} {letter.decode()}".encode()}
+        assert set(pending_owners(client)) == set(k0[1:])
+        assert [i.decode() for i, _ in client.xrange(ORDERS)] == k0[1:]
+        assert recorded(client, DONE, ["k0", "k1"]) == {"k0": [], "k1": k1}
+        age(client, k0[1:])
