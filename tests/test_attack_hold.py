@@ -210,3 +210,19 @@ def test_holds_with_delete_acked_on_the_newest_redis(spark, server, tmp_path) ->
         assert [i.decode() for i, _ in client.xrange(ORDERS)] == k0[1:]
         assert recorded(client, DONE, ["k0", "k1"]) == {"k0": [], "k1": k1}
         age(client, k0[1:])
+
+
+def test_a_hold_named_as_its_dead_letter_stream_is_refused_untouched(client: Redis) -> None:
+    """Finding: a dead-letter template naming the unit's hash of held keys
+    (``dead_letter.stream = "recovery:held:{{{stream}}}:{group}"``): both missing, the move
+    XADDed the letter, creating a stream at the hold's name, and its HSETNX then failed
+    WRONGTYPE mid-call (a letter written, the call failed). The hold must be refused before
+    anything is written."""
+    [head] = _pending(client, 1)
+    ctx = DeadLetterContext(STREAM, GROUP, "c", HELD, "run-t", 5, int(time.time() * 1000),
+                            hold_key=HELD)
+    [refused] = dead_letter_units(client, [(ctx, [DeadLetter(head, 6, 1, "", "r", None,
+                                                              b"k0")])])
+    assert isinstance(refused, ResponseError) and "NOTLETTERS hold:" in str(refused), refused
+    assert not client.exists(HELD)
+    assert client.xpending(STREAM, GROUP)["pending"] == 1

@@ -35,7 +35,8 @@
 -- atomic call): it must be missing, an empty stream, or a stream whose oldest entry (and,
 -- with ARGV[4] '1', newest entry) carries the metadata block (x-original-stream,
 -- x-original-id, x-death-reason), and never the source itself; and its hash of held keys
--- must be missing or a hash of the job's ('NOTLETTERS hold:<type> it is no hash'; a hash
+-- must be neither of the unit's streams, and missing or a hash of the job's
+-- ('NOTLETTERS hold:<type> it is no hash'; a hash
 -- whose value HRANDFIELD picks is no '<id> <id>': 'NOTLETTERS hold:hash ...'). Then nothing of that
 -- unit is written or acked: its entries stay pending.
 local MAX_VALUES = 7900
@@ -133,7 +134,10 @@ end
 
 -- Why `held` is no hash of held keys ('hold:<type> <why>'), or nil when it may take them:
 -- missing, or a hash whose values (one read at random) are '<head ID> <dead-letter ID>'.
-local function not_holds(held)
+local function not_holds(held, stream, dlq)
+  if held == stream or held == dlq then  -- the move would XADD to it, then HSETNX
+    return 'hold:stream it is the unit\'s source or dead-letter stream'
+  end
   local kind = redis.call('TYPE', held)['ok']
   if kind == 'none' then return nil end
   if kind ~= 'hash' then return 'hold:' .. kind .. ' it is no hash' end
@@ -163,7 +167,7 @@ while k_at <= #KEYS do
   local width = holds and 7 or 6
   local reply = {}
   if n > 0 and held then may_hold(held) end
-  local refused = n > 0 and (not_letters(stream, dlq) or (held and not_holds(held)))
+  local refused = n > 0 and (not_letters(stream, dlq) or (held and not_holds(held, stream, dlq)))
   if refused then reply = {err = 'NOTLETTERS ' .. refused} else
     for k = 0, n - 1 do
       local one = move(stream, dlq, held, group, consumer, source, at + 5 + width * k)
