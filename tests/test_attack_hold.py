@@ -226,3 +226,31 @@ def test_a_hold_named_as_its_dead_letter_stream_is_refused_untouched(client: Red
     assert isinstance(refused, ResponseError) and "NOTLETTERS hold:" in str(refused), refused
     assert not client.exists(HELD)
     assert client.xpending(STREAM, GROUP)["pending"] == 1
+
+
+@pytest.mark.slow
+def test_binary_and_long_keys_are_held_as_they_are(spark, server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Keys that are not UTF-8 and a 64 KiB key, each head over the delivery limit: the dry
+    run predicts the holds, the run records each key byte for byte, and the next run hands
+    none of their later entries over."""
+    client = server.client()
+    write_control(server.url)
+    keys = [b"\xff\xfe\x00k", b"L" * 65536]
+    create_group(client, ORDERS, GROUP)
+    ids = add_entries(client, ORDERS, 4, lambda i: {b"k": keys[i % 2], b"n": str(i)})
+    assert deliver(client, ORDERS, GROUP, DEAD, 4) == ids
+    make_stuck(client, ORDERS, GROUP, DEAD, ids, HOUR_MS)
+    client.xclaim(ORDERS, GROUP, DEAD, 0, ids[:2], idle=HOUR_MS, retrycount=9, justid=True)
+    sets = args(server.url, tmp_path / "r", "order.dead_letter_releases=false")
+    dry = run_in_process(spark, [*sets, "--dry-run"])
+    assert dry.code == 0 and dry.summary["totals"]["would_hold"] == 2, dry.summary
+    held = hold_key("recovery:held:", ORDERS, GROUP)
+    for _ in range(2):
+        result = run_in_process(spark, sets)
+        assert result.code == 0, result.stderr[-3000:]
+        letters = {f[b"x-original-id"].decode(): i.decode()
+                   for i, f in client.xrange(dead_letter_key(ORDERS, ":dlq"))}
+        assert client.hgetall(held) == {k: f"{h} {letters[h]}".encode()
+                                        for k, h in zip(keys, ids[:2], strict=True)}
+        assert set(pending_owners(client)) == set(ids[2:])
+        age(client, ids[2:])
