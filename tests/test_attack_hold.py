@@ -23,7 +23,7 @@ from recovery.testing.backlog import add_entries, create_group, deliver, make_st
 from tests.support.acl_rules import PASSWORD, create_users, refusals, setinfo_refusal
 from tests.support.backlogs import DEAD, HOUR_MS
 from tests.support.fault_tools import GROUP, run_in_process, write_control
-from tests.support.order_handler import DONE, REJECT
+from tests.support.order_handler import DONE, REJECT, SEEN
 from tests.support.order_tools import STREAM as ORDERS
 from tests.support.order_tools import age, args, pending_owners, recorded
 from tests.support.servers import WITH_XACKDEL
@@ -254,3 +254,28 @@ def test_binary_and_long_keys_are_held_as_they_are(spark, server, tmp_path) -> N
                                         for k, h in zip(keys, ids[:2], strict=True)}
         assert set(pending_owners(client)) == set(ids[2:])
         age(client, ids[2:])
+
+
+@pytest.mark.slow
+def test_a_user_refused_hmget_stops_before_any_hand_over(spark, redis_server, tmp_path
+                                                         ) -> None:  # type: ignore[no-untyped-def]
+    """The documented user without HMGET (the holds unreadable): the run must stop with the
+    grant named, having handed nothing over, acked nothing, dead-lettered nothing."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    create_users(client)
+    client.execute_command("ACL", "SETUSER", "recovery", "-hmget")
+    create_group(client, STREAM, GROUP)
+    ids = add_entries(client, STREAM, 4, lambda i: {"k": f"k{i % 2}"})
+    assert deliver(client, STREAM, GROUP, DEAD, 4) == ids
+    make_stuck(client, STREAM, GROUP, DEAD, ids, HOUR_MS)
+    client.xclaim(STREAM, GROUP, DEAD, 0, ids[:1], idle=HOUR_MS, retrycount=9, justid=True)
+    sets = [a.replace(f"streams.keys={ORDERS}", f"streams.keys={STREAM}") for a in args(
+        redis_server.url, tmp_path / "r", "order.dead_letter_releases=false",
+        "redis.username=recovery", f"redis.password={PASSWORD}")]
+    result = run_in_process(spark, sets)
+    assert result.code == 1, (result.code, result.stderr[-3000:])
+    assert "hmget" in result.stderr, result.stderr[-3000:]
+    assert client.xpending(STREAM, GROUP)["pending"] == 4
+    assert not client.exists(DLQ) and not client.exists(HELD)
+    assert client.lrange(SEEN + "k0", 0, -1) == client.lrange(SEEN + "k1", 0, -1) == []
