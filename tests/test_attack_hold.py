@@ -25,7 +25,7 @@ from tests.support.backlogs import DEAD, HOUR_MS
 from tests.support.fault_tools import GROUP, run_in_process, write_control
 from tests.support.order_handler import DONE, REJECT, SEEN
 from tests.support.order_tools import STREAM as ORDERS
-from tests.support.order_tools import age, args, pending_owners, recorded
+from tests.support.order_tools import age, args, pending_owners, recorded, rows_of
 from tests.support.servers import WITH_XACKDEL
 
 STREAM = "events:orders"
@@ -279,3 +279,29 @@ def test_a_user_refused_hmget_stops_before_any_hand_over(spark, redis_server, tm
     assert client.xpending(STREAM, GROUP)["pending"] == 4
     assert not client.exists(DLQ) and not client.exists(HELD)
     assert client.lrange(SEEN + "k0", 0, -1) == client.lrange(SEEN + "k1", 0, -1) == []
+
+
+@pytest.mark.slow
+def test_a_run_leaves_a_users_hash_at_the_holds_name_alone(spark, server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Through the command: a team's hash where the hold belongs; k0's head over the limit
+    stays pending, reported with the fix, k0's later entries held; the hash is unchanged;
+    k1 is handled."""
+    client = server.client()
+    write_control(server.url)
+    create_group(client, ORDERS, GROUP)
+    ids = add_entries(client, ORDERS, 4, lambda i: {"k": f"k{i % 2}"})
+    assert deliver(client, ORDERS, GROUP, DEAD, 4) == ids
+    make_stuck(client, ORDERS, GROUP, DEAD, ids, HOUR_MS)
+    client.xclaim(ORDERS, GROUP, DEAD, 0, ids[:1], idle=HOUR_MS, retrycount=9, justid=True)
+    held = hold_key("recovery:held:", ORDERS, GROUP)
+    client.hset(held, "owner", "alice")
+    result = run_in_process(spark, args(server.url, tmp_path / "r",
+                                        "order.dead_letter_releases=false"))
+    assert client.hgetall(held) == {b"owner": b"alice"}
+    assert not client.exists(dead_letter_key(ORDERS, ":dlq"))
+    assert set(pending_owners(client)) == {ids[0], ids[2]}
+    assert recorded(client, DONE, ["k0", "k1"]) == {"k0": [], "k1": ids[1::2]}
+    rows = rows_of(spark, tmp_path / "r", result.summary)
+    assert "not the job's hash of held keys" in rows[ids[0]]["reason"], rows[ids[0]]
+    assert rows[ids[2]]["action"] == "held"
+    assert result.code in (0, 3), (result.code, result.stderr[-2000:])
