@@ -26,7 +26,7 @@ from tests.support.fault_tools import GROUP, run_in_process, write_control
 from tests.support.order_handler import DONE, REJECT, SEEN
 from tests.support.order_tools import STREAM as ORDERS
 from tests.support.order_tools import age, args, pending_owners, recorded, rows_of
-from tests.support.servers import WITH_XACKDEL
+from tests.support.servers import ON_NEWEST_TOO, WITH_XACKDEL
 
 STREAM = "events:orders"
 DLQ = dead_letter_key(STREAM, ":dlq")
@@ -49,6 +49,7 @@ def _move(job: Redis, entry_id: str, key: bytes) -> object:
     return reply
 
 
+@ON_NEWEST_TOO
 def test_a_user_who_may_not_write_the_holds_loses_no_hold(server) -> None:  # type: ignore[no-untyped-def]
     """Finding: a job user granted the holds' keys but not HSETNX (docs/ACL.md line 12 with
     its reads only; a key pattern refused fails before the script runs): the move script
