@@ -62,7 +62,7 @@ def _pending_three(client: Redis) -> list[str]:
     return ids
 
 
-def _move(client: Redis, ids: list[str], key: bytes, held: str = HELD) -> object:
+def _move(client: Redis, ids: list[str], key: bytes | None, held: str = HELD) -> object:
     ctx = DeadLetterContext(STREAM, GROUP, "c", dead_letter_key(STREAM, ":dlq"), "run-t", 5,
                             int(time.time() * 1000), hold_key=held)
     [replies] = dead_letter_units(client, [(ctx, [DeadLetter(i, 6, 1000, "old", "r", None, key)
@@ -80,7 +80,7 @@ def test_the_move_records_the_hold_in_the_same_call_and_keeps_the_first_head(
     assert isinstance(first, bytes)
     assert client.hget(HELD, "k0") == f"{ids[0]} {first.decode()}".encode()
     _move(client, ids[1:2], b"k0")
-    _move(client, ids[2:], b"")
+    _move(client, ids[2:], None)
     assert client.hgetall(HELD) == {b"k0": f"{ids[0]} {first.decode()}".encode()}
     assert client.xlen(dead_letter_key(STREAM, ":dlq")) == 3
     assert client.xpending(STREAM, GROUP)["pending"] == 0

@@ -28,6 +28,7 @@ from recovery.executor.tally import PassMaker, Tally
 from recovery.params import JobParams, OrderParams
 from recovery.redis_io.error_codes import unit_vanished
 from recovery.redis_io.held_keys import (
+    UNREAD,
     consumers_with_pending,
     not_this_runs,
     pending_elsewhere,
@@ -166,10 +167,11 @@ def _blockers(client: redis.Redis, order: OrderParams, stream: str, group: str,
             oldest[key] = entry_id
     rows: list[dict[str, Any]] = [{"stream": stream, "group": group, "order_key": k,
                                    "blocked_by": i} for k, i in oldest.items()]
-    if bound is not None:
+    if bound is not None and bound != UNREAD:  # UNREAD: pending_elsewhere's WARNING said why
         log.warning("%s / %s: more than order.scan_max (%d) entries pending on one consumer; "
                     "its entries past %s were not read: every entry of the group after it is "
                     "held", stream, group, order.scan_max, bound)
+    if bound is not None:
         rows.append({"stream": stream, "group": group, "order_key": None, "blocked_by": bound})
     return rows
 
@@ -270,5 +272,6 @@ def _blocked_reason(order: OrderParams, stream: str, entry_id: str, key: bytes |
                 "claimed by this run")
     if unit_after is not None and key is not None and stream_id_key(unit_after) < here:
         return (f"held: entries pending elsewhere past {unit_after} were not read "
-                "(order.scan_max), one may be of its key")
+                "(order.scan_max, or consumers kept taking entries: see the log), one may be "
+                "of its key")
     return None

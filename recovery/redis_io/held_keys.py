@@ -35,6 +35,7 @@ from recovery.redis_io.streams import (
 log = logging.getLogger(__name__)
 UNCLAIM_CHUNK = 500  # entries per unclaim_held.lua call
 SNAPSHOT_TRIES = 5  # pending_elsewhere's snapshots at most, while consumers keep appearing
+UNREAD = "0-0"  # the bound where a consumer's entries were not read at all: every entry is after
 PendingElsewhere = list[tuple[str, str, Fields | None]]  # (id, owner, fields or None: deleted)
 
 
@@ -96,7 +97,9 @@ def pending_elsewhere(client: redis.Redis, stream: str, group: str,
     limit+1 <consumer>`` per consumer (an entry moved between two consumers meanwhile is
     seen once, with one of them). Where that XINFO CONSUMERS names another consumer with
     pending entries (one that took entries since), the snapshot is taken again with it, up
-    to ``SNAPSHOT_TRIES`` times; then the last one is used and a WARNING says so. The
+    to ``SNAPSHOT_TRIES`` times; then the last one is used, with the bound ``UNREAD`` (the
+    missed consumers may own an older entry of any key: every entry is held), and a WARNING
+    says so. The
     fields are read after (XRANGE per ID, pipelined): an entry's fields never change, and
     one acked meanwhile is done."""
     wanted = list(consumers)
@@ -114,9 +117,9 @@ def pending_elsewhere(client: redis.Redis, stream: str, group: str,
             break
         if attempt + 1 == SNAPSHOT_TRIES:
             log.warning("%s / %s: consumers kept taking entries while their pending entries "
-                        "were read (%d tries); read without %d of them", stream, group,
-                        SNAPSHOT_TRIES, len(missed))
-            break
+                        "were read (%d tries); %d of them not read: every entry of the group "
+                        "is held", stream, group, SNAPSHOT_TRIES, len(missed))
+            return _with_fields(client, stream, replies[1:], limit)[0], UNREAD
         wanted += missed
     return _with_fields(client, stream, replies[1:], limit)
 

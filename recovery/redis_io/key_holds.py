@@ -59,8 +59,9 @@ def hold_refused(name: str, refused: TargetRefused) -> str:
     `name` is a key of another type (``NOTLETTERS hold:<type> ...``): nothing of the unit was
     written; the fix."""
     kind = refused.kind.removeprefix(HOLD_REFUSED)
-    return (f"{name!r} is a {kind}, not the job's hash of held keys; nothing was written and "
-            "the entry stays pending: delete or rename that key, or set order.hold_prefix")
+    return (f"{name!r} is a {kind} ({refused.why}), not the job's hash of held keys; nothing "
+            "was written and the entry stays pending: delete or rename that key, or set "
+            "order.hold_prefix")
 
 
 def parse_hold(value: object) -> HoldT | None:

@@ -68,8 +68,14 @@ class DeadLetter:
     reason: str
     error: str | None = None
     # Its ordering key, where its unit holds keys (DeadLetterContext.hold_key): recorded as
-    # held behind it when it moves.
+    # held behind it when it moves. An empty key (b"") is a key; None is none.
     order_key: bytes | None = None
+
+
+def _key_arg(key: bytes | None) -> bytes:
+    """The move script's key argument: b"" for no key, else ``=`` and the key (so an empty
+    key, b"=", still holds)."""
+    return b"" if key is None else b"=" + key
 
 
 @dataclass(frozen=True)
@@ -141,7 +147,7 @@ def dead_letter_units(client: redis.Redis, units: Sequence[DeadLetterUnit], pipe
         args += [ctx.group, ctx.consumer, ctx.stream, len(entries), int(holds)]
         for e in entries:
             args += [e.id, e.delivery_count, e.idle_ms, e.last_owner or "", e.reason,
-                     e.error or "", *([e.order_key or b""] if holds else [])]
+                     e.error or "", *([_key_arg(e.order_key)] if holds else [])]
     return _call(client, "dead_letter", keys, args, pipe)  # type: ignore[no-any-return]
 
 

@@ -13,9 +13,12 @@
 -- (x-original-stream); the number n of its entries; '1' if it holds keys, else '0'; then 6
 -- values per entry (7 where the unit holds keys): id, delivery count (with a requeued copy's
 -- carried deliveries, whose field is not copied), idle ms (before the claim), last owner (''
--- if unknown), reason, handler error ('' if none)[, its ordering key ('' if none)]. An entry
+-- if unknown), reason, handler error ('' if none)[, its ordering key: '' if none, else
+-- '=' and the key, so an empty key is one]. An entry
 -- with a key that moves records its key as held behind it, in the same call: HSETNX hash key
--- '<id> <dead-letter id>' (a key already held keeps its first head).
+-- '<id> <dead-letter id>' (a key already held keeps its first head), before the entry is
+-- acked. A user who may not HSETNX the hash fails the call before the unit writes anything
+-- (Redis 7.0+), or (6.2) at that HSETNX, the letter written but the head still pending.
 -- Reply: one element per unit, in order: an array with one element per entry, in order: the
 -- new dead-letter ID if moved (with ARGV[5] '1': {the new ID, XACKDEL's code: 1 deleted, 2
 -- kept because another group still references it}); 0 if the entry is no longer pending or owned by the job's
@@ -32,7 +35,9 @@
 -- atomic call): it must be missing, an empty stream, or a stream whose oldest entry (and,
 -- with ARGV[4] '1', newest entry) carries the metadata block (x-original-stream,
 -- x-original-id, x-death-reason), and never the source itself; and its hash of held keys
--- must be missing or a hash ('NOTLETTERS hold:<type> it is no hash'). Then nothing of that
+-- must be neither of the unit's streams, and missing or a hash of the job's
+-- ('NOTLETTERS hold:<type> it is no hash'; a hash
+-- whose value HRANDFIELD picks is no '<id> <id>': 'NOTLETTERS hold:hash ...'). Then nothing of that
 -- unit is written or acked: its entries stay pending.
 local MAX_VALUES = 7900
 local run_id, limit, death_time, newest = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
@@ -85,14 +90,14 @@ local function move(stream, dlq, held, group, consumer, source, i)
   if failed(dlq_id) then  -- nothing was written: again, to fail as redis.call fails
     dlq_id = redis.call('XADD', unpack(args))
   end
+  if held and ARGV[i + 6] ~= '' then  -- before the ack: a refusal leaves the head pending
+    redis.call('HSETNX', held, string.sub(ARGV[i + 6], 2), id .. ' ' .. dlq_id)
+  end
   local code = nil
   if delete then
     code = redis.call('XACKDEL', stream, group, 'ACKED', 'IDS', 1, id)[1]
   else
     redis.call('XACK', stream, group, id)
-  end
-  if held and ARGV[i + 6] ~= '' then
-    redis.call('HSETNX', held, ARGV[i + 6], id .. ' ' .. dlq_id)
   end
   if delete then return {dlq_id, code} end
   return dlq_id
@@ -127,11 +132,28 @@ local function not_letters(stream, dlq)
   return nil
 end
 
--- Why `held` is no hash of held keys ('hold:<type> <why>'), or nil when it may take them.
-local function not_holds(held)
+-- Why `held` is no hash of held keys ('hold:<type> <why>'), or nil when it may take them:
+-- missing, or a hash whose values (one read at random) are '<head ID> <dead-letter ID>'.
+local function not_holds(held, stream, dlq)
+  if held == stream or held == dlq then  -- the move would XADD to it, then HSETNX
+    return 'hold:stream it is the unit\'s source or dead-letter stream'
+  end
   local kind = redis.call('TYPE', held)['ok']
-  if kind == 'none' or kind == 'hash' then return nil end
-  return 'hold:' .. kind .. ' it is no hash'
+  if kind == 'none' then return nil end
+  if kind ~= 'hash' then return 'hold:' .. kind .. ' it is no hash' end
+  local one = redis.call('HRANDFIELD', held, 1, 'WITHVALUES')
+  if #one == 0 or string.find(one[2], '^%d+%-%d+ %d+%-%d+$') then return nil end
+  return 'hold:hash its values are not <head ID> <dead-letter ID>'
+end
+
+-- A user who may not HSETNX `held` fails the call here, with that ACL error, before
+-- anything of the unit is written (a script's writes are never undone: a refusal after
+-- the ack would release the key). redis.acl_check_cmd is Redis 7.0+; on 6.2 the HSETNX
+-- in move, before the ack, is refused with the head still pending.
+local function may_hold(held)
+  if redis.acl_check_cmd and not redis.acl_check_cmd('HSETNX', held, 'k', 'v') then
+    redis.call('HSETNX', held, 'k', 'v')  -- refused: nothing is written
+  end
 end
 
 local replies = {}
@@ -144,7 +166,8 @@ while k_at <= #KEYS do
   if holds then held = KEYS[k_at + 2] end
   local width = holds and 7 or 6
   local reply = {}
-  local refused = n > 0 and (not_letters(stream, dlq) or (held and not_holds(held)))
+  if n > 0 and held then may_hold(held) end
+  local refused = n > 0 and (not_letters(stream, dlq) or (held and not_holds(held, stream, dlq)))
   if refused then reply = {err = 'NOTLETTERS ' .. refused} else
     for k = 0, n - 1 do
       local one = move(stream, dlq, held, group, consumer, source, at + 5 + width * k)
