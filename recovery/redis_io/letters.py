@@ -100,3 +100,25 @@ def append_audit(client: redis.Redis, key: str, fields: Mapping[str, str], keep:
 def newest_entries(client: redis.Redis, key: str, count: int) -> list[Entry]:
     """The newest `count` entries of `key`, newest first (XREVRANGE + - COUNT)."""
     return letter_page(client, key, "-", "+", count, newest_first=True)
+
+
+@dataclass(frozen=True)
+class KeyShape:
+    """What a key holds, for deciding whether it is the console's audit stream: `kind` (TYPE:
+    ``none``, ``stream``, ``hash``...); for a stream, its number of consumer `groups` and the
+    field names of its oldest and newest entries (`edge_fields`, empty lists when empty)."""
+
+    kind: str
+    groups: int
+    edge_fields: list[list[bytes]]
+
+
+def key_shape(client: redis.Redis, key: str) -> KeyShape:
+    """TYPE of `key`, then for a stream XINFO GROUPS and its first and last entry (XRANGE /
+    XREVRANGE COUNT 1): four small reads."""
+    kind = as_str(client.type(key))
+    if kind != "stream":
+        return KeyShape(kind, 0, [])
+    groups = len(client.execute_command("XINFO GROUPS", key))
+    edges = [letter_page(client, key, "-", "+", 1, newest_first=n) for n in (False, True)]
+    return KeyShape(kind, groups, [list(e[0][1][0::2]) for e in edges if e])
