@@ -5,6 +5,7 @@ afterwards (sources, dead-letter streams, the audit stream), not what the pages 
 from __future__ import annotations
 
 import pytest
+import redis
 
 from recovery.testing.local_redis import LocalServer
 from tests.support.console_process import console_process
@@ -58,3 +59,34 @@ def test_an_audit_stream_of_its_own_is_taken_again(redis_server: LocalServer) ->
                                       "action": "export"})
     assert [f[7] for _, f in entries(r, "recovery:console:audit")] == [b"export", b"export"]
 
+
+def _letter(r: redis.Redis, key: str, entry_id: str, source: str | None) -> None:
+    """An entry of `key`: a letter of `source` (its metadata block), or no letter (None)."""
+    block = {} if source is None else {"x-original-stream": source,
+                                       "x-original-group": "billing",
+                                       "x-death-reason": "max-deliveries-exceeded"}
+    r.xadd(key, {"body": entry_id, **block}, id=entry_id)
+
+
+def test_delete_leaves_what_is_not_a_letter_of_a_selected_source(
+        redis_server: LocalServer) -> None:
+    """A shared dead-letter stream (``dead_letter.stream = all-dlq``) holding a letter of a
+    source the console does not select, and an entry without the metadata block: a confirmed
+    delete of all three removes only the selected source's letter, as retention and the
+    redrive refuse the others. Found: the delete XDELed all three."""
+    r = redis_server.client()
+    r.xgroup_create("orders", "billing", "0", mkstream=True)
+    _letter(r, "all-dlq", "1-1", "orders")
+    _letter(r, "all-dlq", "1-2", "payments")
+    _letter(r, "all-dlq", "1-3", None)
+    args = ["--set", f"redis.url={redis_server.url}", "--set", "streams.keys=orders",
+            "--set", "dead_letter.stream=all-dlq"]
+    with console_process(args) as console:
+        client, csrf = console.session()
+        page = client.post("/delete", data={"csrf_token": csrf, "key": "all-dlq",
+                                            "ids": ["1-1", "1-2", "1-3"], "confirm": "yes"})
+    assert page.status_code == 200, page.text
+    assert [i for i, _ in entries(r, "all-dlq")] == ["1-2", "1-3"]
+    assert "1 of 3 selected letters deleted" in page.text and "2 refused" in page.text
+    audit = dict(zip(*[iter(entries(r, "recovery:console:audit")[-1][1])] * 2, strict=True))
+    assert (audit[b"action"], audit[b"count"]) == (b"delete", b"1")

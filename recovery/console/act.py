@@ -74,7 +74,8 @@ def _export(state: ConsoleState, session: Session, key: str, ids: list[str]) -> 
 
 def delete(request: Request, state: ConsoleState, session: Session,
                  form: FormData) -> Response:
-    """The confirmed delete: XDEL of the selected letters; the audit says how many."""
+    """The confirmed delete: XDEL of the selected letters of selected sources (others are
+    refused, as a redrive refuses them); the audit says how many."""
     try:
         key = stream_key(state, _form(form))
         ids = entry_ids([str(v) for v in form.getlist("ids")])
@@ -83,11 +84,11 @@ def delete(request: Request, state: ConsoleState, session: Session,
     except (BadQuery, UnknownStream) as exc:
         return problem(request, session, exc)
     with redis_errors(state.params, key):
-        deleted = delete_selected(state.client, key, ids)
+        deleted, refused = delete_selected(state.client, key, ids, state.sources_of(key))
         record(state.client, state.audit_key, session.user, session.role.value, "delete", key,
-               deleted, f"{len(ids)} selected: {' '.join(ids[:20])}")
+               deleted, f"{len(ids)} selected, {len(refused)} refused: {' '.join(ids[:20])}")
     return render(request, "deleted.html", session, key=key, deleted=deleted,
-                  selected=len(ids))
+                  selected=len(ids), refusals=refused[:20], refused=len(refused))
 
 
 def preview(request: Request, state: ConsoleState, session: Session,

@@ -68,6 +68,14 @@ def redrive_by_id(client: redis.Redis, key: str, entry_id: str, sources: Sequenc
     return redrive_letter(client, key, Letter.of(entry_id, flat), sources)
 
 
-def delete_selected(client: redis.Redis, key: str, ids: Sequence[str]) -> int:
-    """XDEL `ids` from the dead-letter stream `key`: how many were still there."""
-    return delete_letters(client, key, ids)
+def delete_selected(client: redis.Redis, key: str, ids: Sequence[str], sources: Sequence[str]
+                    ) -> tuple[int, list[str]]:
+    """XDEL those of `ids` still in the dead-letter stream `key` that are letters of one of
+    `sources` (the rule of :func:`refusal`, as retention's: an entry without the metadata
+    block, or a letter of a source not selected in a shared stream, is not the console's to
+    delete). Returns (how many were deleted, the refusals). A stream ID is never reused, so
+    what was read is what goes."""
+    found = letters_by_id(client, key, ids)
+    refused = {i: refusal(client, key, Letter.of(i, flat), sources) for i, flat in found.items()}
+    deletable = [i for i, why in refused.items() if why is None]
+    return delete_letters(client, key, deletable), [w for w in refused.values() if w]
