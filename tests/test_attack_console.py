@@ -4,11 +4,16 @@ afterwards (sources, dead-letter streams, the audit stream), not what the pages 
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
+import httpx
 import pytest
 import redis
 
+from recovery.console.users import hashed_secret
 from recovery.testing.local_redis import LocalServer
-from tests.support.console_process import console_process
+from tests.support.console_process import CSRF, console_process
 from tests.support.console_tools import DLQ, entries, seed
 
 
@@ -90,3 +95,32 @@ def test_delete_leaves_what_is_not_a_letter_of_a_selected_source(
     assert "1 of 3 selected letters deleted" in page.text and "2 refused" in page.text
     audit = dict(zip(*[iter(entries(r, "recovery:console:audit")[-1][1])] * 2, strict=True))
     assert (audit[b"action"], audit[b"count"]) == (b"delete", b"1")
+
+
+def _login_seconds(url: str, user: str) -> float:
+    """How long one failed login of `user` takes, measured as a client sees it (s)."""
+    client = httpx.Client(base_url=url, timeout=60)
+    found = CSRF.search(client.get("/login").text)
+    assert found
+    started = time.perf_counter()
+    reply = client.post("/login", data={"csrf_token": found.group(1), "user": user,
+                                        "secret": "a-wrong-guess-123"})
+    taken = time.perf_counter() - started
+    assert reply.status_code == 401, reply.text
+    return taken
+
+
+def test_login_time_does_not_tell_which_names_exist(redis_server: LocalServer,
+                                                    tmp_path: Path) -> None:
+    """With a secret stored hashed (PBKDF2, as the docs advise), a failed login of an
+    existing name took 0.4-0.6 s and one of an unknown name 0.01-0.02 s, so the login form
+    listed the users to anyone who asked. Each attempt now costs about the same."""
+    users = tmp_path / "users"
+    users.write_text(f"alice:operator:{hashed_secret('alice-secret-123')}\n")
+    with console_process(_args(redis_server), {"RECOVERY_CONSOLE_USERS_FILE": str(users)}
+                         ) as console:
+        assert console.listening, console.ended()
+        times = {name: min(_login_seconds(console.url, name) for _ in range(3))
+                 for name in ("alice", "nobody", "operator")}
+    assert times["nobody"] > times["alice"] / 2, times
+    assert times["operator"] > times["alice"] / 2, times  # the plain token's user too
