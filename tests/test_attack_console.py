@@ -4,6 +4,7 @@ afterwards (sources, dead-letter streams, the audit stream), not what the pages 
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -124,3 +125,48 @@ def test_login_time_does_not_tell_which_names_exist(redis_server: LocalServer,
                  for name in ("alice", "nobody", "operator")}
     assert times["nobody"] > times["alice"] / 2, times
     assert times["operator"] > times["alice"] / 2, times  # the plain token's user too
+
+
+def _sent_bytes(r: redis.Redis) -> int:
+    """Bytes the server has sent to all its clients (INFO stats)."""
+    return int(r.info("stats")["total_net_output_bytes"])
+
+
+def test_huge_letters_never_make_a_reply_of_gigabytes(redis_server: LocalServer) -> None:
+    """Eight letters of 16 MB each: a page of letters, the overview's count scan and a
+    preview each read them in pieces of about 8 MB plus one letter, not all at once (one
+    browse page read 8 x 64 MB in one XREVRANGE: 12 s, the console's memory up 900 MB, the
+    server's peak memory up 900 MB for the reply's output buffer). Paging on still shows
+    every letter once."""
+    r = redis_server.client()
+    r.xgroup_create("orders", "billing", "0", mkstream=True)
+    body = b"x" * (16 * 1024 * 1024)
+    ids = []
+    for i in range(8):
+        ids += [r.xadd(DLQ["orders"], {"body": body, "n": str(i), "x-original-stream": "orders",
+                               "x-original-group": "billing",
+                               "x-death-reason": "max-deliveries-exceeded"}).decode()]
+    seeded_peak = int(r.info("memory")["used_memory_peak"])
+    with console_process(_args(redis_server)) as console:
+        client, _ = console.session()  # the overview starts the count scan
+        deadline = time.monotonic() + 60
+        while "Scanned 8 letters" not in client.get("/").text:
+            assert time.monotonic() < deadline, "the count scan did not finish"
+            time.sleep(0.5)
+        seen: list[str] = []
+        after = ""
+        for _ in range(10):
+            before = _sent_bytes(r)
+            page = client.get("/browse", params={"key": DLQ["orders"], "after": after,
+                                                 "order": "oldest"})
+            assert _sent_bytes(r) - before < 30 * 1024 * 1024  # one letter and change
+            seen += re.findall(r'name="ids" value="([^"]+)"', page.text)
+            cursor = re.search(r"after=([0-9]+-[0-9]+)", page.text)
+            if cursor is None:
+                break
+            after = cursor.group(1)
+    assert seen == ids
+    # 128 MB of letters; one reply of all of them would add as much again
+    grown = int(r.info("memory")["used_memory_peak"]) - seeded_peak
+    assert grown < 64 * 1024 * 1024, grown
+

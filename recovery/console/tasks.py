@@ -22,7 +22,7 @@ from recovery.console.audit import record
 from recovery.console.letters import Letter, LetterFilter
 from recovery.console.moves import Moved, redrive_by_id, redrive_letter
 from recovery.executor.claim.throttle import Throttle
-from recovery.redis_io.letters import letter_page
+from recovery.redis_io.letters import bounded_page
 
 log = logging.getLogger(__name__)
 WALK_CHUNK = 500
@@ -170,14 +170,14 @@ def walk(client: redis.Redis, key: str, flt: LetterFilter, high: str | None, tas
     low, top = flt.bounds()
     top = high or top
     while True:
-        entries = letter_page(client, key, low, top, WALK_CHUNK, newest_first=False)
+        entries, more = bounded_page(client, key, low, top, WALK_CHUNK, newest_first=False)
         for entry_id, flat in entries:
             task.examined += 1
             if task.kind == "preview":
                 task.high = entry_id
             letter = Letter.of(entry_id, flat)
             yield letter if flt.matches(letter) else None
-        if len(entries) < WALK_CHUNK:
+        if not more:
             return
         low = "(" + entries[-1][0]
 

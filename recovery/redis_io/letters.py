@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from recovery.redis_io.round_trips import each
+from recovery.redis_io.scripts import scripts_for
 from recovery.redis_io.streams import FlatFields, as_str, info_rows, shown
 
 Entry = tuple[str, FlatFields]  # (ID, flat fields)
@@ -30,6 +31,21 @@ def letter_page(client: redis.Redis, key: str, low: str, high: str, count: int,
     else:
         reply = client.execute_command("XRANGE", key, low, high, "COUNT", count)
     return [(as_str(e[0]), list(e[1])) for e in reply]
+
+
+PAGE_BYTES = 8 * 1024 * 1024  # names and values one bounded page reads at most (plus one entry)
+
+
+def bounded_page(client: redis.Redis, key: str, low: str, high: str, count: int,
+                 newest_first: bool, budget_bytes: int = PAGE_BYTES) -> tuple[list[Entry], bool]:
+    """Like :func:`letter_page`, but the page also stops once its names and values reach
+    `budget_bytes` (``lua/letter_page.lua``: one entry at a time, so huge letters never make
+    a reply of count x their size). Returns (entries, whether more may follow: it stopped at
+    `count` or at the budget). A key of another type raises ResponseError WRONGTYPE."""
+    script = scripts_for(client)["letter_page"]
+    found, more = script(keys=[key], args=["XREVRANGE" if newest_first else "XRANGE", low,
+                                           high, count, budget_bytes])
+    return [(as_str(e[0]), list(e[1])) for e in found], bool(int(more))
 
 
 def letters_by_id(client: redis.Redis, key: str, ids: Sequence[str]) -> dict[str, FlatFields]:
