@@ -202,3 +202,30 @@ def test_a_huge_form_is_refused_before_it_is_read(redis_server: LocalServer) -> 
         grown = _peak_mb(console.process.pid) - before
     assert (chunked.status_code, declared.status_code, most.status_code) == (413, 413, 403)
     assert grown < 50, f"the console's memory grew by {grown} MB"
+
+
+def test_a_letter_naming_its_dead_letter_stream_as_source_stays(
+        redis_server: LocalServer) -> None:
+    """``streams.match = *`` with one dead-letter stream for all (``dead_letter.stream =
+    all-dlq``), that stream empty when the console starts: it is selected as a source of
+    itself. A letter naming ``all-dlq`` as its source was then "redriven" into ``all-dlq``:
+    its metadata block stripped, the letter gone, the audit saying 1 moved. Now refused."""
+    r = redis_server.client()
+    r.xgroup_create("orders", "billing", "0", mkstream=True)
+    r.xadd("all-dlq", {"a": "b"}, id="1-1")
+    r.xdel("all-dlq", "1-1")  # an empty stream: no letter says what it is
+    args = ["--set", f"redis.url={redis_server.url}", "--set", "streams.match=*",
+            "--set", "dead_letter.stream=all-dlq"]
+    with console_process(args) as console:
+        client, csrf = console.session()
+        _letter(r, "all-dlq", "2-1", "all-dlq")
+        before = entries(r, "all-dlq")
+        task = client.post("/act", data={"csrf_token": csrf, "key": "all-dlq", "ids": ["2-1"],
+                                         "action": "redrive"})
+        assert task.status_code == 303, task.text
+        deadline = time.monotonic() + 20
+        while 'data-done="1"' not in (page := client.get(task.headers["location"]).text):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    assert entries(r, "all-dlq") == before
+    assert "1 refused" in page, page

@@ -36,6 +36,9 @@ def refusal(client: redis.Redis, key: str, letter: Letter, sources: Sequence[str
     source = letter.source
     if source is None:
         return f"{letter.entry_id}: no x-original-stream, so no source to send it back to"
+    if source == key:
+        return (f"{letter.entry_id}: its source is {key!r} itself: a dead-letter stream is no "
+                "letter's source")
     if source not in sources:
         return (f"{letter.entry_id}: its source {source!r} is not a stream the config selects "
                 f"for {key}: add it to streams.keys / streams.match")
