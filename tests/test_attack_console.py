@@ -4,7 +4,9 @@ afterwards (sources, dead-letter streams, the audit stream), not what the pages 
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -229,3 +231,30 @@ def test_a_letter_naming_its_dead_letter_stream_as_source_stays(
             time.sleep(0.1)
     assert entries(r, "all-dlq") == before
     assert "1 refused" in page, page
+
+
+def test_a_console_killed_mid_redrive_leaves_each_letter_once_and_says_which(
+        redis_server: LocalServer) -> None:
+    """SIGKILL of the console while a redrive of six letters runs (at 2 letters/s): each
+    letter is in its source or still in the dead-letter stream, exactly once, and the audit
+    log, which has only the start, names the six letters to look for (it named none)."""
+    r = redis_server.client()
+    ids = seed(r, "orders", [{b"n": str(i).encode()} for i in range(6)])
+    source_before = r.xlen("orders")
+    with console_process(_args(redis_server, "--rate", "2")) as console:
+        client, csrf = console.session()
+        client.post("/act", data={"csrf_token": csrf, "key": DLQ["orders"], "ids": ids,
+                                  "action": "redrive"})
+        deadline = time.monotonic() + 20
+        while r.xlen("orders") - source_before < 2:
+            assert time.monotonic() < deadline, "nothing moved"
+            time.sleep(0.05)
+        os.killpg(console.process.pid, signal.SIGKILL)
+        console.process.wait(10)
+    left = [i for i, _ in entries(r, DLQ["orders"])]
+    moved = r.xlen("orders") - source_before
+    assert 2 <= moved < 6 and moved + len(left) == 6 and set(left) <= set(ids)
+    audit = [dict(zip(f[::2], f[1::2], strict=True)) for _, f in
+             entries(r, "recovery:console:audit")]
+    assert [a[b"action"] for a in audit] == [b"redrive-start"]
+    assert all(i.encode() in audit[0][b"detail"] for i in ids), audit[0][b"detail"]

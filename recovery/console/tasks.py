@@ -102,7 +102,9 @@ class Tasks:
                 task.note(*redrive_by_id(client, key, entry_id, sources))
                 throttle.take(1)
 
-        self._start(task, role, work, f"{len(ids)} selected letters")
+        # The IDs in the start record: a console killed mid-way records no end, and this is
+        # what says which letters to look for (each is in its source or still here, once).
+        self._start(task, role, work, f"{len(ids)} selected letters: {' '.join(ids)}")
         return task
 
     def preview(self, who: str, role: str, key: str, flt: LetterFilter) -> Task:
@@ -132,7 +134,7 @@ class Tasks:
                 throttle.take(1)
 
         self._start(task, role, work, f"filter {_filter_text(preview.flt)}, "
-                                      f"previewed {preview.matched}")
+                                      f"previewed {preview.matched} up to {preview.high}")
         return task
 
     def _start(self, task: Task, role: str, work: Callable[[redis.Redis, Throttle], None],
