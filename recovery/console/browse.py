@@ -19,7 +19,7 @@ from recovery.console.letters import Letter, LetterFilter
 from recovery.redis_io.letters import bounded_page
 
 PAGE_SIZE = 100
-CHUNK = 1000  # letters per read while a filter looks inside them
+CHUNK = 200  # letters per read while a filter looks inside them (one script call)
 EXAMINE_BUDGET = 20_000  # letters one page may look at before it answers
 
 

@@ -19,7 +19,7 @@ from recovery.console.letters import Letter
 from recovery.redis_io.letters import bounded_page
 
 log = logging.getLogger(__name__)
-SCAN_PAGE = 1000  # letters per XRANGE of a scan
+SCAN_PAGE = 200  # letters per read of a scan (one script call: a few ms of the server)
 PAUSE_S = 0.002  # between two pages: other clients' commands run in between
 AT_ONCE = 2  # scans that read at the same time (hundreds of streams: the others wait)
 
