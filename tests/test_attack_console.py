@@ -258,3 +258,25 @@ def test_a_console_killed_mid_redrive_leaves_each_letter_once_and_says_which(
              entries(r, "recovery:console:audit")]
     assert [a[b"action"] for a in audit] == [b"redrive-start"]
     assert all(i.encode() in audit[0][b"detail"] for i in ids), audit[0][b"detail"]
+
+
+def test_an_id_past_64_bits_is_a_bad_request_not_a_redis_error(
+        redis_server: LocalServer) -> None:
+    """``99999999999999999999-0`` matched the console's ID pattern, so Redis refused it: an
+    export or a browse cursor answered 503 "Redis error", a redrive stopped on
+    ``ResponseError`` and logged redrive-failed. Each is now a 400 naming the parameter,
+    and nothing reaches Redis or the audit log."""
+    r = redis_server.client()
+    seed(r, "orders", [{b"n": b"1"}])
+    huge = "99999999999999999999-0"
+    with console_process(_args(redis_server)) as console:
+        client, csrf = console.session()
+        answers = [client.post("/act", data={"csrf_token": csrf, "key": DLQ["orders"],
+                                             "ids": [huge], "action": what}).status_code
+                   for what in ("export", "redrive", "delete")]
+        answers.append(client.get("/browse", params={"key": DLQ["orders"],
+                                                     "after": huge}).status_code)
+        answers.append(client.get("/letter", params={"key": DLQ["orders"],
+                                                     "id": huge}).status_code)
+    assert answers == [400] * 5
+    assert not r.exists("recovery:console:audit")
