@@ -310,3 +310,37 @@ def test_an_export_of_huge_letters_holds_one_at_a_time(redis_server: LocalServer
     assert (audit[b"action"], audit[b"count"]) == (b"export", b"12")
     # a letter or two in flight while the previous one is sent, never the 192 MB selection
     assert more < 120, f"twelve letters of 16 MB took {more} MB more than one"
+
+
+def test_a_lost_reply_to_a_redrive_is_not_reported_as_already_gone(
+        redis_server: LocalServer) -> None:
+    """The server runs the redrive script, its reply is lost and the connection closed
+    (``ReplyDropper``): the letter is back in its source, once. redis-py sent the script
+    again, which found the letter gone, so the task and the audit said "0 moved, 1 already
+    gone". The console's tasks now send each command once, and a move whose connection
+    failed counts as "unknown", named on the task's page and in the audit."""
+    from recovery.redis_io.scripts import scripts_for
+    from tests.support.lost_reply import ReplyDropper
+
+    r = redis_server.client()
+    ids = seed(r, "orders", [{b"n": b"1"}])
+    source_before = r.xlen("orders")
+    sha = scripts_for(r)["redrive"].sha.encode()
+    r.script_load(scripts_for(r)["redrive"].script)  # its first EVALSHA runs it
+    dropper = ReplyDropper(redis_server.port, sha)
+    args = ["--set", f"redis.url={dropper.url()}", "--set", "streams.keys=orders"]
+    try:
+        with console_process(args) as console:
+            client, csrf = console.session()
+            task = client.post("/act", data={"csrf_token": csrf, "key": DLQ["orders"],
+                                             "ids": ids, "action": "redrive"})
+            deadline = time.monotonic() + 30
+            while 'data-done="1"' not in (page := client.get(task.headers["location"]).text):
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+    finally:
+        dropper.close()
+    assert dropper.dropped == 1  # the fault happened: the script ran, its reply was lost
+    assert r.xlen("orders") == source_before + 1 and not r.xlen(DLQ["orders"])
+    audit = dict(zip(*[iter(entries(r, "recovery:console:audit")[-1][1])] * 2, strict=True))
+    assert audit[b"count"] == b"1" or b"unknown" in audit[b"detail"], (audit, page)

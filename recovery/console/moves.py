@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from enum import StrEnum
 
 import redis
+from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
+from redis.retry import Retry
 
 from recovery.console.letters import Letter
 from recovery.redis_io.letters import delete_letters, letters_by_id
@@ -28,6 +30,7 @@ class Moved(StrEnum):
     MOVED = "moved"  # back in its source
     GONE = "gone"  # no longer in the dead-letter stream (moved or deleted meanwhile)
     REFUSED = "refused"  # left where it is: no source, a source not selected, another slot
+    UNKNOWN = "unknown"  # the connection failed during its move: back in its source, or not
 
 
 def refusal(client: redis.Redis, key: str, letter: Letter, sources: Sequence[str]
@@ -55,11 +58,23 @@ def redrive_letter(client: redis.Redis, key: str, letter: Letter, sources: Seque
     if refused is not None:
         return Moved.REFUSED, refused
     assert letter.source is not None
-    step = redrive_step(client, RedriveFilter(letter.source, key), letter.entry_id,
-                        letter.entry_id, 1, 1, dry_run=False)
+    try:  # `client` sends it once (see no_retries): a retry would find it gone after a move
+        step = redrive_step(client, RedriveFilter(letter.source, key), letter.entry_id,
+                            letter.entry_id, 1, 1, dry_run=False)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        return Moved.UNKNOWN, (f"{letter.entry_id}: the connection failed during its move "
+                               f"({type(exc).__name__}): look for it in {key} and in "
+                               f"{letter.source}")
     if not step.moved:
         return Moved.GONE, ""
     return Moved.MOVED, step.moved[0][1] or ""
+
+
+def no_retries(client: redis.Redis) -> redis.Redis:
+    """`client` set to send each command once: a move whose reply was lost must say so, not
+    run again (the second run finds the letter gone and would report it "already gone")."""
+    client.set_retry(Retry(NoBackoff(), 0))
+    return client
 
 
 def redrive_by_id(client: redis.Redis, key: str, entry_id: str, sources: Sequence[str]

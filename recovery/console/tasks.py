@@ -2,7 +2,8 @@
 letters, the count of what a filter matches (the preview), and a redrive of what a filter
 matches (up to the previewed count, within the ID range the preview walked).
 
-Each task runs in a thread with its own Redis client, moves letters one script call at a time
+Each task runs in a thread with its own Redis client (each command sent once: a move whose
+reply was lost is "unknown", never run again), moves letters one script call at a time
 (:mod:`recovery.console.moves`) under a rate cap (``Throttle``), and is recorded in the audit
 log when it starts and when it ends.
 """
@@ -20,7 +21,7 @@ import redis
 
 from recovery.console.audit import record
 from recovery.console.letters import Letter, LetterFilter
-from recovery.console.moves import Moved, redrive_by_id, redrive_letter
+from recovery.console.moves import Moved, no_retries, redrive_by_id, redrive_letter
 from recovery.executor.claim.throttle import Throttle
 from recovery.redis_io.letters import bounded_page
 
@@ -55,7 +56,7 @@ class Task:
 
     def note(self, outcome: Moved, detail: str) -> None:
         self.counts[outcome.value] += 1
-        if outcome is Moved.REFUSED and len(self.refusals) < SHOWN_REFUSALS:
+        if outcome in (Moved.REFUSED, Moved.UNKNOWN) and len(self.refusals) < SHOWN_REFUSALS:
             self.refusals.append(detail)
 
 
@@ -143,7 +144,7 @@ class Tasks:
 
         def body() -> None:
             try:
-                client = run.connect()
+                client = no_retries(run.connect())
                 try:
                     if audited:
                         record(client, run.audit_key, task.who, role, f"{task.kind}-start",
