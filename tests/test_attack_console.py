@@ -344,3 +344,27 @@ def test_a_lost_reply_to_a_redrive_is_not_reported_as_already_gone(
     assert r.xlen("orders") == source_before + 1 and not r.xlen(DLQ["orders"])
     audit = dict(zip(*[iter(entries(r, "recovery:console:audit")[-1][1])] * 2, strict=True))
     assert audit[b"count"] == b"1" or b"unknown" in audit[b"detail"], (audit, page)
+
+
+def test_a_lost_reply_to_a_delete_is_not_reported_as_nothing_deleted(
+        redis_server: LocalServer) -> None:
+    """XDEL ran, its reply was lost: redis-py sent it again, which deleted nothing more, and
+    the page and the audit said 0 of 2 deleted. Now the page is an error and the audit
+    says the delete failed and the letters may be gone."""
+    from tests.support.lost_reply import ReplyDropper
+
+    r = redis_server.client()
+    ids = seed(r, "orders", [{b"n": b"1"}, {b"n": b"2"}])
+    dropper = ReplyDropper(redis_server.port, b"XDEL")
+    args = ["--set", f"redis.url={dropper.url()}", "--set", "streams.keys=orders"]
+    try:
+        with console_process(args) as console:
+            client, csrf = console.session()
+            page = client.post("/delete", data={"csrf_token": csrf, "key": DLQ["orders"],
+                                                "ids": ids, "confirm": "yes"})
+    finally:
+        dropper.close()
+    assert dropper.dropped == 1 and not r.xlen(DLQ["orders"])
+    assert page.status_code == 503, page.text
+    audit = dict(zip(*[iter(entries(r, "recovery:console:audit")[-1][1])] * 2, strict=True))
+    assert audit[b"action"] == b"delete-failed"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+import redis
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
@@ -16,7 +17,7 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 from recovery.console.audit import record
 from recovery.console.guard import action, reading
 from recovery.console.letters import Letter
-from recovery.console.moves import delete_selected
+from recovery.console.moves import delete_selected, no_retries
 from recovery.console.pages import problem, render
 from recovery.console.queries import BadQuery, UnknownStream, entry_ids, letter_filter, stream_key
 from recovery.console.sessions import COOKIE, Session
@@ -95,11 +96,28 @@ def delete(request: Request, state: ConsoleState, session: Session,
     except (BadQuery, UnknownStream) as exc:
         return problem(request, session, exc)
     with redis_errors(state.params, key):
-        deleted, refused = delete_selected(state.client, key, ids, state.sources_of(key))
+        deleted, refused = _delete_once(state, session, key, ids)
         record(state.client, state.audit_key, session.user, session.role.value, "delete", key,
                deleted, f"{len(ids)} selected, {len(refused)} refused: {' '.join(ids[:20])}")
     return render(request, "deleted.html", session, key=key, deleted=deleted,
                   selected=len(ids), refusals=refused[:20], refused=len(refused))
+
+
+def _delete_once(state: ConsoleState, session: Session, key: str, ids: list[str]
+                 ) -> tuple[int, list[str]]:
+    """:func:`delete_selected` on a client that sends each command once: a retried XDEL
+    whose first reply was lost would count 0 for letters it deleted. A connection that fails
+    meanwhile is recorded as ``delete-failed`` (the letters may be gone) and raised."""
+    client = no_retries(state.new_client())
+    try:
+        return delete_selected(client, key, ids, state.sources_of(key))
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        record(state.client, state.audit_key, session.user, session.role.value,
+               "delete-failed", key, 0, f"{len(ids)} selected; the connection failed during "
+               f"the delete ({type(exc).__name__}), so they may be gone: {' '.join(ids[:20])}")
+        raise
+    finally:
+        client.close()
 
 
 def preview(request: Request, state: ConsoleState, session: Session,
