@@ -36,7 +36,8 @@ def test_the_summarys_columns_stay_as_they_were():
 
 def test_each_modes_scripts_are_lua_files_of_the_job():
     assert SCRIPT_NAMES == ("claim_due", "dead_letter", "delete_empty_consumer", "lease_owned",
-                            "reassign", "redrive", "requeue", "trim_letters", "unclaim_held")
+                            "letter_page", "reassign", "redrive", "requeue", "trim_letters",
+                            "unclaim_held")
     assert {name: m.scripts for name, m in MODES.items()} == {
         "handler": ("lease_owned",), "requeue": ("requeue",), "reassign": ("reassign",)}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+import redis
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
@@ -16,7 +17,7 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 from recovery.console.audit import record
 from recovery.console.guard import action, reading
 from recovery.console.letters import Letter
-from recovery.console.moves import delete_selected
+from recovery.console.moves import delete_selected, no_retries
 from recovery.console.pages import problem, render
 from recovery.console.queries import BadQuery, UnknownStream, entry_ids, letter_filter, stream_key
 from recovery.console.sessions import COOKIE, Session
@@ -58,14 +59,25 @@ def selected(request: Request, state: ConsoleState, session: Session,
 
 
 def _export(state: ConsoleState, session: Session, key: str, ids: list[str]) -> Response:
-    with redis_errors(state.params, key):
-        found = letters_by_id(state.client, key, ids)
-        record(state.client, state.audit_key, session.user, session.role.value, "export", key,
-               len(found), f"{len(ids)} selected, {len(found)} still there")
+    """JSON lines of the selected letters, read and written one at a time (a letter may hold
+    tens of megabytes); the audit record, written when the last line went out (or the export
+    stopped), says how many."""
 
     def lines() -> Iterator[str]:
-        for entry_id, flat in found.items():
-            yield json.dumps(Letter.of(entry_id, flat).as_json_record(key)) + "\n"
+        written, stopped = 0, ""
+        try:
+            for entry_id in ids:
+                with redis_errors(state.params, key):
+                    flat = letters_by_id(state.client, key, [entry_id]).get(entry_id)
+                if flat is not None:
+                    yield json.dumps(Letter.of(entry_id, flat).as_json_record(key)) + "\n"
+                    written += 1
+        except Exception as exc:
+            stopped = f"; stopped: {exc}"
+            raise
+        finally:
+            record(state.client, state.audit_key, session.user, session.role.value, "export",
+                   key, written, f"{len(ids)} selected, {written} still there{stopped}")
 
     name = "dead-letters.jsonl"
     return StreamingResponse(lines(), media_type="application/x-ndjson",
@@ -74,7 +86,8 @@ def _export(state: ConsoleState, session: Session, key: str, ids: list[str]) -> 
 
 def delete(request: Request, state: ConsoleState, session: Session,
                  form: FormData) -> Response:
-    """The confirmed delete: XDEL of the selected letters; the audit says how many."""
+    """The confirmed delete: XDEL of the selected letters of selected sources (others are
+    refused, as a redrive refuses them); the audit says how many."""
     try:
         key = stream_key(state, _form(form))
         ids = entry_ids([str(v) for v in form.getlist("ids")])
@@ -83,11 +96,28 @@ def delete(request: Request, state: ConsoleState, session: Session,
     except (BadQuery, UnknownStream) as exc:
         return problem(request, session, exc)
     with redis_errors(state.params, key):
-        deleted = delete_selected(state.client, key, ids)
+        deleted, refused = _delete_once(state, session, key, ids)
         record(state.client, state.audit_key, session.user, session.role.value, "delete", key,
-               deleted, f"{len(ids)} selected: {' '.join(ids[:20])}")
+               deleted, f"{len(ids)} selected, {len(refused)} refused: {' '.join(ids[:20])}")
     return render(request, "deleted.html", session, key=key, deleted=deleted,
-                  selected=len(ids))
+                  selected=len(ids), refusals=refused[:20], refused=len(refused))
+
+
+def _delete_once(state: ConsoleState, session: Session, key: str, ids: list[str]
+                 ) -> tuple[int, list[str]]:
+    """:func:`delete_selected` on a client that sends each command once: a retried XDEL
+    whose first reply was lost would count 0 for letters it deleted. A connection that fails
+    meanwhile is recorded as ``delete-failed`` (the letters may be gone) and raised."""
+    client = no_retries(state.new_client())
+    try:
+        return delete_selected(client, key, ids, state.sources_of(key))
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        record(state.client, state.audit_key, session.user, session.role.value,
+               "delete-failed", key, 0, f"{len(ids)} selected; the connection failed during "
+               f"the delete ({type(exc).__name__}), so they may be gone: {' '.join(ids[:20])}")
+        raise
+    finally:
+        client.close()
 
 
 def preview(request: Request, state: ConsoleState, session: Session,

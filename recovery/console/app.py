@@ -17,7 +17,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from recovery.console import act, links, pages
-from recovery.console.guard import SecurityHeaders, session_of
+from recovery.console.guard import BodyLimit, SecurityHeaders, session_of
 from recovery.console.state import ConsoleState
 from recovery.errors import RecoveryError
 
@@ -65,7 +65,7 @@ def console_app(state: ConsoleState) -> Starlette:
               Route("/task", pages.task), Route(links.ROUTE, links.stream_page),
               *(Route(path, handler, methods=["POST"]) for path, handler in act.ROUTES.items()),
               Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")]
-    app = Starlette(routes=routes, middleware=[Middleware(SecurityHeaders)],
+    app = Starlette(routes=routes, middleware=[Middleware(SecurityHeaders), Middleware(BodyLimit)],
                     exception_handlers={RecoveryError: redis_failed})
     app.state.console = state
     app.state.templates = templates()

@@ -1,10 +1,12 @@
 """A page of letters: newest or oldest first, from a cursor, filtered; never a whole stream.
 
 Letters are read in chunks of XRANGE / XREVRANGE with COUNT between the filter's ID bounds
-(its time window), from just past the cursor. Without a filter that looks inside letters
-one chunk is the page. With one, chunks are read until the page is full or ``EXAMINE_BUDGET``
-letters were looked at; the page then says how many it examined, and its cursor continues
-from the last letter looked at, so the next page skips nothing.
+(its time window), from just past the cursor, each chunk also bounded by bytes
+(:func:`recovery.redis_io.letters.bounded_page`). A chunk cut short by its bytes (huge
+letters) ends the page there, with a cursor to go on from. Without a filter that looks inside
+letters one chunk is the page. With one, chunks are read until the page is full or
+``EXAMINE_BUDGET`` letters were looked at; the page then says how many it examined, and its
+cursor continues from the last letter looked at, so the next page skips nothing.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ from dataclasses import dataclass
 import redis
 
 from recovery.console.letters import Letter, LetterFilter
-from recovery.redis_io.letters import letter_page
+from recovery.redis_io.letters import bounded_page
 
 PAGE_SIZE = 100
-CHUNK = 1000  # letters per read while a filter looks inside them
+CHUNK = 200  # letters per read while a filter looks inside them (one script call)
 EXAMINE_BUDGET = 20_000  # letters one page may look at before it answers
 
 
@@ -45,7 +47,7 @@ def read_page(client: redis.Redis, key: str, flt: LetterFilter, after: str | Non
         if after is not None:
             low, high = (low, f"({after}") if newest_first else (f"({after}", high)
         want = size - len(found) if not flt.narrows else min(CHUNK, budget - examined)
-        entries = letter_page(client, key, low, high, want, newest_first)
+        entries, more = bounded_page(client, key, low, high, want, newest_first)
         for entry_id, flat in entries:
             examined += 1
             after = entry_id
@@ -54,7 +56,9 @@ def read_page(client: redis.Redis, key: str, flt: LetterFilter, after: str | Non
                 found.append(letter)
                 if len(found) == size:
                     return Page(found, entry_id, examined, False)
-        if len(entries) < want:
+        if not more:
             return Page(found, None, examined, False)
+        if len(entries) < want:  # cut by bytes: the next page goes on
+            return Page(found, after, examined, True)
         if examined >= budget:
             return Page(found, after, examined, True)

@@ -1,5 +1,6 @@
 """Counts over a whole dead-letter stream, by source, group, reason and error signature, from
-a scan in the background: pages of XRANGE with a pause between them, so Redis and the pages
+a scan in the background: pages of XRANGE (bounded by count and by bytes,
+:func:`recovery.redis_io.letters.bounded_page`) with a pause between them, so Redis and the pages
 are never held up. A page shows the counts with how fresh they are (started, finished, or how
 far along), never waits for them."""
 
@@ -15,10 +16,10 @@ from dataclasses import dataclass, field
 import redis
 
 from recovery.console.letters import Letter
-from recovery.redis_io.streams import as_str, range_pages
+from recovery.redis_io.letters import bounded_page
 
 log = logging.getLogger(__name__)
-SCAN_PAGE = 1000  # letters per XRANGE of a scan
+SCAN_PAGE = 200  # letters per read of a scan (one script call: a few ms of the server)
 PAUSE_S = 0.002  # between two pages: other clients' commands run in between
 AT_ONCE = 2  # scans that read at the same time (hundreds of streams: the others wait)
 
@@ -92,9 +93,12 @@ class CountScans:
         try:
             client = self._connect()
             try:
-                for entries in range_pages(client, scan.key, SCAN_PAGE):
-                    for entry in entries:
-                        scan.add(Letter.of(as_str(entry[0]), entry[1]))  # type: ignore[arg-type, index]
+                low, more = "-", True
+                while more:
+                    entries, more = bounded_page(client, scan.key, low, "+", SCAN_PAGE, False)
+                    for entry_id, flat in entries:
+                        scan.add(Letter.of(entry_id, flat))
+                        low = f"({entry_id}"
                     time.sleep(PAUSE_S)
             finally:
                 client.close()

@@ -15,10 +15,12 @@ from collections.abc import Awaitable, Callable
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from recovery.console.queries import MAX_SELECTED
 from recovery.console.sessions import COOKIE, CSRF_FIELD, CSRF_HEADER, Session
 from recovery.console.state import ConsoleState
 
@@ -36,6 +38,9 @@ HEADERS = {
     b"referrer-policy": b"no-referrer",
     b"cache-control": b"no-store",
 }
+# Bytes a request body may hold: 10,000 selected IDs and a filter fit in about 0.5 MB. Without
+# a cap, a form of 10,000 fields of 1 MB each (Starlette's limits) is read into memory.
+MAX_BODY = 2 * 1024 * 1024
 
 
 def state_of(request: Request) -> ConsoleState:
@@ -70,7 +75,7 @@ def action(handler: ActionHandler, operator: bool = True
         session = session_of(request)
         if session is None:
             return PlainTextResponse("log in first", status_code=401)
-        form = await request.form(max_files=0, max_fields=10_000)
+        form = await request.form(max_files=0, max_fields=MAX_SELECTED + 10)  # + key, token...
         token = form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER)
         if not session.csrf_ok(token if isinstance(token, str) else None):
             return PlainTextResponse("missing or wrong CSRF token: reload the page",
@@ -105,3 +110,32 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+class BodyLimit:
+    """ASGI middleware refusing (413) a request body over ``MAX_BODY`` bytes: by its declared
+    Content-Length before any of it is read, else as soon as the bytes received pass it."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if not declared.isdigit() or int(declared) > self.limit:
+            await PlainTextResponse(f"request body over {self.limit} bytes",
+                                    status_code=413)(scope, receive, send)
+            return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.limit:  # a chunked body: no Content-Length to go by
+                raise HTTPException(413, f"request body over {self.limit} bytes")
+            return message
+
+        await self.app(scope, counted, send)

@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from enum import StrEnum
 
 import redis
+from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
+from redis.retry import Retry
 
 from recovery.console.letters import Letter
 from recovery.redis_io.letters import delete_letters, letters_by_id
@@ -28,6 +30,7 @@ class Moved(StrEnum):
     MOVED = "moved"  # back in its source
     GONE = "gone"  # no longer in the dead-letter stream (moved or deleted meanwhile)
     REFUSED = "refused"  # left where it is: no source, a source not selected, another slot
+    UNKNOWN = "unknown"  # the connection failed during its move: back in its source, or not
 
 
 def refusal(client: redis.Redis, key: str, letter: Letter, sources: Sequence[str]
@@ -36,6 +39,9 @@ def refusal(client: redis.Redis, key: str, letter: Letter, sources: Sequence[str
     source = letter.source
     if source is None:
         return f"{letter.entry_id}: no x-original-stream, so no source to send it back to"
+    if source == key:
+        return (f"{letter.entry_id}: its source is {key!r} itself: a dead-letter stream is no "
+                "letter's source")
     if source not in sources:
         return (f"{letter.entry_id}: its source {source!r} is not a stream the config selects "
                 f"for {key}: add it to streams.keys / streams.match")
@@ -52,11 +58,23 @@ def redrive_letter(client: redis.Redis, key: str, letter: Letter, sources: Seque
     if refused is not None:
         return Moved.REFUSED, refused
     assert letter.source is not None
-    step = redrive_step(client, RedriveFilter(letter.source, key), letter.entry_id,
-                        letter.entry_id, 1, 1, dry_run=False)
+    try:  # `client` sends it once (see no_retries): a retry would find it gone after a move
+        step = redrive_step(client, RedriveFilter(letter.source, key), letter.entry_id,
+                            letter.entry_id, 1, 1, dry_run=False)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        return Moved.UNKNOWN, (f"{letter.entry_id}: the connection failed during its move "
+                               f"({type(exc).__name__}): look for it in {key} and in "
+                               f"{letter.source}")
     if not step.moved:
         return Moved.GONE, ""
     return Moved.MOVED, step.moved[0][1] or ""
+
+
+def no_retries(client: redis.Redis) -> redis.Redis:
+    """`client` set to send each command once: a move whose reply was lost must say so, not
+    run again (the second run finds the letter gone and would report it "already gone")."""
+    client.set_retry(Retry(NoBackoff(), 0))
+    return client
 
 
 def redrive_by_id(client: redis.Redis, key: str, entry_id: str, sources: Sequence[str]
@@ -68,6 +86,14 @@ def redrive_by_id(client: redis.Redis, key: str, entry_id: str, sources: Sequenc
     return redrive_letter(client, key, Letter.of(entry_id, flat), sources)
 
 
-def delete_selected(client: redis.Redis, key: str, ids: Sequence[str]) -> int:
-    """XDEL `ids` from the dead-letter stream `key`: how many were still there."""
-    return delete_letters(client, key, ids)
+def delete_selected(client: redis.Redis, key: str, ids: Sequence[str], sources: Sequence[str]
+                    ) -> tuple[int, list[str]]:
+    """XDEL those of `ids` still in the dead-letter stream `key` that are letters of one of
+    `sources` (the rule of :func:`refusal`, as retention's: an entry without the metadata
+    block, or a letter of a source not selected in a shared stream, is not the console's to
+    delete). Returns (how many were deleted, the refusals). A stream ID is never reused, so
+    what was read is what goes."""
+    found = letters_by_id(client, key, ids)
+    refused = {i: refusal(client, key, Letter.of(i, flat), sources) for i, flat in found.items()}
+    deletable = [i for i, why in refused.items() if why is None]
+    return delete_letters(client, key, deletable), [w for w in refused.values() if w]

@@ -12,6 +12,7 @@ from recovery.console.letters import LetterFilter
 from recovery.console.state import ConsoleState
 
 ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
+MAX_ID_PART = 2**64 - 1
 MAX_SELECTED = 10_000
 TEXT_LIMIT = 1000  # characters of a filter value
 
@@ -33,7 +34,8 @@ def stream_key(state: ConsoleState, params: Mapping[str, str]) -> str:
 
 
 def entry_id(text: str, name: str = "id") -> str:
-    if not ENTRY_ID.match(text):
+    """A stream ID ``<ms>-<seq>``, each part at most 2**64 - 1 (Redis refuses more)."""
+    if not ENTRY_ID.match(text) or any(int(p) > MAX_ID_PART for p in text.split("-")):
         raise BadQuery(f"{name} {text[:40]!r} is not a stream ID like 1700000000000-0")
     return text
 

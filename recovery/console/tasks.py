@@ -2,7 +2,8 @@
 letters, the count of what a filter matches (the preview), and a redrive of what a filter
 matches (up to the previewed count, within the ID range the preview walked).
 
-Each task runs in a thread with its own Redis client, moves letters one script call at a time
+Each task runs in a thread with its own Redis client (each command sent once: a move whose
+reply was lost is "unknown", never run again), moves letters one script call at a time
 (:mod:`recovery.console.moves`) under a rate cap (``Throttle``), and is recorded in the audit
 log when it starts and when it ends.
 """
@@ -20,12 +21,12 @@ import redis
 
 from recovery.console.audit import record
 from recovery.console.letters import Letter, LetterFilter
-from recovery.console.moves import Moved, redrive_by_id, redrive_letter
+from recovery.console.moves import Moved, no_retries, redrive_by_id, redrive_letter
 from recovery.executor.claim.throttle import Throttle
-from recovery.redis_io.letters import letter_page
+from recovery.redis_io.letters import bounded_page
 
 log = logging.getLogger(__name__)
-WALK_CHUNK = 500
+WALK_CHUNK = 200  # letters per read (one script call: a few ms of the server)
 SHOWN_REFUSALS = 20
 
 
@@ -55,7 +56,7 @@ class Task:
 
     def note(self, outcome: Moved, detail: str) -> None:
         self.counts[outcome.value] += 1
-        if outcome is Moved.REFUSED and len(self.refusals) < SHOWN_REFUSALS:
+        if outcome in (Moved.REFUSED, Moved.UNKNOWN) and len(self.refusals) < SHOWN_REFUSALS:
             self.refusals.append(detail)
 
 
@@ -102,7 +103,9 @@ class Tasks:
                 task.note(*redrive_by_id(client, key, entry_id, sources))
                 throttle.take(1)
 
-        self._start(task, role, work, f"{len(ids)} selected letters")
+        # The IDs in the start record: a console killed mid-way records no end, and this is
+        # what says which letters to look for (each is in its source or still here, once).
+        self._start(task, role, work, f"{len(ids)} selected letters: {' '.join(ids)}")
         return task
 
     def preview(self, who: str, role: str, key: str, flt: LetterFilter) -> Task:
@@ -132,7 +135,7 @@ class Tasks:
                 throttle.take(1)
 
         self._start(task, role, work, f"filter {_filter_text(preview.flt)}, "
-                                      f"previewed {preview.matched}")
+                                      f"previewed {preview.matched} up to {preview.high}")
         return task
 
     def _start(self, task: Task, role: str, work: Callable[[redis.Redis, Throttle], None],
@@ -141,7 +144,7 @@ class Tasks:
 
         def body() -> None:
             try:
-                client = run.connect()
+                client = no_retries(run.connect())
                 try:
                     if audited:
                         record(client, run.audit_key, task.who, role, f"{task.kind}-start",
@@ -170,14 +173,14 @@ def walk(client: redis.Redis, key: str, flt: LetterFilter, high: str | None, tas
     low, top = flt.bounds()
     top = high or top
     while True:
-        entries = letter_page(client, key, low, top, WALK_CHUNK, newest_first=False)
+        entries, more = bounded_page(client, key, low, top, WALK_CHUNK, newest_first=False)
         for entry_id, flat in entries:
             task.examined += 1
             if task.kind == "preview":
                 task.high = entry_id
             letter = Letter.of(entry_id, flat)
             yield letter if flt.matches(letter) else None
-        if len(entries) < WALK_CHUNK:
+        if not more:
             return
         low = "(" + entries[-1][0]
 

@@ -118,11 +118,18 @@ def _file_users(path: Path) -> list[User]:
 
 
 def authenticate(users: Mapping[str, User], name: str, secret: str) -> User | None:
-    """The user `name` when `secret` is theirs, else None (a dummy comparison for an unknown
-    name, so the time taken does not tell which names exist)."""
+    """The user `name` when `secret` is theirs, else None. Every attempt costs what checking
+    a hashed secret costs when any user's secret is hashed (an unknown name, or a user with a
+    plain secret, also runs PBKDF2 over a hashed user's parameters), so the time taken does
+    not tell which names exist."""
     user = users.get(name)
+    decoy = next((u for u in users.values() if u.secret.startswith(HASHED + "$")), None)
+    if user is None or not user.secret.startswith(HASHED + "$"):
+        if decoy is not None:
+            decoy.accepts(secret)  # its answer is ignored: only its cost counts
+        else:
+            hmac.compare_digest(secret.encode(), b"x" * len(secret.encode()))
     if user is None:
-        hmac.compare_digest(secret.encode(), b"x" * len(secret.encode()))
         return None
     return user if user.accepts(secret) else None
 

@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from recovery.redis_io.round_trips import each
+from recovery.redis_io.scripts import scripts_for
 from recovery.redis_io.streams import FlatFields, as_str, info_rows, shown
 
 Entry = tuple[str, FlatFields]  # (ID, flat fields)
@@ -30,6 +31,21 @@ def letter_page(client: redis.Redis, key: str, low: str, high: str, count: int,
     else:
         reply = client.execute_command("XRANGE", key, low, high, "COUNT", count)
     return [(as_str(e[0]), list(e[1])) for e in reply]
+
+
+PAGE_BYTES = 8 * 1024 * 1024  # names and values one bounded page reads at most (plus one entry)
+
+
+def bounded_page(client: redis.Redis, key: str, low: str, high: str, count: int,
+                 newest_first: bool, budget_bytes: int = PAGE_BYTES) -> tuple[list[Entry], bool]:
+    """Like :func:`letter_page`, but the page also stops once its names and values reach
+    `budget_bytes` (``lua/letter_page.lua``: one entry at a time, so huge letters never make
+    a reply of count x their size). Returns (entries, whether more may follow: it stopped at
+    `count` or at the budget). A key of another type raises ResponseError WRONGTYPE."""
+    script = scripts_for(client)["letter_page"]
+    found, more = script(keys=[key], args=["XREVRANGE" if newest_first else "XRANGE", low,
+                                           high, count, budget_bytes])
+    return [(as_str(e[0]), list(e[1])) for e in found], bool(int(more))
 
 
 def letters_by_id(client: redis.Redis, key: str, ids: Sequence[str]) -> dict[str, FlatFields]:
@@ -100,3 +116,25 @@ def append_audit(client: redis.Redis, key: str, fields: Mapping[str, str], keep:
 def newest_entries(client: redis.Redis, key: str, count: int) -> list[Entry]:
     """The newest `count` entries of `key`, newest first (XREVRANGE + - COUNT)."""
     return letter_page(client, key, "-", "+", count, newest_first=True)
+
+
+@dataclass(frozen=True)
+class KeyShape:
+    """What a key holds, for deciding whether it is the console's audit stream: `kind` (TYPE:
+    ``none``, ``stream``, ``hash``...); for a stream, its number of consumer `groups` and the
+    field names of its oldest and newest entries (`edge_fields`, empty lists when empty)."""
+
+    kind: str
+    groups: int
+    edge_fields: list[list[bytes]]
+
+
+def key_shape(client: redis.Redis, key: str) -> KeyShape:
+    """TYPE of `key`, then for a stream XINFO GROUPS and its first and last entry (XRANGE /
+    XREVRANGE COUNT 1): four small reads."""
+    kind = as_str(client.type(key))
+    if kind != "stream":
+        return KeyShape(kind, 0, [])
+    groups = len(client.execute_command("XINFO GROUPS", key))
+    edges = [letter_page(client, key, "-", "+", 1, newest_first=n) for n in (False, True)]
+    return KeyShape(kind, groups, [list(e[0][1][0::2]) for e in edges if e])
