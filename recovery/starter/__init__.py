@@ -53,11 +53,11 @@ class StarterWriteError(RecoveryError):
 def chosen_files(kinds: list[str]) -> list[StarterFile]:
     """The config file and the optional files named in `kinds` (``alerts``, ``dashboard``,
     ``dag``; ``all``: every one). Raises ConfigError naming the valid names."""
-    wanted = set(OPTIONAL) if "all" in kinds else set(kinds)
-    unknown = sorted(wanted - set(OPTIONAL))
+    unknown = sorted(set(kinds) - {*OPTIONAL, "all"})
     if unknown:
         raise ConfigError(f"--with {','.join(unknown)}: unknown; use any of "
                           f"{','.join(OPTIONAL)} or all")
+    wanted = set(OPTIONAL) if "all" in kinds else set(kinds)
     return [f for f in STARTER_FILES if f.kind == "config" or f.kind in wanted]
 
 
@@ -78,6 +78,10 @@ def write_starter_files(directory: Path, files: list[StarterFile], force: bool) 
         raise StarterFileExists(f"{', '.join(existing)} already exist{'s' * (len(existing) == 1)}"
                                 ": nothing written; pick an empty directory, or add --force "
                                 "to overwrite")
+    in_the_way = [str(t) for t in targets if t.is_dir() and not t.is_symlink()]
+    if in_the_way:  # a rename cannot replace it: found before anything is replaced
+        raise StarterWriteError(f"{', '.join(in_the_way)}: a directory where a starter file "
+                                "goes; nothing written: move it away or pick another DIR")
     made = _missing_directories([t.parent for t in targets])  # removed again on a failure
     temporaries: list[Path] = []
     created: list[Path] = []  # targets this call made (not replaced): undone on a failure
