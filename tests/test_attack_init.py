@@ -45,3 +45,23 @@ def test_force_over_a_directory_in_the_way_leaves_the_users_config_alone(tmp_pat
 def test_in_process_entry_is_the_same(tmp_path, capsys):
     assert init_main([str(tmp_path / "x"), "--with", "all,bogus"]) == 2
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["status"] == "error"
+
+
+def test_a_working_directory_with_a_comma_is_refused_not_split_into_two_py_files(
+        tmp_path, monkeypatch):
+    folder = tmp_path / "team,a"  # spark-submit splits --py-files (and spark.submit.pyFiles)
+    folder.mkdir()               # on commas: "/…/team" and "a/myhandlers.py"
+    (folder / "myhandlers.py").write_text("def handle(messages):\n    return []\n")
+    (folder / "recovery.toml").write_text('[streams]\nkeys = ["orders"]\n'
+                                          '[handler]\npath = "myhandlers:handle"\n')
+    monkeypatch.delenv("RECOVERY_HANDLER__PATH", raising=False)
+
+    done = subprocess.run([COMMAND, "dry-run", "--config", "recovery.toml", "--",
+                           "--master", "local[1]", "--py-files", "other.zip"],
+                          cwd=folder, capture_output=True, text=True, timeout=300,
+                          check=False)
+
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "comma" in done.stderr and "myhandlers.py" in done.stderr
+    assert done.stderr.count("error:") == 1
+    assert json.loads(done.stdout.splitlines()[-1])["status"] == "error"

@@ -7,7 +7,8 @@ the top-level module of ``handler.path`` and of each ``handler.dead_letter_excep
 class: one that the driver's path does not have, found as a single file ``<name>.py`` in the
 working directory, is added to spark-submit's ``--py-files`` (after the user's own, whether
 given as ``--py-files`` or ``spark.submit.pyFiles``), which puts it on the driver's and the
-executors' path, and one stderr line says so. A package (a directory) is not shipped this
+executors' path, and one stderr line says so (refused, exit 2, when its path has a comma:
+spark-submit splits ``--py-files`` on commas). A package (a directory) is not shipped this
 way: the handler's "does not import" error names the ways (a wheel installed where Spark
 runs, or ``--py-files`` with a ``.zip`` of it; README, "Handlers and re-processing").
 """
@@ -20,6 +21,7 @@ import sys
 from importlib.machinery import PathFinder
 from pathlib import Path
 
+from recovery.errors import ConfigError
 from recovery.jobs.precheck import answered_by_the_job, spark_conf, spark_option
 
 HANDLER_COMMANDS = ("run", "dry-run", "apply")
@@ -81,11 +83,24 @@ def with_shipped_modules(command: str, job_args: list[str], spark_args: list[str
     files = [f for f in files if str(f) not in listed]
     if not files:
         return spark_args
+    _refuse_commas(files)
     for file in files:
         print(f"shipping {file} to Spark's driver and executors (--py-files): a handler "
               "module of the working directory", file=sys.stderr, flush=True)
     joined = ",".join([*filter(None, given.split(",")), *map(str, files)])
     return [*_without_py_files(spark_args), "--py-files", joined]
+
+
+def _refuse_commas(files: list[Path]) -> None:
+    """ConfigError (exit 2) when a path of `files` has a comma: spark-submit splits
+    ``--py-files`` on commas, so such a file cannot be shipped by its path."""
+    split = [str(f) for f in files if "," in str(f)]
+    if split:
+        raise ConfigError(f"{', '.join(split)}: a comma in the path, which spark-submit's "
+                          "--py-files splits on: the handler module cannot be shipped from "
+                          "here; run from a directory without a comma, or ship it yourself "
+                          "(-- --py-files with a .zip of it, or a wheel installed where Spark "
+                          "runs)")
 
 
 def _without_py_files(spark_args: list[str]) -> list[str]:
