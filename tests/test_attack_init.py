@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from recovery.jobs.init_command import init_main
+from tests.support.airflow_runs import AIRFLOW_PYTHON
 
 COMMAND = str(Path(sys.executable).parent / "redis-stream-recovery")
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,3 +68,55 @@ def test_a_working_directory_with_a_comma_is_refused_not_split_into_two_py_files
     assert "comma" in done.stderr and "myhandlers.py" in done.stderr
     assert done.stderr.count("error:") == 1
     assert json.loads(done.stdout.splitlines()[-1])["status"] == "error"
+
+
+@pytest.mark.airflow
+@pytest.mark.skipif(not AIRFLOW_PYTHON, reason="Airflow lives in its own venv: set "
+                    "AIRFLOW_PYTHON=.venv-airflow/bin/python (tests/test_airflow_dag.py)")
+def test_two_dags_on_one_schedule_get_different_job_run_ids():
+    """Airflow's run ids are unique per DAG only: two copies of the DAG file (one per config)
+    scheduled every 15 minutes both run ``scheduled__<time>`` at the same run_after, with the
+    same task id and try: the job run ids must still differ (else the second is refused as a
+    reused --run-id against one Redis, or two runs share one id in the dead letters)."""
+    script = (
+        "import sys, json\n"
+        f"sys.path.insert(0, {str(ROOT / 'dags')!r})\n"
+        "from datetime import datetime, timezone\n"
+        "import redis_stream_recovery as d\n"
+        "after = datetime(2026, 12, 2, 2, 15, tzinfo=timezone.utc)\n"
+        "run = 'scheduled__2026-12-02T02:15:00+00:00'\n"
+        "print(json.dumps([d.job_run_id(dag, run, after, 'recover', 1)\n"
+        "                  for dag in ('recover_orders', 'recover_payments')]))\n")
+    done = subprocess.run([str(AIRFLOW_PYTHON), "-c", script], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    orders, payments = json.loads(done.stdout.splitlines()[-1])
+    assert orders != payments
+    assert orders.startswith("20261202T021500Z-recover-1-") and len(orders) == 35
+
+
+def test_a_file_system_without_hard_links_still_gets_the_files(tmp_path, monkeypatch, capsys):
+    """FAT, VirtualBox shared folders and some network shares refuse link(2) with EPERM: init
+    writes there all the same, still never over a file that exists."""
+    import errno
+    import os
+
+    def no_links(source: object, target: object) -> None:
+        raise PermissionError(errno.EPERM, "Operation not permitted", str(target))
+
+    monkeypatch.setattr(os, "link", no_links)
+    assert init_main([str(tmp_path), "--with", "all"]) == 0, capsys.readouterr()
+    for path in ("conf/recovery.toml", "conf/alerts.yml", "conf/grafana-dashboard.json",
+                 "dags/redis_stream_recovery.py"):
+        assert (tmp_path / path).read_bytes() == (ROOT / path).read_bytes()
+    assert sorted(p.name for p in tmp_path.rglob(".*")) == []  # no temporary left
+    capsys.readouterr()
+
+    def theirs_appears(source: object, target: object) -> None:  # between check and place
+        Path(str(target)).write_text("theirs\n")
+        no_links(source, target)
+
+    monkeypatch.setattr(os, "link", theirs_appears)
+    assert init_main([str(tmp_path / "b")]) == 2
+    assert (tmp_path / "b/conf/recovery.toml").read_text() == "theirs\n"
+    assert [p.name for p in (tmp_path / "b/conf").iterdir()] == ["recovery.toml"]

@@ -9,12 +9,14 @@ so the paths that errors, help texts and the DAG's defaults name (``conf/recover
 ``<recovery_app_dir>/conf/recovery.toml``) are the user's. Nothing is overwritten without
 ``--force``, and nothing is written partly: every file is first written beside its target
 under a temporary name, then each is linked into place (a hard link: refused, not replaced,
-when the target appeared meanwhile); any failure removes what this call wrote.
+when the target appeared meanwhile; where the file system has no hard links, a file created
+exclusively); any failure removes what this call wrote.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 from dataclasses import dataclass
@@ -39,6 +41,8 @@ STARTER_FILES = (
     StarterFile("dashboard", "grafana-dashboard.json", "conf/grafana-dashboard.json"),
     StarterFile("dag", "redis_stream_recovery.dag", "dags/redis_stream_recovery.py"),
 )
+# link(2)'s errors where the file system has no hard links: a new file is created exclusively
+NO_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS)
 OPTIONAL = tuple(f.kind for f in STARTER_FILES if f.kind != "config")
 
 
@@ -111,10 +115,27 @@ def _place(temporary: Path, target: Path, force: bool) -> None:
         os.replace(temporary, target)
         return
     try:
-        os.link(temporary, target)
+        try:
+            os.link(temporary, target)
+        except OSError as exc:  # FAT, VirtualBox shared folders, some shares: no hard links
+            if isinstance(exc, FileExistsError) or exc.errno not in NO_LINKS:
+                raise
+            _create_exclusively(target, temporary.read_bytes())
     except FileExistsError:
         raise StarterFileExists(f"{target} appeared while writing: nothing written; add "
                                 "--force to overwrite") from None
+
+
+def _create_exclusively(target: Path, data: bytes) -> None:
+    """Write `data` to a new file `target` (FileExistsError when it exists); a failed write
+    removes it again."""
+    with open(target, "xb") as out:
+        try:
+            out.write(data)
+            out.flush()
+        except OSError:
+            target.unlink()
+            raise
 
 
 def _missing_directories(directories: list[Path]) -> list[Path]:
