@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from recovery.jobs.init_command import init_main
+from recovery.jobs.local_modules import with_shipped_modules
 from tests.support.airflow_runs import AIRFLOW_PYTHON
 
 COMMAND = str(Path(sys.executable).parent / "redis-stream-recovery")
@@ -120,3 +121,21 @@ def test_a_file_system_without_hard_links_still_gets_the_files(tmp_path, monkeyp
     assert init_main([str(tmp_path / "b")]) == 2
     assert (tmp_path / "b/conf/recovery.toml").read_text() == "theirs\n"
     assert [p.name for p in (tmp_path / "b/conf").iterdir()] == ["recovery.toml"]
+
+
+def test_a_py_file_beside_a_package_of_its_name_is_not_shipped(tmp_path, monkeypatch, capsys):
+    """``./pkg/__init__.py`` and ``./pkg.py``: Python here imports the package (a directory
+    wins over a module of its name), so shipping pkg.py would run another handler on the
+    executors than the one the user tried."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RECOVERY_HANDLER__PATH", raising=False)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg/__init__.py").write_text("def handle(messages):\n    return []\n")
+    (tmp_path / "pkg.py").write_text("def handle(messages):\n    raise SystemExit(1)\n")
+    spark = ["--master", "local[2]"]
+
+    shipped = with_shipped_modules("run", ["--set", "streams.keys=orders",
+                                           "--set", "handler.path=pkg:handle"], spark)
+
+    assert shipped == spark
+    assert "shipping" not in capsys.readouterr().err

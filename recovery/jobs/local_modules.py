@@ -56,12 +56,14 @@ class _QuietParser(argparse.ArgumentParser):
 def working_directory_modules(names: list[str], cwd: Path) -> list[Path]:
     """Of module `names`, the single ``<name>.py`` files of `cwd` that Python's path without
     the working directory does not find (a module installed, or of the standard library,
-    is never shadowed by shipping a file of the same name)."""
+    is never shadowed by shipping a file of the same name, nor a package ``<name>/`` of
+    `cwd`, which Python here imports instead of the file)."""
     elsewhere = [p for p in sys.path if p not in ("", ".", str(cwd))]
     found = []
     for name in names:
         candidate = cwd / f"{name}.py"
         if (name not in sys.builtin_module_names and candidate.is_file()
+                and not (cwd / name / "__init__.py").is_file()  # the package wins here
                 and PathFinder.find_spec(name, elsewhere) is None):
             found.append(candidate)
     return found
