@@ -139,3 +139,24 @@ def test_a_py_file_beside_a_package_of_its_name_is_not_shipped(tmp_path, monkeyp
 
     assert shipped == spark
     assert "shipping" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given", ["{link}/myhandlers.py", "hdfs:///apps/myhandlers.py"])
+def test_a_py_file_the_user_lists_under_another_path_is_not_shipped_twice(
+        tmp_path, monkeypatch, capsys, given):
+    """The user's own ``--py-files`` names myhandlers.py by a path through a symbolic link
+    (or another copy): two entries of one file name make spark-submit die with a Java
+    FileAlreadyExistsException (exit 1, no JSON line). The user's own entry wins."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    (tmp_path / "real/myhandlers.py").write_text("def handle(messages):\n    return []\n")
+    monkeypatch.chdir(tmp_path / "link")
+    monkeypatch.delenv("RECOVERY_HANDLER__PATH", raising=False)
+    spark = ["--master", "local[1]", "--py-files", given.format(link=tmp_path / "link")]
+
+    shipped = with_shipped_modules("dry-run", ["--set", "streams.keys=orders",
+                                               "--set", "handler.path=myhandlers:handle"],
+                                   spark)
+
+    assert shipped == spark
+    assert "shipping" not in capsys.readouterr().err

@@ -6,7 +6,8 @@ executors. So before spark-submit, ``redis-stream-recovery run | dry-run | apply
 the top-level module of ``handler.path`` and of each ``handler.dead_letter_exceptions``
 class: one that the driver's path does not have, found as a single file ``<name>.py`` in the
 working directory, is added to spark-submit's ``--py-files`` (after the user's own, whether
-given as ``--py-files`` or ``spark.submit.pyFiles``), which puts it on the driver's and the
+given as ``--py-files`` or ``spark.submit.pyFiles``; not when those list a file of its
+name, by any path: spark-submit refuses two), which puts it on the driver's and the
 executors' path, and one stderr line says so (refused, exit 2, when its path has a comma:
 spark-submit splits ``--py-files`` on commas). A package (a directory) is not shipped this
 way: the handler's "does not import" error names the ways (a wheel installed where Spark
@@ -81,8 +82,10 @@ def with_shipped_modules(command: str, job_args: list[str], spark_args: list[str
     given = spark_option(spark_args, "--py-files")
     if given is None:
         given = spark_conf(spark_args, "spark.submit.pyFiles") or ""
-    listed = {os.path.abspath(item) for item in given.split(",") if item}
-    files = [f for f in files if str(f) not in listed]
+    # spark-submit refuses two entries of one file name (FileAlreadyExistsException): the
+    # user's own entry of that name (another path, a link, a URI) wins
+    listed = {item.rstrip("/").rpartition("/")[2] for item in given.split(",") if item}
+    files = [f for f in files if f.name not in listed]
     if not files:
         return spark_args
     _refuse_commas(files)
