@@ -160,3 +160,19 @@ def test_a_py_file_the_user_lists_under_another_path_is_not_shipped_twice(
 
     assert shipped == spark
     assert "shipping" not in capsys.readouterr().err
+
+
+def test_an_abbreviated_config_option_still_ships_the_handler(tmp_path, monkeypatch):
+    """The job takes ``--conf FILE`` (argparse's abbreviation of --config): the shipping's
+    look-up read no config then, shipped nothing, and the job said the module does not
+    import although "redis-stream-recovery ships a <module>.py of the working directory"."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RECOVERY_HANDLER__PATH", raising=False)
+    (tmp_path / "myhandlers.py").write_text("def handle(messages):\n    return []\n")
+    (tmp_path / "recovery.toml").write_text('[streams]\nkeys = ["orders"]\n'
+                                            '[handler]\npath = "myhandlers:handle"\n')
+    spark = ["--master", "local[1]"]
+
+    for args in (["--conf", "recovery.toml"], ["--conf=recovery.toml"], ["--co", "recovery.toml"]):
+        assert with_shipped_modules("run", args, spark) == [
+            *spark, "--py-files", str(tmp_path / "myhandlers.py")], args

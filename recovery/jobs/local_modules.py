@@ -34,7 +34,7 @@ def handler_modules(job_args: list[str]) -> list[str]:
     load (the checks that follow refuse them, naming the problem)."""
     from recovery.settings.model import load_settings  # pydantic: not for init or config
 
-    parser = _QuietParser(add_help=False, allow_abbrev=False)
+    parser = _QuietParser(add_help=False)  # abbreviations, as the job takes them
     parser.add_argument("--config", type=Path)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     try:
