@@ -176,3 +176,18 @@ def test_an_abbreviated_config_option_still_ships_the_handler(tmp_path, monkeypa
     for args in (["--conf", "recovery.toml"], ["--conf=recovery.toml"], ["--co", "recovery.toml"]):
         assert with_shipped_modules("run", args, spark) == [
             *spark, "--py-files", str(tmp_path / "myhandlers.py")], args
+
+
+def test_a_working_directory_removed_under_the_command_is_one_line(tmp_path, monkeypatch):
+    """``cd build; rm -rf ../build; redis-stream-recovery run ...``: the look-up for handler
+    modules read the working directory first and died with a FileNotFoundError traceback."""
+    (tmp_path / "gone").mkdir()
+    monkeypatch.delenv("RECOVERY_HANDLER__PATH", raising=False)
+    done = subprocess.run(
+        ["sh", "-c", f'cd gone && rmdir ../gone && exec "{COMMAND}" dry-run --set '
+         'streams.keys=orders --set handler.path=myhandlers:handle -- --master "local[1]"'],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    assert "working directory" in json.loads(done.stdout.splitlines()[-1])["error"]

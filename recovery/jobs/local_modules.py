@@ -77,7 +77,11 @@ def with_shipped_modules(command: str, job_args: list[str], spark_args: list[str
     otherwise. Says on stderr what it ships."""
     if command not in HANDLER_COMMANDS or any(answered_by_the_job(a) for a in job_args):
         return spark_args
-    cwd = Path(os.getcwd())
+    try:
+        cwd = Path(os.getcwd())
+    except FileNotFoundError:
+        raise ConfigError("the working directory was removed: cd into one that exists (the "
+                          "handler's modules are looked up there) and run again") from None
     files = working_directory_modules(handler_modules(job_args), cwd)
     given = spark_option(spark_args, "--py-files")
     if given is None:
