@@ -191,3 +191,21 @@ def test_a_working_directory_removed_under_the_command_is_one_line(tmp_path, mon
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert "Traceback" not in done.stderr
     assert "working directory" in json.loads(done.stdout.splitlines()[-1])["error"]
+
+
+def test_a_working_directory_module_an_installed_one_hides_is_named(tmp_path, monkeypatch,
+                                                                      capsys):
+    """``./email.py`` with ``handler.path = "email:handle"``: the job imports the standard
+    library's email and says "'handle' is not a callable in 'email'"; the file the user
+    wrote is never mentioned. One stderr line says it is not shipped, and why."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RECOVERY_HANDLER__PATH", raising=False)
+    (tmp_path / "email.py").write_text("def handle(messages):\n    return []\n")
+    spark = ["--master", "local[1]"]
+
+    shipped = with_shipped_modules("run", ["--set", "streams.keys=orders",
+                                           "--set", "handler.path=email:handle"], spark)
+
+    assert shipped == spark  # never shadowed
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'email.py'} is not shipped" in err and "rename" in err

@@ -58,14 +58,19 @@ def working_directory_modules(names: list[str], cwd: Path) -> list[Path]:
     """Of module `names`, the single ``<name>.py`` files of `cwd` that Python's path without
     the working directory does not find (a module installed, or of the standard library,
     is never shadowed by shipping a file of the same name, nor a package ``<name>/`` of
-    `cwd`, which Python here imports instead of the file)."""
+    `cwd`, which Python here imports instead of the file; a stderr line names a file not
+    shipped for that reason)."""
     elsewhere = [p for p in sys.path if p not in ("", ".", str(cwd))]
     found = []
     for name in names:
         candidate = cwd / f"{name}.py"
-        if (name not in sys.builtin_module_names and candidate.is_file()
-                and not (cwd / name / "__init__.py").is_file()  # the package wins here
-                and PathFinder.find_spec(name, elsewhere) is None):
+        if not candidate.is_file() or (cwd / name / "__init__.py").is_file():
+            continue  # none, or the package of that name wins here
+        if name in sys.builtin_module_names or PathFinder.find_spec(name, elsewhere):
+            print(f"{candidate} is not shipped: '{name}' is also a module of the standard "
+                  "library or installed, which the job imports instead; rename your module "
+                  "and handler.path", file=sys.stderr, flush=True)
+        else:
             found.append(candidate)
     return found
 
