@@ -209,3 +209,23 @@ def test_a_working_directory_module_an_installed_one_hides_is_named(tmp_path, mo
     assert shipped == spark  # never shadowed
     err = capsys.readouterr().err
     assert f"{tmp_path / 'email.py'} is not shipped" in err and "rename" in err
+
+
+def test_a_build_from_a_checkout_without_symbolic_links_is_refused(tmp_path, monkeypatch,
+                                                                     capsys):
+    """Cloned with ``core.symlinks=false`` (Windows, some CI caches), recovery/starter's links
+    are small text files holding their targets' paths, and a wheel built there ships them:
+    init wrote a "config" reading ``../../conf/recovery.toml``. Refused instead, nothing
+    written."""
+    import recovery.starter as starter
+
+    package = tmp_path / "package"
+    package.mkdir()
+    for file in starter.STARTER_FILES:
+        (package / file.resource).write_text(f"../../{file.path}")  # what git writes then
+    monkeypatch.setattr(starter.resources, "files", lambda _: package)
+
+    assert init_main([str(tmp_path / "out")]) == 1
+    error = json.loads(capsys.readouterr().out.splitlines()[-1])["error"]
+    assert "symbolic link" in error and "conf/recovery.toml" in error
+    assert not (tmp_path / "out").exists()

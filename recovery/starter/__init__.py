@@ -66,8 +66,17 @@ def chosen_files(kinds: list[str]) -> list[StarterFile]:
 
 
 def starter_text(resource: str) -> bytes:
-    """The bytes of the shipped starter file `resource` (a name of STARTER_FILES)."""
-    return (resources.files(__name__) / resource).read_bytes()
+    """The bytes of the shipped starter file `resource` (a name of STARTER_FILES).
+    StarterWriteError when they are a symbolic link's text: a build from a checkout
+    without symbolic links (git's ``core.symlinks=false``) ships those."""
+    data = (resources.files(__name__) / resource).read_bytes()
+    if data.startswith(b"../") and b"\n" not in data:
+        raise StarterWriteError(f"the installed starter file {resource} holds only the symbolic "
+                                f"link text {data.decode(errors='replace')!r}: it was built "
+                                "from a checkout without symbolic links (git core.symlinks="
+                                "false); nothing written: install a released wheel, or build "
+                                "from a checkout with symbolic links")
+    return data
 
 
 def write_starter_files(directory: Path, files: list[StarterFile], force: bool) -> list[Path]:
@@ -86,14 +95,15 @@ def write_starter_files(directory: Path, files: list[StarterFile], force: bool) 
     if in_the_way:  # a rename cannot replace it: found before anything is replaced
         raise StarterWriteError(f"{', '.join(in_the_way)}: a directory where a starter file "
                                 "goes; nothing written: move it away or pick another DIR")
+    texts = [starter_text(f.resource) for f in files]  # each checked before any write
     made = _missing_directories([t.parent for t in targets])  # removed again on a failure
     temporaries: list[Path] = []
     created: list[Path] = []  # targets this call made (not replaced): undone on a failure
     try:
-        for file, target in zip(files, targets, strict=True):
+        for text, target in zip(texts, targets, strict=True):
             target.parent.mkdir(parents=True, exist_ok=True)
             temporaries.append(target.with_name(f".{target.name}.init-{secrets.token_hex(4)}"))
-            temporaries[-1].write_bytes(starter_text(file.resource))
+            temporaries[-1].write_bytes(text)
         for temporary, target in zip(temporaries, targets, strict=True):
             new = not (target.exists() or target.is_symlink())
             _place(temporary, target, force)
