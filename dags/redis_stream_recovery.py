@@ -19,13 +19,16 @@ mode and with local masters; in YARN or Kubernetes cluster mode it stays in the 
 and XCom gets None.
 
 The job's ``--run-id`` is a short form of Airflow's: ``<run_after %Y%m%dT%H%M%SZ>-<task
-id>-<try number>-<first 8 hex digits of the SHA-256 of the Airflow run_id>`` (:func:`job_run_id`,
+id>-<try number>-<first 8 hex digits of the SHA-256 of "<dag_id>/<Airflow run_id>">``
+(:func:`job_run_id`,
 e.g. ``20261202T020923Z-dry_run-1-5f0c1a9e``): the same on the worker, in Redis (``x-run-id``,
 the job's consumer names, its registration and journals) and in the report paths, new for
 each try (a retry never reuses a killed try's claim journal), starting with the time the
 dead-letter trend reads. The full Airflow run_id goes with it (``--scheduler-run-id``): the
 job's JSON summary, the task's XCom, has it as ``scheduler_run_id``. Two Airflow runs whose
-short forms meet (one second, one task, one try, one hash prefix) cannot share a run: the
+short forms meet (one second, one task, one try, one hash prefix) cannot share a run (the DAG
+id is hashed with the run id: two DAGs on one schedule, say copies of this file for two
+configs, have the same ``scheduled__...`` run id, run_after and task ids): the
 job registers each run id once (SET NX) and refuses the second (exit 2; a retry gets a new
 one).
 
@@ -104,10 +107,12 @@ def notify_failure(context: Any) -> None:
         notifier(context)
 
 
-def job_run_id(airflow_run_id: str, run_after: datetime, task_id: str, try_number: int) -> str:
+def job_run_id(dag_id: str, airflow_run_id: str, run_after: datetime, task_id: str,
+               try_number: int) -> str:
     """The job's ``--run-id`` for one try of one task of an Airflow run: short, and traceable
-    to the Airflow run by its time, task, try and hash (module docstring)."""
-    digest = hashlib.sha256(airflow_run_id.encode("utf-8")).hexdigest()[:8]
+    to the Airflow run by its time, task, try and the hash of its DAG and run ids (Airflow's
+    run ids are unique per DAG only; module docstring)."""
+    digest = hashlib.sha256(f"{dag_id}/{airflow_run_id}".encode()).hexdigest()[:8]
     task = re.sub(r"[^A-Za-z0-9._]+", "-", task_id).strip("-")
     return f"{run_after:%Y%m%dT%H%M%SZ}-{task}-{try_number}-{digest}"
 
@@ -188,7 +193,8 @@ def recovery_job(command: str, args: list[str], config: str) -> dict[str, Any] |
     summary."""
     context = get_current_context()
     ti, dag_run = context["ti"], context["dag_run"]
-    run_id = job_run_id(dag_run.run_id, dag_run.run_after, ti.task_id, ti.try_number)
+    run_id = job_run_id(dag_run.dag_id, dag_run.run_id, dag_run.run_after, ti.task_id,
+                        ti.try_number)
     executable = Variable.get("recovery_command", default="redis-stream-recovery")
     name = f"redis-stream-{ti.task_id.replace('_', '-')}"
     argv = [executable, command, *kept_filters(args), "--config", config, "--run-id", run_id,

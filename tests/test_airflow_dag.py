@@ -85,8 +85,9 @@ SPARK_CONNECTION = {"AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spar
 
 def job_run_id(run: dict, task_id: str, try_number: int = 1) -> str:
     """The --run-id the DAGs give the job for one try of `task_id` in the Airflow run `run`
-    (the contract the DAG module's docstring states): time, task, try, hash of the run id."""
-    digest = hashlib.sha256(run["run_id"].encode()).hexdigest()[:8]
+    (the contract the DAG module's docstring states): time, task, try, hash of the DAG and
+    run ids."""
+    digest = hashlib.sha256(f"{run['dag_id']}/{run['run_id']}".encode()).hexdigest()[:8]
     return f"{run['run_after']}-{task_id}-{try_number}-{digest}"
 
 

@@ -96,7 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     if not built:
         return refused_here
     job_args, given_spark_args = _job_and_spark_args(built[0])
-    spark_args = with_shipped_modules(args[0], job_args, given_spark_args)
+    shipped: list[list[str]] = []
+    refused_here = exit_code_of(lambda _: shipped.append(
+        with_shipped_modules(args[0], job_args, given_spark_args)), "command")
+    if not shipped:
+        return refused_here
+    spark_args = shipped[0]
     command = [built[0][0], *spark_args, *built[0][1 + len(given_spark_args):]]
     refused = precheck(args[0], job_args, spark_args)
     if refused is not None:

@@ -9,12 +9,14 @@ so the paths that errors, help texts and the DAG's defaults name (``conf/recover
 ``<recovery_app_dir>/conf/recovery.toml``) are the user's. Nothing is overwritten without
 ``--force``, and nothing is written partly: every file is first written beside its target
 under a temporary name, then each is linked into place (a hard link: refused, not replaced,
-when the target appeared meanwhile); any failure removes what this call wrote.
+when the target appeared meanwhile; where the file system has no hard links, a file created
+exclusively); any failure removes what this call wrote.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 from dataclasses import dataclass
@@ -39,6 +41,8 @@ STARTER_FILES = (
     StarterFile("dashboard", "grafana-dashboard.json", "conf/grafana-dashboard.json"),
     StarterFile("dag", "redis_stream_recovery.dag", "dags/redis_stream_recovery.py"),
 )
+# link(2)'s errors where the file system has no hard links: a new file is created exclusively
+NO_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS)
 OPTIONAL = tuple(f.kind for f in STARTER_FILES if f.kind != "config")
 
 
@@ -53,17 +57,26 @@ class StarterWriteError(RecoveryError):
 def chosen_files(kinds: list[str]) -> list[StarterFile]:
     """The config file and the optional files named in `kinds` (``alerts``, ``dashboard``,
     ``dag``; ``all``: every one). Raises ConfigError naming the valid names."""
-    wanted = set(OPTIONAL) if "all" in kinds else set(kinds)
-    unknown = sorted(wanted - set(OPTIONAL))
+    unknown = sorted(set(kinds) - {*OPTIONAL, "all"})
     if unknown:
         raise ConfigError(f"--with {','.join(unknown)}: unknown; use any of "
                           f"{','.join(OPTIONAL)} or all")
+    wanted = set(OPTIONAL) if "all" in kinds else set(kinds)
     return [f for f in STARTER_FILES if f.kind == "config" or f.kind in wanted]
 
 
 def starter_text(resource: str) -> bytes:
-    """The bytes of the shipped starter file `resource` (a name of STARTER_FILES)."""
-    return (resources.files(__name__) / resource).read_bytes()
+    """The bytes of the shipped starter file `resource` (a name of STARTER_FILES).
+    StarterWriteError when they are a symbolic link's text: a build from a checkout
+    without symbolic links (git's ``core.symlinks=false``) ships those."""
+    data = (resources.files(__name__) / resource).read_bytes()
+    if data.startswith(b"../") and b"\n" not in data:
+        raise StarterWriteError(f"the installed starter file {resource} holds only the symbolic "
+                                f"link text {data.decode(errors='replace')!r}: it was built "
+                                "from a checkout without symbolic links (git core.symlinks="
+                                "false); nothing written: install a released wheel, or build "
+                                "from a checkout with symbolic links")
+    return data
 
 
 def write_starter_files(directory: Path, files: list[StarterFile], force: bool) -> list[Path]:
@@ -78,14 +91,19 @@ def write_starter_files(directory: Path, files: list[StarterFile], force: bool) 
         raise StarterFileExists(f"{', '.join(existing)} already exist{'s' * (len(existing) == 1)}"
                                 ": nothing written; pick an empty directory, or add --force "
                                 "to overwrite")
+    in_the_way = [str(t) for t in targets if t.is_dir() and not t.is_symlink()]
+    if in_the_way:  # a rename cannot replace it: found before anything is replaced
+        raise StarterWriteError(f"{', '.join(in_the_way)}: a directory where a starter file "
+                                "goes; nothing written: move it away or pick another DIR")
+    texts = [starter_text(f.resource) for f in files]  # each checked before any write
     made = _missing_directories([t.parent for t in targets])  # removed again on a failure
     temporaries: list[Path] = []
     created: list[Path] = []  # targets this call made (not replaced): undone on a failure
     try:
-        for file, target in zip(files, targets, strict=True):
+        for text, target in zip(texts, targets, strict=True):
             target.parent.mkdir(parents=True, exist_ok=True)
             temporaries.append(target.with_name(f".{target.name}.init-{secrets.token_hex(4)}"))
-            temporaries[-1].write_bytes(starter_text(file.resource))
+            temporaries[-1].write_bytes(text)
         for temporary, target in zip(temporaries, targets, strict=True):
             new = not (target.exists() or target.is_symlink())
             _place(temporary, target, force)
@@ -107,10 +125,27 @@ def _place(temporary: Path, target: Path, force: bool) -> None:
         os.replace(temporary, target)
         return
     try:
-        os.link(temporary, target)
+        try:
+            os.link(temporary, target)
+        except OSError as exc:  # FAT, VirtualBox shared folders, some shares: no hard links
+            if isinstance(exc, FileExistsError) or exc.errno not in NO_LINKS:
+                raise
+            _create_exclusively(target, temporary.read_bytes())
     except FileExistsError:
         raise StarterFileExists(f"{target} appeared while writing: nothing written; add "
                                 "--force to overwrite") from None
+
+
+def _create_exclusively(target: Path, data: bytes) -> None:
+    """Write `data` to a new file `target` (FileExistsError when it exists); a failed write
+    removes it again."""
+    with open(target, "xb") as out:
+        try:
+            out.write(data)
+            out.flush()
+        except OSError:
+            target.unlink()
+            raise
 
 
 def _missing_directories(directories: list[Path]) -> list[Path]:

@@ -55,7 +55,7 @@ for asked in json.loads(sys.argv[3]) if len(sys.argv) > 3 else []:
             rows = session.query(XComModel).filter_by(dag_id=run.dag_id, run_id=run.run_id,
                                                       key="return_value").all()
             tis = run.get_task_instances(session=session)
-            done.update(state=str(run.state), run_id=run.run_id,
+            done.update(state=str(run.state), run_id=run.run_id, dag_id=run.dag_id,
                         run_after=run.run_after.strftime("%Y%m%dT%H%M%SZ"),
                         xcom={r.task_id: r.value for r in rows},
                         task_states={ti.task_id: str(ti.state) for ti in tis})
