@@ -17,7 +17,8 @@ What decides is where the work would run, not its size: without a master (or wit
 memory, so no backlog is big enough for it to be faster. spark-submit stays for what this
 process cannot honour: the scheduled ``run`` (the process shape Airflow's operators and the
 docs show), a master that is not local (``--master``, ``spark.master`` in the properties
-files, ``MASTER``), a driver Python of another environment (``PYSPARK_PYTHON``, ...), and
+files, ``MASTER``; one assigned in ``spark-env.sh``), a driver Python of another environment
+(``PYSPARK_PYTHON``, ..., or one assigned in ``spark-env.sh``), and
 any other spark-submit option (``--conf``, ``--py-files``,
 ``--driver-memory``, ...), which only spark-submit applies as written.
 """
@@ -28,7 +29,8 @@ import os
 import sys
 from collections.abc import Mapping
 
-from recovery.jobs.precheck import another_python, spark_conf, spark_option
+from recovery.cli.common import BadArguments
+from recovery.jobs.precheck import another_python, spark_conf, spark_env_sets, spark_option
 
 RUNS_HERE = ("dry-run", "apply", "redrive", "dead-letters")
 # The local session's launch (PySpark runs spark-submit for the JVM with these): the master
@@ -44,16 +46,33 @@ def runs_here(command: str, spark_args: list[str],
     :data:`RUNS_HERE`, no spark-submit option but ``--master local...``, the driver's Python
     this one (``PYSPARK_DRIVER_PYTHON``, ``PYSPARK_PYTHON`` or their ``spark.pyspark.*``
     properties naming no other environment's: the handler's modules are its), and the master
-    (that option, else ``spark.master`` of the properties files, else ``MASTER``) local or
-    none. ``RECOVERY_SPARK_SUBMIT=1`` in `environ` keeps spark-submit for every command."""
-    if command not in RUNS_HERE or environ.get("RECOVERY_SPARK_SUBMIT") == "1":
+    (that option, else ``spark.master`` of the properties files, else ``MASTER``: a
+    ``MASTER`` assigned in ``spark-env.sh`` is spark-submit's) local or none.
+    ``RECOVERY_SPARK_SUBMIT=1`` in `environ` keeps spark-submit for every command
+    (:func:`spark_submit_forced`)."""
+    if command not in RUNS_HERE or spark_submit_forced(environ):
         return False
     if not _only_a_master(spark_args) or another_python(spark_args):
         return False  # only spark-submit honours them; another Python has its own modules
     master = spark_option(spark_args, "--master")
     if master is None:
-        master = spark_conf([], "spark.master") or environ.get("MASTER")
+        master = spark_conf([], "spark.master")
+    if master is None and spark_env_sets(("MASTER",)):
+        return False  # spark-env.sh's, which spark-submit sources over this environment
+    if master is None:
+        master = environ.get("MASTER")
     return master is None or is_local(master)
+
+
+def spark_submit_forced(environ: Mapping[str, str] = os.environ) -> bool:
+    """``RECOVERY_SPARK_SUBMIT``: ``1`` every command through spark-submit, ``0`` or unset
+    (or empty) as :func:`runs_here` decides. Any other value raises BadArguments (exit 2): a
+    ``true`` read as "not 1" would run here what the user sent to spark-submit."""
+    value = environ.get("RECOVERY_SPARK_SUBMIT", "")
+    if value not in ("", "0", "1"):
+        raise BadArguments(f"RECOVERY_SPARK_SUBMIT={value!r}: set it to 1 (every command "
+                           "through spark-submit) or 0 / unset (as the command decides)")
+    return value == "1"
 
 
 def _only_a_master(spark_args: list[str]) -> bool:

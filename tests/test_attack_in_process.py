@@ -1,0 +1,138 @@
+"""Attacks on the installed command's in-process path (recovery.jobs.in_process): settings
+spark-submit honours that the in-process choice must not ignore, and environment values
+read defensively. Through the command a user runs (``python -m recovery``), against a real
+server, Redis checked afterwards.
+
+``SPARK_HOME`` names a stub spark-submit that only says it was started, so whether the job
+went to spark-submit is in its output, and what it did in Redis is what the in-process run
+did."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from recovery.jobs.in_process import runs_here
+from recovery.testing.backlog import create_group
+from recovery.testing.local_redis import LocalServer
+from tests.support.redrive_tools import dead_letter
+
+ROOT = Path(__file__).resolve().parent.parent
+STARTED = "STUB spark-submit started"
+
+
+@pytest.fixture
+def stub_home(tmp_path: Path) -> Path:
+    """A SPARK_HOME whose spark-submit prints STARTED and a JSON line, exit 0; its conf
+    directory empty."""
+    home = tmp_path / "stub-spark"
+    (home / "bin").mkdir(parents=True)
+    (home / "conf").mkdir()
+    stub = home / "bin" / "spark-submit"
+    stub.write_text(f"#!/bin/sh\necho '{STARTED}' \"$@\"\necho '{{\"status\": \"stub\"}}'\n")
+    stub.chmod(0o755)
+    return home
+
+
+def command(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    dropped = ("MASTER", "RECOVERY_SPARK_SUBMIT", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON",
+               "SPARK_ENV_LOADED")
+    environ = {k: v for k, v in os.environ.items() if k not in dropped}
+    return subprocess.run([sys.executable, "-m", "recovery", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          env={**environ, **env})
+
+
+def letters(server: LocalServer, n: int) -> int:
+    """`n` dead letters of ``orders``; the source's length after them."""
+    client = server.client()
+    create_group(client, "orders", "billing")
+    dead_letter(client, "orders", "billing", [{b"n": str(i).encode()} for i in range(n)],
+                ["max-deliveries-exceeded"] * n)
+    assert client.xlen("{orders}:dlq") == n
+    return int(client.xlen("orders"))
+
+
+def redrive(server: LocalServer, home: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return command("redrive", "--set", f"redis.url={server.url}", "--set",
+                   "streams.keys=orders",
+                   env={"SPARK_HOME": str(home), "SPARK_CONF_DIR": str(home / "conf"), **env})
+
+
+@pytest.mark.parametrize("line", [
+    "export MASTER=yarn",
+    "MASTER=spark://spark-master:7077",
+    "export PYSPARK_PYTHON=/opt/jobs-venv/bin/python",
+    "  export PYSPARK_DRIVER_PYTHON=/opt/jobs-venv/bin/python  # the jobs' environment",
+])
+def test_a_master_or_python_in_spark_env_sh_sends_the_job_to_spark_submit(
+        line, redis_server, stub_home):
+    """spark-submit sources ``$SPARK_CONF_DIR/spark-env.sh`` (load-spark-env.sh): a master
+    (``MASTER``) or a driver Python set there is one the job would run with. Found: the
+    redrive ran here, on this machine and this Python, and moved the letters; the cluster
+    master in spark-env.sh was silently ignored."""
+    length = letters(redis_server, 3)
+    (stub_home / "conf" / "spark-env.sh").write_text(f"#!/usr/bin/env bash\n{line}\n")
+
+    done = redrive(redis_server, stub_home)
+
+    assert STARTED in done.stdout, done.stdout + done.stderr
+    client = redis_server.client()
+    assert (client.xlen("{orders}:dlq"), client.xlen("orders")) == (3, length)
+
+
+def test_spark_env_sh_without_a_master_or_python_keeps_the_job_here(
+        redis_server, stub_home, monkeypatch):
+    """What spark-env.sh sets besides those (and comments naming them) keeps the fast path:
+    the redrive runs here and the letters are back in their stream."""
+    length = letters(redis_server, 2)
+    (stub_home / "conf" / "spark-env.sh").write_text(
+        "# MASTER=yarn would send the job to the cluster\nexport SPARK_MASTER_HOST=h\n"
+        "SPARK_LOCAL_IP=127.0.0.1\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(stub_home / "conf"))
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    monkeypatch.delenv("PYSPARK_DRIVER_PYTHON", raising=False)
+    assert runs_here("redrive", [], {})
+
+    done = redrive(redis_server, stub_home)
+
+    assert done.returncode == 0 and STARTED not in done.stdout, done.stdout + done.stderr
+    client = redis_server.client()
+    assert (client.xlen("{orders}:dlq"), client.xlen("orders")) == (0, length + 2)
+
+
+@pytest.mark.parametrize("value", ["true", "yes", "on", "2", " 1"])
+def test_a_recovery_spark_submit_value_other_than_0_or_1_is_refused(
+        value, redis_server, stub_home):
+    """Found: ``RECOVERY_SPARK_SUBMIT=true`` (or ``yes``) was silently read as "not 1": the
+    command ran here, moving the letters, where the user asked for spark-submit. Now: exit 2,
+    one error line naming the variable and the values it takes, the JSON error line last,
+    nothing moved."""
+    length = letters(redis_server, 2)
+
+    done = redrive(redis_server, stub_home, RECOVERY_SPARK_SUBMIT=value)
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert STARTED not in done.stdout
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "RECOVERY_SPARK_SUBMIT" in errors[0], done.stderr
+    last = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (last["status"], last["exit_code"]) == ("error", 2)
+    client = redis_server.client()
+    assert (client.xlen("{orders}:dlq"), client.xlen("orders")) == (2, length)
+
+
+@pytest.mark.parametrize(("value", "started"), [("1", True), ("0", False), ("", False)])
+def test_recovery_spark_submit_1_0_and_empty(value, started, redis_server, stub_home):
+    """The documented value 1 sends the redrive to spark-submit (nothing moved here); 0 and
+    empty keep it here (the letters moved)."""
+    letters(redis_server, 2)
+    done = redrive(redis_server, stub_home, RECOVERY_SPARK_SUBMIT=value)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (STARTED in done.stdout) is started
+    assert redis_server.client().xlen("{orders}:dlq") == (2 if started else 0)
