@@ -26,6 +26,7 @@ any other spark-submit option (``--conf``, ``--py-files``,
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Mapping
 
@@ -88,7 +89,21 @@ def is_local(master: str) -> bool:
 
 
 def run_here(command: str, job_args: list[str], spark_args: list[str]) -> int:
-    """Run `command`'s job with `job_args` (as its job file gets them) here; its exit code."""
+    """Run `command`'s job with `job_args` (as its job file gets them) here; its exit code.
+    SIGTERM ends it as Ctrl-C does (the job's "interrupted" error, exit 1, the metrics push
+    and the JSON line), not silently; the handler before is restored after."""
+    before = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _run_job(command, job_args, spark_args)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _run_job(command: str, job_args: list[str], spark_args: list[str]) -> int:
     if command == "redrive":
         from recovery.cli.redrive import redrive_main
 
