@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from recovery.jobs.in_process import runs_here
 from recovery.testing.backlog import create_group
@@ -213,3 +214,36 @@ def test_a_terminated_redrive_says_so_in_its_json_line(redis_server, stub_home):
     assert (last["status"], last["exit_code"]) == ("failed", 1)
     assert 0 <= moved - last["totals"]["redriven"] <= 100, (moved, last["totals"])
     assert client.xlen("orders") == length + moved
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(700)  # a JVM start: minutes on a loaded 2-core machine
+def test_the_public_run_still_makes_the_checks_the_command_line_makes_once(
+        spark, client, make_settings, tmp_path):
+    """The command line checks once (``preflight``) and passes ``checked=True``; the public
+    ``recovery.run`` does not, so it must refuse by itself: a handler that does not import
+    and a report path that is a file are refused (exit 2 at the command line) before
+    anything is claimed. Redis shows nothing claimed, delivered or moved."""
+    import recovery
+    from recovery.errors import EXIT_BAD_INPUT, RecoveryError
+
+    create_group(client, "orders", "billing")
+    ids = [client.xadd("orders", {"n": str(i)}).decode() for i in range(3)]
+    client.xreadgroup("billing", "crashed", {"orders": ">"})
+    client.xclaim("orders", "billing", "crashed", 0, ids, idle=3_600_000, justid=True)
+    before = pending_of(client)
+    report_file = tmp_path / "a-file"
+    report_file.write_text("")
+
+    for bad in ("handler.path=no_such_module_here:handle", f"report.path={report_file}"):
+        with pytest.raises(RecoveryError) as refused:
+            recovery.run(spark, make_settings("streams.keys=orders", bad))
+        assert refused.value.exit_code == EXIT_BAD_INPUT, refused.value
+    assert pending_of(client) == before
+    assert client.xlen("{orders}:dlq") == 0
+
+
+def pending_of(client: redis.Redis) -> list[tuple[bytes, bytes, int]]:
+    """(ID, consumer, deliveries) of each pending entry of ``orders``/``billing``."""
+    return [(p["message_id"], p["consumer"], p["times_delivered"])
+            for p in client.xpending_range("orders", "billing", "-", "+", 10)]
