@@ -275,3 +275,23 @@ def test_a_redis_answering_one_byte_at_a_time_does_not_hold_the_command(
     assert drip.dripped > 0, "the drip happened"
     assert done.returncode == 1, done.stdout + done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1])["status"] == "failed"
+
+
+@pytest.mark.parametrize("defaults", [
+    "spark.submit.deployMode  cluster\n",
+    "spark.submit.deployMode=cluster\nspark.master local[2]\n",
+])
+def test_cluster_deploy_mode_in_spark_defaults_sends_the_job_to_spark_submit(
+        defaults, redis_server, stub_home):
+    """``spark.submit.deployMode cluster`` in spark-defaults.conf: the driver is not this
+    process (spark-submit runs it on the cluster, or refuses it with a local master). Found:
+    with no master (or a local one) beside it, the redrive ran here anyway and moved the
+    letters, the deploy mode silently ignored."""
+    length = letters(redis_server, 2)
+    (stub_home / "conf" / "spark-defaults.conf").write_text(defaults)
+
+    done = redrive(redis_server, stub_home)
+
+    assert STARTED in done.stdout, done.stdout + done.stderr
+    client = redis_server.client()
+    assert (client.xlen("{orders}:dlq"), client.xlen("orders")) == (2, length)

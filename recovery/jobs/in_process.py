@@ -31,7 +31,13 @@ import sys
 from collections.abc import Mapping
 
 from recovery.cli.common import BadArguments
-from recovery.jobs.precheck import another_python, spark_conf, spark_env_sets, spark_option
+from recovery.jobs.precheck import (
+    another_python,
+    driver_elsewhere,
+    spark_conf,
+    spark_env_sets,
+    spark_option,
+)
 
 RUNS_HERE = ("dry-run", "apply", "redrive", "dead-letters")
 # The local session's launch (PySpark runs spark-submit for the JVM with these): the master
@@ -50,10 +56,12 @@ def runs_here(command: str, spark_args: list[str],
     (that option, else ``spark.master`` of the properties files, else ``MASTER``: a
     ``MASTER`` assigned in ``spark-env.sh`` is spark-submit's) local or none.
     ``RECOVERY_SPARK_SUBMIT=1`` in `environ` keeps spark-submit for every command
-    (:func:`spark_submit_forced`)."""
+    (:func:`spark_submit_forced`); ``spark.submit.deployMode=cluster`` in the properties
+    files too (the driver is not here)."""
     if command not in RUNS_HERE or spark_submit_forced(environ):
         return False
-    if not _only_a_master(spark_args) or another_python(spark_args):
+    if (not _only_a_master(spark_args) or another_python(spark_args)
+            or driver_elsewhere(spark_args)):  # spark-defaults' deploy mode too
         return False  # only spark-submit honours them; another Python has its own modules
     master = spark_option(spark_args, "--master")
     if master is None:

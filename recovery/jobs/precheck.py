@@ -48,7 +48,7 @@ def precheck(command: str, job_args: list[str], spark_args: list[str]) -> int | 
     """Check `command`'s job options (as the job file gets them) before spark-submit:
     None when the job may start, else the exit code of the refusal just printed (and pushed
     to ``[metrics]`` as the job would)."""
-    if (_driver_elsewhere(spark_args) or another_python(spark_args)
+    if (driver_elsewhere(spark_args) or another_python(spark_args)
             or any(_answered_by_the_job(a) for a in job_args)):
         return None
     with tempfile.TemporaryDirectory(prefix="recovery-precheck-") as scratch:
@@ -80,9 +80,10 @@ def _no_session(settings: Settings | None = None) -> SparkSession:
     raise RuntimeError("the checks before spark-submit start no Spark")
 
 
-def _driver_elsewhere(spark_args: list[str]) -> bool:
+def driver_elsewhere(spark_args: list[str]) -> bool:
     """True for cluster deploy mode (``--deploy-mode cluster``, either spelling, else
-    ``--conf spark.submit.deployMode=cluster``), where the driver is not here."""
+    ``spark.submit.deployMode=cluster`` by ``--conf`` or the properties files), where the
+    driver is not here."""
     mode = spark_option(spark_args, "--deploy-mode")
     if mode is None:
         mode = spark_conf(spark_args, "spark.submit.deployMode")
