@@ -9,8 +9,8 @@ Spark at all (its work is inside Redis), ``dry-run``, ``apply`` and ``dead-lette
 local session from this process (PySpark launches the JVM with the options of
 :data:`LOCAL_SUBMIT`, the master spark-submit would have used; ``spark-defaults.conf`` is
 read by that launch as by spark-submit). Outputs and exit codes are the job's: the JSON line
-last on stdout; an ``error:`` line stays on stderr (spark-submit would have merged it into
-stdout).
+last on stdout; the job's stderr (log lines, a dry run's tables, an ``error:`` line) stays
+on stderr (spark-submit's PythonRunner would have merged it into stdout).
 
 What decides is where the work would run, not its size: without a master (or with a
 ``local`` one) spark-submit runs the same Spark on the same cores with the same driver
