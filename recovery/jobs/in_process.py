@@ -9,15 +9,16 @@ Spark at all (its work is inside Redis), ``dry-run``, ``apply`` and ``dead-lette
 local session from this process (PySpark launches the JVM with the options of
 :data:`LOCAL_SUBMIT`, the master spark-submit would have used; ``spark-defaults.conf`` is
 read by that launch as by spark-submit). Outputs and exit codes are the job's: the JSON line
-last on stdout; an ``error:`` line stays on stderr (spark-submit would have merged it into
-stdout).
+last on stdout; the job's stderr (log lines, a dry run's tables, an ``error:`` line) stays
+on stderr (spark-submit's PythonRunner would have merged it into stdout).
 
 What decides is where the work would run, not its size: without a master (or with a
 ``local`` one) spark-submit runs the same Spark on the same cores with the same driver
 memory, so no backlog is big enough for it to be faster. spark-submit stays for what this
 process cannot honour: the scheduled ``run`` (the process shape Airflow's operators and the
 docs show), a master that is not local (``--master``, ``spark.master`` in the properties
-files, ``MASTER``), a driver Python of another environment (``PYSPARK_PYTHON``, ...), and
+files, ``MASTER``; one assigned in ``spark-env.sh``), a driver Python of another environment
+(``PYSPARK_PYTHON``, ..., or one assigned in ``spark-env.sh``), and
 any other spark-submit option (``--conf``, ``--py-files``,
 ``--driver-memory``, ...), which only spark-submit applies as written.
 """
@@ -25,10 +26,18 @@ any other spark-submit option (``--conf``, ``--py-files``,
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Mapping
 
-from recovery.jobs.precheck import another_python, spark_conf, spark_option
+from recovery.cli.common import BadArguments
+from recovery.jobs.precheck import (
+    another_python,
+    driver_elsewhere,
+    spark_conf,
+    spark_env_sets,
+    spark_option,
+)
 
 RUNS_HERE = ("dry-run", "apply", "redrive", "dead-letters")
 # The local session's launch (PySpark runs spark-submit for the JVM with these): the master
@@ -44,16 +53,35 @@ def runs_here(command: str, spark_args: list[str],
     :data:`RUNS_HERE`, no spark-submit option but ``--master local...``, the driver's Python
     this one (``PYSPARK_DRIVER_PYTHON``, ``PYSPARK_PYTHON`` or their ``spark.pyspark.*``
     properties naming no other environment's: the handler's modules are its), and the master
-    (that option, else ``spark.master`` of the properties files, else ``MASTER``) local or
-    none. ``RECOVERY_SPARK_SUBMIT=1`` in `environ` keeps spark-submit for every command."""
-    if command not in RUNS_HERE or environ.get("RECOVERY_SPARK_SUBMIT") == "1":
+    (that option, else ``spark.master`` of the properties files, else ``MASTER``: a
+    ``MASTER`` assigned in ``spark-env.sh`` is spark-submit's) local or none.
+    ``RECOVERY_SPARK_SUBMIT=1`` in `environ` keeps spark-submit for every command
+    (:func:`spark_submit_forced`); ``spark.submit.deployMode=cluster`` in the properties
+    files too (the driver is not here)."""
+    if command not in RUNS_HERE or spark_submit_forced(environ):
         return False
-    if not _only_a_master(spark_args) or another_python(spark_args):
+    if (not _only_a_master(spark_args) or another_python(spark_args)
+            or driver_elsewhere(spark_args)):  # spark-defaults' deploy mode too
         return False  # only spark-submit honours them; another Python has its own modules
     master = spark_option(spark_args, "--master")
     if master is None:
-        master = spark_conf([], "spark.master") or environ.get("MASTER")
+        master = spark_conf([], "spark.master")
+    if master is None and spark_env_sets(("MASTER",)):
+        return False  # spark-env.sh's, which spark-submit sources over this environment
+    if master is None:
+        master = environ.get("MASTER")
     return master is None or is_local(master)
+
+
+def spark_submit_forced(environ: Mapping[str, str] = os.environ) -> bool:
+    """``RECOVERY_SPARK_SUBMIT``: ``1`` every command through spark-submit, ``0`` or unset
+    (or empty) as :func:`runs_here` decides. Any other value raises BadArguments (exit 2): a
+    ``true`` read as "not 1" would run here what the user sent to spark-submit."""
+    value = environ.get("RECOVERY_SPARK_SUBMIT", "")
+    if value not in ("", "0", "1"):
+        raise BadArguments(f"RECOVERY_SPARK_SUBMIT={value!r}: set it to 1 (every command "
+                           "through spark-submit) or 0 / unset (as the command decides)")
+    return value == "1"
 
 
 def _only_a_master(spark_args: list[str]) -> bool:
@@ -69,7 +97,21 @@ def is_local(master: str) -> bool:
 
 
 def run_here(command: str, job_args: list[str], spark_args: list[str]) -> int:
-    """Run `command`'s job with `job_args` (as its job file gets them) here; its exit code."""
+    """Run `command`'s job with `job_args` (as its job file gets them) here; its exit code.
+    SIGTERM ends it as Ctrl-C does (the job's "interrupted" error, exit 1, the metrics push
+    and the JSON line), not silently; the handler before is restored after."""
+    before = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _run_job(command, job_args, spark_args)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _run_job(command: str, job_args: list[str], spark_args: list[str]) -> int:
     if command == "redrive":
         from recovery.cli.redrive import redrive_main
 

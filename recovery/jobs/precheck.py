@@ -17,7 +17,8 @@ Skipped where this process is not where the driver runs (``--deploy-mode cluster
 ``spark.submit.deployMode=cluster`` by ``--conf``, ``--properties-file`` or
 ``spark-defaults.conf``: its files, modules and network are the cluster's) or not the Python
 the driver runs (``PYSPARK_DRIVER_PYTHON``, ``PYSPARK_PYTHON`` or their ``spark.pyspark.*``
-properties naming another environment's interpreter: the handler's modules are its), and for
+properties naming another environment's interpreter, or either variable assigned in
+``spark-env.sh``: the handler's modules are its), and for
 ``--help``, ``--version`` and ``--print-config`` (the job answers those itself). A handler
 shipped with ``--py-files`` (or ``spark.submit.pyFiles``) is imported from those files, and
 the working directory is not on the path (it is not on the driver's), as the driver would.
@@ -47,7 +48,7 @@ def precheck(command: str, job_args: list[str], spark_args: list[str]) -> int | 
     """Check `command`'s job options (as the job file gets them) before spark-submit:
     None when the job may start, else the exit code of the refusal just printed (and pushed
     to ``[metrics]`` as the job would)."""
-    if (_driver_elsewhere(spark_args) or another_python(spark_args)
+    if (driver_elsewhere(spark_args) or another_python(spark_args)
             or any(answered_by_the_job(a) for a in job_args)):
         return None
     with tempfile.TemporaryDirectory(prefix="recovery-precheck-") as scratch:
@@ -79,9 +80,10 @@ def _no_session(settings: Settings | None = None) -> SparkSession:
     raise RuntimeError("the checks before spark-submit start no Spark")
 
 
-def _driver_elsewhere(spark_args: list[str]) -> bool:
+def driver_elsewhere(spark_args: list[str]) -> bool:
     """True for cluster deploy mode (``--deploy-mode cluster``, either spelling, else
-    ``--conf spark.submit.deployMode=cluster``), where the driver is not here."""
+    ``spark.submit.deployMode=cluster`` by ``--conf`` or the properties files), where the
+    driver is not here."""
     mode = spark_option(spark_args, "--deploy-mode")
     if mode is None:
         mode = spark_conf(spark_args, "spark.submit.deployMode")
@@ -92,10 +94,14 @@ def another_python(spark_args: list[str]) -> bool:
     """True when the driver runs another Python environment than this one: its modules
     (the handler's) are not this one's. Its interpreter as PythonRunner picks it:
     ``spark.pyspark.driver.python``, ``spark.pyspark.python``, then the variables
-    ``PYSPARK_DRIVER_PYTHON``, ``PYSPARK_PYTHON``; none: this one (the command's default)."""
+    ``PYSPARK_DRIVER_PYTHON``, ``PYSPARK_PYTHON`` (either assigned in ``spark-env.sh``,
+    which spark-submit sources over this environment: taken as another, its value unknown
+    here); none: this one (the command's default)."""
     chosen = (spark_conf(spark_args, "spark.pyspark.driver.python")
-              or spark_conf(spark_args, "spark.pyspark.python")
-              or os.environ.get("PYSPARK_DRIVER_PYTHON") or os.environ.get("PYSPARK_PYTHON"))
+              or spark_conf(spark_args, "spark.pyspark.python"))
+    if not chosen and spark_env_sets(("PYSPARK_DRIVER_PYTHON", "PYSPARK_PYTHON")):
+        return True
+    chosen = chosen or os.environ.get("PYSPARK_DRIVER_PYTHON") or os.environ.get("PYSPARK_PYTHON")
     if not chosen:
         return False
     found = shutil.which(chosen) or chosen
@@ -133,10 +139,7 @@ def _properties(spark_args: list[str]) -> dict[str, str]:
     chosen = spark_option(spark_args, "--properties-file")
     files = [Path(chosen)] if chosen else []
     if not chosen or "--load-spark-defaults" in spark_args:
-        conf_dir = os.environ.get("SPARK_CONF_DIR") or (
-            str(Path(os.environ["SPARK_HOME"]) / "conf") if os.environ.get("SPARK_HOME")
-            else str(Path(_pyspark_home()) / "conf"))
-        files.append(Path(conf_dir) / "spark-defaults.conf")
+        files.append(spark_conf_dir() / "spark-defaults.conf")
     found: dict[str, str] = {}
     for file in reversed(files):  # spark-defaults first, the chosen file over it
         try:
@@ -149,6 +152,30 @@ def _properties(spark_args: list[str]) -> dict[str, str]:
                 key, *value = re.split(r"\s*[=:]\s*|\s+", line, maxsplit=1)
                 found[key] = value[0].strip() if value else ""
     return found
+
+
+def spark_conf_dir() -> Path:
+    """Spark's conf directory as spark-submit finds it: ``$SPARK_CONF_DIR``, else
+    ``$SPARK_HOME/conf``, else pip's pyspark's ``conf``."""
+    return Path(os.environ.get("SPARK_CONF_DIR") or (
+        str(Path(os.environ["SPARK_HOME"]) / "conf") if os.environ.get("SPARK_HOME")
+        else str(Path(_pyspark_home()) / "conf")))
+
+
+def spark_env_sets(names: tuple[str, ...]) -> bool:
+    """True when ``spark-env.sh`` of :func:`spark_conf_dir`, which spark-submit sources
+    before it starts (``load-spark-env.sh``), assigns one of the variables `names` on a line
+    that is not a comment (``MASTER=yarn``, ``export PYSPARK_PYTHON=...``). Shell is not
+    evaluated: an assignment, conditional or not, counts; an unreadable file counts too."""
+    path = spark_conf_dir() / "spark-env.sh"
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # spark-submit may read what this process cannot
+    assigned = re.compile(rf"(?<![\w$])(?:{'|'.join(map(re.escape, names))})=")
+    return any(assigned.search(line.partition("#")[0]) for line in lines)
 
 
 def _pyspark_home() -> str:

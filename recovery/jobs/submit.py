@@ -45,7 +45,7 @@ from recovery.cli.common import (
     loaded_settings,
 )
 from recovery.errors import EXIT_BAD_INPUT
-from recovery.jobs.in_process import run_here, runs_here
+from recovery.jobs.in_process import run_here, runs_here, spark_submit_forced
 from recovery.jobs.init_command import init_main
 from recovery.jobs.local_modules import with_shipped_modules
 from recovery.jobs.precheck import precheck
@@ -116,11 +116,13 @@ def main(argv: list[str] | None = None) -> int:
 def submit_command(args: list[str]) -> list[str]:
     """The spark-submit command line for `args` (``<command> [job options] [-- spark
     options]``). Raises BadArguments, naming the fix, for an unknown command, a job option
-    after ``--``, ``apply`` without a plan, or no spark-submit to run."""
+    after ``--``, ``apply`` without a plan, a ``RECOVERY_SPARK_SUBMIT`` other than 0 or 1,
+    or no spark-submit to run."""
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
         raise BadArguments(f"unknown command {name!r}: use one of "
                            f"{', '.join([*COMMANDS, *HERE_ONLY])} (see --help)")
+    spark_submit_forced()  # a RECOVERY_SPARK_SUBMIT it cannot read is refused here
     job_file, added = COMMANDS[name]
     job_args, spark_args = _split_at_dashes(rest)
     misplaced = [a for a in spark_args if a.partition("=")[0] in JOB_ONLY_OPTIONS]

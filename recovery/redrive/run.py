@@ -202,6 +202,9 @@ def _redrive_one(client: redis.Redis, params: RedisParams, flt: RedriveFilter,
             start = "(" + step.cursor
     except StreamUnitError as exc:
         summary.skipped.append(asdict(Skipped(flt.source, None, str(exc))))
+    except BaseException:  # Redis gone, Ctrl-C: the summary still shows what was moved
+        summary.add_unit({**unit, "left_in_dead_letter": None})  # (a call whose reply was
+        raise  # cut off is not counted: its letters may have moved too)
     with redis_errors(params, flt.dead_letter_stream):
         unit["left_in_dead_letter"] = stream_length(client, flt.dead_letter_stream)
     log.info("redrive %s <- %s: %d matched, %d redriven, %d examined%s", flt.source,
