@@ -10,33 +10,33 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Self
 
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
 
 
-@dataclass
-class DrippingServer:
-    interval_s: float = 1.5
-    give_up_s: float = 15.0
-    sent: int = 0
-    accepted_at: list[float] = field(default_factory=list)  # time.monotonic() per connection
-    _sock: socket.socket = field(default_factory=socket.socket)
-    _stop: threading.Event = field(default_factory=threading.Event)
+class Listener:
+    """A listening socket on a free port of 127.0.0.1, accepting on a daemon thread of its
+    own until closed; each connection goes to :meth:`accepted` (on the accept thread)."""
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+    _sock: socket.socket
+    _stop: threading.Event
+    thread_name = "listener"
 
-    def __enter__(self) -> DrippingServer:
+    def __enter__(self) -> Self:
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(8)
         self._sock.settimeout(0.2)
-        threading.Thread(target=self._serve, daemon=True, name="dripping-server").start()
+        threading.Thread(target=self._serve, daemon=True, name=self.thread_name).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._sock.close()
+
+    @property
+    def port(self) -> int:
+        return int(self._sock.getsockname()[1])
 
     def _serve(self) -> None:
         while not self._stop.is_set():
@@ -44,8 +44,30 @@ class DrippingServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 continue
-            self.accepted_at.append(time.monotonic())
-            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+            self.accepted(conn)
+
+    def accepted(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class DrippingServer(Listener):
+    interval_s: float = 1.5
+    give_up_s: float = 15.0
+    sent: int = 0
+    accepted_at: list[float] = field(default_factory=list)  # time.monotonic() per connection
+    _sock: socket.socket = field(default_factory=socket.socket)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    thread_name = "dripping-server"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def accepted(self, conn: socket.socket) -> None:
+        self.accepted_at.append(time.monotonic())
+        threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
 
     def _drip(self, conn: socket.socket) -> None:
         with conn:

@@ -9,39 +9,26 @@ import socket
 import threading
 from dataclasses import dataclass, field
 
+from tests.support.dripping import Listener
+
 
 @dataclass
-class DrippingRedis:
+class DrippingRedis(Listener):
     upstream_port: int
     interval_s: float = 0.5
     dripped: int = 0
     _sock: socket.socket = field(default_factory=socket.socket)
     _stop: threading.Event = field(default_factory=threading.Event)
+    thread_name = "dripping-redis"
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self._sock.getsockname()[1]}/0"
+        return f"redis://127.0.0.1:{self.port}/0"
 
-    def __enter__(self) -> DrippingRedis:
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(8)
-        self._sock.settimeout(0.2)
-        threading.Thread(target=self._serve, daemon=True, name="dripping-redis").start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._sock.close()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                continue
-            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
-            threading.Thread(target=self._forward, args=(conn, upstream), daemon=True).start()
-            threading.Thread(target=self._drip, args=(upstream, conn), daemon=True).start()
+    def accepted(self, conn: socket.socket) -> None:
+        upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+        threading.Thread(target=self._forward, args=(conn, upstream), daemon=True).start()
+        threading.Thread(target=self._drip, args=(upstream, conn), daemon=True).start()
 
     def _forward(self, source: socket.socket, sink: socket.socket) -> None:
         """Requests, at once."""
