@@ -13,7 +13,7 @@ from functools import partial
 from operator import itemgetter
 from typing import Any
 
-from recovery.redis_io.streams import COUNT, IDLE, PendingRow
+from recovery.redis_io.streams import COUNT, ID, IDLE, PendingRow, as_str
 
 # (exclusive upper bound, label)
 DELIVERY_BUCKETS = ((2, "1"), (3, "2"), (4, "3"), (6, "4-5"), (11, "6-10"), (101, "11-100"))
@@ -44,12 +44,20 @@ class PelHistogram:
         self.ages: Counter[int] = Counter()  # idle-age bucket (index in IDLE_LABELS) -> entries
         self.oldest: int | None = None  # largest idle time seen, ms
         self.left_counted = False  # whether the rows the claim left were counted
+        # IDs this run's hand-over gave to other consumers of the group (reassigned): the
+        # claim counted their rows as found, so the read of what it left skips them.
+        self.given: set[str] = set()
 
     def add_left(self, rows: Sequence[PendingRow]) -> None:
         """Count the rows the unit's claim left to other consumers (no read of them
         follows: ``recovery.executor.claim.loop.left_reads`` is skipped)."""
         self.add(rows)
         self.left_counted = True
+
+    def add_unclaimed(self, rows: Sequence[PendingRow]) -> None:
+        """Count rows of the read of what the claim left (other consumers' rows), but those
+        of entries the run gave away (``given``): each PEL row is counted once."""
+        self.add([row for row in rows if as_str(row[ID]) not in self.given])
 
     def add(self, rows: Sequence[PendingRow]) -> None:
         """Count raw XPENDING rows (each ``[id, owner, idle ms, delivery count]``)."""

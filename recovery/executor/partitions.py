@@ -254,7 +254,7 @@ def recover_partition(params: JobParams, histograms: bool = False,
                                       done)
                     for report in journal.amended(reports) if journal else reports:
                         if left is not None:
-                            left.handed(client.get())
+                            left.handed(client.get(), report)
                         yield report
                     if left is not None:
                         left.rest(client.get())

@@ -135,6 +135,6 @@ def left_reads(client: redis.Redis, params: JobParams,
 
 def _add_left(unit: Unit, histogram: PelHistogram, page: list[PendingRow]) -> None:
     mine = unit.consumer.encode()
-    histogram.add([row for row in page if row[OWNER] != mine])
+    histogram.add_unclaimed([row for row in page if row[OWNER] != mine])
 
 
