@@ -73,7 +73,7 @@ from recovery.driver.run_ids import (
 from recovery.driver.split import Split, split_units
 from recovery.driver.warm_up import WarmUp, warming_up
 from recovery.executor.handover.modes import ACTIONS, PLAN_ACTIONS
-from recovery.executor.histogram import merged_rows
+from recovery.executor.histogram import given_ids, merged_rows
 from recovery.executor.survey import histogram_partition, plan_partition
 from recovery.executor.tally import Tallies, acked_deletions, histogram_rows
 from recovery.params import JobParams, Unit, is_job_consumer, new_run_id
@@ -311,9 +311,11 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
             if in_pass:  # the histograms came with the report pass, as its claim steps found
                 # them; a split unit's parts' added up, with what they left
                 stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
-                left = split.left_rows(client, partial(is_job_consumer, stem=stem)) \
+                rows = histogram_rows(tallies)
+                given = given_ids(rows)  # what the parts reassigned: counted by their steps
+                left = split.left_rows(client, partial(is_job_consumer, stem=stem), given) \
                     if split else []
-                add_histograms(health, merged_rows([*histogram_rows(tallies), *left]))
+                add_histograms(health, merged_rows([*rows, *left]))
                 _write_health(ctx, health, summary)
             # The clean-up reads each group's PEL summary: the final progress line uses them.
             pr.take_final_summaries(clean_up_job_consumers(

@@ -41,15 +41,17 @@ class LeftCounts:
         self._waiting: list[tuple[Unit, PelHistogram, int]] = []  # unit, its last step
         self._pels: dict[tuple[str, str], PelHistogram] = {}  # the tracked units' histograms
 
-    def tracked(self, unit: Unit, histogram: PelHistogram, steps: Iterable[ClaimStep]
-                ) -> Iterator[ClaimStep]:
+    def tracked(self, unit: Unit, histogram: PelHistogram, steps: Iterable[ClaimStep],
+                shared: bool = False) -> Iterator[ClaimStep]:
         """`steps` of `unit`, counted; once they end the unit waits for its read (unless
-        its claim already counted what it left: ``PelHistogram.left_counted``)."""
+        its claim already counted what it left: ``PelHistogram.left_counted``, or it is a
+        part of a split unit, `shared`: the driver reads what the parts left, skipping the
+        entries noted in ``PelHistogram.given``, which its row carries)."""
         self._pels[(unit.stream, unit.group)] = histogram
         for step in steps:
             self._pulled += 1
             yield step
-        if not histogram.left_counted:
+        if not histogram.left_counted and not shared:
             self._waiting.append((unit, histogram, self._pulled))
 
     def sent(self, steps: Iterable[ClaimStep]) -> Iterator[ClaimStep]:
@@ -66,11 +68,13 @@ class LeftCounts:
         self._read(client, self._handed)
 
     def _note_given(self, report: pa.RecordBatch) -> None:
-        """Add the IDs `report` says were reassigned to their units' ``PelHistogram.given``."""
+        """Add the IDs `report` says were reassigned to their units' ``PelHistogram.given``
+        (not for a unit whose claim counted what it left before any hand-over)."""
         rows = report.select(["stream", "group", "id", "action"]).to_pylist()
         for row in rows:
             pel = self._pels.get((row["stream"], row["group"]))
-            if row["action"] == Action.REASSIGNED and pel is not None:
+            if row["action"] == Action.REASSIGNED and pel is not None \
+                    and not pel.left_counted:
                 pel.given.add(row["id"])
 
     def rest(self, client: redis.Redis) -> None:
