@@ -26,6 +26,7 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import Any
 
 import redis
 from pyspark.sql import DataFrame, SparkSession
@@ -301,20 +302,26 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
                               order) as pr:
             work = unit_df if plan is None else planned_frame(
                 spark, plan, parts, max(p for _, p in parts) + 1)
+            # What a split unit's parts left: read once the claim is done, before the hand-over
+            # where the claim is materialised; else after the pass, but the entries the
+            # parts reassigned (their steps counted them as found).
+            stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
+            read_left = partial(split.left_rows, client, partial(is_job_consumer, stem=stem)) \
+                if split is not None and in_pass else None
+            early: list[list[dict[str, Any]]] = []
+            after_claim = (lambda: early.append(read_left({}))) if read_left else None
             if params.order is not None:  # per-key order: recovery.driver.ordered
                 tallies = claim_then_order(spark, client, settings, params, work, units,
                                            sorted({c for _, _, c in consumers}), in_pass,
-                                           batch_rows(spark))
+                                           batch_rows(spark), after_claim)
             else:
                 tallies = recover(spark, client, settings, params, work, consumers,
-                                  not dry_run and no_retries, in_pass)
+                                  not dry_run and no_retries, in_pass, after_claim)
             if in_pass:  # the histograms came with the report pass, as its claim steps found
                 # them; a split unit's parts' added up, with what they left
-                stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
                 rows = histogram_rows(tallies)
                 given = given_ids(rows)  # what the parts reassigned: counted by their steps
-                left = split.left_rows(client, partial(is_job_consumer, stem=stem), given) \
-                    if split else []
+                left = early[0] if early else read_left(given) if read_left else []
                 add_histograms(health, merged_rows([*rows, *left]))
                 _write_health(ctx, health, summary)
             # The clean-up reads each group's PEL summary: the final progress line uses them.
