@@ -112,3 +112,30 @@ def test_a_reassign_window_of_zero_exits_2(tmp_path):
     assert result.code == 2, result.stderr
     (line,) = result.error_lines()
     assert "reprocess.live_within_ms" in line, line
+
+
+@pytest.mark.slow
+def test_the_health_histogram_counts_the_pel_the_pending_count_describes(spark, server,
+                                                                          tmp_path):
+    """Issue 64: a run that reassigns counts its PEL histogram in its claim steps, then reads
+    what the claim left once the steps are handed over. The entries it gave to live
+    consumers are then theirs: they must not be counted a second time as left. The
+    histogram's sum is XPENDING's count as found, read from Redis before the run."""
+    client = server.client()
+    stuck(client, "hist", {"ok": (20, 1), "poison": (2, 9)})
+    for consumer in LIVE:  # live, each holding one fresh entry the claim leaves alone
+        seen_now(client, "hist", consumer)
+    found = client.xpending("hist", GROUP)["pending"]
+    assert found == 24
+    with kept_alive(server.client(), ["hist"], LIVE):
+        result = run_in_process(spark, reassign_args(server.url, tmp_path, ["hist"],
+                                                     run_id="hist1"))
+    assert result.code == 0, result.stderr
+    assert result.summary["totals"]["reassigned"] == 20, "the fault: entries given away"
+    rows = [r.asDict(recursive=True) for r in spark.read.parquet(
+        result.summary["health_path"]).collect() if r["stream"] == "hist"]
+    (health,) = rows
+    assert health["pending"] == found
+    assert sum(health["deliveries"].values()) == found, health["deliveries"]
+    assert health["deliveries"] == {"1": 22, "6-10": 2}
+    assert sum(health["idle_ages"].values()) == found, health["idle_ages"]

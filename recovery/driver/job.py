@@ -26,6 +26,7 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import Any
 
 import redis
 from pyspark.sql import DataFrame, SparkSession
@@ -73,7 +74,7 @@ from recovery.driver.run_ids import (
 from recovery.driver.split import Split, split_units
 from recovery.driver.warm_up import WarmUp, warming_up
 from recovery.executor.handover.modes import ACTIONS, PLAN_ACTIONS
-from recovery.executor.histogram import merged_rows
+from recovery.executor.histogram import given_ids, merged_rows
 from recovery.executor.survey import histogram_partition, plan_partition
 from recovery.executor.tally import Tallies, acked_deletions, histogram_rows
 from recovery.params import JobParams, Unit, is_job_consumer, new_run_id
@@ -301,19 +302,27 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
                               order) as pr:
             work = unit_df if plan is None else planned_frame(
                 spark, plan, parts, max(p for _, p in parts) + 1)
+            # What a split unit's parts left: read once the claim is done, before the hand-over
+            # where the claim is materialised; else after the pass, but the entries the
+            # parts reassigned (their steps counted them as found).
+            stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
+            read_left = partial(split.left_rows, client, partial(is_job_consumer, stem=stem)) \
+                if split is not None and in_pass else None
+            early: list[list[dict[str, Any]]] = []
+            after_claim = (lambda: early.append(read_left({}))) if read_left else None
             if params.order is not None:  # per-key order: recovery.driver.ordered
                 tallies = claim_then_order(spark, client, settings, params, work, units,
                                            sorted({c for _, _, c in consumers}), in_pass,
-                                           batch_rows(spark))
+                                           batch_rows(spark), after_claim)
             else:
                 tallies = recover(spark, client, settings, params, work, consumers,
-                                  not dry_run and no_retries, in_pass)
+                                  not dry_run and no_retries, in_pass, after_claim)
             if in_pass:  # the histograms came with the report pass, as its claim steps found
                 # them; a split unit's parts' added up, with what they left
-                stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
-                left = split.left_rows(client, partial(is_job_consumer, stem=stem)) \
-                    if split else []
-                add_histograms(health, merged_rows([*histogram_rows(tallies), *left]))
+                rows = histogram_rows(tallies)
+                given = given_ids(rows)  # what the parts reassigned: counted by their steps
+                left = early[0] if early else read_left(given) if read_left else []
+                add_histograms(health, merged_rows([*rows, *left]))
                 _write_health(ctx, health, summary)
             # The clean-up reads each group's PEL summary: the final progress line uses them.
             pr.take_final_summaries(clean_up_job_consumers(

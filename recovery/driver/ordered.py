@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import redis
 from pyspark.sql import DataFrame, SparkSession
@@ -61,18 +62,20 @@ def ordered_actions(actions: tuple[str, ...], params: JobParams, dry_run: bool
 
 def claim_then_order(spark: SparkSession, client: redis.Redis, settings: Settings,
                      params: JobParams, unit_df: DataFrame, units: list[WorkUnit],
-                     consumers: list[str], histograms: bool, rows: int) -> Tallies:
+                     consumers: list[str], histograms: bool, rows: int,
+                     after_claim: Callable[[], None] | None = None) -> Tallies:
     """Claim (materialised once), key, shuffle by key, sort by ID, hand over in key order and
     report in steps of `rows` entries; the tallies. The run's claim journals (of its job
     `consumers`) hold only their header here, kept while the run lasts: what keeps a second
-    run from taking the same ``--run-id`` (``check_run_id_unused``)."""
+    run from taking the same ``--run-id`` (``check_run_id_unused``). `after_claim`, if
+    given, is called once the claim is done, before anything is handed over."""
     prefix = settings.claim.journal_prefix
     keys = [journal_key(prefix, c) for c in consumers] if prefix else []
     with redis_errors(params.redis):
         refusal = open_journals(client, keys, params.run_id) if keys else None
     try:
         return _claim_then_order(spark, client, settings, params, unit_df, units, histograms,
-                                 rows)
+                                 rows, after_claim)
     finally:
         if keys and refusal is None:
             drop_journals(client, keys)
@@ -80,9 +83,12 @@ def claim_then_order(spark: SparkSession, client: redis.Redis, settings: Setting
 
 def _claim_then_order(spark: SparkSession, client: redis.Redis, settings: Settings,
                       params: JobParams, unit_df: DataFrame, units: list[WorkUnit],
-                      histograms: bool, rows: int) -> Tallies:
+                      histograms: bool, rows: int,
+                      after_claim: Callable[[], None] | None) -> Tallies:
     started = time.monotonic()
     claimed = materialise_once(unit_df.mapInArrow(claim_partition(params, histograms), PACKED))
+    if after_claim is not None:
+        after_claim()
     log.info("run %s: claim done in %.1f s; handing over in per-key order", params.run_id,
              time.monotonic() - started)
     started = time.monotonic()

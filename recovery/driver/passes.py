@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import redis
 from pyspark.sql import DataFrame, SparkSession
@@ -30,11 +31,12 @@ DEFAULT_RECORDS_PER_BATCH = 10_000  # Spark's default for the key above
 
 def recover(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
             unit_df: DataFrame, consumers: list[tuple[str, str, str]], one_pass: bool,
-            histograms: bool) -> Tallies:
+            histograms: bool, after_claim: Callable[[], None] | None = None) -> Tallies:
     """Claim, dead-letter, handle, ack and report: in one pass when Spark never retries a
     task, or when it may and the claim journal can be kept in Redis (a retried attempt
     reports from it); else with the claim materialised first (a retried hand-over reports
-    from it). Returns the tallies."""
+    from it). Returns the tallies. `after_claim`, if given, is called on the materialised
+    path once the claim is done, before anything is handed over."""
     master = str(spark.conf.get("spark.master", "") or "")
     if one_pass:
         log.info("run %s: tasks are not retried (master %s): claim and hand-over in one pass",
@@ -60,7 +62,7 @@ def recover(spark: SparkSession, client: redis.Redis, settings: Settings, params
              "is slower (grant ACL SETUSER <user> ~<claim.journal_prefix>* +rpush +lrange "
              "+expire +del; docs/ACL.md line 8)", params.run_id, master,
              refusal)
-    return _claim_then_apply(spark, settings, params, unit_df, histograms)
+    return _claim_then_apply(spark, settings, params, unit_df, histograms, after_claim)
 
 
 def _one_pass(settings: Settings, params: JobParams, unit_df: DataFrame,
@@ -83,12 +85,15 @@ def batch_rows(spark: SparkSession) -> int:
 
 
 def _claim_then_apply(spark: SparkSession, settings: Settings, params: JobParams,
-                      unit_df: DataFrame, histograms: bool) -> Tallies:
+                      unit_df: DataFrame, histograms: bool,
+                      after_claim: Callable[[], None] | None) -> Tallies:
     """Claim first, materialised exactly once, then dead-letter, handle, ack and report in a
     second stage (a retried hand-over reports from the materialised claim); the tallies."""
     started = time.monotonic()
     claim = claim_partition(params, histograms)
     claimed = materialise_once(unit_df.mapInArrow(claim, PACKED))
+    if after_claim is not None:
+        after_claim()
     log.info("run %s: claim done in %.1f s", params.run_id, time.monotonic() - started)
     # The hand-over works in steps of Spark's usual Arrow batch size (rows of entries); the
     # JVM sends it as many packs at a time as make about one such step.

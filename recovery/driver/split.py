@@ -60,15 +60,18 @@ def split_counts(pending: Sequence[int], partitions: int, min_pending: int,
 
 
 def left_histogram(client: redis.Redis, stream: str, group: str,
-                   is_job: Callable[[str], bool]) -> PelHistogram:
+                   is_job: Callable[[str], bool], given: set[str] | None = None
+                   ) -> PelHistogram:
     """The rows a split unit's parts left to other consumers once the pass is done (what the
     claim of a whole unit reads after its hand-over): its PEL's rows not owned by this run's
     job consumers (`is_job`: a consumer name's test). A stream or group that vanished
-    meanwhile counts what was read before (nothing, usually): it costs only itself."""
+    meanwhile counts what was read before (nothing, usually): it costs only itself. The
+    rows of `given` (IDs the parts reassigned: their steps counted them) are skipped."""
     histogram = PelHistogram()
+    histogram.given = given or set()
     try:
         for page in pending_pages(client, stream, group, LEFT_PAGE):
-            histogram.add([row for row in page if not is_job(shown(row[OWNER]))])
+            histogram.add_unclaimed([row for row in page if not is_job(shown(row[OWNER]))])
     except ResponseError as exc:
         if not unit_vanished(exc):
             raise
@@ -104,13 +107,14 @@ class Split:
         """`unit`'s cursor key, None for a unit claimed whole."""
         return self.keys.get((unit.stream, unit.group))
 
-    def left_rows(self, client: redis.Redis, is_job: Callable[[str], bool]
-                  ) -> list[dict[str, Any]]:
+    def left_rows(self, client: redis.Redis, is_job: Callable[[str], bool],
+                  given: dict[tuple[str, str], set[str]]) -> list[dict[str, Any]]:
         """A PEL_HISTOGRAM row per split unit of what its parts left to consumers other than
-        the run's (`is_job`: a consumer name's test); the parts' own rows come with their
+        the run's (`is_job`: a consumer name's test), but the entries they gave away
+        (`given`, by unit: ``histogram.given_ids``); the parts' own rows come with their
         tallies (add them up: ``merged_rows``)."""
-        return [left_histogram(client, stream, group, is_job).row(stream, group)
-                for stream, group in self.keys]
+        return [left_histogram(client, stream, group, is_job, given.get((stream, group)))
+                .row(stream, group) for stream, group in self.keys]
 
 
 def open_split(client: redis.Redis, units: Sequence[WorkUnit], partitions: int,

@@ -241,7 +241,7 @@ def recover_partition(params: JobParams, histograms: bool = False,
                 # A split unit's PEL is read for what its claim left once every part is done
                 # (on the driver: recovery.driver.split).
                 shared = unit.cursor is not None
-                return left.tracked(unit, pel, steps) if left and pel and not shared else steps
+                return left.tracked(unit, pel, steps, shared) if left and pel else steps
 
             steps = gathered((s for unit, claim in unit_claims(params, batches, client.get)
                               for s in unit_steps(unit, claim)), rows)
@@ -254,7 +254,7 @@ def recover_partition(params: JobParams, histograms: bool = False,
                                       done)
                     for report in journal.amended(reports) if journal else reports:
                         if left is not None:
-                            left.handed(client.get())
+                            left.handed(client.get(), report)
                         yield report
                     if left is not None:
                         left.rest(client.get())

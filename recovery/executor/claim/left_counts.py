@@ -6,7 +6,9 @@ other consumers own) is read once more when the unit is done. With small steps g
 into one hand-over (``recovery.executor.claim.gather``), a unit's claim loop ends before its
 entries are handed over. Read then, the PEL would still hold them (rows of the job's own
 consumer, read only to be dropped). So the read waits until the hand-over of the unit's
-last step, and the units done by then are read in one pipeline.
+last step, and the units done by then are read in one pipeline. By then an entry the
+hand-over reassigned is another consumer's row: its claim step counted it as found, so each
+hand-over's reassigned IDs are noted first (``PelHistogram.given``) and the read skips them.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator
 
+import pyarrow as pa
 import redis
 
 from recovery.executor.claim.loop import ClaimStep, left_reads
 from recovery.executor.histogram import PelHistogram
 from recovery.params import JobParams, Unit
+from recovery.schemas import Action
 
 
 class LeftCounts:
@@ -35,15 +39,19 @@ class LeftCounts:
         self._handed = 0  # claim steps whose hand-over is done
         self._in_flight: deque[int] = deque()  # claim steps per joined step sent
         self._waiting: list[tuple[Unit, PelHistogram, int]] = []  # unit, its last step
+        self._pels: dict[tuple[str, str], PelHistogram] = {}  # the tracked units' histograms
 
-    def tracked(self, unit: Unit, histogram: PelHistogram, steps: Iterable[ClaimStep]
-                ) -> Iterator[ClaimStep]:
+    def tracked(self, unit: Unit, histogram: PelHistogram, steps: Iterable[ClaimStep],
+                shared: bool = False) -> Iterator[ClaimStep]:
         """`steps` of `unit`, counted; once they end the unit waits for its read (unless
-        its claim already counted what it left: ``PelHistogram.left_counted``)."""
+        its claim already counted what it left: ``PelHistogram.left_counted``, or it is a
+        part of a split unit, `shared`: the driver reads what the parts left, skipping the
+        entries noted in ``PelHistogram.given``, which its row carries)."""
+        self._pels[(unit.stream, unit.group)] = histogram
         for step in steps:
             self._pulled += 1
             yield step
-        if not histogram.left_counted:
+        if not histogram.left_counted and not shared:
             self._waiting.append((unit, histogram, self._pulled))
 
     def sent(self, steps: Iterable[ClaimStep]) -> Iterator[ClaimStep]:
@@ -52,10 +60,22 @@ class LeftCounts:
             self._in_flight.append(step.joins)
             yield step
 
-    def handed(self, client: redis.Redis) -> None:
-        """One hand-over is done: read the PELs of the units it finished."""
+    def handed(self, client: redis.Redis, report: pa.RecordBatch) -> None:
+        """One hand-over is done (`report`: its REPORT batch): note the entries it gave to
+        other consumers, then read the PELs of the units it finished."""
+        self._note_given(report)
         self._handed += self._in_flight.popleft()
         self._read(client, self._handed)
+
+    def _note_given(self, report: pa.RecordBatch) -> None:
+        """Add the IDs `report` says were reassigned to their units' ``PelHistogram.given``
+        (not for a unit whose claim counted what it left before any hand-over)."""
+        rows = report.select(["stream", "group", "id", "action"]).to_pylist()
+        for row in rows:
+            pel = self._pels.get((row["stream"], row["group"]))
+            if row["action"] == Action.REASSIGNED and pel is not None \
+                    and not pel.left_counted:
+                pel.given.add(row["id"])
 
     def rest(self, client: redis.Redis) -> None:
         """Every hand-over is done: read the PELs of the units still waiting."""
