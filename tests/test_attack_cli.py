@@ -135,12 +135,15 @@ def test_the_job_runs_with_a_handler_in_spark_submit_py_files_conf(
 def test_a_handler_in_the_working_directory_is_judged_as_the_job_judges_it(
         tmp_path: Path, stub_spark: dict[str, str]):
     """Under ``python -m recovery`` the working directory is on this Python's path, not on
-    the driver's (its script's directory is ``recovery/jobs``): the job refuses the handler
-    (exit 2, after a JVM start, on stdout), so the check must refuse it first."""
+    the driver's (its script's directory is ``recovery/jobs``): the job alone would refuse
+    the handler after a JVM start. So the command either refuses it first or ships it to
+    the driver and executors: it ships a working-directory module with ``--py-files``
+    (``recovery.jobs.local_modules``), so spark-submit gets exactly that file."""
     (tmp_path / "atk_cwd_handler.py").write_text("def handle(batch):\n    return {}\n")
     done = command("run", *base(tmp_path, "atk_cwd_handler"), env=stub_spark, cwd=tmp_path)
-    assert STARTED not in done.stdout, "the check passed a handler the job cannot import"
-    assert done.returncode == 2 and "atk_cwd_handler" in done.stderr, done.stderr
+    shipped = f"{STARTED} --py-files {tmp_path / 'atk_cwd_handler.py'} "
+    assert shipped in done.stdout, "the handler the job cannot import was not shipped"
+    assert done.returncode == 0, done.stderr
 
 
 def test_dead_letters_report_path_not_writable_is_refused_before_spark(
