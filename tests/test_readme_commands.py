@@ -269,3 +269,19 @@ def test_installed_config(server, client):
     assert ran.last["streams"]["keys"] == ["orders"]  # from the file
     assert ran.last["redis"]["url"] == server.url
     assert client.info("stats")["total_connections_received"] == connections
+
+
+@runs("redis-stream-recovery init")
+def test_installed_init(tmp_path):
+    """README's first step: in an empty folder, ``init`` writes the commented config, the
+    same bytes as the checked conf/recovery.toml; a second ``init`` overwrites nothing
+    (exit 2) and leaves the file as it was."""
+    init = [str(VENV_BIN / "redis-stream-recovery"), "init"]
+    done = subprocess.run(init, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    written = tmp_path / "conf" / "recovery.toml"
+    assert written.read_bytes() == (ROOT / "conf" / "recovery.toml").read_bytes()
+    written.write_text("# mine\n")
+    again = subprocess.run(init, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2, again.stderr
+    assert written.read_text() == "# mine\n"
