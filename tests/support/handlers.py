@@ -73,7 +73,7 @@ def garbage(messages: list[Message]) -> object:
 NOT_CALLABLE = 42
 
 
-# --- A recording handler for the fault tests (tests/integration/faults/test_fault_tolerance.py,
+# --- A recording handler for the fault tests (tests/integration/faults/,
 # tests/integration/test_bad_input.py).
 # It runs on executors, so it is steered through a JSON control file named by an environment
 # variable that the test process sets before Spark starts (tests/support/fault_tools.py).
