@@ -5,8 +5,9 @@ workers (``recovery/executor/``) and the Redis I/O both sides use (``recovery/re
 never import the driver side; the claim and the hand-over never import each other; the job
 never imports its test tooling (``recovery/testing/``); only ``recovery/redis_io/`` sends
 Redis commands (``SENDS_OUTSIDE`` names the exceptions, each with why); tests share code
-only through ``tests/support/``; and every runtime module is named by a test module that
-exercises it."""
+only through ``tests/support/``; and the tests of every runtime module are found from its
+path: ``tests/unit/<pkg>/test_<mod>.py``, which imports it, or the test module
+``tests/support/homes.py`` names."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.homes import TESTED_ELSEWHERE
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "recovery"
@@ -200,31 +203,74 @@ def test_the_daemon_module_loads_no_pyspark() -> None:
     assert [m for m in loaded_by(["recovery.spark.pyspark_path"]) if within(m, heavy)] == []
 
 
-# A module of the package named in a test module's docstring: ``recovery.executor.faults``.
-NAMED_IN_DOCSTRING = re.compile(r"\brecovery(?:\.\w+)+")
+def holds_code(module: Path) -> bool:
+    """False for a package face that is only a docstring: nothing in it to test."""
+    return any(not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+               for node in ast.parse(module.read_text(encoding="utf-8")).body)
 
 
-def names_in_tests() -> set[str]:
-    """Every ``recovery.*`` name a test module (tests/test_*.py) imports, or names in its
-    module docstring."""
-    names: set[str] = set()
-    for test in TEST_MODULES:
-        names.update(n for n in imported(test) if within(n, ("recovery",)))
-        doc = ast.get_docstring(ast.parse(test.read_text(encoding="utf-8"))) or ""
-        names.update(NAMED_IN_DOCSTRING.findall(doc))
-    return names
+def own_test(module: Path) -> Path:
+    """Where the tests of `module` are found from its path: ``recovery/<pkg>/<mod>.py`` ->
+    ``tests/unit/<pkg>/test_<mod>.py``; a package ``recovery/<parent>/<pkg>/__init__.py`` ->
+    ``tests/unit/<parent>/test_<pkg>.py`` (``recovery/__init__.py``:
+    ``tests/unit/test_recovery.py``)."""
+    rel = module.relative_to(PACKAGE)
+    if module.name == "__init__.py":
+        name = rel.parent.name or "recovery"
+        return ROOT / "tests" / "unit" / rel.parent.parent / f"test_{name}.py"
+    return ROOT / "tests" / "unit" / rel.parent / f"test_{rel.stem}.py"
 
 
-def test_every_runtime_module_is_named_by_a_test_module() -> None:
-    """The tests of a module are found from its name: some tests/test_*.py imports it (``from
-    recovery.x.y import ...``, ``import recovery.x.y``) or, where the tests reach it through
-    the job, names it in its docstring as ``recovery.x.y`` (or a name inside it). The
-    packages' faces (``__init__.py``) and the test tooling (``recovery/testing/``) aside."""
-    names = names_in_tests()
-    runtime = [m for m in MODULES if m.name != "__init__.py"
-               and m.relative_to(PACKAGE).parts[0] != "testing"]
-    assert [module_id(m) for m in runtime
-            if not any(within(n, (dotted(m),)) for n in names)] == []
+def reached_from(test: Path) -> set[str]:
+    """The modules of the package a test module imports, and all they import in turn."""
+    by_name = {dotted(m): m for m in MODULES}
+    seen: set[str] = set()
+    todo = [n for n in imported(test) if n in by_name]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(n for n in imported(by_name[name]) if n in by_name)
+    return seen
+
+
+def reaches(test: Path, module: Path, how: str) -> bool:
+    """Whether `test` reaches `module` as `how` says (tests/support/homes.py)."""
+    name = dotted(module)
+    if how == "imports it":
+        return name in imported(test)
+    if how.startswith("through "):
+        neighbour = how.removeprefix("through ")
+        return neighbour in reached_from(test) and name in imported(
+            next(m for m in MODULES if dotted(m) == neighbour))
+    if how == "runs it: python -m recovery":
+        return name == "recovery.__main__" and '"-m", "recovery"' in test.read_text("utf-8")
+    return False
+
+
+TESTED = [m for m in MODULES if holds_code(m)]
+
+
+@pytest.mark.parametrize("module", TESTED, ids=module_id)
+def test_every_runtime_module_is_found_from_its_path(module: Path) -> None:
+    """The tests of ``recovery/<pkg>/<mod>.py`` are ``tests/unit/<pkg>/test_<mod>.py``, which
+    imports it; or the module is named in ``tests.support.homes.TESTED_ELSEWHERE`` with the
+    test module that reaches it, and how. Package faces that are only a docstring aside."""
+    own = own_test(module)
+    if module_id(module) not in TESTED_ELSEWHERE:
+        assert own.exists(), (f"write {own.relative_to(ROOT)}, or name the test that reaches "
+                              "the module in tests/support/homes.py")
+        assert dotted(module) in imported(own), f"{own.relative_to(ROOT)} does not import it"
+        return
+    test, how = TESTED_ELSEWHERE[module_id(module)]
+    assert not (own.exists() and dotted(module) in imported(own)), (
+        f"{own.relative_to(ROOT)} tests it: take it out of tests/support/homes.py")
+    assert (ROOT / test).is_file(), test
+    assert reaches(ROOT / test, module, how), f"{test} does not reach it as {how!r}"
+
+
+def test_homes_names_only_modules_that_hold_code() -> None:
+    assert sorted(set(TESTED_ELSEWHERE) - {module_id(m) for m in TESTED}) == []
 
 
 # Redis behind one door: only ``recovery/redis_io`` (and the test tooling) sends commands.

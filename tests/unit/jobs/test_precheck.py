@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from recovery.jobs.precheck import answered_by_the_job, driver_elsewhere
 from recovery.metrics.families import PREFIX
 from tests.support.pushgateway import LocalPushgateway, pushed
 
@@ -153,3 +154,20 @@ def test_a_refusal_before_spark_pushes_the_attempt_as_the_job_would(tmp_path: Pa
         refused_here(done, 2, "no such directory")
         assert pushed(gateway, PREFIX + "last_attempt_exit_code", "recover_apply") == {
             "outcome=attempt": 2}
+
+
+@pytest.mark.parametrize(("spark_args", "elsewhere"), [
+    (["--deploy-mode", "cluster"], True),
+    (["--deploy-mode=cluster"], True),
+    (["--conf", "spark.submit.deployMode=cluster"], True),
+    (["--deploy-mode", "client"], False),
+    (["--deploy-mode", "cluster", "--deploy-mode", "client"], False),  # the last one counts
+])
+def test_the_driver_is_elsewhere_only_in_cluster_deploy_mode(spark_args, elsewhere):
+    """Where the driver is not this process, the checks here cannot stand for its own."""
+    assert driver_elsewhere(spark_args) is elsewhere
+
+
+def test_the_options_the_job_answers_itself_are_read_as_argparse_reads_them():
+    assert answered_by_the_job("--print-conf") and answered_by_the_job("-h")
+    assert not answered_by_the_job("--p") and not answered_by_the_job("--config")

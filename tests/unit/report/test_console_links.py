@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from recovery.cli.dead_letters import dead_letters_main
 from recovery.console.serve import ServeOptions, console_state
 from recovery.console.users import load_users
+from recovery.report.console_links import console_links, link_lines
 from recovery.settings.model import load_settings
 from recovery.testing.local_redis import LocalServer
 from tests.support.console_tools import READER, READER_SECRET, USERS, entries, logged_in
@@ -94,3 +95,12 @@ def test_a_console_url_that_cannot_be_a_base_address_is_refused(redis_server: Lo
     err = capsys.readouterr().err
     assert "dead_letter.console_url" in err and "s3cret" not in err
     assert sorted(redis_server.client().keys("*")) == before
+
+
+def test_each_stream_links_to_its_percent_encoded_console_page():
+    """Any key works: the name is one path segment, percent-encoded; each stream once."""
+    links = console_links("https://console.example", ["orders:dlq", "a b/c", "orders:dlq"])
+    assert links == {"a b/c": "https://console.example/streams/a%20b%2Fc",
+                     "orders:dlq": "https://console.example/streams/orders%3Adlq"}
+    assert console_links(None, ["orders:dlq"]) == {} == console_links("", ["orders:dlq"])
+    assert link_lines({"k": "u"}) == ["dead letters of k in the console: u"]

@@ -12,7 +12,16 @@ from types import SimpleNamespace
 import pytest
 
 from recovery.errors import ConfigError
-from recovery.executor.handover.modes import ACTIONS, MODES, PLAN_ACTIONS, mode_of
+from recovery.executor.handover.modes import (
+    ACTIONS,
+    MODES,
+    PLAN_ACTIONS,
+    base,
+    handler,
+    mode_of,
+    reassign,
+    requeue,
+)
 from recovery.redis_io.scripts import SCRIPT_NAMES
 from recovery.schemas import Mode
 from recovery.settings.sections import ReprocessSettings
@@ -22,6 +31,14 @@ def test_every_mode_is_registered_once_by_its_name_in_modes_order():
     assert list(MODES) == ["handler", "requeue", "reassign"] == [m.value for m in Mode]
     assert all(mode_of(name).name == name for name in MODES)
     assert [m for m in MODES.values() if m.calls_handler] == [mode_of("handler")]
+
+
+def test_each_mode_is_the_object_its_own_module_defines():
+    """The registry loads ``modes.<name>.MODE`` by name: it holds those very objects, each a
+    ``base.ReprocessMode``."""
+    assert MODES == {"handler": handler.MODE, "requeue": requeue.MODE,
+                     "reassign": reassign.MODE}
+    assert all(isinstance(mode, base.ReprocessMode) for mode in MODES.values())
 
 
 def test_the_summarys_columns_stay_as_they_were():
