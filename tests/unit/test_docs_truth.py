@@ -1,8 +1,8 @@
 """Words that stay true: every dotted ``recovery.…`` name written in the code, the docs and the
 config files resolves to a module or an attribute; every relative Markdown link (and its
-``#anchor``) resolves; every setting of the model is named in docs/CONFIGURATION.md, and every
-settings table in the documents is what ``recovery.settings.reference`` writes from the
-model's field descriptions.
+``#anchor``) resolves; every ``tests/...`` path written exists; every setting of the model is
+named in docs/CONFIGURATION.md, and every settings table in the documents is what
+``recovery.settings.reference`` writes from the model's field descriptions.
 
 Each check reads the files as they are, so a rename that forgets a mention fails here."""
 
@@ -61,6 +61,20 @@ def _dotted_names() -> list[tuple[str, str]]:
 def test_every_dotted_name_resolves() -> None:
     unresolved = [f"{name} ({where})" for name, where in _dotted_names() if not _resolves(name)]
     assert not unresolved, "names that no longer exist: " + ", ".join(unresolved)
+
+
+# A test file or folder written in the code, the docs and the config files: ``tests/unit/``,
+# ``tests/integration/test_cli.py`` (``tests/unit/test_<module>.py`` names the folder only).
+TEST_PATH = re.compile(
+    r"(?<![\w./-])tests/(?:(?:[\w-]+/)*[\w-]+\.(?:py|yml|txt|json)\b|(?:[\w-]+/)+)")
+
+
+def test_every_test_path_written_exists() -> None:
+    """A test moved or split leaves no mention of its old place behind."""
+    missing = sorted({f"{m.group(0)} ({path.relative_to(ROOT)})" for path in _texts()
+                      for m in TEST_PATH.finditer(path.read_text(errors="replace"))
+                      if not (ROOT / m.group(0)).exists()})
+    assert not missing, "no such test file or folder: " + ", ".join(missing)
 
 
 def _anchor(heading: str) -> str:
