@@ -55,11 +55,12 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/dead_letters/trend.py": ("tests/unit/dead_letters/test_read.py", "imports it"),
     "recovery/dead_letters/views.py": ("tests/unit/dead_letters/test_read.py", "imports it"),
     "recovery/driver/handler_choice.py":
-        ("tests/unit/driver/test_plan.py", "through recovery.driver.job"),
+        ("tests/integration/test_end_to_end.py", "through recovery.driver.job"),
     "recovery/driver/health.py": ("tests/unit/driver/progress/test_reporter.py", "imports it"),
-    "recovery/driver/job.py": ("tests/unit/driver/test_plan.py", "imports it"),
+    "recovery/driver/job.py": ("tests/integration/test_end_to_end.py", "imports it"),
     "recovery/driver/ordered.py": ("tests/unit/driver/test_plan.py", "through recovery.driver.job"),
-    "recovery/driver/passes.py": ("tests/unit/driver/test_plan.py", "through recovery.driver.job"),
+    "recovery/driver/passes.py":
+        ("tests/integration/test_end_to_end.py", "through recovery.driver.job"),
     "recovery/driver/progress/frontier.py":
         ("tests/unit/driver/progress/test_reporter.py",
          "through recovery.driver.progress.reporter"),
