@@ -74,7 +74,7 @@ from recovery.driver.run_ids import (
 from recovery.driver.split import Split, split_units
 from recovery.driver.warm_up import WarmUp, warming_up
 from recovery.executor.handover.modes import ACTIONS, PLAN_ACTIONS
-from recovery.executor.histogram import given_ids, merged_rows
+from recovery.executor.histogram import kept_ids, merged_rows
 from recovery.executor.survey import histogram_partition, plan_partition
 from recovery.executor.tally import Tallies, acked_deletions, histogram_rows
 from recovery.params import JobParams, Unit, is_job_consumer, new_run_id
@@ -304,7 +304,7 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
                 spark, plan, parts, max(p for _, p in parts) + 1)
             # What a split unit's parts left: read once the claim is done, before the hand-over
             # where the claim is materialised; else after the pass, but the entries the
-            # parts reassigned (their steps counted them as found).
+            # parts claimed and kept pending (their steps counted them as found).
             stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
             read_left = partial(split.left_rows, client, partial(is_job_consumer, stem=stem)) \
                 if split is not None and in_pass else None
@@ -320,8 +320,8 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
             if in_pass:  # the histograms came with the report pass, as its claim steps found
                 # them; a split unit's parts' added up, with what they left
                 rows = histogram_rows(tallies)
-                given = given_ids(rows)  # what the parts reassigned: counted by their steps
-                left = early[0] if early else read_left(given) if read_left else []
+                kept = kept_ids(rows)  # claimed, still pending: counted by the parts' steps
+                left = early[0] if early else read_left(kept) if read_left else []
                 add_histograms(health, merged_rows([*rows, *left]))
                 _write_health(ctx, health, summary)
             # The clean-up reads each group's PEL summary: the final progress line uses them.
