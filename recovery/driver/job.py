@@ -117,19 +117,21 @@ log = logging.getLogger(__name__)
 
 
 def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
-        dry_run: bool = False, plan: str | None = None, *, checked: bool = False
-        ) -> RunSummary:
+        dry_run: bool = False, plan: str | None = None, *, checked: bool = False,
+        scheduler_run_id: str | None = None) -> RunSummary:
     """One recovery run (or, with `dry_run`, its plan: nothing is written to Redis; or, with
     `plan`, a dry run's report directory, exactly the entries it planned: ``driver.plan``).
     `checked`: the caller made the pre-flight checks just before, on these settings (the
     command line's ``recovery.cli.recover.preflight``, before the session started): the
     handler, the order settings, the report location and the server are not checked again.
+    `scheduler_run_id`: the scheduler's own id of the run (``--scheduler-run-id``), kept in
+    the summary and on every row of the report and health files.
 
     Raises RecoveryError subclasses for what it cannot do.
     """
     started, started_ms = time.monotonic(), int(time.time() * 1000)
     check_no_speculation(spark.conf.get("spark.speculation", "false"))
-    params = executor_params(settings, run_id or new_run_id())
+    params = executor_params(settings, run_id or new_run_id(), scheduler_run_id)
     if not checked:
         check_handler(settings, dry_run)  # none by default: handler mode names one
         check_order(settings, dry_run, plan)
@@ -172,7 +174,8 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             client, settings, params.redis, params.run_id, run_id is not None, warnings)
         stack.enter_context(registration)  # before the run's first write
         summary = RunSummary(params.run_id, dry_run=dry_run, plan=plan, warnings=warnings,
-                             report_path=run_path(settings.report.path, params.run_id))
+                             report_path=run_path(settings.report.path, params.run_id),
+                             scheduler_run_id=scheduler_run_id)
         summary.dead_letter_warnings = dead_letter_warnings(client, settings, params.redis)
         if params.backoff:
             summary.backoff = {"factor": params.backoff_factor, "max_ms": params.backoff_max_ms}
@@ -292,7 +295,7 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
             _write_health(ctx, health, summary)
         if dry_run:
             return write_pass(unit_df, plan_partition(params), settings.report.path,
-                              params.run_id, by_workers=no_retries)
+                              params.run_id, no_retries, params.scheduler_run_id)
         # A planned run's parts take their entries in the plan's order: ticks read round robin.
         order = None if plan is not None else parts_order(
             [(u.stream, u.group) for u in units], progress_parts(parts))
@@ -341,7 +344,8 @@ def _write_health(ctx: RunContext, health: list[dict], summary: RunSummary) -> N
     health = [*health, *ctx.quiet_health]
     summary.health, summary.unit_health = health_totals(health), health
     summary.health_path = health_path(settings.report.path, params.run_id) if health else None
-    write_health(ctx.spark, health, settings.report.path, params.run_id)
+    write_health(ctx.spark, health, settings.report.path, params.run_id,
+                 params.scheduler_run_id)
     log.info("run %s group health\n%s", params.run_id,
              format_health(health, settings.report.log_units_max))
 
