@@ -83,7 +83,8 @@ class LeftCounts:
         """Add the IDs of `report`'s entries still pending (an action not in ``GONE``) to
         their units' ``PelHistogram.kept`` (not for a unit whose claim counted what it left
         before any hand-over)."""
-        pending = pc.invert(pc.is_in(report.column("action"), value_set=GONE))
+        actions = report.column("action")
+        pending = pc.invert(pc.is_in(actions, value_set=GONE.cast(actions.type)))
         if not pc.any(pending).as_py():
             return
         rows = report.filter(pending).select(["stream", "group", "id"]).to_pylist()
