@@ -95,6 +95,9 @@ class JobParams:
     # of plain values), probed once by the driver; None before the probe. Typed loosely here:
     # this floor sits below recovery.redis_io.
     features: object | None = None
+    # The scheduler's own id of the run (--scheduler-run-id, e.g. Airflow's DAG run id, in
+    # full): on every row of the report; None when not given.
+    scheduler_run_id: str | None = None
 
     @property
     def backoff(self) -> bool:

@@ -96,7 +96,7 @@ def _claim_then_order(spark: SparkSession, client: redis.Redis, settings: Settin
     frame = ordered_frame(spark, params, claimed, held_back(client, params, units, stem),
                           settings.spark.partitions, stem)
     tallies = write_pass(frame, ordered_partition(params, rows), settings.report.path,
-                         params.run_id, by_workers=False)
+                         params.run_id, False, params.scheduler_run_id)
     log.info("run %s: dead-letter, handler in per-key order, acks and report done in %.1f s",
              params.run_id, time.monotonic() - started)
     return tallies
