@@ -20,7 +20,7 @@ from redis import Redis, ResponseError
 from redis.crc import key_slot
 
 from recovery.driver.discovery import WorkUnit
-from recovery.driver.ordered import refuse_holds_elsewhere
+from recovery.driver.ordered import move_holds_command, refuse_holds_elsewhere
 from recovery.errors import ConfigError, DeadLetterNameError, HeldElsewhereError
 from recovery.params import JobParams, RedisParams
 from recovery.redis_io.dlq_names import dead_letter_key
@@ -315,6 +315,8 @@ def test_the_documented_release_names_the_jobs_hash(client: Redis) -> None:
     assert "`recovery:held:{orders}/billing`" in section
     assert f"`{hold_key('recovery:held:', 'orders{eu}', 'billing')}`" in section
     assert f"`{hold_key('recovery:held:', 'events:{eu}:pay', 'svc:billing')}`" in section
+    assert move_holds_command(earlier_hold_key("recovery:held:", "orders", "billing"),
+                              [hold_key("recovery:held:", "orders", "billing")]) in section
     [release] = re.findall(r"^redis-cli HDEL .*$", section, re.MULTILINE)
     command = shlex.split(release)[1:]
     assert command[1] == hold_key("recovery:held:", "orders", "billing")
