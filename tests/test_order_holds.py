@@ -241,9 +241,11 @@ def test_the_documented_recovery_user_may_write_and_read_the_holds(server) -> No
     [[letter]] = dead_letter_units(job, [(ctx, [DeadLetter(entry, 6, 1, "", "r", None, b"k0")])])
     assert read_heads(job, [(held, [b"k0"])]) == [[(entry, letter.decode())]]
     assert each(job, [("HLEN", held)]) == [1]
-    refuse_holds_elsewhere(job, _params("recovery:held:a:", stream), [WorkUnit(stream, GROUP, 1)],
-                           dry_run=False)
-    assert admin.smembers(HOLD_PREFIXES) == {b"recovery:held:a:"}
+    units = [WorkUnit(stream, GROUP, 1)]
+    refuse_holds_elsewhere(job, _params("recovery:held:", stream), units, dry_run=False)
+    assert admin.smembers(HOLD_PREFIXES) == {b"recovery:held:"}
+    with pytest.raises(HeldElsewhereError, match=re.escape(repr(held))):
+        refuse_holds_elsewhere(job, _params("recovery:held:a:", stream), units, dry_run=False)
     assert refusals(admin) <= {setinfo_refusal(admin)}
 
 
