@@ -40,7 +40,7 @@ from recovery.testing.backlog import add_entries, create_group, deliver
 from tests.support.acl_rules import PASSWORD, create_users, refusals, setinfo_refusal
 from tests.support.backlogs import DEAD, HOUR_MS
 from tests.support.cluster_fixtures import keys_on_every_primary
-from tests.support.fault_tools import GROUP, run_in_process, write_control
+from tests.support.fault_tools import GROUP, ROOT, run_in_process, write_control
 from tests.support.order_handler import DONE, SEEN
 from tests.support.order_tools import STREAM, age, args, pending_owners, recorded, rows_of, seed
 
@@ -311,7 +311,7 @@ def test_holds_a_run_would_not_read_refuse_it_until_moved(client: Redis) -> None
 def test_the_documented_release_names_the_jobs_hash(client: Redis) -> None:
     """docs/OPERATIONS.md's names of the hashes are the job's, and its HDEL, run as
     written, releases the key the move recorded there (the other key stays held)."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "OPERATIONS.md").read_text()
+    text = (ROOT / "docs" / "OPERATIONS.md").read_text()
     section = text[text.index("## Keys held behind a dead letter"):]
     section = section[:section.index("\n## ")]
     assert "`recovery:held:{orders}/billing`" in section
