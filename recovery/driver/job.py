@@ -51,6 +51,7 @@ from recovery.driver.ordered import (
     check_order,
     claim_then_order,
     ordered_actions,
+    refuse_holds_elsewhere,
 )
 from recovery.driver.passes import batch_rows, recover
 from recovery.driver.plan import (
@@ -168,6 +169,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
                 and may_read_stream_info(client, units[0].stream))))
         names = settings.dead_letter.names  # on a cluster, names in the sources' slots only
         refuse_cross_slot(client, names, [(u.stream, names.key(u.stream, u.group)) for u in units])
+        refuse_holds_elsewhere(client, params, units, dry_run)  # holds where this run reads
         log.info("run %s: %d units with pending entries, %d skipped%s", params.run_id,
                  len(units), len(skipped), " (dry run)" if dry_run else "")
         registration = contextlib.nullcontext() if dry_run else registered_run(
