@@ -102,13 +102,13 @@ class BoundedSocket:
     def gettimeout(self) -> float | None:
         return self._timeout
 
-    def recv(self, bufsize: int, flags: int = 0) -> bytes:
-        data = self._bounded(self._sock.recv, bufsize, flags)
+    def recv(self, bufsize: int, *flags: int) -> bytes:
+        data = self._bounded(self._sock.recv, bufsize, *flags)
         self._clock.moved(len(data))
         return data
 
-    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
-        count = self._bounded(self._sock.recv_into, buffer, nbytes, flags)
+    def recv_into(self, buffer: Any, *size_and_flags: int) -> int:
+        count = self._bounded(self._sock.recv_into, buffer, *size_and_flags)
         self._clock.moved(count)
         return count
 
