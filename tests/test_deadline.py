@@ -37,6 +37,7 @@ from recovery.redis_io.scripts import load_scripts
 from recovery.settings.model import load_settings, redis_params
 from recovery.testing.backlog import add_entries, create_group, deliver
 from recovery.testing.local_redis import LocalServer
+from tests.support.backlogs import DEAD
 from tests.support.cluster_fixtures import LocalCluster
 from tests.support.fault_tools import (
     GROUP,
@@ -119,7 +120,7 @@ def test_a_big_reply_on_a_slow_honest_link_arrives_and_a_slower_link_is_a_timeou
     client = redis_server.client()
     create_group(client, "big", GROUP)
     ids = add_entries(client, "big", 1000, lambda i: {"payload": f"{i:06d}".encode() * 83})
-    deliver(client, "big", GROUP, "worker-dead", 1000)
+    deliver(client, "big", GROUP, DEAD, 1000)
     with DrippingRedis(redis_server.port, interval_s=0.05, chunk=8192) as drip:
         honest = connect(RedisParams(url=drip.url, socket_timeout_s=1, connect_timeout_s=1,
                                      cluster=False))
@@ -206,9 +207,10 @@ def test_the_driver_gives_up_on_a_dripping_redis_in_one_line_and_touches_nothing
     assert result.code == 1, result.stderr
     (line,) = result.error_lines()
     assert f"cannot reach Redis at 127.0.0.1:{drip.port}" in line and GIVE_UP in line, line
+    assert result.summary["exit_code"] == 1 and result.summary["status"] == "failed"
     assert result.seconds < ATTEMPTS * 1.5 + BACKOFF_S + 2, result.seconds
     assert cut == ATTEMPTS
-    assert pending_per_consumer(client, ["drip-d"]) == Counter({"worker-dead": len(seeded)})
+    assert pending_per_consumer(client, ["drip-d"]) == Counter({DEAD: len(seeded)})
 
 
 def test_an_executor_claim_whose_reply_drips_fails_the_run_and_loses_nothing(
@@ -229,6 +231,7 @@ def test_an_executor_claim_whose_reply_drips_fails_the_run_and_loses_nothing(
     assert result.code == 1, result.stderr
     (line,) = result.error_lines()
     assert GIVE_UP in line, line
+    assert result.summary["exit_code"] == 1 and result.summary["status"] == "failed"
     assert cut >= ATTEMPTS and drip.dripped > 0
     assert handed_over(client) == Counter()
     assert sum(pending_per_consumer(client, ["drip-e"]).values()) == len(seeded)

@@ -51,7 +51,7 @@ def connect(params: RedisParams) -> redis.Redis:
         "password": params.password,
         "socket_connect_timeout": params.connect_timeout_s,
         "socket_timeout": params.socket_timeout_s,  # per read, and the base of the bound
-        "min_transfer_bytes_per_s": params.min_transfer_bytes_per_s,  # on each whole reply
+        "min_transfer_bytes_per_s": params.min_transfer_bytes_per_s,  # 1 s more per this many bytes
         "retry": Retry(ExponentialBackoff(cap=1.0, base=0.1), RETRIES),
         "client_name": "stream-recovery",
         "protocol": 2,
