@@ -22,12 +22,14 @@ class RedisParams:
     password: str | None = field(default=None, repr=False)
     connect_timeout_s: float = 5.0
     socket_timeout_s: float = 30.0
-    min_transfer_bytes_per_s: float = 65536.0  # the bound on a whole reply: redis_io.deadline
     tls_ca_file: str | None = None
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_check_hostname: bool = True
     cluster: bool | str = "auto"  # True, False or "auto"
+    # a request or reply may take socket_timeout_s plus 1 s per this many bytes
+    # (recovery.redis_io.deadline)
+    min_transfer_bytes_per_s: float = 65536.0
 
 
 @dataclass(frozen=True)
