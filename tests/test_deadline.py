@@ -173,7 +173,9 @@ def test_a_tls_reply_whose_records_each_come_in_time_is_still_bounded_whole(
             tls_key_file=str(tls_files.client_key), cluster=False))
         message, took = timed_failure(lambda: client.get("k"))
         assert GIVE_UP in message, message
-        assert took < ATTEMPTS * 1.5 + BACKOFF_S, took
+        # each attempt: about 0.5 s to connect through the proxy (TLS handshake, CLIENT
+        # SETNAME), then the 1 s bound; redis-py alone would read each attempt's reply whole
+        assert took < ATTEMPTS * 2 + BACKOFF_S, took
         assert cut_seen(drip, ATTEMPTS) == ATTEMPTS
 
 
@@ -200,14 +202,15 @@ def test_the_driver_gives_up_on_a_dripping_redis_in_one_line_and_touches_nothing
     client = redis_server.client()
     seeded = seed_kinds(client, ["drip-d"], {"ok": (5, 1)})
     with DrippingRedis(redis_server.port, interval_s=0.05) as drip:
+        port = drip.port
         result = run_in_process(None, job_args(
             drip.url, tmp_path, ["drip-d"], "redis.socket_timeout_s=1",
             "redis.connect_timeout_s=1"))
         cut = cut_seen(drip, ATTEMPTS)
     assert result.code == 1, result.stderr
     (line,) = result.error_lines()
-    assert f"cannot reach Redis at 127.0.0.1:{drip.port}" in line and GIVE_UP in line, line
-    assert result.summary["exit_code"] == 1 and result.summary["status"] == "failed"
+    assert f"cannot reach Redis at 127.0.0.1:{port}" in line and GIVE_UP in line, line
+    assert result.summary["exit_code"] == 1 and result.summary["status"] == "error"
     assert result.seconds < ATTEMPTS * 1.5 + BACKOFF_S + 2, result.seconds
     assert cut == ATTEMPTS
     assert pending_per_consumer(client, ["drip-d"]) == Counter({DEAD: len(seeded)})
@@ -230,8 +233,10 @@ def test_an_executor_claim_whose_reply_drips_fails_the_run_and_loses_nothing(
         cut = cut_seen(drip, ATTEMPTS)
     assert result.code == 1, result.stderr
     (line,) = result.error_lines()
+    print(f"claims dripped: exit {result.code} in {result.seconds:.1f} s, {cut} replies cut, "
+          f"{drip.dripped} bytes dripped: {line}", flush=True)
     assert GIVE_UP in line, line
-    assert result.summary["exit_code"] == 1 and result.summary["status"] == "failed"
+    assert result.summary["exit_code"] == 1 and result.summary["status"] == "error"
     assert cut >= ATTEMPTS and drip.dripped > 0
     assert handed_over(client) == Counter()
     assert sum(pending_per_consumer(client, ["drip-e"]).values()) == len(seeded)
@@ -287,5 +292,5 @@ def test_a_redrive_whose_moves_reply_drips_moves_each_letter_at_most_once(
 
 def test_redis_params_carry_the_rate_to_the_executors():
     """``redis.min_transfer_bytes_per_s`` reaches RedisParams (what executors connect with)."""
-    settings = load_settings(None, ["redis.min_transfer_bytes_per_s=1000"])
+    settings = load_settings(None, ["redis.min_transfer_bytes_per_s=1000", "streams.keys=s"])
     assert redis_params(settings).min_transfer_bytes_per_s == 1000
