@@ -27,6 +27,9 @@ class RedisParams:
     tls_key_file: str | None = None
     tls_check_hostname: bool = True
     cluster: bool | str = "auto"  # True, False or "auto"
+    # a request or reply may take socket_timeout_s plus 1 s per this many bytes
+    # (recovery.redis_io.deadline)
+    min_transfer_bytes_per_s: float = 65536.0
 
 
 @dataclass(frozen=True)

@@ -316,6 +316,7 @@ def redis_params(settings: Settings) -> RedisParams:
         password=r.password.get_secret_value() if r.password else None,
         connect_timeout_s=r.connect_timeout_s,
         socket_timeout_s=r.socket_timeout_s,
+        min_transfer_bytes_per_s=r.min_transfer_bytes_per_s,
         tls_ca_file=str(r.tls_ca_file) if r.tls_ca_file else None,
         tls_cert_file=str(r.tls_cert_file) if r.tls_cert_file else None,
         tls_key_file=str(r.tls_key_file) if r.tls_key_file else None,
