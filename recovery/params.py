@@ -11,6 +11,7 @@ import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -75,10 +76,10 @@ class JobParams:
     # handler.dead_letter_exceptions: exception classes, package.module.ClassName, that mean
     # Result.dead_letter for the message that raised them (recovery.handlers.load_exceptions).
     handler_dead_letter_exceptions: tuple[str, ...] = ()
-    reprocess_mode: str = "handler"  # a schemas.Mode value (ReprocessSettings)
-    requeue_stream: str | None = None  # the retry stream's template; None: the source
+    reprocess_mode: str = "handler"  # a schemas.Mode value (recovery.settings.reprocess)
+    # That mode's own settings (key, value), e.g. ("requeue_stream", None): ``mode_option``.
+    mode_options: tuple[tuple[str, Any], ...] = ()
     dlq_stream: str | None = None  # the dead-letter stream's template; None: the slot rule
-    live_within_ms: int = 60_000  # reassign: a consumer seen within this is live
     consumer_prefix: str = "recovery"  # the job's consumers, never reassigned to
     # A run that applies a plan (--plan): tasks get PLANNED rows and claim those IDs with
     # XCLAIM (min_idle_ms and max_deliveries are then the plan's).
@@ -95,6 +96,11 @@ class JobParams:
     # of plain values), probed once by the driver; None before the probe. Typed loosely here:
     # this floor sits below recovery.redis_io.
     features: object | None = None
+
+    def mode_option(self, key: str) -> Any:
+        """The value of `key`, one of the re-processing mode's own settings
+        (``reprocess.<key>``); KeyError for a key the mode does not have."""
+        return dict(self.mode_options)[key]
 
     @property
     def backoff(self) -> bool:
