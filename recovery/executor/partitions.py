@@ -44,6 +44,7 @@ from recovery.executor.claimed import Claimed
 from recovery.executor.faults import maybe_fail
 from recovery.executor.handover.apply import apply_batch
 from recovery.executor.handover.lease import LEASE_ROWS
+from recovery.executor.handover.modes import mode_of
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.packing import ArrowFn, note_row, packed_rows, unpacked
 from recovery.executor.tally import PassMaker, Tally, note
@@ -229,7 +230,9 @@ def recover_partition(params: JobParams, histograms: bool = False,
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             client = PartitionClient(params)
             journal = TaskJournal(params, journal_prefix) if journal_prefix is not None else None
-            left = LeftCounts(params) if histograms else None
+            mode = mode_of(params.reprocess_mode)
+            left = LeftCounts(params, mode.done if mode.stays_pending else None) \
+                if histograms else None
 
             def unit_steps(unit: Unit, claim: UnitClaim) -> Iterator[ClaimStep]:
                 pel = tally.histogram(unit.stream, unit.group) if histograms else None

@@ -40,12 +40,16 @@ ALONE = "one mode's keys alone"  # validation context: check them without the ot
 REQUEUE_TEMPLATE = re.compile(r"^\{stream\}[^{}]*(\{group\}[^{}]*)?$")
 
 
+def one_of(names: list[str]) -> str:
+    """``a, b or c`` of `names` (at least two)."""
+    return f"{', '.join(names[:-1])} or {names[-1]}"
+
+
 def mode_problem(mode: object) -> str | None:
     """Why `mode` is no ``reprocess.mode``, or None."""
     if isinstance(mode, str) and mode in MODE_NAMES:
         return None
-    named = [repr(name) for name in MODE_NAMES]
-    return f"Input should be {', '.join(named[:-1])} or {named[-1]}"
+    return f"Input should be {one_of([repr(name) for name in MODE_NAMES])}"
 
 
 class ReprocessSettings(Section):
@@ -63,8 +67,7 @@ class ReprocessSettings(Section):
     keeps_key_order: ClassVar[bool] = False
 
     mode: str = Field(DEFAULT, description=(
-        " or ".join(f"`{name}`" for name in MODE_NAMES).replace(" or ", ", ",
-                                                                 len(MODE_NAMES) - 2)
+        one_of([f"`{name}`" for name in MODE_NAMES])
         + " (README, \"Re-processing without Python\")"))
     delete_acked: bool = Field(False, description=(
         "ack with `XACKDEL ... ACKED` after a hand-over, a dead-letter move and a requeue: "

@@ -8,7 +8,9 @@ entries are handed over. Read then, the PEL would still hold them (rows of the j
 consumer, read only to be dropped). So the read waits until the hand-over of the unit's
 last step, and the units done by then are read in one pipeline. By then an entry the
 hand-over reassigned is another consumer's row: its claim step counted it as found, so each
-hand-over's reassigned IDs are noted first (``PelHistogram.given``) and the read skips them.
+hand-over's reassigned IDs (those of its mode's action, where the mode leaves entries pending
+on another consumer: ``ReprocessMode.stays_pending``) are noted first
+(``PelHistogram.given``) and the read skips them.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import redis
 from recovery.executor.claim.loop import ClaimStep, left_reads
 from recovery.executor.histogram import PelHistogram
 from recovery.params import JobParams, Unit
-from recovery.schemas import Action
 
 
 class LeftCounts:
@@ -33,8 +34,11 @@ class LeftCounts:
     per joined step, in order) and reads the PELs of the units whose last step it covered.
     """
 
-    def __init__(self, params: JobParams) -> None:
+    def __init__(self, params: JobParams, given_action: str | None = None) -> None:
+        """`given_action`: the report action of an entry the hand-over gave to another
+        consumer (still pending there); None: the mode gives none away."""
         self.params = params
+        self.given_action = given_action
         self._pulled = 0  # claim steps pulled from the units' loops
         self._handed = 0  # claim steps whose hand-over is done
         self._in_flight: deque[int] = deque()  # claim steps per joined step sent
@@ -68,12 +72,15 @@ class LeftCounts:
         self._read(client, self._handed)
 
     def _note_given(self, report: pa.RecordBatch) -> None:
-        """Add the IDs `report` says were reassigned to their units' ``PelHistogram.given``
-        (not for a unit whose claim counted what it left before any hand-over)."""
+        """Add the IDs `report` says were given away (``given_action``) to their units'
+        ``PelHistogram.given`` (not for a unit whose claim counted what it left before any
+        hand-over)."""
+        if self.given_action is None:
+            return
         rows = report.select(["stream", "group", "id", "action"]).to_pylist()
         for row in rows:
             pel = self._pels.get((row["stream"], row["group"]))
-            if row["action"] == Action.REASSIGNED and pel is not None \
+            if row["action"] == self.given_action and pel is not None \
                     and not pel.left_counted:
                 pel.given.add(row["id"])
 

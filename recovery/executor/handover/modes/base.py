@@ -11,6 +11,9 @@ job calls for it, in the manner of rq's worker classes (each variant overrides a
   ``outcome``, from ``RoutedBatch.set(..., outcome=...)``);
 - ``scripts``: the Lua scripts (``recovery/redis_io/lua/<name>.lua``) its step calls;
 - ``calls_handler``: whether a real run needs ``handler.path``;
+- ``stays_pending``: whether an entry it re-processed stays pending, on another consumer of
+  its group (the last PEL read of a unit's health histogram skips it:
+  ``recovery.executor.claim.left_counts``);
 - ``check_stream``: on the driver, before anything is claimed, refuse a stream it cannot
   re-process (ConfigError, exit 2);
 - ``hand_over``: on an executor, what happens to a batch's entries routed to re-processing.
@@ -47,6 +50,7 @@ class ReprocessMode(ABC):
     report_columns: ClassVar[tuple[str, ...]] = ()
     scripts: ClassVar[tuple[str, ...]] = ()
     calls_handler: ClassVar[bool] = False
+    stays_pending: ClassVar[bool] = False
 
     def check_stream(self, stream: str, groups: Sequence[str], options: ModeOptions
                      ) -> None:

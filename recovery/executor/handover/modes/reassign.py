@@ -31,6 +31,7 @@ class ReassignMode(ReprocessMode):
     planned = Action.WOULD_REASSIGN
     report_columns = ("reassigned_to",)
     scripts = ("reassign",)
+    stays_pending = True
 
     def hand_over(self, client: redis.Redis, params: JobParams, rb: RoutedBatch,
                   rows: list[int], read_at: float | None) -> None:
