@@ -54,12 +54,9 @@ def mode_problem(mode: object) -> str | None:
 
 class ReprocessSettings(Section):
     """How entries that are not dead-lettered are re-processed (README, "Re-processing"):
-    ``handler`` calls the handler; ``requeue`` appends each entry again, as a new message
-    with its deliveries so far, to its stream (or to ``requeue_stream``, a per-group retry
-    stream: ``{stream}`` then a suffix, which may hold ``{group}``) and acks the original;
-    ``reassign`` hands it to a live consumer of its group (XCLAIM), spread evenly.
-    ``delete_acked``: XACKDEL ... ACKED instead of XACK (Redis 8.2+). The base of each
-    mode's settings (module doc)."""
+    the keys every mode reads, ``mode`` and ``delete_acked`` (XACKDEL ... ACKED instead of
+    XACK, Redis 8.2+), and the base of each mode's class (module doc); the settings of a
+    mode without keys of its own."""
 
     model_config = ConfigDict(extra="allow", frozen=True)  # other modes' keys, checked below
 
@@ -129,7 +126,8 @@ class HandlerReprocess(ReprocessSettings):
 
 
 class RequeueReprocess(ReprocessSettings):
-    """``reprocess.mode = requeue``: where the copies go."""
+    """``reprocess.mode = requeue``: where the copies go, the source stream or a per-group
+    retry stream (``{stream}`` then a suffix, which may hold ``{group}``)."""
 
     requeue_stream: str | None = Field(None, description=(
         "requeue into a per-group retry stream: `{stream}` then a suffix that may hold "
