@@ -1,0 +1,123 @@
+"""The re-processing modes as objects (``recovery.executor.handover.modes``): one per
+``schemas.Mode`` member, each with the hooks of ``recovery.executor.handover.modes.base``
+(``recovery.executor.handover.modes.handler``, ``recovery.executor.handover.modes.requeue``,
+``recovery.executor.handover.modes.reassign``); the summary's columns they make, unchanged;
+the driver's check, the report columns and the settings (``recovery.settings.reprocess``)
+each mode owns. Pure: no Redis, no Spark session (the modes' executor steps run against
+real servers in test_apply, test_requeue, test_reassign)."""
+
+from __future__ import annotations
+
+import pytest
+
+from recovery.errors import ConfigError
+from recovery.executor.handover.modes import (
+    ACTIONS,
+    MODES,
+    PLAN_ACTIONS,
+    base,
+    handler,
+    mode_of,
+    reassign,
+    requeue,
+)
+from recovery.redis_io.scripts import SCRIPT_NAMES
+from recovery.schemas import OUTCOME_COLUMNS, Mode
+from recovery.settings.reprocess import reprocess_fields, reprocess_settings
+
+BUILT_IN = ["handler", "requeue", "reassign"]  # the modes users' configs name, in order
+
+
+def test_every_mode_is_registered_once_by_its_name_in_modes_order():
+    assert list(MODES)[:3] == BUILT_IN and list(MODES) == [m.value for m in Mode]
+    assert all(mode_of(name).name == name for name in MODES)
+    assert [m for m in MODES.values() if m.calls_handler] == [mode_of("handler")]
+
+
+def test_each_mode_is_the_object_its_own_module_defines():
+    """The registry loads ``modes.<name>.MODE`` by name: it holds those very objects, each a
+    ``base.ReprocessMode``."""
+    assert MODES == {"handler": handler.MODE, "requeue": requeue.MODE,
+                     "reassign": reassign.MODE}
+    assert all(isinstance(mode, base.ReprocessMode) for mode in MODES.values())
+
+
+def test_the_summarys_columns_stay_as_they_were():
+    """The built-in modes' columns, in the order users' scripts read them; a mode added
+    later adds its own after them."""
+    assert ACTIONS[:7] == ("reprocessed", "dead_lettered", "failed", "deleted", "skipped",
+                           "requeued", "reassigned")
+    assert PLAN_ACTIONS[:5] == ("would_reprocess", "would_dead_letter", "deleted",
+                                "would_requeue", "would_reassign")
+    assert ACTIONS[7:] == tuple(m.done for m in list(MODES.values())[3:])
+    assert [(m.done, m.planned) for m in MODES.values()][:3] == [
+        ("reprocessed", "would_reprocess"), ("requeued", "would_requeue"),
+        ("reassigned", "would_reassign")]
+
+
+def test_each_mode_owns_its_report_columns():
+    """The built-in modes repeat their outcome in the columns they always had; every other
+    report column is the same for all modes."""
+    assert {name: mode_of(name).report_columns for name in BUILT_IN} == {
+        "handler": (), "requeue": ("requeued_id",), "reassign": ("reassigned_to",)}
+    assert all(set(m.report_columns) <= set(OUTCOME_COLUMNS) for m in MODES.values())
+
+
+def test_each_modes_scripts_are_lua_files_of_the_job():
+    assert set(SCRIPT_NAMES) >= {"claim_due", "dead_letter", "delete_empty_consumer",
+                                 "lease_owned", "letter_page", "reassign", "redrive",
+                                 "requeue", "trim_letters", "unclaim_held"}
+    assert {name: mode_of(name).scripts for name in BUILT_IN} == {
+        "handler": ("lease_owned",), "requeue": ("requeue",), "reassign": ("reassign",)}
+    assert all(set(m.scripts) <= set(SCRIPT_NAMES) for m in MODES.values())
+
+
+def test_the_settings_accept_exactly_the_registered_modes():
+    assert [reprocess_settings(mode=name).mode for name in MODES] == list(MODES)
+    assert reprocess_settings().mode == "handler"
+    named = [repr(name) for name in MODES]
+    with pytest.raises(ValueError, match=f"Input should be {', '.join(named[:-1])} or "
+                                         f"{named[-1]}"):
+        reprocess_settings(mode="requeue_all")
+
+
+def test_each_mode_gets_its_own_keys_and_accepts_the_others():
+    """A mode's settings class holds its own keys, and those travel (``options``); another
+    mode's key is accepted in every mode and checked by its own mode's rules."""
+    assert list(reprocess_fields())[:4] == ["mode", "requeue_stream", "live_within_ms",
+                                            "delete_acked"]
+    assert reprocess_settings(mode="requeue", requeue_stream="{stream}:r").options() == {
+        "requeue_stream": "{stream}:r"}
+    assert reprocess_settings(mode="reassign", live_within_ms="5").options() == {
+        "live_within_ms": 5}
+    handler = reprocess_settings(requeue_stream="{stream}:r", live_within_ms=7)
+    assert handler.options() == {}
+    assert (handler.option("requeue_stream"), handler.option("live_within_ms")) == (
+        "{stream}:r", 7)
+    assert reprocess_settings().model_dump() == {
+        "mode": "handler", "delete_acked": False, "requeue_stream": None,
+        "live_within_ms": 60_000}
+    for keys, refused in [({"live_within_ms": 0}, "greater than 0"),
+                          ({"requeue_stream": "retry"}, "start it with {stream}"),
+                          ({"requeue_streams": "x"}, "Extra inputs")]:
+        for mode in BUILT_IN:
+            with pytest.raises(ValueError, match=refused):
+                reprocess_settings(mode=mode, **keys)
+
+
+@pytest.mark.parametrize(("groups", "template", "refused"), [
+    (["g"], None, False),
+    (["a", "b"], "{stream}:retry:{group}", False),
+    (["a", "b"], None, True),
+    (["a", "b"], "{stream}:retry", True),
+])
+def test_only_requeue_refuses_a_stream_every_group_would_read_again(groups, template,
+                                                                    refused):
+    for name in ("handler", "reassign"):
+        mode_of(name).check_stream("s", groups, {})
+    options = reprocess_settings(mode="requeue", requeue_stream=template).options()
+    if not refused:
+        mode_of("requeue").check_stream("s", groups, options)
+        return
+    with pytest.raises(ConfigError, match=r"reprocess.mode = requeue would append copies to"):
+        mode_of("requeue").check_stream("s", groups, options)
