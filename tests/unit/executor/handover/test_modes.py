@@ -2,9 +2,9 @@
 ``schemas.Mode`` member, each with the hooks of ``recovery.executor.handover.modes.base``
 (``recovery.executor.handover.modes.handler``, ``recovery.executor.handover.modes.requeue``,
 ``recovery.executor.handover.modes.reassign``); the summary's columns they make, unchanged;
-the driver's check, the report columns and the settings (``recovery.settings.reprocess``)
-each mode owns. Pure: no Redis, no Spark session (the modes' executor steps run against
-real servers in test_apply, test_requeue, test_reassign)."""
+the driver's check and the report columns each mode owns (its settings:
+tests/unit/settings/test_reprocess.py). Pure: no Redis, no Spark session (the modes'
+executor steps run against real servers in test_apply, test_requeue, test_reassign)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from recovery.executor.handover.modes import (
 )
 from recovery.redis_io.scripts import SCRIPT_NAMES
 from recovery.schemas import OUTCOME_COLUMNS, Mode
-from recovery.settings.reprocess import reprocess_fields, reprocess_settings
+from recovery.settings.reprocess import reprocess_settings
 
 BUILT_IN = ["handler", "requeue", "reassign"]  # the modes users' configs name, in order
 
@@ -70,39 +70,6 @@ def test_each_modes_scripts_are_lua_files_of_the_job():
     assert {name: mode_of(name).scripts for name in BUILT_IN} == {
         "handler": ("lease_owned",), "requeue": ("requeue",), "reassign": ("reassign",)}
     assert all(set(m.scripts) <= set(SCRIPT_NAMES) for m in MODES.values())
-
-
-def test_the_settings_accept_exactly_the_registered_modes():
-    assert [reprocess_settings(mode=name).mode for name in MODES] == list(MODES)
-    assert reprocess_settings().mode == "handler"
-    named = [repr(name) for name in MODES]
-    with pytest.raises(ValueError, match=f"Input should be {', '.join(named[:-1])} or "
-                                         f"{named[-1]}"):
-        reprocess_settings(mode="requeue_all")
-
-
-def test_each_mode_gets_its_own_keys_and_accepts_the_others():
-    """A mode's settings class holds its own keys, and those travel (``options``); another
-    mode's key is accepted in every mode and checked by its own mode's rules."""
-    assert list(reprocess_fields())[:4] == ["mode", "requeue_stream", "live_within_ms",
-                                            "delete_acked"]
-    assert reprocess_settings(mode="requeue", requeue_stream="{stream}:r").options() == {
-        "requeue_stream": "{stream}:r"}
-    assert reprocess_settings(mode="reassign", live_within_ms="5").options() == {
-        "live_within_ms": 5}
-    handler = reprocess_settings(requeue_stream="{stream}:r", live_within_ms=7)
-    assert handler.options() == {}
-    assert (handler.option("requeue_stream"), handler.option("live_within_ms")) == (
-        "{stream}:r", 7)
-    assert reprocess_settings().model_dump() == {
-        "mode": "handler", "delete_acked": False, "requeue_stream": None,
-        "live_within_ms": 60_000}
-    for keys, refused in [({"live_within_ms": 0}, "greater than 0"),
-                          ({"requeue_stream": "retry"}, "start it with {stream}"),
-                          ({"requeue_streams": "x"}, "Extra inputs")]:
-        for mode in BUILT_IN:
-            with pytest.raises(ValueError, match=refused):
-                reprocess_settings(mode=mode, **keys)
 
 
 @pytest.mark.parametrize(("groups", "template", "refused"), [
