@@ -81,10 +81,10 @@ REPROCESS_KEYS = {"mode", "requeue_stream", "live_within_ms", "delete_acked"}
     (["reprocess.mode=reassign", "reprocess.requeue_stream=bad"], {},
      "reprocess.requeue_stream: 'bad' is not a retry stream name"),
     (["reprocess.mode=requeue_all"], {}, "reprocess.mode: Input should be 'handler', "
-                                         "'requeue' or 'reassign' (from --set)"),
-    ([], {"RECOVERY_REPROCESS__MODE": "bogus"},
-     "reprocess.mode: Input should be 'handler', 'requeue' or 'reassign' (from "
-     "RECOVERY_REPROCESS__MODE)"),
+                                         "'requeue'"),
+    ([], {"RECOVERY_REPROCESS__MODE": "bogus"}, "reprocess.mode: Input should be 'handler', "
+                                                "'requeue'"),
+    ([], {"RECOVERY_REPROCESS__MODE": "bogus"}, "(from RECOVERY_REPROCESS__MODE)"),
     (["reprocess.requeu_stream=x"], {}, "reprocess.requeu_stream: unknown setting, did you "
                                         "mean reprocess.requeue_stream?"),
     (["reprocess.live_within_ms="], {}, "this one needs a value (default 60000)"),

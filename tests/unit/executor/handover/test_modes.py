@@ -8,6 +8,8 @@ executor steps run against real servers in test_apply, test_requeue, test_reassi
 
 from __future__ import annotations
 
+from importlib import import_module
+
 import pytest
 
 from recovery.errors import ConfigError
@@ -37,8 +39,10 @@ def test_every_mode_is_registered_once_by_its_name_in_modes_order():
 def test_each_mode_is_the_object_its_own_module_defines():
     """The registry loads ``modes.<name>.MODE`` by name: it holds those very objects, each a
     ``base.ReprocessMode``."""
-    assert MODES == {"handler": handler.MODE, "requeue": requeue.MODE,
-                     "reassign": reassign.MODE}
+    assert {name: MODES[name] for name in BUILT_IN} == {
+        "handler": handler.MODE, "requeue": requeue.MODE, "reassign": reassign.MODE}
+    assert all(mode is import_module(f"recovery.executor.handover.modes.{name}").MODE
+               for name, mode in MODES.items())
     assert all(isinstance(mode, base.ReprocessMode) for mode in MODES.values())
 
 
