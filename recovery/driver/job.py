@@ -205,7 +205,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
                 add_refused_targets(summary, client, names, params.dlq_check_newest)
                 if settings.reprocess.mode == "requeue":
                     add_refused_requeue_targets(summary, client,
-                                                settings.reprocess.requeue_stream)
+                                                settings.reprocess.option("requeue_stream"))
             summary.mark_selected(len(units) + len(quiet))
             if summary.status == "empty" and not warnings:  # (discovery warned of a match)
                 log.warning("run %s: nothing selected: no stream with a selected group "
