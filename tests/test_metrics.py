@@ -31,7 +31,7 @@ from recovery.metrics.families import (
 )
 from recovery.metrics.push import push_metrics, series_count
 from recovery.metrics.recovery_run import push_recovery_metrics
-from recovery.report.after_run import AfterRun
+from recovery.rows import AfterRun
 from recovery.report.run_report import RunSummary
 from recovery.settings.metrics import MetricsSettings
 from recovery.settings.model import load_settings

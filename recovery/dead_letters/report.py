@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from recovery.report.json_line import JsonLine
+from recovery.rows import DeadLetterWarning, Skipped
 
 VIEWS = ("by_reason", "by_signature")
 ENTRIES = "entries"
@@ -38,8 +39,8 @@ class DeadLetterSummary(JsonLine):
         "without_metadata": 0})
     streams: list[dict[str, Any]] = field(default_factory=list)
     top_signatures: list[dict[str, Any]] = field(default_factory=list)
-    dead_letter_warnings: list[dict[str, Any]] = field(default_factory=list)
-    skipped: list[dict[str, Any]] = field(default_factory=list)
+    dead_letter_warnings: list[DeadLetterWarning] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
     report_path: str | None = None
     duration_s: float = 0.0
     error: str | None = None

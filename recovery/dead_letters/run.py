@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -39,6 +38,7 @@ from recovery.redis_io.cluster import biggest_first, groups_by_node
 from recovery.redis_io.redis_conn import connect
 from recovery.report.console_links import console_links, link_lines
 from recovery.report.run_report import check_report_location
+from recovery.rows import Skipped
 from recovery.schemas import DEAD_LETTER, DEAD_LETTER_KEY
 from recovery.settings.model import Settings, redis_params
 from recovery.spark.errors import spark_errors
@@ -51,7 +51,7 @@ from recovery.targets.dead_letter_streams import (
     now_ms,
     warnings_for,
 )
-from recovery.targets.keys import Skipped, check_server
+from recovery.targets.keys import check_server
 
 log = logging.getLogger(__name__)
 LOGGED_ROWS = 20  # rows of each view in the log
@@ -126,7 +126,7 @@ def run_dead_letters(spark: SparkSession, settings: Settings, summary: DeadLette
     d = settings.dead_letters
     streams, skipped = find_dead_letter_streams(settings, redis_params(settings))
     now = now_ms()
-    summary.skipped = [asdict(s) for s in skipped]
+    summary.skipped = skipped
     summary.dead_letter_warnings = warnings_for(streams, d.warn_length, d.warn_oldest_age_s, now)
     out = views_path(settings.report.path, summary.run_id)
     frame = read_frame(spark, settings, streams)

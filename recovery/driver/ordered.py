@@ -32,7 +32,8 @@ from recovery.params import JobParams
 from recovery.redis_io.held_keys import groups_consumers_with_pending, not_this_runs
 from recovery.redis_io.journal import drop_journals, journal_key, open_journals
 from recovery.redis_io.redis_conn import redis_errors
-from recovery.report.run_report import RunSummary, read_run, write_pass
+from recovery.report.run_report import read_run, write_pass
+from recovery.report.summary import RunSummary
 from recovery.schemas import BLOCKER, KEYED, PACKED, Action
 from recovery.settings.model import Settings
 from recovery.spark.tasks import materialise_once

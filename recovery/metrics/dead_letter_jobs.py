@@ -18,7 +18,8 @@ from recovery.metrics.families import RunFacts, final_status
 from recovery.metrics.push import push_run, within_deadline
 from recovery.redis_io.redis_conn import connect
 from recovery.redrive.run import RedriveSummary
-from recovery.report.after_run import AfterRun, read_after_run
+from recovery.report.after_run import read_after_run
+from recovery.rows import AfterRun
 from recovery.settings.model import Settings, redis_params
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -32,10 +32,11 @@ from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.redis_io.redrive import RedriveFilter, redrive_step
 from recovery.redis_io.streams import key_type
 from recovery.report.json_line import JsonLine
+from recovery.rows import Skipped
 from recovery.settings.model import Settings, executor_params
 from recovery.settings.redrive import RedriveSettings
 from recovery.targets.dead_letter_streams import name_pairs
-from recovery.targets.keys import Skipped, check_server, sources_by_content
+from recovery.targets.keys import check_server, sources_by_content
 
 log = logging.getLogger(__name__)
 EXAMINE_PER_MOVE = 10  # entries one script call may examine per entry it may move
@@ -57,7 +58,7 @@ class RedriveSummary(JsonLine):
     totals: dict[str, int] = field(
         default_factory=lambda: {"examined": 0, "matched": 0, "redriven": 0})
     units: list[dict[str, Any]] = field(default_factory=list)
-    skipped: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
     duration_s: float = 0.0
     error: str | None = None
     exit_code: int = 0  # the entry point's exit code (recovery.errors), set as it exits
@@ -167,7 +168,7 @@ def run_redrive(settings: Settings, summary: RedriveSummary) -> RedriveSummary:
     try:
         check_server(client, params)
         units, skipped = select_units(client, settings, params)
-        summary.skipped = [asdict(s) for s in skipped]
+        summary.skipped = list(skipped)
         for flt in units:
             if budget.moves_for_next_call() <= 0:
                 break
@@ -201,7 +202,7 @@ def _redrive_one(client: redis.Redis, params: RedisParams, flt: RedriveFilter,
                 break
             start = "(" + step.cursor
     except StreamUnitError as exc:
-        summary.skipped.append(asdict(Skipped(flt.source, None, str(exc))))
+        summary.skipped.append(Skipped(flt.source, None, str(exc)))
     except BaseException:  # Redis gone, Ctrl-C: the summary still shows what was moved
         summary.add_unit({**unit, "left_in_dead_letter": None})  # (a call whose reply was
         raise  # cut off is not counted: its letters may have moved too)
