@@ -11,6 +11,12 @@ Redis), so executors, the driver and anything that reads a run's summary can imp
 - ``DeadLetterWarning``: a dead-letter stream over a ``dead_letters.warn_*`` threshold
   (``recovery.targets.dead_letter_streams``).
 - ``Skipped``: a key or group a job leaves alone, and why (every job's summary).
+- ``FailedErrors``: a run's failed entries of one reason and error signature
+  (``recovery.report.signatures``); ``AckedDeletions`` (with ``AckedUnit``): what
+  ``reprocess.delete_acked`` did (``recovery.executor.tally``).
+- ``DeadLetterStreamRead`` and ``DeadLetterSignature``: a dead-letter read's row per
+  dead-letter stream and per error signature (``recovery.dead_letters.run``).
+- ``RedriveUnit``: what a redrive did with one dead-letter stream (``recovery.redrive.run``).
 - ``AfterRun``: the state of a run's streams and groups right after it
   (``recovery.report.after_run``), for the summary and the metrics.
 
@@ -213,3 +219,84 @@ class AfterRun:
     read_for: frozenset[str] = frozenset()
     job_consumers: dict[tuple[str, str], int] = field(default_factory=dict)
     job_consumer_entries: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FailedErrors(Row):
+    """A run's failed entries of one `reason` and error `signature` (None: no error text):
+    how many (`entries`) and one error text as written (`example`)."""
+
+    reason: str | None
+    signature: str | None
+    entries: int
+    example: str | None
+
+
+@dataclass(frozen=True)
+class AckedUnit(Row):
+    """One (stream, group)'s entries whose ack also deleted them from the stream
+    (`deleted`), and those acked but kept because another group still references them
+    (`kept`)."""
+
+    stream: str
+    group: str
+    deleted: int = 0
+    kept: int = 0
+
+
+@dataclass(frozen=True)
+class AckedDeletions(Row):
+    """What ``reprocess.delete_acked`` did over a run: its entries deleted with their ack and
+    kept for another group, in all and per unit (sorted; only units with either)."""
+
+    deleted: int
+    kept: int
+    units: tuple[AckedUnit, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"deleted", "kept", "units": [{"stream", "group", "deleted", "kept"}, ...]}``."""
+        return {"deleted": self.deleted, "kept": self.kept,
+                "units": [u.as_dict() for u in self.units]}
+
+
+@dataclass(frozen=True)
+class RedriveUnit(Row):
+    """What a redrive did with one source `stream`'s `dead_letter_stream`: the dead letters
+    it examined, matched (what a dry run would move) and moved back (`redriven`), and the
+    length left in the dead-letter stream (None: not read, the redrive stopped first)."""
+
+    stream: str
+    dead_letter_stream: str
+    examined: int = 0
+    matched: int = 0
+    redriven: int = 0
+    left_in_dead_letter: int | None = None
+
+
+@dataclass(frozen=True)
+class DeadLetterStreamRead(Row):
+    """A dead-letter read's row for one `dead_letter_stream` (of source `stream`, or its own
+    name where several `sources` share it): its `status` (``read``, ``empty``,
+    ``missing``), XLEN, oldest dead letter's age (s; None when empty) and the dead letters
+    read."""
+
+    stream: str
+    dead_letter_stream: str
+    sources: list[str]
+    status: str
+    length: int
+    oldest_age_s: float | None
+    read: int
+
+
+@dataclass(frozen=True)
+class DeadLetterSignature(Row):
+    """A dead-letter read's dead letters of one error `signature`: how many, the first and
+    last death times (ISO 8601 text in UTC) and one example's dead-letter stream and ID."""
+
+    signature: str | None
+    dead_letters: int
+    first_death_time: str | None
+    last_death_time: str | None
+    example_dead_letter_key: str | None
+    example_dead_letter_id: str | None

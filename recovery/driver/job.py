@@ -191,8 +191,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             if settings.reprocess.delete_acked and not dry_run:
                 summary.acked_deletions = done = acked_deletions(tallies)
                 log.info("run %s: %d entries deleted with their ack, %d kept (another consumer "
-                         "group still references them)", params.run_id, done["deleted"],
-                         done["kept"])
+                         "group still references them)", params.run_id, done.deleted, done.kept)
             if dry_run:  # what the move script would refuse (a real run's tallies tell it)
                 add_refused_targets(summary, client, names, params.dlq_check_newest)
                 if settings.reprocess.mode == "requeue":

@@ -27,7 +27,7 @@ from recovery.errors import REQUEUE_REFUSED, TARGET_REFUSED
 from recovery.executor.claim.backoff import NotDue
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.packing import ArrowFn
-from recovery.rows import HistogramRow, UnitCounts
+from recovery.rows import AckedDeletions, AckedUnit, HistogramRow, UnitCounts
 from recovery.schemas import REPORT, Action, arrow
 
 TALLY = "tally"
@@ -228,20 +228,17 @@ def refused_units(tallies: Tallies) -> dict[tuple[str, str], str]:
     return refused
 
 
-def acked_deletions(tallies: Tallies) -> dict[str, Any]:
-    """What reprocess.delete_acked did, over the tasks: ``{"deleted": n, "kept": n, "units":
-    [{"stream", "group", "deleted", "kept"}, ...]}``, `deleted` the entries whose ack also
-    deleted them from their stream, `kept` those acked but kept because another consumer
-    group still references them (units sorted; only those with either)."""
-    units: dict[tuple[str, str], dict[str, Any]] = {}
+def acked_deletions(tallies: Tallies) -> AckedDeletions:
+    """What reprocess.delete_acked did, over the tasks: per unit (sorted; only those with
+    either) and in all, the entries whose ack also deleted them from their stream and those
+    acked but kept because another consumer group still references them."""
+    counts: Counter[tuple[str, str, bool]] = Counter()
     for tally in tallies:
-        for stream, group, deleted, n in tally.get("acked", []):
-            row = units.setdefault((stream, group), {"stream": stream, "group": group,
-                                                     "deleted": 0, "kept": 0})
-            row["deleted" if deleted else "kept"] += n
-    rows = [units[key] for key in sorted(units)]
-    return {"deleted": sum(r["deleted"] for r in rows), "kept": sum(r["kept"] for r in rows),
-            "units": rows}
+        counts.update({(stream, group, deleted): n
+                       for stream, group, deleted, n in tally.get("acked", [])})
+    units = sorted({(stream, group) for stream, group, _ in counts})
+    rows = tuple(AckedUnit(*key, counts[(*key, True)], counts[(*key, False)]) for key in units)
+    return AckedDeletions(sum(r.deleted for r in rows), sum(r.kept for r in rows), rows)
 
 
 def histogram_rows(tallies: Tallies) -> list[HistogramRow]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -32,7 +32,7 @@ from recovery.redis_io.redis_conn import connect, redis_errors
 from recovery.redis_io.redrive import RedriveFilter, redrive_step
 from recovery.redis_io.streams import key_type
 from recovery.report.json_line import JsonLine
-from recovery.rows import Skipped
+from recovery.rows import RedriveUnit, Skipped
 from recovery.settings.model import Settings, executor_params
 from recovery.settings.redrive import RedriveSettings
 from recovery.targets.dead_letter_streams import name_pairs
@@ -57,7 +57,7 @@ class RedriveSummary(JsonLine):
     status: str = "ok"
     totals: dict[str, int] = field(
         default_factory=lambda: {"examined": 0, "matched": 0, "redriven": 0})
-    units: list[dict[str, Any]] = field(default_factory=list)
+    units: list[RedriveUnit] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     duration_s: float = 0.0
     error: str | None = None
@@ -65,10 +65,11 @@ class RedriveSummary(JsonLine):
     warnings: list[str] = field(default_factory=list)  # a selection that matched nothing
     metrics: dict[str, Any] | None = None  # the metrics push (None: metrics off)
 
-    def add_unit(self, unit: dict[str, Any]) -> None:
+    def add_unit(self, unit: RedriveUnit) -> None:
+        """Add one dead-letter stream's row, and its counts to the totals."""
         self.units.append(unit)
         for key in self.totals:
-            self.totals[key] += unit[key]
+            self.totals[key] += getattr(unit, key)
 
 
 @dataclass
@@ -184,8 +185,7 @@ def run_redrive(settings: Settings, summary: RedriveSummary) -> RedriveSummary:
 def _redrive_one(client: redis.Redis, params: RedisParams, flt: RedriveFilter,
                  bounds: tuple[str, str], budget: _Budget, summary: RedriveSummary) -> None:
     """Walk one dead-letter stream with script calls until the range or the budget ends."""
-    unit: dict[str, Any] = {"stream": flt.source, "dead_letter_stream": flt.dead_letter_stream,
-                            "examined": 0, "matched": 0, "redriven": 0}
+    unit = RedriveUnit(flt.source, flt.dead_letter_stream)
     start, end = bounds
     try:
         while (moves := budget.moves_for_next_call()) > 0:
@@ -193,9 +193,9 @@ def _redrive_one(client: redis.Redis, params: RedisParams, flt: RedriveFilter,
                 step = redrive_step(client, flt, start, end,
                                     min(MAX_EXAMINE, moves * EXAMINE_PER_MOVE), moves,
                                     summary.dry_run)
-            unit["examined"] += step.examined
-            unit["matched"] += len(step.moved)
-            unit["redriven"] += 0 if summary.dry_run else len(step.moved)
+            unit = replace(unit, examined=unit.examined + step.examined,
+                           matched=unit.matched + len(step.moved),
+                           redriven=unit.redriven + (0 if summary.dry_run else len(step.moved)))
             log.debug("redrive %s: %s", flt.source, step.moved)
             budget.spend(len(step.moved))
             if step.cursor is None:
@@ -204,11 +204,11 @@ def _redrive_one(client: redis.Redis, params: RedisParams, flt: RedriveFilter,
     except StreamUnitError as exc:
         summary.skipped.append(Skipped(flt.source, None, str(exc)))
     except BaseException:  # Redis gone, Ctrl-C: the summary still shows what was moved
-        summary.add_unit({**unit, "left_in_dead_letter": None})  # (a call whose reply was
+        summary.add_unit(unit)  # left_in_dead_letter None (a call whose reply was
         raise  # cut off is not counted: its letters may have moved too)
     with redis_errors(params, flt.dead_letter_stream):
-        unit["left_in_dead_letter"] = stream_length(client, flt.dead_letter_stream)
+        unit = replace(unit, left_in_dead_letter=stream_length(client, flt.dead_letter_stream))
     log.info("redrive %s <- %s: %d matched, %d redriven, %d examined%s", flt.source,
-             flt.dead_letter_stream, unit["matched"], unit["redriven"], unit["examined"],
+             flt.dead_letter_stream, unit.matched, unit.redriven, unit.examined,
              " (dry run)" if summary.dry_run else "")
     summary.add_unit(unit)

@@ -15,7 +15,15 @@ from recovery.errors import EmptySelectionError, FailureThresholdError
 from recovery.report.console_links import link_lines
 from recovery.report.json_line import JsonLine
 from recovery.report.wording import plural
-from recovery.rows import AfterRun, DeadLetterWarning, HealthRow, Skipped, UnitCounts
+from recovery.rows import (
+    AckedDeletions,
+    AfterRun,
+    DeadLetterWarning,
+    FailedErrors,
+    HealthRow,
+    Skipped,
+    UnitCounts,
+)
 
 T = TypeVar("T")
 # The actions the failure ratio reads: ``recovery.schemas.Action``'s values (that module
@@ -66,11 +74,11 @@ class RunSummary(JsonLine):
     warnings: list[str] = field(default_factory=list)
     # The failed entries by reason and error signature, most first (recovery.report
     # .signatures.failed_errors): {"reason", "signature", "entries", "example"} each.
-    failed_errors: list[dict[str, Any]] = field(default_factory=list)
+    failed_errors: list[FailedErrors] = field(default_factory=list)
     # reprocess.delete_acked (recovery.executor.tally.acked_deletions): the entries whose ack
     # deleted them, those kept because another group still references them, per unit too;
     # None when the setting is off (or in a dry run).
-    acked_deletions: dict[str, Any] | None = None
+    acked_deletions: AckedDeletions | None = None
     # The metrics push (recovery.metrics.push): None when metrics are off.
     metrics: dict[str, Any] | None = None
     # The state right after the run (recovery.report.after_run; `health` is the state as
