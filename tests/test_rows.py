@@ -117,7 +117,7 @@ def test_the_log_table_reads_typed_rows() -> None:
 
 
 def test_the_failure_ratio_reads_the_report_actions() -> None:
-    assert (FAILED, REPROCESSED) == (Action.FAILED.value, Action.REPROCESSED.value)
+    assert (Action.FAILED.value, Action.REPROCESSED.value) == (FAILED, REPROCESSED)
     assert RunSummary("r", totals={FAILED: 1, REPROCESSED: 3}).failed_ratio() == 0.25
     assert RunSummary("r").failed_ratio() == 0.0
 
