@@ -20,22 +20,24 @@ Redis), so executors, the driver and anything that reads a run's summary can imp
 - ``AfterRun``: the state of a run's streams and groups right after it
   (``recovery.report.after_run``), for the summary and the metrics.
 
-Each row reads like the mapping it is written as (``row["stream"]``, ``row.get("lag")``), so
-scripts that read a summary's rows by key keep working; ``as_dict()`` is the mapping written
-out (the JSON summary, the Parquet files), key for key what the job has always written.
+Each row is also the read-only mapping it is written as (``as_dict()``: the JSON summary's,
+the Parquet files', key for key what the job has always written), so scripts that read a
+summary's rows as dicts keep working (``row["stream"]``, ``dict(row)``, pandas).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 Counts = tuple[tuple[str, int], ...]  # (bucket label, entries) pairs, in the order counted
 
 
-class Row:
-    """Read access by name, as a mapping's, for the frozen dataclass rows of this module."""
+class Row(Mapping[str, Any]):
+    """A typed row that is also the read-only mapping it is written as (``as_dict``): read by
+    key, compared with a dict, turned into one (``dict(row)``, pandas) as the dict rows it
+    replaces were. The rows below are frozen dataclasses (``eq=False``: equal as mappings)."""
 
     __slots__ = ()
 
@@ -44,14 +46,13 @@ class Row:
         return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
 
     def __getitem__(self, name: str) -> Any:
-        mapping = self.as_dict()
-        if name not in mapping:
-            raise KeyError(name)
-        return mapping[name]
+        return self.as_dict()[name]
 
-    def get(self, name: str, default: Any = None) -> Any:
-        """The value named `name`, else `default` (as ``dict.get``)."""
-        return self.as_dict().get(name, default)
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.as_dict())
+
+    def __len__(self) -> int:
+        return len(self.as_dict())
 
 
 def unit_key(row: HealthRow | HistogramRow | UnitCounts) -> tuple[str, str]:
@@ -66,7 +67,7 @@ def pairs(value: Mapping[str, int] | Iterable[Iterable[Any]] | None) -> Counts:
     return tuple((str(label), int(n)) for label, n in items)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ConsumerHealth(Row):
     """One consumer of a group as XINFO CONSUMERS showed it: its pending entries, idle ms and
     inactive ms (None before Redis 7.2)."""
@@ -77,7 +78,7 @@ class ConsumerHealth(Row):
     inactive_ms: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class HistogramRow(Row):
     """One (stream, group)'s PEL histogram: entries by delivery-count bucket and by idle-age
     bucket, the largest idle time read (ms; None: no row read), and, for a part of a unit
@@ -109,7 +110,7 @@ class HistogramRow(Row):
                    tuple(row.get("given") or ()))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class HealthRow(Row):
     """One (stream, group)'s health as found before a run: the stream's length, the group's
     lag (None where the server cannot tell) and pending entries, its consumers, the length
@@ -143,21 +144,26 @@ class HealthRow(Row):
                        deliveries=histogram.deliveries, idle_ages=histogram.idle_ages)
 
 
-@dataclass(frozen=True)
 class UnitCounts(Row):
     """One (stream, group)'s report rows by action (`counts`, every action of the run's
     columns, in their order) and their `total`; under a backoff schedule also its entries
     not due (`not_due`; None: no schedule) and when the first becomes due (epoch ms); once
-    read, its pending entries right after the run."""
+    read (`after_read`), its pending entries right after the run (`pending_after`; None:
+    unknown).
 
-    stream: str
-    group: str
-    counts: Mapping[str, int] = field(default_factory=dict)
-    total: int = 0
-    not_due: int | None = None
-    next_due_ms: int | None = None
-    pending_after: int | None = None  # its PEL's entries right after the run (None: unknown)
-    after_read: bool = False  # whether the state after the run was read (a real run)
+    Not a dataclass, unlike the other rows: its mapping is flat (an action's count under the
+    action's name), and pandas would read a dataclass by its fields (``counts`` nested)."""
+
+    __slots__ = ("after_read", "counts", "group", "next_due_ms", "not_due", "pending_after",
+                 "stream", "total")
+
+    def __init__(self, stream: str, group: str, counts: Mapping[str, int] | None = None,
+                 total: int = 0, not_due: int | None = None, next_due_ms: int | None = None,
+                 pending_after: int | None = None, after_read: bool = False) -> None:
+        self.stream, self.group, self.total = stream, group, total
+        self.counts: Mapping[str, int] = dict(counts or {})
+        self.not_due, self.next_due_ms = not_due, next_due_ms
+        self.pending_after, self.after_read = pending_after, after_read
 
     def as_dict(self) -> dict[str, Any]:
         """The summary's unit row: ``stream``, ``group``, one key per action, ``total``;
@@ -175,8 +181,21 @@ class UnitCounts(Row):
         """The unit's report rows of `action` (0 for none)."""
         return self.counts.get(action, 0)
 
+    def with_not_due(self, not_due: int, next_due_ms: int | None) -> UnitCounts:
+        """This row with its entries not due under a backoff schedule."""
+        return UnitCounts(self.stream, self.group, self.counts, self.total, not_due,
+                          next_due_ms, self.pending_after, self.after_read)
 
-@dataclass(frozen=True)
+    def with_pending_after(self, pending_after: int | None) -> UnitCounts:
+        """This row with its pending entries as read right after the run."""
+        return UnitCounts(self.stream, self.group, self.counts, self.total, self.not_due,
+                          self.next_due_ms, pending_after, True)
+
+    def __repr__(self) -> str:
+        return f"UnitCounts({self.as_dict()!r})"
+
+
+@dataclass(frozen=True, eq=False)
 class DeadLetterWarning(Row):
     """A dead-letter stream (`dead_letter_stream`, of source `stream`) that reaches a
     threshold: `warning` ``length`` (entries) or ``oldest_age_s`` (seconds), its `value` and
@@ -189,7 +208,7 @@ class DeadLetterWarning(Row):
     threshold: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Skipped(Row):
     """A key or group the run leaves alone (`group` None: the whole key), and why (shown in
     the summary)."""
@@ -221,7 +240,7 @@ class AfterRun:
     job_consumer_entries: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FailedErrors(Row):
     """A run's failed entries of one `reason` and error `signature` (None: no error text):
     how many (`entries`) and one error text as written (`example`)."""
@@ -232,7 +251,7 @@ class FailedErrors(Row):
     example: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class AckedUnit(Row):
     """One (stream, group)'s entries whose ack also deleted them from the stream
     (`deleted`), and those acked but kept because another group still references them
@@ -244,7 +263,7 @@ class AckedUnit(Row):
     kept: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class AckedDeletions(Row):
     """What ``reprocess.delete_acked`` did over a run: its entries deleted with their ack and
     kept for another group, in all and per unit (sorted; only units with either)."""
@@ -259,7 +278,7 @@ class AckedDeletions(Row):
                 "units": [u.as_dict() for u in self.units]}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RedriveUnit(Row):
     """What a redrive did with one source `stream`'s `dead_letter_stream`: the dead letters
     it examined, matched (what a dry run would move) and moved back (`redriven`), and the
@@ -273,7 +292,7 @@ class RedriveUnit(Row):
     left_in_dead_letter: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DeadLetterStreamRead(Row):
     """A dead-letter read's row for one `dead_letter_stream` (of source `stream`, or its own
     name where several `sources` share it): its `status` (``read``, ``empty``,
@@ -289,7 +308,7 @@ class DeadLetterStreamRead(Row):
     read: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DeadLetterSignature(Row):
     """A dead-letter read's dead letters of one error `signature`: how many, the first and
     last death times (ISO 8601 text in UTC) and one example's dead-letter stream and ID."""

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -71,6 +72,15 @@ def test_unit_rows_carry_the_backoff_and_after_keys_only_when_known() -> None:
 
 
 def test_rows_read_by_key_like_the_mappings_they_replace() -> None:
+    """Scripts that read a summary's rows as dicts keep working: by key, compared with a
+    dict, turned into one, and in pandas (as the notebook does) with flat action columns."""
+    assert Skipped("k", None, "gone") == {"stream": "k", "group": None, "reason": "gone"}
+    units = [UnitCounts("s", "g", {"reprocessed": 2, "failed": 1}, 3)]
+    assert dict(units[0]) == {"stream": "s", "group": "g", "reprocessed": 2, "failed": 1,
+                              "total": 3}
+    frame = pd.DataFrame(units, columns=["stream", "group", "reprocessed", "failed"])
+    assert frame.to_dict("records") == [{"stream": "s", "group": "g", "reprocessed": 2,
+                                         "failed": 1}]
     assert (HEALTH_ROW["stream"], HEALTH_ROW.get("lag"), HEALTH_ROW.get("nothing", 0)) == (
         "orders", None, 0)
     assert [c["name"] for c in HEALTH_ROW["consumers"]] == ["c1", "c2"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import Any, cast
 
 import redis
@@ -86,7 +85,7 @@ def add_after_run(summary: RunSummary, client: redis.Redis, units: Iterable[tupl
         return
     summary.after = after
     summary.health_after = after_totals(after)
-    summary.units = [replace(u, pending_after=after.pending.get(unit_key(u)), after_read=True)
+    summary.units = [u.with_pending_after(after.pending.get(unit_key(u)))
                      for u in summary.units]
 
 

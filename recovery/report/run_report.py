@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -153,8 +152,8 @@ def _with_not_due(units: list[UnitCounts], waiting: dict[tuple[str, str], NotDue
     rows = {unit_key(u): u for u in units}
     for key in waiting.keys() - rows.keys():
         rows[key] = UnitCounts(*key, dict.fromkeys(actions, 0))
-    return [replace(rows[key], not_due=waiting[key].entries if key in waiting else 0,
-                    next_due_ms=waiting[key].next_due_ms if key in waiting else None)
+    return [rows[key].with_not_due(*((waiting[key].entries, waiting[key].next_due_ms)
+                                     if key in waiting else (0, None)))
             for key in sorted(rows)]
 
 
