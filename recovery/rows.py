@@ -16,6 +16,8 @@ Redis), so executors, the driver and anything that reads a run's summary can imp
   ``reprocess.delete_acked`` did (``recovery.executor.tally``).
 - ``DeadLetterStreamRead`` and ``DeadLetterSignature``: a dead-letter read's row per
   dead-letter stream and per error signature (``recovery.dead_letters.run``).
+- ``TrimRow``: what retention did with one dead-letter stream
+  (``recovery.dead_letters.retention``).
 - ``RedriveUnit``: what a redrive did with one dead-letter stream (``recovery.redrive.run``).
 - ``AfterRun``: the state of a run's streams and groups right after it
   (``recovery.report.after_run``), for the summary and the metrics.
@@ -319,3 +321,27 @@ class DeadLetterSignature(Row):
     last_death_time: str | None
     example_dead_letter_key: str | None
     example_dead_letter_id: str | None
+
+
+@dataclass(frozen=True, eq=False)
+class TrimRow(Row):
+    """What retention did with one `dead_letter_stream` (of `stream`): letters removed
+    (`trimmed`; 0 in a dry run) and those that go (`would_trim`), the newest removed
+    (`last_trimmed_id`), the ID every entry below is gone (`kept_from_id`: the limits' cut
+    or where retention stopped; None: no cut), the limits that set the cut (`by`), whether
+    ``dead_letters.retention_floor_s`` held it back, and where and why retention stopped
+    short of it (`stopped_at_id`, `stopped_because`: ``not-a-letter``,
+    ``source-not-selected``, ``group-not-selected``; `stopped_source`: the source, or group,
+    of the letter it stopped at; None when it reached the cut)."""
+
+    stream: str
+    dead_letter_stream: str
+    trimmed: int = 0
+    would_trim: int = 0
+    last_trimmed_id: str | None = None
+    kept_from_id: str | None = None
+    by: list[str] = field(default_factory=list)
+    held_by_floor: bool = False
+    stopped_at_id: str | None = None
+    stopped_because: str | None = None
+    stopped_source: str | None = None
