@@ -41,9 +41,8 @@ class RunSummary(JsonLine):
     # The run id of the scheduler that started this run (--scheduler-run-id, e.g. Airflow's
     # DAG run id), in full: the run's own run_id is the short form Redis names carry.
     scheduler_run_id: str | None = None
-    # Entries by action, every action column of the run (recovery.executor.handover.modes
-    # .ACTIONS, a dry run's PLAN_ACTIONS) once its report pass is counted
-    # (recovery.report.run_report.fill_summary).
+    # Entries by action: every action column of the run (a dry run's: the plan's) once its
+    # report pass is counted (recovery.report.run_report.fill_summary); empty before.
     totals: dict[str, int] = field(default_factory=dict)
     units: list[UnitCounts] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
