@@ -36,7 +36,6 @@ from recovery.targets.keys import (
     Skipped,
     drop_dead_letter_streams,
     is_own_key,
-    reply_or_raise,
     selected_keys,
     type_unless_denied,
 )
@@ -182,7 +181,7 @@ def _not_a_stream(name: str, reply: object, kind: object, conn: RedisConn) -> st
         if kind is None:
             return NO_ACCESS
         return NO_KEY if kind == "none" else f"not a stream (type {kind}): left alone"
-    reply_or_raise(reply, conn, name)
+    conn.checked(reply, name)
     return None
 
 

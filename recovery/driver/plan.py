@@ -219,10 +219,7 @@ def plan_units(spark: SparkSession, conn: RedisConn, settings: Settings, plan_di
     for stream, reply in zip(streams, replies, strict=True):
         try:
             settings.dead_letter.names.check_source(stream)
-            if isinstance(reply, Exception):
-                with conn.errors(stream):
-                    raise reply
-            rows = info_rows(reply)  # type: ignore[arg-type]
+            rows = info_rows(conn.checked(reply, stream))  # type: ignore[arg-type]
             names = [g["name"] for g in rows]
             lags = {g["name"]: None if g.get("lag") is None else int(g["lag"])  # type: ignore[call-overload]
                     for g in rows}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -39,6 +40,7 @@ from recovery.redis_io.error_codes import error_code, server_text
 from recovery.redis_io.tls_errors import tls_hint
 
 RETRIES = 3
+T = TypeVar("T")
 RAW_REPLY_COMMANDS = ("XAUTOCLAIM", "XCLAIM", "XPENDING", "XRANGE", "XREVRANGE", "XINFO GROUPS",
                       "XINFO CONSUMERS")
 
@@ -192,6 +194,15 @@ class RedisConn:
                ) -> contextlib.AbstractContextManager[None]:
         """A block whose redis-py exceptions become the job's typed errors."""
         return redis_errors(self.params, stream, group)
+
+    def checked(self, reply: T | Exception, stream: str | None = None,
+                group: str | None = None) -> T:
+        """`reply` (one reply of a pipeline or a MULTI), or the error the server answered in
+        its place raised as the job's typed error for `stream` and `group`."""
+        if isinstance(reply, Exception):
+            with self.errors(stream, group):
+                raise reply
+        return reply
 
     def close(self) -> None:
         """Close the client's connections (the object is not used after)."""

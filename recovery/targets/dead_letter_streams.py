@@ -119,10 +119,7 @@ def inspect_streams(conn: RedisConn, pairs: list[tuple[str, str]]
         if kind != "stream":
             found.append(DeadLetterStream(label[key], key, kind, sources=tuple(sources[key])))
             continue
-        head = stream_head(*head_replies)
-        if isinstance(head, Exception):
-            with conn.errors(key):
-                raise head
+        head = conn.checked(stream_head(*head_replies), key)
         found.append(DeadLetterStream(label[key], key, kind, head.length, head.oldest_ms,
                                       node_of(conn.client, key), tuple(sources[key])))
     return found

@@ -343,21 +343,12 @@ def warn(warnings: list[str], message: str) -> None:
     warnings.append(message)
 
 
-def reply_or_raise(reply: object, conn: RedisConn, stream: str | None = None,
-                    group: str | None = None) -> object:
-    """The reply, or its error raised as the job's typed error for that stream and group."""
-    if isinstance(reply, Exception):
-        with conn.errors(stream, group):
-            raise reply
-    return reply
-
-
 def type_unless_denied(reply: object, conn: RedisConn) -> str | None:
     """A TYPE reply as text; None when the ACL user may not access that key (SCAN lists every
     key, whatever the user's key patterns). A denied *command* still raises."""
     if key_refused(reply):
         return None
-    kind = reply_or_raise(reply, conn)
+    kind = conn.checked(reply)
     return kind.decode() if isinstance(kind, bytes) else str(kind)
 
 

@@ -117,13 +117,11 @@ def left_reads(conn: RedisConn, units: list[tuple[Unit, PelHistogram]]) -> None:
     claim (usually none, a read of an empty PEL). The units' first pages go in one pipeline;
     a unit that vanished meanwhile is left out."""
     replies = each(conn.client, [pending_command(u.stream, u.group, "-", "+", OWN_PAGE)
-                            for u, _ in units])
+                                 for u, _ in units])
     for (unit, histogram), page in zip(units, replies, strict=True):
-        if isinstance(page, Exception):
-            if unit_vanished(page):
-                continue
-            with conn.errors(unit.stream, unit.group):
-                raise page
+        if isinstance(page, Exception) and unit_vanished(page):
+            continue
+        conn.checked(page, unit.stream, unit.group)
         _add_left(unit, histogram, page)  # type: ignore[arg-type]
         if len(page) == OWN_PAGE:  # type: ignore[arg-type]
             with conn.errors(unit.stream, unit.group):
