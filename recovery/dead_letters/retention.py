@@ -37,7 +37,7 @@ import redis
 from recovery.errors import RedisUnavailableError
 from recovery.params import RedisParams
 from recovery.redis_io.commands import stream_length
-from recovery.redis_io.redis_conn import connect, redis_errors
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.streams import stream_id_key
 from recovery.redis_io.trim import (
     LetterScope,
@@ -232,19 +232,19 @@ def apply_retention(params: RedisParams, streams: list[DeadLetterStream],
         return None
     rows: list[TrimRow] = []
     now_ms: int | None = None
-    client = connect(params)
+    conn = RedisConn.open(params)
     try:
-        with redis_errors(params):
-            now_ms = server_time_ms(client)
+        with conn.errors():
+            now_ms = server_time_ms(conn.client)
             for s in streams:
                 if s.status == "read":
-                    trim_stream(client, s, d, now_ms, rows, groups)
+                    trim_stream(conn.client, s, d, now_ms, rows, groups)
     except Exception:
         if failed is not None:
             failed(retention_report(d, now_ms, rows))
         raise
     finally:
-        client.close()
+        conn.close()
     return retention_report(d, now_ms, rows)
 
 

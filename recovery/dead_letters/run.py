@@ -41,7 +41,7 @@ from recovery.dead_letters.views import (
 )
 from recovery.params import DeadLetterReadParams, RedisParams
 from recovery.redis_io.cluster import biggest_first, groups_by_node
-from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.report.console_links import console_links, link_lines
 from recovery.report.run_report import check_report_location
 from recovery.rows import DeadLetterSignature, DeadLetterStreamRead, Skipped
@@ -70,14 +70,10 @@ def find_dead_letter_streams(settings: Settings, params: RedisParams
                              ) -> tuple[list[DeadLetterStream], list[Skipped]]:
     """The dead-letter streams the config points at, as found (server checked first), and
     what is skipped: sources without a dead-letter name, dead-letter keys of another type."""
-    client = connect(params)
-    try:
-        check_server(client, params)
+    with RedisConn.open(params) as conn:
+        check_server(conn)
         skipped: list[Skipped] = []
-        streams = inspect_streams(client, dead_letter_pairs(client, settings, params, skipped),
-                                  params)
-    finally:
-        client.close()
+        streams = inspect_streams(conn, dead_letter_pairs(conn, settings, skipped))
     for s in streams:
         if s.status == "wrong-type":
             skipped.append(Skipped(s.source, None, f"{s.key} is a {s.kind}, not a stream: "

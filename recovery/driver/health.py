@@ -16,16 +16,13 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-import redis
-
 from recovery.driver.discovery import CleanUp, WorkUnit, clean_up_consumers
 from recovery.errors import DeadLetterNameError
-from recovery.params import RedisParams
 from recovery.redis_io.commands import consumers_command, length_command
 from recovery.redis_io.dlq_names import DeadLetterNames
 from recovery.redis_io.key_holds import count_command as hold_count_command
 from recovery.redis_io.key_holds import hold_key
-from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import info_rows, shown
 from recovery.report.summary import largest, unlisted_line
@@ -55,9 +52,8 @@ def _maybe_int(value: object) -> int | None:
     return None if value is None else int(value)  # type: ignore[call-overload]
 
 
-def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: RedisParams,
-                   names: DeadLetterNames, hold_prefix: str | None = None
-                   ) -> list[HealthRow]:
+def collect_health(conn: RedisConn, units: Iterable[WorkUnit], names: DeadLetterNames,
+                   hold_prefix: str | None = None) -> list[HealthRow]:
     """Health of every unit (skipping units that vanished), histograms still empty. Units
     come from discovery, so their dead-letter names exist (``dlq_names``).
 
@@ -79,8 +75,8 @@ def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: Redis
                 *(length_command(key) for key in dlqs)]
     holds = _hold_names(units, hold_prefix)
     commands += [hold_count_command(name) for name in holds.values()]
-    with redis_errors(params):
-        replies = iter(each(client, commands))
+    with conn.errors():
+        replies = iter(each(conn.client, commands))
     consumers = {(u.stream, u.group): next(replies) for u in unseen}
     lengths = {s: next(replies) for s in unseen_streams}
     dead_letters = {key: next(replies) for key in dlqs}
@@ -119,23 +115,22 @@ def add_histograms(health: list[HealthRow], histograms: Iterable[HistogramRow]
     return [row.with_histogram(by_unit.get(unit_key(row))) for row in health]
 
 
-def remove_idle_consumers(client: redis.Redis, health: Iterable[HealthRow],
-                          idle_ms: int, params: RedisParams) -> int:
+def remove_idle_consumers(conn: RedisConn, health: Iterable[HealthRow], idle_ms: int
+                          ) -> int:
     """Delete consumers idle longer than `idle_ms` that own nothing; never one that owns
     pending entries (the script re-checks atomically), nor one whose name shows a ``\\x``
     escape (it may stand for bytes that are not UTF-8, see ``shown``). Returns how many were
     deleted."""
     targets = [(h.stream, h.group, c.name) for h in health for c in h.consumers
                if not c.pending and c.idle_ms >= idle_ms and "\\x" not in c.name]
-    removed = clean_up_consumers(client, targets, params).removed
+    removed = clean_up_consumers(conn, targets).removed
     if removed:
         log.info("removed %d idle consumers with nothing pending", removed)
     return removed
 
 
-def clean_up_job_consumers(client: redis.Redis, health: Iterable[HealthRow],
-                           own: Iterable[tuple[str, str, str]], prefix: str,
-                           params: RedisParams) -> CleanUp:
+def clean_up_job_consumers(conn: RedisConn, health: Iterable[HealthRow],
+                           own: Iterable[tuple[str, str, str]], prefix: str) -> CleanUp:
     """Delete the job's own consumers that own nothing once the run is done: this run's
     (`own`: (stream, group, consumer) triples) and earlier runs' (``<prefix>-...``, as the
     group health found them). Consumers of the application are never touched, and a
@@ -148,7 +143,7 @@ def clean_up_job_consumers(client: redis.Redis, health: Iterable[HealthRow],
     for h in health:
         targets.update(dict.fromkeys((h.stream, h.group, c.name) for c in h.consumers
                                      if c.name.startswith(prefix + "-") and "\\x" not in c.name))
-    return clean_up_consumers(client, list(targets), params)
+    return clean_up_consumers(conn, list(targets))
 
 
 def format_health(health: list[HealthRow], max_units: int = 0) -> str:

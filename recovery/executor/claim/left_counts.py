@@ -24,11 +24,11 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import redis
 
 from recovery.executor.claim.loop import ClaimStep, left_reads
 from recovery.executor.histogram import PelHistogram
-from recovery.params import JobParams, Unit
+from recovery.params import Unit
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.schemas import Action
 
 
@@ -50,9 +50,8 @@ class LeftCounts:
     per joined step, in order) and reads the PELs of the units whose last step it covered.
     """
 
-    def __init__(self, params: JobParams, gone: Sequence[str]) -> None:
+    def __init__(self, gone: Sequence[str]) -> None:
         """`gone`: the actions after which an entry is out of the PEL (:func:`gone_actions`)."""
-        self.params = params
         self._gone = pa.array(list(gone), pa.string())
         self._pulled = 0  # claim steps pulled from the units' loops
         self._handed = 0  # claim steps whose hand-over is done
@@ -79,12 +78,12 @@ class LeftCounts:
             self._in_flight.append(step.joins)
             yield step
 
-    def handed(self, client: redis.Redis, report: pa.RecordBatch) -> None:
+    def handed(self, conn: RedisConn, report: pa.RecordBatch) -> None:
         """One hand-over is done (`report`: its REPORT batch): note the entries it left
         pending, then read the PELs of the units it finished."""
         self._note_kept(report)
         self._handed += self._in_flight.popleft()
-        self._read(client, self._handed)
+        self._read(conn, self._handed)
 
     def _note_kept(self, report: pa.RecordBatch) -> None:
         """Add the IDs of `report`'s entries still pending (an action not in `gone`) to
@@ -100,11 +99,11 @@ class LeftCounts:
             if pel is not None and not pel.left_counted:
                 pel.kept.add(row["id"])
 
-    def rest(self, client: redis.Redis) -> None:
+    def rest(self, conn: RedisConn) -> None:
         """Every hand-over is done: read the PELs of the units still waiting."""
-        self._read(client, self._pulled)
+        self._read(conn, self._pulled)
 
-    def _read(self, client: redis.Redis, handed: int) -> None:
+    def _read(self, conn: RedisConn, handed: int) -> None:
         """Read the PELs of the waiting units whose last step is among the first `handed`
         (units finish in order, so they are a prefix of the waiting list)."""
         n = 0
@@ -112,4 +111,4 @@ class LeftCounts:
             n += 1
         if n:
             ready, self._waiting = self._waiting[:n], self._waiting[n:]
-            left_reads(client, self.params, [(unit, pel) for unit, pel, _ in ready])
+            left_reads(conn, [(unit, pel) for unit, pel, _ in ready])

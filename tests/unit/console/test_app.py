@@ -340,7 +340,7 @@ def test_pages_go_by_id_and_filters_say_what_they_looked_at(state: ConsoleState,
     r = redis_server.client()
     ids = seed(r, "orders", [{b"n": str(i).encode()} for i in range(250)],
                reasons=["max-deliveries-exceeded"] * 249 + ["handler-failed-at-limit"])
-    c = state.client
+    c = state.conn.client
     first = read_page(c, DLQ["orders"], LetterFilter(), None, newest_first=True)
     second = read_page(c, DLQ["orders"], LetterFilter(), first.cursor, newest_first=True)
     third = read_page(c, DLQ["orders"], LetterFilter(), second.cursor, newest_first=True)
@@ -573,10 +573,10 @@ def test_both_read_the_letter_then_both_move_it_one_copy(redis_server: LocalServ
     source_before = r.xlen("orders")
     state = state_for(redis_server)
     try:
-        flat = letters_by_id(state.client, DLQ["orders"], [ids[0]])[ids[0]]
-        first = redrive_letter(state.client, DLQ["orders"], Letter.of(ids[0], flat), ["orders"])
-        second = redrive_letter(state.client, DLQ["orders"], Letter.of(ids[0], flat),
-                                ["orders"])
+        c = state.conn.client
+        flat = letters_by_id(c, DLQ["orders"], [ids[0]])[ids[0]]
+        first = redrive_letter(c, DLQ["orders"], Letter.of(ids[0], flat), ["orders"])
+        second = redrive_letter(c, DLQ["orders"], Letter.of(ids[0], flat), ["orders"])
     finally:
         state.close()
     assert (first[0], second) == (Moved.MOVED, (Moved.GONE, ""))

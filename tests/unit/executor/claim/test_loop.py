@@ -21,7 +21,7 @@ from recovery.executor.claimed import CLAIMED_ARROW
 from recovery.params import Unit
 from recovery.redis_io import autoclaim, scripts
 from recovery.redis_io.autoclaim import deleted_by_position
-from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.settings.model import executor_params, load_settings
 from recovery.testing.backlog import make_stuck
 from tests.support.claim_checks import DEAD, GROUP, HOUR_MS, JOB, assert_matches_redis, stuck
@@ -38,13 +38,10 @@ def claim(url: str, make_settings, stream: str, *overrides: str,
     settings = make_settings(f'streams.keys=["{stream}"]', f"redis.url={url}", "claim.count=5",
                              *overrides)
     params = executor_params(settings, "r1")
-    client = connect(params.redis)
-    try:
+    with RedisConn.open(params.redis) as conn:
         unit = Unit(stream, GROUP, JOB)
-        steps = claim_steps(client, params, unit, Throttle(None), waiting=waiting)
+        steps = claim_steps(conn, params, unit, Throttle(None), waiting=waiting)
         batches = [step.claimed.to_arrow() for step in steps]
-    finally:
-        client.close()
     return pa.Table.from_batches(batches, schema=CLAIMED_ARROW).to_pylist()
 
 
