@@ -31,25 +31,21 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/console/act.py": ("tests/unit/console/test_app.py", "through recovery.console.app"),
     "recovery/console/audit.py":
         ("tests/unit/console/test_users.py", "through recovery.console.serve"),
-    "recovery/console/browse.py": ("tests/unit/console/test_app.py", "imports it"),
     "recovery/console/counts.py":
         ("tests/unit/console/test_users.py", "through recovery.console.state"),
     "recovery/console/guard.py": ("tests/unit/console/test_app.py", "through recovery.console.app"),
-    "recovery/console/letters.py": ("tests/unit/console/test_app.py", "imports it"),
+    "recovery/console/letters.py": ("tests/unit/console/test_browse.py", "imports it"),
     "recovery/console/links.py": ("tests/unit/console/test_app.py", "through recovery.console.app"),
-    "recovery/console/moves.py": ("tests/unit/console/test_app.py", "imports it"),
     "recovery/console/overview.py":
         ("tests/unit/console/test_app.py", "through recovery.console.pages"),
     "recovery/console/pages.py": ("tests/unit/console/test_app.py", "through recovery.console.app"),
     "recovery/console/queries.py":
         ("tests/unit/console/test_app.py", "through recovery.console.act"),
-    "recovery/console/serve.py": ("tests/unit/console/test_users.py", "imports it"),
     "recovery/console/sessions.py":
         ("tests/unit/console/test_users.py", "through recovery.console.state"),
     "recovery/console/state.py": ("tests/unit/console/test_users.py", "imports it"),
     "recovery/console/tasks.py":
         ("tests/unit/console/test_users.py", "through recovery.console.state"),
-    "recovery/counts.py": ("tests/integration/test_odd_fields.py", "imports it"),
     "recovery/dead_letters/report.py": ("tests/unit/dead_letters/test_read.py", "imports it"),
     "recovery/dead_letters/run.py": ("tests/unit/dead_letters/test_retention.py", "imports it"),
     "recovery/dead_letters/trend.py": ("tests/unit/dead_letters/test_read.py", "imports it"),
@@ -105,7 +101,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
         ("tests/integration/test_order.py", "through recovery.executor.ordered"),
     "recovery/executor/handover/ready.py":
         ("tests/integration/test_vanished_units.py", "imports it"),
-    "recovery/executor/handover/routed.py": ("tests/unit/executor/test_packing.py", "imports it"),
     "recovery/executor/histogram.py":
         ("tests/unit/executor/claim/test_first_steps.py", "imports it"),
     "recovery/executor/ordered.py": ("tests/integration/test_order.py", "imports it"),
@@ -129,12 +124,10 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/redis_io/claim_due.py":
         ("tests/unit/executor/claim/test_shared_claim.py", "through recovery.executor.claim.loop"),
     "recovery/redis_io/cluster.py": ("tests/unit/redis_io/test_tls.py", "imports it"),
-    "recovery/redis_io/error_codes.py":
-        ("tests/unit/executor/handover/test_dead_letter_batch.py", "imports it"),
     "recovery/redis_io/features.py":
         ("tests/integration/attacks/test_attack_delete_acked.py", "imports it"),
     "recovery/redis_io/held_keys.py": ("tests/unit/redis_io/test_key_holds.py", "imports it"),
-    "recovery/redis_io/letters.py": ("tests/unit/console/test_app.py", "imports it"),
+    "recovery/redis_io/letters.py": ("tests/unit/console/test_moves.py", "imports it"),
     "recovery/redis_io/redis_conn.py": ("tests/unit/redis_io/test_round_trips.py", "imports it"),
     "recovery/redis_io/redrive.py":
         ("tests/unit/redrive/test_run.py", "through recovery.redrive.run"),
