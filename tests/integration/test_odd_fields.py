@@ -342,13 +342,6 @@ def test_redis_8_8_pel_shapes_route_as_they_should():
     assert histogram.row("s", "g")["oldest_idle_ms"] == -1
 
 
-def test_pel_histograms_bucket_counts_at_and_wrapped_past_the_maximum():
-    histogram = PelHistogram()
-    histogram.add([[b"1-0", b"c", 5, -(2**63)], [b"2-0", b"c", -1, INT64_MAX],
-                   [b"3-0", b"c", 7, 1], [b"4-0", b"c", 7, -1]])
-    assert dict(histogram.row("s", "g")["deliveries"]) == {">100": 3, "1": 1}
-
-
 @pytest.mark.slow
 def test_a_wrapped_count_left_to_a_live_consumer_stays_as_it_is(spark, redis_server,
                                                                  tmp_path):
