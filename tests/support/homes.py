@@ -49,7 +49,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/dead_letters/report.py": ("tests/unit/dead_letters/test_read.py", "imports it"),
     "recovery/dead_letters/run.py": ("tests/unit/dead_letters/test_retention.py", "imports it"),
     "recovery/dead_letters/trend.py": ("tests/unit/dead_letters/test_read.py", "imports it"),
-    "recovery/dead_letters/views.py": ("tests/unit/dead_letters/test_read.py", "imports it"),
     "recovery/driver/handler_choice.py":
         ("tests/integration/test_end_to_end.py", "through recovery.driver.job"),
     "recovery/driver/health.py": ("tests/unit/driver/progress/test_reporter.py", "imports it"),
@@ -101,8 +100,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
         ("tests/integration/test_order.py", "through recovery.executor.ordered"),
     "recovery/executor/handover/ready.py":
         ("tests/integration/test_vanished_units.py", "imports it"),
-    "recovery/executor/histogram.py":
-        ("tests/unit/executor/claim/test_first_steps.py", "imports it"),
     "recovery/executor/ordered.py": ("tests/integration/test_order.py", "imports it"),
     "recovery/executor/survey.py": ("tests/unit/executor/test_tally.py", "imports it"),
     "recovery/jobs/dead_letters.py": ("tests/unit/jobs/test_entry_points.py", "imports it"),
@@ -118,8 +115,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/metrics/recovery_run.py":
         ("tests/integration/test_dead_letter_targets.py", "imports it"),
     "recovery/params.py": ("tests/unit/test_schemas.py", "imports it"),
-    "recovery/redis_io/acl_errors.py":
-        ("tests/integration/attacks/test_attack_hold.py", "imports it"),
     "recovery/redis_io/autoclaim.py": ("tests/unit/executor/claim/test_loop.py", "imports it"),
     "recovery/redis_io/claim_due.py":
         ("tests/unit/executor/claim/test_shared_claim.py", "through recovery.executor.claim.loop"),
@@ -136,8 +131,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/redis_io/stream_full.py":
         ("tests/unit/redis_io/test_run_ids.py", "through recovery.driver.discovery"),
     "recovery/redis_io/streams.py": ("tests/unit/redis_io/test_round_trips.py", "imports it"),
-    "recovery/redis_io/tls_errors.py":
-        ("tests/unit/redis_io/test_round_trips.py", "through recovery.redis_io.redis_conn"),
     "recovery/redis_io/trim.py":
         ("tests/unit/dead_letters/test_retention_letters.py", "imports it"),
     "recovery/report/after_run.py": ("tests/integration/test_metrics.py", "imports it"),
@@ -166,6 +159,5 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/starter/__init__.py": ("tests/unit/jobs/test_init.py", "imports it"),
     "recovery/targets/dead_letter_streams.py":
         ("tests/unit/dead_letters/test_read.py", "imports it"),
-    "recovery/targets/keys.py": ("tests/unit/redis_io/test_dlq_names.py", "imports it"),
     "recovery/testing/backlog.py": ("tests/unit/jobs/test_in_process.py", "imports it"),
 }
