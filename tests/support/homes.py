@@ -68,7 +68,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/driver/progress/state.py":
         ("tests/unit/driver/progress/test_reporter.py", "imports it"),
     "recovery/driver/run_ids.py": ("tests/unit/driver/test_plan.py", "through recovery.driver.job"),
-    "recovery/errors.py": ("tests/unit/spark/test_tasks.py", "imports it"),
     "recovery/executor/claim/backoff.py": ("tests/unit/executor/claim/test_loop.py", "imports it"),
     "recovery/executor/claim/by_plan.py": ("tests/unit/driver/test_plan.py", "imports it"),
     "recovery/executor/claim/gather.py":
@@ -154,7 +153,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
         ("tests/unit/settings/test_model.py", "through recovery.settings.model"),
     "recovery/settings/reference.py": ("tests/unit/test_docs_truth.py", "imports it"),
     "recovery/settings/sections.py": ("tests/unit/executor/handover/test_modes.py", "imports it"),
-    "recovery/spark/errors.py": ("tests/unit/redis_io/test_tls.py", "through recovery.driver.job"),
     "recovery/spark/session.py": ("tests/unit/spark/test_local.py", "imports it"),
     "recovery/starter/__init__.py": ("tests/unit/jobs/test_init.py", "imports it"),
     "recovery/targets/dead_letter_streams.py":
