@@ -114,7 +114,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/metrics/recovery_run.py":
         ("tests/integration/test_dead_letter_targets.py", "imports it"),
     "recovery/params.py": ("tests/unit/test_schemas.py", "imports it"),
-    "recovery/redis_io/autoclaim.py": ("tests/unit/executor/claim/test_loop.py", "imports it"),
     "recovery/redis_io/claim_due.py":
         ("tests/unit/executor/claim/test_shared_claim.py", "through recovery.executor.claim.loop"),
     "recovery/redis_io/cluster.py": ("tests/unit/redis_io/test_tls.py", "imports it"),
