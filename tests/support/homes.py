@@ -47,7 +47,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/console/tasks.py":
         ("tests/unit/console/test_users.py", "through recovery.console.state"),
     "recovery/dead_letters/report.py": ("tests/unit/dead_letters/test_read.py", "imports it"),
-    "recovery/dead_letters/run.py": ("tests/unit/dead_letters/test_retention.py", "imports it"),
     "recovery/dead_letters/trend.py": ("tests/unit/dead_letters/test_read.py", "imports it"),
     "recovery/driver/handler_choice.py":
         ("tests/integration/test_end_to_end.py", "through recovery.driver.job"),
@@ -155,6 +154,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/spark/session.py": ("tests/unit/spark/test_local.py", "imports it"),
     "recovery/starter/__init__.py": ("tests/unit/jobs/test_init.py", "imports it"),
     "recovery/targets/dead_letter_streams.py":
-        ("tests/unit/dead_letters/test_read.py", "imports it"),
+        ("tests/unit/dead_letters/test_run.py", "imports it"),
     "recovery/testing/backlog.py": ("tests/unit/jobs/test_in_process.py", "imports it"),
 }
