@@ -67,7 +67,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/driver/progress/state.py":
         ("tests/unit/driver/progress/test_reporter.py", "imports it"),
     "recovery/driver/run_ids.py": ("tests/unit/driver/test_plan.py", "through recovery.driver.job"),
-    "recovery/executor/claim/backoff.py": ("tests/unit/executor/claim/test_loop.py", "imports it"),
     "recovery/executor/claim/by_plan.py": ("tests/unit/driver/test_plan.py", "imports it"),
     "recovery/executor/claim/gather.py":
         ("tests/unit/executor/claim/test_first_steps.py", "imports it"),
