@@ -10,7 +10,7 @@ import inspect
 import recovery.errors as errors
 from recovery.errors import EXIT_BAD_INPUT, EXIT_FAILURE, RecoveryError, StreamUnitError
 
-BAD_INPUT = {"ConfigError", "DeadLetterNameError", "HandlerError"}
+BAD_INPUT = {"ConfigError", "DeadLetterNameError", "HandlerError", "HeldElsewhereError"}
 
 
 def test_every_typed_error_exits_as_the_readme_says() -> None:
