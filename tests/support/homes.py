@@ -126,7 +126,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/redis_io/split_cursors.py": ("tests/unit/redis_io/test_run_ids.py", "imports it"),
     "recovery/redis_io/stream_full.py":
         ("tests/unit/redis_io/test_run_ids.py", "through recovery.driver.discovery"),
-    "recovery/redis_io/streams.py": ("tests/unit/redis_io/test_round_trips.py", "imports it"),
     "recovery/redis_io/trim.py":
         ("tests/unit/dead_letters/test_retention_letters.py", "imports it"),
     "recovery/report/after_run.py": ("tests/integration/test_metrics.py", "imports it"),
