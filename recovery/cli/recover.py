@@ -33,7 +33,8 @@ from recovery.driver.plan import local_plan_refusal
 from recovery.errors import EXIT_OK, RedisAuthError, RedisUnavailableError
 from recovery.metrics.recovery_run import push_recovery_metrics
 from recovery.redis_io.redis_conn import connect
-from recovery.report.run_report import RunSummary, check_report_location
+from recovery.report.run_report import check_report_location
+from recovery.report.summary import RunSummary
 from recovery.settings.model import Settings, redis_params
 from recovery.targets.keys import check_features, check_server
 

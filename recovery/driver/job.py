@@ -26,7 +26,6 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
 
 import redis
 from pyspark.sql import DataFrame, SparkSession
@@ -84,21 +83,19 @@ from recovery.redis_io.redis_conn import connect
 from recovery.report.after_run import add_after_run
 from recovery.report.console_links import console_links
 from recovery.report.run_report import (
-    RunSummary,
     add_refused_requeue_targets,
     add_refused_targets,
     check_report_location,
-    due_time,
     fill_summary,
-    format_table,
     health_path,
-    health_totals,
     read_run,
     run_path,
     write_health,
     write_pass,
 )
 from recovery.report.signatures import failed_errors, failed_warning
+from recovery.report.summary import RunSummary, due_time, format_table, health_totals
+from recovery.rows import HealthRow, HistogramRow
 from recovery.schemas import (
     PEL_HISTOGRAM,
     REPORT,
@@ -199,8 +196,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             if settings.reprocess.delete_acked and not dry_run:
                 summary.acked_deletions = done = acked_deletions(tallies)
                 log.info("run %s: %d entries deleted with their ack, %d kept (another consumer "
-                         "group still references them)", params.run_id, done["deleted"],
-                         done["kept"])
+                         "group still references them)", params.run_id, done.deleted, done.kept)
             if dry_run:  # what the move script would refuse (a real run's tallies tell it)
                 add_refused_targets(summary, client, names, params.dlq_check_newest)
                 if settings.reprocess.mode == "requeue":
@@ -218,8 +214,8 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             if not dry_run:
                 summary.console_links = console_links(
                     settings.dead_letter.console_url,
-                    (names.key(u["stream"], u["group"]) for u in summary.units
-                     if u.get(Action.DEAD_LETTERED)))
+                    (names.key(u.stream, u.group) for u in summary.units
+                     if u.entries(Action.DEAD_LETTERED)))
             if not dry_run and summary.totals[Action.FAILED]:
                 summary.failed_errors = failed_errors(
                     read_run(spark, settings.report.path, params.run_id))
@@ -263,7 +259,7 @@ class RunContext:
     params: JobParams
     dry_run: bool = False
     plan: str | None = None
-    quiet_health: list[dict] = field(default_factory=list)
+    quiet_health: list[HealthRow] = field(default_factory=list)
 
 
 def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
@@ -292,7 +288,8 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
             split.assigned(parts, params.run_id)
         if settings.report.pel_histograms and not in_pass:
             hist_df = unit_df.mapInArrow(histogram_partition(params), PEL_HISTOGRAM)
-            add_histograms(health, [r.asDict() for r in hist_df.collect()])  # a row per unit
+            health = add_histograms(health, [HistogramRow.from_mapping(r.asDict())
+                                             for r in hist_df.collect()])  # a row per unit
         if not in_pass:
             _write_health(ctx, health, summary)
         if dry_run:
@@ -313,7 +310,7 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
             stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
             read_left = partial(split.left_rows, client, partial(is_job_consumer, stem=stem)) \
                 if split is not None and in_pass else None
-            early: list[list[dict[str, Any]]] = []
+            early: list[list[HistogramRow]] = []
             after_claim = (lambda: early.append(read_left({}))) if read_left else None
             if params.order is not None:  # per-key order: recovery.driver.ordered
                 tallies = claim_then_order(spark, client, settings, params, work, units,
@@ -327,7 +324,7 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
                 rows = histogram_rows(tallies)
                 kept = kept_ids(rows)  # claimed, still pending: counted by the parts' steps
                 left = early[0] if early else read_left(kept) if read_left else []
-                add_histograms(health, merged_rows([*rows, *left]))
+                health = add_histograms(health, merged_rows([*rows, *left]))
                 _write_health(ctx, health, summary)
             # The clean-up reads each group's PEL summary: the final progress line uses them.
             pr.take_final_summaries(clean_up_job_consumers(
@@ -339,7 +336,7 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
         return tallies
 
 
-def _write_health(ctx: RunContext, health: list[dict], summary: RunSummary) -> None:
+def _write_health(ctx: RunContext, health: list[HealthRow], summary: RunSummary) -> None:
     """Write and log the group health, with the groups that have nothing pending; its
     headline goes into the summary."""
     settings, params = ctx.settings, ctx.params

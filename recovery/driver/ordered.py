@@ -42,7 +42,8 @@ from recovery.redis_io.key_holds import (
     recorded_prefixes,
 )
 from recovery.redis_io.redis_conn import redis_errors
-from recovery.report.run_report import RunSummary, read_run, write_pass
+from recovery.report.run_report import read_run, write_pass
+from recovery.report.summary import RunSummary
 from recovery.schemas import BLOCKER, KEYED, PACKED, Action
 from recovery.settings.model import Settings
 from recovery.spark.tasks import materialise_once

@@ -40,10 +40,10 @@ from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.streams import info_rows
 from recovery.report.run_report import read_run_dir
 from recovery.report.worker_files import local_directory
+from recovery.rows import Skipped
 from recovery.schemas import PLANNED
 from recovery.settings.model import Settings
 from recovery.settings.redis import strip_userinfo
-from recovery.targets.keys import Skipped
 
 log = logging.getLogger(__name__)
 MANIFEST = "_plan.json"

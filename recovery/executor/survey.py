@@ -66,7 +66,7 @@ def _histogram_unit(client: redis.Redis, params: JobParams, unit: Unit
     with redis_errors(params.redis, unit.stream, unit.group):
         for page in pending_pages(client, unit.stream, unit.group, PAGE):
             histogram.add(page)
-    yield pa.RecordBatch.from_pylist([histogram.row(unit.stream, unit.group)],
+    yield pa.RecordBatch.from_pylist([histogram.row(unit.stream, unit.group).as_dict()],
                                      schema=HISTOGRAM_ARROW)
 
 

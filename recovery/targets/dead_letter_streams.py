@@ -12,7 +12,6 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import redis
 
@@ -30,8 +29,9 @@ from recovery.redis_io.dlq_names import DeadLetterNames, labels
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import info_rows, shown
+from recovery.rows import DeadLetterWarning, Skipped
 from recovery.settings.model import Settings
-from recovery.targets.keys import Skipped, sources_by_content, type_unless_denied
+from recovery.targets.keys import sources_by_content, type_unless_denied
 
 log = logging.getLogger(__name__)
 STATS_COMMANDS = 1 + HEAD_COMMANDS  # per dead-letter stream: TYPE, XLEN, XRANGE - + COUNT 1
@@ -136,12 +136,10 @@ def inspect_streams(client: redis.Redis, pairs: list[tuple[str, str]], params: R
 
 
 def warnings_for(streams: list[DeadLetterStream], warn_length: int | None,
-                 warn_oldest_age_s: float | None, now_ms: int) -> list[dict[str, Any]]:
+                 warn_oldest_age_s: float | None, now_ms: int) -> list[DeadLetterWarning]:
     """One warning per threshold a dead-letter stream reaches (length at least `warn_length`
-    entries; oldest entry at least `warn_oldest_age_s` s old), each logged: dicts with
-    ``stream``, ``dead_letter_stream``, ``warning`` (``length`` or ``oldest_age``),
-    ``value`` and ``threshold``."""
-    found: list[dict[str, Any]] = []
+    entries; oldest entry at least `warn_oldest_age_s` s old), each logged."""
+    found: list[DeadLetterWarning] = []
     for s in streams:
         age = s.oldest_age_s(now_ms)
         if warn_length is not None and s.length >= warn_length:
@@ -151,11 +149,11 @@ def warnings_for(streams: list[DeadLetterStream], warn_length: int | None,
     return found
 
 
-def _warning(s: DeadLetterStream, what: str, value: float, threshold: float) -> dict[str, Any]:
+def _warning(s: DeadLetterStream, what: str, value: float, threshold: float
+             ) -> DeadLetterWarning:
     log.warning("dead-letter stream %s (of %s): %s %s reaches dead_letters.warn_%s %s",
                 s.key, s.source, what, value, what, threshold)
-    return {"stream": s.source, "dead_letter_stream": s.key, "warning": what, "value": value,
-            "threshold": threshold}
+    return DeadLetterWarning(s.source, s.key, what, value, threshold)
 
 
 def now_ms() -> int:
@@ -164,7 +162,7 @@ def now_ms() -> int:
 
 
 def dead_letter_warnings(client: redis.Redis, settings: Settings, params: RedisParams
-                         ) -> list[dict[str, Any]]:
+                         ) -> list[DeadLetterWarning]:
     """The recovery run's check: the warnings of the dead-letter streams of every selected
     stream; nothing is read when no threshold is set."""
     d = settings.dead_letters

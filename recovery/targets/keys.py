@@ -5,7 +5,6 @@ streams left out), and why a key is left alone (:class:`Skipped`)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import redis
 
@@ -28,6 +27,7 @@ from recovery.redis_io.redis_conn import key_refused, no_such_key, redis_errors,
 from recovery.redis_io.run_ids import is_registration
 from recovery.redis_io.split_cursors import is_split_key
 from recovery.redis_io.streams import scan_keys, server_version, shown
+from recovery.rows import Skipped
 from recovery.settings.model import Settings
 
 log = logging.getLogger(__name__)
@@ -35,15 +35,6 @@ log = logging.getLogger(__name__)
 MIN_VERSION = (6, 2, 0)
 NO_ACCESS = "the Redis user may not access this key (ACL key patterns): left alone"
 NO_KEY = "no such key: fix streams.keys"
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A key or group the run leaves alone, and why (shown in the summary)."""
-
-    stream: str
-    group: str | None
-    reason: str
 
 
 def check_server(client: redis.Redis, params: RedisParams) -> tuple[int, int, int]:

@@ -128,13 +128,14 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
         ("tests/unit/redis_io/test_run_ids.py", "through recovery.driver.discovery"),
     "recovery/redis_io/trim.py":
         ("tests/unit/dead_letters/test_retention_letters.py", "imports it"),
-    "recovery/report/after_run.py": ("tests/integration/test_metrics.py", "imports it"),
+    "recovery/report/after_run.py":
+        ("tests/integration/test_metrics.py", "through recovery.metrics.recovery_run"),
     "recovery/report/json_line.py":
-        ("tests/unit/report/test_worker_files.py", "through recovery.report.run_report"),
+        ("tests/unit/report/test_summary.py", "through recovery.report.summary"),
     "recovery/report/run_report.py": ("tests/unit/report/test_worker_files.py", "imports it"),
     "recovery/report/signature_rules.py": ("tests/unit/report/test_signatures.py", "imports it"),
     "recovery/report/wording.py":
-        ("tests/unit/report/test_worker_files.py", "through recovery.report.run_report"),
+        ("tests/unit/report/test_summary.py", "through recovery.report.summary"),
     "recovery/settings/base.py":
         ("tests/unit/settings/test_model.py", "through recovery.settings.redis"),
     "recovery/settings/claim.py":

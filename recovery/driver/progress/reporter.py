@@ -70,7 +70,7 @@ import time
 from collections.abc import Mapping, Sequence
 from functools import partial
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import redis
 
@@ -91,6 +91,7 @@ from recovery.params import RedisParams
 from recovery.redis_io.dlq_names import DeadLetterNames
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.report.wording import plural, some_names
+from recovery.rows import HealthRow
 
 log = logging.getLogger(__package__)  # "recovery.driver.progress"
 UNITS_PER_TICK = 5_000  # units a tick reads at most (the final reading reads all)
@@ -140,7 +141,7 @@ class ProgressReporter:
 
     def __init__(self, client: redis.Redis, units: Sequence[WorkUnit], dlq_names: DeadLetterNames,
                  consumer_prefix: str, run_id: str, interval_s: float,
-                 params: RedisParams, health: Sequence[dict[str, Any]] | None = None,
+                 params: RedisParams, health: Sequence[HealthRow] | None = None,
                  order: Sequence[Sequence[int]] | None = None) -> None:
         self._client = client
         self._health = health

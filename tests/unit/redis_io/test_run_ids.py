@@ -26,8 +26,8 @@ from recovery.redis_io.run_ids import (
     split_traces,
 )
 from recovery.redis_io.split_cursors import TTL_MS, cursor_key, ranges_key
+from recovery.rows import Skipped
 from recovery.settings.model import load_settings, redis_params
-from recovery.targets.keys import Skipped
 from tests.support.fault_tools import (
     GROUP,
     finished,
