@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 import pytest
 import redis
 
-from recovery.cli.dead_letters import dead_letters_main
 from recovery.dead_letters.read import dead_letter_row
 from recovery.dead_letters.report import DeadLetterSummary, views_path
 from recovery.dead_letters.run import (
@@ -28,6 +27,7 @@ from recovery.dead_letters.run import (
 from recovery.dead_letters.trend import health_trend
 from recovery.dead_letters.views import signature
 from recovery.driver.job import run
+from recovery.jobs.dead_letters import DeadLettersJob
 from recovery.schemas import HEALTH, arrow
 from recovery.settings.model import Settings, load_settings, redis_params
 from recovery.targets.dead_letter_streams import DeadLetterStream
@@ -142,7 +142,7 @@ def test_the_job_writes_both_views_and_sums_them_up(spark, redis_server, tmp_pat
             "--set", "streams.match=*", "--set", "dead_letters.warn_length=3",
             "--run-id", "20261126T000000Z-abcdef"]
 
-    assert dead_letters_main(argv, lambda: spark) == 0
+    assert DeadLettersJob(lambda _: spark).main(argv) == 0
 
     assert snapshot(client) == before
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -226,8 +226,8 @@ def test_parts_hold_keys_of_one_node_biggest_first():
 
 
 def test_config_error_is_one_line_and_exit_2(capsys, tmp_path):
-    code = dead_letters_main(["--set", "streams.keys=a", "--set", "dead_letters.warn_length=0"],
-                             lambda: pytest.fail("no Spark for a bad config"))
+    code = DeadLettersJob(lambda _: pytest.fail("no Spark for a bad config")).main(
+        ["--set", "streams.keys=a", "--set", "dead_letters.warn_length=0"])
     out, err = capsys.readouterr()
     assert code == 2
     assert err.count("\n") == 1 and "dead_letters.warn_length" in err
