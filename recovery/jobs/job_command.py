@@ -61,10 +61,10 @@ class JobCommand(Generic[S]):
 
     A job's docstring is its ``--help`` description; it sets `prog` (argparse's program
     name, as ``--version`` prints it), `what` (how errors name it), `app_name` (its
-    SparkSession's), `dry_run_help` and, when ``--dry-run`` is a setting,
-    `dry_run_setting`; it overrides :meth:`add_options`,
-    :meth:`check_locally`, :meth:`check_server`, :meth:`execute` and :meth:`push_metrics`
-    as it needs."""
+    SparkSession's), `dry_run_help` and, when ``--dry-run`` is a setting, `dry_run_setting`;
+    it overrides :meth:`add_options`, :meth:`check_locally`, :meth:`check_server`,
+    :meth:`execute` and :meth:`push_metrics` as it needs. A new job is a new subclass, and
+    its command a new entry of ``recovery.cli.routes.ROUTES``."""
 
     prog: ClassVar[str]
     what: ClassVar[str]
@@ -77,8 +77,12 @@ class JobCommand(Generic[S]):
         submitter's, ``recovery.spark.session.submitted_session``; the demo and the tests
         pass a local one)."""
         self._session = session
-        self.checks_only = False
-        self.started_s = 0.0  # Unix time, for the metrics
+        self._start(checks_only=False)
+
+    def _start(self, checks_only: bool) -> None:
+        """A new run's state (an instance may run more than once)."""
+        self.checks_only = checks_only
+        self.started_s = time.time()  # Unix time, for the metrics
         self.settings: Settings | None = None  # once loaded
         self.args = argparse.Namespace()
         self.summary: S | None = None  # as soon as the job has one
@@ -95,7 +99,7 @@ class JobCommand(Generic[S]):
         return self._outcome(argv, checks_only=True)
 
     def _outcome(self, argv: list[str] | None, checks_only: bool) -> int:
-        self.checks_only, self.started_s = checks_only, time.time()
+        self._start(checks_only)
         return exit_code_of(lambda: self._steps(argv), self.what, lambda: self.summary,
                             self._finish)
 
