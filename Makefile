@@ -32,7 +32,7 @@ monitoring-tools:
 	@$(call debian,promtool,prometheus)
 
 # The console's browser tests drive Debian's chromium through Playwright (never a browser
-# Playwright would download): tests/test_console_browser.py.
+# Playwright would download): tests/integration/test_console_browser.py.
 chromium:
 	@$(call debian,chromium,chromium)
 
@@ -57,7 +57,7 @@ demo: setup
 
 # Two pytest workers, each with its own local Spark session: the suite waits on
 # spark-submit processes and servers more than it computes (README "Tests").
-# The tests start only once ruff and mypy pass (tests/test_house.py checks module sizes).
+# The tests start only once ruff and mypy pass (tests/unit/test_house.py checks module sizes).
 TEST_WORKERS ?= 2
 test: lint servers monitoring-tools chromium $(AIRFLOW_VENV)/.installed
 	AIRFLOW_PYTHON=$(abspath $(AIRFLOW_VENV)/bin/python) \

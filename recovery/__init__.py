@@ -64,7 +64,7 @@ _HOMES = {
     "HandlerError": "recovery.errors",
     "FailureThresholdError": "recovery.errors",
 }
-__all__ = [  # the same names as _HOMES (tests/test_public_api.py holds them together)
+__all__ = [  # the same names as _HOMES (tests/unit/test_public_api.py holds them together)
     "ACTIONS",
     "DEAD_LETTER",
     "PLAN_ACTIONS",

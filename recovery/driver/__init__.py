@@ -2,5 +2,5 @@
 
 Imports nothing: Spark's Python daemon is ``recovery.spark.pyspark_path``, which must run
 before anything imports ``pyspark``. Executors never import this package
-(tests/test_house.py).
+(tests/unit/test_house.py).
 """

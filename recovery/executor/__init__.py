@@ -2,5 +2,5 @@
 (route, dead-letter, handler, lease, ack) and the counts they report.
 
 Never imports the driver side (``recovery.driver``, ``recovery.settings``, pydantic): only
-``recovery.params`` travels (tests/test_house.py).
+``recovery.params`` travels (tests/unit/test_house.py).
 """

@@ -45,7 +45,7 @@ DAEMON_MODULE = "recovery.spark.pyspark_path"
 # and PRELOADED. All are modules the tasks import anyway, and none starts a thread or imports
 # pyarrow or numpy (a fork keeps only the forking thread; PySpark's daemon imports even its
 # worker module after the fork for that reason, not knowing which module it is: ours is
-# PySpark's own, which imports neither). tests/test_pyspark_path.py checks both.
+# PySpark's own, which imports neither). tests/unit/spark/test_pyspark_path.py checks both.
 PRELOADED_PACKAGE = "recovery.redis_io"
 PRELOADED = ("recovery.errors", "recovery.params", "recovery.handlers", "pyspark.worker")
 

@@ -1,5 +1,5 @@
 """The least-privilege users of docs/ACL.md, read from the document itself, for tests that
-run the job as those users (tests/test_acl.py, tests/test_split.py)."""
+run the job as those users (tests/integration/test_acl.py, tests/unit/driver/test_split.py)."""
 
 from __future__ import annotations
 

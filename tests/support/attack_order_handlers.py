@@ -1,6 +1,7 @@
-"""Attack handler (tests/test_attack_order.py): ``tests.support.order_handler:in_order``,
-but a message whose ID is in ``CRASH`` kills its Python worker once (os._exit) right after
-the call's side effects (recorded successes), before its results come back."""
+"""Attack handler (tests/integration/attacks/test_attack_order.py):
+``tests.support.order_handler:in_order``, but a message whose ID is in ``CRASH`` kills its
+Python worker once (os._exit) right after the call's side effects (recorded successes), before
+its results come back."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """One unit's stuck entries and the check that a claim's output matches Redis itself (the
-claim tests: tests/test_claim.py, tests/test_first_steps.py)."""
+claim tests: tests/unit/executor/claim/test_loop.py,
+tests/unit/executor/claim/test_first_steps.py)."""
 
 from __future__ import annotations
 

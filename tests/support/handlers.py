@@ -73,8 +73,8 @@ def garbage(messages: list[Message]) -> object:
 NOT_CALLABLE = 42
 
 
-# --- A recording handler for the fault tests (tests/test_fault_tolerance.py,
-# tests/test_bad_input.py).
+# --- A recording handler for the fault tests (tests/integration/faults/,
+# tests/integration/test_bad_input.py).
 # It runs on executors, so it is steered through a JSON control file named by an environment
 # variable that the test process sets before Spark starts (tests/support/fault_tools.py).
 
@@ -145,7 +145,8 @@ def recording(messages: list[Message]) -> object:
     return verify_or_fail(messages)
 
 
-# --- A handler that plays a live consumer acking during the call (tests/test_apply.py).
+# --- A handler that plays a live consumer acking during the call
+# (tests/unit/executor/handover/test_apply.py).
 LIVE_ACK_URL_ENV = "RECOVERY_TEST_LIVE_ACK_URL"
 SEEN = "test:seen"  # list: IDs handed to `ack_first_meanwhile`, in order
 

@@ -1,4 +1,4 @@
-"""Helpers of tests/test_journal_rows.py: a handler whose behaviour changes between task
+"""Helpers of tests/unit/redis_io/test_journal.py: a handler whose behaviour changes between task
 attempts, steered by fields of the entries (it runs on executors), and a seeded stream.
 
 ``scripted`` records each hand-over as ``tests.support.handlers.recording`` does (same

@@ -1,4 +1,4 @@
-"""A handler for the per-key order tests (tests/test_order.py), imported on executors as
+"""A handler for the per-key order tests (tests/integration/test_order.py), imported on executors as
 ``tests.support.order_handler:in_order``. Steered by the control file of
 ``tests.support.fault_tools.write_control`` (``url``: where to record).
 

@@ -1,6 +1,7 @@
-"""Shared by the per-key order tests (tests/test_order.py, tests/test_attack_order.py): the
-job's command line with a key field, a seeded backlog of interleaved keys, what the recording
-handler (tests/support/order_handler.py) saw, the PEL's owners and counts, report rows."""
+"""Shared by the per-key order tests (tests/integration/test_order.py,
+tests/integration/attacks/test_attack_order.py): the job's command line with a key field, a
+seeded backlog of interleaved keys, what the recording handler (tests/support/order_handler.py)
+saw, the PEL's owners and counts, report rows."""
 
 from __future__ import annotations
 

@@ -20,11 +20,12 @@ from recovery.testing.local_redis import LocalServer, server_binary
 # the oldest (README "Servers supported").
 FLAVORS = ("redis", "valkey", "redis62")
 # The newest servers, Redis 8.0, Valkey 9.1 and Redis 8.6 from Debian's packages (`make
-# servers`), for a focused set only (the reply-shape tests of tests/test_servers.py, a
+# servers`), for a focused set only (the reply-shape tests of tests/unit/testing/test_servers.py, a
 # recovery, a requeue and a backoff run): each whole run on every server would cost more than
 # it tells.
 NEWEST = ("redis80", "valkey91", "redis86")
-# The server with XACKDEL (Redis 8.2+), for reprocess.delete_acked (tests/test_delete_acked.py).
+# The server with XACKDEL (Redis 8.2+), for reprocess.delete_acked
+# (tests/integration/test_delete_acked.py).
 WITH_XACKDEL = "redis86"
 # For those tests: `server` over FLAVORS and NEWEST.
 ON_NEWEST_TOO = pytest.mark.parametrize("server", (*FLAVORS, *NEWEST), indirect=True)

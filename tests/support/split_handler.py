@@ -1,4 +1,4 @@
-"""A handler for the split-unit tests (tests/test_split.py), imported on executors as
+"""A handler for the split-unit tests (tests/unit/driver/test_split.py), imported on executors as
 ``tests.support.split_handler:recording_workers``: it records which worker process and which
 Spark partition handed over each call's entries and, when the control file says ``watch``,
 what Redis holds of the run meanwhile (the job consumers of the call's group, the split's

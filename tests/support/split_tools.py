@@ -1,6 +1,6 @@
-"""Helpers of the split-unit tests (tests/test_split.py): a backlog whose kinds interleave in
-the PEL, and what a split run left in Redis (the handler's record of the worker processes
-and Spark partitions that handed entries over: ``tests.support.split_handler``)."""
+"""Helpers of the split-unit tests (tests/unit/driver/test_split.py): a backlog whose kinds
+interleave in the PEL, and what a split run left in Redis (the handler's record of the worker
+processes and Spark partitions that handed entries over: ``tests.support.split_handler``)."""
 
 from __future__ import annotations
 

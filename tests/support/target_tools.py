@@ -1,6 +1,6 @@
-"""Shared by the dead-letter target tests (tests/test_dead_letter_targets.py and
-tests/test_attack_dead_letters.py): a stuck backlog, another team's view of a key, the
-job's command line and the summary's skipped rows."""
+"""Shared by the dead-letter target tests (tests/integration/test_dead_letter_targets.py and
+tests/integration/attacks/test_attack_dead_letters.py): a stuck backlog, another team's view
+of a key, the job's command line and the summary's skipped rows."""
 
 from __future__ import annotations
 
