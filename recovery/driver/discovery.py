@@ -100,7 +100,7 @@ def discover(client: redis.Redis, settings: Settings, params: RedisParams,
             quiet += [u for u in every if not u.pending]
         if found:  # the mode's refusal (ConfigError, exit 2) before anything is claimed
             mode.check_stream(stream, [shown(g["name"]) for g in groups],  # type: ignore[arg-type]
-                              settings.reprocess)
+                              settings.reprocess.options())
         units += found
     refuse_requeue_clash(settings, units)
     return units, skipped
@@ -119,7 +119,7 @@ def check_hold_name(settings: Settings, stream: str) -> None:
 def refuse_requeue_clash(settings: Settings, units: list[WorkUnit]) -> None:
     """Raise DeadLetterNameError (exit 2, nothing touched) when a unit's dead-letter stream
     is a retry stream this run requeues into (``reprocess.requeue_stream``)."""
-    template = settings.reprocess.requeue_stream
+    template = settings.reprocess.option("requeue_stream")
     if template is None or settings.reprocess.mode != Mode.REQUEUE.value:
         return
     names = settings.dead_letter.names

@@ -231,7 +231,7 @@ def plan_units(spark: SparkSession, client: redis.Redis, settings: Settings,
             skipped.append(Skipped(stream, None, f"{exc} (since the plan)"))
             continue
         mode_of(settings.reprocess.mode).check_stream(stream, [str(n) for n in names],
-                                                      settings.reprocess)
+                                                      settings.reprocess.options())
         for group, planned in sorted(by_stream[stream].items()):
             if group in names:
                 units.append(WorkUnit(stream, group, planned, node_of(client, stream),

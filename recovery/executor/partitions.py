@@ -37,13 +37,14 @@ from recovery.executor.claim.by_plan import plan_steps, planned_units
 from recovery.executor.claim.first_steps import FirstStep, with_first_steps
 from recovery.executor.claim.gather import gathered
 from recovery.executor.claim.journaled import TaskJournal
-from recovery.executor.claim.left_counts import LeftCounts
+from recovery.executor.claim.left_counts import LeftCounts, gone_actions
 from recovery.executor.claim.loop import ClaimStep, claim_steps
 from recovery.executor.claim.throttle import Throttle
 from recovery.executor.claimed import Claimed
 from recovery.executor.faults import maybe_fail
 from recovery.executor.handover.apply import apply_batch
 from recovery.executor.handover.lease import LEASE_ROWS
+from recovery.executor.handover.modes import mode_of
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.packing import ArrowFn, note_row, packed_rows, unpacked
 from recovery.executor.tally import PassMaker, Tally, note
@@ -229,7 +230,9 @@ def recover_partition(params: JobParams, histograms: bool = False,
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             client = PartitionClient(params)
             journal = TaskJournal(params, journal_prefix) if journal_prefix is not None else None
-            left = LeftCounts(params) if histograms else None
+            mode = mode_of(params.reprocess_mode)
+            left = LeftCounts(params, gone_actions(mode.done, mode.stays_pending)) \
+                if histograms else None
 
             def unit_steps(unit: Unit, claim: UnitClaim) -> Iterator[ClaimStep]:
                 pel = tally.histogram(unit.stream, unit.group) if histograms else None

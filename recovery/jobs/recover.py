@@ -71,7 +71,8 @@ class RecoverJob(JobCommand[RunSummary]):
         args = self.args
         summary = self.keep(run(self.spark(settings), settings, args.run_id,
                                 dry_run=args.dry_run, plan=args.plan,
-                                checked=True))  # the checks are made once: here
+                                checked=True,  # the checks are made once: here
+                                scheduler_run_id=args.scheduler_run_id))
         summary.check_not_empty(settings.streams.fail_when_empty)
         summary.check_failure_threshold(settings.handler.max_failed_ratio)
 

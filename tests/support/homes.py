@@ -166,7 +166,8 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/settings/redrive.py":
         ("tests/unit/settings/test_model.py", "through recovery.settings.model"),
     "recovery/settings/reference.py": ("tests/unit/test_docs_truth.py", "imports it"),
-    "recovery/settings/sections.py": ("tests/unit/executor/handover/test_modes.py", "imports it"),
+    "recovery/settings/sections.py":
+        ("tests/unit/settings/test_model.py", "through recovery.settings.model"),
     "recovery/spark/errors.py": ("tests/unit/redis_io/test_tls.py", "through recovery.driver.job"),
     "recovery/spark/session.py": ("tests/unit/spark/test_local.py", "imports it"),
     "recovery/starter/__init__.py": ("tests/unit/cli/test_init.py", "imports it"),
