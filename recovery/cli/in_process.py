@@ -46,6 +46,9 @@ RUNS_HERE = ("dry-run", "apply", "redrive", "dead-letters")
 # tests run (docs/PERFORMANCE.md, "JVM and start-up": short local runs end sooner).
 LOCAL_MASTER = "local[*]"
 DRIVER_JVM = "spark.driver.extraJavaOptions"
+# What spark-submit's PythonRunner gives the driver it starts: here, inherited from another
+# process's driver (a PySpark task that started this command), never this run's.
+GATEWAY_VARIABLES = ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET")
 
 
 def runs_here(command: str, spark_args: list[str],
@@ -115,6 +118,8 @@ def _interrupt(signum: int, frame: object) -> None:
 def _run_job(command: str, job_args: list[str], spark_args: list[str]) -> int:
     """`command`'s job class, its Spark (if it runs any) launched as spark-submit would."""
     route = ROUTES[command]
+    for name in GATEWAY_VARIABLES:  # no spark-submit started this process: not its gateway
+        os.environ.pop(name, None)
     if route.runs_spark:
         _launch_options(spark_option(spark_args, "--master"))
     return route.job()().main(job_args)

@@ -347,3 +347,32 @@ def orphans(url: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def closed_port() -> int:
+    """A local TCP port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_an_inherited_pyspark_gateway_port_does_not_stop_the_in_process_redrive(
+        redis_server, stub_home):
+    """The installed command started by a PySpark driver (a task that shells out to
+    ``redis-stream-recovery redrive``) inherits that driver's ``PYSPARK_GATEWAY_PORT`` and
+    ``PYSPARK_GATEWAY_SECRET``. Found: the in-process redrive took them for its own
+    spark-submit's (``register_with_cluster``), connected to a gateway that is not its own
+    (here: gone), and failed, exit 1, nothing redriven. Now: the in-process route runs no
+    spark-submit, so an inherited gateway is not its: exit 0, the letters back in their
+    stream, the DLQ empty."""
+    length = letters(redis_server, 3)
+
+    done = redrive(redis_server, stub_home, PYSPARK_GATEWAY_PORT=str(closed_port()),
+                   PYSPARK_GATEWAY_SECRET="not-ours")
+
+    assert done.returncode == 0 and STARTED not in done.stdout, done.stdout + done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["status"] == "ok"
+    client = redis_server.client()
+    assert (client.xlen("{orders}:dlq"), client.xlen("orders")) == (0, length + 3)
