@@ -37,7 +37,9 @@ from recovery.settings.base import Section
 MODE_NAMES = tuple(mode.value for mode in Mode)
 DEFAULT = Mode.HANDLER.value
 ALONE = "one mode's keys alone"  # validation context: check them without the other modes'
-REQUEUE_TEMPLATE = re.compile(r"^\{stream\}[^{}]*(\{group\}[^{}]*)?$")
+# {stream}, then a suffix with fixed text that may hold {group}: without fixed text the name
+# could be the source itself or its hash-tagged twin ("orders" -> "{orders}").
+REQUEUE_TEMPLATE = re.compile(r"^\{stream\}(?=[^{}]|\{group\}[^{}])[^{}]*(\{group\}[^{}]*)?$")
 
 
 def one_of(names: list[str]) -> str:
@@ -127,11 +129,11 @@ class HandlerReprocess(ReprocessSettings):
 
 class RequeueReprocess(ReprocessSettings):
     """``reprocess.mode = requeue``: where the copies go, the source stream or a per-group
-    retry stream (``{stream}`` then a suffix, which may hold ``{group}``)."""
+    retry stream (``{stream}`` then a suffix with fixed text, which may hold ``{group}``)."""
 
     requeue_stream: str | None = Field(None, description=(
-        "requeue into a per-group retry stream: `{stream}` then a suffix that may hold "
-        "`{group}`, e.g. `{stream}:retry:{group}`; none: the source stream (single-group "
+        "requeue into a per-group retry stream: `{stream}` then a suffix with fixed text "
+        "that may hold `{group}`, e.g. `{stream}:retry:{group}`; none: the source stream (single-group "
         "streams only)"))
 
     @field_validator("requeue_stream")
@@ -140,7 +142,7 @@ class RequeueReprocess(ReprocessSettings):
         if template is not None and not REQUEUE_TEMPLATE.match(template):
             raise ValueError(
                 f"{template!r} is not a retry stream name: start it with {{stream}} and add a "
-                "suffix that may hold {group}, e.g. {stream}:retry:{group}")
+                "suffix with fixed text that may hold {group}, e.g. {stream}:retry:{group}")
         return template
 
 
