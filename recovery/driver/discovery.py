@@ -15,6 +15,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from recovery.errors import (
+    ConfigError,
     DeadLetterNameError,
 )
 from recovery.executor.handover.modes import mode_of
@@ -101,6 +102,7 @@ def discover(conn: RedisConn, settings: Settings, warnings: list[str] | None = N
                               settings.reprocess.options())
         units += found
     refuse_requeue_clash(settings, units)
+    refuse_shared_requeue_targets(conn, settings, units)
     return units, skipped
 
 
@@ -136,6 +138,33 @@ def refuse_requeue_clash(settings: Settings, units: list[WorkUnit]) -> None:
                 f"reprocess.requeue_stream of {other.stream} / {other.group}: requeued "
                 "copies and dead letters would share it; change dead_letter.stream or "
                 "reprocess.requeue_stream")
+
+
+def refuse_shared_requeue_targets(conn: RedisConn, settings: Settings,
+                                  units: list[WorkUnit]) -> None:
+    """Raise ConfigError (exit 2, nothing claimed) when a unit's retry stream
+    (``reprocess.requeue_stream``) already has several consumer groups: each would read the
+    requeued copies again, as the mode refuses for a source (``RequeueMode.check_stream``).
+    One XINFO GROUPS per target, pipelined; a target that is missing or of another type is
+    left to the requeue script."""
+    template = settings.reprocess.option("requeue_stream")
+    if template is None or settings.reprocess.mode != Mode.REQUEUE.value:
+        return
+    targets: dict[str, WorkUnit] = {}
+    for u in units:
+        with contextlib.suppress(DeadLetterNameError):  # such a source is skipped later
+            targets.setdefault(requeue_key(u.stream, u.group, template), u)
+    with conn.errors():
+        replies = stream_groups(conn.client, list(targets))
+    for (target, u), reply in zip(targets.items(), replies, strict=True):
+        names = [shown(g["name"]) for g in info_rows(reply)  # type: ignore[arg-type]
+                 ] if isinstance(reply, list) else []
+        if len(names) >= 2:
+            raise ConfigError(
+                f"reprocess.requeue_stream {template!r} names {target!r} for {u.stream} / "
+                f"{u.group}, a stream with {len(names)} consumer groups ({', '.join(names)}): "
+                "every group would read the requeued copies; choose a retry stream of the "
+                "job's own, e.g. {stream}:retry:{group}")
 
 
 def _stream_groups(conn: RedisConn, settings: Settings, skipped: list[Skipped],

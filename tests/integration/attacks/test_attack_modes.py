@@ -57,3 +57,31 @@ def test_a_requeue_template_without_a_suffix_is_refused(redis_server: LocalServe
     assert json.loads(done.stdout.strip().splitlines()[-1])["exit_code"] == 2
     assert client.xpending("orders", "billing")["pending"] == 3
     assert client.exists("{orders}") == 0
+
+
+def test_a_requeue_target_read_by_several_groups_is_refused(redis_server: LocalServer,
+                                                            tmp_path: Path) -> None:
+    """Found: the several-groups rule looked at the source only. ``{orders}:r`` is an
+    application stream read by the groups ``shipping`` and ``audit``;
+    ``reprocess.requeue_stream = "{stream}:r"`` for ``orders`` / ``billing`` (one group)
+    named it: the run acked billing's three entries and appended their copies there, exit 0,
+    status ok, and both of its groups would read them (XLEN {orders}:r 1 -> 4). Now: refused
+    as a config error (exit 2) before anything is claimed; the entries stay pending and the
+    target keeps its length."""
+    client = redis_server.client()
+    stuck(client, "orders", "billing", 3)
+    for group in ("shipping", "audit"):
+        create_group(client, "{orders}:r", group)
+    client.xadd("{orders}:r", {"app": "own"})
+
+    done = command("run", "--set", f"redis.url={redis_server.url}", "--set",
+                   "streams.keys=orders", "--set", "reprocess.mode=requeue", "--set",
+                   "reprocess.requeue_stream={stream}:r", "--set", "claim.min_idle_ms=1",
+                   "--set", f"report.path={tmp_path / 'reports'}")
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    told = done.stdout + done.stderr  # spark-submit merges the job's stderr into stdout
+    assert "{orders}:r" in told and "shipping" in told
+    assert json.loads(done.stdout.strip().splitlines()[-1])["exit_code"] == 2
+    assert client.xpending("orders", "billing")["pending"] == 3
+    assert client.xlen("{orders}:r") == 1
