@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from redis.cluster import RedisCluster
 
-from recovery.driver.discovery import WorkUnit
+from recovery.driver.discovery import WorkUnit, refuse_shared_requeue_targets
 from recovery.errors import ConfigError, DeadLetterNameError, StreamUnitError
 from recovery.executor.handover.modes import mode_of
 from recovery.params import JobParams, Unit
@@ -235,6 +235,7 @@ def plan_units(spark: SparkSession, conn: RedisConn, settings: Settings, plan_di
             else:
                 skipped.append(Skipped(stream, group, "no such consumer group (deleted since "
                                        "the plan): its planned entries are left alone"))
+    refuse_shared_requeue_targets(conn, settings, units)  # groups added since the plan
     return units, skipped
 
 

@@ -133,8 +133,8 @@ class RequeueReprocess(ReprocessSettings):
 
     requeue_stream: str | None = Field(None, description=(
         "requeue into a per-group retry stream: `{stream}` then a suffix with fixed text "
-        "that may hold `{group}`, e.g. `{stream}:retry:{group}`; none: the source stream (single-group "
-        "streams only)"))
+        "that may hold `{group}`, e.g. `{stream}:retry:{group}`; none: the source stream "
+        "(single-group streams only)"))
 
     @field_validator("requeue_stream")
     @classmethod
