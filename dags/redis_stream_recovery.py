@@ -25,8 +25,9 @@ e.g. ``20261202T020923Z-dry_run-1-5f0c1a9e``): the same on the worker, in Redis 
 the job's consumer names, its registration and journals) and in the report paths, new for
 each try (a retry never reuses a killed try's claim journal), starting with the time the
 dead-letter trend reads. The full Airflow run_id goes with it (``--scheduler-run-id``): the
-job's JSON summary, the task's XCom, has it as ``scheduler_run_id``. Two Airflow runs whose
-short forms meet (one second, one task, one try, one hash prefix) cannot share a run (the DAG
+job's JSON summary, the task's XCom, and every row of its Parquet report and health files
+have it as ``scheduler_run_id``. Two Airflow runs whose short forms meet (one second, one
+task, one try, one hash prefix) cannot share a run (the DAG
 id is hashed with the run id: two DAGs on one schedule, say copies of this file for two
 configs, have the same ``scheduled__...`` run id, run_after and task ids): the
 job registers each run id once (SET NX) and refuses the second (exit 2; a retry gets a new

@@ -23,6 +23,12 @@ class ConfigError(RecoveryError):
     exit_code = EXIT_BAD_INPUT
 
 
+class HeldElsewhereError(ConfigError):
+    """Keys are held behind dead letters in hashes this run would not read (another
+    ``order.hold_prefix``, or the names earlier versions gave them): refused before anything
+    is claimed, with the commands that move them (exit 2)."""
+
+
 class RedisUnavailableError(RecoveryError):
     """Redis cannot be reached, or refused the connection (exit 1)."""
 

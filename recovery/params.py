@@ -27,6 +27,9 @@ class RedisParams:
     tls_key_file: str | None = None
     tls_check_hostname: bool = True
     cluster: bool | str = "auto"  # True, False or "auto"
+    # a request or reply may take socket_timeout_s plus 1 s per this many bytes
+    # (recovery.redis_io.deadline)
+    min_transfer_bytes_per_s: float = 65536.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,9 @@ class JobParams:
     # of plain values), probed once by the driver; None before the probe. Typed loosely here:
     # this floor sits below recovery.redis_io.
     features: object | None = None
+    # The scheduler's own id of the run (--scheduler-run-id, e.g. Airflow's DAG run id, in
+    # full): on every row of the report; None when not given.
+    scheduler_run_id: str | None = None
 
     @property
     def backoff(self) -> bool:

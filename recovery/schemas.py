@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -105,8 +105,13 @@ PACKED = StructType(
     [StructField("rows", LongType(), False), StructField("batch", BinaryType(), False)]
 )
 
-# One row per entry the run touched, as a run's files hold it: the run id is in their path
-# (``recovery.report.run_report.run_path``), not on every row.
+# The scheduler's own id of the run (``--scheduler-run-id``: Airflow's DAG run id, in full),
+# null when none was given. The same on every row of a run's report and health files; the
+# job's own run id is in their path (``recovery.report.run_report.run_path``), not on every
+# row. The report passes leave it null; the writers fill it (``stamped``).
+SCHEDULER_RUN_ID = StructField("scheduler_run_id", StringType(), True)
+
+# One row per entry the run touched, as a run's files hold it.
 REPORT = StructType(
     [
         STREAM,
@@ -125,6 +130,7 @@ REPORT = StructType(
         # (XACKDEL ... ACKED), false if acked but kept because another consumer group still
         # references it; null where the job acked nothing or was not asked to delete.
         StructField("entry_deleted", BooleanType(), True),
+        SCHEDULER_RUN_ID,
     ]
 )
 
@@ -158,6 +164,7 @@ HEALTH = StructType(
         # Keys held behind dead-lettered heads (order.dead_letter_releases = false: the
         # unit's hash of held keys); null where heads do not hold their keys.
         StructField("held_keys", LongType(), True),
+        SCHEDULER_RUN_ID,
     ]
 )
 PEL_HISTOGRAM = StructType(
@@ -198,6 +205,7 @@ class ReportRow(NamedTuple):
     requeued_id: str | None = None
     reassigned_to: str | None = None
     entry_deleted: bool | None = None
+    scheduler_run_id: str | None = None  # left null: filled where the report is written
 
 
 if ReportRow._fields != tuple(REPORT.fieldNames()):
@@ -208,13 +216,28 @@ if ReportRow._fields != tuple(REPORT.fieldNames()):
 def report_batch(columns: Mapping[str, Sequence[Any]]) -> pa.RecordBatch:
     """A REPORT batch from its columns by name: `columns` maps each of REPORT's column
     names (``ReportRow._fields``), no other, to that column's values, one per row; every
-    column has the same length. Raises ValueError naming the columns missing or unknown."""
-    missing = [name for name in ReportRow._fields if name not in columns]
+    column has the same length. ``scheduler_run_id`` may be left out (null: the writers
+    fill it, ``stamped``). Raises ValueError naming the columns missing or unknown."""
+    missing = [name for name in ReportRow._fields
+               if name not in columns and name != SCHEDULER_RUN_ID.name]
     unknown = sorted(set(columns) - set(ReportRow._fields))
     if missing or unknown:
         raise ValueError(f"REPORT columns missing {missing}, unknown {unknown}")
+    rows = len(columns[ReportRow._fields[0]])
     return pa.RecordBatch.from_arrays(
-        [pa.array(columns[f.name], f.type) for f in REPORT_ARROW], schema=REPORT_ARROW)
+        [pa.array(columns[f.name], f.type) if f.name in columns else pa.nulls(rows, f.type)
+         for f in REPORT_ARROW], schema=REPORT_ARROW)
+
+
+Rows = TypeVar("Rows", pa.RecordBatch, pa.Table)
+
+
+def stamped(batch: Rows, scheduler_run_id: str | None) -> Rows:
+    """`batch` (REPORT or HEALTH rows, a batch or a table) with its ``scheduler_run_id``
+    column set to `scheduler_run_id` on every row (null: None)."""
+    at = batch.schema.get_field_index(SCHEDULER_RUN_ID.name)
+    column = pa.array([scheduler_run_id] * batch.num_rows, pa.string())
+    return batch.set_column(at, batch.schema.field(at), column)
 
 
 def report_rows(rows: Sequence[ReportRow]) -> pa.RecordBatch:

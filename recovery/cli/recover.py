@@ -79,11 +79,11 @@ def run_recovery(argv: list[str] | None, session: Callable[[Settings], SparkSess
             preflight(settings, args.plan, args.dry_run, warn=True)
             loaded["redis_up"] = 1  # preflight read the server
             summary = run(session(settings), settings, args.run_id, dry_run=args.dry_run,
-                          plan=args.plan, checked=True)  # the checks are made once: here
+                          plan=args.plan, checked=True,  # the checks are made once: here
+                          scheduler_run_id=args.scheduler_run_id)
         except (RedisUnavailableError, RedisAuthError):
             loaded["redis_up"] = 0  # the metrics say so (redis_up), beside the exit code
             raise
-        summary.scheduler_run_id = args.scheduler_run_id
         summaries.append(summary)
         summary.check_not_empty(settings.streams.fail_when_empty)
         summary.check_failure_threshold(settings.handler.max_failed_ratio)

@@ -33,7 +33,13 @@ from recovery.dead_letters.report import (
     views_path,
 )
 from recovery.dead_letters.retention import apply_retention, retention_warnings
-from recovery.dead_letters.views import by_reason, by_signature, causes, with_death_time
+from recovery.dead_letters.views import (
+    by_reason,
+    by_signature,
+    causes,
+    with_death_time,
+    with_scheduler_run_id,
+)
 from recovery.params import DeadLetterReadParams, RedisParams
 from recovery.redis_io.cluster import biggest_first, groups_by_node
 from recovery.redis_io.redis_conn import connect
@@ -134,10 +140,11 @@ def run_dead_letters(spark: SparkSession, settings: Settings, summary: DeadLette
         found = frame.transform(causes()).localCheckpoint(eager=True)
         views = {"by_reason": found.transform(by_reason()),
                  "by_signature": found.transform(by_signature())}
+        stamp = with_scheduler_run_id(summary.scheduler_run_id)
         for name, view in views.items():
-            view.coalesce(1).write.mode("overwrite").parquet(f"{out}/{name}")
+            view.transform(stamp).coalesce(1).write.mode("overwrite").parquet(f"{out}/{name}")
         if d.write_entries:
-            frame.write.mode("overwrite").parquet(f"{out}/{ENTRIES}")
+            frame.transform(stamp).write.mode("overwrite").parquet(f"{out}/{ENTRIES}")
         rows = {name: [r.asDict() for r in view.collect()] for name, view in views.items()}
         per_key = {r["dead_letter_key"]: (int(r["n"]), int(r["bare"])) for r in
                    found.groupBy("dead_letter_key").agg(

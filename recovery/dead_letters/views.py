@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
 
 from recovery.report.signatures import signature
 
@@ -22,6 +23,16 @@ def with_death_time() -> Transform:
         at = df.columns.index("death_time_ms") + 1
         time = F.timestamp_millis(F.col("death_time_ms")).alias("death_time")
         return df.select(*df.columns[:at], time, *df.columns[at:])
+
+    return add
+
+
+def with_scheduler_run_id(scheduler_run_id: str | None) -> Transform:
+    """Any rows with a last column ``scheduler_run_id`` (a string): the scheduler's own id
+    of the run (``--scheduler-run-id``) on every row, null when none was given."""
+
+    def add(df: DataFrame) -> DataFrame:
+        return df.withColumn("scheduler_run_id", F.lit(scheduler_run_id).cast(StringType()))
 
     return add
 

@@ -51,6 +51,7 @@ from recovery.driver.ordered import (
     check_order,
     claim_then_order,
     ordered_actions,
+    refuse_holds_elsewhere,
 )
 from recovery.driver.passes import batch_rows, recover
 from recovery.driver.plan import (
@@ -74,7 +75,7 @@ from recovery.driver.run_ids import (
 from recovery.driver.split import Split, split_units
 from recovery.driver.warm_up import WarmUp, warming_up
 from recovery.executor.handover.modes import ACTIONS, PLAN_ACTIONS
-from recovery.executor.histogram import given_ids, merged_rows
+from recovery.executor.histogram import kept_ids, merged_rows
 from recovery.executor.survey import histogram_partition, plan_partition
 from recovery.executor.tally import Tallies, acked_deletions, histogram_rows
 from recovery.params import JobParams, Unit, is_job_consumer, new_run_id
@@ -117,19 +118,21 @@ log = logging.getLogger(__name__)
 
 
 def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
-        dry_run: bool = False, plan: str | None = None, *, checked: bool = False
-        ) -> RunSummary:
+        dry_run: bool = False, plan: str | None = None, *, checked: bool = False,
+        scheduler_run_id: str | None = None) -> RunSummary:
     """One recovery run (or, with `dry_run`, its plan: nothing is written to Redis; or, with
     `plan`, a dry run's report directory, exactly the entries it planned: ``driver.plan``).
     `checked`: the caller made the pre-flight checks just before, on these settings (the
     command line's ``recovery.cli.recover.preflight``, before the session started): the
     handler, the order settings, the report location and the server are not checked again.
+    `scheduler_run_id`: the scheduler's own id of the run (``--scheduler-run-id``), kept in
+    the summary and on every row of the report and health files.
 
     Raises RecoveryError subclasses for what it cannot do.
     """
     started, started_ms = time.monotonic(), int(time.time() * 1000)
     check_no_speculation(spark.conf.get("spark.speculation", "false"))
-    params = executor_params(settings, run_id or new_run_id())
+    params = executor_params(settings, run_id or new_run_id(), scheduler_run_id)
     if not checked:
         check_handler(settings, dry_run)  # none by default: handler mode names one
         check_order(settings, dry_run, plan)
@@ -166,13 +169,15 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
                 and may_read_stream_info(client, units[0].stream))))
         names = settings.dead_letter.names  # on a cluster, names in the sources' slots only
         refuse_cross_slot(client, names, [(u.stream, names.key(u.stream, u.group)) for u in units])
+        refuse_holds_elsewhere(client, params, units, dry_run)  # holds where this run reads
         log.info("run %s: %d units with pending entries, %d skipped%s", params.run_id,
                  len(units), len(skipped), " (dry run)" if dry_run else "")
         registration = contextlib.nullcontext() if dry_run else registered_run(
             client, settings, params.redis, params.run_id, run_id is not None, warnings)
         stack.enter_context(registration)  # before the run's first write
         summary = RunSummary(params.run_id, dry_run=dry_run, plan=plan, warnings=warnings,
-                             report_path=run_path(settings.report.path, params.run_id))
+                             report_path=run_path(settings.report.path, params.run_id),
+                             scheduler_run_id=scheduler_run_id)
         summary.dead_letter_warnings = dead_letter_warnings(client, settings, params.redis)
         if params.backoff:
             summary.backoff = {"factor": params.backoff_factor, "max_ms": params.backoff_max_ms}
@@ -292,7 +297,7 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
             _write_health(ctx, health, summary)
         if dry_run:
             return write_pass(unit_df, plan_partition(params), settings.report.path,
-                              params.run_id, by_workers=no_retries)
+                              params.run_id, no_retries, params.scheduler_run_id)
         # A planned run's parts take their entries in the plan's order: ticks read round robin.
         order = None if plan is not None else parts_order(
             [(u.stream, u.group) for u in units], progress_parts(parts))
@@ -304,7 +309,7 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
                 spark, plan, parts, max(p for _, p in parts) + 1)
             # What a split unit's parts left: read once the claim is done, before the hand-over
             # where the claim is materialised; else after the pass, but the entries the
-            # parts reassigned (their steps counted them as found).
+            # parts claimed and kept pending (their steps counted them as found).
             stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
             read_left = partial(split.left_rows, client, partial(is_job_consumer, stem=stem)) \
                 if split is not None and in_pass else None
@@ -320,8 +325,8 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
             if in_pass:  # the histograms came with the report pass, as its claim steps found
                 # them; a split unit's parts' added up, with what they left
                 rows = histogram_rows(tallies)
-                given = given_ids(rows)  # what the parts reassigned: counted by their steps
-                left = early[0] if early else read_left(given) if read_left else []
+                kept = kept_ids(rows)  # claimed, still pending: counted by the parts' steps
+                left = early[0] if early else read_left(kept) if read_left else []
                 add_histograms(health, merged_rows([*rows, *left]))
                 _write_health(ctx, health, summary)
             # The clean-up reads each group's PEL summary: the final progress line uses them.
@@ -341,7 +346,8 @@ def _write_health(ctx: RunContext, health: list[dict], summary: RunSummary) -> N
     health = [*health, *ctx.quiet_health]
     summary.health, summary.unit_health = health_totals(health), health
     summary.health_path = health_path(settings.report.path, params.run_id) if health else None
-    write_health(ctx.spark, health, settings.report.path, params.run_id)
+    write_health(ctx.spark, health, settings.report.path, params.run_id,
+                 params.scheduler_run_id)
     log.info("run %s group health\n%s", params.run_id,
              format_health(health, settings.report.log_units_max))
 

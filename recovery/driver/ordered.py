@@ -16,21 +16,31 @@
 from __future__ import annotations
 
 import logging
+import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import redis
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from recovery.driver.discovery import WorkUnit, job_consumer_stem
-from recovery.errors import ConfigError
+from recovery.errors import ConfigError, DeadLetterNameError, HeldElsewhereError
 from recovery.executor.ordered import blocker_partition, keyed_partition, ordered_partition
 from recovery.executor.partitions import claim_partition
 from recovery.executor.tally import Tallies
 from recovery.params import JobParams
 from recovery.redis_io.held_keys import groups_consumers_with_pending, not_this_runs
 from recovery.redis_io.journal import drop_journals, journal_key, open_journals
+from recovery.redis_io.key_holds import (
+    DEFAULT_HOLD_PREFIX,
+    earlier_hold_key,
+    hold_counts,
+    hold_key,
+    record_prefix,
+    recorded_prefixes,
+)
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.report.run_report import RunSummary, read_run, write_pass
 from recovery.schemas import BLOCKER, KEYED, PACKED, Action
@@ -47,6 +57,97 @@ def check_order(settings: Settings, dry_run: bool, plan: str | None) -> None:
     if settings.order.ordered and plan is not None and not dry_run:
         raise ConfigError("--plan cannot be applied with order.key_field set: run without "
                           "--plan, or unset order.key_field / order.key_fields")
+
+
+def refuse_holds_elsewhere(client: redis.Redis, params: JobParams, units: list[WorkUnit],
+                           dry_run: bool) -> None:
+    """Where dead-lettered heads hold their keys (``order.dead_letter_releases = false``),
+    before anything is claimed: raise HeldElsewhereError (exit 2, nothing written) when a
+    hash of held keys of an ordered unit of `units` holds keys where this run would not
+    read them: under another prefix recorded in ``HOLD_PREFIXES`` (or the default one), or
+    under the name an earlier version gave it (``earlier_hold_key``); the message names the
+    hash, the one this run reads and the commands that move the holds. Else, in a run that
+    writes, record ``order.hold_prefix`` there, before the run's first hold. One SMEMBERS,
+    one HLEN per place looked at (pipelined), one SADD."""
+    order = params.order
+    if order is None or order.dead_letter_releases:
+        return
+    pairs = sorted({(u.stream, u.group) for u in units if order.field_of(u.stream) is not None})
+    if not pairs:
+        return
+    with redis_errors(params.redis):
+        prefixes = sorted(recorded_prefixes(client) | {DEFAULT_HOLD_PREFIX, order.hold_prefix})
+        places = _other_places(order.hold_prefix, prefixes, pairs)
+        counts = hold_counts(client, list(places))
+        found = [(name, places[name]) for name, n in zip(places, counts, strict=True) if n]
+        if found:
+            raise HeldElsewhereError(_held_elsewhere(order.hold_prefix, found))
+        if not dry_run:
+            record_prefix(client, order.hold_prefix)
+
+
+@dataclass
+class _Place:
+    """A hash where holds of `pairs` (stream, group) may be that a run with another prefix
+    would not read: a name under `prefix`, or (`earlier`) the name an earlier version gave
+    it (ambiguous: several pairs may share one)."""
+
+    prefix: str
+    earlier: bool
+    pairs: list[tuple[str, str]] = field(default_factory=list)
+
+    def what(self) -> str:
+        """What names the hash, for the refusal."""
+        return (f"the name an earlier version of the job gave it, prefix {self.prefix!r}"
+                if self.earlier else f"order.hold_prefix {self.prefix!r}")
+
+
+def _other_places(prefix: str, prefixes: Sequence[str], pairs: Sequence[tuple[str, str]]
+                  ) -> dict[str, _Place]:
+    """Every name but `prefix`'s own where holds of `pairs` may be: under each of
+    `prefixes`, the earlier name and (another prefix) the name."""
+    places: dict[str, _Place] = {}
+    for other in prefixes:
+        for stream, group in pairs:
+            try:
+                names = [(earlier_hold_key(other, stream, group), True)]
+                if other != prefix:
+                    names.append((hold_key(other, stream, group), False))
+            except DeadLetterNameError:
+                continue  # no name in the stream's slot: discovery skipped it
+            for name, earlier in names:
+                places.setdefault(name, _Place(other, earlier)).pairs.append((stream, group))
+    return places
+
+
+# The operator's move of a hash of held keys into the hashes a run reads (KEYS[1] into
+# KEYS[2], ...), then its DEL, in one atomic call: a key held already in a target keeps its
+# head there (HSETNX), so nothing held is dropped.
+MOVE_HOLDS = ('local f = redis.call("HGETALL", KEYS[1]) for i = 1, #f, 2 do for k = 2, #KEYS '
+              'do redis.call("HSETNX", KEYS[k], f[i], f[i + 1]) end end '
+              'return redis.call("DEL", KEYS[1])')
+
+
+def move_holds_command(name: str, targets: Sequence[str]) -> str:
+    """The ``redis-cli`` command that moves the holds of hash `name` into each of `targets`
+    and deletes `name` (:data:`MOVE_HOLDS`; all in one hash slot)."""
+    keys = " ".join(shlex.quote(k) for k in (name, *targets))
+    return f"redis-cli EVAL {shlex.quote(MOVE_HOLDS)} {1 + len(targets)} {keys}"
+
+
+def _held_elsewhere(prefix: str, found: list[tuple[str, _Place]]) -> str:
+    """The refusal: the first hash found, what names it, the pairs it may hold keys of, and
+    the command that moves its holds into the hashes this run reads for them."""
+    name, place = found[0]
+    units = ", ".join(f"stream {s!r} group {g!r}" for s, g in place.pairs)
+    back = "" if place.earlier else f"set order.hold_prefix back to {place.prefix!r}, or "
+    more = f" ({len(found) - 1} more hashes alike)" if len(found) > 1 else ""
+    command = move_holds_command(name, [hold_key(prefix, s, g) for s, g in place.pairs])
+    return (f"keys held behind dead letters ({units}) are recorded in {name!r} "
+            f"({place.what()}), where this run (order.hold_prefix {prefix!r}) would not read "
+            f"them and would hand their later entries over: {back}move them to the hash "
+            f"this run reads: {command}{more}; docs/OPERATIONS.md, \"Keys held behind a "
+            "dead letter\"")
 
 
 def ordered_actions(actions: tuple[str, ...], params: JobParams, dry_run: bool
@@ -96,7 +197,7 @@ def _claim_then_order(spark: SparkSession, client: redis.Redis, settings: Settin
     frame = ordered_frame(spark, params, claimed, held_back(client, params, units, stem),
                           settings.spark.partitions, stem)
     tallies = write_pass(frame, ordered_partition(params, rows), settings.report.path,
-                         params.run_id, by_workers=False)
+                         params.run_id, False, params.scheduler_run_id)
     log.info("run %s: dead-letter, handler in per-key order, acks and report done in %.1f s",
              params.run_id, time.monotonic() - started)
     return tallies

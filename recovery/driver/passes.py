@@ -73,7 +73,8 @@ def _one_pass(settings: Settings, params: JobParams, unit_df: DataFrame,
     started = time.monotonic()
     make = recover_partition(params, histograms, journal_prefix,
                              rows=min(LEASE_ROWS, batch_rows(unit_df.sparkSession)))
-    tallies = write_pass(unit_df, make, settings.report.path, params.run_id, by_workers=True)
+    tallies = write_pass(unit_df, make, settings.report.path, params.run_id, True,
+                         params.scheduler_run_id)
     log.info("run %s: claim, dead-letter, handler, acks and report done in %.1f s",
              params.run_id, time.monotonic() - started)
     return tallies
@@ -101,7 +102,7 @@ def _claim_then_apply(spark: SparkSession, settings: Settings, params: JobParams
     started = time.monotonic()
     with session_conf(spark, {MAX_RECORDS_PER_BATCH: str(max(1, rows // PACK_ROWS))}):
         tallies = write_pass(claimed, apply_partition(params, rows), settings.report.path,
-                             params.run_id, by_workers=False)
+                             params.run_id, False, params.scheduler_run_id)
     log.info("run %s: dead-letter, handler, acks and report done in %.1f s", params.run_id,
              time.monotonic() - started)
     return tallies

@@ -60,15 +60,16 @@ def split_counts(pending: Sequence[int], partitions: int, min_pending: int,
 
 
 def left_histogram(client: redis.Redis, stream: str, group: str,
-                   is_job: Callable[[str], bool], given: set[str] | None = None
+                   is_job: Callable[[str], bool], kept: set[str] | None = None
                    ) -> PelHistogram:
     """The rows a split unit's parts left to other consumers once the pass is done (what the
     claim of a whole unit reads after its hand-over): its PEL's rows not owned by this run's
     job consumers (`is_job`: a consumer name's test). A stream or group that vanished
     meanwhile counts what was read before (nothing, usually): it costs only itself. The
-    rows of `given` (IDs the parts reassigned: their steps counted them) are skipped."""
+    rows of `kept` (IDs the parts claimed and left pending: their steps counted them, and
+    another consumer may own them by now) are skipped."""
     histogram = PelHistogram()
-    histogram.given = given or set()
+    histogram.kept = kept or set()
     try:
         for page in pending_pages(client, stream, group, LEFT_PAGE):
             histogram.add_unclaimed([row for row in page if not is_job(shown(row[OWNER]))])
@@ -108,12 +109,12 @@ class Split:
         return self.keys.get((unit.stream, unit.group))
 
     def left_rows(self, client: redis.Redis, is_job: Callable[[str], bool],
-                  given: dict[tuple[str, str], set[str]]) -> list[dict[str, Any]]:
+                  kept: dict[tuple[str, str], set[str]]) -> list[dict[str, Any]]:
         """A PEL_HISTOGRAM row per split unit of what its parts left to consumers other than
-        the run's (`is_job`: a consumer name's test), but the entries they gave away
-        (`given`, by unit: ``histogram.given_ids``); the parts' own rows come with their
-        tallies (add them up: ``merged_rows``)."""
-        return [left_histogram(client, stream, group, is_job, given.get((stream, group)))
+        the run's (`is_job`: a consumer name's test), but the entries they claimed and kept
+        pending (`kept`, by unit: ``histogram.kept_ids``); the parts' own rows come with
+        their tallies (add them up: ``merged_rows``)."""
+        return [left_histogram(client, stream, group, is_job, kept.get((stream, group)))
                 .row(stream, group) for stream, group in self.keys]
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from recovery.redis_io.streams import COUNT, ID, IDLE, PendingRow, as_str
 
-GIVEN = "given"  # a histogram row's IDs given away, for the driver's read (``given_ids``)
+KEPT = "kept"  # a histogram row's IDs the hand-over kept pending, for the driver (``kept_ids``)
 # (exclusive upper bound, label)
 DELIVERY_BUCKETS = ((2, "1"), (3, "2"), (4, "3"), (6, "4-5"), (11, "6-10"), (101, "11-100"))
 IDLE_BUCKETS_MS = ((60_000, "<1m"), (600_000, "1m-10m"), (3_600_000, "10m-1h"),
@@ -45,9 +45,11 @@ class PelHistogram:
         self.ages: Counter[int] = Counter()  # idle-age bucket (index in IDLE_LABELS) -> entries
         self.oldest: int | None = None  # largest idle time seen, ms
         self.left_counted = False  # whether the rows the claim left were counted
-        # IDs this run's hand-over gave to other consumers of the group (reassigned): the
-        # claim counted their rows as found, so the read of what it left skips them.
-        self.given: set[str] = set()
+        # IDs of entries this run claimed (its claim steps counted their rows as found) that
+        # its hand-over left pending (failed, skipped, held, reassigned...): by the read of
+        # what the claim left, another consumer may own them (a reassignment, or a live
+        # consumer's claim meanwhile), so that read skips them.
+        self.kept: set[str] = set()
 
     def add_left(self, rows: Sequence[PendingRow]) -> None:
         """Count the rows the unit's claim left to other consumers (no read of them
@@ -57,8 +59,9 @@ class PelHistogram:
 
     def add_unclaimed(self, rows: Sequence[PendingRow]) -> None:
         """Count rows of the read of what the claim left (other consumers' rows), but those
-        of entries the run gave away (``given``): each PEL row is counted once."""
-        self.add([row for row in rows if as_str(row[ID]) not in self.given])
+        of entries the run claimed and kept pending (``kept``, counted as found by the
+        claim): each PEL row is counted once, whoever owns it by now."""
+        self.add([row for row in rows if as_str(row[ID]) not in self.kept])
 
     def add(self, rows: Sequence[PendingRow]) -> None:
         """Count raw XPENDING rows (each ``[id, owner, idle ms, delivery count]``)."""
@@ -81,20 +84,20 @@ class PelHistogram:
             "stream": stream, "group": group, "deliveries": list(deliveries.items()),
             "idle_ages": [(IDLE_LABELS[i], n) for i, n in self.ages.items()],
             "oldest_idle_ms": self.oldest}
-        if self.given:  # a split unit's part: the driver's read of what was left skips them
-            row[GIVEN] = sorted(self.given)
+        if self.kept:  # a split unit's part: the driver's read of what was left skips them
+            row[KEPT] = sorted(self.kept)
         return row
 
 
-def given_ids(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
-    """The IDs PEL_HISTOGRAM rows say the run gave away (``PelHistogram.given``), by
-    (stream, group), taken out of the rows."""
-    given: dict[tuple[str, str], set[str]] = {}
+def kept_ids(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    """The IDs PEL_HISTOGRAM rows say the run claimed and kept pending
+    (``PelHistogram.kept``), by (stream, group), taken out of the rows."""
+    kept: dict[tuple[str, str], set[str]] = {}
     for row in rows:
-        ids = row.pop(GIVEN, None)
+        ids = row.pop(KEPT, None)
         if ids:
-            given.setdefault((row["stream"], row["group"]), set()).update(ids)
-    return given
+            kept.setdefault((row["stream"], row["group"]), set()).update(ids)
+    return kept
 
 
 def merged_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

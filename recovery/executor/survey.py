@@ -1,13 +1,15 @@
 """Read-only passes over the PEL on executors: group health histograms and the dry-run plan.
 
-Nothing here writes to Redis: only XPENDING (extended form) and XRANGE. The histograms'
-buckets: ``recovery.executor.histogram``.
+Nothing here writes to Redis: only XPENDING (extended form), XRANGE and, where dead-lettered
+heads hold their keys, HMGET of the keys a page names in the unit's hash of held keys. The
+histograms' buckets: ``recovery.executor.histogram``.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import redis
@@ -22,7 +24,7 @@ from recovery.executor.ordered import key_of
 from recovery.executor.partitions import ArrowFn, coalesced, per_unit
 from recovery.executor.tally import PassMaker
 from recovery.params import JobParams, Unit
-from recovery.redis_io.key_holds import hold_key, read_all_heads
+from recovery.redis_io.key_holds import hold_key, read_heads
 from recovery.redis_io.redis_conn import redis_errors
 from recovery.redis_io.streams import (
     COUNT,
@@ -82,7 +84,7 @@ def _plan_unit(client: redis.Redis, params: JobParams, unit: Unit, waiting: NotD
                ) -> Iterator[pa.RecordBatch]:
     stream, group = unit.stream, unit.group
     with redis_errors(params.redis, stream, group):
-        holds = _held_heads(client, params, stream, group)
+        holds = _held_heads(params, stream, group)
         for page in pending_pages(client, stream, group, PAGE, min_idle_ms=params.min_idle_ms):
             if waiting is not None:
                 page = _due_rows(params, unit, page, waiting)
@@ -93,40 +95,61 @@ def _plan_unit(client: redis.Redis, params: JobParams, unit: Unit, waiting: NotD
             rows = [_plan_row(params, stream, group, i, r, found[i])
                     for i, r in zip(ids, page, strict=True)]
             if holds is not None:
-                _predict_holds(params, holds, rows, [found[i] for i in ids])
+                _predict_holds(client, params, holds, rows, [found[i] for i in ids])
             yield report_rows(rows)
 
 
-def _held_heads(client: redis.Redis, params: JobParams, stream: str, group: str
-                ) -> dict[bytes, str] | None:
+@dataclass
+class _Holds:
+    """A unit's hash of held keys (`name`) and what a dry run knows of it so far: key ->
+    head ID (`heads`: read from the hash the first time the key is seen, or the entry the
+    run would dead-letter at the limit), and the keys read already (`read`)."""
+
+    name: str
+    heads: dict[bytes, str] = field(default_factory=dict)
+    read: set[bytes] = field(default_factory=set)
+
+    def read_keys(self, client: redis.Redis, keys: list[bytes]) -> None:
+        """Read the holds of the `keys` not read before (HMGET, chunked:
+        ``recovery.redis_io.key_holds.read_heads``)."""
+        new = [k for k in dict.fromkeys(keys) if k not in self.read]
+        if not new:
+            return
+        [found] = read_heads(client, [(self.name, new)])
+        self.read.update(new)
+        self.heads.update((k, h[0]) for k, h in zip(new, found, strict=True) if h is not None)
+
+
+def _held_heads(params: JobParams, stream: str, group: str) -> _Holds | None:
     """Where dead-lettered heads hold their keys (``order.dead_letter_releases = false``) and
-    `stream` is ordered: its keys held already (key -> head ID: the unit's hash of held
-    keys, ``recovery.redis_io.key_holds``); else None (nothing to predict)."""
+    `stream` is ordered: its hash of held keys (``recovery.redis_io.key_holds``), read key
+    by key as pages name them; else None (nothing to predict)."""
     order = params.order
     if order is None or order.dead_letter_releases or order.field_of(stream) is None:
         return None
-    found = read_all_heads(client, hold_key(order.hold_prefix, stream, group))
-    return {key: head for key, (head, _) in found.items()}
+    return _Holds(hold_key(order.hold_prefix, stream, group))
 
 
-def _predict_holds(params: JobParams, holds: dict[bytes, str], rows: list[ReportRow],
-                   fields: list[Fields | None]) -> None:
+def _predict_holds(client: redis.Redis, params: JobParams, holds: _Holds,
+                   rows: list[ReportRow], fields: list[Fields | None]) -> None:
     """A page of plan `rows` (in ID order, pages in order) as a real run would hold them:
-    an entry after its key's held head (in `holds`) would be held (``would_hold``); an
-    entry the run would dead-letter at the delivery limit becomes its key's head in `holds`
-    (its reason says it would hold the key). Entries without the key are never held so."""
+    an entry after its key's held head (in `holds`, whose hash is read for the page's keys
+    not read before) would be held (``would_hold``); an entry the run would dead-letter at
+    the delivery limit becomes its key's head in `holds` (its reason says it would hold the
+    key). Entries without the key are never held so."""
     name = params.order.field_of(rows[0].stream) if params.order and rows else None
-    for j, (row, entry_fields) in enumerate(zip(rows, fields, strict=True)):
-        key = key_of(entry_fields, name)
+    keys = [key_of(entry_fields, name) for entry_fields in fields]
+    holds.read_keys(client, [k for k in keys if k is not None])
+    for j, (row, key) in enumerate(zip(rows, keys, strict=True)):
         if key is None:
             continue
-        head = holds.get(key)
+        head = holds.heads.get(key)
         if head is not None and stream_id_key(head) < stream_id_key(row.id):
             rows[j] = row._replace(action=Action.WOULD_HOLD, reason=(
                 f"held behind {head} of its key, dead-lettered (or to be, before it) with "
                 "order.dead_letter_releases = false"))
         elif head is None and row.action == Action.WOULD_DEAD_LETTER:
-            holds[key] = row.id
+            holds.heads[key] = row.id
             rows[j] = row._replace(reason=f"{row.reason}; would hold its key's later entries")
 
 

@@ -35,6 +35,7 @@ from redis.exceptions import AskError, MovedError, RedisClusterException
 from redis.typing import ScriptTextT
 
 from recovery.errors import ConfigError, RecoveryError, RedisUnavailableError
+from recovery.redis_io.deadline import cluster_options, standalone_options
 
 T = TypeVar("T")
 ReplyCallback = Callable[..., Any]
@@ -104,18 +105,21 @@ def open_client(url: str, options: Mapping[str, Any], mode: ClusterMode
                 ) -> redis.Redis | StreamCluster:
     """A standalone or a cluster client for `url`, per `mode` (True, False or "auto").
 
-    "auto" asks the server (one INFO call on a short-lived connection). Raises redis-py's
+    `options` are redis-py's, plus ``min_transfer_bytes_per_s`` (every client's connections
+    bound each whole request and reply: ``recovery.redis_io.deadline``). "auto" asks the
+    server (one INFO call on a short-lived connection). Raises redis-py's
     errors for an unreachable server or a refused login (the caller maps them), ConfigError
     for a database other than 0 on a cluster, RedisUnavailableError when the cluster's slot
     map cannot be read.
     """
+    standalone = standalone_options(url, options)
     if mode is False or mode == "false":
-        return redis.Redis.from_url(url, **options)
-    if mode == "auto" and not _probe_cluster(url, options):
-        return redis.Redis.from_url(url, **options)
+        return redis.Redis.from_url(url, **standalone)
+    if mode == "auto" and not _probe_cluster(url, standalone):
+        return redis.Redis.from_url(url, **standalone)
     _check_database_zero(url)
     try:
-        return cast(StreamCluster, StreamCluster.from_url(url, **options))
+        return cast(StreamCluster, StreamCluster.from_url(url, **cluster_options(options)))
     except RedisClusterException as exc:
         cause = _redis_cause(exc)
         if cause is not None:  # refused login, unreachable, NOPERM: mapped as usual

@@ -2,14 +2,19 @@
 
 When the ordered hand-over dead-letters the head of a key (at the delivery limit, or by
 ``Result.dead_letter``), ``dead_letter.lua`` records it in the same atomic call as the move:
-one hash per stream and group, ``<order.hold_prefix><stream>:<group>`` (a stream without a
-hash tag wrapped in one, ``recovery:held:{orders}:billing``, so the hash shares the stream's
-slot), field the key's value, value ``<head ID> <dead-letter ID>``. Every later hand-over of
-that key, in this run, a retried task or any later run, reads the hash first
-(:func:`read_heads`) and holds the key's entries after the head, pending. Nothing but an
-operator deletes a field: ``HDEL <hash> <key>`` releases that key (``DEL <hash>`` all of
-the group's), and the next run hands its entries over in ID order (docs/OPERATIONS.md,
-"Keys held behind a dead letter").
+one hash per stream and group (:func:`hold_key`, in the stream's hash slot), field the key's
+value, value ``<head ID> <dead-letter ID>``. Every later hand-over of that key, in this run,
+a retried task or any later run, reads the hash first (:func:`read_heads`) and holds the
+key's entries after the head, pending. Nothing but an operator deletes a field: ``HDEL
+<hash> <key>`` releases that key (``DEL <hash>`` all of the group's), and the next run hands
+its entries over in ID order (docs/OPERATIONS.md, "Keys held behind a dead letter").
+
+A run reads the hashes of its configured ``order.hold_prefix`` only. So that no hold is left
+unread, each prefix a run held keys under is recorded in the set :data:`HOLD_PREFIXES`
+(a fixed name, whatever the prefix), and before anything is claimed the driver looks for
+holds under every recorded prefix and under the names earlier versions gave the hashes
+(:func:`earlier_hold_key`), and refuses the run where it finds some
+(``recovery.driver.ordered.refuse_holds_elsewhere``).
 """
 
 from __future__ import annotations
@@ -26,22 +31,62 @@ from recovery.redis_io.round_trips import each
 
 HoldT = tuple[str, str]  # (the held key's head ID, the head's dead-letter ID)
 HOLD_REFUSED = "hold:"  # the move script's refusal kind of a hash of held keys: hold:<type>
+DEFAULT_HOLD_PREFIX = "recovery:held:"
+# The set of every order.hold_prefix a run held keys under (members: the prefixes). Its
+# name has no brace, so no hash of held keys (always a {tag}) is ever named so.
+HOLD_PREFIXES = "recovery:held:prefixes"
+HMGET_CHUNK = 1000  # fields per HMGET
+
+
+def _escaped(text: str) -> str:
+    """`text` with ``%``, ``/`` and ``:`` written ``%25``, ``%2F``, ``%3A``: no ``:`` and no
+    separator ``/`` is left in it."""
+    return text.replace("%", "%25").replace("/", "%2F").replace(":", "%3A")
 
 
 def hold_key(prefix: str, stream: str, group: str) -> str:
-    """The hash of `stream`'s keys held in `group`, in `stream`'s hash slot: a stream with a
-    non-empty hash tag keeps it (``recovery:held:orders{eu}:g``), one without any ``}`` is
-    wrapped in one (``recovery:held:{orders}:g``). Raises DeadLetterNameError for any other
-    stream name (a ``}`` but no usable tag), as the dead-letter naming rule does."""
-    if hash_tag(stream) is not None:
-        name = f"{prefix}{stream}:{group}"
+    """The hash of `stream`'s keys held in `group`, in `stream`'s hash slot:
+    ``<prefix>{<stream>}/<group>`` for a stream without any ``}``
+    (``recovery:held:{orders}/billing``), ``<prefix>{<tag>}/<stream>/<group>`` for a stream
+    with a non-empty hash tag (``recovery:held:{eu}/orders{eu}/billing``); after the tag,
+    ``%``, ``/`` and ``:`` of the stream and the group are written ``%25``, ``%2F``,
+    ``%3A``. No two (prefix, stream, group) share a name (the tag ends at the first ``}``,
+    the ``/`` after it say which form, the escapes keep the rest apart), and no name is one
+    that :func:`earlier_hold_key` gives (those have a ``:`` after the tag). Raises
+    DeadLetterNameError for any other stream name (a ``}`` but no usable tag), as the
+    dead-letter naming rule does."""
+    tag = hash_tag(stream)
+    if tag is not None:
+        name = f"{prefix}{{{tag}}}/{_escaped(stream)}/{_escaped(group)}"
     elif "}" not in stream:
-        name = f"{prefix}{{{stream}}}:{group}"
+        name = f"{prefix}{{{stream}}}/{_escaped(group)}"
     else:
-        raise DeadLetterNameError(
-            f"stream {stream!r} has a '}}' but no hash tag, so no name of its held keys can "
-            "share its hash slot: rename the stream or give it a {tag}, or leave "
-            "order.dead_letter_releases true")
+        raise _no_name(stream)
+    return _in_slot(name, stream)
+
+
+def earlier_hold_key(prefix: str, stream: str, group: str) -> str:
+    """The name earlier versions of the job gave the hash of `stream`'s keys held in
+    `group`: ``<prefix>{<stream>}:<group>`` (a stream without any ``}``),
+    ``<prefix><stream>:<group>`` (a stream with a hash tag). Ambiguous: stream ``a`` and
+    stream ``{a}``, or a ``:`` in a tagged stream or a group, give two units one name; read
+    only to find holds left there (``refuse_holds_elsewhere``), never written."""
+    if hash_tag(stream) is not None:
+        return _in_slot(f"{prefix}{stream}:{group}", stream)
+    if "}" not in stream:
+        return _in_slot(f"{prefix}{{{stream}}}:{group}", stream)
+    raise _no_name(stream)
+
+
+def _no_name(stream: str) -> DeadLetterNameError:
+    return DeadLetterNameError(
+        f"stream {stream!r} has a '}}' but no hash tag, so no name of its held keys can "
+        "share its hash slot: rename the stream or give it a {tag}, or leave "
+        "order.dead_letter_releases true")
+
+
+def _in_slot(name: str, stream: str) -> str:
+    """`name`, checked to share `stream`'s hash slot (DeadLetterNameError if not)."""
     if key_slot(name.encode()) != key_slot(stream.encode()):
         raise DeadLetterNameError(f"held-keys name {name!r} would not share the hash slot of "
                                   f"{stream!r}: choose another order.hold_prefix")
@@ -79,34 +124,49 @@ def parse_hold(value: object) -> HoldT | None:
 def read_heads(client: redis.Redis, wanted: Sequence[tuple[str, Sequence[bytes]]]
                ) -> list[list[HoldT | None]]:
     """For each (hash, keys) of `wanted`, per key its hold (:func:`parse_hold`) or None:
-    one HMGET per hash, pipelined. A hash of another type counts as no hold here (the
-    dead-letter move refuses to write into it, so that key's head stays pending and holds
-    it)."""
-    replies = each(client, [("HMGET", name, *keys) for name, keys in wanted])
-    found: list[list[HoldT | None]] = []
-    for (_, keys), reply in zip(wanted, replies, strict=True):
+    HMGETs of at most ``HMGET_CHUNK`` fields, pipelined. A hash of another type counts as
+    no hold here (the dead-letter move refuses to write into it, so that key's head stays
+    pending and holds it)."""
+    chunks = [(n, name, keys[start : start + HMGET_CHUNK])
+              for n, (name, keys) in enumerate(wanted)
+              for start in range(0, len(keys), HMGET_CHUNK)]
+    replies = each(client, [("HMGET", name, *keys) for _, name, keys in chunks])
+    found: list[list[HoldT | None]] = [[] for _ in wanted]
+    for (n, _, keys), reply in zip(chunks, replies, strict=True):
         if isinstance(reply, Exception):
-            if unit_vanished(reply):
-                found.append([None] * len(keys))
-                continue
-            raise reply
-        found.append([parse_hold(v) for v in reply])  # type: ignore[attr-defined]
+            if not unit_vanished(reply):
+                raise reply
+            found[n] += [None] * len(keys)
+        else:
+            found[n] += [parse_hold(v) for v in reply]  # type: ignore[attr-defined]
     return found
 
 
-def read_all_heads(client: redis.Redis, name: str) -> dict[bytes, HoldT]:
-    """Every hold in hash `name` (HGETALL): key -> (head ID, dead-letter ID); {} when there is
-    none or the key is of another type."""
-    reply = each(client, [("HGETALL", name)])[0]
-    if isinstance(reply, Exception):
-        if unit_vanished(reply):
-            return {}
-        raise reply
-    if isinstance(reply, dict):
-        pairs = list(reply.items())
-    else:  # flat [field, value, ...]
-        flat = list(reply)  # type: ignore[call-overload]
-        pairs = list(zip(flat[0::2], flat[1::2], strict=True))
-    holds = {k: parse_hold(v) for k, v in pairs}
-    return {k: h for k, h in holds.items() if h is not None}
+def hold_counts(client: redis.Redis, names: Sequence[str]) -> list[int | None]:
+    """The HLEN of each hash of held keys in `names`, pipelined: how many keys it holds (0
+    when missing), None for a key of another type (not the job's hash)."""
+    replies = each(client, [count_command(name) for name in names])
+    counts: list[int | None] = []
+    for reply in replies:
+        if isinstance(reply, Exception) and not unit_vanished(reply):
+            raise reply
+        counts.append(reply if isinstance(reply, int) else None)
+    return counts
 
+
+def recorded_prefixes(client: redis.Redis) -> set[str]:
+    """The prefixes runs held keys under (SMEMBERS of :data:`HOLD_PREFIXES`; reply: a set of
+    bytes, empty when missing)."""
+    [reply] = each(client, [("SMEMBERS", HOLD_PREFIXES)])
+    if isinstance(reply, Exception):
+        raise reply
+    return {p.decode() if isinstance(p, bytes) else str(p)
+            for p in reply}  # type: ignore[attr-defined]
+
+
+def record_prefix(client: redis.Redis, prefix: str) -> None:
+    """Add `prefix` to :data:`HOLD_PREFIXES` (SADD; reply: 1 added, 0 already there), before
+    a run writes its first hold under it."""
+    [reply] = each(client, [("SADD", HOLD_PREFIXES, prefix)])
+    if isinstance(reply, Exception):
+        raise reply

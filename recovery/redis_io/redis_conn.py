@@ -44,12 +44,14 @@ RAW_REPLY_COMMANDS = ("XAUTOCLAIM", "XCLAIM", "XPENDING", "XRANGE", "XREVRANGE",
 
 
 def connect(params: RedisParams) -> redis.Redis:
-    """A client for `params`, with raw (unparsed, bytes) replies for stream commands."""
+    """A client for `params`, with raw (unparsed, bytes) replies for stream commands, whose
+    every request and reply is bounded whole (``recovery.redis_io.deadline``)."""
     kwargs: dict[str, object] = {
         "username": params.username,
         "password": params.password,
         "socket_connect_timeout": params.connect_timeout_s,
-        "socket_timeout": params.socket_timeout_s,
+        "socket_timeout": params.socket_timeout_s,  # per read, and the base of the bound
+        "min_transfer_bytes_per_s": params.min_transfer_bytes_per_s,  # 1 s more per this many bytes
         "retry": Retry(ExponentialBackoff(cap=1.0, base=0.1), RETRIES),
         "client_name": "stream-recovery",
         "protocol": 2,

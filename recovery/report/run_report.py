@@ -15,6 +15,7 @@ import pyarrow as pa
 import redis
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
 
 from recovery.errors import (
     ConfigError,
@@ -41,7 +42,7 @@ from recovery.report.console_links import link_lines
 from recovery.report.json_line import JsonLine
 from recovery.report.wording import plural
 from recovery.report.worker_files import local_directory, write_by_driver, write_by_workers
-from recovery.schemas import HEALTH, REPORT, Action, arrow
+from recovery.schemas import HEALTH, REPORT, SCHEDULER_RUN_ID, Action, arrow, stamped
 from recovery.targets.keys import Skipped, refused_targets
 
 log = logging.getLogger(__name__)
@@ -172,24 +173,28 @@ def _writable(directory: Path) -> bool:
         return False
 
 
-def write_report(report: DataFrame, base: str, run_id: str) -> list[str]:
+def write_report(report: DataFrame, base: str, run_id: str,
+                 scheduler_run_id: str | None = None) -> list[str]:
     """Write one run's REPORT rows to ``<base>/run_id=<run id>/`` (Hive-style, so reading
-    `base` gives every run with a run_id column); an empty run still gets its directory.
+    `base` gives every run with a run_id column), each with `scheduler_run_id` (null: None);
+    an empty run still gets its directory.
 
     `report` is a tallied pass's output (``recovery.executor.tally.TALLIED``): its tally rows are
     observed during the write, not written, and returned (JSON texts, one per task).
     """
     observation = Observation()
     observed = report.observe(observation, F.collect_list(TALLY).alias("tallies"))
-    rows = observed.where(F.col(TALLY).isNull()).drop(TALLY)
+    rows = observed.where(F.col(TALLY).isNull()).drop(TALLY).withColumn(
+        SCHEDULER_RUN_ID.name, F.lit(scheduler_run_id).cast(StringType()))
     rows.write.mode("append").parquet(run_path(base, run_id))
     return list(observation.get["tallies"])
 
 
 def write_pass(frame: DataFrame, make: PassMaker, base: str, run_id: str,
-               by_workers: bool) -> Tallies:
+               by_workers: bool, scheduler_run_id: str | None = None) -> Tallies:
     """Run the report pass `make` makes over `frame` and write its REPORT rows to
-    ``run_path(base, run_id)``; returns the tallies (one per task, read).
+    ``run_path(base, run_id)``, each with `scheduler_run_id`; returns the tallies (one per
+    task, read).
 
     With `by_workers` (runs that claim and hand over in one pass) and a local report
     directory, the Python workers write the files (``recovery.report.worker_files``); otherwise
@@ -198,8 +203,8 @@ def write_pass(frame: DataFrame, make: PassMaker, base: str, run_id: str,
     directory = local_directory(run_path(base, run_id)) if by_workers else None
     if directory is None:
         return read_tallies(write_report(frame.mapInArrow(tallied(make), TALLIED), base,
-                                         run_id))
-    return read_tallies(write_by_workers(frame, make, directory))
+                                         run_id, scheduler_run_id))
+    return read_tallies(write_by_workers(frame, make, directory, scheduler_run_id))
 
 
 def read_run(spark: SparkSession, base: str, run_id: str) -> DataFrame:
@@ -310,13 +315,13 @@ def due_time(epoch_ms: int | None) -> str:
 
 
 def write_health(spark: SparkSession, health: list[dict[str, Any]], base: str,
-                 run_id: str) -> None:
-    """Group health rows as Parquet (one per stream and group): written by the driver itself
-    into a local directory, else handed to Spark's writer as one Arrow table (no Python
-    worker task just to turn dicts into rows)."""
+                 run_id: str, scheduler_run_id: str | None = None) -> None:
+    """Group health rows as Parquet (one per stream and group), each with
+    `scheduler_run_id`: written by the driver itself into a local directory, else handed to
+    Spark's writer as one Arrow table (no Python worker task just to turn dicts into rows)."""
     if not health:
         return
-    table = pa.Table.from_pylist(health, schema=arrow(HEALTH))
+    table = stamped(pa.Table.from_pylist(health, schema=arrow(HEALTH)), scheduler_run_id)
     local = local_directory(health_path(base, run_id))
     if local is not None:
         write_by_driver(table, local)

@@ -32,7 +32,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from recovery.executor.packing import ArrowFn
 from recovery.executor.tally import TALLY, PassMaker, Tally, counted
-from recovery.schemas import REPORT_ARROW, arrow
+from recovery.schemas import REPORT_ARROW, arrow, stamped
 
 STAGING = "_staging"
 SUCCESS = "_SUCCESS"
@@ -88,15 +88,16 @@ class TaskFile:
         self._held, self._rows = [], 0
 
 
-def written(make: PassMaker, staging: Path) -> ArrowFn:
+def written(make: PassMaker, staging: Path, scheduler_run_id: str | None = None) -> ArrowFn:
     """The report pass `make` makes, its REPORT rows written to a file of the task's own in
-    `staging`; it yields one FILED row (the task's tally and file name)."""
+    `staging`, each with `scheduler_run_id`; it yields one FILED row (the task's tally and
+    file name)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         tally = Tally()
         out = TaskFile(staging, task_file_name())
         for batch in counted(make, tally, batches):
-            out.add(batch)
+            out.add(stamped(batch, scheduler_run_id))
         yield pa.RecordBatch.from_pydict({TALLY: [tally.to_json()], FILE: [out.close()]},
                                          schema=FILED_ARROW)
 
@@ -111,17 +112,18 @@ def task_file_name() -> str:
     return f"part-{part:05d}-{uuid.uuid4().hex}.parquet"
 
 
-def write_by_workers(frame: DataFrame, make: PassMaker, run_dir: Path) -> list[str]:
-    """Run the report pass `make` makes over `frame`, its workers writing the REPORT files; then
-    move them into `run_dir` (which exists afterwards, even for an empty run). Returns the
-    tallies (JSON texts, one per task)."""
+def write_by_workers(frame: DataFrame, make: PassMaker, run_dir: Path,
+                     scheduler_run_id: str | None = None) -> list[str]:
+    """Run the report pass `make` makes over `frame`, its workers writing the REPORT files
+    (each row with `scheduler_run_id`); then move them into `run_dir` (which exists
+    afterwards, even for an empty run). Returns the tallies (JSON texts, one per task)."""
     staging = run_dir / STAGING
     # Made here, not by the tasks: a task still running when a failed run removes it (Spark
     # kills the others' tasks without waiting for them) then fails to open its file instead
     # of leaving a new staging directory behind.
     staging.mkdir(parents=True, exist_ok=True)
     try:
-        rows = frame.mapInArrow(written(make, staging), FILED).collect()
+        rows = frame.mapInArrow(written(make, staging, scheduler_run_id), FILED).collect()
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -267,11 +267,14 @@ def effective_config(settings: Settings) -> dict[str, Any]:
     return data
 
 
-def executor_params(settings: Settings, run_id: str) -> JobParams:
-    """The frozen, picklable subset of settings that executors need."""
+def executor_params(settings: Settings, run_id: str, scheduler_run_id: str | None = None
+                    ) -> JobParams:
+    """The frozen, picklable subset of settings that executors need, for the run `run_id`
+    (and the scheduler's `scheduler_run_id`, if any)."""
     rate = settings.claim.max_entries_per_s
     return JobParams(
         run_id=run_id,
+        scheduler_run_id=scheduler_run_id,
         redis=redis_params(settings),
         min_idle_ms=settings.claim.min_idle_ms,
         count=settings.claim.count,
@@ -313,6 +316,7 @@ def redis_params(settings: Settings) -> RedisParams:
         password=r.password.get_secret_value() if r.password else None,
         connect_timeout_s=r.connect_timeout_s,
         socket_timeout_s=r.socket_timeout_s,
+        min_transfer_bytes_per_s=r.min_transfer_bytes_per_s,
         tls_ca_file=str(r.tls_ca_file) if r.tls_ca_file else None,
         tls_cert_file=str(r.tls_cert_file) if r.tls_cert_file else None,
         tls_key_file=str(r.tls_key_file) if r.tls_key_file else None,

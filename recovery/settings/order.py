@@ -39,9 +39,13 @@ class OrderSettings(Section):
         "setting it back to `true` releases every such key (the hashes are then not read)"))
     hold_prefix: str = Field("recovery:held:", min_length=1, description=(
         "with `order.dead_letter_releases = false`: the prefix of the hashes of held keys, one "
-        "per stream and group, `<prefix>{<stream>}:<group>` (a stream with a hash tag keeps "
-        "it: the hash shares the stream's hash slot); no braces (exit 2). A stream whose name "
-        "has a `}` but no hash tag is skipped, as for its dead-letter stream"))
+        "per stream and group, `<prefix>{<stream>}/<group>` (a stream with a hash tag: "
+        "`<prefix>{<tag>}/<stream>/<group>`; the hash shares the stream's hash slot); no "
+        "braces (exit 2). Each prefix used is recorded in the set `recovery:held:prefixes`; a "
+        "run finding holds under another one refuses to start (exit 2) with the command that "
+        "moves them ([docs/OPERATIONS.md](docs/OPERATIONS.md#keys-held-behind-a-dead-letter)). "
+        "A stream whose name has a `}` but no hash tag is skipped, as for its dead-letter "
+        "stream"))
     scan_max: int = Field(10_000, ge=1, le=1_000_000, description=(
         "entries pending on other consumers read at most per consumer and group to find the "
         "keys they hold back across runs (one MULTI/EXEC snapshot per group: "

@@ -25,7 +25,16 @@ class RedisSettings(Section):
     password_file: Path | None = Field(None, description=(
         "a file holding the password (one line), read when `password` is not set"))
     connect_timeout_s: float = Field(5.0, gt=0, le=300, description="connection timeout (s)")
-    socket_timeout_s: float = Field(30.0, gt=0, le=3600, description="reply timeout (s)")
+    socket_timeout_s: float = Field(30.0, gt=0, le=3600, description=(
+        "reply timeout (s): the longest the server may stay silent, and the time a request or "
+        "reply may take before `min_transfer_bytes_per_s` adds to it"))
+    min_transfer_bytes_per_s: float = Field(65536.0, gt=0, description=(
+        "the slowest link taken as working (bytes/s): a request must be sent whole, and each "
+        "reply read whole once the job waits for it, within `socket_timeout_s` plus 1 s per "
+        "this many bytes it holds, else the call is a timeout like a silent server's "
+        "(retried, then exit 1): a server or proxy answering a byte at a time cannot hold a "
+        "call for hours, and a 64 MB reply may take 17 minutes at the default; see "
+        "[Timeouts](docs/GUARANTEES.md#timeouts)"))
     tls_ca_file: Path | None = Field(None, description=(
         "PEM file of the CA(s) that signed the server's certificate (`rediss://`); none: the "
         "system's CAs; see [TLS](docs/CLUSTER_TLS.md#tls)"))

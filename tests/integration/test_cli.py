@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import tomllib
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -117,13 +118,18 @@ def test_a_bad_value_names_the_variable_it_came_from() -> None:
 def test_a_run_that_succeeds_says_exit_code_0(spark: SparkSession, redis_server: LocalServer,
                                               tmp_path: Path) -> None:
     """Every JSON summary carries the exit code, not only the failures', and the
-    scheduler's run id in full when one is given."""
+    scheduler's run id in full when one is given; so does every row of the Parquet report
+    and health files, read back as a user reads every run at once (a dry run's report is
+    written by Spark's writer, the run's by the Python workers)."""
     client = redis_server.client()
     stuck(client, "cli-ok")
+    args = job_args(redis_server.url, tmp_path, ["cli-ok"],
+                    "handler.path=recovery.handlers:example_handler")
+    planned_by = "manual__2026-12-02T02:09:20.000001+00:00"
+    dry = run_in_process(spark, [*args, "--dry-run", "--scheduler-run-id", planned_by])
+    assert dry.code == 0, dry.stderr
     airflow_run_id = "manual__2026-12-02T02:09:23.395718+00:00"
-    result = run_in_process(spark, [*job_args(redis_server.url, tmp_path, ["cli-ok"],
-                                              "handler.path=recovery.handlers:example_handler"),
-                                    "--scheduler-run-id", airflow_run_id])
+    result = run_in_process(spark, [*args, "--scheduler-run-id", airflow_run_id])
     assert result.code == 0, result.stderr
     assert result.summary["scheduler_run_id"] == airflow_run_id
     assert airflow_run_id not in result.summary["run_id"]
@@ -131,6 +137,11 @@ def test_a_run_that_succeeds_says_exit_code_0(spark: SparkSession, redis_server:
     assert result.summary["status"] == "ok"
     assert result.summary["totals"]["reprocessed"] == 3
     assert pel(client, "cli-ok", GROUP) == {}  # the run really recovered them
+    runs = {dry.summary["run_id"]: planned_by, result.summary["run_id"]: airflow_run_id}
+    for files in ("entries", "health"):
+        rows = spark.read.parquet(str(tmp_path / files)).collect()
+        assert Counter((r.run_id, r.scheduler_run_id) for r in rows) == \
+            {pair: 3 if files == "entries" else 1 for pair in runs.items()}, files
 
 
 def test_the_checks_before_a_run_are_made_once(spark: SparkSession, redis_server: LocalServer,

@@ -21,6 +21,10 @@ from recovery.redis_io.dlq_names import DeadLetterNames
 from recovery.redis_io.redis_conn import connect
 from recovery.report.run_report import health_path, read_run, run_path
 from tests.support.backlogs import DEAD, LIVE, seed
+from tests.support.fault_tools import GROUP, job_args, run_in_process, seed_kinds, write_control
+from tests.support.handlers import TAKEN
+from tests.support.invariants import Pending, pel, pel_by_delivery_count
+from tests.support.reprocess_tools import seen_now
 from tests.support.servers import command_calls
 
 STREAMS = ["orders", "bin{tag}"]
@@ -108,6 +112,38 @@ def test_health_is_reported_as_found_before_the_run(spark, client, make_settings
     has_inactive = "inactive" in client.xinfo_consumers("orders", "billing")[0]
     assert all((c["inactive_ms"] is not None) == has_inactive for c in h["consumers"])
     assert summary.health["pending"] == 166 and summary.health["oldest_unit"] == "orders/billing"
+
+
+@pytest.mark.slow
+def test_an_entry_a_live_consumer_takes_from_the_job_is_counted_once(spark, server, tmp_path):
+    """Issue 64: in one pass, the health histogram counts each claim step's PEL rows as found,
+    then, once the unit is handed over, reads what the claim left (other consumers' rows).
+    A live consumer takes two entries from the job between the two (in the handler's first
+    call, a claim with a shorter min-idle, made at that moment on purpose); the handler fails
+    them, so they stay pending, now on that consumer. Each row of the PEL is counted once:
+    the histogram is XPENDING's rows as found, by delivery count, read from Redis before the
+    run; the moved entries are checked in Redis after it."""
+    client = server.client()
+    # The failing ones first: the first claim step holds them, so the first call does.
+    seed_kinds(client, ["h"], {"fail": (4, 1), "ok": (12, 1), "poison": (2, 9)})
+    fresh = seen_now(client, "h", "app-live")  # too fresh to claim: read as left, once
+    found = pel_by_delivery_count(client, "h", GROUP)
+    assert found == {"1": 17, "6-10": 2}
+    write_control(server.url, take_on_first_call=["app-live", 2])
+    result = run_in_process(spark, job_args(server.url, tmp_path, ["h"], "claim.count=5",
+                                            run_id="taken1"))
+    assert result.code == 0, result.stderr
+
+    taken = {i.decode() for i in client.smembers(TAKEN)}
+    after = pel(client, "h", GROUP)
+    assert len(taken) == 2 and {after[i] for i in taken} == {Pending("app-live", 3)}, \
+        "claimed by the job, then by the live consumer, and left pending there"
+    assert after[fresh] == Pending("app-live", 1)
+    (health,) = [r.asDict(recursive=True) for r in
+                 spark.read.parquet(result.summary["health_path"]).collect()]
+    assert health["pending"] == sum(found.values())
+    assert health["deliveries"] == found, "a row counted twice, or with its count after"
+    assert health["idle_ages"] == {"1h-1d": 18, "<1m": 1}, health["idle_ages"]
 
 
 @pytest.mark.slow

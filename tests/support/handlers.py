@@ -84,6 +84,7 @@ LIVE_ACKED = "test:live-acked"      # hash: entry a test's live consumer acked -
 VIOLATIONS = "test:violations"      # hash: entry handed over after that ack -> ms since it
 FIRST_CALL = "test:first-call-done"
 FIRST_CALL_ENTRIES = "test:first-call-entries"  # set: the entries of that first call
+TAKEN = "test:taken"  # set: IDs a live consumer claimed from the job during the first call
 _RECORD = """
 for i = 1, #ARGV do
   redis.call('HINCRBY', KEYS[1], ARGV[i], 1)
@@ -122,7 +123,10 @@ def recording(messages: list[Message]) -> object:
 
     Control keys: ``url`` (where to record), ``delay_s`` (sleep per call), ``on_first_call``
     (Redis commands run once per test, on the first call anywhere, followed by a sleep of
-    ``after_first_call_s``), and fields that change
+    ``after_first_call_s``), ``take_on_first_call`` (``[consumer, n]``: in that first call,
+    XCLAIM for `consumer`, min-idle 0, the call's first `n` entries carrying a ``fail``
+    field, as a live consumer's claim would take them from the job; their IDs go to TAKEN),
+    and fields that change
     the behaviour of the whole call when a message carries them: ``raise``, ``garbage``,
     ``hang`` (sleeps ``hang_s``). Otherwise it answers like verify_or_fail.
     """
@@ -130,10 +134,12 @@ def recording(messages: list[Message]) -> object:
     client = _client(control["url"])
     keys = [entry_key(m.stream, m.group, m.id) for m in messages]
     client.eval(_RECORD, 3, HANDLED, LIVE_ACKED, VIOLATIONS, *keys)
-    if control.get("on_first_call") and client.set(FIRST_CALL, 1, nx=True):
+    first_call = control.get("on_first_call") or control.get("take_on_first_call")
+    if first_call and client.set(FIRST_CALL, 1, nx=True):
         client.sadd(FIRST_CALL_ENTRIES, *keys)
-        for command in control["on_first_call"]:
+        for command in control.get("on_first_call") or []:
             client.execute_command(*command)
+        _take(client, messages, control.get("take_on_first_call"))
         time.sleep(control.get("after_first_call_s", 0))
     time.sleep(control.get("delay_s", 0))
     if any(m.field(b"hang") is not None for m in messages):
@@ -143,6 +149,18 @@ def recording(messages: list[Message]) -> object:
     if any(m.field(b"garbage") is not None for m in messages):
         return {"not": "a list"}
     return verify_or_fail(messages)
+
+
+def _take(client: redis.Redis, messages: list[Message], take: list | None) -> None:
+    """XCLAIM for ``take[0]`` the first ``take[1]`` of `messages` with a ``fail`` field."""
+    if not take:
+        return
+    consumer, n = take
+    failing = [m for m in messages if m.field(b"fail") is not None][:n]
+    for m in failing:
+        client.xclaim(m.stream, m.group, consumer, 0, [m.id])
+    if failing:
+        client.sadd(TAKEN, *(m.id for m in failing))
 
 
 # --- A handler that plays a live consumer acking during the call

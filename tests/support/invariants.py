@@ -29,6 +29,20 @@ def pel(client: Redis, stream: str, group: str) -> dict[str, Pending]:
             for r in rows}
 
 
+# The health histogram's delivery-count buckets as docs/DESIGN.md names them:
+# (exclusive upper bound, label); larger counts are ">100".
+DELIVERY_BUCKETS = ((2, "1"), (3, "2"), (4, "3"), (6, "4-5"), (11, "6-10"), (101, "11-100"))
+
+
+def pel_by_delivery_count(client: Redis, stream: str, group: str) -> dict[str, int]:
+    """A group's PEL as XPENDING shows it now, counted by the health histogram's buckets."""
+    counts: Counter[str] = Counter()
+    for r in client.xpending_range(stream, group, "-", "+", 1_000_000):
+        n = r["times_delivered"]
+        counts[next((label for upper, label in DELIVERY_BUCKETS if n < upper), ">100")] += 1
+    return dict(counts)
+
+
 def dead_letters(client: Redis, stream: str, suffix: str = ":dlq") -> list[dict[bytes, bytes]]:
     """All entries of the stream's DLQ as field dicts (last value wins on duplicates)."""
     return [dict(fields) for _, fields in client.xrange(dead_letter_key(stream, suffix))]

@@ -1,7 +1,10 @@
 """A TCP proxy in front of a real Redis that passes requests on at once and answers one byte
-at a time (Redis behind a sick proxy, ATTACKS.md "Dependencies that misbehave"): in this
-process, on threads of its own, on a free port. It counts the bytes it dripped, so a test can
-prove the drip happened."""
+(or `chunk` bytes) at a time (Redis behind a sick proxy, ATTACKS.md "Dependencies that
+misbehave"): in this process, on threads of its own, on a free port. With `after`, a
+connection's replies drip only once a request holding those bytes passed (``b"XAUTOCLAIM"``:
+the executors' claims, not the driver's reads); before that they pass at once. It counts the
+bytes it dripped and the replies a client gave up on halfway (`cut`), so a test can prove
+the drip happened and that the client ended it, not the reply's end."""
 
 from __future__ import annotations
 
@@ -16,7 +19,10 @@ from tests.support.dripping import Listener
 class DrippingRedis(Listener):
     upstream_port: int
     interval_s: float = 0.5
+    chunk: int = 1  # bytes per interval_s
+    after: bytes = b""  # replies drip once a request holding this passed; b"": from the start
     dripped: int = 0
+    cut: int = 0  # replies whose client closed the connection before their last byte
     _sock: socket.socket = field(default_factory=socket.socket)
     _stop: threading.Event = field(default_factory=threading.Event)
     thread_name = "dripping-redis"
@@ -27,29 +33,49 @@ class DrippingRedis(Listener):
 
     def accepted(self, conn: socket.socket) -> None:
         upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
-        threading.Thread(target=self._forward, args=(conn, upstream), daemon=True).start()
-        threading.Thread(target=self._drip, args=(upstream, conn), daemon=True).start()
+        dripping = threading.Event()
+        threading.Thread(target=self._forward, args=(conn, upstream, dripping),
+                         daemon=True).start()
+        threading.Thread(target=self._reply, args=(upstream, conn, dripping),
+                         daemon=True).start()
 
-    def _forward(self, source: socket.socket, sink: socket.socket) -> None:
+    def _forward(self, source: socket.socket, sink: socket.socket,
+                 dripping: threading.Event) -> None:
         """Requests, at once."""
         try:
             while data := source.recv(1 << 16):
+                if self.after in data:
+                    dripping.set()  # before the request goes on: its reply drips
                 sink.sendall(data)
         except OSError:
             pass
         finally:
             sink.close()
 
-    def _drip(self, source: socket.socket, sink: socket.socket) -> None:
-        """Replies, one byte per `interval_s`."""
+    def _reply(self, source: socket.socket, sink: socket.socket,
+               dripping: threading.Event) -> None:
+        """Replies: at once until `dripping` is set, then `chunk` bytes per `interval_s`."""
         try:
             while not self._stop.is_set() and (data := source.recv(1 << 16)):
-                for byte in data:
-                    sink.sendall(bytes([byte]))
-                    self.dripped += 1
-                    if self._stop.wait(self.interval_s):
-                        return
+                if not dripping.is_set():
+                    sink.sendall(data)
+                elif not self._drip(data, sink):
+                    return
         except OSError:
             pass
         finally:
             sink.close()
+
+    def _drip(self, data: bytes, sink: socket.socket) -> bool:
+        """`data` to `sink`, a chunk per interval; False once the proxy stops."""
+        for at in range(0, len(data), self.chunk):
+            piece = data[at : at + self.chunk]
+            try:
+                sink.sendall(piece)
+            except OSError:
+                self.cut += 1
+                raise
+            self.dripped += len(piece)
+            if self._stop.wait(self.interval_s):
+                return False
+        return True

@@ -17,7 +17,14 @@ from recovery.executor.claimed import Claimed
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.executor.survey import _plan_row
 from recovery.params import JobParams, RedisParams, Unit
-from recovery.schemas import REPORT, REPORT_ARROW, ReportRow, report_batch, report_rows
+from recovery.schemas import (
+    REPORT,
+    REPORT_ARROW,
+    ReportRow,
+    report_batch,
+    report_rows,
+    stamped,
+)
 
 SPARK_TYPE = {str: StringType(), int: LongType(), bool: BooleanType()}
 
@@ -52,7 +59,9 @@ def test_the_hand_over_fills_each_column_from_its_own_name():
                                                   "reassigned_to", "entry_deleted")})
     batch = rb.report()
     assert batch.schema == REPORT_ARROW
-    assert batch.to_pylist() == [values]
+    assert batch.to_pylist() == [{**values, "scheduler_run_id": None}]  # the writers' column
+    assert stamped(batch, "airflow-run").to_pylist() == \
+        [{**values, "scheduler_run_id": "airflow-run"}]
 
 
 def test_the_dry_run_fills_each_column_from_its_own_name():
@@ -65,7 +74,7 @@ def test_the_dry_run_fills_each_column_from_its_own_name():
         "stream": "s", "group": "g", "id": "1-0", "previous_consumer": "owner",
         "delivery_count": 3, "idle_ms": 7, "action": "would_reprocess", "reason": None,
         "error": None, "dead_letter_id": None, "requeued_id": None, "reassigned_to": None,
-        "entry_deleted": None}]
+        "entry_deleted": None, "scheduler_run_id": None}]
 
 
 def test_rows_and_columns_build_the_same_batch():
@@ -74,6 +83,13 @@ def test_rows_and_columns_build_the_same_batch():
     by_columns = report_batch({name: [value] for name, value in values.items()})
     assert by_rows.equals(by_columns) and by_rows.to_pylist() == [values]
     assert report_rows([]).num_rows == 0
+
+
+def test_a_batch_may_leave_the_scheduler_run_id_to_the_writers():
+    values = _own_values()
+    del values["scheduler_run_id"]
+    batch = report_batch({name: [value] for name, value in values.items()})
+    assert batch.to_pylist() == [{**values, "scheduler_run_id": None}]
 
 
 @pytest.mark.parametrize("change", ["missing", "unknown"])

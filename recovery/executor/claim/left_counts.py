@@ -6,9 +6,15 @@ other consumers own) is read once more when the unit is done. With small steps g
 into one hand-over (``recovery.executor.claim.gather``), a unit's claim loop ends before its
 entries are handed over. Read then, the PEL would still hold them (rows of the job's own
 consumer, read only to be dropped). So the read waits until the hand-over of the unit's
-last step, and the units done by then are read in one pipeline. By then an entry the
-hand-over reassigned is another consumer's row: its claim step counted it as found, so each
-hand-over's reassigned IDs are noted first (``PelHistogram.given``) and the read skips them.
+last step, and the units done by then are read in one pipeline.
+
+By then an entry the run claimed may be another consumer's row: one the hand-over reassigned,
+and one it left pending (failed, skipped, held: still the job consumer's, or no longer, when
+a live consumer claimed it between the job's claim and this read). Its claim step counted it
+as found, so each hand-over's entries that stay pending are noted first
+(``PelHistogram.kept``) and the read skips them, whoever owns them by then: each row of the
+PEL as found is counted once. Only the entries a hand-over took out of the PEL (``GONE``) are
+not noted: a PEL row cannot come back for them.
 """
 
 from __future__ import annotations
@@ -17,12 +23,18 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import redis
 
 from recovery.executor.claim.loop import ClaimStep, left_reads
 from recovery.executor.histogram import PelHistogram
 from recovery.params import JobParams, Unit
 from recovery.schemas import Action
+
+# Actions after which the entry is no longer pending in its group: acked (XACK, whoever owned
+# it by then), moved to its dead-letter stream or requeued (the script acked it). Every other
+# action leaves it pending.
+GONE = pa.array([Action.REPROCESSED.value, Action.DEAD_LETTERED.value, Action.REQUEUED.value])
 
 
 class LeftCounts:
@@ -46,7 +58,7 @@ class LeftCounts:
         """`steps` of `unit`, counted; once they end the unit waits for its read (unless
         its claim already counted what it left: ``PelHistogram.left_counted``, or it is a
         part of a split unit, `shared`: the driver reads what the parts left, skipping the
-        entries noted in ``PelHistogram.given``, which its row carries)."""
+        entries noted in ``PelHistogram.kept``, which its row carries)."""
         self._pels[(unit.stream, unit.group)] = histogram
         for step in steps:
             self._pulled += 1
@@ -61,21 +73,25 @@ class LeftCounts:
             yield step
 
     def handed(self, client: redis.Redis, report: pa.RecordBatch) -> None:
-        """One hand-over is done (`report`: its REPORT batch): note the entries it gave to
-        other consumers, then read the PELs of the units it finished."""
-        self._note_given(report)
+        """One hand-over is done (`report`: its REPORT batch): note the entries it left
+        pending, then read the PELs of the units it finished."""
+        self._note_kept(report)
         self._handed += self._in_flight.popleft()
         self._read(client, self._handed)
 
-    def _note_given(self, report: pa.RecordBatch) -> None:
-        """Add the IDs `report` says were reassigned to their units' ``PelHistogram.given``
-        (not for a unit whose claim counted what it left before any hand-over)."""
-        rows = report.select(["stream", "group", "id", "action"]).to_pylist()
+    def _note_kept(self, report: pa.RecordBatch) -> None:
+        """Add the IDs of `report`'s entries still pending (an action not in ``GONE``) to
+        their units' ``PelHistogram.kept`` (not for a unit whose claim counted what it left
+        before any hand-over)."""
+        actions = report.column("action")
+        pending = pc.invert(pc.is_in(actions, value_set=GONE.cast(actions.type)))
+        if not pc.any(pending).as_py():
+            return
+        rows = report.filter(pending).select(["stream", "group", "id"]).to_pylist()
         for row in rows:
             pel = self._pels.get((row["stream"], row["group"]))
-            if row["action"] == Action.REASSIGNED and pel is not None \
-                    and not pel.left_counted:
-                pel.given.add(row["id"])
+            if pel is not None and not pel.left_counted:
+                pel.kept.add(row["id"])
 
     def rest(self, client: redis.Redis) -> None:
         """Every hand-over is done: read the PELs of the units still waiting."""

@@ -131,7 +131,7 @@ def left_reads(client: redis.Redis, params: JobParams,
                 for more in pending_pages(client, unit.stream, unit.group, OWN_PAGE,
                                           start="(" + as_str(page[-1][ID])):  # type: ignore[index]
                     _add_left(unit, histogram, more)
-        histogram.given.clear()  # read: no row of it is carried to the driver
+        histogram.kept.clear()  # read: no row of it is carried to the driver
 
 
 def _add_left(unit: Unit, histogram: PelHistogram, page: list[PendingRow]) -> None:

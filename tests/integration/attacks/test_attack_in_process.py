@@ -250,17 +250,15 @@ def pending_of(client: redis.Redis) -> list[tuple[bytes, bytes, int]]:
             for p in client.xpending_range("orders", "billing", "-", "+", 10)]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "redis.socket_timeout_s bounds each socket read, not a whole reply: a Redis behind a "
-    "proxy answering one byte at a time holds the command for (reply bytes x interval) - "
-    "hours for an INFO reply. Needs a deadline over each whole call in recovery.redis_io "
-    "(both paths: spark-submit's driver is the same code); not done by this deadline"))
 def test_a_redis_answering_one_byte_at_a_time_does_not_hold_the_command(
         redis_server, stub_home):
     """A redrive run here against Redis behind a proxy dripping one byte per 0.2 s, with
-    ``redis.socket_timeout_s=2``: it must end, exit 1 with the JSON line last, within 30 s
-    (15 timeouts). Found: still running at 30 s (and at 90 s by hand), the drip going on."""
-    letters(redis_server, 2)
+    ``redis.socket_timeout_s=2``: it must end, exit 1 with the JSON line last, within 30 s.
+    Found: still running at 30 s (and at 90 s by hand), the drip going on: the socket timeout
+    bounded each read only. Now each reply is bounded whole (recovery.redis_io.deadline):
+    the client gives up halfway through a reply (the proxy saw it), and Redis holds what it
+    held."""
+    length = letters(redis_server, 2)
     with DrippingRedis(redis_server.port, interval_s=0.2) as drip:
         try:
             done = subprocess.run(
@@ -272,9 +270,16 @@ def test_a_redis_answering_one_byte_at_a_time_does_not_hold_the_command(
                      "SPARK_CONF_DIR": str(stub_home / "conf")})
         except subprocess.TimeoutExpired:
             pytest.fail(f"still running after 30 s; {drip.dripped} bytes dripped")
+        deadline = time.monotonic() + 1
+        while drip.cut == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the proxy sees the closed client at its next byte
     assert drip.dripped > 0, "the drip happened"
+    assert drip.cut > 0, "the client gave up halfway through a reply"
     assert done.returncode == 1, done.stdout + done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1])["status"] == "failed"
+    assert "the reply was not done within" in done.stderr, done.stderr[-2000:]
+    client = redis_server.client()
+    assert client.xlen("{orders}:dlq") == 2 and client.xlen("orders") == length
 
 
 @pytest.mark.parametrize("defaults", [

@@ -140,7 +140,8 @@ def test_the_job_writes_both_views_and_sums_them_up(spark, redis_server, tmp_pat
     before = snapshot(client)
     argv = ["--set", f"redis.url={redis_server.url}", "--set", f"report.path={tmp_path / 'r'}",
             "--set", "streams.match=*", "--set", "dead_letters.warn_length=3",
-            "--run-id", "20261126T000000Z-abcdef"]
+            "--run-id", "20261126T000000Z-abcdef",
+            "--scheduler-run-id", "scheduled__2026-11-26T00:00:00+00:00"]
 
     assert dead_letters_main(argv, lambda: spark) == 0
 
@@ -161,6 +162,8 @@ def test_the_job_writes_both_views_and_sums_them_up(spark, redis_server, tmp_pat
                                     ("orders", "billing", R_LIMIT, 1),
                                     ("pay{eu}", "audit", R_FAILED, 1)]
     by_signature = pq.read_table(f"{out}/by_signature").to_pylist()
+    assert {r["scheduler_run_id"] for r in [*by_reason, *by_signature]} == \
+        {"scheduled__2026-11-26T00:00:00+00:00"} == {summary["scheduler_run_id"]}
     timeouts = by_signature[0]
     assert timeouts["example_dead_letter_id"] in [
         i.decode() for i, f in client.xrange("{orders}:dlq")

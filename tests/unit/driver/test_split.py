@@ -49,7 +49,8 @@ from tests.support.fault_tools import (
     seed_kinds,
     write_control,
 )
-from tests.support.invariants import pel
+from tests.support.handlers import TAKEN
+from tests.support.invariants import pel, pel_by_delivery_count
 from tests.support.reprocess_tools import LIVE as LIVE_APPS
 from tests.support.reprocess_tools import (
     SMALL_BATCHES,
@@ -340,6 +341,33 @@ def test_a_split_stream_dead_letters_reports_deletions_and_keeps_failures(
     assert sum(health["idle_ages"].values()) == len(seeded)
     assert health["idle_ages"]["<1m"] == kinds["fresh"]
     assert split_keys(client) == [] and client.keys("recovery:journal:*") == []
+
+
+@pytest.mark.slow
+def test_a_split_stream_counts_entries_a_live_consumer_takes_from_a_part_once(
+        spark, server, tmp_path, caplog):
+    """Issue 64: the parts' steps count their PEL rows as found; once every part is done
+    the driver reads what they left to other consumers. A live consumer takes two entries
+    from a part in the handler's first call (a claim with a shorter min-idle, made at that
+    moment on purpose); failed there, they stay pending on it. The histogram is XPENDING's
+    rows as found, by delivery count, read from Redis before the run: each row once."""
+    client = server.client()
+    seed_interleaved(client, STREAM, pattern(1600, MIX))
+    found = pel_by_delivery_count(client, STREAM, GROUP)
+    caplog.set_level(logging.INFO, logger="recovery")
+    write_control(server.url, delay_s=0.01, take_on_first_call=["app-live", 2])
+    result = run_in_process(spark, job_args(server.url, tmp_path, [STREAM], HANDLER,
+                                            *SPLIT_SMALL, run_id="split"))
+    assert result.code == 0, result.stderr[-3000:]
+    assert f"{SPLIT_LOG} ({STREAM} / {GROUP}: 4 tasks)" in caplog.text
+
+    taken = {i.decode() for i in client.smembers(TAKEN)}
+    after = owners(client, STREAM)
+    assert len(taken) == 2 and {after[i] for i in taken} == {("app-live", 3)}, \
+        "claimed by a part, then by the live consumer, and left pending there"
+    health = health_of(spark, result, STREAM)
+    assert health["pending"] == sum(found.values())
+    assert health["deliveries"] == found, "a row counted twice, or with its count after"
 
 
 @pytest.mark.slow

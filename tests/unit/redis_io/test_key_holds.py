@@ -10,6 +10,8 @@ hash of held keys, the dead-letter stream, the PEL.
 
 from __future__ import annotations
 
+import re
+import shlex
 import time
 from pathlib import Path
 
@@ -17,20 +19,28 @@ import pytest
 from redis import Redis, ResponseError
 from redis.crc import key_slot
 
-from recovery.errors import ConfigError, DeadLetterNameError
-from recovery.params import RedisParams
+from recovery.driver.discovery import WorkUnit
+from recovery.driver.ordered import move_holds_command, refuse_holds_elsewhere
+from recovery.errors import ConfigError, DeadLetterNameError, HeldElsewhereError
+from recovery.params import JobParams, RedisParams
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.held_keys import pending_elsewhere
-from recovery.redis_io.key_holds import hold_key, parse_hold, read_all_heads, read_heads
+from recovery.redis_io.key_holds import (
+    HOLD_PREFIXES,
+    earlier_hold_key,
+    hold_key,
+    parse_hold,
+    read_heads,
+)
 from recovery.redis_io.redis_conn import connect
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.scripts import DeadLetter, DeadLetterContext, dead_letter_units
-from recovery.settings.model import load_settings
+from recovery.settings.model import executor_params, load_settings
 from recovery.testing.backlog import add_entries, create_group, deliver
 from tests.support.acl_rules import PASSWORD, create_users, refusals, setinfo_refusal
 from tests.support.backlogs import DEAD, HOUR_MS
 from tests.support.cluster_fixtures import keys_on_every_primary
-from tests.support.fault_tools import GROUP, run_in_process, write_control
+from tests.support.fault_tools import GROUP, ROOT, run_in_process, write_control
 from tests.support.order_handler import DONE, SEEN
 from tests.support.order_tools import STREAM, age, args, pending_owners, recorded, rows_of, seed
 
@@ -39,8 +49,12 @@ HELD = hold_key("recovery:held:", STREAM, GROUP)
 
 
 def test_the_hash_of_held_keys_shares_its_streams_slot() -> None:
-    assert hold_key("recovery:held:", "orders", "g") == "recovery:held:{orders}:g"
-    assert hold_key("recovery:held:", "orders{eu}", "g") == "recovery:held:orders{eu}:g"
+    assert hold_key("recovery:held:", "orders", "g") == "recovery:held:{orders}/g"
+    assert hold_key("recovery:held:", "orders{eu}", "g") == "recovery:held:{eu}/orders{eu}/g"
+    assert hold_key("p:", "events:{eu}:pay", "svc:b/%") == \
+        "p:{eu}/events%3A{eu}%3Apay/svc%3Ab%2F%25"
+    assert earlier_hold_key("p:", "orders", "g") == "p:{orders}:g"
+    assert earlier_hold_key("p:", "orders{eu}", "g") == "p:orders{eu}:g"
     for stream in ("orders", "orders{eu}", "a{b}c"):
         assert key_slot(hold_key("p:", stream, "any{x}").encode()) == key_slot(stream.encode())
     with pytest.raises(DeadLetterNameError, match="no hash tag"):
@@ -85,7 +99,6 @@ def test_the_move_records_the_hold_in_the_same_call_and_keeps_the_first_head(
     assert client.xlen(dead_letter_key(STREAM, ":dlq")) == 3
     assert client.xpending(STREAM, GROUP)["pending"] == 0
     assert read_heads(client, [(HELD, [b"k0", b"k9"])]) == [[(ids[0], first.decode()), None]]
-    assert read_all_heads(client, HELD) == {b"k0": (ids[0], first.decode())}
 
 
 def test_a_hash_of_held_keys_of_another_type_refuses_the_move_untouched(
@@ -211,8 +224,10 @@ def test_the_hold_is_written_on_each_streams_primary_of_a_cluster(redis_cluster)
 
 def test_the_documented_recovery_user_may_write_and_read_the_holds(server) -> None:  # type: ignore[no-untyped-def]
     """docs/ACL.md's recovery user (line 12): the move script's TYPE and HSETNX on the hash
-    of held keys, the hand-over's HMGET, the dry run's HGETALL and the health's HLEN, with
-    nothing refused in the ACL LOG but redis-py's CLIENT SETINFO."""
+    of held keys, the hand-over's and the dry run's HMGET, the health's HLEN, and the
+    driver's look for holds elsewhere (SMEMBERS and SADD of the set of prefixes, HLEN of
+    other prefixes' and earlier names), with nothing refused in the ACL LOG but redis-py's
+    CLIENT SETINFO."""
     admin = server.client()
     create_users(admin)
     stream = "events:orders"
@@ -225,6 +240,132 @@ def test_the_documented_recovery_user_may_write_and_read_the_holds(server) -> No
                             int(time.time() * 1000), hold_key=held)
     [[letter]] = dead_letter_units(job, [(ctx, [DeadLetter(entry, 6, 1, "", "r", None, b"k0")])])
     assert read_heads(job, [(held, [b"k0"])]) == [[(entry, letter.decode())]]
-    assert read_all_heads(job, held) == {b"k0": (entry, letter.decode())}
     assert each(job, [("HLEN", held)]) == [1]
+    units = [WorkUnit(stream, GROUP, 1)]
+    refuse_holds_elsewhere(job, _params("recovery:held:", stream), units, dry_run=False)
+    assert admin.smembers(HOLD_PREFIXES) == {b"recovery:held:"}
+    with pytest.raises(HeldElsewhereError, match=re.escape(repr(held))):
+        refuse_holds_elsewhere(job, _params("recovery:held:a:", stream), units, dry_run=False)
     assert refusals(admin) <= {setinfo_refusal(admin)}
+
+
+def _params(prefix: str, *streams: str) -> JobParams:
+    """A run's executor parameters: `streams` in per-key order, heads holding their keys
+    under `prefix`."""
+    return executor_params(load_settings(None, [
+        f"streams.keys={','.join(streams)}", "order.key_field=k",
+        "order.dead_letter_releases=false", f"order.hold_prefix={prefix}"]), "run-t")
+
+
+def _move_command(refusal: str) -> list[str]:
+    """The command a refusal names, as arguments for ``execute_command`` (no redis-cli)."""
+    found = re.search(r"reads: (redis-cli EVAL .*?)(?: \(\d+ more hashes alike\))?; docs/",
+                      refusal)
+    assert found, refusal
+    return shlex.split(found.group(1))[1:]
+
+
+def test_holds_a_run_would_not_read_refuse_it_until_moved(client: Redis) -> None:
+    """Holds under the name an earlier version gave the hash, shared by streams ``a`` and
+    ``{a}``, then under a prefix no longer configured: each refuses the run (nothing
+    written: no prefix recorded) with the command that moves them; that command moves them
+    into each stream's own hash and deletes the old one, and the run may go on."""
+    units = [WorkUnit("a", GROUP, 1), WorkUnit("{a}", GROUP, 1)]
+    earlier = earlier_hold_key("recovery:held:", "a", GROUP)
+    assert earlier == earlier_hold_key("recovery:held:", "{a}", GROUP)
+    client.hset(earlier, mapping={"k0": "1-0 9-0", "k1": "2-0 9-1"})
+    with pytest.raises(HeldElsewhereError) as refused:
+        refuse_holds_elsewhere(client, _params("recovery:held:", "a", "{a}"), units, False)
+    assert repr(earlier) in str(refused.value) and "stream '{a}'" in str(refused.value)
+    assert not client.exists(HOLD_PREFIXES)
+    client.hset(hold_key("recovery:held:", "a", GROUP), "k0", "0-1 9-9")  # held here already
+    client.execute_command(*_move_command(str(refused.value)))
+    assert not client.exists(earlier)
+    assert client.hgetall(hold_key("recovery:held:", "a", GROUP)) == {
+        b"k0": b"0-1 9-9", b"k1": b"2-0 9-1"}
+    assert client.hgetall(hold_key("recovery:held:", "{a}", GROUP)) == {
+        b"k0": b"1-0 9-0", b"k1": b"2-0 9-1"}
+    refuse_holds_elsewhere(client, _params("recovery:held:", "a", "{a}"), units, True)
+    assert not client.exists(HOLD_PREFIXES)  # a dry run records nothing
+    refuse_holds_elsewhere(client, _params("recovery:held:", "a", "{a}"), units, False)
+    assert client.smembers(HOLD_PREFIXES) == {b"recovery:held:"}
+
+    with pytest.raises(HeldElsewhereError, match=re.escape(
+            "set order.hold_prefix back to 'recovery:held:'")) as refused:
+        refuse_holds_elsewhere(client, _params("team:held:", "a", "{a}"), units, False)
+    assert client.smembers(HOLD_PREFIXES) == {b"recovery:held:"}
+    assert "(1 more hashes alike)" in str(refused.value)
+    for _ in units:
+        with pytest.raises(HeldElsewhereError) as refused:
+            refuse_holds_elsewhere(client, _params("team:held:", "a", "{a}"), units, False)
+        client.execute_command(*_move_command(str(refused.value)))
+    refuse_holds_elsewhere(client, _params("team:held:", "a", "{a}"), units, False)
+    assert client.hgetall(hold_key("team:held:", "a", GROUP))[b"k0"] == b"0-1 9-9"
+    assert client.smembers(HOLD_PREFIXES) == {b"recovery:held:", b"team:held:"}
+    with pytest.raises(HeldElsewhereError, match=re.escape("back to 'team:held:'")):  # again
+        refuse_holds_elsewhere(client, _params("recovery:held:", "a", "{a}"), units, False)
+    refuse_holds_elsewhere(client, _params("recovery:held:", "b"), [WorkUnit("b", GROUP, 1)],
+                           False)  # another stream's run: nothing of its own elsewhere
+
+
+def test_the_documented_release_names_the_jobs_hash(client: Redis) -> None:
+    """docs/OPERATIONS.md's names of the hashes are the job's, and its HDEL, run as
+    written, releases the key the move recorded there (the other key stays held)."""
+    text = (ROOT / "docs" / "OPERATIONS.md").read_text()
+    section = text[text.index("## Keys held behind a dead letter"):]
+    section = section[:section.index("\n## ")]
+    assert "`recovery:held:{orders}/billing`" in section
+    assert f"`{hold_key('recovery:held:', 'orders{eu}', 'billing')}`" in section
+    assert f"`{hold_key('recovery:held:', 'events:{eu}:pay', 'svc:billing')}`" in section
+    assert move_holds_command(earlier_hold_key("recovery:held:", "orders", "billing"),
+                              [hold_key("recovery:held:", "orders", "billing")]) in section
+    [release] = re.findall(r"^redis-cli HDEL .*$", section, re.MULTILINE)
+    command = shlex.split(release)[1:]
+    assert command[1] == hold_key("recovery:held:", "orders", "billing")
+    create_group(client, "orders", "billing")
+    ids = add_entries(client, "orders", 2, lambda i: {"k": f"order-{4711 + i}"})
+    assert deliver(client, "orders", "billing", "c", 2) == ids
+    ctx = DeadLetterContext("orders", "billing", "c", dead_letter_key("orders", ":dlq"),
+                            "run-t", 5, int(time.time() * 1000), hold_key=command[1])
+    dead_letter_units(client, [(ctx, [DeadLetter(i, 6, 1, "", "r", None, f"order-{4711 + n}"
+                                                 .encode()) for n, i in enumerate(ids)])])
+    assert client.execute_command(*command) == 1
+    assert [h is None for h in read_heads(client, [(command[1], [b"order-4711",
+                                                                 b"order-4712"])])[0]] == [
+        True, False]
+
+
+def test_a_dry_runs_read_of_many_keys_is_chunked_and_exact(client: Redis) -> None:
+    """``read_heads`` reads a hash in HMGETs of HMGET_CHUNK fields: 2500 keys, every
+    other one held, each found with its own head, in order."""
+    keys = [f"k{i}".encode() for i in range(2500)]
+    client.hset(HELD, mapping={k: f"{i}-0 {i}-1" for i, k in enumerate(keys) if i % 2 == 0})
+    [found] = read_heads(client, [(HELD, keys)])
+    assert found == [(f"{i}-0", f"{i}-1") if i % 2 == 0 else None for i in range(2500)]
+    assert read_heads(client, [(HELD, []), ("recovery:held:{none}/g", keys[:3])]) == [
+        [], [None] * 3]
+
+
+@pytest.mark.slow
+def test_the_move_command_runs_in_each_streams_slot_of_a_cluster(redis_cluster) -> None:  # type: ignore[no-untyped-def]
+    """On a Redis Cluster: an earlier name and a name under another prefix, on each primary
+    and for a stream with a hash tag, refuse the run (HLEN routed to each key's primary);
+    the commands they name run there (the keys share a slot) and the run may go on."""
+    redis_cluster.wait_healthy()
+    redis_cluster.flush()
+    rc = connect(RedisParams(redis_cluster.url))
+    streams = [*keys_on_every_primary(redis_cluster.client(), 1, prefix="moved"), "t{eu}:o"]
+    units = [WorkUnit(s, GROUP, 1) for s in streams]
+    for stream in streams:
+        rc.hset(earlier_hold_key("recovery:held:", stream, GROUP), "k0", "1-0 2-0")
+        rc.hset(hold_key("old:", stream, GROUP), "k1", "3-0 4-0")
+    rc.sadd(HOLD_PREFIXES, "old:")
+    for _ in range(2 * len(streams)):
+        with pytest.raises(HeldElsewhereError) as refused:
+            refuse_holds_elsewhere(rc, _params("recovery:held:", *streams), units, False)
+        rc.execute_command(*_move_command(str(refused.value)))
+    refuse_holds_elsewhere(rc, _params("recovery:held:", *streams), units, False)
+    for stream in streams:
+        assert rc.hgetall(hold_key("recovery:held:", stream, GROUP)) == {
+            b"k0": b"1-0 2-0", b"k1": b"3-0 4-0"}
+    rc.close()

@@ -19,6 +19,7 @@ from recovery.cli.recover import preflight, run_recovery
 from recovery.driver.job import run
 from recovery.errors import RedisUnavailableError
 from recovery.redis_io.cluster import StreamCluster
+from recovery.redis_io.deadline import BoundedSSLConnection
 from recovery.redis_io.redis_conn import connect
 from recovery.settings.model import load_settings, redis_params
 from recovery.testing.local_redis import LocalServer
@@ -153,6 +154,9 @@ def test_the_job_runs_on_a_tls_cluster(spark, tls_files, tls_cluster, tmp_path):
     client = connect(redis_params(settings))
     assert isinstance(client, StreamCluster)
     assert {n.port for n in client.get_primaries()} == {n.port for n in tls_cluster.primaries}
+    # each node's pool (built from the rediss:// URL) bounds each whole reply, over TLS
+    assert {client.get_redis_connection(n).connection_pool.connection_class
+            for n in client.get_primaries()} == {BoundedSSLConnection}
     summary = run(spark, settings)
     expected = {k: v for k, v in seeded.state.items() if v != "gone"}
     states = {k: "pending:job" if v.startswith("pending:recovery-") else v

@@ -3,6 +3,7 @@ holds after a pass that succeeded and after one that failed, read back from disk
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,6 +73,27 @@ def test_a_pass_that_succeeds_leaves_each_task_s_rows_in_the_run_directory(spark
     rows = read_run(spark, str(tmp_path), "r1").collect()
     assert sorted((r.stream, r.id) for r in rows) == sorted(
         (s, f"{i}-0") for s in "abc" for i in range(3))
+
+
+AIRFLOW_RUN_ID = "scheduled__2026-12-02T02:09:23.395718+00:00"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("by_workers", [True, False], ids=["workers-write", "spark-writer"])
+def test_every_row_carries_the_scheduler_run_id_whichever_writer(spark, tmp_path, by_workers):
+    """The report passes leave ``scheduler_run_id`` null; either writer fills in the run's
+    (null when none was given). Read as a user reads every run at once: ``run_id`` from the
+    paths, ``scheduler_run_id`` from the rows, to join with the scheduler's runs."""
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for stream in [s for b in batches for s in b.column("stream").to_pylist()]:
+            yield as_batch(report_rows(stream, 3))
+
+    frame = streams_frame(spark, [["a", "b"], ["c"]])
+    write_pass(frame, lambda _: fn, str(tmp_path), "r1", by_workers, AIRFLOW_RUN_ID)
+    write_pass(frame, lambda _: fn, str(tmp_path), "r2", by_workers)
+    rows = spark.read.parquet(f"{tmp_path}/entries").collect()
+    assert sorted(Counter((r.run_id, r.scheduler_run_id) for r in rows).items(),
+                  key=str) == [(("r1", AIRFLOW_RUN_ID), 9), (("r2", None), 9)]
 
 
 @pytest.mark.slow
