@@ -33,8 +33,8 @@ _HOMES = {
     "run": "recovery.driver.job",
     "pending_entries": "recovery.driver.job",
     "local_session": "recovery.spark.local",
-    "RunSummary": "recovery.report.run_report",
-    "format_table": "recovery.report.run_report",
+    "RunSummary": "recovery.report.summary",
+    "format_table": "recovery.report.summary",
     "read_run": "recovery.report.run_report",
     "ACTIONS": "recovery.executor.handover.modes",
     "PLAN_ACTIONS": "recovery.executor.handover.modes",
@@ -119,7 +119,8 @@ if TYPE_CHECKING:
     from recovery.executor.handover.modes import ACTIONS, PLAN_ACTIONS
     from recovery.handlers import Message, Result
     from recovery.redrive.run import RedriveSummary, run_redrive
-    from recovery.report.run_report import RunSummary, format_table, read_run
+    from recovery.report.run_report import read_run
+    from recovery.report.summary import RunSummary, format_table
     from recovery.schemas import (
         DEAD_LETTER,
         REPORT,

@@ -11,6 +11,7 @@ import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -78,10 +79,10 @@ class JobParams:
     # handler.dead_letter_exceptions: exception classes, package.module.ClassName, that mean
     # Result.dead_letter for the message that raised them (recovery.handlers.load_exceptions).
     handler_dead_letter_exceptions: tuple[str, ...] = ()
-    reprocess_mode: str = "handler"  # a schemas.Mode value (ReprocessSettings)
-    requeue_stream: str | None = None  # the retry stream's template; None: the source
+    reprocess_mode: str = "handler"  # a schemas.Mode value (recovery.settings.reprocess)
+    # That mode's own settings (key, value), e.g. ("requeue_stream", None): ``mode_option``.
+    mode_options: tuple[tuple[str, Any], ...] = ()
     dlq_stream: str | None = None  # the dead-letter stream's template; None: the slot rule
-    live_within_ms: int = 60_000  # reassign: a consumer seen within this is live
     consumer_prefix: str = "recovery"  # the job's consumers, never reassigned to
     # A run that applies a plan (--plan): tasks get PLANNED rows and claim those IDs with
     # XCLAIM (min_idle_ms and max_deliveries are then the plan's).
@@ -101,6 +102,11 @@ class JobParams:
     # The scheduler's own id of the run (--scheduler-run-id, e.g. Airflow's DAG run id, in
     # full): on every row of the report; None when not given.
     scheduler_run_id: str | None = None
+
+    def mode_option(self, key: str) -> Any:
+        """The value of `key`, one of the re-processing mode's own settings
+        (``reprocess.<key>``); KeyError for a key the mode does not have."""
+        return dict(self.mode_options)[key]
 
     @property
     def backoff(self) -> bool:

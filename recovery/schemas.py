@@ -130,9 +130,16 @@ REPORT = StructType(
         # (XACKDEL ... ACKED), false if acked but kept because another consumer group still
         # references it; null where the job acked nothing or was not asked to delete.
         StructField("entry_deleted", BooleanType(), True),
+        # What re-processing made of the entry, as its mode says (``ReprocessMode``): the
+        # copy's ID (requeue), the new owner (reassign); null where it made nothing.
+        StructField("outcome", StringType(), True),
         SCHEDULER_RUN_ID,
     ]
 )
+# The columns that also hold one mode's outcome, as they always did (``requeued_id``: the
+# requeue mode's, ``reassigned_to``: the reassign mode's); a mode names its own
+# (``ReprocessMode.report_columns``), null in the other modes' rows.
+OUTCOME_COLUMNS = ("requeued_id", "reassigned_to")
 
 
 # Group health as found before the run, one row per (stream, group). Histogram keys are the
@@ -205,6 +212,7 @@ class ReportRow(NamedTuple):
     requeued_id: str | None = None
     reassigned_to: str | None = None
     entry_deleted: bool | None = None
+    outcome: str | None = None
     scheduler_run_id: str | None = None  # left null: filled where the report is written
 
 
@@ -294,10 +302,12 @@ class DeathReason(StrEnum):
 
 class Mode(StrEnum):
     """How entries that are not dead-lettered are re-processed (``reprocess.mode``): the
-    values the settings accept, the first the default. Each member is registered here once;
-    its object, with every hook the job calls for it, is ``MODE`` in the module of that name
-    in ``recovery/executor/handover/modes/``, which also makes the summary's action columns
-    (``ACTIONS``, ``PLAN_ACTIONS``)."""
+    values the settings accept, the first the default. A mode is registered here, once;
+    its object, with every hook the job calls for it (its actions, report columns, checks,
+    executor step), is ``MODE`` in the module of that name in
+    ``recovery/executor/handover/modes/``, which also makes the summary's action columns
+    (``ACTIONS``, ``PLAN_ACTIONS``); its settings, where it has keys of its own, are its
+    class in ``recovery.settings.reprocess``."""
 
     HANDLER = "handler"
     REQUEUE = "requeue"

@@ -32,8 +32,9 @@ from recovery.driver.ordered import check_order
 from recovery.driver.plan import local_plan_refusal
 from recovery.errors import EXIT_OK, RedisAuthError, RedisUnavailableError
 from recovery.metrics.recovery_run import push_recovery_metrics
-from recovery.redis_io.redis_conn import connect
-from recovery.report.run_report import RunSummary, check_report_location
+from recovery.redis_io.redis_conn import RedisConn
+from recovery.report.run_report import check_report_location
+from recovery.report.summary import RunSummary
 from recovery.settings.model import Settings, redis_params
 from recovery.targets.keys import check_features, check_server
 
@@ -105,15 +106,11 @@ def preflight(settings: Settings, plan: str | None = None, dry_run: bool = False
     check them again (``recovery.driver.job.run``'s `checked`). `warn`: a dry run in handler
     mode without a handler logs its WARNING (the run no longer does)."""
     local_preflight(settings, plan, dry_run, warn)
-    params = redis_params(settings)
-    client = connect(params)
-    try:
-        check_server(client, params)
-        check_features(client, settings, params)
+    with RedisConn.open(redis_params(settings)) as conn:
+        check_server(conn)
+        check_features(conn, settings)
         if plan is not None:
-            local_plan_refusal(plan, settings, client, params)
-    finally:
-        client.close()
+            local_plan_refusal(plan, settings, conn)
 
 
 def local_preflight(settings: Settings, plan: str | None = None, dry_run: bool = False,

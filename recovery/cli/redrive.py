@@ -82,9 +82,9 @@ def redrive_warnings(settings: Settings, summary: RedriveSummary) -> list[str]:
         return []
     if not summary.units:
         return [matched_nothing(settings, "stream with a dead-letter stream")]
-    messages = [f"{u['stream']}: no dead-letter stream {u['dead_letter_stream']} (or it is "
+    messages = [f"{u.stream}: no dead-letter stream {u.dead_letter_stream} (or it is "
                 "empty): check streams.keys and dead_letter.suffix"
-                for u in summary.units if not u["examined"] and not u["left_in_dead_letter"]]
+                for u in summary.units if not u.examined and not u.left_in_dead_letter]
     examined = summary.totals["examined"]
     chosen = [f"redrive.{name}" for name in FILTERS
               if getattr(settings.redrive, name) not in (None, [], "-", "+")]

@@ -24,7 +24,6 @@ from recovery.console.sessions import COOKIE, Session
 from recovery.console.state import ConsoleState
 from recovery.redis_io.commands import stream_length
 from recovery.redis_io.letters import letters_by_id
-from recovery.redis_io.redis_conn import redis_errors
 
 ACTIONS = ("redrive", "delete", "export")
 
@@ -67,8 +66,8 @@ def _export(state: ConsoleState, session: Session, key: str, ids: list[str]) -> 
         written, stopped = 0, ""
         try:
             for entry_id in ids:
-                with redis_errors(state.params, key):
-                    flat = letters_by_id(state.client, key, [entry_id]).get(entry_id)
+                with state.conn.errors(key):
+                    flat = letters_by_id(state.conn.client, key, [entry_id]).get(entry_id)
                 if flat is not None:
                     yield json.dumps(Letter.of(entry_id, flat).as_json_record(key)) + "\n"
                     written += 1
@@ -76,7 +75,7 @@ def _export(state: ConsoleState, session: Session, key: str, ids: list[str]) -> 
             stopped = f"; stopped: {exc}"
             raise
         finally:
-            record(state.client, state.audit_key, session.user, session.role.value, "export",
+            record(state.conn.client, state.audit_key, session.user, session.role.value, "export",
                    key, written, f"{len(ids)} selected, {written} still there{stopped}")
 
     name = "dead-letters.jsonl"
@@ -95,9 +94,9 @@ def delete(request: Request, state: ConsoleState, session: Session,
             raise BadQuery("the delete was not confirmed: tick the confirmation")
     except (BadQuery, UnknownStream) as exc:
         return problem(request, session, exc)
-    with redis_errors(state.params, key):
+    with state.conn.errors(key):
         deleted, refused = _delete_once(state, session, key, ids)
-        record(state.client, state.audit_key, session.user, session.role.value, "delete", key,
+        record(state.conn.client, state.audit_key, session.user, session.role.value, "delete", key,
                deleted, f"{len(ids)} selected, {len(refused)} refused: {' '.join(ids[:20])}")
     return render(request, "deleted.html", session, key=key, deleted=deleted,
                   selected=len(ids), refusals=refused[:20], refused=len(refused))
@@ -112,7 +111,7 @@ def _delete_once(state: ConsoleState, session: Session, key: str, ids: list[str]
     try:
         return delete_selected(client, key, ids, state.sources_of(key))
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        record(state.client, state.audit_key, session.user, session.role.value,
+        record(state.conn.client, state.audit_key, session.user, session.role.value,
                "delete-failed", key, 0, f"{len(ids)} selected; the connection failed during "
                f"the delete ({type(exc).__name__}), so they may be gone: {' '.join(ids[:20])}")
         raise
@@ -150,8 +149,8 @@ def recount(request: Request, state: ConsoleState, session: Session,
         key = stream_key(state, _form(form))
     except UnknownStream as exc:
         return problem(request, session, exc)
-    with redis_errors(state.params, key):
-        letters = stream_length(state.client, key)
+    with state.conn.errors(key):
+        letters = stream_length(state.conn.client, key)
     state.scans.start(key, letters)
     return RedirectResponse("/", status_code=303)
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from recovery.console.counts import LetterCounts
 from recovery.console.state import ConsoleState
 from recovery.redis_io.letters import GroupHealth, group_health
-from recovery.redis_io.redis_conn import redis_errors
 from recovery.targets.dead_letter_streams import DeadLetterStream, now_ms
 
 
@@ -38,6 +37,6 @@ def overview(state: ConsoleState) -> Overview:
             counts = state.scans.start(s.key, s.length)
         rows.append(StreamRow(s, s.oldest_age_s(at), counts))
     sources = sorted({src for s in streams for src in s.sources})
-    with redis_errors(state.params):
-        groups = group_health(state.client, sources)
+    with state.conn.errors():
+        groups = group_health(state.conn.client, sources)
     return Overview(rows, groups)

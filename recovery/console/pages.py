@@ -31,7 +31,6 @@ from recovery.console.sessions import COOKIE, CSRF_FIELD, Session, set_cookie
 from recovery.console.state import ConsoleState
 from recovery.console.users import authenticate
 from recovery.redis_io.letters import letters_by_id
-from recovery.redis_io.redis_conn import redis_errors
 
 LOGIN_COOKIE = "rsr_console_login"
 
@@ -102,8 +101,8 @@ def browse(request: Request, state: ConsoleState, session: Session) -> Response:
         flt, newest, after = letter_filter(params), newest_first(params), cursor(params)
     except (BadQuery, UnknownStream) as exc:
         return problem(request, session, exc)
-    with redis_errors(state.params, key):
-        found = read_page(state.client, key, flt, after, newest)
+    with state.conn.errors(key):
+        found = read_page(state.conn.client, key, flt, after, newest)
     return render(request, "browse.html", session, key=key, flt=flt, page=found,
                   order="newest" if newest else "oldest", after=after,
                   sources=state.sources_of(key))
@@ -117,8 +116,8 @@ def letter(request: Request, state: ConsoleState, session: Session) -> Response:
         wanted = entry_id(params.get("id", ""))
     except (BadQuery, UnknownStream) as exc:
         return problem(request, session, exc)
-    with redis_errors(state.params, key):
-        flat = letters_by_id(state.client, key, [wanted]).get(wanted)
+    with state.conn.errors(key):
+        flat = letters_by_id(state.conn.client, key, [wanted]).get(wanted)
     if flat is None:
         return render(request, "problem.html", session, 404,
                       message=f"letter {wanted} is no longer in {key} (redriven or deleted)")
@@ -127,8 +126,8 @@ def letter(request: Request, state: ConsoleState, session: Session) -> Response:
 
 @page
 def audit(request: Request, state: ConsoleState, session: Session) -> Response:
-    with redis_errors(state.params, state.audit_key):
-        records = newest(state.client, state.audit_key)
+    with state.conn.errors(state.audit_key):
+        records = newest(state.conn.client, state.audit_key)
     return render(request, "audit.html", session, records=records, key=state.audit_key)
 
 

@@ -13,7 +13,6 @@ from recovery.console.app import console_app
 from recovery.console.audit import check_audit_stream
 from recovery.console.state import ConsoleState
 from recovery.console.users import User
-from recovery.redis_io.redis_conn import redis_errors
 from recovery.settings.model import Settings, redis_params
 from recovery.targets.keys import check_server
 
@@ -41,9 +40,9 @@ def console_state(settings: Settings, users: dict[str, User], options: ServeOpti
     rate = options.rate if options.rate is not None else settings.redrive.max_entries_per_s
     state = ConsoleState(settings, params, users, options.audit_stream, rate)
     try:
-        check_server(state.client, params)
-        with redis_errors(params, options.audit_stream):
-            check_audit_stream(state.client, options.audit_stream, state.pairs())
+        check_server(state.conn)
+        with state.conn.errors(options.audit_stream):
+            check_audit_stream(state.conn.client, options.audit_stream, state.pairs())
     except BaseException:
         state.close()
         raise

@@ -1,4 +1,4 @@
-"""What one console process holds: the settings it was started with, its Redis client, its
+"""What one console process holds: the settings it was started with, its Redis connection, its
 users and session key, the background scans and tasks, and which dead-letter streams the
 config selects (the only keys the console reads or changes, besides its audit stream).
 
@@ -21,7 +21,7 @@ from recovery.console.sessions import SessionSigner
 from recovery.console.tasks import Runner, Tasks
 from recovery.console.users import FailedLogins, User
 from recovery.params import RedisParams
-from recovery.redis_io.redis_conn import connect, redis_errors, where
+from recovery.redis_io.redis_conn import RedisConn, connect, where
 from recovery.settings.model import Settings
 from recovery.targets.dead_letter_streams import (
     DeadLetterStream,
@@ -47,7 +47,7 @@ class ConsoleState:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        self.client = connect(self.params)
+        self.conn = RedisConn.open(self.params)
         self.scans = CountScans(self.new_client)
         self.tasks = Tasks(Runner(self.new_client, self.audit_key, self.rate))
 
@@ -65,15 +65,15 @@ class ConsoleState:
         ``PAIRS_TTL_S`` s."""
         with self._lock:
             if self._pairs is None or time.monotonic() - self._pairs[0] > PAIRS_TTL_S:
-                with redis_errors(self.params):
-                    found = dead_letter_pairs(self.client, self.settings, self.params, [])
+                with self.conn.errors():
+                    found = dead_letter_pairs(self.conn, self.settings, [])
                 # streams.match = "*" selects the audit stream too: it is no source
                 self._pairs = (time.monotonic(), [p for p in found if p[0] != self.audit_key])
             return self._pairs[1]
 
     def streams(self) -> list[DeadLetterStream]:
         """Every dead-letter stream of the selected streams (a shared one once), read now."""
-        return inspect_streams(self.client, self.pairs(), self.params)
+        return inspect_streams(self.conn, self.pairs())
 
     def sources_of(self, key: str) -> list[str]:
         """The selected streams whose letters `key` holds ([] : not a dead-letter stream of
@@ -81,4 +81,4 @@ class ConsoleState:
         return [s for s, k in self.pairs() if k == key]
 
     def close(self) -> None:
-        self.client.close()
+        self.conn.close()

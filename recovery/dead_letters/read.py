@@ -16,13 +16,12 @@ import logging
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
-import redis
 
 from recovery.counts import INT64_MAX, count_of
 from recovery.errors import StreamUnitError
 from recovery.executor.packing import ArrowFn
 from recovery.params import DeadLetterReadParams
-from recovery.redis_io.redis_conn import connect, redis_errors
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.streams import range_pages
 from recovery.schemas import DEAD_LETTER, arrow
 
@@ -111,13 +110,13 @@ def page_batch(key: str, entries: Sequence[Sequence[object]]) -> pa.RecordBatch:
                                       schema=DEAD_LETTER_ARROW)
 
 
-def read_stream(client: redis.Redis, key: str, params: DeadLetterReadParams
-                ) -> Iterator[pa.RecordBatch]:
-    """Every dead letter of `key`, one batch per XRANGE page. A key that became another type
-    since the driver looked is left (logged); the driver's count shows the difference."""
+def read_stream(conn: RedisConn, key: str, page: int) -> Iterator[pa.RecordBatch]:
+    """Every dead letter of `key`, one batch per XRANGE page of `page` entries. A key that
+    became another type since the driver looked is left (logged); the driver's count shows
+    the difference."""
     try:
-        with redis_errors(params.redis, key):
-            for entries in range_pages(client, key, params.page):
+        with conn.errors(key):
+            for entries in range_pages(conn.client, key, page):
                 yield page_batch(key, entries)
     except StreamUnitError as exc:
         log.warning("dead letters of %s not read: %s", key, exc)
@@ -132,12 +131,8 @@ def read_partition(params: DeadLetterReadParams) -> ArrowFn:
         keys = [k for batch in batches for k in batch.column("dead_letter_key").to_pylist()]
         if not keys:
             return
-        with redis_errors(params.redis):
-            client = connect(params.redis)
-        try:
+        with RedisConn.open(params.redis) as conn:
             for key in keys:
-                yield from read_stream(client, key, params)
-        finally:
-            client.close()
+                yield from read_stream(conn, key, params.page)
 
     return run

@@ -8,6 +8,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from recovery.report.json_line import JsonLine
+from recovery.rows import (
+    DeadLetterSignature,
+    DeadLetterStreamRead,
+    DeadLetterWarning,
+    Skipped,
+)
 
 VIEWS = ("by_reason", "by_signature")
 ENTRIES = "entries"
@@ -36,10 +42,10 @@ class DeadLetterSummary(JsonLine):
     totals: dict[str, int] = field(default_factory=lambda: {
         "dead_letter_streams": 0, "read": 0, "empty": 0, "missing": 0, "dead_letters": 0,
         "without_metadata": 0})
-    streams: list[dict[str, Any]] = field(default_factory=list)
-    top_signatures: list[dict[str, Any]] = field(default_factory=list)
-    dead_letter_warnings: list[dict[str, Any]] = field(default_factory=list)
-    skipped: list[dict[str, Any]] = field(default_factory=list)
+    streams: list[DeadLetterStreamRead] = field(default_factory=list)
+    top_signatures: list[DeadLetterSignature] = field(default_factory=list)
+    dead_letter_warnings: list[DeadLetterWarning] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
     report_path: str | None = None
     duration_s: float = 0.0
     error: str | None = None
@@ -57,7 +63,12 @@ class DeadLetterSummary(JsonLine):
 def plain(value: object) -> object:
     """A view cell for JSON and the log: times as ISO 8601 text in UTC with their zone
     (Spark hands timestamps to Python as the driver's local time), the rest as is."""
-    return value.astimezone(UTC).isoformat() if isinstance(value, datetime) else value
+    return iso_time(value) if isinstance(value, datetime) else value
+
+
+def iso_time(value: datetime | None) -> str | None:
+    """A timestamp cell as ``plain`` writes it (None stays None)."""
+    return None if value is None else value.astimezone(UTC).isoformat()
 
 
 def fixed_width(rows: list[dict[str, Any]], columns: list[str], width: int = 60) -> str:

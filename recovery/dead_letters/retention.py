@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
@@ -37,7 +37,7 @@ import redis
 from recovery.errors import RedisUnavailableError
 from recovery.params import RedisParams
 from recovery.redis_io.commands import stream_length
-from recovery.redis_io.redis_conn import connect, redis_errors
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.streams import stream_id_key
 from recovery.redis_io.trim import (
     LetterScope,
@@ -48,6 +48,7 @@ from recovery.redis_io.trim import (
     server_time_ms,
     trim_letters,
 )
+from recovery.rows import TrimRow
 from recovery.settings.dead_letters import DeadLettersSettings
 from recovery.targets.dead_letter_streams import DeadLetterStream
 
@@ -113,13 +114,13 @@ def cut_of(client: redis.Redis, key: str, d: DeadLettersSettings, now_ms: int) -
 
 
 def walk_letters(client: redis.Redis, s: DeadLetterStream, below: str,
-                 d: DeadLettersSettings, row: dict[str, Any] | None = None,
+                 d: DeadLettersSettings, progress: Callable[[int, str | None], None] | None = None,
                  groups: Sequence[str] = ()) -> tuple[int, str | None, LetterTrim]:
     """Trim (or, in a dry run, count) the letters of `s` below `below` that retention may
     take, one atomic script step of ``page_size`` entries at a time (``trim_letters``): the
     count, the newest one's ID and the last step (where and why it ended). After each step
-    `row` (a :func:`trim_stream` row) says what went so far, so a later step that fails
-    leaves the trims before it reported. No entry is below
+    `progress` is told what went so far (the letters passed, the newest one's ID), so a
+    later step that fails leaves the trims before it reported. No entry is below
     ``0-0`` (a limit reaching back before the epoch): nothing to walk, and XRANGE refuses an
     interval ending before it."""
     if stream_id_key(below) == (0, 0):
@@ -135,9 +136,8 @@ def walk_letters(client: redis.Redis, s: DeadLetterStream, below: str,
                 f"to {d.page_size} letters below {below} besides the {passed} reported: raise "
                 "redis.socket_timeout_s or lower dead_letters.page_size") from None
         passed, last = passed + step.passed, step.last or last
-        if row is not None:
-            row.update(would_trim=passed, last_trimmed_id=last,
-                       trimmed=0 if d.dry_run else passed)
+        if progress is not None:
+            progress(passed, last)
         if step.why != TrimEnd.MORE:
             return passed, last, step
         # A real step trimmed what it passed: the stream starts at its bound again.
@@ -148,61 +148,62 @@ def walk_letters(client: redis.Redis, s: DeadLetterStream, below: str,
 STOPS = (TrimEnd.NOT_A_LETTER, TrimEnd.SOURCE_NOT_SELECTED, TrimEnd.GROUP_NOT_SELECTED)
 
 
-def stop_message(row: dict[str, Any]) -> str | None:
+def stop_message(row: TrimRow) -> str | None:
     """Where and why retention stopped short of the limits' cut on the stream of `row` (a
     :func:`trim_stream` row), for the log and the summary's ``warnings``; None: it did not."""
-    if row["stopped_because"] is None:
+    if row.stopped_because is None:
         return None
-    if row["stopped_because"] == TrimEnd.NOT_A_LETTER:
+    if row.stopped_because == TrimEnd.NOT_A_LETTER:
         why = ("an entry without the dead-letter metadata block (x-original-stream), not a "
                "letter: does dead_letter.stream name an application stream?")
-    elif row["stopped_because"] == TrimEnd.GROUP_NOT_SELECTED:
-        group = row["stopped_source"]
+    elif row.stopped_because == TrimEnd.GROUP_NOT_SELECTED:
+        group = row.stopped_source
         why = (f"a letter of group {group or '(none)'}, not in streams.groups: the letters of "
                "groups the run does not select are not its to trim")
     else:
-        source = row["stopped_source"]
+        source = row.stopped_source
         why = (f"a letter of {source}, a stream not selected: a shared dead-letter stream is "
                "trimmed only up to the first letter of a source the run does not select "
                f"(select {source} too to trim further)")
-    return (f"dead-letter stream {row['dead_letter_stream']} (of {row['stream']}): retention "
-            f"stopped at {row['stopped_at_id']}, {why}; it and every newer entry stay")
+    return (f"dead-letter stream {row.dead_letter_stream} (of {row.stream}): retention "
+            f"stopped at {row.stopped_at_id}, {why}; it and every newer entry stay")
 
 
 def retention_warnings(retention: dict[str, Any] | None) -> list[str]:
     """One warning per stream where retention stopped short (none when it is off)."""
-    rows = retention["streams"] if retention else []
+    rows: list[TrimRow] = retention["streams"] if retention else []
     return [m for m in map(stop_message, rows) if m is not None]
 
 
 def trim_stream(client: redis.Redis, s: DeadLetterStream, d: DeadLettersSettings,
-                now_ms: int, rows: list[dict[str, Any]] | None = None,
-                groups: Sequence[str] = ()) -> dict[str, Any]:
-    """Trim one dead-letter stream; its summary row: ``stream``, ``dead_letter_stream``,
-    ``trimmed`` (letters removed), ``last_trimmed_id`` (the newest removed, or None),
-    ``kept_from_id`` (every entry below it is gone: the limits' cut, or where retention
-    stopped; None: no cut), ``by`` (the limits that set the cut), ``held_by_floor``,
-    ``would_trim`` (what goes; in a dry run, ``d.dry_run``, nothing is trimmed and
-    ``trimmed`` stays 0), ``stopped_at_id`` and ``stopped_because`` (``not-a-letter``,
-    ``source-not-selected``, ``group-not-selected``; None when retention reached the cut) and
-    ``stopped_source`` (the source, or group, of the letter it stopped at); only letters of
-    `groups` (``streams.groups``; empty: all) are trimmed. The row is added to `rows` before
-    any trim and kept up to date step by step (a failure midway leaves what went in it)."""
-    row: dict[str, Any] = {"stream": s.source, "dead_letter_stream": s.key, "trimmed": 0,
-                           "would_trim": 0, "last_trimmed_id": None, "kept_from_id": None,
-                           "by": [], "held_by_floor": False, "stopped_at_id": None,
-                           "stopped_because": None, "stopped_source": None}
+                now_ms: int, rows: list[TrimRow] | None = None,
+                groups: Sequence[str] = ()) -> TrimRow:
+    """Trim one dead-letter stream (in a dry run, ``d.dry_run``, count what would go and
+    trim nothing); its summary row. Only letters of `groups` (``streams.groups``; empty: all)
+    are trimmed. The row is added to `rows` before any trim and kept up to date step by step
+    (a failure midway leaves what went in it)."""
+    at = len(rows) if rows is not None else None
+    row = TrimRow(s.source, s.key)
+
+    def put(**changes: Any) -> None:
+        nonlocal row
+        row = replace(row, **changes)
+        if rows is not None and at is not None:
+            rows[at] = row
+
     if rows is not None:
         rows.append(row)
     cut = cut_of(client, s.key, d, now_ms)
     if cut is None:
         return row
-    row.update(by=list(cut.by), held_by_floor=cut.held_by_floor)
-    passed, last, step = walk_letters(client, s, cut.below, d, row, groups)
-    row.update(kept_from_id=step.bound)
+    put(by=list(cut.by), held_by_floor=cut.held_by_floor)
+    passed, last, step = walk_letters(
+        client, s, cut.below, d, lambda went, newest: put(
+            would_trim=went, last_trimmed_id=newest, trimmed=0 if d.dry_run else went),
+        groups)
+    put(kept_from_id=step.bound)
     if step.why in STOPS:
-        row.update(stopped_at_id=step.bound, stopped_because=step.why,
-                   stopped_source=step.source)
+        put(stopped_at_id=step.bound, stopped_because=step.why, stopped_source=step.source)
         log.warning("%s", stop_message(row))
     if d.dry_run and passed:
         log.info("dead-letter stream %s (of %s): a dry run, would trim %d letters, up to %s",
@@ -229,31 +230,31 @@ def apply_retention(params: RedisParams, streams: list[DeadLetterStream],
     summary still says which letters are gone)."""
     if not d.retention_on:
         return None
-    rows: list[dict[str, Any]] = []
+    rows: list[TrimRow] = []
     now_ms: int | None = None
-    client = connect(params)
+    conn = RedisConn.open(params)
     try:
-        with redis_errors(params):
-            now_ms = server_time_ms(client)
+        with conn.errors():
+            now_ms = server_time_ms(conn.client)
             for s in streams:
                 if s.status == "read":
-                    trim_stream(client, s, d, now_ms, rows, groups)
+                    trim_stream(conn.client, s, d, now_ms, rows, groups)
     except Exception:
         if failed is not None:
             failed(retention_report(d, now_ms, rows))
         raise
     finally:
-        client.close()
+        conn.close()
     return retention_report(d, now_ms, rows)
 
 
-def retention_report(d: DeadLettersSettings, now_ms: int | None, rows: list[dict[str, Any]]
+def retention_report(d: DeadLettersSettings, now_ms: int | None, rows: list[TrimRow]
                      ) -> dict[str, Any]:
     """The summary's ``retention`` of the rows of :func:`trim_stream` (see
     :func:`apply_retention`)."""
     return {"max_age_s": d.max_age_s, "max_length": d.max_length,
             "retention_floor_s": d.retention_floor_s, "now_ms": now_ms, "dry_run": d.dry_run,
-            "trimmed": sum(r["trimmed"] for r in rows),
-            "would_trim": sum(r["would_trim"] for r in rows),
-            "trimmed_streams": sum(1 for r in rows if r["trimmed"]),
-            "stopped_streams": sum(1 for r in rows if r["stopped_because"]), "streams": rows}
+            "trimmed": sum(r.trimmed for r in rows),
+            "would_trim": sum(r.would_trim for r in rows),
+            "trimmed_streams": sum(1 for r in rows if r.trimmed),
+            "stopped_streams": sum(1 for r in rows if r.stopped_because), "streams": rows}

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -29,7 +28,7 @@ from recovery.dead_letters.report import (
     ENTRIES,
     DeadLetterSummary,
     fixed_width,
-    plain,
+    iso_time,
     views_path,
 )
 from recovery.dead_letters.retention import apply_retention, retention_warnings
@@ -42,9 +41,10 @@ from recovery.dead_letters.views import (
 )
 from recovery.params import DeadLetterReadParams, RedisParams
 from recovery.redis_io.cluster import biggest_first, groups_by_node
-from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.report.console_links import console_links, link_lines
 from recovery.report.run_report import check_report_location
+from recovery.rows import DeadLetterSignature, DeadLetterStreamRead, Skipped
 from recovery.schemas import DEAD_LETTER, DEAD_LETTER_KEY
 from recovery.settings.model import Settings, redis_params
 from recovery.spark.errors import spark_errors
@@ -57,7 +57,7 @@ from recovery.targets.dead_letter_streams import (
     now_ms,
     warnings_for,
 )
-from recovery.targets.keys import Skipped, check_server
+from recovery.targets.keys import check_server
 
 log = logging.getLogger(__name__)
 LOGGED_ROWS = 20  # rows of each view in the log
@@ -70,14 +70,10 @@ def find_dead_letter_streams(settings: Settings, params: RedisParams
                              ) -> tuple[list[DeadLetterStream], list[Skipped]]:
     """The dead-letter streams the config points at, as found (server checked first), and
     what is skipped: sources without a dead-letter name, dead-letter keys of another type."""
-    client = connect(params)
-    try:
-        check_server(client, params)
+    with RedisConn.open(params) as conn:
+        check_server(conn)
         skipped: list[Skipped] = []
-        streams = inspect_streams(client, dead_letter_pairs(client, settings, params, skipped),
-                                  params)
-    finally:
-        client.close()
+        streams = inspect_streams(conn, dead_letter_pairs(conn, settings, skipped))
     for s in streams:
         if s.status == "wrong-type":
             skipped.append(Skipped(s.source, None, f"{s.key} is a {s.kind}, not a stream: "
@@ -132,7 +128,7 @@ def run_dead_letters(spark: SparkSession, settings: Settings, summary: DeadLette
     d = settings.dead_letters
     streams, skipped = find_dead_letter_streams(settings, redis_params(settings))
     now = now_ms()
-    summary.skipped = [asdict(s) for s in skipped]
+    summary.skipped = skipped
     summary.dead_letter_warnings = warnings_for(streams, d.warn_length, d.warn_oldest_age_s, now)
     out = views_path(settings.report.path, summary.run_id)
     frame = read_frame(spark, settings, streams)
@@ -178,17 +174,16 @@ def fill_summary(summary: DeadLetterSummary, streams: list[DeadLetterStream],
         if s.status in ("wrong-type", DENIED):
             continue  # in `skipped`
         read, bare = per_key.get(s.key, (0, 0))
-        summary.streams.append({"stream": s.source, "dead_letter_stream": s.key,
-                                "sources": list(s.sources), "status": s.status, "length": s.length,
-                                "oldest_age_s": s.oldest_age_s(now), "read": read})
+        summary.streams.append(DeadLetterStreamRead(s.source, s.key, list(s.sources), s.status,
+                                                    s.length, s.oldest_age_s(now), read))
         summary.totals["dead_letter_streams"] += 1
         summary.totals[s.status] += 1
         summary.totals["dead_letters"] += read
         summary.totals["without_metadata"] += bare
     summary.top_signatures = [
-        {k: plain(r[k]) for k in ("signature", "dead_letters", "first_death_time",
-                                  "last_death_time", "example_dead_letter_key",
-                                  "example_dead_letter_id")}
+        DeadLetterSignature(r["signature"], r["dead_letters"], iso_time(r["first_death_time"]),
+                            iso_time(r["last_death_time"]), r["example_dead_letter_key"],
+                            r["example_dead_letter_id"])
         for r in signatures[:top]]
     if summary.skipped and summary.status == "ok":
         summary.status = "partial"

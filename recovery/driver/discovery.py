@@ -18,12 +18,12 @@ from recovery.errors import (
     DeadLetterNameError,
 )
 from recovery.executor.handover.modes import mode_of
-from recovery.params import RedisParams, Unit
+from recovery.params import Unit
 from recovery.redis_io.cluster import groups_by_node, node_of, spread
 from recovery.redis_io.commands import key_types, stream_groups
 from recovery.redis_io.dlq_names import requeue_key
 from recovery.redis_io.key_holds import hold_key
-from recovery.redis_io.redis_conn import key_refused, no_such_key, redis_errors, wrong_type
+from recovery.redis_io.redis_conn import RedisConn, key_refused, no_such_key, wrong_type
 from recovery.redis_io.round_trips import calls_of, script_replies
 from recovery.redis_io.scripts import delete_empty_consumers
 from recovery.redis_io.stream_full import GroupSeen, StreamSeen, read_streams
@@ -36,7 +36,6 @@ from recovery.targets.keys import (
     Skipped,
     drop_dead_letter_streams,
     is_own_key,
-    reply_or_raise,
     selected_keys,
     type_unless_denied,
 )
@@ -61,9 +60,8 @@ class WorkUnit:
     seen: GroupSeen | None = field(default=None, compare=False, repr=False)
 
 
-def discover(client: redis.Redis, settings: Settings, params: RedisParams,
-             warnings: list[str] | None = None, quiet: list[WorkUnit] | None = None
-             ) -> tuple[list[WorkUnit], list[Skipped]]:
+def discover(conn: RedisConn, settings: Settings, warnings: list[str] | None = None,
+             quiet: list[WorkUnit] | None = None) -> tuple[list[WorkUnit], list[Skipped]]:
     """Units with something pending, and the keys or groups skipped (with reasons); a
     selection that matches no key at all is added to `warnings` (and logged). The selected
     groups with nothing pending are added to `quiet`, if given: health-only units, never
@@ -79,13 +77,13 @@ def discover(client: redis.Redis, settings: Settings, params: RedisParams,
     units: list[WorkUnit] = []
     mode = mode_of(settings.reprocess.mode)
     undecided: set[str] = set()
-    streams = _stream_groups(client, settings, params, skipped, warnings, undecided)
+    streams = _stream_groups(conn, settings, skipped, warnings, undecided)
     if undecided:  # names the template could make: decided once every group is known
         wanted = settings.streams.groups
         selected = [(s, [n for n in (shown(g["name"]) for g in groups)  # type: ignore[arg-type]
                          if not wanted or n in wanted]) for s, groups, _ in streams]
-        with redis_errors(params):
-            dropped = drop_dead_letter_streams(client, settings, selected, undecided, skipped)
+        with conn.errors():
+            dropped = drop_dead_letter_streams(conn.client, settings, selected, undecided, skipped)
         streams = [entry for entry in streams if entry[0] not in dropped]
     for stream, groups, full in streams:
         try:
@@ -94,13 +92,13 @@ def discover(client: redis.Redis, settings: Settings, params: RedisParams,
         except DeadLetterNameError as exc:
             skipped.append(Skipped(stream, None, str(exc)))
             continue
-        every = _units_of(client, stream, groups, settings.streams.groups, skipped, full)
+        every = _units_of(conn.client, stream, groups, settings.streams.groups, skipped, full)
         found = [u for u in every if u.pending]
         if quiet is not None:
             quiet += [u for u in every if not u.pending]
         if found:  # the mode's refusal (ConfigError, exit 2) before anything is claimed
             mode.check_stream(stream, [shown(g["name"]) for g in groups],  # type: ignore[arg-type]
-                              settings.reprocess)
+                              settings.reprocess.options())
         units += found
     refuse_requeue_clash(settings, units)
     return units, skipped
@@ -119,7 +117,7 @@ def check_hold_name(settings: Settings, stream: str) -> None:
 def refuse_requeue_clash(settings: Settings, units: list[WorkUnit]) -> None:
     """Raise DeadLetterNameError (exit 2, nothing touched) when a unit's dead-letter stream
     is a retry stream this run requeues into (``reprocess.requeue_stream``)."""
-    template = settings.reprocess.requeue_stream
+    template = settings.reprocess.option("requeue_stream")
     if template is None or settings.reprocess.mode != Mode.REQUEUE.value:
         return
     names = settings.dead_letter.names
@@ -140,8 +138,8 @@ def refuse_requeue_clash(settings: Settings, units: list[WorkUnit]) -> None:
                 "reprocess.requeue_stream")
 
 
-def _stream_groups(client: redis.Redis, settings: Settings, params: RedisParams,
-                   skipped: list[Skipped], warnings: list[str] | None = None,
+def _stream_groups(conn: RedisConn, settings: Settings, skipped: list[Skipped],
+                   warnings: list[str] | None = None,
                    undecided: set[str] | None = None
                    ) -> list[tuple[str, list[dict[str, object]], StreamSeen | None]]:
     """Each selected key that is a stream, with its groups as XINFO GROUPS rows and its
@@ -149,17 +147,17 @@ def _stream_groups(client: redis.Redis, settings: Settings, params: RedisParams,
     (no such key, not a stream, not accessible to the ACL user), except the job's own keys
     (``is_own_key``: a journal, split cursor or range list, run registration that is no
     stream), which are left alone without a word."""
-    candidates = list(selected_keys(client, settings, params, skipped, warnings, undecided))
-    with redis_errors(params):
-        replies = read_streams(client, candidates)
+    candidates = list(selected_keys(conn, settings, skipped, warnings, undecided))
+    with conn.errors():
+        replies = read_streams(conn.client, candidates)
         if replies is None:
-            replies = stream_groups(client, candidates)
+            replies = stream_groups(conn.client, candidates)
     other = [n for n, r in zip(candidates, replies, strict=True) if wrong_type(r)]
-    with redis_errors(params):
-        kinds = dict(zip(other, key_types(client, other), strict=True))
+    with conn.errors():
+        kinds = dict(zip(other, key_types(conn.client, other), strict=True))
     streams: list[tuple[str, list[dict[str, object]], StreamSeen | None]] = []
     for name, reply in zip(candidates, replies, strict=True):
-        reason = _not_a_stream(name, reply, kinds.get(name), params)
+        reason = _not_a_stream(name, reply, kinds.get(name), conn)
         if reason is not None and is_own_key(name, settings):
             log.debug("leave %s alone: one of the job's own keys (%s)", name, reason)
         elif reason is not None:
@@ -171,7 +169,7 @@ def _stream_groups(client: redis.Redis, settings: Settings, params: RedisParams,
     return streams
 
 
-def _not_a_stream(name: str, reply: object, kind: object, params: RedisParams) -> str | None:
+def _not_a_stream(name: str, reply: object, kind: object, conn: RedisConn) -> str | None:
     """Why a key's discovery read (and TYPE reply `kind`, read for a WRONGTYPE error)
     rules it out, or None for a stream. Other errors are raised as the job's typed errors."""
     if key_refused(reply):
@@ -179,11 +177,11 @@ def _not_a_stream(name: str, reply: object, kind: object, params: RedisParams) -
     if no_such_key(reply):
         return NO_KEY
     if kind is not None:
-        kind = type_unless_denied(kind, params)
+        kind = type_unless_denied(kind, conn)
         if kind is None:
             return NO_ACCESS
         return NO_KEY if kind == "none" else f"not a stream (type {kind}): left alone"
-    reply_or_raise(reply, params, name)
+    conn.checked(reply, name)
     return None
 
 
@@ -268,8 +266,7 @@ class CleanUp:
     summaries: dict[tuple[str, str], object]
 
 
-def clean_up_consumers(client: redis.Redis, targets: list[tuple[str, str, str]],
-                       params: RedisParams) -> CleanUp:
+def clean_up_consumers(conn: RedisConn, targets: list[tuple[str, str, str]]) -> CleanUp:
     """Run the delete-if-empty script for each (stream, group, consumer) of `targets`: one
     PEL summary read per (stream, group), however many of its consumers are targets; the
     groups of many streams per script call on a standalone server (up to about
@@ -278,6 +275,7 @@ def clean_up_consumers(client: redis.Redis, targets: list[tuple[str, str, str]],
     by_group: dict[tuple[str, str], list[str]] = {}
     for stream, group, consumer in targets:
         by_group.setdefault((stream, group), []).append(consumer)
+    client = conn.client
     per_call = 1 if isinstance(client, RedisCluster) else CLEAN_UP_PER_CALL
     calls = calls_of(list(by_group.items()), per_call, lambda item: len(item[1]))
     removed, summaries = 0, {}
@@ -285,7 +283,7 @@ def clean_up_consumers(client: redis.Redis, targets: list[tuple[str, str, str]],
         chunk = calls[start : start + 1000]
         queues = [partial(delete_empty_consumers, client, [(s, g, cs) for (s, g), cs in call])
                   for call in chunk]
-        with redis_errors(params):
+        with conn.errors():
             replies = script_replies(client, queues)
         for call, reply in zip(chunk, replies, strict=True):
             for (key, _), one in zip(call, _group_replies(reply, len(call)), strict=True):

@@ -16,49 +16,44 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-import redis
-
 from recovery.driver.discovery import CleanUp, WorkUnit, clean_up_consumers
 from recovery.errors import DeadLetterNameError
-from recovery.params import RedisParams
 from recovery.redis_io.commands import consumers_command, length_command
 from recovery.redis_io.dlq_names import DeadLetterNames
 from recovery.redis_io.key_holds import count_command as hold_count_command
 from recovery.redis_io.key_holds import hold_key
-from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import info_rows, shown
-from recovery.report.run_report import largest, unlisted_line
+from recovery.report.summary import largest, unlisted_line
+from recovery.rows import ConsumerHealth, HealthRow, HistogramRow, unit_key
 
 log = logging.getLogger(__name__)
 
 
 def _health_row(unit: WorkUnit, consumers: list[dict[str, object]], length: Any,
-                dead_letters: Any) -> dict[str, Any]:
+                dead_letters: Any, held: Any) -> HealthRow:
     """One unit's health: pending and lag as discovery read them (just before), its
     consumers (XINFO CONSUMERS rows), the stream's and its dead letters' lengths from their
-    raw replies (the dead-letter XLEN may be an error: null). Lag is None where the server
-    cannot tell (before 7.0, or after deletions in the stream)."""
-    return {
-        "stream": unit.stream, "group": unit.group, "length": int(length),
-        "lag": unit.lag, "pending": unit.pending,
-        "consumers": [
-            {"name": shown(c["name"]), "pending": int(c["pending"]),  # type: ignore[arg-type, call-overload]
-             "idle_ms": int(c["idle"]),  # type: ignore[call-overload]
-             "inactive_ms": _maybe_int(c.get("inactive"))}
-            for c in consumers
-        ],
-        "dead_letter_length": None if isinstance(dead_letters, Exception) else int(dead_letters),
-    }
+    raw replies (the dead-letter XLEN may be an error: null), its held keys' HLEN reply (not
+    an integer: null). Lag is None where the server cannot tell (before 7.0, or after
+    deletions in the stream)."""
+    return HealthRow(
+        unit.stream, unit.group, int(length), unit.lag, unit.pending,
+        tuple(ConsumerHealth(shown(c["name"]), int(c["pending"]),  # type: ignore[arg-type, call-overload]
+                             int(c["idle"]),  # type: ignore[call-overload]
+                             _maybe_int(c.get("inactive")))
+              for c in consumers),
+        None if isinstance(dead_letters, Exception) else int(dead_letters),
+        held if isinstance(held, int) else None)
 
 
 def _maybe_int(value: object) -> int | None:
     return None if value is None else int(value)  # type: ignore[call-overload]
 
 
-def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: RedisParams,
-                   names: DeadLetterNames, hold_prefix: str | None = None
-                   ) -> list[dict[str, Any]]:
+def collect_health(conn: RedisConn, units: Iterable[WorkUnit], names: DeadLetterNames,
+                   hold_prefix: str | None = None) -> list[HealthRow]:
     """Health of every unit (skipping units that vanished), histograms still empty. Units
     come from discovery, so their dead-letter names exist (``dlq_names``).
 
@@ -80,8 +75,8 @@ def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: Redis
                 *(length_command(key) for key in dlqs)]
     holds = _hold_names(units, hold_prefix)
     commands += [hold_count_command(name) for name in holds.values()]
-    with redis_errors(params):
-        replies = iter(each(client, commands))
+    with conn.errors():
+        replies = iter(each(conn.client, commands))
     consumers = {(u.stream, u.group): next(replies) for u in unseen}
     lengths = {s: next(replies) for s in unseen_streams}
     dead_letters = {key: next(replies) for key in dlqs}
@@ -97,11 +92,8 @@ def collect_health(client: redis.Redis, units: Iterable[WorkUnit], params: Redis
             if isinstance(raw, Exception) or isinstance(length, Exception):
                 continue  # vanished since discovery: the run reports it
             rows = info_rows(raw)  # type: ignore[arg-type]
-        row = _health_row(unit, rows, length, dead_letters[dlq_of[(unit.stream, unit.group)]])
-        count = held.get((unit.stream, unit.group))
-        row["held_keys"] = count if isinstance(count, int) else None
-        result.append(row)
-    add_histograms(result, [])
+        key = (unit.stream, unit.group)
+        result.append(_health_row(unit, rows, length, dead_letters[dlq_of[key]], held.get(key)))
     return result
 
 
@@ -115,34 +107,30 @@ def _hold_names(units: list[WorkUnit], prefix: str | None) -> dict[tuple[str, st
     return names
 
 
-def add_histograms(health: list[dict[str, Any]], histograms: Iterable[dict[str, Any]]) -> None:
-    """Merge PEL_HISTOGRAM rows into the health rows by (stream, group); a unit without one
-    gets empty histograms."""
-    by_unit = {(h["stream"], h["group"]): h for h in histograms}
-    for row in health:
-        hist = by_unit.get((row["stream"], row["group"]), {})
-        row["oldest_idle_ms"] = hist.get("oldest_idle_ms")
-        row["deliveries"] = dict(hist.get("deliveries") or {})
-        row["idle_ages"] = dict(hist.get("idle_ages") or {})
+def add_histograms(health: list[HealthRow], histograms: Iterable[HistogramRow]
+                   ) -> list[HealthRow]:
+    """The health rows with the histogram rows merged in by (stream, group); a unit without
+    one gets empty histograms."""
+    by_unit = {unit_key(h): h for h in histograms}
+    return [row.with_histogram(by_unit.get(unit_key(row))) for row in health]
 
 
-def remove_idle_consumers(client: redis.Redis, health: Iterable[dict[str, Any]],
-                          idle_ms: int, params: RedisParams) -> int:
+def remove_idle_consumers(conn: RedisConn, health: Iterable[HealthRow], idle_ms: int
+                          ) -> int:
     """Delete consumers idle longer than `idle_ms` that own nothing; never one that owns
     pending entries (the script re-checks atomically), nor one whose name shows a ``\\x``
     escape (it may stand for bytes that are not UTF-8, see ``shown``). Returns how many were
     deleted."""
-    targets = [(h["stream"], h["group"], c["name"]) for h in health for c in h["consumers"]
-               if not c["pending"] and c["idle_ms"] >= idle_ms and "\\x" not in c["name"]]
-    removed = clean_up_consumers(client, targets, params).removed
+    targets = [(h.stream, h.group, c.name) for h in health for c in h.consumers
+               if not c.pending and c.idle_ms >= idle_ms and "\\x" not in c.name]
+    removed = clean_up_consumers(conn, targets).removed
     if removed:
         log.info("removed %d idle consumers with nothing pending", removed)
     return removed
 
 
-def clean_up_job_consumers(client: redis.Redis, health: Iterable[dict[str, Any]],
-                           own: Iterable[tuple[str, str, str]], prefix: str,
-                           params: RedisParams) -> CleanUp:
+def clean_up_job_consumers(conn: RedisConn, health: Iterable[HealthRow],
+                           own: Iterable[tuple[str, str, str]], prefix: str) -> CleanUp:
     """Delete the job's own consumers that own nothing once the run is done: this run's
     (`own`: (stream, group, consumer) triples) and earlier runs' (``<prefix>-...``, as the
     group health found them). Consumers of the application are never touched, and a
@@ -153,28 +141,27 @@ def clean_up_job_consumers(client: redis.Redis, health: Iterable[dict[str, Any]]
     (``recovery.driver.discovery.CleanUp``: the final progress reading uses them)."""
     targets = dict.fromkeys(own)
     for h in health:
-        targets.update(dict.fromkeys((h["stream"], h["group"], c["name"]) for c in h["consumers"]
-                                     if c["name"].startswith(prefix + "-")
-                                     and "\\x" not in c["name"]))
-    return clean_up_consumers(client, list(targets), params)
+        targets.update(dict.fromkeys((h.stream, h.group, c.name) for c in h.consumers
+                                     if c.name.startswith(prefix + "-") and "\\x" not in c.name))
+    return clean_up_consumers(conn, list(targets))
 
 
-def format_health(health: list[dict[str, Any]], max_units: int = 0) -> str:
+def format_health(health: list[HealthRow], max_units: int = 0) -> str:
     """A compact per-unit health table for the log: one line per unit, deliveries as
     ``<delivery count bucket>:<entries>`` pairs, consumers with their pending entries and
     idle time. With `max_units` above 0, at most that many units are listed (those with the
     most pending entries) and one line counts the others."""
     lines = ["stream / group: length, lag, pending, oldest idle s, deliveries, consumers"
              "[, held keys]"]
-    listed, unlisted = largest(health, max_units, lambda h: h["pending"])
+    listed, unlisted = largest(health, max_units, lambda h: h.pending)
     for h in listed:
-        oldest = "-" if h["oldest_idle_ms"] is None else f"{h['oldest_idle_ms'] / 1000:.0f}"
-        deliveries = " ".join(f"{label}:{n}" for label, n in h["deliveries"].items()) or "-"
-        consumers = ", ".join(f"{c['name']}({c['pending']} pending, idle {c['idle_ms']} ms)"
-                              for c in h["consumers"])
-        lag = "unknown" if h["lag"] is None else h["lag"]  # before 7.0, or after deletions
-        held = "" if h.get("held_keys") is None else f", held keys {h['held_keys']}"
-        lines.append(f"{h['stream']} / {h['group']}: {h['length']}, {lag}, {h['pending']}, "
+        oldest = "-" if h.oldest_idle_ms is None else f"{h.oldest_idle_ms / 1000:.0f}"
+        deliveries = " ".join(f"{label}:{n}" for label, n in h.deliveries) or "-"
+        consumers = ", ".join(f"{c.name}({c.pending} pending, idle {c.idle_ms} ms)"
+                              for c in h.consumers)
+        lag = "unknown" if h.lag is None else h.lag  # before 7.0, or after deletions
+        held = "" if h.held_keys is None else f", held keys {h.held_keys}"
+        lines.append(f"{h.stream} / {h.group}: {h.length}, {lag}, {h.pending}, "
                      f"{oldest}, {deliveries}, {consumers}{held}")
     if unlisted:
         lines.append(unlisted_line(unlisted, "the group health files"))

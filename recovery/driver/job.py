@@ -26,9 +26,7 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
 
-import redis
 from pyspark.sql import DataFrame, SparkSession
 from redis.cluster import RedisCluster
 
@@ -80,25 +78,23 @@ from recovery.executor.survey import histogram_partition, plan_partition
 from recovery.executor.tally import Tallies, acked_deletions, histogram_rows
 from recovery.params import JobParams, Unit, is_job_consumer, new_run_id
 from recovery.redis_io.dlq_names import refuse_cross_slot
-from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.report.after_run import add_after_run
 from recovery.report.console_links import console_links
 from recovery.report.run_report import (
-    RunSummary,
     add_refused_requeue_targets,
     add_refused_targets,
     check_report_location,
-    due_time,
     fill_summary,
-    format_table,
     health_path,
-    health_totals,
     read_run,
     run_path,
     write_health,
     write_pass,
 )
 from recovery.report.signatures import failed_errors, failed_warning
+from recovery.report.summary import RunSummary, due_time, format_table, health_totals
+from recovery.rows import HealthRow, HistogramRow
 from recovery.schemas import (
     PEL_HISTOGRAM,
     REPORT,
@@ -139,27 +135,27 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
         check_report_location(settings.report.path)
     if run_id is not None:  # a run ID is used once (recovery.driver.run_ids)
         refuse_reported_run_id(spark, settings, run_id)
-    client = connect(params.redis)
+    conn = RedisConn.open(params.redis)
+    client = conn.client
     # The JVM warms up (recovery.driver.warm_up) while the driver reads Redis.
-    with contextlib.closing(client), warming_up(spark) as warm_up, \
-            contextlib.ExitStack() as stack:
+    with conn, warming_up(spark) as warm_up, contextlib.ExitStack() as stack:
         if run_id is not None:  # this run's alone, before anything is written (run_ids)
             stack.enter_context(claimed_partition(settings, run_id))
         if not checked:
-            check_server(client, params.redis)
-        params = replace(params, features=check_features(client, settings, params.redis))
+            check_server(conn)
+        params = replace(params, features=check_features(conn, settings))
         if run_id is not None:  # a dry run too: it writes into the ID's report partition
-            refuse_traced_run_id(client, settings, params.redis, params.run_id)
-        server = server_identity(client, params.redis)
+            refuse_traced_run_id(conn, settings, params.run_id)
+        server = server_identity(conn)
         warnings: list[str] = []  # a selection that matched nothing (discovery)
         quiet: list[WorkUnit] = []  # selected groups with nothing pending: health only
         if plan is not None:
             manifest = read_manifest(plan, spark)
             check_plan(plan, manifest, settings, server)  # type: ignore[arg-type]
             params = planned_params(params, manifest)  # type: ignore[arg-type]
-            units, skipped = plan_units(spark, client, settings, params.redis, plan)
+            units, skipped = plan_units(spark, conn, settings, plan)
         else:
-            units, skipped = discover(client, settings, params.redis, warnings, quiet)
+            units, skipped = discover(conn, settings, warnings, quiet)
         # Where the user may run XINFO STREAM (discovery's reads show it; on a Redis Cluster
         # or with --plan, where discovery never tries it, ask once), the move script checks
         # the newest entry of each dead-letter stream as well as its oldest.
@@ -169,24 +165,23 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
                 and may_read_stream_info(client, units[0].stream))))
         names = settings.dead_letter.names  # on a cluster, names in the sources' slots only
         refuse_cross_slot(client, names, [(u.stream, names.key(u.stream, u.group)) for u in units])
-        refuse_holds_elsewhere(client, params, units, dry_run)  # holds where this run reads
+        refuse_holds_elsewhere(conn, params, units, dry_run)  # holds where this run reads
         log.info("run %s: %d units with pending entries, %d skipped%s", params.run_id,
                  len(units), len(skipped), " (dry run)" if dry_run else "")
         registration = contextlib.nullcontext() if dry_run else registered_run(
-            client, settings, params.redis, params.run_id, run_id is not None, warnings)
+            conn, settings, params.run_id, run_id is not None, warnings)
         stack.enter_context(registration)  # before the run's first write
         summary = RunSummary(params.run_id, dry_run=dry_run, plan=plan, warnings=warnings,
                              report_path=run_path(settings.report.path, params.run_id),
                              scheduler_run_id=scheduler_run_id)
-        summary.dead_letter_warnings = dead_letter_warnings(client, settings, params.redis)
+        summary.dead_letter_warnings = dead_letter_warnings(conn, settings)
         if params.backoff:
             summary.backoff = {"factor": params.backoff_factor, "max_ms": params.backoff_max_ms}
         actions = ordered_actions(PLAN_ACTIONS if dry_run else ACTIONS, params, dry_run)
         with spark_errors():
             tallies = []
-            run_ctx = RunContext(spark, client, settings, params, dry_run, plan,
-                                 collect_health(client, quiet, params.redis,
-                                                names) if quiet else [])
+            run_ctx = RunContext(spark, conn, settings, params, dry_run, plan,
+                                 collect_health(conn, quiet, names) if quiet else [])
             if units:
                 tallies = _run_units(run_ctx, units, summary, warm_up)
                 write_manifest(spark, summary.report_path,  # type: ignore[arg-type]
@@ -199,13 +194,12 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             if settings.reprocess.delete_acked and not dry_run:
                 summary.acked_deletions = done = acked_deletions(tallies)
                 log.info("run %s: %d entries deleted with their ack, %d kept (another consumer "
-                         "group still references them)", params.run_id, done["deleted"],
-                         done["kept"])
+                         "group still references them)", params.run_id, done.deleted, done.kept)
             if dry_run:  # what the move script would refuse (a real run's tallies tell it)
                 add_refused_targets(summary, client, names, params.dlq_check_newest)
                 if settings.reprocess.mode == "requeue":
                     add_refused_requeue_targets(summary, client,
-                                                settings.reprocess.requeue_stream)
+                                                settings.reprocess.option("requeue_stream"))
             summary.mark_selected(len(units) + len(quiet))
             if summary.status == "empty" and not warnings:  # (discovery warned of a match)
                 log.warning("run %s: nothing selected: no stream with a selected group "
@@ -218,8 +212,8 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
             if not dry_run:
                 summary.console_links = console_links(
                     settings.dead_letter.console_url,
-                    (names.key(u["stream"], u["group"]) for u in summary.units
-                     if u.get(Action.DEAD_LETTERED)))
+                    (names.key(u.stream, u.group) for u in summary.units
+                     if u.entries(Action.DEAD_LETTERED)))
             if not dry_run and summary.totals[Action.FAILED]:
                 summary.failed_errors = failed_errors(
                     read_run(spark, settings.report.path, params.run_id))
@@ -252,18 +246,18 @@ def pending_entries(spark: SparkSession, settings: Settings) -> DataFrame:
 
 @dataclass(frozen=True)
 class RunContext:
-    """One run's fixed surroundings on the driver: the session, the Redis client, the
+    """One run's fixed surroundings on the driver: the session, the Redis connection, the
     settings, what travels to the executors, and the kind of run (a dry run, or one that
     applies the plan in the dry run's report directory `plan`), and the health rows of the
     selected groups with nothing pending (``quiet_health``: written with the others)."""
 
     spark: SparkSession
-    client: redis.Redis
+    conn: RedisConn
     settings: Settings
     params: JobParams
     dry_run: bool = False
     plan: str | None = None
-    quiet_health: list[dict] = field(default_factory=list)
+    quiet_health: list[HealthRow] = field(default_factory=list)
 
 
 def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
@@ -271,7 +265,8 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
     """Health (as found), the plan or the recovery (of the plan's entries, if the run applies
     one), then housekeeping; Spark's work waits for `warm_up`, if given. Returns the report
     passes' tallies (``recovery.executor.tally``)."""
-    spark, client, settings, params = ctx.spark, ctx.client, ctx.settings, ctx.params
+    spark, conn, settings, params = ctx.spark, ctx.conn, ctx.settings, ctx.params
+    client = conn.client
     dry_run, plan = ctx.dry_run, ctx.plan
     no_retries = not retries_tasks(str(spark.conf.get("spark.master", "") or ""))
     # A run counts the PEL histograms in its claim steps' own reads (either path); a dry
@@ -279,7 +274,7 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
     # of their own.
     in_pass = not dry_run and plan is None and settings.report.pel_histograms
     holding = params.order is not None and not params.order.dead_letter_releases
-    health = collect_health(client, units, params.redis, settings.dead_letter.names,
+    health = collect_health(conn, units, settings.dead_letter.names,
                             settings.order.hold_prefix if holding else None)
     if warm_up is not None:
         warm_up.wait()
@@ -292,7 +287,8 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
             split.assigned(parts, params.run_id)
         if settings.report.pel_histograms and not in_pass:
             hist_df = unit_df.mapInArrow(histogram_partition(params), PEL_HISTOGRAM)
-            add_histograms(health, [r.asDict() for r in hist_df.collect()])  # a row per unit
+            health = add_histograms(health, [HistogramRow.from_mapping(r.asDict())
+                                             for r in hist_df.collect()])  # a row per unit
         if not in_pass:
             _write_health(ctx, health, summary)
         if dry_run:
@@ -301,10 +297,9 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
         # A planned run's parts take their entries in the plan's order: ticks read round robin.
         order = None if plan is not None else parts_order(
             [(u.stream, u.group) for u in units], progress_parts(parts))
-        with ProgressReporter(client, units, settings.dead_letter.names,
+        with ProgressReporter(conn, units, settings.dead_letter.names,
                               settings.claim.consumer_prefix, params.run_id,
-                              settings.report.progress_interval_s, params.redis, health,
-                              order) as pr:
+                              settings.report.progress_interval_s, health, order) as pr:
             work = unit_df if plan is None else planned_frame(
                 spark, plan, parts, max(p for _, p in parts) + 1)
             # What a split unit's parts left: read once the claim is done, before the hand-over
@@ -313,33 +308,32 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
             stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
             read_left = partial(split.left_rows, client, partial(is_job_consumer, stem=stem)) \
                 if split is not None and in_pass else None
-            early: list[list[dict[str, Any]]] = []
+            early: list[list[HistogramRow]] = []
             after_claim = (lambda: early.append(read_left({}))) if read_left else None
             if params.order is not None:  # per-key order: recovery.driver.ordered
-                tallies = claim_then_order(spark, client, settings, params, work, units,
+                tallies = claim_then_order(spark, conn, settings, params, work, units,
                                            sorted({c for _, _, c in consumers}), in_pass,
                                            batch_rows(spark), after_claim)
             else:
-                tallies = recover(spark, client, settings, params, work, consumers,
+                tallies = recover(spark, conn, settings, params, work, consumers,
                                   not dry_run and no_retries, in_pass, after_claim)
             if in_pass:  # the histograms came with the report pass, as its claim steps found
                 # them; a split unit's parts' added up, with what they left
                 rows = histogram_rows(tallies)
                 kept = kept_ids(rows)  # claimed, still pending: counted by the parts' steps
                 left = early[0] if early else read_left(kept) if read_left else []
-                add_histograms(health, merged_rows([*rows, *left]))
+                health = add_histograms(health, merged_rows([*rows, *left]))
                 _write_health(ctx, health, summary)
             # The clean-up reads each group's PEL summary: the final progress line uses them.
             pr.take_final_summaries(clean_up_job_consumers(
-                client, health, consumers, settings.claim.consumer_prefix,
-                params.redis).summaries)
+                conn, health, consumers, settings.claim.consumer_prefix).summaries)
         idle_ms = settings.housekeeping.remove_idle_consumers_ms
         if idle_ms is not None:
-            remove_idle_consumers(client, health, idle_ms, params.redis)
+            remove_idle_consumers(conn, health, idle_ms)
         return tallies
 
 
-def _write_health(ctx: RunContext, health: list[dict], summary: RunSummary) -> None:
+def _write_health(ctx: RunContext, health: list[HealthRow], summary: RunSummary) -> None:
     """Write and log the group health, with the groups that have nothing pending; its
     headline goes into the summary."""
     settings, params = ctx.settings, ctx.params

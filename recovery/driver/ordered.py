@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import redis
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -41,8 +40,9 @@ from recovery.redis_io.key_holds import (
     record_prefix,
     recorded_prefixes,
 )
-from recovery.redis_io.redis_conn import redis_errors
-from recovery.report.run_report import RunSummary, read_run, write_pass
+from recovery.redis_io.redis_conn import RedisConn
+from recovery.report.run_report import read_run, write_pass
+from recovery.report.summary import RunSummary
 from recovery.schemas import BLOCKER, KEYED, PACKED, Action
 from recovery.settings.model import Settings
 from recovery.spark.tasks import materialise_once
@@ -59,7 +59,7 @@ def check_order(settings: Settings, dry_run: bool, plan: str | None) -> None:
                           "--plan, or unset order.key_field / order.key_fields")
 
 
-def refuse_holds_elsewhere(client: redis.Redis, params: JobParams, units: list[WorkUnit],
+def refuse_holds_elsewhere(conn: RedisConn, params: JobParams, units: list[WorkUnit],
                            dry_run: bool) -> None:
     """Where dead-lettered heads hold their keys (``order.dead_letter_releases = false``),
     before anything is claimed: raise HeldElsewhereError (exit 2, nothing written) when a
@@ -75,7 +75,8 @@ def refuse_holds_elsewhere(client: redis.Redis, params: JobParams, units: list[W
     pairs = sorted({(u.stream, u.group) for u in units if order.field_of(u.stream) is not None})
     if not pairs:
         return
-    with redis_errors(params.redis):
+    client = conn.client
+    with conn.errors():
         prefixes = sorted(recorded_prefixes(client) | {DEFAULT_HOLD_PREFIX, order.hold_prefix})
         places = _other_places(order.hold_prefix, prefixes, pairs)
         counts = hold_counts(client, list(places))
@@ -161,7 +162,7 @@ def ordered_actions(actions: tuple[str, ...], params: JobParams, dry_run: bool
     return actions if params.order.dead_letter_releases else (*actions, Action.WOULD_HOLD)
 
 
-def claim_then_order(spark: SparkSession, client: redis.Redis, settings: Settings,
+def claim_then_order(spark: SparkSession, conn: RedisConn, settings: Settings,
                      params: JobParams, unit_df: DataFrame, units: list[WorkUnit],
                      consumers: list[str], histograms: bool, rows: int,
                      after_claim: Callable[[], None] | None = None) -> Tallies:
@@ -172,17 +173,17 @@ def claim_then_order(spark: SparkSession, client: redis.Redis, settings: Setting
     given, is called once the claim is done, before anything is handed over."""
     prefix = settings.claim.journal_prefix
     keys = [journal_key(prefix, c) for c in consumers] if prefix else []
-    with redis_errors(params.redis):
-        refusal = open_journals(client, keys, params.run_id) if keys else None
+    with conn.errors():
+        refusal = open_journals(conn.client, keys, params.run_id) if keys else None
     try:
-        return _claim_then_order(spark, client, settings, params, unit_df, units, histograms,
+        return _claim_then_order(spark, conn, settings, params, unit_df, units, histograms,
                                  rows, after_claim)
     finally:
         if keys and refusal is None:
-            drop_journals(client, keys)
+            drop_journals(conn.client, keys)
 
 
-def _claim_then_order(spark: SparkSession, client: redis.Redis, settings: Settings,
+def _claim_then_order(spark: SparkSession, conn: RedisConn, settings: Settings,
                       params: JobParams, unit_df: DataFrame, units: list[WorkUnit],
                       histograms: bool, rows: int,
                       after_claim: Callable[[], None] | None) -> Tallies:
@@ -194,7 +195,7 @@ def _claim_then_order(spark: SparkSession, client: redis.Redis, settings: Settin
              time.monotonic() - started)
     started = time.monotonic()
     stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
-    frame = ordered_frame(spark, params, claimed, held_back(client, params, units, stem),
+    frame = ordered_frame(spark, params, claimed, held_back(conn, units, stem),
                           settings.spark.partitions, stem)
     tallies = write_pass(frame, ordered_partition(params, rows), settings.report.path,
                          params.run_id, False, params.scheduler_run_id)
@@ -203,14 +204,13 @@ def _claim_then_order(spark: SparkSession, client: redis.Redis, settings: Settin
     return tallies
 
 
-def held_back(client: redis.Redis, params: JobParams, units: list[WorkUnit], own_stem: str
-              ) -> list[tuple[str, str]]:
+def held_back(conn: RedisConn, units: list[WorkUnit], own_stem: str) -> list[tuple[str, str]]:
     """The (stream, group) pairs of `units` where a consumer that is not this run's
     (`own_stem`) owns pending entries after the claim: only their entries can hold a key
     back (one pipelined XINFO CONSUMERS per pair)."""
     pairs = sorted({(u.stream, u.group) for u in units})
-    with redis_errors(params.redis):
-        found = groups_consumers_with_pending(client, pairs)
+    with conn.errors():
+        found = groups_consumers_with_pending(conn.client, pairs)
     return [pair for pair, names in zip(pairs, found, strict=True)
             if any(not_this_runs(name, own_stem) for name in names)]
 

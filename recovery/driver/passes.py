@@ -9,7 +9,6 @@ import logging
 import time
 from collections.abc import Callable
 
-import redis
 from pyspark.sql import DataFrame, SparkSession
 
 from recovery.executor.handover.lease import LEASE_ROWS
@@ -18,7 +17,7 @@ from recovery.executor.partitions import apply_partition, claim_partition, recov
 from recovery.executor.tally import Tallies
 from recovery.params import JobParams
 from recovery.redis_io.journal import drop_journals, journal_key, open_journals
-from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.report.run_report import write_pass
 from recovery.schemas import PACKED
 from recovery.settings.model import Settings
@@ -29,7 +28,7 @@ MAX_RECORDS_PER_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
 DEFAULT_RECORDS_PER_BATCH = 10_000  # Spark's default for the key above
 
 
-def recover(spark: SparkSession, client: redis.Redis, settings: Settings, params: JobParams,
+def recover(spark: SparkSession, conn: RedisConn, settings: Settings, params: JobParams,
             unit_df: DataFrame, consumers: list[tuple[str, str, str]], one_pass: bool,
             histograms: bool, after_claim: Callable[[], None] | None = None) -> Tallies:
     """Claim, dead-letter, handle, ack and report: in one pass when Spark never retries a
@@ -47,8 +46,8 @@ def recover(spark: SparkSession, client: redis.Redis, settings: Settings, params
         if prefix else []
     refusal: str | None = "claim.journal_prefix is empty"
     if prefix:
-        with redis_errors(params.redis):
-            refusal = open_journals(client, keys, params.run_id)
+        with conn.errors():
+            refusal = open_journals(conn.client, keys, params.run_id)
     if refusal is None:
         log.info("run %s: a task may run more than once (master %s): claim and hand-over in "
                  "one pass, each claim step journaled in Redis (%s*)", params.run_id, master,
@@ -56,7 +55,7 @@ def recover(spark: SparkSession, client: redis.Redis, settings: Settings, params
         try:
             return _one_pass(settings, params, unit_df, prefix, histograms)
         finally:
-            drop_journals(client, keys)
+            drop_journals(conn.client, keys)
     log.info("run %s: a task may run more than once (master %s) and the claim journal cannot "
              "be kept in Redis (%s): the claim is materialised before the hand-over, which "
              "is slower (grant ACL SETUSER <user> ~<claim.journal_prefix>* +rpush +lrange "

@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-import redis
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from redis.cluster import RedisCluster
@@ -33,17 +32,17 @@ from redis.cluster import RedisCluster
 from recovery.driver.discovery import WorkUnit
 from recovery.errors import ConfigError, DeadLetterNameError, StreamUnitError
 from recovery.executor.handover.modes import mode_of
-from recovery.params import JobParams, RedisParams, Unit
+from recovery.params import JobParams, Unit
 from recovery.redis_io.cluster import node_of
 from recovery.redis_io.commands import server_run_ids, stream_groups
-from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.streams import info_rows
 from recovery.report.run_report import read_run_dir
 from recovery.report.worker_files import local_directory
+from recovery.rows import Skipped
 from recovery.schemas import PLANNED
 from recovery.settings.model import Settings
 from recovery.settings.redis import strip_userinfo
-from recovery.targets.keys import Skipped
 
 log = logging.getLogger(__name__)
 MANIFEST = "_plan.json"
@@ -72,15 +71,15 @@ class Manifest:
     version: int = 1
 
 
-def server_identity(client: redis.Redis, params: RedisParams) -> dict[str, Any]:
+def server_identity(conn: RedisConn) -> dict[str, Any]:
     """Which server (and database) a run read: its address without credentials (for the
     message only), the database, cluster or not, and ``ids``: INFO server ``run_id`` of the
     server, or of each primary of a cluster (random, new at every start of the process)."""
-    db = urlsplit(params.url).path.strip("/")
-    cluster = isinstance(client, RedisCluster)
-    with redis_errors(params):
-        ids = server_run_ids(client)
-    return {"address": strip_userinfo(params.url), "db": int(db or 0), "cluster": cluster,
+    db = urlsplit(conn.params.url).path.strip("/")
+    cluster = isinstance(conn.client, RedisCluster)
+    with conn.errors():
+        ids = server_run_ids(conn.client)
+    return {"address": strip_userinfo(conn.params.url), "db": int(db or 0), "cluster": cluster,
             "ids": ids}
 
 
@@ -196,8 +195,8 @@ def _refusal(plan_dir: str, problem: str, alternative: str = "") -> str:
     return f"--plan {plan_dir}: {problem}: {fix}" + (f", {alternative}" if alternative else "")
 
 
-def plan_units(spark: SparkSession, client: redis.Redis, settings: Settings,
-               params: RedisParams, plan_dir: str) -> tuple[list[WorkUnit], list[Skipped]]:
+def plan_units(spark: SparkSession, conn: RedisConn, settings: Settings, plan_dir: str
+               ) -> tuple[list[WorkUnit], list[Skipped]]:
     """The plan's (stream, group) units, each with its planned entries as `pending` (the
     weight for spreading them) and the group's lag as XINFO GROUPS tells it now (None where
     the server cannot tell, as in discovery), and those skipped: stream or group gone since
@@ -213,17 +212,14 @@ def plan_units(spark: SparkSession, client: redis.Redis, settings: Settings,
     for row in counts:
         by_stream.setdefault(row["stream"], {})[row["group"]] = int(row["count"])
     streams = sorted(by_stream)
-    with redis_errors(params):
-        replies = stream_groups(client, streams)
+    with conn.errors():
+        replies = stream_groups(conn.client, streams)
     units: list[WorkUnit] = []
     skipped: list[Skipped] = []
     for stream, reply in zip(streams, replies, strict=True):
         try:
             settings.dead_letter.names.check_source(stream)
-            if isinstance(reply, Exception):
-                with redis_errors(params, stream):
-                    raise reply
-            rows = info_rows(reply)  # type: ignore[arg-type]
+            rows = info_rows(conn.checked(reply, stream))  # type: ignore[arg-type]
             names = [g["name"] for g in rows]
             lags = {g["name"]: None if g.get("lag") is None else int(g["lag"])  # type: ignore[call-overload]
                     for g in rows}
@@ -231,10 +227,10 @@ def plan_units(spark: SparkSession, client: redis.Redis, settings: Settings,
             skipped.append(Skipped(stream, None, f"{exc} (since the plan)"))
             continue
         mode_of(settings.reprocess.mode).check_stream(stream, [str(n) for n in names],
-                                                      settings.reprocess)
+                                                      settings.reprocess.options())
         for group, planned in sorted(by_stream[stream].items()):
             if group in names:
-                units.append(WorkUnit(stream, group, planned, node_of(client, stream),
+                units.append(WorkUnit(stream, group, planned, node_of(conn.client, stream),
                                       lags[group]))  # the health's lag, as a dry run shows
             else:
                 skipped.append(Skipped(stream, group, "no such consumer group (deleted since "
@@ -284,11 +280,10 @@ def planned_params(params: JobParams, manifest: Manifest) -> JobParams:
                    max_deliveries=manifest.max_deliveries, planned=True)
 
 
-def local_plan_refusal(plan_dir: str, settings: Settings, client: redis.Redis | None,
-                       params: RedisParams | None = None) -> None:
+def local_plan_refusal(plan_dir: str, settings: Settings, conn: RedisConn | None) -> None:
     """Before Spark starts: refuse a plan whose local manifest already says no. Without a
-    `client` (before Redis is contacted) every term but the server's is checked."""
+    `conn` (before Redis is contacted) every term but the server's is checked."""
     manifest = read_manifest(plan_dir, None)
     if manifest is not None:
-        server = server_identity(client, params) if client and params else None
+        server = server_identity(conn) if conn else None
         check_plan(plan_dir, manifest, settings, server)

@@ -21,10 +21,9 @@ from redis.exceptions import ResponseError
 
 from recovery.driver.discovery import job_consumer
 from recovery.errors import ConfigError
-from recovery.params import RedisParams
 from recovery.redis_io.commands import key_exists
 from recovery.redis_io.journal import journal_in_redis, journal_key
-from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.run_ids import (
     TTL_S,
     RunIdTakenError,
@@ -106,12 +105,12 @@ def _exists(spark: SparkSession, path: str, run_id: str) -> bool:
     return True
 
 
-def refuse_traced_run_id(client: redis.Redis, settings: Settings, params: RedisParams,
-                         run_id: str) -> None:
+def refuse_traced_run_id(conn: RedisConn, settings: Settings, run_id: str) -> None:
     """Refuse a given run ID that left a trace in Redis: its claim journal (part 0's,
     journaled by every run that claimed on a master that may retry tasks), a split cursor
     or range list (one SCAN of the keyspace), or a registration. Reads only."""
-    with redis_errors(params):
+    client = conn.client
+    with conn.errors():
         prefix = settings.claim.journal_prefix
         if prefix:
             key = journal_key(prefix, job_consumer(settings.claim.consumer_prefix, run_id, 0))
@@ -139,16 +138,16 @@ def _exists_unless_refused(client: redis.Redis, key: str) -> bool:
 
 
 @contextlib.contextmanager
-def registered_run(client: redis.Redis, settings: Settings, params: RedisParams, run_id: str,
-                   given: bool, warnings: list[str]) -> Iterator[None]:
+def registered_run(conn: RedisConn, settings: Settings, run_id: str, given: bool,
+                   warnings: list[str]) -> Iterator[None]:
     """Register `run_id` for the run's duration (SET NX with a TTL): refused when another run
     holds it (two drivers started at once with one `given` ID). A user whose ACL may not
     write the key runs unregistered: with a `given` ID, a WARNING (into `warnings`) says that
     only the other traces were checked. The key is deleted when the run finishes (not when
     it raises: a failed run's ID stays used until the key expires)."""
     key = registration_key(settings.claim.consumer_prefix, run_id)
-    with redis_errors(params):
-        got = register_run(client, key, run_id)
+    with conn.errors():
+        got = register_run(conn.client, key, run_id)
     if got is False:
         raise taken(run_id, f"another run holds its registration {key} in Redis (started at "
                     "the same time, or killed)")
@@ -163,5 +162,5 @@ def registered_run(client: redis.Redis, settings: Settings, params: RedisParams,
             log.info("%s", message)
     yield
     if got is True:
-        drop_keys(client, [key], "run registration", TTL_S)
+        drop_keys(conn.client, [key], "run registration", TTL_S)
 

@@ -18,7 +18,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import redis
 from redis.exceptions import ResponseError
@@ -34,6 +34,7 @@ from recovery.redis_io.split_cursors import (
     ranges_key,
 )
 from recovery.redis_io.streams import OWNER, drop_keys, pending_pages, shown
+from recovery.rows import HistogramRow
 
 if TYPE_CHECKING:
     from recovery.driver.discovery import WorkUnit
@@ -109,8 +110,8 @@ class Split:
         return self.keys.get((unit.stream, unit.group))
 
     def left_rows(self, client: redis.Redis, is_job: Callable[[str], bool],
-                  kept: dict[tuple[str, str], set[str]]) -> list[dict[str, Any]]:
-        """A PEL_HISTOGRAM row per split unit of what its parts left to consumers other than
+                  kept: dict[tuple[str, str], set[str]]) -> list[HistogramRow]:
+        """A histogram row per split unit of what its parts left to consumers other than
         the run's (`is_job`: a consumer name's test), but the entries they claimed and kept
         pending (`kept`, by unit: ``histogram.kept_ids``); the parts' own rows come with
         their tallies (add them up: ``merged_rows``)."""

@@ -9,13 +9,13 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from functools import partial
 from operator import itemgetter
-from typing import Any
 
 from recovery.redis_io.streams import COUNT, ID, IDLE, PendingRow, as_str
+from recovery.rows import Counts, HistogramRow, unit_key
 
-KEPT = "kept"  # a histogram row's IDs the hand-over kept pending, for the driver (``kept_ids``)
 # (exclusive upper bound, label)
 DELIVERY_BUCKETS = ((2, "1"), (3, "2"), (4, "3"), (6, "4-5"), (11, "6-10"), (101, "11-100"))
 IDLE_BUCKETS_MS = ((60_000, "<1m"), (600_000, "1m-10m"), (3_600_000, "10m-1h"),
@@ -73,49 +73,50 @@ class PelHistogram:
         top = max(idles)
         self.oldest = top if self.oldest is None else max(self.oldest, top)
 
-    def row(self, stream: str, group: str) -> dict[str, Any]:
-        """A PEL_HISTOGRAM row: bucket label -> entries, for delivery counts and idle ages."""
+    def row(self, stream: str, group: str) -> HistogramRow:
+        """The unit's PEL_HISTOGRAM row: entries by delivery-count and idle-age bucket."""
         deliveries: dict[str, int] = {}
         for count, n in self.counts.items():
             # A negative count wrapped past the server's maximum (XNACK FATAL, then a claim).
             label = DELIVERY_LABELS[count] if 0 <= count < len(DELIVERY_LABELS) else ">100"
             deliveries[label] = deliveries.get(label, 0) + n
-        row: dict[str, Any] = {
-            "stream": stream, "group": group, "deliveries": list(deliveries.items()),
-            "idle_ages": [(IDLE_LABELS[i], n) for i, n in self.ages.items()],
-            "oldest_idle_ms": self.oldest}
-        if self.kept:  # a split unit's part: the driver's read of what was left skips them
-            row[KEPT] = sorted(self.kept)
-        return row
+        # A split unit's part: the driver's read of what was left skips the IDs kept pending.
+        return HistogramRow(stream, group, tuple(deliveries.items()),
+                            tuple((IDLE_LABELS[i], n) for i, n in self.ages.items()),
+                            self.oldest, tuple(sorted(self.kept)))
 
 
-def kept_ids(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
-    """The IDs PEL_HISTOGRAM rows say the run claimed and kept pending
-    (``PelHistogram.kept``), by (stream, group), taken out of the rows."""
+def kept_ids(rows: Iterable[HistogramRow]) -> dict[tuple[str, str], set[str]]:
+    """The IDs histogram rows say the run claimed and kept pending (``PelHistogram.kept``),
+    by (stream, group)."""
     kept: dict[tuple[str, str], set[str]] = {}
     for row in rows:
-        ids = row.pop(KEPT, None)
-        if ids:
-            kept.setdefault((row["stream"], row["group"]), set()).update(ids)
+        if row.kept:
+            kept.setdefault(unit_key(row), set()).update(row.kept)
     return kept
 
 
-def merged_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """PEL_HISTOGRAM rows of the same (stream, group) added up into one (the parts of a unit
+def merged_rows(rows: Iterable[HistogramRow]) -> list[HistogramRow]:
+    """Histogram rows of the same (stream, group) added up into one (the parts of a unit
     split over several tasks each count the PEL rows their steps read): bucket counts
-    summed, the largest idle time kept. In the order each unit first appears."""
-    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    summed, the largest idle time kept, the IDs kept pending left out. In the order each unit
+    first appears."""
+    merged: dict[tuple[str, str], HistogramRow] = {}
     for row in rows:
-        key = (row["stream"], row["group"])
-        into = merged.get(key)
+        into = merged.get(unit_key(row))
         if into is None:
-            merged[key] = {**row, "deliveries": list(row["deliveries"]),
-                           "idle_ages": list(row["idle_ages"])}
+            merged[unit_key(row)] = replace(row, kept=())
             continue
-        for name in ("deliveries", "idle_ages"):
-            counts = Counter(dict(into[name]))
-            counts.update(dict(row[name]))
-            into[name] = list(counts.items())
-        ages = [a for a in (into["oldest_idle_ms"], row["oldest_idle_ms"]) if a is not None]
-        into["oldest_idle_ms"] = max(ages) if ages else None
+        ages = [a for a in (into.oldest_idle_ms, row.oldest_idle_ms) if a is not None]
+        merged[unit_key(row)] = replace(
+            into, deliveries=_summed(into.deliveries, row.deliveries),
+            idle_ages=_summed(into.idle_ages, row.idle_ages),
+            oldest_idle_ms=max(ages) if ages else None)
     return list(merged.values())
+
+
+def _summed(first: Counts, second: Counts) -> Counts:
+    """Two bucket counts added up, labels in the order they first appear."""
+    counts = Counter(dict(first))
+    counts.update(dict(second))
+    return tuple(counts.items())

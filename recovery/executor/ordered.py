@@ -23,7 +23,7 @@ import redis
 from recovery.executor.claimed import Claimed
 from recovery.executor.handover.ordered import KeyT, apply_in_order
 from recovery.executor.packing import NOTE_ROWS, ArrowFn, unpack
-from recovery.executor.partitions import PartitionClient, young_collections_rarer
+from recovery.executor.partitions import PartitionConn, young_collections_rarer
 from recovery.executor.tally import PassMaker, Tally
 from recovery.params import JobParams, OrderParams
 from recovery.redis_io.error_codes import unit_vanished
@@ -34,7 +34,7 @@ from recovery.redis_io.held_keys import (
     pending_elsewhere,
 )
 from recovery.redis_io.key_holds import hold_key, read_heads
-from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.streams import Fields, fetch_entries, stream_id_key
 from recovery.schemas import BLOCKER, CLAIMED, KEYED, arrow
 
@@ -65,7 +65,7 @@ def keyed_partition(params: JobParams) -> ArrowFn:
     assert order is not None
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        client = PartitionClient(params)
+        conn = PartitionConn(params.redis)
         try:
             for packed in batches:
                 for count, blob in zip(packed.column("rows").to_pylist(),
@@ -73,24 +73,25 @@ def keyed_partition(params: JobParams) -> ArrowFn:
                     if count == NOTE_ROWS:
                         yield _note_row(blob.as_py())
                     else:
-                        yield _keyed(client, order, unpack(blob.as_buffer()))
+                        yield _keyed(conn, order, unpack(blob.as_buffer()))
         finally:
-            client.close()
+            conn.close()
 
     return run
 
 
-def _keyed(client: PartitionClient, order: OrderParams, batch: pa.RecordBatch
+def _keyed(conn: PartitionConn, order: OrderParams, batch: pa.RecordBatch
            ) -> pa.RecordBatch:
     claimed = Claimed.from_arrow(batch)
     fields: list[Fields | None] = list(claimed.fields)
     missing = [i for i, f in enumerate(fields) if f is None and not claimed.deleted[i]]
     if missing:  # taken back from an earlier attempt: the claim did not read them
-        with redis_errors(client.params.redis):
+        partition = conn.get()
+        with partition.errors():
             for stream in {claimed.stream[i] for i in missing}:
                 rows = [i for i in missing if claimed.stream[i] == stream]
                 try:
-                    found = fetch_entries(client.get(), stream, [claimed.id[i] for i in rows])
+                    found = fetch_entries(partition.client, stream, [claimed.id[i] for i in rows])
                 except redis.ResponseError as exc:
                     if not unit_vanished(exc):
                         raise
@@ -134,16 +135,16 @@ def blocker_partition(params: JobParams, own_stem: str) -> ArrowFn:
     assert order is not None
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        client = PartitionClient(params)
+        conn = PartitionConn(params.redis)
         try:
             for batch in batches:
                 for unit in batch.to_pylist():
-                    rows = _blockers(client.get(), order, unit["stream"], unit["group"],
+                    rows = _blockers(conn.get().client, order, unit["stream"], unit["group"],
                                      own_stem)
                     if rows:
                         yield pa.RecordBatch.from_pylist(rows, schema=BLOCKER_ARROW)
         finally:
-            client.close()
+            conn.close()
 
     return run
 
@@ -185,7 +186,7 @@ def ordered_partition(params: JobParams, rows: int) -> PassMaker:
 
     def make(tally: Tally) -> ArrowFn:
         def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            client = PartitionClient(params)
+            conn = PartitionConn(params.redis)
             carried: dict[KeyT, str] = {}
             try:
                 with young_collections_rarer():
@@ -196,17 +197,17 @@ def ordered_partition(params: JobParams, rows: int) -> PassMaker:
                         entries = batch if notes.null_count == batch.num_rows else \
                             batch.filter(notes.is_null())
                         for start in range(0, entries.num_rows, rows):
-                            yield _apply(client, params, order,
+                            yield _apply(conn.get(), params, order,
                                          entries.slice(start, rows), carried)
             finally:
-                client.close()
+                conn.close()
 
         return apply
 
     return make
 
 
-def _apply(client: PartitionClient, params: JobParams, order: OrderParams,
+def _apply(conn: RedisConn, params: JobParams, order: OrderParams,
            batch: pa.RecordBatch, carried: dict[KeyT, str]) -> pa.RecordBatch:
     claimed = Claimed.from_arrow(batch.select(CLAIMED_NAMES))
     col = batch.column
@@ -216,16 +217,16 @@ def _apply(client: PartitionClient, params: JobParams, order: OrderParams,
         claimed.stream, claimed.id, col("order_key").to_pylist(),
         col("blocked_by").to_pylist(), col("unit_blocked_after").to_pylist(), strict=True)]
     if not order.dead_letter_releases:
-        with redis_errors(params.redis):
-            recorded = _held_by_record(client.get(), order, claimed.stream, claimed.group,
+        with conn.errors():
+            recorded = _held_by_record(conn.client, order, claimed.stream, claimed.group,
                                        claimed.id, col("order_key").to_pylist())
         blocked = [b or r for b, r in zip(blocked, recorded, strict=True)]
     keyless: list[str] = []
     if order.missing_key == "dead_letter":
         keyless = [(order.field_of(s) or "") if k is None else "" for s, k in zip(
             claimed.stream, col("order_key").to_pylist(), strict=True)]
-    with redis_errors(params.redis):
-        return apply_in_order(client.get(), params, claimed, keys, blocked, carried, keyless)
+    with conn.errors():
+        return apply_in_order(conn.client, params, claimed, keys, blocked, carried, keyless)
 
 
 def _held_by_record(client: redis.Redis, order: OrderParams, streams: Sequence[str],

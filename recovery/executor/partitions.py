@@ -29,7 +29,6 @@ from itertools import chain
 from typing import TypeVar
 
 import pyarrow as pa
-import redis
 
 from recovery.errors import StreamUnitError
 from recovery.executor.claim.backoff import NotDue
@@ -37,23 +36,24 @@ from recovery.executor.claim.by_plan import plan_steps, planned_units
 from recovery.executor.claim.first_steps import FirstStep, with_first_steps
 from recovery.executor.claim.gather import gathered
 from recovery.executor.claim.journaled import TaskJournal
-from recovery.executor.claim.left_counts import LeftCounts
+from recovery.executor.claim.left_counts import LeftCounts, gone_actions
 from recovery.executor.claim.loop import ClaimStep, claim_steps
 from recovery.executor.claim.throttle import Throttle
 from recovery.executor.claimed import Claimed
 from recovery.executor.faults import maybe_fail
 from recovery.executor.handover.apply import apply_batch
 from recovery.executor.handover.lease import LEASE_ROWS
+from recovery.executor.handover.modes import mode_of
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.packing import ArrowFn, note_row, packed_rows, unpacked
 from recovery.executor.tally import PassMaker, Tally, note
-from recovery.params import JobParams, Unit
-from recovery.redis_io.redis_conn import connect, redis_errors
+from recovery.params import JobParams, RedisParams, Unit
+from recovery.redis_io.redis_conn import RedisConn
 
 log = logging.getLogger(__name__)
 
 YOUNG_GC_THRESHOLD = 50_000  # allocations between two young collections in a task (Python: 700)
-UnitFn = Callable[[redis.Redis, Unit], Iterator[pa.RecordBatch]]
+UnitFn = Callable[[RedisConn, Unit], Iterator[pa.RecordBatch]]
 
 
 def unit_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[Unit]:
@@ -63,41 +63,42 @@ def unit_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[Unit]:
             yield Unit(row["stream"], row["group"], row["consumer"], row.get("cursor"))
 
 
-class PartitionClient:
-    """Opens the partition's one client on first use (empty partitions open none)."""
+class PartitionConn:
+    """Opens the partition's one connection on first use (empty partitions open none)."""
 
-    def __init__(self, params: JobParams) -> None:
+    def __init__(self, params: RedisParams) -> None:
         self.params = params
-        self._client: redis.Redis | None = None
+        self._conn: RedisConn | None = None
 
-    def get(self) -> redis.Redis:
-        if self._client is None:
-            with redis_errors(self.params.redis):
-                self._client = connect(self.params.redis)
-        return self._client
+    def get(self) -> RedisConn:
+        """The partition's connection, opened now if it is not yet."""
+        if self._conn is None:
+            self._conn = RedisConn.open(self.params)
+        return self._conn
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
+        """Close the connection, if one was opened."""
+        if self._conn is not None:
+            self._conn.close()
 
 
 def per_unit(params: JobParams, make_unit_fn: Callable[[], UnitFn]) -> ArrowFn:
-    """A partition function that runs `unit_fn(client, unit)` for each UNIT row.
+    """A partition function that runs `unit_fn(conn, unit)` for each UNIT row.
 
-    One client per partition (opened on first use, closed at the end); `make_unit_fn` is
+    One connection per partition (opened on first use, closed at the end); `make_unit_fn` is
     called once per partition, for per-partition state such as a throttle. A unit whose
     stream or group vanished mid-run ends quietly; other units go on.
     """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        client = PartitionClient(params)
+        conn = PartitionConn(params.redis)
         unit_fn = make_unit_fn()
         try:
             with young_collections_rarer():
                 for unit in unit_rows(batches):
-                    yield from skip_vanished(unit, unit_fn(client.get(), unit))
+                    yield from skip_vanished(unit, unit_fn(conn.get(), unit))
         finally:
-            client.close()
+            conn.close()
 
     return run
 
@@ -154,40 +155,40 @@ def claim_partition(params: JobParams, histograms: bool = False) -> ArrowFn:
     unit's PEL histogram, counted from the claim steps' own reads as in one pass, follows
     its entries as a note for the hand-over's tally (no separate pass over the PEL)."""
 
-    def claim_packed(client: redis.Redis, unit: Unit, claim: UnitClaim
+    def claim_packed(conn: RedisConn, unit: Unit, claim: UnitClaim
                      ) -> Iterator[pa.RecordBatch]:
         pel = PelHistogram() if histograms else None
         waiting = NotDue() if params.backoff else None
-        for step in claim(client, pel, waiting, True):
+        for step in claim(conn, pel, waiting, True):
             yield from packed_rows(step.claimed.to_arrow())
         if pel is not None or waiting is not None:
             yield note_row(note(pel.row(unit.stream, unit.group) if pel else None,
                                 (unit.stream, unit.group, waiting) if waiting else None))
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        client = PartitionClient(params)
+        conn = PartitionConn(params.redis)
         try:
             with young_collections_rarer():
                 for unit, claim in unit_claims(params, batches):
-                    yield from skip_vanished(unit, claim_packed(client.get(), unit, claim))
+                    yield from skip_vanished(unit, claim_packed(conn.get(), unit, claim))
         finally:
-            client.close()
+            conn.close()
 
     return run
 
 
-# How one unit is claimed: (client, PEL histogram or None, its count of entries not due
+# How one unit is claimed: (connection, PEL histogram or None, its count of entries not due
 # under a backoff schedule or None, count_left) -> its claim steps.
-UnitClaim = Callable[[redis.Redis, PelHistogram | None, NotDue | None, bool],
+UnitClaim = Callable[[RedisConn, PelHistogram | None, NotDue | None, bool],
                      Iterator[ClaimStep]]
 
 
 def unit_claims(params: JobParams, batches: Iterator[pa.RecordBatch],
-                client: Callable[[], redis.Redis] | None = None
+                conn: Callable[[], RedisConn] | None = None
                 ) -> Iterator[tuple[Unit, UnitClaim]]:
     """Each unit of a claim task's input and how to claim it, with one throttle per task:
-    its XAUTOCLAIM loop (UNIT rows, ``recovery.executor.claim.loop``; with `client`, the
-    partition's client getter, first steps sent ahead in rounds:
+    its XAUTOCLAIM loop (UNIT rows, ``recovery.executor.claim.loop``; with `conn`, the
+    partition's connection getter, first steps sent ahead in rounds:
     ``recovery.executor.claim.first_steps``; the parts of split units first, claimed through
     their shared cursor) or, in a run that applies a plan, its planned entries
     by ID (PLANNED rows, ``recovery.executor.claim.by_plan``; no histogram: such a run reads
@@ -200,7 +201,7 @@ def unit_claims(params: JobParams, batches: Iterator[pa.RecordBatch],
         return
     units = list(unit_rows(batches))
     whole = [unit for unit in units if unit.cursor is None]
-    firsts = with_first_steps(client, params, whole) if client is not None else \
+    firsts = with_first_steps(conn, params, whole) if conn is not None else \
         ((unit, None) for unit in whole)
     # Parts of split units first (a shared claim's steps are never sent ahead).
     for unit, first in chain(((u, None) for u in units if u.cursor is not None), firsts):
@@ -208,9 +209,9 @@ def unit_claims(params: JobParams, batches: Iterator[pa.RecordBatch],
 
 
 def _idle_claim(params: JobParams, unit: Unit, throttle: Throttle, first: FirstStep | None,
-                client: redis.Redis, pel: PelHistogram | None, waiting: NotDue | None,
+                conn: RedisConn, pel: PelHistogram | None, waiting: NotDue | None,
                 count_left: bool) -> Iterator[ClaimStep]:
-    return claim_steps(client, params, unit, throttle, pel, count_left=count_left,
+    return claim_steps(conn, params, unit, throttle, pel, count_left=count_left,
                        waiting=waiting, first=first)
 
 
@@ -227,54 +228,57 @@ def recover_partition(params: JobParams, histograms: bool = False,
 
     def make(tally: Tally) -> ArrowFn:
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            client = PartitionClient(params)
-            journal = TaskJournal(params, journal_prefix) if journal_prefix is not None else None
-            left = LeftCounts(params) if histograms else None
+            conn = PartitionConn(params.redis)
+            journal = TaskJournal(journal_prefix) if journal_prefix is not None else None
+            mode = mode_of(params.reprocess_mode)
+            left = LeftCounts(gone_actions(mode.done, mode.stays_pending)) \
+                if histograms else None
 
             def unit_steps(unit: Unit, claim: UnitClaim) -> Iterator[ClaimStep]:
                 pel = tally.histogram(unit.stream, unit.group) if histograms else None
                 waiting = tally.waiting(unit.stream, unit.group) if params.backoff else None
-                steps = claim(client.get(), pel, waiting, False)
+                steps = claim(conn.get(), pel, waiting, False)
                 if journal is not None:
-                    steps = journal.steps(client.get(), unit, steps)
+                    steps = journal.steps(conn.get(), unit, steps)
                 steps = skip_vanished(unit, steps)
                 # A split unit's PEL is read for what its claim left once every part is done
                 # (on the driver: recovery.driver.split).
                 shared = unit.cursor is not None
                 return left.tracked(unit, pel, steps, shared) if left and pel else steps
 
-            steps = gathered((s for unit, claim in unit_claims(params, batches, client.get)
+            steps = gathered((s for unit, claim in unit_claims(params, batches, conn.get)
                               for s in unit_steps(unit, claim)), rows)
             if journal is not None:
-                steps = journal.recorded(client.get(), steps)
-            done = (lambda report: journal.done(client.get(), report)) if journal else None
+                steps = journal.recorded(conn.get(), steps)
+            done = (lambda report: journal.done(conn.get(), report)) if journal else None
             try:
                 with young_collections_rarer():
-                    reports = applied(client.get, params, left.sent(steps) if left else steps,
+                    reports = applied(conn.get, params, left.sent(steps) if left else steps,
                                       done)
                     for report in journal.amended(reports) if journal else reports:
                         if left is not None:
-                            left.handed(client.get(), report)
+                            left.handed(conn.get(), report)
                         yield report
                     if left is not None:
-                        left.rest(client.get())
+                        left.rest(conn.get())
             finally:
-                client.close()
+                conn.close()
 
         return run
 
     return make
 
 
-def applied(get_client: Callable[[], redis.Redis], params: JobParams,
+def applied(get_conn: Callable[[], RedisConn], params: JobParams,
             steps: Iterable[ClaimStep],
             done: Callable[[pa.RecordBatch], None] | None = None) -> Iterator[pa.RecordBatch]:
     """REPORT batches of claimed `steps` (each with when its lease was last read, or None):
     route, dead-letter, handle and ack one step at a time; `done`, if given, gets each
     step's report before it is passed on."""
     for step, item in enumerate(steps, start=1):
-        with redis_errors(params.redis):
-            report = apply_batch(get_client(), params, item.claimed, item.sent_at)
+        conn = get_conn()
+        with conn.errors():
+            report = apply_batch(conn.client, params, item.claimed, item.sent_at)
         maybe_fail("apply", step)  # after the side effects: the worst moment
         if done is not None:
             done(report)
@@ -303,15 +307,15 @@ def apply_partition(params: JobParams, rows: int) -> PassMaker:
 
     def make(tally: Tally) -> ArrowFn:
         def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            client = PartitionClient(params)
+            conn = PartitionConn(params.redis)
             steps = unpacked(batches, rows, tally.add_note)
             try:
                 with young_collections_rarer():
-                    yield from applied(client.get, params,
+                    yield from applied(conn.get, params,
                                        (ClaimStep(Claimed.from_arrow(batch), None)
                                         for batch in steps))
             finally:
-                client.close()
+                conn.close()
 
         return apply
 

@@ -25,7 +25,7 @@ from recovery.executor.partitions import ArrowFn, coalesced, per_unit
 from recovery.executor.tally import PassMaker
 from recovery.params import JobParams, Unit
 from recovery.redis_io.key_holds import hold_key, read_heads
-from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.streams import (
     COUNT,
     ID,
@@ -56,17 +56,16 @@ def histogram_partition(params: JobParams) -> ArrowFn:
     """UNIT batches -> PEL_HISTOGRAM batches: one row of counts per unit, up to
     ``HISTOGRAM_ROWS`` rows per batch."""
     return coalesced(
-        per_unit(params, lambda: lambda client, unit: _histogram_unit(client, params, unit)),
+        per_unit(params, lambda: lambda conn, unit: _histogram_unit(conn, unit)),
         HISTOGRAM_ROWS)
 
 
-def _histogram_unit(client: redis.Redis, params: JobParams, unit: Unit
-                    ) -> Iterator[pa.RecordBatch]:
+def _histogram_unit(conn: RedisConn, unit: Unit) -> Iterator[pa.RecordBatch]:
     histogram = PelHistogram()
-    with redis_errors(params.redis, unit.stream, unit.group):
-        for page in pending_pages(client, unit.stream, unit.group, PAGE):
+    with conn.errors(unit.stream, unit.group):
+        for page in pending_pages(conn.client, unit.stream, unit.group, PAGE):
             histogram.add(page)
-    yield pa.RecordBatch.from_pylist([histogram.row(unit.stream, unit.group)],
+    yield pa.RecordBatch.from_pylist([histogram.row(unit.stream, unit.group).as_dict()],
                                      schema=HISTOGRAM_ARROW)
 
 
@@ -75,15 +74,15 @@ def plan_partition(params: JobParams) -> PassMaker:
     a backoff schedule the entries not due are left out of the plan and counted in the
     task's tally, as a run's claim counts them."""
     return lambda tally: per_unit(
-        params, lambda: lambda client, unit: _plan_unit(
-            client, params, unit, tally.waiting(unit.stream, unit.group) if params.backoff
+        params, lambda: lambda conn, unit: _plan_unit(
+            conn, params, unit, tally.waiting(unit.stream, unit.group) if params.backoff
             else None))
 
 
-def _plan_unit(client: redis.Redis, params: JobParams, unit: Unit, waiting: NotDue | None
+def _plan_unit(conn: RedisConn, params: JobParams, unit: Unit, waiting: NotDue | None
                ) -> Iterator[pa.RecordBatch]:
-    stream, group = unit.stream, unit.group
-    with redis_errors(params.redis, stream, group):
+    stream, group, client = unit.stream, unit.group, conn.client
+    with conn.errors(stream, group):
         holds = _held_heads(params, stream, group)
         for page in pending_pages(client, stream, group, PAGE, min_idle_ms=params.min_idle_ms):
             if waiting is not None:

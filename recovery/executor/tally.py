@@ -27,6 +27,7 @@ from recovery.errors import REQUEUE_REFUSED, TARGET_REFUSED
 from recovery.executor.claim.backoff import NotDue
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.packing import ArrowFn
+from recovery.rows import AckedDeletions, AckedUnit, HistogramRow, UnitCounts
 from recovery.schemas import REPORT, Action, arrow
 
 TALLY = "tally"
@@ -46,7 +47,7 @@ class Tally:
     def __init__(self) -> None:
         self.actions: ActionCounts = Counter()
         self.histograms: dict[tuple[str, str], PelHistogram] = {}
-        self.histogram_rows: list[dict[str, Any]] = []  # counted by an earlier stage
+        self.histogram_rows: list[HistogramRow] = []  # counted by an earlier stage
         self.not_due: dict[tuple[str, str], NotDue] = {}
         # Units whose dead-letter stream the move script refused -> the reason (one row's).
         self.refused: dict[tuple[str, str], str] = {}
@@ -117,7 +118,7 @@ class Tally:
         unit (a ``note`` of this module): its PEL histogram row, or its entries not due."""
         note = json.loads(text)
         if "histogram" in note:
-            self.histogram_rows.append(note["histogram"])
+            self.histogram_rows.append(HistogramRow.from_mapping(note["histogram"]))
         if "not_due" in note:
             stream, group, entries, next_due_ms = note["not_due"]
             self.waiting(stream, group).merge(NotDue(entries, next_due_ms))
@@ -128,21 +129,21 @@ class Tally:
         PEL_HISTOGRAM-shaped rows (bucket lists as ``[label, entries]`` pairs)."""
         return json.dumps({
             "actions": [[*key, n] for key, n in self.actions.items()],
-            "histograms": [*(h.row(s, g) for (s, g), h in self.histograms.items()),
-                           *self.histogram_rows],
+            "histograms": [*(h.row(s, g).as_dict() for (s, g), h in self.histograms.items()),
+                           *(row.as_dict() for row in self.histogram_rows)],
             "not_due": [[*key, w.entries, w.next_due_ms] for key, w in self.not_due.items()],
             "refused": [[*key, reason] for key, reason in self.refused.items()],
             "acked": [[*key, n] for key, n in self.acked.items()],
         })
 
 
-def note(histogram: dict[str, Any] | None = None,
+def note(histogram: HistogramRow | None = None,
          not_due: tuple[str, str, NotDue] | None = None) -> bytes:
     """What a claim stage hands the next stage about a unit (``Tally.add_note``): its PEL
     histogram row and/or its entries not due."""
     body: dict[str, Any] = {}
     if histogram is not None:
-        body["histogram"] = histogram
+        body["histogram"] = histogram.as_dict()
     if not_due is not None:
         stream, group, waiting = not_due
         body["not_due"] = [stream, group, waiting.entries, waiting.next_due_ms]
@@ -192,20 +193,19 @@ def read_tallies(texts: Iterable[str]) -> Tallies:
     return [json.loads(text) for text in texts]
 
 
-def unit_counts(tallies: Tallies, actions: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Per (stream, group) rows of the merged tallies, sorted: each action's rows and a
-    ``total``; only units that have report rows."""
+def unit_counts(tallies: Tallies, actions: tuple[str, ...]) -> list[UnitCounts]:
+    """Per (stream, group) rows of the merged tallies, sorted: each action's rows (every one
+    of `actions`, and any other the tallies counted) and their ``total`` (over `actions`);
+    only units that have report rows."""
     counts: ActionCounts = Counter()
     for tally in tallies:
         counts.update({(s, g, a): n for s, g, a, n in tally["actions"]})
-    units: dict[tuple[str, str], dict[str, Any]] = {}
+    units: dict[tuple[str, str], dict[str, int]] = {}
     for (stream, group, action), n in counts.items():
-        row = units.setdefault((stream, group), {"stream": stream, "group": group,
-                                                 **dict.fromkeys(actions, 0)})
+        row = units.setdefault((stream, group), dict.fromkeys(actions, 0))
         row[action] = row.get(action, 0) + n
-    for row in units.values():
-        row["total"] = sum(row[a] for a in actions)
-    return [units[key] for key in sorted(units)]
+    return [UnitCounts(*key, units[key], sum(units[key][a] for a in actions))
+            for key in sorted(units)]
 
 
 def not_due_counts(tallies: Tallies) -> dict[tuple[str, str], NotDue]:
@@ -228,24 +228,21 @@ def refused_units(tallies: Tallies) -> dict[tuple[str, str], str]:
     return refused
 
 
-def acked_deletions(tallies: Tallies) -> dict[str, Any]:
-    """What reprocess.delete_acked did, over the tasks: ``{"deleted": n, "kept": n, "units":
-    [{"stream", "group", "deleted", "kept"}, ...]}``, `deleted` the entries whose ack also
-    deleted them from their stream, `kept` those acked but kept because another consumer
-    group still references them (units sorted; only those with either)."""
-    units: dict[tuple[str, str], dict[str, Any]] = {}
+def acked_deletions(tallies: Tallies) -> AckedDeletions:
+    """What reprocess.delete_acked did, over the tasks: per unit (sorted; only those with
+    either) and in all, the entries whose ack also deleted them from their stream and those
+    acked but kept because another consumer group still references them."""
+    counts: Counter[tuple[str, str, bool]] = Counter()
     for tally in tallies:
-        for stream, group, deleted, n in tally.get("acked", []):
-            row = units.setdefault((stream, group), {"stream": stream, "group": group,
-                                                     "deleted": 0, "kept": 0})
-            row["deleted" if deleted else "kept"] += n
-    rows = [units[key] for key in sorted(units)]
-    return {"deleted": sum(r["deleted"] for r in rows), "kept": sum(r["kept"] for r in rows),
-            "units": rows}
+        counts.update({(stream, group, deleted): n
+                       for stream, group, deleted, n in tally.get("acked", [])})
+    units = sorted({(stream, group) for stream, group, _ in counts})
+    rows = tuple(AckedUnit(*key, counts[(*key, True)], counts[(*key, False)]) for key in units)
+    return AckedDeletions(sum(r.deleted for r in rows), sum(r.kept for r in rows), rows)
 
 
-def histogram_rows(tallies: Tallies) -> list[dict[str, Any]]:
-    """The PEL_HISTOGRAM rows the tallies carry (one per unit, or per part of a split unit:
+def histogram_rows(tallies: Tallies) -> list[HistogramRow]:
+    """The histogram rows the tallies carry (one per unit, or per part of a split unit:
     add them up with ``histogram.merged_rows``; none without ``report.pel_histograms`` or in
     a dry run)."""
-    return [row for tally in tallies for row in tally["histograms"]]
+    return [HistogramRow.from_mapping(row) for tally in tallies for row in tally["histograms"]]

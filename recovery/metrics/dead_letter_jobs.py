@@ -18,7 +18,8 @@ from recovery.metrics.families import RunFacts, final_status
 from recovery.metrics.push import push_run, within_deadline
 from recovery.redis_io.redis_conn import connect
 from recovery.redrive.run import RedriveSummary
-from recovery.report.after_run import AfterRun, read_after_run
+from recovery.report.after_run import read_after_run
+from recovery.rows import AfterRun
 from recovery.settings.model import Settings, redis_params
 
 log = logging.getLogger(__name__)
@@ -32,8 +33,8 @@ def push_redrive_metrics(settings: Settings, summary: RedriveSummary | None, exi
     (or log in): like a run without a summary, it pushes only its attempt. Never raises."""
 
     def facts_of(summary: RedriveSummary) -> RunFacts:
-        pairs = [(u["stream"], u["dead_letter_stream"]) for u in summary.units
-                 if u.get("left_in_dead_letter") is not None]
+        pairs = [(u.stream, u.dead_letter_stream) for u in summary.units
+                 if u.left_in_dead_letter is not None]
         return RunFacts(final_status(summary.status, exit_code), exit_code, started_s,
                         time.time() - started_s, totals=summary.totals,
                         skipped=len(summary.skipped), after=dead_letters_after(settings, pairs),
@@ -66,14 +67,13 @@ def _read_state(settings: Settings, summary: DeadLetterSummary) -> AfterRun:
     """The dead-letter read's streams as they are at its end: as it found them, unless its
     retention trimmed some (then read again, :func:`dead_letters_after`)."""
     if summary.retention and summary.retention["trimmed"]:
-        return dead_letters_after(settings, [(source, s["dead_letter_stream"])
+        return dead_letters_after(settings, [(source, s.dead_letter_stream)
                                              for s in summary.streams
-                                             for source in s["sources"] or [s["stream"]]])
+                                             for source in s.sources or [s.stream]])
     return AfterRun(
-        dead_letters={s["stream"]: int(s["length"]) for s in summary.streams
-                      if s.get("length") is not None},
-        dead_letter_ages={s["stream"]: float(s["oldest_age_s"]) for s in summary.streams
-                          if s.get("oldest_age_s") is not None})
+        dead_letters={s.stream: s.length for s in summary.streams},
+        dead_letter_ages={s.stream: s.oldest_age_s for s in summary.streams
+                          if s.oldest_age_s is not None})
 
 
 def dead_letters_after(settings: Settings, pairs: list[tuple[str, str]]) -> AfterRun:

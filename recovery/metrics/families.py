@@ -17,7 +17,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from recovery.report.after_run import AfterRun
+from recovery.rows import AfterRun, HealthRow, UnitCounts, unit_key
 
 PREFIX = "redis_stream_recovery_"
 OTHER = "(other)"  # the stream and group label of the aggregate unit
@@ -41,8 +41,8 @@ class RunFacts:
     totals: Mapping[str, int] = field(default_factory=dict)
     not_due: int = 0
     skipped: int = 0
-    units: list[dict[str, Any]] = field(default_factory=list)
-    health: list[dict[str, Any]] = field(default_factory=list)
+    units: list[UnitCounts] = field(default_factory=list)
+    health: list[HealthRow] = field(default_factory=list)
     after: AfterRun = field(default_factory=AfterRun)
     worked_on: int | None = None  # what the job worked on, if not (stream, group) units
     selected: int | None = None  # (stream, group) units selected, if not those worked on
@@ -191,9 +191,8 @@ def add_dead_letter_gauges(registry: CollectorRegistry, facts: RunFacts,
 def dead_letter_lengths(facts: RunFacts) -> dict[str, int]:
     """Stream -> its dead-letter stream's length: after the run where read (a shared one
     once, under its own name: ``AfterRun``), else as the health found it before."""
-    before = {h["stream"]: h["dead_letter_length"] for h in facts.health
-              if h.get("dead_letter_length") is not None
-              and h["stream"] not in facts.after.read_for}
+    before = {h.stream: h.dead_letter_length for h in facts.health
+              if h.dead_letter_length is not None and h.stream not in facts.after.read_for}
     return {**before, **facts.after.dead_letters}
 
 
@@ -201,16 +200,14 @@ def unit_series(facts: RunFacts) -> list[UnitSeries]:
     """Every (stream, group) of the health or the summary's units, with its values."""
     series: dict[tuple[str, str], UnitSeries] = {}
     for h in facts.health:
-        key = (h["stream"], h["group"])
-        idle = h.get("oldest_idle_ms")
-        series[key] = UnitSeries(*key, lag=h.get("lag"),
-                                 oldest_idle_ms=0 if idle is None and h.get("pending") == 0
-                                 else idle,
-                                 deliveries=dict(h.get("deliveries") or {}))
+        idle = h.oldest_idle_ms
+        series[unit_key(h)] = UnitSeries(
+            h.stream, h.group, lag=h.lag,
+            oldest_idle_ms=0 if idle is None and h.pending == 0 else idle,
+            deliveries=dict(h.deliveries))
     for row in facts.units:
-        key = (row["stream"], row["group"])
-        unit = series.setdefault(key, UnitSeries(*key))
-        unit.entries = {a: int(row.get(a, 0)) for a in facts.totals}
+        unit = series.setdefault(unit_key(row), UnitSeries(row.stream, row.group))
+        unit.entries = {a: row.entries(a) for a in facts.totals}
     for key, unit in series.items():
         unit.pending = facts.after.pending.get(key)
         unit.job_consumers = facts.after.job_consumers.get(key)

@@ -13,8 +13,9 @@ from typing import Any
 from recovery.metrics.families import RunFacts, final_status
 from recovery.metrics.push import describe, push_run, within_deadline
 from recovery.redis_io.redis_conn import connect
-from recovery.report.after_run import AfterRun, read_after_run
-from recovery.report.run_report import RunSummary
+from recovery.report.after_run import read_after_run
+from recovery.report.summary import RunSummary
+from recovery.rows import AfterRun, unit_key
 from recovery.settings.model import Settings, redis_params
 
 log = logging.getLogger(__name__)
@@ -61,8 +62,7 @@ def recovery_facts(settings: Settings, summary: RunSummary | None, exit_code: in
     status = final_status(summary.status if summary is not None else None, exit_code)
     if summary is None:
         return RunFacts(status, exit_code, started_s, time.time() - started_s), "no run"
-    units = {(h["stream"], h["group"]) for h in summary.unit_health}
-    units |= {(u["stream"], u["group"]) for u in summary.units}
+    units = {*map(unit_key, summary.unit_health), *map(unit_key, summary.units)}
     after, pending_read = summary.after or AfterRun(), "after the run"
     if units and summary.after is None:
         try:  # the run's own read failed: Redis may hang, so within metrics.timeout_s

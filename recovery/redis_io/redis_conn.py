@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TypeVar
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -38,6 +40,7 @@ from recovery.redis_io.error_codes import error_code, server_text
 from recovery.redis_io.tls_errors import tls_hint
 
 RETRIES = 3
+T = TypeVar("T")
 RAW_REPLY_COMMANDS = ("XAUTOCLAIM", "XCLAIM", "XPENDING", "XRANGE", "XREVRANGE", "XINFO GROUPS",
                       "XINFO CONSUMERS")
 
@@ -167,3 +170,48 @@ def key_refused(reply: object) -> bool:
     return isinstance(reply, NoPermissionError) and not denied_command(server_text(reply))
 
 
+@dataclass(frozen=True)
+class RedisConn:
+    """An open client and the params it was opened from, travelling together.
+
+    `client` is what the ``recovery.redis_io`` functions take (a ``redis.Redis``, or a
+    ``StreamCluster`` on a cluster); `params` is where it points and who logs in, for
+    messages. :meth:`errors` translates redis-py's exceptions raised inside it into the
+    job's typed, one-line errors (:func:`redis_errors`), naming `stream` and `group` where
+    given. Made by :meth:`open` (the driver's one client, a partition's one client);
+    nothing about it travels to the executors: each opens its own from the params.
+    """
+
+    client: redis.Redis
+    params: RedisParams
+
+    @classmethod
+    def open(cls, params: RedisParams) -> RedisConn:
+        """A connection to the server `params` names (:func:`connect`); a failure to open
+        it is raised as the job's typed error."""
+        with redis_errors(params):
+            return cls(connect(params), params)
+
+    def errors(self, stream: str | None = None, group: str | None = None
+               ) -> contextlib.AbstractContextManager[None]:
+        """A block whose redis-py exceptions become the job's typed errors."""
+        return redis_errors(self.params, stream, group)
+
+    def checked(self, reply: T | Exception, stream: str | None = None,
+                group: str | None = None) -> T:
+        """`reply` (one reply of a pipeline or a MULTI), or the error the server answered in
+        its place raised as the job's typed error for `stream` and `group`."""
+        if isinstance(reply, Exception):
+            with self.errors(stream, group):
+                raise reply
+        return reply
+
+    def close(self) -> None:
+        """Close the client's connections (the object is not used after)."""
+        self.client.close()
+
+    def __enter__(self) -> RedisConn:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

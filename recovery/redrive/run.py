@@ -17,25 +17,23 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import redis
-
 from recovery.errors import ConfigError, StreamUnitError
 from recovery.executor.claim.throttle import Throttle
-from recovery.params import RedisParams
 from recovery.redis_io.commands import stream_length
 from recovery.redis_io.dlq_names import refuse_cross_slot
-from recovery.redis_io.redis_conn import connect, redis_errors
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.redrive import RedriveFilter, redrive_step
 from recovery.redis_io.streams import key_type
 from recovery.report.json_line import JsonLine
+from recovery.rows import RedriveUnit, Skipped
 from recovery.settings.model import Settings, executor_params
 from recovery.settings.redrive import RedriveSettings
 from recovery.targets.dead_letter_streams import name_pairs
-from recovery.targets.keys import Skipped, check_server, sources_by_content
+from recovery.targets.keys import check_server, sources_by_content
 
 log = logging.getLogger(__name__)
 EXAMINE_PER_MOVE = 10  # entries one script call may examine per entry it may move
@@ -56,18 +54,19 @@ class RedriveSummary(JsonLine):
     status: str = "ok"
     totals: dict[str, int] = field(
         default_factory=lambda: {"examined": 0, "matched": 0, "redriven": 0})
-    units: list[dict[str, Any]] = field(default_factory=list)
-    skipped: list[dict[str, Any]] = field(default_factory=list)
+    units: list[RedriveUnit] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
     duration_s: float = 0.0
     error: str | None = None
     exit_code: int = 0  # the entry point's exit code (recovery.errors), set as it exits
     warnings: list[str] = field(default_factory=list)  # a selection that matched nothing
     metrics: dict[str, Any] | None = None  # the metrics push (None: metrics off)
 
-    def add_unit(self, unit: dict[str, Any]) -> None:
+    def add_unit(self, unit: RedriveUnit) -> None:
+        """Add one dead-letter stream's row, and its counts to the totals."""
         self.units.append(unit)
         for key in self.totals:
-            self.totals[key] += unit[key]
+            self.totals[key] += getattr(unit, key)
 
 
 @dataclass
@@ -126,7 +125,7 @@ def _bound_key(bound: str, is_end: bool) -> tuple[int, int]:
     return (int(ms), int(seq) if seq else (MAX_SEQ if is_end else 0))
 
 
-def select_units(client: redis.Redis, settings: Settings, params: RedisParams
+def select_units(conn: RedisConn, settings: Settings
                  ) -> tuple[list[RedriveFilter], list[Skipped]]:
     """Source streams to redrive into, each with its dead-letter stream and filters.
 
@@ -140,13 +139,13 @@ def select_units(client: redis.Redis, settings: Settings, params: RedisParams
     r, names = settings.redrive, settings.dead_letter.names
     skipped: list[Skipped] = []
     units: list[RedriveFilter] = []
-    selected = sources_by_content(client, settings, params, skipped)
-    pairs = name_pairs(client, names, list(selected), params, skipped, r.groups)
-    refuse_cross_slot(client, names, pairs)
+    selected = sources_by_content(conn, settings, skipped)
+    pairs = name_pairs(conn, names, list(selected), skipped, r.groups)
+    refuse_cross_slot(conn.client, names, pairs)
     for name, dlq in pairs:
         explicit = selected[name]
-        with redis_errors(params):
-            kind = key_type(client, dlq)
+        with conn.errors():
+            kind = key_type(conn.client, dlq)
         if kind not in ("stream", "none"):
             skipped.append(Skipped(name, None, f"{dlq} is a {kind}, not a stream: left alone"))
         elif kind == "stream" or explicit:
@@ -163,51 +162,51 @@ def run_redrive(settings: Settings, summary: RedriveSummary) -> RedriveSummary:
     start, end = id_range(r)
     params = executor_params(settings, summary.run_id).redis
     budget = _Budget(r.batch_size, r.limit, Throttle(r.max_entries_per_s), r.max_entries_per_s)
-    client = connect(params)
+    conn = RedisConn.open(params)
     try:
-        check_server(client, params)
-        units, skipped = select_units(client, settings, params)
-        summary.skipped = [asdict(s) for s in skipped]
+        check_server(conn)
+        units, skipped = select_units(conn, settings)
+        summary.skipped = list(skipped)
         for flt in units:
             if budget.moves_for_next_call() <= 0:
                 break
-            _redrive_one(client, params, flt, (start, end), budget, summary)
+            _redrive_one(conn, flt, (start, end), budget, summary)
     finally:
-        client.close()
+        conn.close()
         summary.duration_s = round(time.monotonic() - started, 3)
     if summary.skipped and summary.status == "ok":
         summary.status = "partial"
     return summary
 
 
-def _redrive_one(client: redis.Redis, params: RedisParams, flt: RedriveFilter,
+def _redrive_one(conn: RedisConn, flt: RedriveFilter,
                  bounds: tuple[str, str], budget: _Budget, summary: RedriveSummary) -> None:
     """Walk one dead-letter stream with script calls until the range or the budget ends."""
-    unit: dict[str, Any] = {"stream": flt.source, "dead_letter_stream": flt.dead_letter_stream,
-                            "examined": 0, "matched": 0, "redriven": 0}
+    unit = RedriveUnit(flt.source, flt.dead_letter_stream)
     start, end = bounds
     try:
         while (moves := budget.moves_for_next_call()) > 0:
-            with redis_errors(params, flt.source):
-                step = redrive_step(client, flt, start, end,
+            with conn.errors(flt.source):
+                step = redrive_step(conn.client, flt, start, end,
                                     min(MAX_EXAMINE, moves * EXAMINE_PER_MOVE), moves,
                                     summary.dry_run)
-            unit["examined"] += step.examined
-            unit["matched"] += len(step.moved)
-            unit["redriven"] += 0 if summary.dry_run else len(step.moved)
+            unit = replace(unit, examined=unit.examined + step.examined,
+                           matched=unit.matched + len(step.moved),
+                           redriven=unit.redriven + (0 if summary.dry_run else len(step.moved)))
             log.debug("redrive %s: %s", flt.source, step.moved)
             budget.spend(len(step.moved))
             if step.cursor is None:
                 break
             start = "(" + step.cursor
     except StreamUnitError as exc:
-        summary.skipped.append(asdict(Skipped(flt.source, None, str(exc))))
+        summary.skipped.append(Skipped(flt.source, None, str(exc)))
     except BaseException:  # Redis gone, Ctrl-C: the summary still shows what was moved
-        summary.add_unit({**unit, "left_in_dead_letter": None})  # (a call whose reply was
+        summary.add_unit(unit)  # left_in_dead_letter None (a call whose reply was
         raise  # cut off is not counted: its letters may have moved too)
-    with redis_errors(params, flt.dead_letter_stream):
-        unit["left_in_dead_letter"] = stream_length(client, flt.dead_letter_stream)
+    with conn.errors(flt.dead_letter_stream):
+        unit = replace(unit, left_in_dead_letter=stream_length(conn.client,
+                                                               flt.dead_letter_stream))
     log.info("redrive %s <- %s: %d matched, %d redriven, %d examined%s", flt.source,
-             flt.dead_letter_stream, unit["matched"], unit["redriven"], unit["examined"],
+             flt.dead_letter_stream, unit.matched, unit.redriven, unit.examined,
              " (dry run)" if summary.dry_run else "")
     summary.add_unit(unit)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import redis
@@ -24,29 +23,10 @@ from recovery.redis_io.commands import (
 from recovery.redis_io.dlq_names import DeadLetterNames, labels
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import shown
-from recovery.report.run_report import RunSummary
+from recovery.report.summary import RunSummary
+from recovery.rows import AfterRun, unit_key
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class AfterRun:
-    """`pending`: (stream, group) -> entries in its PEL; `dead_letters`: each dead-letter
-    stream's length (0 when it does not exist) and `dead_letter_ages`: its oldest dead
-    letter's age in seconds (absent when it has none), each listed once under its source
-    stream, or under its own name where several sources share it (``dlq_names.labels``);
-    `read_for`: the source streams whose dead-letter streams were all read; `job_consumers`
-    and `job_consumer_entries`: (stream, group) -> how many of the job's own consumers
-    (``<claim.consumer_prefix>-...``, any run's) still hold pending entries, and how many
-    entries they hold. A key whose read failed (the stream or group vanished, a permission
-    missing) is absent."""
-
-    pending: dict[tuple[str, str], int] = field(default_factory=dict)
-    dead_letters: dict[str, int] = field(default_factory=dict)
-    dead_letter_ages: dict[str, float] = field(default_factory=dict)
-    read_for: frozenset[str] = frozenset()
-    job_consumers: dict[tuple[str, str], int] = field(default_factory=dict)
-    job_consumer_entries: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 def read_after_run(client: redis.Redis, units: Iterable[tuple[str, str]],
@@ -105,8 +85,8 @@ def add_after_run(summary: RunSummary, client: redis.Redis, units: Iterable[tupl
         return
     summary.after = after
     summary.health_after = after_totals(after)
-    for unit in summary.units:
-        unit["pending_after"] = after.pending.get((unit["stream"], unit["group"]))
+    summary.units = [u.with_pending_after(after.pending.get(unit_key(u)))
+                     for u in summary.units]
 
 
 def after_totals(after: AfterRun) -> dict[str, Any]:

@@ -8,6 +8,8 @@ import json
 from dataclasses import asdict, fields, is_dataclass
 from typing import Any
 
+from recovery.rows import Row
+
 
 class JsonLine:
     """For dataclass summaries: ``json_line()``, every field as compact JSON, keys sorted
@@ -24,7 +26,10 @@ class JsonLine:
 
 
 def _nested(value: object) -> object:
-    """What json.dumps cannot encode itself: a dataclass instance, as its dict."""
+    """What json.dumps cannot encode itself: a typed row (``recovery.rows``) as the mapping
+    it is written as, another dataclass instance as its dict."""
+    if isinstance(value, Row):
+        return value.as_dict()
     if is_dataclass(value) and not isinstance(value, type):
         return asdict(value)
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")

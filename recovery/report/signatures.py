@@ -11,12 +11,11 @@ become one space. So "timeout after 3012 ms on order 88" and "timeout after 17 m
 
 from __future__ import annotations
 
-from typing import Any
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from recovery.report.signature_rules import SIGNATURE_RULES
+from recovery.rows import FailedErrors
 from recovery.schemas import Action
 
 TOP_FAILED_ERRORS = 10  # signatures of failed entries a run's summary lists at most
@@ -30,21 +29,21 @@ def signature(message: Column) -> Column:
     return F.trim(message)
 
 
-def failed_errors(report: DataFrame, top: int = TOP_FAILED_ERRORS) -> list[dict[str, Any]]:
+def failed_errors(report: DataFrame, top: int = TOP_FAILED_ERRORS) -> list[FailedErrors]:
     """The run's failed entries (REPORT rows with action ``failed``) by reason and error
-    signature, most first, at most `top`: ``{"reason", "signature", "entries", "example"}``
-    each (``example``: one of its error texts as written; ``signature`` null where the
-    entry has no error text). One Spark job over the run's report."""
+    signature, most first, at most `top` (``example``: one of its error texts as written;
+    ``signature`` None where the entry has no error text). One Spark job over the run's
+    report."""
     failed = report.where(F.col("action") == Action.FAILED.value)
     grouped = (failed.groupBy("reason", signature(F.col("error")).alias("signature"))
                .agg(F.count(F.lit(1)).alias("entries"), F.min("error").alias("example"))
                .orderBy(F.desc("entries"), "reason", "signature").limit(top))
-    return [row.asDict() for row in grouped.collect()]
+    return [FailedErrors(**row.asDict()) for row in grouped.collect()]
 
 
-def failed_warning(run_id: str, failed: int, errors: list[dict[str, Any]]) -> str:
+def failed_warning(run_id: str, failed: int, errors: list[FailedErrors]) -> str:
     """The WARNING line of a run whose entries failed: how many, and the first signatures
     with their counts (the summary's ``failed_errors`` has them all)."""
-    shown = "; ".join(f"{e['entries']:,} x {e['signature'] or e['reason']}" for e in errors[:3])
+    shown = "; ".join(f"{e.entries:,} x {e.signature or e.reason}" for e in errors[:3])
     return (f"run {run_id}: {failed:,} entries failed (they stay pending and are retried by "
             f"the next run, dead-lettered past claim.max_deliveries): {shown}")

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -43,13 +44,18 @@ from recovery.settings.metrics import MetricsSettings
 from recovery.settings.order import OrderSettings
 from recovery.settings.redis import RedisSettings, redacted_url
 from recovery.settings.redrive import RedriveSettings
+from recovery.settings.reprocess import (
+    HandlerReprocess,
+    Reprocess,
+    reprocess_fields,
+    setting_loc,
+)
 from recovery.settings.sections import (
     DeadLetterSettings,
     HandlerSettings,
     HousekeepingSettings,
     PlanSettings,
     ReportSettings,
-    ReprocessSettings,
     SparkSettings,
     StreamsSettings,
 )
@@ -70,7 +76,7 @@ class Settings(BaseSettings):
     claim: ClaimSettings = Field(default_factory=ClaimSettings)
     dead_letter: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
     handler: HandlerSettings = Field(default_factory=HandlerSettings)
-    reprocess: ReprocessSettings = Field(default_factory=ReprocessSettings)
+    reprocess: Reprocess = Field(default_factory=HandlerReprocess)  # one class per mode
     report: ReportSettings = Field(default_factory=ReportSettings)
     housekeeping: HousekeepingSettings = Field(default_factory=HousekeepingSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
@@ -97,7 +103,7 @@ class Settings(BaseSettings):
     def _dead_letters_apart(self) -> Settings:
         # Dead letters never go into a selected source or a requeue target (issue 60).
         clash = name_clash(self.dead_letter.names, self.streams.keys, self.streams.groups,
-                           self.reprocess.requeue_stream)
+                           self.reprocess.option("requeue_stream"))
         if clash is not None:
             raise ValueError(clash)
         return self
@@ -107,7 +113,7 @@ class Settings(BaseSettings):
         # Requeue appends copies that live consumers read in whatever order they read;
         # reassign gives entries to live consumers that may hold older ones of the key: the
         # job could not keep a key in order after it let go of its entries.
-        if self.order.ordered and self.reprocess.mode != "handler":
+        if self.order.ordered and not self.reprocess.keeps_key_order:
             raise ValueError(
                 f"order.key_field needs reprocess.mode = \"handler\" (it is "
                 f"{self.reprocess.mode!r}): a {self.reprocess.mode} hands entries to live "
@@ -176,9 +182,9 @@ def _refuse_unknown_sections_in_environment() -> None:
 def _one_underscore_for_two(name: str) -> str | None:
     """``RECOVERY_CLAIM__MIN_IDLE_MS`` for ``claim_min_idle_ms`` (a variable written with one
     ``_`` where two separate section and field: ignored by pydantic-settings), else None."""
-    for section, outer in Settings.model_fields.items():
+    for section in Settings.model_fields:
         field = name.removeprefix(f"{section}_")
-        if field != name and field in getattr(outer.annotation, "model_fields", {}):
+        if field != name and field in section_fields(section):
             return f"RECOVERY_{section}__{field}".upper()
     return None
 
@@ -190,6 +196,7 @@ def describe_validation_error(exc: ValidationError, overrides: dict[str, Any] | 
     environment variable when one is set for it, else the config file or the environment."""
     problems = []
     for err in exc.errors():
+        err["loc"] = setting_loc(err["loc"])
         loc = ".".join(str(p) for p in err["loc"]) or "config"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
@@ -223,9 +230,7 @@ def _nearest(loc: tuple[int | str, ...]) -> str:
     one (difflib); "" when none is close."""
     known: dict[str, Any] = dict(Settings.model_fields)
     if len(loc) == 2:
-        section = Settings.model_fields.get(str(loc[0]))
-        model = section.annotation if section is not None else None
-        known = dict(getattr(model, "model_fields", {}))
+        known = dict(section_fields(str(loc[0])))
         prefix = f"{loc[0]}."
     elif len(loc) == 1:
         prefix = ""
@@ -238,9 +243,7 @@ def _nearest(loc: tuple[int | str, ...]) -> str:
 def _field_default(section: str, name: str) -> tuple[bool, Any]:
     """(known, default) of ``section.name``; the default is PydanticUndefined for a field
     without one."""
-    outer = Settings.model_fields.get(section)
-    fields = getattr(outer.annotation, "model_fields", {}) if outer is not None else {}
-    field = fields.get(name)
+    field = section_fields(section).get(name)
     if field is None:
         return False, None
     return True, field.get_default(call_default_factory=True)
@@ -256,6 +259,15 @@ def _cannot_unset(loc: tuple[int | str, ...], msg: str) -> str:
     named = f" (default {json.dumps(default, default=str)})" if known else ""
     return (f"{msg}; an empty --set value unsets only an optional setting (default none), "
             f"and this one needs a value{named}: give one")
+
+
+def section_fields(section: str) -> dict[str, FieldInfo]:
+    """The keys of ``[section]`` and their fields (``reprocess``: every mode's); none for a
+    section the settings do not have."""
+    if section == "reprocess":
+        return reprocess_fields()
+    outer = Settings.model_fields.get(section)
+    return dict(getattr(outer.annotation, "model_fields", {})) if outer is not None else {}
 
 
 def effective_config(settings: Settings) -> dict[str, Any]:
@@ -287,8 +299,7 @@ def executor_params(settings: Settings, run_id: str, scheduler_run_id: str | Non
         handler_timeout_s=settings.handler.timeout_s,
         handler_dead_letter_exceptions=tuple(settings.handler.dead_letter_exceptions),
         reprocess_mode=settings.reprocess.mode,
-        requeue_stream=settings.reprocess.requeue_stream,
-        live_within_ms=settings.reprocess.live_within_ms,
+        mode_options=tuple(settings.reprocess.options().items()),
         delete_acked=settings.reprocess.delete_acked,
         consumer_prefix=settings.claim.consumer_prefix,
         backoff_factor=settings.claim.backoff_factor,

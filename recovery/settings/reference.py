@@ -25,10 +25,9 @@ import sys
 from pathlib import Path, PurePosixPath
 
 from annotated_types import Ge, Gt, Le, Lt
-from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from recovery.settings.model import Settings
+from recovery.settings.model import Settings, section_fields
 
 DOCUMENTS = ("README.md", "docs/CONFIGURATION.md", "docs/CLUSTER_TLS.md")
 COMMAND = ".venv/bin/python -m recovery.settings.reference"
@@ -38,16 +37,11 @@ LINK = re.compile(r"\]\((?P<target>[^)#:\s]+)(?P<anchor>#[^)\s]*)?\)")
 HEADER = "| setting | default | range | meaning |\n|---|---|---|---|\n"
 
 
-def fields(model: type[BaseModel] = Settings, prefix: str = "") -> dict[str, FieldInfo]:
-    """Every setting, ``section.field`` -> its field, in the model's order."""
-    found: dict[str, FieldInfo] = {}
-    for name, info in model.model_fields.items():
-        kind = info.annotation
-        if isinstance(kind, type) and issubclass(kind, BaseModel):
-            found |= fields(kind, f"{prefix}{name}.")
-        else:
-            found[prefix + name] = info
-    return found
+def fields() -> dict[str, FieldInfo]:
+    """Every setting, ``section.field`` -> its field, in the model's order (``reprocess``:
+    every mode's keys, ``recovery.settings.reprocess.reprocess_fields``)."""
+    return {f"{section}.{name}": info for section in Settings.model_fields
+            for name, info in section_fields(section).items()}
 
 
 def default_text(info: FieldInfo) -> str:

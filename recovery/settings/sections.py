@@ -1,5 +1,5 @@
 """The smaller sections of a recovery run's settings: streams, dead letter, handler,
-reprocess, report, housekeeping, spark and plan."""
+report, housekeeping, spark and plan (reprocess: ``recovery.settings.reprocess``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 
 from recovery.redis_io.dlq_names import DeadLetterNames, template_problem
-from recovery.schemas import Mode
 from recovery.settings.base import Section
 
 HANDLER_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -144,50 +143,6 @@ class HandlerSettings(Section):
                 "e.g. recovery.handlers:example_handler"
             )
         return path
-
-
-MODE_NAMES = tuple(mode.value for mode in Mode)
-REQUEUE_TEMPLATE = re.compile(r"^\{stream\}[^{}]*(\{group\}[^{}]*)?$")
-
-
-class ReprocessSettings(Section):
-    """How entries that are not dead-lettered are re-processed (README, "Re-processing"):
-    ``handler`` calls the handler; ``requeue`` appends each entry again, as a new message
-    with its deliveries so far, to its stream (or to ``requeue_stream``, a per-group retry
-    stream: ``{stream}`` then a suffix, which may hold ``{group}``) and acks the original;
-    ``reassign`` hands it to a live consumer of its group (XCLAIM), spread evenly.
-    ``delete_acked``: XACKDEL ... ACKED instead of XACK (Redis 8.2+)."""
-
-    mode: str = Field(Mode.HANDLER.value, description=(  # a schemas.Mode value
-        "`handler`, `requeue` or `reassign` (README, \"Re-processing without Python\")"))
-    requeue_stream: str | None = Field(None, description=(
-        "requeue into a per-group retry stream: `{stream}` then a suffix that may hold "
-        "`{group}`, e.g. `{stream}:retry:{group}`; none: the source stream (single-group "
-        "streams only)"))
-    live_within_ms: int = Field(60_000, gt=0, description=(
-        "reassign: a consumer seen within this many ms is live"))
-    delete_acked: bool = Field(False, description=(
-        "ack with `XACKDEL ... ACKED` after a hand-over, a dead-letter move and a requeue: "
-        "the entry is also deleted from its stream once no other consumer group references "
-        "it (Redis 8.2+; refused, exit 2, on a server without XACKDEL): "
-        "[docs/OPERATIONS.md](docs/OPERATIONS.md#deleting-what-every-group-has-acked)"))
-
-    @field_validator("mode", mode="before")
-    @classmethod
-    def _registered_mode(cls, mode: object) -> object:
-        if mode not in MODE_NAMES:
-            named = [repr(name) for name in MODE_NAMES]
-            raise ValueError(f"Input should be {', '.join(named[:-1])} or {named[-1]}")
-        return mode
-
-    @field_validator("requeue_stream")
-    @classmethod
-    def _template_shape(cls, template: str | None) -> str | None:
-        if template is not None and not REQUEUE_TEMPLATE.match(template):
-            raise ValueError(
-                f"{template!r} is not a retry stream name: start it with {{stream}} and add a "
-                "suffix that may hold {group}, e.g. {stream}:retry:{group}")
-        return template
 
 
 class ReportSettings(Section):

@@ -12,12 +12,8 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import redis
 
 from recovery.errors import DeadLetterNameError
-from recovery.params import RedisParams
 from recovery.redis_io.cluster import node_of
 from recovery.redis_io.commands import (
     HEAD_COMMANDS,
@@ -27,11 +23,12 @@ from recovery.redis_io.commands import (
     type_command,
 )
 from recovery.redis_io.dlq_names import DeadLetterNames, labels
-from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import info_rows, shown
+from recovery.rows import DeadLetterWarning, Skipped
 from recovery.settings.model import Settings
-from recovery.targets.keys import Skipped, sources_by_content, type_unless_denied
+from recovery.targets.keys import sources_by_content, type_unless_denied
 
 log = logging.getLogger(__name__)
 STATS_COMMANDS = 1 + HEAD_COMMANDS  # per dead-letter stream: TYPE, XLEN, XRANGE - + COUNT 1
@@ -70,21 +67,17 @@ class DeadLetterStream:
         return None if self.oldest_ms is None else round((now_ms - self.oldest_ms) / 1000, 3)
 
 
-def dead_letter_pairs(client: redis.Redis, settings: Settings, params: RedisParams,
-                      skipped: list[Skipped], groups: Sequence[str] = ()
-                      ) -> list[tuple[str, str]]:
+def dead_letter_pairs(conn: RedisConn, settings: Settings, skipped: list[Skipped],
+                      groups: Sequence[str] = ()) -> list[tuple[str, str]]:
     """(source stream, dead-letter stream) for every key ``streams.keys`` /
     ``streams.match`` select and each distinct dead-letter name of it (``dead_letter``
     settings); a key without a valid dead-letter name is added to `skipped`."""
-    return name_pairs(client, settings.dead_letter.names,
-                      list(sources_by_content(client, settings, params, skipped)), params,
-                      skipped,
-                      groups)
+    return name_pairs(conn, settings.dead_letter.names,
+                      list(sources_by_content(conn, settings, skipped)), skipped, groups)
 
 
-def name_pairs(client: redis.Redis, names: DeadLetterNames, sources: Sequence[str],
-               params: RedisParams, skipped: list[Skipped], groups: Sequence[str] = ()
-               ) -> list[tuple[str, str]]:
+def name_pairs(conn: RedisConn, names: DeadLetterNames, sources: Sequence[str],
+               skipped: list[Skipped], groups: Sequence[str] = ()) -> list[tuple[str, str]]:
     """(source, dead-letter stream) for each of `sources` and each distinct name `names`
     give it: one per source, or, for a name per group, one per group of the source (its
     XINFO GROUPS, pipelined, and the `groups` given: a redrive's filter names groups of a
@@ -98,8 +91,8 @@ def name_pairs(client: redis.Redis, names: DeadLetterNames, sources: Sequence[st
             skipped.append(Skipped(source, None, str(exc)))
     groups_of = {source: list(groups) for source in named}
     if names.per_group and named:
-        with redis_errors(params):
-            replies = stream_groups(client, named)
+        with conn.errors():
+            replies = stream_groups(conn.client, named)
         for source, reply in zip(named, replies, strict=True):
             found = [] if isinstance(reply, Exception) else [
                 shown(g["name"]) for g in info_rows(reply)]  # type: ignore[arg-type]
@@ -107,7 +100,7 @@ def name_pairs(client: redis.Redis, names: DeadLetterNames, sources: Sequence[st
     return [(s, key) for s in named for key in names.keys_of(s, groups_of[s])]
 
 
-def inspect_streams(client: redis.Redis, pairs: list[tuple[str, str]], params: RedisParams
+def inspect_streams(conn: RedisConn, pairs: list[tuple[str, str]]
                     ) -> list[DeadLetterStream]:
     """Type, length and oldest entry of each distinct dead-letter stream of `pairs`,
     pipelined. A key the ACL user may not access is of kind ``denied``; a refused command
@@ -117,31 +110,26 @@ def inspect_streams(client: redis.Redis, pairs: list[tuple[str, str]], params: R
     for source, key in pairs:
         sources.setdefault(key, []).append(source)
     commands = [c for key in label for c in (type_command(key), *head_commands(key))]
-    with redis_errors(params):
-        replies = each(client, commands)
+    with conn.errors():
+        replies = each(conn.client, commands)
     found = []
     for i, key in enumerate(label):
         reply, *head_replies = replies[i * STATS_COMMANDS : (i + 1) * STATS_COMMANDS]
-        kind = type_unless_denied(reply, params) or DENIED
+        kind = type_unless_denied(reply, conn) or DENIED
         if kind != "stream":
             found.append(DeadLetterStream(label[key], key, kind, sources=tuple(sources[key])))
             continue
-        head = stream_head(*head_replies)
-        if isinstance(head, Exception):
-            with redis_errors(params, key):
-                raise head
+        head = conn.checked(stream_head(*head_replies), key)
         found.append(DeadLetterStream(label[key], key, kind, head.length, head.oldest_ms,
-                                      node_of(client, key), tuple(sources[key])))
+                                      node_of(conn.client, key), tuple(sources[key])))
     return found
 
 
 def warnings_for(streams: list[DeadLetterStream], warn_length: int | None,
-                 warn_oldest_age_s: float | None, now_ms: int) -> list[dict[str, Any]]:
+                 warn_oldest_age_s: float | None, now_ms: int) -> list[DeadLetterWarning]:
     """One warning per threshold a dead-letter stream reaches (length at least `warn_length`
-    entries; oldest entry at least `warn_oldest_age_s` s old), each logged: dicts with
-    ``stream``, ``dead_letter_stream``, ``warning`` (``length`` or ``oldest_age``),
-    ``value`` and ``threshold``."""
-    found: list[dict[str, Any]] = []
+    entries; oldest entry at least `warn_oldest_age_s` s old), each logged."""
+    found: list[DeadLetterWarning] = []
     for s in streams:
         age = s.oldest_age_s(now_ms)
         if warn_length is not None and s.length >= warn_length:
@@ -151,11 +139,11 @@ def warnings_for(streams: list[DeadLetterStream], warn_length: int | None,
     return found
 
 
-def _warning(s: DeadLetterStream, what: str, value: float, threshold: float) -> dict[str, Any]:
+def _warning(s: DeadLetterStream, what: str, value: float, threshold: float
+             ) -> DeadLetterWarning:
     log.warning("dead-letter stream %s (of %s): %s %s reaches dead_letters.warn_%s %s",
                 s.key, s.source, what, value, what, threshold)
-    return {"stream": s.source, "dead_letter_stream": s.key, "warning": what, "value": value,
-            "threshold": threshold}
+    return DeadLetterWarning(s.source, s.key, what, value, threshold)
 
 
 def now_ms() -> int:
@@ -163,12 +151,11 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def dead_letter_warnings(client: redis.Redis, settings: Settings, params: RedisParams
-                         ) -> list[dict[str, Any]]:
+def dead_letter_warnings(conn: RedisConn, settings: Settings) -> list[DeadLetterWarning]:
     """The recovery run's check: the warnings of the dead-letter streams of every selected
     stream; nothing is read when no threshold is set."""
     d = settings.dead_letters
     if d.warn_length is None and d.warn_oldest_age_s is None:
         return []
-    streams = inspect_streams(client, dead_letter_pairs(client, settings, params, []), params)
+    streams = inspect_streams(conn, dead_letter_pairs(conn, settings, []))
     return warnings_for(streams, d.warn_length, d.warn_oldest_age_s, now_ms())

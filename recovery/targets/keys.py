@@ -5,12 +5,10 @@ streams left out), and why a key is left alone (:class:`Skipped`)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import redis
 
 from recovery.errors import ConfigError, DeadLetterNameError, UnsupportedServerError
-from recovery.params import RedisParams
 from recovery.redis_io.commands import (
     key_types,
     oldest_entries,
@@ -24,10 +22,11 @@ from recovery.redis_io.features import (
     check_may_run_xackdel,
     probe_features,
 )
-from recovery.redis_io.redis_conn import key_refused, no_such_key, redis_errors, wrong_type
+from recovery.redis_io.redis_conn import RedisConn, key_refused, no_such_key, wrong_type
 from recovery.redis_io.run_ids import is_registration
 from recovery.redis_io.split_cursors import is_split_key
 from recovery.redis_io.streams import scan_keys, server_version, shown
+from recovery.rows import Skipped
 from recovery.settings.model import Settings
 
 log = logging.getLogger(__name__)
@@ -37,20 +36,11 @@ NO_ACCESS = "the Redis user may not access this key (ACL key patterns): left alo
 NO_KEY = "no such key: fix streams.keys"
 
 
-@dataclass(frozen=True)
-class Skipped:
-    """A key or group the run leaves alone, and why (shown in the summary)."""
-
-    stream: str
-    group: str | None
-    reason: str
-
-
-def check_server(client: redis.Redis, params: RedisParams) -> tuple[int, int, int]:
+def check_server(conn: RedisConn) -> tuple[int, int, int]:
     """PING and version check; XAUTOCLAIM needs Redis 6.2+ (or Valkey)."""
-    with redis_errors(params):
-        client.ping()
-        version = server_version(client)
+    with conn.errors():
+        conn.client.ping()
+        version = server_version(conn.client)
     if version < MIN_VERSION:
         raise UnsupportedServerError(
             f"Redis {'.'.join(map(str, version))} has no XAUTOCLAIM: "
@@ -59,13 +49,12 @@ def check_server(client: redis.Redis, params: RedisParams) -> tuple[int, int, in
     return version
 
 
-def check_features(client: redis.Redis, settings: Settings, params: RedisParams
-                   ) -> ServerFeatures:
+def check_features(conn: RedisConn, settings: Settings) -> ServerFeatures:
     """What the server offers (``probe_features``: one round trip), and a ConfigError (exit
     2) for a setting it cannot honour: ``reprocess.delete_acked`` needs XACKDEL (Redis 8.2+).
     Before anything is written."""
-    with redis_errors(params):
-        features = probe_features(client)
+    with conn.errors():
+        features = probe_features(conn.client)
     if settings.reprocess.delete_acked and not features.xackdel:
         needs = "reprocess.delete_acked = true needs XACKDEL (Redis 8.2 or newer)"
         if features.asked:
@@ -75,14 +64,14 @@ def check_features(client: redis.Redis, settings: Settings, params: RedisParams
                           "Redis user may not run it, or COMMAND is renamed or disabled): "
                           "grant +command (docs/ACL.md line 7) or unset reprocess.delete_acked")
     if settings.reprocess.delete_acked:
-        with redis_errors(params):
-            check_may_run_xackdel(client)
+        with conn.errors():
+            check_may_run_xackdel(conn.client)
     return features
 
 
-def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
-                  skipped: list[Skipped], warnings: list[str] | None = None,
-                  undecided: set[str] | None = None) -> dict[str, bool]:
+def selected_keys(conn: RedisConn, settings: Settings, skipped: list[Skipped],
+                  warnings: list[str] | None = None, undecided: set[str] | None = None
+                  ) -> dict[str, bool]:
     """The keys ``streams.keys`` and ``streams.match`` select -> whether named explicitly:
     the explicit keys, then the SCAN MATCH hits in order; dead-letter streams left out (before
     any TYPE: the job's ACL user needs no read access to them), non-UTF-8 names skipped.
@@ -95,8 +84,8 @@ def selected_keys(client: redis.Redis, settings: Settings, params: RedisParams,
     sel, rule = settings.streams, settings.dead_letter.names
     names = dict.fromkeys(sel.keys, True)
     if sel.match:
-        with redis_errors(params):
-            found = sorted(scan_keys(client, sel.match, sel.scan_count))
+        with conn.errors():
+            found = sorted(scan_keys(conn.client, sel.match, sel.scan_count))
         for key in found:
             names.setdefault(key_text(key, skipped), False)
     selected = {}
@@ -185,24 +174,24 @@ def drop_dead_letter_streams(client: redis.Redis, settings: Settings,
     return dropped
 
 
-def sources_by_content(client: redis.Redis, settings: Settings, params: RedisParams,
-                       skipped: list[Skipped]) -> dict[str, bool]:
+def sources_by_content(conn: RedisConn, settings: Settings, skipped: list[Skipped]
+                       ) -> dict[str, bool]:
     """``selected_keys`` for the redrive and the dead-letter read: a key only the template's
     pattern names (``orders:v2`` under ``{stream}:{group}``) is left out when it holds
     letters (its oldest entry, and its newest where XINFO STREAM answers, carry the metadata
     block), else it is a source like any other; a missing or empty one stays a source (a
     redrive re-creates a source that is gone)."""
     undecided: set[str] = set()
-    selected = selected_keys(client, settings, params, skipped, None, undecided)
-    drop_other_types(client, selected, params, skipped)
+    selected = selected_keys(conn, settings, skipped, None, undecided)
+    drop_other_types(conn, selected, skipped)
     if not undecided:
         return selected
     checked = [key for key in selected if key in undecided]
-    with redis_errors(params):
-        oldest = oldest_entries(client, checked)
+    with conn.errors():
+        oldest = oldest_entries(conn.client, checked)
         lettered = [key for key, reply in zip(checked, oldest, strict=True)
                     if isinstance(reply, list) and reply and holds_letters(reply)]
-        newest = stream_infos(client, lettered)
+        newest = stream_infos(conn.client, lettered)
     for key, reply in zip(lettered, newest, strict=True):
         if newest_is_letter(reply):
             log.info("skip %s: it is a dead-letter stream", key)
@@ -210,8 +199,8 @@ def sources_by_content(client: redis.Redis, settings: Settings, params: RedisPar
     return selected
 
 
-def drop_other_types(client: redis.Redis, selected: dict[str, bool], params: RedisParams,
-                     skipped: list[Skipped]) -> None:
+def drop_other_types(conn: RedisConn, selected: dict[str, bool], skipped: list[Skipped]
+                     ) -> None:
     """Leave out of `selected` (``selected_keys``) the keys only ``streams.match`` found
     that hold another type than a stream (TYPE, pipelined), each with a `skipped` row as the
     recovery run's discovery gives it: they are no source, and have no dead letters. A key
@@ -219,8 +208,8 @@ def drop_other_types(client: redis.Redis, selected: dict[str, bool], params: Red
     matched = [key for key, explicit in selected.items() if not explicit]
     if not matched:
         return
-    with redis_errors(params):
-        kinds = key_types(client, matched)
+    with conn.errors():
+        kinds = key_types(conn.client, matched)
     for key, kind in zip(matched, kinds, strict=True):
         kind = kind.decode() if isinstance(kind, bytes) else kind
         if isinstance(kind, str) and kind not in ("stream", "none"):
@@ -345,21 +334,12 @@ def warn(warnings: list[str], message: str) -> None:
     warnings.append(message)
 
 
-def reply_or_raise(reply: object, params: RedisParams, stream: str | None = None,
-                    group: str | None = None) -> object:
-    """The reply, or its error raised as the job's typed error for that stream and group."""
-    if isinstance(reply, Exception):
-        with redis_errors(params, stream, group):
-            raise reply
-    return reply
-
-
-def type_unless_denied(reply: object, params: RedisParams) -> str | None:
+def type_unless_denied(reply: object, conn: RedisConn) -> str | None:
     """A TYPE reply as text; None when the ACL user may not access that key (SCAN lists every
     key, whatever the user's key patterns). A denied *command* still raises."""
     if key_refused(reply):
         return None
-    kind = reply_or_raise(reply, params)
+    kind = conn.checked(reply)
     return kind.decode() if isinstance(kind, bytes) else str(kind)
 
 

@@ -116,7 +116,7 @@ def measure(state: object, letters: int, repeats: int) -> dict[str, object]:
 
     from recovery.console.app import console_app
 
-    c = state.client  # type: ignore[attr-defined]
+    c = state.conn.client  # type: ignore[attr-defined]
     mid = BASE_MS + letters // 2
     window = LetterFilter(since_ms=mid, until_ms=mid + 60_000)
     reason = LetterFilter(reason="max-deliveries-exceeded")  # every fifth letter

@@ -21,6 +21,7 @@ from redis import Redis
 
 from recovery import __version__
 from recovery.settings.model import Settings
+from recovery.settings.model import section_fields as fields_of
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.testing.local_redis import LocalServer
 from tests.support.fault_tools import GROUP, ROOT, finished, job_args, run_in_process, spark_submit
@@ -51,11 +52,7 @@ def stuck(client: Redis, stream: str) -> None:
 
 def section_fields() -> dict[str, list[str]]:
     """Every settings section with its fields, from the model itself."""
-    sections = {}
-    for name, info in Settings.model_fields.items():
-        model = info.annotation
-        sections[name] = list(model.model_fields)  # type: ignore[union-attr]
-    return sections
+    return {name: list(fields_of(name)) for name in Settings.model_fields}
 
 
 def test_the_config_file_names_every_setting() -> None:

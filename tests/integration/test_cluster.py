@@ -24,7 +24,7 @@ from recovery.errors import ConfigError, RecoveryError
 from recovery.redis_io.cluster import StreamCluster, groups_by_node
 from recovery.redis_io.dlq_names import dead_letter_key, requeue_key
 from recovery.redis_io.error_codes import unit_vanished
-from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.redis_conn import RedisConn, connect
 from recovery.report.run_report import read_run
 from recovery.settings.model import load_settings, redis_params
 from tests.support.backlogs import HOUR_MS, Seeded, age_pending, seed
@@ -83,9 +83,9 @@ def normalised_states(rc: RedisCluster, seeded: Seeded) -> dict:
 def test_client_is_a_cluster_client_and_units_know_their_primary(cluster, rc, tmp_path):
     streams, _ = seed_everywhere(rc)
     settings = cluster_settings(cluster, tmp_path)
-    client = connect(redis_params(settings))
-    assert isinstance(client, StreamCluster)  # redis.cluster = "auto" found the cluster
-    units, skipped = discover(client, settings, redis_params(settings))
+    conn = RedisConn.open(redis_params(settings))
+    assert isinstance(conn.client, StreamCluster)  # redis.cluster = "auto" found the cluster
+    units, skipped = discover(conn, settings)
     assert {u.stream for u in units} == set(streams)
     assert {u.node for u in units} == {n.name for n in rc.get_primaries()}
     for unit in units:
@@ -95,7 +95,7 @@ def test_client_is_a_cluster_client_and_units_know_their_primary(cluster, rc, tm
                       for p in {q for _, q in parts}}
     assert len(nodes_per_part) == 4 and all(len(n) == 1 for n in nodes_per_part.values())
     assert {s.stream for s in skipped} == {"not-a-stream", NO_SAME_SLOT_NAME}
-    client.close()
+    conn.close()
 
 
 @pytest.mark.parametrize(("partitions", "parts"), [(1, [(["a1", "a2", "b1", "c1"], 1)]),
@@ -162,13 +162,9 @@ def test_consumer_clean_up_reads_each_groups_summary_once_on_its_primary(cluster
             rc.xgroup_createconsumer(stream, "g", consumer)
     rc.xgroup_destroy(streams[0], "g")
     params = redis_params(cluster_settings(cluster, tmp_path))
-    client = connect(params)
-    try:
+    with RedisConn.open(params) as conn:
         cleaned = clean_up_consumers(
-            client, [(s, "g", c) for s in streams for c in ("recovery-run-0", "recovery-old-0")],
-            params)
-    finally:
-        client.close()
+            conn, [(s, "g", c) for s in streams for c in ("recovery-run-0", "recovery-old-0")])
     assert cleaned.removed == len(streams) - 1
     assert unit_vanished(cleaned.summaries[(streams[0], "g")])  # type: ignore[arg-type]
     for stream in streams[1:]:
@@ -250,11 +246,11 @@ def test_cluster_false_against_a_cluster_fails_clearly(cluster, rc, tmp_path):
     settings = cluster_settings(cluster, tmp_path, "redis.cluster=false",
                                 "streams.keys=" + ",".join(streams))
     params = redis_params(settings)
-    client = connect(params)
-    assert not isinstance(client, RedisCluster)
+    conn = RedisConn.open(params)
+    assert not isinstance(conn.client, RedisCluster)
     with pytest.raises(RecoveryError, match=r"redirected a key to another node \(MOVED "
                                             r"\d+ 127\.0\.0\.1:\d+\): .*redis\.cluster"):
-        discover(client, settings, params)
+        discover(conn, settings)
 
 
 @pytest.mark.parametrize("mode", ["auto", "true"])

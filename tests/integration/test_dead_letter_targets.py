@@ -17,7 +17,7 @@ from redis import Redis
 from recovery.errors import TARGET_REFUSED
 from recovery.metrics.families import run_registry
 from recovery.metrics.recovery_run import recovery_facts
-from recovery.report.run_report import RunSummary
+from recovery.report.summary import RunSummary
 from recovery.settings.model import load_settings
 from recovery.testing.backlog import create_group, deliver, make_stuck
 from tests.support.backlogs import DEAD, HOUR_MS, age_pending

@@ -18,7 +18,7 @@ from recovery.driver.health import collect_health
 from recovery.driver.job import run
 from recovery.params import RedisParams
 from recovery.redis_io.dlq_names import DeadLetterNames
-from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.report.run_report import health_path, read_run, run_path
 from tests.support.backlogs import DEAD, LIVE, seed
 from tests.support.fault_tools import GROUP, job_args, run_in_process, seed_kinds, write_control
@@ -181,9 +181,9 @@ def test_consumer_clean_up_deletes_only_empty_consumers_whatever_the_call_batch(
         client.xgroup_createconsumer(stream, "g", consumer)
     targets = [("a", "g", "empty-1"), ("a", "nogroup", "x"), ("a", "g", "busy"),
                ("b", "g", "empty-2"), ("missing", "g", "y"), ("b", "g", "empty-3")]
-    conn = connect(RedisParams(url=server.url))
+    conn = RedisConn.open(RedisParams(url=server.url))
     try:
-        removed = discovery.clean_up_consumers(conn, targets, RedisParams(url=server.url)).removed
+        removed = discovery.clean_up_consumers(conn, targets).removed
     finally:
         conn.close()
     assert removed == 3
@@ -208,9 +208,9 @@ def test_health_reads_a_streams_lengths_once_for_all_its_groups(server, client):
     units = [discovery.WorkUnit(s, g, 2, None, None)
              for s, g in (("two", "g1"), ("two", "g2"), ("one", "g1"))]
     before = {c: command_calls(client, c) for c in ("xlen", "xinfo")}
-    conn = connect(RedisParams(url=server.url))
+    conn = RedisConn.open(RedisParams(url=server.url))
     try:
-        health = collect_health(conn, units, RedisParams(url=server.url), DeadLetterNames())
+        health = collect_health(conn, units, DeadLetterNames())
     finally:
         conn.close()
     after = {c: command_calls(client, c) for c in ("xlen", "xinfo")}
@@ -242,13 +242,13 @@ def test_discovery_reads_each_stream_once_and_the_health_shows_what_xinfo_would(
     client.xadd("{one}:dlq", {"x": "1"})
     time.sleep(0.05)
     params = RedisParams(url=server.url)
-    conn = connect(params)
+    conn = RedisConn.open(params)
     try:
         before = {c: command_calls(client, c) for c in ("xlen", "xinfo")}
-        units, _ = discovery.discover(conn, make_settings("streams.keys=two,one"), params)
-        full = collect_health(conn, units, params, DeadLetterNames())
+        units, _ = discovery.discover(conn, make_settings("streams.keys=two,one"))
+        full = collect_health(conn, units, DeadLetterNames())
         after = {c: command_calls(client, c) for c in ("xlen", "xinfo")}
-        unseen = collect_health(conn, [replace(u, seen=None) for u in units], params,
+        unseen = collect_health(conn, [replace(u, seen=None) for u in units],
                                 DeadLetterNames())
     finally:
         conn.close()
@@ -283,10 +283,9 @@ def test_a_first_key_that_is_no_stream_does_not_turn_the_one_read_off(
     client.xadd("s", {"n": "1"})
     client.xreadgroup("g", "w", {"s": ">"})
     params = RedisParams(url=server.url)
-    conn = connect(params)
+    conn = RedisConn.open(params)
     try:
-        units, skipped = discovery.discover(conn, make_settings(f"streams.keys={first},s"),
-                                            params)
+        units, skipped = discovery.discover(conn, make_settings(f"streams.keys={first},s"))
     finally:
         conn.close()
     assert [s.stream for s in skipped] == [first]

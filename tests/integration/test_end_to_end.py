@@ -17,6 +17,7 @@ from redis import Redis
 
 from recovery.driver.job import run
 from recovery.report.run_report import read_run
+from recovery.rows import Skipped
 from recovery.settings.model import Settings
 from tests.support.backlogs import HOUR_MS, LIVE, Seeded, age_pending, seed
 from tests.support.handlers import CHECKSUM, checksum
@@ -67,8 +68,8 @@ def test_recovers_every_entry_exactly_once(spark, client, make_settings):
         [(*k, a) for k, a in seeded.action.items()], ACTION_SCHEMA)
     actual = report.select("stream", "group", "id", "action")
     assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
-    assert summary.skipped == [{"stream": "not-a-stream", "group": None,
-                                "reason": "not a stream (type string): left alone"}]
+    assert summary.skipped == [Skipped("not-a-stream", None,
+                                       "not a stream (type string): left alone")]
     assert summary.totals["reprocessed"] == 120 * 4
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,8 @@ from recovery.metrics.families import (
 )
 from recovery.metrics.push import push_metrics, series_count
 from recovery.metrics.recovery_run import push_recovery_metrics
-from recovery.report.after_run import AfterRun
-from recovery.report.run_report import RunSummary
+from recovery.report.summary import RunSummary
+from recovery.rows import AfterRun, HealthRow, UnitCounts
 from recovery.settings.metrics import MetricsSettings
 from recovery.settings.model import load_settings
 from recovery.testing.local_redis import LocalServer, free_port
@@ -67,10 +68,11 @@ def guarded_pushgateway() -> Iterator[LocalPushgateway]:
 def facts(status: str = "ok", units: int = 2, pending: int = 3) -> RunFacts:
     """A run's facts over `units` streams with one group each, `pending` entries in unit 0
     and one fewer in each next unit (at least 0)."""
-    health = [{"stream": f"s{i}", "group": "g", "pending": 0, "lag": i if i % 2 else None,
-               "oldest_idle_ms": 1000 * (i + 1), "dead_letter_length": i} for i in range(units)]
-    rows = [{"stream": f"s{i}", "group": "g", "reprocessed": i, "dead_lettered": 1,
-             "failed": 0} for i in range(units)]
+    health = [HealthRow(f"s{i}", "g", length=0, lag=i if i % 2 else None, pending=0,
+                        oldest_idle_ms=1000 * (i + 1), dead_letter_length=i)
+              for i in range(units)]
+    rows = [UnitCounts(f"s{i}", "g", {"reprocessed": i, "dead_lettered": 1, "failed": 0},
+                       total=i + 1) for i in range(units)]
     after = AfterRun({(f"s{i}", "g"): max(pending - i, 0) for i in range(units)},
                      {f"s{i}": 10 + i for i in range(units)})
     return RunFacts(status, 0 if status != "failed" else 1, 1_700_000_000.0, 12.5,
@@ -350,8 +352,8 @@ def test_delivery_buckets_and_job_consumers_stay_bounded() -> None:
     """The PEL's delivery-count buckets and the job's consumers left behind, per unit of its
     own, summed into the (other) unit for the rest; bucket labels are the histogram's."""
     run = facts(units=5, pending=10)
-    for i, h in enumerate(run.health):
-        h["deliveries"] = {"1": 10 - i, "6-10": i}
+    run = replace(run, health=[replace(h, deliveries=(("1", 10 - i), ("6-10", i)))
+                               for i, h in enumerate(run.health)])
     run.after.job_consumers.update({(f"s{i}", "g"): 1 for i in range(5)})
     run.after.job_consumer_entries.update({(f"s{i}", "g"): i for i in range(5)})
     registry = run_registry(run, max_units=2)
@@ -371,8 +373,7 @@ def test_a_group_with_nothing_pending_shows_zero_and_ages_come_from_after() -> N
     """A group the run found with nothing pending: pending 0 and oldest idle 0 (not absent:
     a dashboard shows 0, not the last value); dead letters' ages read after the run."""
     run = RunFacts("ok", 0, 0.0, 1.0, health=[
-        {"stream": "quiet", "group": "g", "pending": 0, "lag": 0, "oldest_idle_ms": None,
-         "deliveries": {}, "dead_letter_length": 0}],
+        HealthRow("quiet", "g", length=0, lag=0, pending=0, dead_letter_length=0)],
         after=AfterRun({("quiet", "g"): 0}, {"quiet": 3}, {"quiet": 42.5},
                        {("quiet", "g"): 0}, {("quiet", "g"): 0}))
     registry = run_registry(run, max_units=10)

@@ -27,7 +27,7 @@ from recovery.metrics.recovery_run import recovery_facts
 from recovery.params import OrderParams
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.streams import stream_id_key
-from recovery.report.run_report import RunSummary
+from recovery.report.summary import RunSummary
 from recovery.settings.model import load_settings
 from tests.support.backlogs import DEAD, HOUR_MS
 from tests.support.cluster_fixtures import keys_on_every_primary

@@ -51,10 +51,12 @@ def test_reassign_spreads_entries_over_live_consumers_only(spark, server, tmp_pa
     for key, kind in seeded.items():
         (row,) = rows[key]
         if kind == "ok":
-            assert (row["action"], row["reassigned_to"]) == \
-                ("reassigned", owners[key[2]].consumer)
+            assert (row["action"], row["reassigned_to"], row["outcome"]) == \
+                ("reassigned", owners[key[2]].consumer, owners[key[2]].consumer)
         else:
-            assert row["action"] == "dead_lettered"
+            assert (row["action"], row["reassigned_to"], row["outcome"]) == \
+                ("dead_lettered", None, None)
+        assert row["requeued_id"] is None
     assert result.summary["totals"]["reassigned"] == 20
 
     # The application reads its own pending entries (ID 0) and sees them, fields intact.

@@ -55,6 +55,8 @@ def test_requeue_appends_one_copy_per_entry_and_acks_the_original(spark, server,
                            "deleted": "deleted"}[v] for k, v in seeded.items()}
     assert {r[0]["requeued_id"] for k, r in rows.items() if seeded[k] == "ok"} == \
         {copy_id for copy_id, _ in made.values()}
+    assert all(r[0]["outcome"] == r[0]["requeued_id"] and r[0]["reassigned_to"] is None
+               for r in rows.values()), "the copy's ID in outcome too, nothing else"
     assert result.summary["totals"]["requeued"] == 30
 
 

@@ -2,8 +2,8 @@
 script the job runs: the server's error code is found wherever the server put it.
 
 Redis 6.2 wraps an error raised by ``redis.call`` in a script (``Error running script (call
-to f_<sha>): @user_script:25: NOGROUP ...``); 7.0+ and Valkey keep the code first. The codes
-are read from real replies of each server here; then whole runs on Redis 6.2 and 7.0 lose a
+to f_<sha>): @user_script:25: NOGROUP ...``); 7.0+ and Valkey keep the code first (the codes
+of real replies: tests/unit/redis_io/test_error_codes.py). Whole runs on Redis 6.2 and 7.0 lose a
 group at the moment each script meets it (the backoff claim, the requeue, the lease renewal,
 the reassignment) and must skip that unit, succeed, and leave nothing of the surviving one
 on the job's consumer.
@@ -16,15 +16,12 @@ from typing import Any, TypeVar
 
 import pytest
 from redis import Redis
-from redis.exceptions import NoScriptError, ResponseError
 
 from recovery.executor.claimed import Claimed
 from recovery.executor.handover.ready import ready
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import Unit
-from recovery.redis_io.error_codes import error_code, server_text, unit_vanished
-from recovery.redis_io.redis_conn import connect, wrong_type
-from recovery.redis_io.round_trips import each
+from recovery.redis_io.redis_conn import connect
 from recovery.redis_io.scripts import scripts_for
 from recovery.settings.model import executor_params
 from recovery.testing.local_redis import LocalServer
@@ -42,7 +39,6 @@ from tests.support.fault_tools import (
     write_control,
 )
 from tests.support.invariants import final_states, pel
-from tests.support.servers import SCRIPT_ERRORS_KEEP_THEIR_CODE, has
 
 # --- entries claimed by ID only, found gone at the hand-over -------------------------------
 
@@ -94,111 +90,6 @@ def test_entries_claimed_by_id_and_then_gone_are_deleted_only_while_their_unit_e
         assert rb.action[1:3] == ["skipped", "skipped"], rb.action
         assert all("vanished" in str(reason) for reason in rb.reason[1:3]), rb.reason
         assert client.xlen("s") == n - 2 and client.xinfo_groups("s") == []
-
-
-# --- the classifier, on replies captured from the real servers ------------------------------
-
-NOGROUP_IN_SCRIPT = "return redis.call('XAUTOCLAIM', KEYS[1], 'nogroup', 'c', 0, '0-0')"
-WRONGTYPE_IN_SCRIPT = "return redis.call('XPENDING', KEYS[1], 'g', '-', '+', 10)"
-BUSYGROUP_IN_SCRIPT = "return redis.call('XGROUP', 'CREATE', KEYS[1], 'g', '0')"
-
-
-def _error(call: Any) -> Exception:
-    """The error `call()` raised (the test fails if it raised none)."""
-    try:
-        call()
-    except Exception as exc:  # any error is what is being captured
-        return exc
-    raise AssertionError("no error")
-
-
-def captured(client: Redis) -> dict[str, Exception]:
-    """Errors of the real server: inside scripts, plain, pipelined, and redis-py's own."""
-    client.xadd("s", {"a": 1})
-    client.xgroup_create("s", "g", "0")
-    client.set("str", "x")
-    pipe = client.pipeline(transaction=False)
-    pipe.eval(NOGROUP_IN_SCRIPT, 1, "s")
-    return {
-        "script NOGROUP": _error(lambda: client.eval(NOGROUP_IN_SCRIPT, 1, "s")),
-        "script NOGROUP no key": _error(lambda: client.eval(NOGROUP_IN_SCRIPT, 1, "none")),
-        "script WRONGTYPE": _error(lambda: client.eval(WRONGTYPE_IN_SCRIPT, 1, "str")),
-        "script BUSYGROUP": _error(lambda: client.eval(BUSYGROUP_IN_SCRIPT, 1, "s")),
-        "plain NOGROUP": _error(lambda: client.xautoclaim("s", "nogroup", "c", 0)),
-        "plain WRONGTYPE": _error(lambda: client.xautoclaim("str", "g", "c", 0)),
-        "plain BUSYGROUP": _error(lambda: client.xgroup_create("s", "g", "0")),
-        "NOSCRIPT": _error(lambda: client.evalsha("0" * 40, 0)),
-        "pipelined script NOGROUP": _error(pipe.execute),
-        "each script NOGROUP": each(client, [("EVAL", NOGROUP_IN_SCRIPT, 1, "s")])[0],
-        "no such key": each(client, [("XINFO", "STREAM", "none")])[0],
-    }
-
-
-EXPECTED_CODES = {
-    "script NOGROUP": "NOGROUP", "script NOGROUP no key": "NOGROUP",
-    "script WRONGTYPE": "WRONGTYPE", "script BUSYGROUP": "BUSYGROUP",
-    "plain NOGROUP": "NOGROUP", "plain WRONGTYPE": "WRONGTYPE", "plain BUSYGROUP": "BUSYGROUP",
-    "NOSCRIPT": "NOSCRIPT", "pipelined script NOGROUP": "NOGROUP",
-    "each script NOGROUP": "NOGROUP", "no such key": "ERR",
-}
-
-
-def test_error_codes_of_real_replies_wherever_the_server_put_them(server: LocalServer):
-    """Redis 7.0, Valkey 8.1 and Redis 6.2 (whose script errors start with 'Error running
-    script'): every captured reply gets its code, and a vanished unit is told apart."""
-    client = server.client()
-    errors = captured(client)
-    wrapped = server_text(errors["script NOGROUP"])
-    if has(client, SCRIPT_ERRORS_KEEP_THEIR_CODE):
-        assert wrapped.startswith("NOGROUP "), wrapped
-    else:  # the shape at issue
-        assert wrapped.startswith("Error running script (call to"), wrapped
-    assert {name: error_code(exc) for name, exc in errors.items()} == EXPECTED_CODES, \
-        {name: str(exc) for name, exc in errors.items()}
-    assert isinstance(errors["NOSCRIPT"], NoScriptError)
-    vanished = {name for name, exc in errors.items() if unit_vanished(exc)}
-    assert vanished == {"script NOGROUP", "script NOGROUP no key", "script WRONGTYPE",
-                        "plain NOGROUP", "plain WRONGTYPE", "pipelined script NOGROUP",
-                        "each script NOGROUP"}
-    assert {n for n, exc in errors.items() if wrong_type(exc)} == \
-        {"script WRONGTYPE", "plain WRONGTYPE"}
-
-
-@pytest.mark.parametrize(("text", "code"), [
-    ("", "ERR"),
-    ("   ", "ERR"),
-    ("no such key", "ERR"),
-    ("Error running script (call to f_", "ERR"),
-    ("Error running script (call to f_abc): @user_script:1: ", "ERR"),
-    ("Error running script (call to f_abc): @user_script:?: NOGROUP x", "NOGROUP"),
-    ("Error running script (call to f_abc): @user_script:1: @user_script: 1: The user "
-     "executing the script can't run this command or subcommand", "ERR"),
-    ("ERR Error running script (call to f_abc): @user_script:25: WRONGTYPE Operation", "WRONGTYPE"),
-    ("Command # 3 (EVALSHA abc 1 s) of pipeline caused error: Error running script (call to "
-     "f_abc): @user_script:25: NOGROUP No such key 's'", "NOGROUP"),
-    ("Command # 1 (X) of pipeline caused error: BUSYGROUP Consumer Group name already exists",
-     "BUSYGROUP"),
-    ("nogroup lower case is not a code", "ERR"),
-    ("NOGROUP\nsecond line", "NOGROUP"),
-    ("\udcff\x00 \u00e9", "ERR"),
-    ("Error running script " * 10_000, "ERR"),
-    ("A", "ERR"),
-])
-def test_error_code_of_a_text_of_any_shape_never_raises(text: str, code: str):
-    assert error_code(ResponseError(text)) == code
-    assert error_code(text) == code
-
-
-def test_error_code_reads_the_code_redis_py_took_off_and_odd_exceptions():
-    assert error_code(ResponseError("no matching script", status_code="NOSCRIPT")) == "NOSCRIPT"
-    assert error_code(ResponseError("Error running script (call to f_a): @user_script:2: "
-                                    "NOGROUP x", status_code="ERR")) == "NOGROUP"
-    assert error_code(ResponseError()) == "ERR"
-    assert error_code(ResponseError(b"\xffNOGROUP", 3)) == "ERR"
-    assert error_code(ValueError(None)) == "ERR"
-    assert error_code(b"WRONGTYPE Operation") == "WRONGTYPE"
-    assert error_code(None) == "ERR"
-    assert not unit_vanished(ValueError("NOGROUP not a server reply"))
 
 
 # --- whole runs: a group destroyed at the moment a script meets it --------------------------

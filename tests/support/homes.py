@@ -31,29 +31,23 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/console/act.py": ("tests/unit/console/test_app.py", "through recovery.console.app"),
     "recovery/console/audit.py":
         ("tests/unit/console/test_users.py", "through recovery.console.serve"),
-    "recovery/console/browse.py": ("tests/unit/console/test_app.py", "imports it"),
     "recovery/console/counts.py":
         ("tests/unit/console/test_users.py", "through recovery.console.state"),
     "recovery/console/guard.py": ("tests/unit/console/test_app.py", "through recovery.console.app"),
-    "recovery/console/letters.py": ("tests/unit/console/test_app.py", "imports it"),
+    "recovery/console/letters.py": ("tests/unit/console/test_browse.py", "imports it"),
     "recovery/console/links.py": ("tests/unit/console/test_app.py", "through recovery.console.app"),
-    "recovery/console/moves.py": ("tests/unit/console/test_app.py", "imports it"),
     "recovery/console/overview.py":
         ("tests/unit/console/test_app.py", "through recovery.console.pages"),
     "recovery/console/pages.py": ("tests/unit/console/test_app.py", "through recovery.console.app"),
     "recovery/console/queries.py":
         ("tests/unit/console/test_app.py", "through recovery.console.act"),
-    "recovery/console/serve.py": ("tests/unit/console/test_users.py", "imports it"),
     "recovery/console/sessions.py":
         ("tests/unit/console/test_users.py", "through recovery.console.state"),
     "recovery/console/state.py": ("tests/unit/console/test_users.py", "imports it"),
     "recovery/console/tasks.py":
         ("tests/unit/console/test_users.py", "through recovery.console.state"),
-    "recovery/counts.py": ("tests/integration/test_odd_fields.py", "imports it"),
     "recovery/dead_letters/report.py": ("tests/unit/dead_letters/test_read.py", "imports it"),
-    "recovery/dead_letters/run.py": ("tests/unit/dead_letters/test_retention.py", "imports it"),
     "recovery/dead_letters/trend.py": ("tests/unit/dead_letters/test_read.py", "imports it"),
-    "recovery/dead_letters/views.py": ("tests/unit/dead_letters/test_read.py", "imports it"),
     "recovery/driver/handler_choice.py":
         ("tests/integration/test_end_to_end.py", "through recovery.driver.job"),
     "recovery/driver/health.py": ("tests/unit/driver/progress/test_reporter.py", "imports it"),
@@ -73,8 +67,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/driver/progress/state.py":
         ("tests/unit/driver/progress/test_reporter.py", "imports it"),
     "recovery/driver/run_ids.py": ("tests/unit/driver/test_plan.py", "through recovery.driver.job"),
-    "recovery/errors.py": ("tests/unit/spark/test_tasks.py", "imports it"),
-    "recovery/executor/claim/backoff.py": ("tests/unit/executor/claim/test_loop.py", "imports it"),
     "recovery/executor/claim/by_plan.py": ("tests/unit/driver/test_plan.py", "imports it"),
     "recovery/executor/claim/gather.py":
         ("tests/unit/executor/claim/test_first_steps.py", "imports it"),
@@ -105,9 +97,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
         ("tests/integration/test_order.py", "through recovery.executor.ordered"),
     "recovery/executor/handover/ready.py":
         ("tests/integration/test_vanished_units.py", "imports it"),
-    "recovery/executor/handover/routed.py": ("tests/unit/executor/test_packing.py", "imports it"),
-    "recovery/executor/histogram.py":
-        ("tests/unit/executor/claim/test_first_steps.py", "imports it"),
     "recovery/executor/ordered.py": ("tests/integration/test_order.py", "imports it"),
     "recovery/executor/survey.py": ("tests/unit/executor/test_tally.py", "imports it"),
     "recovery/jobs/dead_letters.py": ("tests/unit/jobs/test_entry_points.py", "imports it"),
@@ -123,18 +112,13 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/metrics/recovery_run.py":
         ("tests/integration/test_dead_letter_targets.py", "imports it"),
     "recovery/params.py": ("tests/unit/test_schemas.py", "imports it"),
-    "recovery/redis_io/acl_errors.py":
-        ("tests/integration/attacks/test_attack_hold.py", "imports it"),
-    "recovery/redis_io/autoclaim.py": ("tests/unit/executor/claim/test_loop.py", "imports it"),
     "recovery/redis_io/claim_due.py":
         ("tests/unit/executor/claim/test_shared_claim.py", "through recovery.executor.claim.loop"),
     "recovery/redis_io/cluster.py": ("tests/unit/redis_io/test_tls.py", "imports it"),
-    "recovery/redis_io/error_codes.py":
-        ("tests/unit/executor/handover/test_dead_letter_batch.py", "imports it"),
     "recovery/redis_io/features.py":
         ("tests/integration/attacks/test_attack_delete_acked.py", "imports it"),
     "recovery/redis_io/held_keys.py": ("tests/unit/redis_io/test_key_holds.py", "imports it"),
-    "recovery/redis_io/letters.py": ("tests/unit/console/test_app.py", "imports it"),
+    "recovery/redis_io/letters.py": ("tests/unit/console/test_moves.py", "imports it"),
     "recovery/redis_io/redis_conn.py": ("tests/unit/redis_io/test_round_trips.py", "imports it"),
     "recovery/redis_io/redrive.py":
         ("tests/unit/redrive/test_run.py", "through recovery.redrive.run"),
@@ -142,18 +126,16 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/redis_io/split_cursors.py": ("tests/unit/redis_io/test_run_ids.py", "imports it"),
     "recovery/redis_io/stream_full.py":
         ("tests/unit/redis_io/test_run_ids.py", "through recovery.driver.discovery"),
-    "recovery/redis_io/streams.py": ("tests/unit/redis_io/test_round_trips.py", "imports it"),
-    "recovery/redis_io/tls_errors.py":
-        ("tests/unit/redis_io/test_round_trips.py", "through recovery.redis_io.redis_conn"),
     "recovery/redis_io/trim.py":
         ("tests/unit/dead_letters/test_retention_letters.py", "imports it"),
-    "recovery/report/after_run.py": ("tests/integration/test_metrics.py", "imports it"),
+    "recovery/report/after_run.py":
+        ("tests/integration/test_metrics.py", "through recovery.metrics.recovery_run"),
     "recovery/report/json_line.py":
-        ("tests/unit/report/test_worker_files.py", "through recovery.report.run_report"),
+        ("tests/unit/report/test_summary.py", "through recovery.report.summary"),
     "recovery/report/run_report.py": ("tests/unit/report/test_worker_files.py", "imports it"),
     "recovery/report/signature_rules.py": ("tests/unit/report/test_signatures.py", "imports it"),
     "recovery/report/wording.py":
-        ("tests/unit/report/test_worker_files.py", "through recovery.report.run_report"),
+        ("tests/unit/report/test_summary.py", "through recovery.report.summary"),
     "recovery/settings/base.py":
         ("tests/unit/settings/test_model.py", "through recovery.settings.redis"),
     "recovery/settings/claim.py":
@@ -167,12 +149,11 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/settings/redrive.py":
         ("tests/unit/settings/test_model.py", "through recovery.settings.model"),
     "recovery/settings/reference.py": ("tests/unit/test_docs_truth.py", "imports it"),
-    "recovery/settings/sections.py": ("tests/unit/executor/handover/test_modes.py", "imports it"),
-    "recovery/spark/errors.py": ("tests/unit/redis_io/test_tls.py", "through recovery.driver.job"),
+    "recovery/settings/sections.py":
+        ("tests/unit/settings/test_model.py", "through recovery.settings.model"),
     "recovery/spark/session.py": ("tests/unit/spark/test_local.py", "imports it"),
     "recovery/starter/__init__.py": ("tests/unit/jobs/test_init.py", "imports it"),
     "recovery/targets/dead_letter_streams.py":
-        ("tests/unit/dead_letters/test_read.py", "imports it"),
-    "recovery/targets/keys.py": ("tests/unit/redis_io/test_dlq_names.py", "imports it"),
+        ("tests/unit/dead_letters/test_run.py", "imports it"),
     "recovery/testing/backlog.py": ("tests/unit/jobs/test_in_process.py", "imports it"),
 }

@@ -43,6 +43,7 @@ FLOORS = (
     "recovery.errors",        # typed errors and their exit codes
     "recovery.counts",        # counts read from outside, parsed defensively
     "recovery.params",        # what travels from the driver to the executors
+    "recovery.rows",          # the typed rows health, report, progress and metrics share
     "recovery.schemas",       # the Spark schemas and Arrow types of every DataFrame
     "recovery.handlers",      # the handler contract and the example handlers
     "recovery.redis_io",      # Redis: connections, commands, round trips, Lua scripts

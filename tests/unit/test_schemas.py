@@ -18,6 +18,7 @@ from recovery.executor.handover.routed import RoutedBatch
 from recovery.executor.survey import _plan_row
 from recovery.params import JobParams, RedisParams, Unit
 from recovery.schemas import (
+    OUTCOME_COLUMNS,
     REPORT,
     REPORT_ARROW,
     ReportRow,
@@ -47,7 +48,11 @@ def test_the_row_is_the_schema_by_name_type_and_nullability():
         assert (f.name, SPARK_TYPE[base], nullable) == (f.name, f.dataType, f.nullable)
 
 
-def test_the_hand_over_fills_each_column_from_its_own_name():
+@pytest.mark.parametrize("mode_columns", [(), ("requeued_id",), ("reassigned_to",)])
+def test_the_hand_over_fills_each_column_from_its_own_name(mode_columns):
+    """The outcome goes in `outcome` and in the mode's own columns of OUTCOME_COLUMNS (the
+    requeue mode's `requeued_id`, the reassign mode's `reassigned_to`), none other."""
+    assert OUTCOME_COLUMNS == ("requeued_id", "reassigned_to")
     values = _own_values()
     claimed = Claimed.of_unit(Unit(str(values["stream"]), str(values["group"]), "c"),
                               [str(values["id"])], [False], [str(values["previous_consumer"])],
@@ -55,13 +60,15 @@ def test_the_hand_over_fills_each_column_from_its_own_name():
                               [values["delivery_count"]])  # type: ignore[list-item]
     rb = RoutedBatch(claimed, max_deliveries=1000)
     rb.set(0, **{name: values[name] for name in ("action", "reason", "error",  # type: ignore[arg-type]
-                                                  "dead_letter_id", "requeued_id",
-                                                  "reassigned_to", "entry_deleted")})
-    batch = rb.report()
+                                                  "dead_letter_id", "outcome",
+                                                  "entry_deleted")})
+    batch = rb.report(mode_columns)
     assert batch.schema == REPORT_ARROW
-    assert batch.to_pylist() == [{**values, "scheduler_run_id": None}]  # the writers' column
+    expected = values | {name: values["outcome"] if name in mode_columns else None
+                         for name in OUTCOME_COLUMNS}
+    assert batch.to_pylist() == [{**expected, "scheduler_run_id": None}]  # the writers' column
     assert stamped(batch, "airflow-run").to_pylist() == \
-        [{**values, "scheduler_run_id": "airflow-run"}]
+        [{**expected, "scheduler_run_id": "airflow-run"}]
 
 
 def test_the_dry_run_fills_each_column_from_its_own_name():
@@ -74,7 +81,7 @@ def test_the_dry_run_fills_each_column_from_its_own_name():
         "stream": "s", "group": "g", "id": "1-0", "previous_consumer": "owner",
         "delivery_count": 3, "idle_ms": 7, "action": "would_reprocess", "reason": None,
         "error": None, "dead_letter_id": None, "requeued_id": None, "reassigned_to": None,
-        "entry_deleted": None, "scheduler_run_id": None}]
+        "entry_deleted": None, "outcome": None, "scheduler_run_id": None}]
 
 
 def test_rows_and_columns_build_the_same_batch():

@@ -18,6 +18,7 @@ from recovery.redis_io.dlq_names import DeadLetterNames
 from recovery.redis_io.error_codes import unit_vanished
 from recovery.redis_io.redis_conn import server_text
 from recovery.redis_io.streams import shown
+from recovery.rows import HealthRow, unit_key
 
 
 @dataclass(frozen=True)
@@ -154,13 +155,13 @@ def _usable(summary: object) -> bool:
     return not isinstance(summary, Exception) or unit_vanished(summary)
 
 
-def health_reading(units: Sequence[WorkUnit], health: Sequence[dict[str, Any]],
+def health_reading(units: Sequence[WorkUnit], health: Sequence[HealthRow],
                    dlq_keys: Sequence[str | None], stem: str) -> Reading:
     """The group health as found before a run (``recovery.driver.health`` rows: ``pending``,
     ``consumers`` with their ``pending``, ``dead_letter_length``) as a Reading, so the progress
     baseline costs no reads of its own. A unit without a health row (vanished since
     discovery) is None; a dead-letter length the health read could not see, None."""
-    by_unit = {(h["stream"], h["group"]): h for h in health}
+    by_unit = {unit_key(h): h for h in health}
     states: list[UnitState | None] = []
     dead: dict[str, int | None] = {}
     for unit, key in zip(units, dlq_keys, strict=True):
@@ -168,10 +169,10 @@ def health_reading(units: Sequence[WorkUnit], health: Sequence[dict[str, Any]],
         if row is None:
             states.append(None)
             continue
-        held = sum(c["pending"] for c in row["consumers"] if is_job_consumer(c["name"], stem))
-        states.append(UnitState(int(row["pending"]), held))
+        held = sum(c.pending for c in row.consumers if is_job_consumer(c.name, stem))
+        states.append(UnitState(row.pending, held))
         if key:
-            dead[key] = row["dead_letter_length"]
+            dead[key] = row.dead_letter_length
     return Reading(states, dead, [])
 
 

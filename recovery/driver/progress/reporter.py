@@ -70,9 +70,7 @@ import time
 from collections.abc import Mapping, Sequence
 from functools import partial
 from types import TracebackType
-from typing import Any, NamedTuple
-
-import redis
+from typing import NamedTuple
 
 from recovery.driver.discovery import WorkUnit, job_consumer_stem
 from recovery.driver.progress.frontier import Frontier
@@ -87,10 +85,10 @@ from recovery.driver.progress.read import (
 )
 from recovery.driver.progress.state import ProgressState
 from recovery.errors import RecoveryError
-from recovery.params import RedisParams
 from recovery.redis_io.dlq_names import DeadLetterNames
-from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.report.wording import plural, some_names
+from recovery.rows import HealthRow
 
 log = logging.getLogger(__package__)  # "recovery.driver.progress"
 UNITS_PER_TICK = 5_000  # units a tick reads at most (the final reading reads all)
@@ -121,10 +119,10 @@ Outcome = tuple[Reading | None, str, Partial | None]
 class ProgressReporter:
     """Logs a run's progress every `interval_s` seconds while the ``with`` block runs.
 
-    ``with ProgressReporter(client, units, dlq_names, consumer_prefix, run_id, interval_s,
-    params): run_the_stages()``. `client` from ``recovery.redis_io.redis_conn.connect`` (raw
-    XPENDING replies; standalone or cluster; thread-safe, so the driver may go on using it);
-    `units` from ``recovery.driver.discovery.discover``; `params` only words error messages;
+    ``with ProgressReporter(conn, units, dlq_names, consumer_prefix, run_id, interval_s):
+    run_the_stages()``. `conn` from ``recovery.redis_io.redis_conn.RedisConn.open`` (raw
+    XPENDING replies; standalone or cluster; thread-safe, so the driver may go on using it;
+    its params word the error messages); `units` from ``recovery.driver.discovery.discover``;
     `health`, the group health rows read just before (``recovery.driver.health
     .collect_health``), is the baseline when given, else entering reads one. Entering takes
     the baseline and starts a daemon thread; leaving stops it at once (an Event), reads once
@@ -138,14 +136,13 @@ class ProgressReporter:
     given no usable summary for (all when the block ends before the clean-up, on an error).
     """
 
-    def __init__(self, client: redis.Redis, units: Sequence[WorkUnit], dlq_names: DeadLetterNames,
+    def __init__(self, conn: RedisConn, units: Sequence[WorkUnit], dlq_names: DeadLetterNames,
                  consumer_prefix: str, run_id: str, interval_s: float,
-                 params: RedisParams, health: Sequence[dict[str, Any]] | None = None,
+                 health: Sequence[HealthRow] | None = None,
                  order: Sequence[Sequence[int]] | None = None) -> None:
-        self._client = client
+        self._conn = conn
         self._health = health
         self._interval_s = interval_s
-        self._params = params
         self._stem = job_consumer_stem(consumer_prefix, run_id)
         self._progress = ProgressState(units, dead_letter_keys(units, dlq_names))
         self._units, self._dlq = self._progress.units, self._progress.dlq  # the state's own
@@ -317,8 +314,8 @@ class ProgressReporter:
         `lengths`, none at all."""
         lengths_for = partial(self._lengths_for, picked, tick) if lengths else _no_lengths
         try:
-            with redis_errors(self._params):
-                return read_progress(self._client, self._units, self._dlq, self._stem,
+            with self._conn.errors():
+                return read_progress(self._conn.client, self._units, self._dlq, self._stem,
                                      picked, known, lengths_for), ""
         except RecoveryError as error:
             return None, str(error)

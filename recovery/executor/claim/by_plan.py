@@ -37,7 +37,7 @@ from recovery.executor.claim.throttle import Throttle
 from recovery.executor.claimed import Claimed, field_pairs
 from recovery.executor.faults import maybe_fail
 from recovery.params import JobParams, Unit
-from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import (
     COUNT,
@@ -72,7 +72,7 @@ def planned_units(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[Unit, Ite
         yield Unit(*key), ((r["id"], r["delivery_count"]) for r in unit_rows)
 
 
-def plan_steps(client: redis.Redis, params: JobParams, unit: Unit, planned: Iterable[Planned],
+def plan_steps(conn: RedisConn, params: JobParams, unit: Unit, planned: Iterable[Planned],
                throttle: Throttle) -> Iterator[ClaimStep]:
     """The unit's planned entries claimed by ID, a page (``params.count`` IDs) per MULTI, as
     ClaimSteps: each page's claimed, deleted and left-alone entries with the moment the
@@ -82,9 +82,10 @@ def plan_steps(client: redis.Redis, params: JobParams, unit: Unit, planned: Iter
     while page := list(islice(entries, params.count)):
         sent_at = time.monotonic()
         ids = [entry_id for entry_id, _ in page]
-        with redis_errors(params.redis, unit.stream, unit.group):
-            claim = claim_ids(client, unit, params.min_idle_ms, ids, 2 * len(ids) + ROWS_SLACK)
-            rows = _rows_of(client, unit, ids, claim, params.min_idle_ms)
+        with conn.errors(unit.stream, unit.group):
+            claim = claim_ids(conn.client, unit, params.min_idle_ms, ids,
+                              2 * len(ids) + ROWS_SLACK)
+            rows = _rows_of(conn.client, unit, ids, claim, params.min_idle_ms)
         step += 1
         now, taken_back = _page_steps(unit, params.min_idle_ms, page, claim, rows)
         if len(now):

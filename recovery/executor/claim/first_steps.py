@@ -38,12 +38,11 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from typing import NamedTuple
 
-import redis
 from redis.cluster import RedisCluster
 
 from recovery.params import JobParams, Unit
 from recovery.redis_io.autoclaim import ClaimBatch, FirstClaims, first_claims
-from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.round_trips import send_transaction
 from recovery.redis_io.streams import END_CURSOR
 
@@ -58,29 +57,29 @@ class FirstStep(NamedTuple):
     sent_at: float
 
 
-def with_first_steps(client: Callable[[], redis.Redis], params: JobParams,
+def with_first_steps(conn: Callable[[], RedisConn], params: JobParams,
                      units: Iterable[Unit]) -> Iterator[tuple[Unit, FirstStep | None]]:
     """Each unit of `units` (in order) with its first claim step, sent in rounds (see the
-    module doc), the next wide round written before this one's units are yielded. `client`
-    gives the partition's client (opened on first use). Under a backoff schedule (whose
+    module doc), the next wide round written before this one's units are yielded. `conn`
+    gives the partition's connection (opened on first use). Under a backoff schedule (whose
     steps are a script, ``recovery.executor.claim.backoff``) no step is sent ahead: None for
     each."""
     if params.backoff:
         yield from ((unit, None) for unit in units)
         return
     pending = iter(units)
-    this, ahead = _Round.of(client, params, list(islice(pending, 1))), None
+    this, ahead = _Round.of(conn, params, list(islice(pending, 1))), None
     try:
         while this is not None:
-            with redis_errors(params.redis):
+            with conn().errors():
                 batches = this.read()
-            conn = client()
-            width = 1 if isinstance(conn, RedisCluster) else next_width(batches, params.count)
+            width = 1 if isinstance(conn().client, RedisCluster) else \
+                next_width(batches, params.count)
             if width > 1:
-                ahead = _Round.ahead(conn, params, list(islice(pending, width)))
+                ahead = _Round.ahead(conn(), params, list(islice(pending, width)))
             yield from zip(this.units, (FirstStep(b, this.sent_at) for b in batches),
                            strict=True)
-            this, ahead = ahead or _Round.of(client, params, list(islice(pending, 1))), None
+            this, ahead = ahead or _Round.of(conn, params, list(islice(pending, 1))), None
     finally:
         if ahead is not None:
             ahead.drop()
@@ -96,7 +95,7 @@ class _Round(NamedTuple):
     drop: Callable[[], None]
 
     @classmethod
-    def of(cls, client: Callable[[], redis.Redis], params: JobParams, units: list[Unit]
+    def of(cls, conn: Callable[[], RedisConn], params: JobParams, units: list[Unit]
            ) -> _Round | None:
         """A round of one unit, sent and read in one round trip when read (any server);
         None for no unit (and no client opened)."""
@@ -104,17 +103,17 @@ class _Round(NamedTuple):
             return None
         claims = _claims(params, units, whole=False)
         return cls(units, time.monotonic(), lambda: first_claims(
-            client(), claims.units, params.min_idle_ms, params.count), lambda: None)
+            conn().client, claims.units, params.min_idle_ms, params.count), lambda: None)
 
     @classmethod
-    def ahead(cls, conn: redis.Redis, params: JobParams, units: list[Unit]) -> _Round | None:
+    def ahead(cls, conn: RedisConn, params: JobParams, units: list[Unit]) -> _Round | None:
         """A wide round written now on a connection of its own (a standalone server); None
         for no units."""
         if not units:
             return None
         claims, sent_at = _claims(params, units, whole=True), time.monotonic()
-        with redis_errors(params.redis):
-            sent = send_transaction(conn, claims.commands())
+        with conn.errors():
+            sent = send_transaction(conn.client, claims.commands())
         return cls(units, sent_at, lambda: claims.batches(sent.replies()), sent.drop)
 
 

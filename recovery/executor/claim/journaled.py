@@ -25,14 +25,13 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
-import redis
 
 from recovery.errors import StreamUnitError
 from recovery.executor.claim.loop import ClaimStep
 from recovery.executor.claimed import Claimed
-from recovery.params import JobParams, Unit
+from recovery.params import Unit
 from recovery.redis_io.journal import Earlier, journal_key, read, record_claims, record_outcome
-from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.streams import stream_id_key
 from recovery.schemas import REPORT_ARROW, Action
 
@@ -44,21 +43,21 @@ class TaskJournal:
     """One task's use of its part's journal: what earlier attempts journaled (read on first
     use), this attempt's claim steps and hand-overs, recorded as they come."""
 
-    def __init__(self, params: JobParams, prefix: str) -> None:
-        self.params, self.prefix = params, prefix
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
         self._key: str | None = None
         self._earlier: Earlier | None = None
         self._rows: dict[RowKey, tuple[int, dict[str, Any]]] | None = None  # earlier rows
         self._recorded: dict[RowKey, dict[str, Any]] = {}  # rows to put back (`amended`)
         self._unrecorded: list[tuple[tuple[str, str], list[str]]] = []  # steps, see `recorded`
 
-    def steps(self, client: redis.Redis, unit: Unit, steps: Iterable[ClaimStep]
+    def steps(self, conn: RedisConn, unit: Unit, steps: Iterable[ClaimStep]
               ) -> Iterator[ClaimStep]:
         """`steps` of `unit`, each to be recorded (by :meth:`recorded`) before it is handed
         over; then, as one more step, the unit's entries earlier attempts claimed that these
         steps did not (also when the unit's stream or group vanished meanwhile)."""
         self._key = journal_key(self.prefix, unit.consumer)
-        earlier = self._read(client).claimed.pop((unit.stream, unit.group), {})
+        earlier = self._read(conn).claimed.pop((unit.stream, unit.group), {})
         try:
             for step in steps:
                 self._unrecorded.append(((unit.stream, unit.group), step.claimed.id))
@@ -70,25 +69,25 @@ class TaskJournal:
             raise
         yield from self._no_longer_ours(unit, earlier)
 
-    def recorded(self, client: redis.Redis, steps: Iterable[ClaimStep]) -> Iterator[ClaimStep]:
+    def recorded(self, conn: RedisConn, steps: Iterable[ClaimStep]) -> Iterator[ClaimStep]:
         """`steps` (hand-overs, each gathered from the unit steps :meth:`steps` passed on),
         each passed on only once the claim steps it holds are in the journal: all recorded in
         one RPUSH, before any side effect of the hand-over."""
         for step in steps:
             if self._unrecorded:
                 assert self._key is not None
-                with redis_errors(self.params.redis):
-                    record_claims(client, self._key, self._unrecorded)
+                with conn.errors():
+                    record_claims(conn.client, self._key, self._unrecorded)
                 self._unrecorded = []
             yield step
 
-    def done(self, client: redis.Redis, report: pa.RecordBatch) -> None:
+    def done(self, conn: RedisConn, report: pa.RecordBatch) -> None:
         """Record a hand-over's REPORT batch (after its side effects), as ``amended`` will
         pass it on: a later attempt then finds the rows this one put back, not the
         ``skipped`` rows they replace."""
         if self._key is not None and report.num_rows:
-            with redis_errors(self.params.redis):
-                record_outcome(client, self._key, to_ipc(self._amend(report, keep=True)))
+            with conn.errors():
+                record_outcome(conn.client, self._key, to_ipc(self._amend(report, keep=True)))
 
     def amended(self, reports: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """`reports`, each row of an entry an earlier attempt finished replaced by the row
@@ -109,11 +108,11 @@ class TaskJournal:
         return pa.RecordBatch.from_pylist(
             [take(k, r) for k, r in zip(keys, rows, strict=True)], schema=REPORT_ARROW)
 
-    def _read(self, client: redis.Redis) -> Earlier:
+    def _read(self, conn: RedisConn) -> Earlier:
         if self._earlier is None:
             assert self._key is not None
-            with redis_errors(self.params.redis):
-                self._earlier = read(client, self._key)
+            with conn.errors():
+                self._earlier = read(conn.client, self._key)
         return self._earlier
 
     def _settle(self, unit: Unit, claimed: Claimed, earlier: dict[str, int]) -> None:

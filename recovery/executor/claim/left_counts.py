@@ -13,28 +13,33 @@ and one it left pending (failed, skipped, held: still the job consumer's, or no 
 a live consumer claimed it between the job's claim and this read). Its claim step counted it
 as found, so each hand-over's entries that stay pending are noted first
 (``PelHistogram.kept``) and the read skips them, whoever owns them by then: each row of the
-PEL as found is counted once. Only the entries a hand-over took out of the PEL (``GONE``) are
-not noted: a PEL row cannot come back for them.
+PEL as found is counted once. Only the entries a hand-over took out of the PEL
+(:func:`gone_actions`) are not noted: a PEL row cannot come back for them.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import redis
 
 from recovery.executor.claim.loop import ClaimStep, left_reads
 from recovery.executor.histogram import PelHistogram
-from recovery.params import JobParams, Unit
+from recovery.params import Unit
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.schemas import Action
 
-# Actions after which the entry is no longer pending in its group: acked (XACK, whoever owned
-# it by then), moved to its dead-letter stream or requeued (the script acked it). Every other
-# action leaves it pending.
-GONE = pa.array([Action.REPROCESSED.value, Action.DEAD_LETTERED.value, Action.REQUEUED.value])
+
+def gone_actions(mode_done: str, stays_pending: bool) -> tuple[str, ...]:
+    """The actions after which an entry is no longer pending in its group (``GONE``): acked
+    (XACK, whoever owned it by then), moved to its dead-letter stream, or re-processed by a
+    mode that takes it out of the PEL (`mode_done`, the mode's action, unless the mode's
+    entries stay pending: `stays_pending`, as reassign's). Every other action leaves it
+    pending."""
+    gone = (Action.REPROCESSED.value, Action.DEAD_LETTERED.value)
+    return gone if stays_pending or mode_done in gone else (*gone, mode_done)
 
 
 class LeftCounts:
@@ -45,8 +50,9 @@ class LeftCounts:
     per joined step, in order) and reads the PELs of the units whose last step it covered.
     """
 
-    def __init__(self, params: JobParams) -> None:
-        self.params = params
+    def __init__(self, gone: Sequence[str]) -> None:
+        """`gone`: the actions after which an entry is out of the PEL (:func:`gone_actions`)."""
+        self._gone = pa.array(list(gone), pa.string())
         self._pulled = 0  # claim steps pulled from the units' loops
         self._handed = 0  # claim steps whose hand-over is done
         self._in_flight: deque[int] = deque()  # claim steps per joined step sent
@@ -72,19 +78,19 @@ class LeftCounts:
             self._in_flight.append(step.joins)
             yield step
 
-    def handed(self, client: redis.Redis, report: pa.RecordBatch) -> None:
+    def handed(self, conn: RedisConn, report: pa.RecordBatch) -> None:
         """One hand-over is done (`report`: its REPORT batch): note the entries it left
         pending, then read the PELs of the units it finished."""
         self._note_kept(report)
         self._handed += self._in_flight.popleft()
-        self._read(client, self._handed)
+        self._read(conn, self._handed)
 
     def _note_kept(self, report: pa.RecordBatch) -> None:
-        """Add the IDs of `report`'s entries still pending (an action not in ``GONE``) to
+        """Add the IDs of `report`'s entries still pending (an action not in `gone`) to
         their units' ``PelHistogram.kept`` (not for a unit whose claim counted what it left
         before any hand-over)."""
         actions = report.column("action")
-        pending = pc.invert(pc.is_in(actions, value_set=GONE.cast(actions.type)))
+        pending = pc.invert(pc.is_in(actions, value_set=self._gone.cast(actions.type)))
         if not pc.any(pending).as_py():
             return
         rows = report.filter(pending).select(["stream", "group", "id"]).to_pylist()
@@ -93,11 +99,11 @@ class LeftCounts:
             if pel is not None and not pel.left_counted:
                 pel.kept.add(row["id"])
 
-    def rest(self, client: redis.Redis) -> None:
+    def rest(self, conn: RedisConn) -> None:
         """Every hand-over is done: read the PELs of the units still waiting."""
-        self._read(client, self._pulled)
+        self._read(conn, self._pulled)
 
-    def _read(self, client: redis.Redis, handed: int) -> None:
+    def _read(self, conn: RedisConn, handed: int) -> None:
         """Read the PELs of the waiting units whose last step is among the first `handed`
         (units finish in order, so they are a prefix of the waiting list)."""
         n = 0
@@ -105,4 +111,4 @@ class LeftCounts:
             n += 1
         if n:
             ready, self._waiting = self._waiting[:n], self._waiting[n:]
-            left_reads(client, self.params, [(unit, pel) for unit, pel, _ in ready])
+            left_reads(conn, [(unit, pel) for unit, pel, _ in ready])

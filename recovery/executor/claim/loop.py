@@ -48,7 +48,7 @@ from recovery.params import JobParams, Unit
 from recovery.redis_io.autoclaim import ClaimBatch, claim_batch
 from recovery.redis_io.claim_due import claim_due_batch
 from recovery.redis_io.error_codes import unit_vanished
-from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.streams import (
     END_CURSOR,
@@ -64,14 +64,14 @@ log = logging.getLogger(__name__)
 __all__ = ["OWN_PAGE", "ClaimStep", "claim_steps", "claim_unit", "examined", "left_reads"]
 
 
-def claim_unit(client: redis.Redis, params: JobParams, unit: Unit,
+def claim_unit(conn: RedisConn, params: JobParams, unit: Unit,
                throttle: Throttle) -> Iterator[pa.RecordBatch]:
     """CLAIMED batches of one unit: everything its job consumer owns once the loop ends."""
-    for step in claim_steps(client, params, unit, throttle):
+    for step in claim_steps(conn, params, unit, throttle):
         yield step.claimed.to_arrow()
 
 
-def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
+def claim_steps(conn: RedisConn, params: JobParams, unit: Unit,
                 throttle: Throttle, histogram: PelHistogram | None = None,
                 count_left: bool = True, waiting: NotDue | None = None,
                 first: FirstStep | None = None
@@ -89,15 +89,15 @@ def claim_steps(client: redis.Redis, params: JobParams, unit: Unit,
     unit's is read on the driver once every part is done.
     With `waiting`, counts the entries a backoff schedule left alone, not due yet.
     """
-    walk = Walk(client, params, unit, throttle, histogram, waiting)
+    walk = Walk(conn, params, unit, throttle, histogram, waiting)
     if unit.cursor is None:
-        yield from walk.steps(partial(claim_step, client, params, unit), END_CURSOR, first)
+        yield from walk.steps(partial(claim_step, conn.client, params, unit), END_CURSOR, first)
     else:
         yield from shared_steps(walk)
     yield from walk.taken_back()
     if histogram is not None and count_left and not histogram.left_counted \
             and unit.cursor is None:
-        left_reads(client, params, [(unit, histogram)])
+        left_reads(conn, [(unit, histogram)])
 
 
 def claim_step(client: redis.Redis, params: JobParams, unit: Unit, cursor: str,
@@ -112,23 +112,20 @@ def claim_step(client: redis.Redis, params: JobParams, unit: Unit, cursor: str,
     return claim_batch(client, unit, params.min_idle_ms, cursor, params.count)
 
 
-def left_reads(client: redis.Redis, params: JobParams,
-               units: list[tuple[Unit, PelHistogram]]) -> None:
+def left_reads(conn: RedisConn, units: list[tuple[Unit, PelHistogram]]) -> None:
     """Count the PEL rows other consumers own once each unit's loop is done: what it did not
     claim (usually none, a read of an empty PEL). The units' first pages go in one pipeline;
     a unit that vanished meanwhile is left out."""
-    replies = each(client, [pending_command(u.stream, u.group, "-", "+", OWN_PAGE)
-                            for u, _ in units])
+    replies = each(conn.client, [pending_command(u.stream, u.group, "-", "+", OWN_PAGE)
+                                 for u, _ in units])
     for (unit, histogram), page in zip(units, replies, strict=True):
-        if isinstance(page, Exception):
-            if unit_vanished(page):
-                continue
-            with redis_errors(params.redis, unit.stream, unit.group):
-                raise page
+        if isinstance(page, Exception) and unit_vanished(page):
+            continue
+        conn.checked(page, unit.stream, unit.group)
         _add_left(unit, histogram, page)  # type: ignore[arg-type]
         if len(page) == OWN_PAGE:  # type: ignore[arg-type]
-            with redis_errors(params.redis, unit.stream, unit.group):
-                for more in pending_pages(client, unit.stream, unit.group, OWN_PAGE,
+            with conn.errors(unit.stream, unit.group):
+                for more in pending_pages(conn.client, unit.stream, unit.group, OWN_PAGE,
                                           start="(" + as_str(page[-1][ID])):  # type: ignore[index]
                     _add_left(unit, histogram, more)
         histogram.kept.clear()  # read: no row of it is carried to the driver

@@ -23,15 +23,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import partial
 
-import redis
-
 from recovery.executor.claim.backoff import due_step
 from recovery.executor.claim.walk import ClaimStep, Walk
-from recovery.params import JobParams, Unit
+from recovery.params import Unit
 from recovery.redis_io.autoclaim import ClaimBatch
 from recovery.redis_io.claim_due import claim_due_batch, taken_range
 from recovery.redis_io.commands import list_items
-from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.split_cursors import ranges_key
 from recovery.redis_io.streams import END_CURSOR
 
@@ -45,14 +43,14 @@ def _ranges(unit: Unit) -> str:
 def shared_steps(walk: Walk) -> Iterator[ClaimStep]:
     """The part's claim steps over its earlier ranges, the shared cursor, then the ranges it
     took without seeing their replies (module doc)."""
-    unit, params = walk.unit, walk.params
-    earlier = _taken(walk.client, params, unit)
+    unit = walk.unit
+    earlier = _taken(walk.conn, unit)
     for taken in earlier:
         yield from _again(walk, taken)
     mine: set[str] = set()
     yield from walk.steps(partial(_shared_step, walk, mine), END_CURSOR)
     seen = set(earlier) | mine
-    for taken in _taken(walk.client, params, unit):
+    for taken in _taken(walk.conn, unit):
         if taken not in seen:
             yield from _again(walk, taken)
 
@@ -65,10 +63,10 @@ def _again(walk: Walk, taken: str) -> Iterator[ClaimStep]:
     return walk.steps(step, first, end=last)
 
 
-def _taken(client: redis.Redis, params: JobParams, unit: Unit) -> list[str]:
+def _taken(conn: RedisConn, unit: Unit) -> list[str]:
     """The ranges the part's list holds, in the order they were taken."""
-    with redis_errors(params.redis, unit.stream, unit.group):
-        return list_items(client, _ranges(unit))
+    with conn.errors(unit.stream, unit.group):
+        return list_items(conn.client, _ranges(unit))
 
 
 def _shared_step(walk: Walk, mine: set[str], cursor: str, ahead: int) -> ClaimBatch:
@@ -76,7 +74,7 @@ def _shared_step(walk: Walk, mine: set[str], cursor: str, ahead: int) -> ClaimBa
     the range it took goes into `mine`."""
     unit = walk.unit
     assert unit.cursor is not None
-    batch = claim_due_batch(walk.client, unit, due_step(walk.params, cursor),
+    batch = claim_due_batch(walk.conn.client, unit, due_step(walk.params, cursor),
                             shared=(unit.cursor, _ranges(unit)))
     if batch.taken is not None:
         mine.add(batch.taken)
@@ -85,4 +83,4 @@ def _shared_step(walk: Walk, mine: set[str], cursor: str, ahead: int) -> ClaimBa
 
 def _range_step(walk: Walk, last: str, cursor: str, ahead: int) -> ClaimBatch:
     """A step of a fixed range, from `cursor` to `last` (inclusive)."""
-    return claim_due_batch(walk.client, walk.unit, due_step(walk.params, cursor, last), ahead)
+    return claim_due_batch(walk.conn.client, walk.unit, due_step(walk.params, cursor, last), ahead)

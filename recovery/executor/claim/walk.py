@@ -23,7 +23,7 @@ from recovery.executor.histogram import PelHistogram
 from recovery.params import JobParams, Unit
 from recovery.redis_io.autoclaim import ClaimBatch
 from recovery.redis_io.claim_due import taken_range
-from recovery.redis_io.redis_conn import redis_errors
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.streams import (
     COUNT,
     END_CURSOR,
@@ -61,9 +61,9 @@ class Walk:
     """One claim loop's state over one or more walks of its unit's PEL: the entries taken
     back, the steps and entries so far, the counts."""
 
-    def __init__(self, client: redis.Redis, params: JobParams, unit: Unit, throttle: Throttle,
+    def __init__(self, conn: RedisConn, params: JobParams, unit: Unit, throttle: Throttle,
                  histogram: PelHistogram | None, waiting: NotDue | None) -> None:
-        self.client, self.params, self.unit, self.throttle = client, params, unit, throttle
+        self.conn, self.params, self.unit, self.throttle = conn, params, unit, throttle
         self.histogram, self.waiting = histogram, waiting
         self.owned: dict[bytes, PendingRow] = {}  # taken back: the consumer's, not claimed here
         self.step, self.claimed = 0, 0
@@ -77,12 +77,12 @@ class Walk:
         ahead = params.count  # entries whose fields a backoff step reads ahead (claim_step)
         while True:
             sent_at = time.monotonic() if first is None else first.sent_at
-            with redis_errors(params.redis, unit.stream, unit.group):
+            with self.conn.errors(unit.stream, unit.group):
                 batch = _sent(first) if first is not None else stepper(cursor, ahead)
                 first = None
                 if batch.taken is not None:
                     cursor = taken_range(batch.taken)[0]
-                counts = _read_own_range(self.client, unit, batch, cursor, self.owned, end)
+                counts = _read_own_range(self.conn.client, unit, batch, cursor, self.owned, end)
             self.step += 1
             self._count(batch)
             seen = len(batch.ids) + len(batch.deleted)

@@ -40,5 +40,6 @@ def apply_batch(client: redis.Redis, params: JobParams, claimed: Claimed,
     clear_deleted(client, rb, routes[Route.DELETED])
     dead_letter(client, params, rb, over_limit(rb, routes[Route.DEAD_LETTER]))
     rows = ready(client, params, rb, routes[Route.HANDLE])
-    mode_of(params.reprocess_mode).hand_over(client, params, rb, rows, read_at)
-    return rb.report()
+    mode = mode_of(params.reprocess_mode)
+    mode.hand_over(client, params, rb, rows, read_at)
+    return rb.report(mode.report_columns)

@@ -23,6 +23,7 @@ from recovery.params import Unit
 from recovery.redis_io.streams import Fields, stream_id_key
 from recovery.schemas import (
     CARRIED_DELIVERIES,
+    OUTCOME_COLUMNS,
     Action,
     Route,
     report_batch,
@@ -79,8 +80,7 @@ class RoutedBatch:
         self.reason: list[str | None] = [None] * n
         self.error: list[str | None] = [None] * n
         self.dead_letter_id: list[str | None] = [None] * n
-        self.requeued_id: list[str | None] = [None] * n
-        self.reassigned_to: list[str | None] = [None] * n
+        self.outcome: list[str | None] = [None] * n  # what re-processing made (REPORT.outcome)
         self.entry_deleted: list[bool | None] = [None] * n
         # Per row, its ordering key, where a dead-lettered head holds its key across runs
         # (order.dead_letter_releases = false: recovery.executor.handover.ordered); else None.
@@ -150,17 +150,20 @@ class RoutedBatch:
             reasons[i] = reason
 
     def set(self, i: int, action: str, reason: str | None = None, error: str | None = None,
-            dead_letter_id: str | None = None, requeued_id: str | None = None,
-            reassigned_to: str | None = None, entry_deleted: bool | None = None) -> None:
-        """Record row `i`'s outcome; a second outcome for the same row is a bug."""
+            dead_letter_id: str | None = None, outcome: str | None = None,
+            entry_deleted: bool | None = None) -> None:
+        """Record row `i`'s action and what came of it (`outcome`: what re-processing made,
+        e.g. the copy's ID); a second action for the same row is a bug."""
         if self.action[i] is not None:
             raise RuntimeError(f"entry {self.stream[i]} {self.id[i]} reported twice")
         self.action[i], self.reason[i], self.error[i] = action, reason, error
-        self.dead_letter_id[i], self.requeued_id[i] = dead_letter_id, requeued_id
-        self.reassigned_to[i], self.entry_deleted[i] = reassigned_to, entry_deleted
+        self.dead_letter_id[i], self.outcome[i] = dead_letter_id, outcome
+        self.entry_deleted[i] = entry_deleted
 
-    def report(self) -> pa.RecordBatch:
-        """The REPORT batch: the row's own columns plus its outcome, in input order."""
+    def report(self, outcome_columns: tuple[str, ...] = ()) -> pa.RecordBatch:
+        """The REPORT batch: the row's own columns plus its outcome, in input order; the
+        outcome also in `outcome_columns` (of ``schemas.OUTCOME_COLUMNS``: the mode's), the
+        others of those null."""
         missing = [i for i, a in enumerate(self.action) if a is None]
         if missing:
             i = missing[0]
@@ -171,13 +174,16 @@ class RoutedBatch:
                 self._note_count_change(i)
         for i in self.odd_carried:
             self._add_reason(i, ODD_CARRIED)
+        nulls = [None] * len(self.action)
         return report_batch({
             "stream": self.stream, "group": self.group, "id": self.id,
             "previous_consumer": self.previous_consumer,
             "delivery_count": self.delivery_count, "idle_ms": self.idle_ms,
             "action": self.action, "reason": self.reason, "error": self.error,
-            "dead_letter_id": self.dead_letter_id, "requeued_id": self.requeued_id,
-            "reassigned_to": self.reassigned_to, "entry_deleted": self.entry_deleted,
+            "dead_letter_id": self.dead_letter_id, "entry_deleted": self.entry_deleted,
+            "outcome": self.outcome,
+            **{name: self.outcome if name in outcome_columns else nulls
+               for name in OUTCOME_COLUMNS},
         })
 
     def _note_count_change(self, i: int) -> None:

@@ -22,7 +22,8 @@ from recovery.metrics.dead_letter_jobs import push_redrive_metrics
 from recovery.metrics.families import PREFIX
 from recovery.metrics.recovery_run import push_recovery_metrics
 from recovery.redrive.run import RedriveSummary
-from recovery.report.run_report import RunSummary
+from recovery.report.summary import RunSummary
+from recovery.rows import RedriveUnit, UnitCounts
 from recovery.settings.model import load_settings
 from recovery.testing.local_redis import LocalServer, free_port
 from tests.support.fault_tools import job_args, json_summary, spark_submit
@@ -147,7 +148,7 @@ def test_the_metrics_read_of_a_hung_redis_is_bounded_by_the_metrics_timeout(
             "redis.connect_timeout_s=2", f"metrics.pushgateway_url={gateway.url}",
             "metrics.timeout_s=1"])
         summary = RunSummary("atk-hung-run")
-        summary.units = [{"stream": "atk-hung", "group": "g"}]
+        summary.units = [UnitCounts("atk-hung", "g")]
         client.execute_command("CLIENT", "PAUSE", 12_000, "ALL")  # ends by itself
         started = time.monotonic()
         entry = push_recovery_metrics(settings, summary, 0, time.time())
@@ -265,9 +266,8 @@ def test_the_redrive_metrics_read_of_a_hung_redis_is_bounded_by_the_metrics_time
             "redis.socket_timeout_s=2", "redis.connect_timeout_s=2",
             f"metrics.pushgateway_url={gateway.url}", "metrics.timeout_s=1"])
         summary = RedriveSummary("atk-rd-hung-run")
-        summary.units = [{"stream": "atk-rd-hung", "dead_letter_stream": "{atk-rd-hung}:dlq",
-                          "examined": 1, "matched": 0, "redriven": 0,
-                          "left_in_dead_letter": 1}]
+        summary.units = [RedriveUnit("atk-rd-hung", "{atk-rd-hung}:dlq", examined=1,
+                                     left_in_dead_letter=1)]
         client.execute_command("CLIENT", "PAUSE", 12_000, "ALL")  # ends by itself
         started = time.monotonic()
         entry = push_redrive_metrics(settings, summary, 0, time.time())

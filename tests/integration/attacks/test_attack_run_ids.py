@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from recovery.driver.discovery import discover
-from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.run_ids import registration_key
 from recovery.settings.model import load_settings, redis_params
 from tests.support.fault_tools import (
@@ -169,9 +169,9 @@ def test_discovery_silences_only_names_the_job_makes(redis_server, tmp_path, jou
     settings = load_settings(None, [f"redis.url={redis_server.url}", "streams.match=*",
                                     f"claim.journal_prefix={journal_prefix}",
                                     f"report.path={tmp_path}"])
-    job_client = connect(redis_params(settings))
-    units, skipped = discover(job_client, settings, redis_params(settings))
-    job_client.close()
+    job_conn = RedisConn.open(redis_params(settings))
+    units, skipped = discover(job_conn, settings)
+    job_conn.close()
     assert [(u.stream, u.pending) for u in units] == [("orders:eu", 2)]
     names = sorted(s.stream for s in skipped)
     assert own not in names, names

@@ -3,10 +3,9 @@
 recovery.console.sessions, recovery.console.users, recovery.console.queries,
 recovery.console.state, recovery.console.serve, recovery.cli.console): logged out, the
 reader role, a POST without its CSRF token, a hostile field value, a binary value, two
-redrives of one letter at once (recovery.console.moves, recovery.console.tasks), delete,
-export and the audit log (recovery.console.audit), and the Redis password nowhere; pages by
-ID and filters (recovery.console.browse, recovery.console.letters,
-recovery.redis_io.letters, recovery.report.signature_rules), the overview and its
+redrives of one letter at once (recovery.console.tasks; the move: test_moves.py), delete,
+export and the audit log (recovery.console.audit), and the Redis password nowhere; filters
+(recovery.report.signature_rules; pages by ID: test_browse.py), the overview and its
 background counts (recovery.console.overview, recovery.console.counts). Each test checks
 Redis itself."""
 
@@ -14,7 +13,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -39,13 +37,6 @@ from tests.support.console_tools import (
 )
 
 HOSTILE = b"<script>alert('x')</script>"
-
-
-@pytest.fixture
-def state(redis_server: LocalServer) -> Iterator[ConsoleState]:
-    found = state_for(redis_server)
-    yield found
-    found.close()
 
 
 def letters(client: redis.Redis, n: int = 5, stream: str = "orders") -> list[str]:
@@ -332,30 +323,6 @@ def test_users_come_from_the_environment_never_empty(tmp_path: object) -> None:
     assert "reader-token" not in repr(users)
 
 
-def test_pages_go_by_id_and_filters_say_what_they_looked_at(state: ConsoleState,
-                                                            redis_server: LocalServer) -> None:
-    from recovery.console.browse import read_page
-    from recovery.console.letters import LetterFilter
-
-    r = redis_server.client()
-    ids = seed(r, "orders", [{b"n": str(i).encode()} for i in range(250)],
-               reasons=["max-deliveries-exceeded"] * 249 + ["handler-failed-at-limit"])
-    c = state.client
-    first = read_page(c, DLQ["orders"], LetterFilter(), None, newest_first=True)
-    second = read_page(c, DLQ["orders"], LetterFilter(), first.cursor, newest_first=True)
-    third = read_page(c, DLQ["orders"], LetterFilter(), second.cursor, newest_first=True)
-    shown = [x.entry_id for p in (first, second, third) for x in p.letters]
-    assert shown == ids[::-1] and third.cursor is None and first.examined == 100
-    rare = LetterFilter(reason="handler-failed-at-limit")
-    stopped = read_page(c, DLQ["orders"], rare, None, newest_first=False, budget=100)
-    assert (stopped.letters, stopped.examined, stopped.budget_spent) == ([], 100, True)
-    found = read_page(c, DLQ["orders"], rare, stopped.cursor, newest_first=False)
-    assert [x.entry_id for x in found.letters] == [ids[-1]] and found.cursor is None
-    ms = int(ids[10].split("-")[0])
-    window = read_page(c, DLQ["orders"], LetterFilter(since_ms=ms, until_ms=ms), None, False)
-    assert all(x.entry_id.startswith(f"{ms}-") for x in window.letters) and window.letters
-
-
 def test_signature_text_is_the_views_signature() -> None:
     from recovery.report.signature_rules import signature_text
 
@@ -444,7 +411,6 @@ def test_the_console_on_a_redis_cluster(redis_cluster: object) -> None:
     redrive runs each letter's script on the primary that owns its source's slot."""
     from recovery.console.serve import ServeOptions, console_state
     from recovery.redis_io.dlq_names import dead_letter_key
-    from recovery.settings.model import load_settings
     from recovery.testing.backlog import create_group
     from tests.support.cluster_fixtures import LocalCluster, keys_on_every_primary
     from tests.support.console_tools import USERS
@@ -559,42 +525,3 @@ def test_a_redrive_that_stops_on_an_error_says_so_in_the_audit_log(
                     for _, f in entries(r, "recovery:console:audit")][::-1]
     assert newest_first[0][b"action"] == b"redrive-failed"
     assert newest_first[1][b"action"] == b"redrive-start"
-
-
-def test_both_read_the_letter_then_both_move_it_one_copy(redis_server: LocalServer) -> None:
-    """The race at its narrowest: two operators' tasks both read the letter, then both run
-    the move; the script's own range read makes the second a no-op."""
-    from recovery.console.letters import Letter
-    from recovery.console.moves import Moved, redrive_letter
-    from recovery.redis_io.letters import letters_by_id
-
-    r = redis_server.client()
-    ids = letters(r, 2)
-    source_before = r.xlen("orders")
-    state = state_for(redis_server)
-    try:
-        flat = letters_by_id(state.client, DLQ["orders"], [ids[0]])[ids[0]]
-        first = redrive_letter(state.client, DLQ["orders"], Letter.of(ids[0], flat), ["orders"])
-        second = redrive_letter(state.client, DLQ["orders"], Letter.of(ids[0], flat),
-                                ["orders"])
-    finally:
-        state.close()
-    assert (first[0], second) == (Moved.MOVED, (Moved.GONE, ""))
-    assert r.xlen("orders") == source_before + 1
-    assert [i for i, _ in entries(r, DLQ["orders"])] == [ids[1]]
-
-
-def test_the_audit_stream_is_no_source_even_when_a_pattern_selects_it(
-        redis_server: LocalServer) -> None:
-    from recovery.console.serve import ServeOptions, console_state
-    from tests.support.console_tools import USERS
-
-    r = redis_server.client()
-    letters(r, 1)
-    r.xadd("recovery:console:audit", {"at": "earlier"})
-    settings = load_settings(None, [f"redis.url={redis_server.url}", "streams.match=*"])
-    state = console_state(settings, load_users(USERS), ServeOptions())
-    try:
-        assert [s for s, _ in state.pairs()] == ["orders"]
-    finally:
-        state.close()

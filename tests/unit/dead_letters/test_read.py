@@ -21,16 +21,13 @@ from recovery.dead_letters.read import dead_letter_row
 from recovery.dead_letters.report import DeadLetterSummary, views_path
 from recovery.dead_letters.run import (
     find_dead_letter_streams,
-    key_parts,
     read_dead_letters,
     run_dead_letters,
 )
 from recovery.dead_letters.trend import health_trend
-from recovery.dead_letters.views import signature
 from recovery.driver.job import run
 from recovery.schemas import HEALTH, arrow
 from recovery.settings.model import Settings, load_settings, redis_params
-from recovery.targets.dead_letter_streams import DeadLetterStream
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.testing.local_redis import LocalServer
 from tests.support.redrive_tools import dead_letter, redrive
@@ -66,17 +63,6 @@ def seed_causes(client: redis.Redis) -> dict[str, list[str]]:
     pay = dead_letter(client, "pay{eu}", "audit", [{b"amount": b"12.50"}], [R_FAILED],
                       ["bad currency 'XYZ' for 3f2504e0-4f89-11d3-9a0c-0305e82c3301"])
     return {"orders": orders, "pay{eu}": pay}
-
-
-def test_signatures_collapse_what_varies(spark):
-    messages = [*TIMEOUTS, "refused 1700000000000-12", "bad value \"x 1\" at 0x1F",
-                "lost c0ffee12deadbeef99 and 3f2504e0-4f89-11d3-9a0c-0305e82c3301", None,
-                "plain   words"]
-    df = spark.createDataFrame([(m,) for m in messages], "m string")
-    got = [r[0] for r in df.select(signature(df.m)).collect()]
-    assert got == ["timeout after <n> ms on order <n>", "timeout after <n> ms on order <n>",
-                   "refused <id>", "bad value <str> at <hex>", "lost <hex> and <uuid>", None,
-                   "plain words"]
 
 
 def test_a_row_splits_metadata_from_original_fields():
@@ -218,14 +204,6 @@ def test_pages_of_xrange_read_each_entry_once(spark, redis_server, tmp_path):
     assert calls == 5 + sum(n // 4 + 1 for n in sizes.values() if n)
     assert ids == sorted((f"{{{s}}}:dlq", i.decode()) for s in sizes
                          for i, _ in client.xrange(f"{{{s}}}:dlq"))
-
-
-def test_parts_hold_keys_of_one_node_biggest_first():
-    streams = [DeadLetterStream(f"s{i}", f"{{s{i}}}:dlq", "stream", n, 1, node)
-               for i, (n, node) in enumerate([(50, "a"), (40, "a"), (5, "a"), (30, "b")])]
-    parts = key_parts(streams, 3)
-    assert [[k["dead_letter_key"] for k in part] for part in parts] == [
-        ["{s0}:dlq"], ["{s1}:dlq", "{s2}:dlq"], ["{s3}:dlq"]]
 
 
 def test_config_error_is_one_line_and_exit_2(capsys, tmp_path):

@@ -17,7 +17,7 @@ from recovery.driver.plan import MANIFEST
 from recovery.executor.claim.by_plan import plan_steps
 from recovery.executor.claim.throttle import Throttle
 from recovery.params import Unit
-from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.report.run_report import read_run, read_run_dir
 from recovery.settings.model import executor_params
 from recovery.testing.backlog import add_entries, deliver, make_stuck
@@ -265,7 +265,7 @@ def test_a_planned_page_whose_reply_was_lost_is_taken_back(server, client, make_
     params = replace(executor_params(make_settings("streams.keys=s", "claim.count=5"), "r1"),
                      planned=True)
     proxy = ReplyDropper(server.port, b"XCLAIM", nth=2)
-    conn = connect(replace(params.redis, url=proxy.url()))
+    conn = RedisConn.open(replace(params.redis, url=proxy.url()))
     try:
         steps = list(plan_steps(conn, params, Unit("s", "g", "job-0"),
                                 [(i, 2) for i in ids], Throttle(None)))

@@ -1,6 +1,5 @@
-"""Claimed batches packed for Spark and routed on the executor (recovery.executor.packing,
-recovery.executor.handover.routed.route): pure Arrow, plus one round trip through a real
-Spark checkpoint."""
+"""Claimed batches packed for Spark (recovery.executor.packing): pure Arrow, plus one round
+trip through a real Spark checkpoint."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from chispa import assert_df_equality
 from pyspark import StorageLevel
 
 from recovery.executor.claimed import CLAIMED_ARROW, Claimed
-from recovery.executor.handover.routed import route
 from recovery.executor.packing import PACK_ROWS, packed, packed_row, unpacked
 from recovery.executor.partitions import coalesced
 from recovery.schemas import CLAIMED, PACKED
@@ -29,12 +27,6 @@ def claimed(n: int, start: int = 0) -> pa.RecordBatch:
              "idle_ms": 1000 + i, "fields": None if i % 3 == 2 else ODD_FIELDS[: i % 4],
              "delivery_count": i % 7} for i in range(start, start + n)]
     return pa.RecordBatch.from_pylist(rows, schema=CLAIMED_ARROW)
-
-
-def test_route_limit_is_exclusive_deleted_first_unknown_count_gone():
-    cases = [(False, 4), (False, 5), (False, 6), (True, 9), (False, None), (True, None)]
-    assert [route(deleted, count, max_deliveries=5) for deleted, count in cases] == [
-        "handle", "handle", "dead_letter", "deleted", "gone", "deleted"]
 
 
 @pytest.mark.parametrize("start, length", [(0, 12), (5, 4), (11, 1), (3, 0)])

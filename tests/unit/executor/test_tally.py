@@ -29,6 +29,7 @@ from recovery.executor.tally import (
 )
 from recovery.redis_io.autoclaim import ClaimBatch
 from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.rows import UnitCounts
 from recovery.schemas import UNIT, arrow
 from recovery.settings.model import executor_params
 from recovery.testing.backlog import add_entries, deliver, make_stuck
@@ -52,10 +53,9 @@ def test_tallies_count_every_action_per_unit_across_tasks():
     counts = unit_counts(read_tallies([first.to_json(), second.to_json()]), ACTIONS)
     zero = dict.fromkeys(ACTIONS, 0)
     assert counts == [
-        {"stream": "a", "group": "g", **zero, "reprocessed": 3, "dead_lettered": 1,
-         "failed": 1, "total": 5},
-        {"stream": "a", "group": "h", **zero, "skipped": 1, "total": 1},
-        {"stream": "b", "group": "g", **zero, "deleted": 1, "total": 1},
+        UnitCounts("a", "g", {**zero, "reprocessed": 3, "dead_lettered": 1, "failed": 1}, 5),
+        UnitCounts("a", "h", {**zero, "skipped": 1}, 1),
+        UnitCounts("b", "g", {**zero, "deleted": 1}, 1),
     ]
 
 

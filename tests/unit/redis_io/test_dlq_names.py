@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import pytest
 from redis.crc import key_slot
-from redis.exceptions import ResponseError
 
 from recovery.errors import DeadLetterNameError
 from recovery.redis_io.dlq_names import DeadLetterNames, dead_letter_key, name_clash, requeue_key
-from recovery.targets.keys import holds_letters
 
 
 @pytest.mark.parametrize(("source", "dlq"), [
@@ -61,15 +59,3 @@ def test_a_name_clash_is_found_before_redis_is_read(template, keys, groups, requ
         assert clash is None
     else:
         assert clash is not None and fragment in clash
-
-
-@pytest.mark.parametrize(("reply", "letters"), [
-    ([], True),  # an empty stream
-    ([[b"1-1", [b"x-original-stream", b"s", b"x-original-id", b"1-0",
-                b"x-death-reason", b"max-deliveries-exceeded"]]], True),
-    ([[b"1-1", [b"order", b"o-1", b"x-original-stream", b"s"]]], False),  # half a block
-    ([[b"1-1", [b"x-original-id", b"x-original-stream", b"x-death-reason", b"v"]]], False),
-    (ResponseError("WRONGTYPE"), False),
-])
-def test_a_stream_holds_letters_when_its_oldest_entry_carries_the_block(reply, letters):
-    assert holds_letters(reply) is letters

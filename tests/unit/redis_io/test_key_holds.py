@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 from redis import Redis, ResponseError
 from redis.crc import key_slot
 
@@ -32,7 +33,7 @@ from recovery.redis_io.key_holds import (
     parse_hold,
     read_heads,
 )
-from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.redis_conn import RedisConn, connect
 from recovery.redis_io.round_trips import each
 from recovery.redis_io.scripts import DeadLetter, DeadLetterContext, dead_letter_units
 from recovery.settings.model import executor_params, load_settings
@@ -47,6 +48,11 @@ from tests.support.order_tools import STREAM, age, args, pending_owners, recorde
 HOLD = "order.dead_letter_releases=false"
 HELD = hold_key("recovery:held:", STREAM, GROUP)
 
+
+
+def refuse(client: redis.Redis, params: JobParams, units: list[WorkUnit], dry_run: bool) -> None:
+    """``refuse_holds_elsewhere`` on `client`, opened from ``params.redis``."""
+    refuse_holds_elsewhere(RedisConn(client, params.redis), params, units, dry_run)
 
 def test_the_hash_of_held_keys_shares_its_streams_slot() -> None:
     assert hold_key("recovery:held:", "orders", "g") == "recovery:held:{orders}/g"
@@ -242,10 +248,10 @@ def test_the_documented_recovery_user_may_write_and_read_the_holds(server) -> No
     assert read_heads(job, [(held, [b"k0"])]) == [[(entry, letter.decode())]]
     assert each(job, [("HLEN", held)]) == [1]
     units = [WorkUnit(stream, GROUP, 1)]
-    refuse_holds_elsewhere(job, _params("recovery:held:", stream), units, dry_run=False)
+    refuse(job, _params("recovery:held:", stream), units, dry_run=False)
     assert admin.smembers(HOLD_PREFIXES) == {b"recovery:held:"}
     with pytest.raises(HeldElsewhereError, match=re.escape(repr(held))):
-        refuse_holds_elsewhere(job, _params("recovery:held:a:", stream), units, dry_run=False)
+        refuse(job, _params("recovery:held:a:", stream), units, dry_run=False)
     assert refusals(admin) <= {setinfo_refusal(admin)}
 
 
@@ -275,7 +281,7 @@ def test_holds_a_run_would_not_read_refuse_it_until_moved(client: Redis) -> None
     assert earlier == earlier_hold_key("recovery:held:", "{a}", GROUP)
     client.hset(earlier, mapping={"k0": "1-0 9-0", "k1": "2-0 9-1"})
     with pytest.raises(HeldElsewhereError) as refused:
-        refuse_holds_elsewhere(client, _params("recovery:held:", "a", "{a}"), units, False)
+        refuse(client, _params("recovery:held:", "a", "{a}"), units, False)
     assert repr(earlier) in str(refused.value) and "stream '{a}'" in str(refused.value)
     assert not client.exists(HOLD_PREFIXES)
     client.hset(hold_key("recovery:held:", "a", GROUP), "k0", "0-1 9-9")  # held here already
@@ -285,26 +291,26 @@ def test_holds_a_run_would_not_read_refuse_it_until_moved(client: Redis) -> None
         b"k0": b"0-1 9-9", b"k1": b"2-0 9-1"}
     assert client.hgetall(hold_key("recovery:held:", "{a}", GROUP)) == {
         b"k0": b"1-0 9-0", b"k1": b"2-0 9-1"}
-    refuse_holds_elsewhere(client, _params("recovery:held:", "a", "{a}"), units, True)
+    refuse(client, _params("recovery:held:", "a", "{a}"), units, True)
     assert not client.exists(HOLD_PREFIXES)  # a dry run records nothing
-    refuse_holds_elsewhere(client, _params("recovery:held:", "a", "{a}"), units, False)
+    refuse(client, _params("recovery:held:", "a", "{a}"), units, False)
     assert client.smembers(HOLD_PREFIXES) == {b"recovery:held:"}
 
     with pytest.raises(HeldElsewhereError, match=re.escape(
             "set order.hold_prefix back to 'recovery:held:'")) as refused:
-        refuse_holds_elsewhere(client, _params("team:held:", "a", "{a}"), units, False)
+        refuse(client, _params("team:held:", "a", "{a}"), units, False)
     assert client.smembers(HOLD_PREFIXES) == {b"recovery:held:"}
     assert "(1 more hashes alike)" in str(refused.value)
     for _ in units:
         with pytest.raises(HeldElsewhereError) as refused:
-            refuse_holds_elsewhere(client, _params("team:held:", "a", "{a}"), units, False)
+            refuse(client, _params("team:held:", "a", "{a}"), units, False)
         client.execute_command(*_move_command(str(refused.value)))
-    refuse_holds_elsewhere(client, _params("team:held:", "a", "{a}"), units, False)
+    refuse(client, _params("team:held:", "a", "{a}"), units, False)
     assert client.hgetall(hold_key("team:held:", "a", GROUP))[b"k0"] == b"0-1 9-9"
     assert client.smembers(HOLD_PREFIXES) == {b"recovery:held:", b"team:held:"}
     with pytest.raises(HeldElsewhereError, match=re.escape("back to 'team:held:'")):  # again
-        refuse_holds_elsewhere(client, _params("recovery:held:", "a", "{a}"), units, False)
-    refuse_holds_elsewhere(client, _params("recovery:held:", "b"), [WorkUnit("b", GROUP, 1)],
+        refuse(client, _params("recovery:held:", "a", "{a}"), units, False)
+    refuse(client, _params("recovery:held:", "b"), [WorkUnit("b", GROUP, 1)],
                            False)  # another stream's run: nothing of its own elsewhere
 
 
@@ -362,9 +368,9 @@ def test_the_move_command_runs_in_each_streams_slot_of_a_cluster(redis_cluster) 
     rc.sadd(HOLD_PREFIXES, "old:")
     for _ in range(2 * len(streams)):
         with pytest.raises(HeldElsewhereError) as refused:
-            refuse_holds_elsewhere(rc, _params("recovery:held:", *streams), units, False)
+            refuse(rc, _params("recovery:held:", *streams), units, False)
         rc.execute_command(*_move_command(str(refused.value)))
-    refuse_holds_elsewhere(rc, _params("recovery:held:", *streams), units, False)
+    refuse(rc, _params("recovery:held:", *streams), units, False)
     for stream in streams:
         assert rc.hgetall(hold_key("recovery:held:", stream, GROUP)) == {
             b"k0": b"1-0 2-0", b"k1": b"3-0 4-0"}

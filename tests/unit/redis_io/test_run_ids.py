@@ -17,7 +17,7 @@ from redis import Redis
 
 from recovery.driver.discovery import WorkUnit, discover
 from recovery.driver.split import open_split
-from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.run_ids import (
     TTL_S,
     register_run,
@@ -26,8 +26,8 @@ from recovery.redis_io.run_ids import (
     split_traces,
 )
 from recovery.redis_io.split_cursors import TTL_MS, cursor_key, ranges_key
+from recovery.rows import Skipped
 from recovery.settings.model import load_settings, redis_params
-from recovery.targets.keys import Skipped
 from tests.support.fault_tools import (
     GROUP,
     finished,
@@ -129,9 +129,9 @@ def test_discovery_never_lists_the_jobs_own_keys_as_skipped(redis_server, tmp_pa
     client.set("other:config", "x")
     settings = load_settings(None, [f"redis.url={redis_server.url}", "streams.match=*",
                                     f"report.path={tmp_path}"])
-    job_client = connect(redis_params(settings))  # the job's own (RESP2, as the job talks)
-    units, skipped = discover(job_client, settings, redis_params(settings))
-    job_client.close()
+    job_conn = RedisConn.open(redis_params(settings))  # the job's own (RESP2)
+    units, skipped = discover(job_conn, settings)
+    job_conn.close()
     assert sorted((u.stream, u.pending) for u in units) == [
         ("orders", 3), ("recovery:journal:not-a-list", 2)]
     assert skipped == [Skipped("other:config", None,

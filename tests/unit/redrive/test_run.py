@@ -30,6 +30,7 @@ from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import connect
 from recovery.redis_io.streams import Fields, pairs
 from recovery.redrive.run import RedriveSummary, run_redrive
+from recovery.rows import Skipped
 from recovery.settings.model import load_settings
 from recovery.testing.backlog import add_entries, deliver
 from recovery.testing.local_redis import LocalServer
@@ -293,8 +294,7 @@ def test_source_of_another_type_is_skipped_and_left_alone(client, server):
 
     assert dump_all(client) == before
     assert summary.status == "partial"
-    assert summary.skipped == [{"stream": "orders", "group": None,
-                                "reason": "orders: the key is not a stream"}]
+    assert summary.skipped == [Skipped("orders", None, "orders: the key is not a stream")]
 
 
 def run_job(*args: str, **kwargs: object) -> subprocess.Popen[str]:

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from recovery.report.signature_rules import signature_text
 from recovery.report.signatures import failed_errors, signature
+from recovery.rows import FailedErrors
 from recovery.schemas import REPORT
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.testing.local_redis import LocalServer
@@ -38,11 +39,11 @@ def test_failed_entries_count_by_reason_and_signature(spark: SparkSession) -> No
     rows += [report_row("reprocessed", None, "timeout after 1 ms on order 1")]  # not failed
     errors = failed_errors(spark.createDataFrame(rows, REPORT))
     assert errors == [
-        {"reason": HANDLER_FAILED, "signature": "timeout after <n> ms on order <n>",
-         "entries": 3, "example": "timeout after 17 ms on order 5"},
-        {"reason": HANDLER_FAILED, "signature": "HTTPError: <n> bad payload <str>",
-         "entries": 1, "example": "HTTPError: 400 bad payload '7-1'"},
-        {"reason": "too big", "signature": None, "entries": 1, "example": None},
+        FailedErrors(HANDLER_FAILED, "timeout after <n> ms on order <n>", 3,
+                     "timeout after 17 ms on order 5"),
+        FailedErrors(HANDLER_FAILED, "HTTPError: <n> bad payload <str>", 1,
+                     "HTTPError: 400 bad payload '7-1'"),
+        FailedErrors("too big", None, 1, None),
     ]
     assert failed_errors(spark.createDataFrame(rows, REPORT), top=1) == errors[:1]
 

@@ -4,21 +4,31 @@ job calls for it, in the manner of rq's worker classes (each variant overrides a
 - ``name``: its ``reprocess.mode`` value (a ``schemas.Mode`` member, and its module's name);
 - ``done`` / ``planned``: the REPORT action of an entry it re-processed, and a dry run's
   action for one it would (the summary's columns: ``recovery.executor.handover.modes``);
+  plain strings (``schemas.Action`` holds the built-in modes' for the scripts that read
+  them);
+- ``report_columns``: the REPORT columns that repeat its outcome (``schemas.OUTCOME_COLUMNS``:
+  the built-in modes' own, as they always had them; a new mode needs none: its outcome is in
+  ``outcome``, from ``RoutedBatch.set(..., outcome=...)``);
 - ``scripts``: the Lua scripts (``recovery/redis_io/lua/<name>.lua``) its step calls;
 - ``calls_handler``: whether a real run needs ``handler.path``;
+- ``stays_pending``: whether an entry it re-processed stays pending, on another consumer of
+  its group (the last PEL read of a unit's health histogram skips it:
+  ``recovery.executor.claim.left_counts``);
 - ``check_stream``: on the driver, before anything is claimed, refuse a stream it cannot
   re-process (ConfigError, exit 2);
 - ``hand_over``: on an executor, what happens to a batch's entries routed to re-processing.
 
-Executors import this: nothing here reads the settings model (``ReprocessChoice`` is the
-shape of what the driver passes).
+Its settings are its own keys of ``[reprocess]`` (``recovery.settings.reprocess``, its
+class there where it has keys): the driver passes them as ``ModeOptions`` (key -> value),
+executors read them from ``JobParams.mode_option``. Executors import this: nothing here
+reads the settings model.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import ClassVar, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import redis
 
@@ -26,19 +36,9 @@ from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams
 from recovery.schemas import Mode
 
-
-class ReprocessChoice(Protocol):
-    """The ``reprocess`` settings as the driver's checks read them (the settings section
-    has this shape; executors get the same values in ``JobParams``)."""
-
-    @property
-    def mode(self) -> str: ...
-
-    @property
-    def requeue_stream(self) -> str | None: ...
-
-    @property
-    def live_within_ms(self) -> int: ...
+# A mode's own settings, key -> value (``ReprocessSettings.options()`` on the driver, the
+# same as ``JobParams.mode_options`` on executors).
+ModeOptions = Mapping[str, Any]
 
 
 class ReprocessMode(ABC):
@@ -47,23 +47,25 @@ class ReprocessMode(ABC):
     name: ClassVar[Mode]
     done: ClassVar[str]
     planned: ClassVar[str]
+    report_columns: ClassVar[tuple[str, ...]] = ()
     scripts: ClassVar[tuple[str, ...]] = ()
     calls_handler: ClassVar[bool] = False
+    stays_pending: ClassVar[bool] = False
 
-    def check_stream(self, stream: str, groups: Sequence[str], choice: ReprocessChoice
+    def check_stream(self, stream: str, groups: Sequence[str], options: ModeOptions
                      ) -> None:
         """On the driver: raise ConfigError (exit 2, before anything is claimed) when this
         mode cannot re-process `stream`, whose consumer groups are `groups` (all of them,
-        selected or not), as `choice` configures it. By default every stream will do."""
+        selected or not), with its settings `options`. By default every stream will do."""
         return None
 
     @abstractmethod
     def hand_over(self, client: redis.Redis, params: JobParams, rb: RoutedBatch,
                   rows: list[int], read_at: float | None) -> None:
         """On an executor: re-process `rows` of `rb` (routed to re-processing, each with its
-        fields, none over the delivery limit) and give each exactly one outcome
-        (``rb.set``). `read_at` (``time.monotonic()`` s): when the job consumer's ownership
-        of the batch was last read, or None."""
+        fields, none over the delivery limit) and give each exactly one action (``rb.set``,
+        with its ``outcome`` where it made one). `read_at` (``time.monotonic()`` s): when
+        the job consumer's ownership of the batch was last read, or None."""
 
 
 def deliveries_so_far(rb: RoutedBatch, i: int) -> int:

@@ -29,7 +29,9 @@ class ReassignMode(ReprocessMode):
     name = Mode.REASSIGN
     done = Action.REASSIGNED
     planned = Action.WOULD_REASSIGN
+    report_columns = ("reassigned_to",)
     scripts = ("reassign",)
+    stays_pending = True
 
     def hand_over(self, client: redis.Redis, params: JobParams, rb: RoutedBatch,
                   rows: list[int], read_at: float | None) -> None:
@@ -50,7 +52,7 @@ class ReassignMode(ReprocessMode):
                 calls.append((chunk, partial(reassign_batch, client, unit, entries)))
         for (i, owner), status in run_script_calls(client, calls):
             if status == REASSIGNED:
-                rb.set(i, Action.REASSIGNED, reassigned_to=owner)
+                rb.set(i, Action.REASSIGNED, outcome=owner)
             else:
                 left_alone(rb, i, status)
 
@@ -58,8 +60,9 @@ class ReassignMode(ReprocessMode):
 def _live(client: redis.Redis, params: JobParams, rb: RoutedBatch, unit: Unit,
           rows: list[int]) -> list[str]:
     """The unit's live consumers; none (its `rows` reported) when it has none or vanished."""
+    within_ms = params.mode_option("live_within_ms")
     try:
-        live = live_consumers(client, unit.stream, unit.group, params.live_within_ms,
+        live = live_consumers(client, unit.stream, unit.group, within_ms,
                               params.consumer_prefix + "-")
     except redis.ResponseError as exc:
         if not unit_vanished(exc):
@@ -69,7 +72,7 @@ def _live(client: redis.Redis, params: JobParams, rb: RoutedBatch, unit: Unit,
         return []
     if not live:
         reason = (f"no live consumer in the group (none seen within reprocess.live_within_ms "
-                  f"= {params.live_within_ms} ms); stays pending for the next run")
+                  f"= {within_ms} ms); stays pending for the next run")
         for i in rows:
             rb.set(i, Action.FAILED, reason)
     return live

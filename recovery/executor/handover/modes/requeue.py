@@ -14,7 +14,7 @@ from recovery.errors import ConfigError
 from recovery.executor.claimed import copy_fields
 from recovery.executor.handover.dead_letter import batches, left_alone, moved_and_deleted
 from recovery.executor.handover.modes.base import (
-    ReprocessChoice,
+    ModeOptions,
     ReprocessMode,
     deliveries_so_far,
 )
@@ -37,14 +37,15 @@ class RequeueMode(ReprocessMode):
     name = Mode.REQUEUE
     done = Action.REQUEUED
     planned = Action.WOULD_REQUEUE
+    report_columns = ("requeued_id",)
     scripts = ("requeue",)
 
-    def check_stream(self, stream: str, groups: Sequence[str], choice: ReprocessChoice
+    def check_stream(self, stream: str, groups: Sequence[str], options: ModeOptions
                      ) -> None:
         """Refuse a requeue whose copies every other group of the stream would read again:
         the source as target of a stream with several groups, or a retry stream without
         ``{group}`` shared by them."""
-        template = choice.requeue_stream
+        template = options["requeue_stream"]
         if len(groups) < 2 or (template is not None and "{group}" in template):
             return
         names = ", ".join(groups)
@@ -62,9 +63,10 @@ class RequeueMode(ReprocessMode):
         calls, one pipeline. The copies hold the fields the job read (an entry deleted
         upstream since its claim is still requeued once, from that content, as the handler
         would get it)."""
+        template = params.mode_option("requeue_stream")
         calls: list[ScriptCall] = []
         for unit, unit_rows in rb.by_unit(rows, ordered=True).items():
-            target = requeue_key(unit.stream, unit.group, params.requeue_stream)
+            target = requeue_key(unit.stream, unit.group, template)
             for chunk in batches(unit_rows, params.dlq_batch_size):
                 entries = [(rb.id[i], copy_fields(rb.fields_of(i), deliveries_so_far(rb, i)))
                            for i in chunk]
@@ -72,13 +74,13 @@ class RequeueMode(ReprocessMode):
                                              delete_acked=params.delete_acked)))
         for i, status in run_script_calls(client, calls):
             if isinstance(status, TargetRefused):
-                target = requeue_key(rb.stream[i], rb.group[i], params.requeue_stream)
+                target = requeue_key(rb.stream[i], rb.group[i], template)
                 rb.set(i, Action.SKIPPED, refused_requeue_reason(target, status))
             elif status == MOVED_TOO_BIG:
                 rb.set(i, Action.FAILED, REASON_TOO_BIG_TO_REQUEUE)
             elif not left_alone(rb, i, status):
                 copy_id, deleted = moved_and_deleted(status)
-                rb.set(i, Action.REQUEUED, requeued_id=copy_id, entry_deleted=deleted)
+                rb.set(i, Action.REQUEUED, outcome=copy_id, entry_deleted=deleted)
 
 
 MODE = RequeueMode()

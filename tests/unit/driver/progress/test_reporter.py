@@ -22,7 +22,7 @@ from recovery.driver.progress.reporter import ProgressReporter
 from recovery.driver.progress.state import MAX_STREAM_LINES
 from recovery.params import RedisParams
 from recovery.redis_io.dlq_names import DeadLetterNames, dead_letter_key
-from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.testing.local_redis import LocalServer
 from tests.support import backlogs
@@ -73,11 +73,9 @@ def reporter(server: LocalServer, units: list[WorkUnit], interval_s: float,
              ) -> ProgressReporter:
     """A reporter for `units`; `from_health`: its baseline is the group health, read here
     as the job reads it just before its pass."""
-    params = params or RedisParams(url=server.url)
-    client = connect(params)
-    health = collect_health(client, units, params, DeadLetterNames()) if from_health else None
-    return ProgressReporter(client, units, DeadLetterNames(), PREFIX, RUN, interval_s, params,
-                            health)
+    conn = RedisConn.open(params or RedisParams(url=server.url))
+    health = collect_health(conn, units, DeadLetterNames()) if from_health else None
+    return ProgressReporter(conn, units, DeadLetterNames(), PREFIX, RUN, interval_s, health)
 
 
 def one_stream_reporter(server: LocalServer, interval_s: float) -> tuple[Redis, ProgressReporter]:
@@ -387,11 +385,10 @@ def test_final_line_uses_the_clean_ups_summaries_and_matches_redis(server, caplo
     for stream in ("payments", "refunds"):
         client.xgroup_createconsumer(stream, GROUP, "app-idle")  # the application's, empty
     units = units_of(client, [(s, GROUP) for s in streams])
-    params = RedisParams(url=server.url)
-    conn = connect(params)
-    health = collect_health(conn, units, params, DeadLetterNames())
+    conn = RedisConn.open(RedisParams(url=server.url))
+    health = collect_health(conn, units, DeadLetterNames())
     own = [(s, GROUP, JOB[i % 2]) for i, s in enumerate(streams)]
-    with ProgressReporter(conn, units, DeadLetterNames(), PREFIX, RUN, 60, params, health) as rep:
+    with ProgressReporter(conn, units, DeadLetterNames(), PREFIX, RUN, 60, health) as rep:
         claim(client, "orders", JOB[0], ids["orders"][:5])
         client.xack("orders", GROUP, *ids["orders"][:2])  # JOB[0] still owns 3
         claim(client, "payments", JOB[1], ids["payments"][4:10])
@@ -402,7 +399,7 @@ def test_final_line_uses_the_clean_ups_summaries_and_matches_redis(server, caplo
         client.delete("invoices")
         client.set("invoices", "not a stream")  # WRONGTYPE
         reads = pending_reads(client)
-        cleaned = clean_up_job_consumers(conn, health, own, PREFIX, params)
+        cleaned = clean_up_job_consumers(conn, health, own, PREFIX)
         assert pending_reads(client) - reads == len(streams)  # one per group, not per target
         rep.take_final_summaries(cleaned.summaries)
         reads = pending_reads(client)
@@ -562,7 +559,7 @@ def test_ticks_read_along_the_parts_frontiers_and_keep_up_with_the_job(
                 dead_letter(client, stream, dead_letter_key(stream, ":dlq"), ids[stream][:1])
                 client.xack(stream, GROUP, *ids[stream][1:])
 
-    with ProgressReporter(connect(params), units, DeadLetterNames(), PREFIX, RUN, 60, params,
+    with ProgressReporter(RedisConn.open(params), units, DeadLetterNames(), PREFIX, RUN, 60,
                           order=order) as rep:
         assert tick(rep) == 8  # 4 per part: nothing reached
         job_takes(0, range(10))

@@ -23,7 +23,7 @@ from recovery.executor.claim.throttle import Throttle
 from recovery.executor.claimed import CLAIMED_ARROW
 from recovery.executor.histogram import PelHistogram
 from recovery.params import JobParams, Unit
-from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.settings.model import executor_params
 from recovery.testing.backlog import make_stuck
 from tests.support.claim_checks import DEAD, GROUP, HOUR_MS, JOB, assert_matches_redis, stuck
@@ -36,7 +36,7 @@ def claim_all(params: JobParams, streams: list[str], histograms: dict[str, PelHi
               ) -> tuple[dict[str, list[dict]], list[str]]:
     """Claim each stream's unit in order, first steps sent ahead: the CLAIMED rows by
     stream, and the streams whose group vanished. Histograms are counted where given."""
-    conn = connect(params.redis)
+    conn = RedisConn.open(params.redis)
     rows, vanished = {}, []
     try:
         for unit, first in with_first_steps(lambda: conn, params,
@@ -156,7 +156,7 @@ def test_a_wide_round_is_claimed_while_the_round_before_it_is_handed_over(client
     smalls = [f"s{i:02d}" for i in range(31)]
     ids = {"big": stuck(client, "big", 25), **{s: stuck(client, s, 1) for s in smalls}}
     multis = command_calls(client, "multi")
-    conn = connect(params.redis)
+    conn = RedisConn.open(params.redis)
     seen: dict[str, tuple[set[str], set[str]]] = {}
     rows = {}
     try:
@@ -187,13 +187,13 @@ def test_a_round_sent_ahead_and_never_read_is_taken_back_by_the_next_attempt(cli
     params = executor_params(make_settings('streams.keys=["s00"]', "claim.count=10"), "r1")
     smalls = [f"s{i:02d}" for i in range(21)]
     ids = {s: stuck(client, s, 1) for s in smalls}
-    conn = connect(params.redis)
+    conn = RedisConn.open(params.redis)
     try:
         steps = with_first_steps(lambda: conn, params, [Unit(s, GROUP, JOB) for s in smalls])
         assert next(steps)[0].stream == "s00"
         assert owners(client, "s10", wait_for=JOB) == {JOB}
         steps.close()
-        assert conn.echo("mine") == b"mine"
+        assert conn.client.echo("mine") == b"mine"
     finally:
         conn.close()
     assert owners(client, "s11") == {DEAD}
@@ -213,7 +213,7 @@ def test_a_round_sent_ahead_is_handed_over_whole_however_old_its_claims(client,
     smalls = [f"s{i:02d}" for i in range(11)]
     for stream in smalls:
         stuck(client, stream, 1)
-    conn = connect(params.redis)
+    conn = RedisConn.open(params.redis)
 
     def steps() -> Iterator[ClaimStep]:
         for unit, first in with_first_steps(lambda: conn, params,

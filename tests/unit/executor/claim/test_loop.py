@@ -20,8 +20,7 @@ from recovery.executor.claim.throttle import Throttle
 from recovery.executor.claimed import CLAIMED_ARROW
 from recovery.params import Unit
 from recovery.redis_io import autoclaim, scripts
-from recovery.redis_io.autoclaim import deleted_by_position
-from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.settings.model import executor_params, load_settings
 from recovery.testing.backlog import make_stuck
 from tests.support.claim_checks import DEAD, GROUP, HOUR_MS, JOB, assert_matches_redis, stuck
@@ -38,13 +37,10 @@ def claim(url: str, make_settings, stream: str, *overrides: str,
     settings = make_settings(f'streams.keys=["{stream}"]', f"redis.url={url}", "claim.count=5",
                              *overrides)
     params = executor_params(settings, "r1")
-    client = connect(params.redis)
-    try:
+    with RedisConn.open(params.redis) as conn:
         unit = Unit(stream, GROUP, JOB)
-        steps = claim_steps(client, params, unit, Throttle(None), waiting=waiting)
+        steps = claim_steps(conn, params, unit, Throttle(None), waiting=waiting)
         batches = [step.claimed.to_arrow() for step in steps]
-    finally:
-        client.close()
     return pa.Table.from_batches(batches, schema=CLAIMED_ARROW).to_pylist()
 
 
@@ -137,31 +133,6 @@ def test_redis_6_2_nil_entries_that_positions_cannot_place_are_found_by_the_own_
 def client_url(client: Redis) -> str:
     kwargs = client.connection_pool.connection_kwargs
     return f"redis://{kwargs['host']}:{kwargs['port']}/0"
-
-
-def _row(entry_id: str) -> list:
-    return [entry_id.encode(), b"crashed", HOUR_MS, 1]
-
-
-def _item(entry_id: str | None) -> list | None:
-    return None if entry_id is None else [entry_id.encode(), [b"f", b"v"]]
-
-
-@pytest.mark.parametrize(("claimed", "rows", "cursor", "expected"), [
-    # As Redis 6.2.5 replied: 4-0 claimed, 5-0 deleted (nil), 6-0 claimed, next cursor 7-0.
-    (["4-0", None, "6-0"], ["4-0", "5-0", "6-0"], "7-0", [b"5-0"]),
-    ([None, None], ["1-0", "2-0"], "0-0", [b"1-0", b"2-0"]),
-    # 3-0 turned idle between the read and the claim, and was claimed: positions shifted.
-    (["1-0", None, "2-0"], ["1-0", "2-0", "4-0"], "5-0", None),
-    (["1-0", None, None], ["1-0", "2-0", "4-0"], "4-0", None),  # shifted past the cursor
-    (["1-0", None], ["1-0"], "0-0", None),  # more claimed than read
-])
-def test_nil_entries_of_redis_6_2_are_matched_by_position_or_not_at_all(
-        claimed, rows, cursor, expected):
-    """A wrong match would report a live entry as deleted (and ack it unhandled): when the
-    positions cannot be verified, no ID is guessed (the claim then reads its own range)."""
-    items = [_item(c) for c in claimed]
-    assert deleted_by_position(items, [_row(r) for r in rows], cursor) == expected
 
 
 # delivery count before the run, idle ms, due under factor 2 from 10 min, capped at 2,000 s

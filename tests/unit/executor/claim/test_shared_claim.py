@@ -16,7 +16,7 @@ from recovery.executor.claim.throttle import Throttle
 from recovery.executor.claimed import CLAIMED_ARROW
 from recovery.params import Unit
 from recovery.redis_io import scripts
-from recovery.redis_io.redis_conn import connect
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.split_cursors import cursor_key, open_cursors, ranges_key
 from recovery.settings.model import executor_params
 from tests.support.claim_checks import GROUP, JOB, stuck
@@ -41,11 +41,8 @@ def part_steps(url: str, make_settings, unit: Unit, *overrides: str):
     settings = make_settings(f'streams.keys=["{unit.stream}"]', f"redis.url={url}",
                              "claim.count=5", *overrides)
     params = executor_params(settings, "r1")
-    client = connect(params.redis)
-    try:
-        yield from claim_steps(client, params, unit, Throttle(None))
-    finally:
-        client.close()
+    with RedisConn.open(params.redis) as conn:
+        yield from claim_steps(conn, params, unit, Throttle(None))
 
 
 def rows_of(steps) -> list[dict]:

@@ -2,12 +2,13 @@
 ``schemas.Mode`` member, each with the hooks of ``recovery.executor.handover.modes.base``
 (``recovery.executor.handover.modes.handler``, ``recovery.executor.handover.modes.requeue``,
 ``recovery.executor.handover.modes.reassign``); the summary's columns they make, unchanged;
-the driver's check each mode owns. Pure: no Redis, no Spark session (the modes' executor
-steps run against real servers in test_apply, test_requeue, test_reassign)."""
+the driver's check and the report columns each mode owns (its settings:
+tests/unit/settings/test_reprocess.py). Pure: no Redis, no Spark session (the modes'
+executor steps run against real servers in test_apply, test_requeue, test_reassign)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from importlib import import_module
 
 import pytest
 
@@ -23,12 +24,14 @@ from recovery.executor.handover.modes import (
     requeue,
 )
 from recovery.redis_io.scripts import SCRIPT_NAMES
-from recovery.schemas import Mode
-from recovery.settings.sections import ReprocessSettings
+from recovery.schemas import OUTCOME_COLUMNS, Mode
+from recovery.settings.reprocess import reprocess_settings
+
+BUILT_IN = ["handler", "requeue", "reassign"]  # the modes users' configs name, in order
 
 
 def test_every_mode_is_registered_once_by_its_name_in_modes_order():
-    assert list(MODES) == ["handler", "requeue", "reassign"] == [m.value for m in Mode]
+    assert list(MODES)[:3] == BUILT_IN and list(MODES) == [m.value for m in Mode]
     assert all(mode_of(name).name == name for name in MODES)
     assert [m for m in MODES.values() if m.calls_handler] == [mode_of("handler")]
 
@@ -36,33 +39,41 @@ def test_every_mode_is_registered_once_by_its_name_in_modes_order():
 def test_each_mode_is_the_object_its_own_module_defines():
     """The registry loads ``modes.<name>.MODE`` by name: it holds those very objects, each a
     ``base.ReprocessMode``."""
-    assert MODES == {"handler": handler.MODE, "requeue": requeue.MODE,
-                     "reassign": reassign.MODE}
+    assert {name: MODES[name] for name in BUILT_IN} == {
+        "handler": handler.MODE, "requeue": requeue.MODE, "reassign": reassign.MODE}
+    assert all(mode is import_module(f"recovery.executor.handover.modes.{name}").MODE
+               for name, mode in MODES.items())
     assert all(isinstance(mode, base.ReprocessMode) for mode in MODES.values())
 
 
 def test_the_summarys_columns_stay_as_they_were():
-    assert ACTIONS == ("reprocessed", "dead_lettered", "failed", "deleted", "skipped",
-                       "requeued", "reassigned")
-    assert PLAN_ACTIONS == ("would_reprocess", "would_dead_letter", "deleted",
-                            "would_requeue", "would_reassign")
-    assert [(m.done, m.planned) for m in MODES.values()] == [
+    """The built-in modes' columns, in the order users' scripts read them; a mode added
+    later adds its own after them."""
+    assert ACTIONS[:7] == ("reprocessed", "dead_lettered", "failed", "deleted", "skipped",
+                           "requeued", "reassigned")
+    assert PLAN_ACTIONS[:5] == ("would_reprocess", "would_dead_letter", "deleted",
+                                "would_requeue", "would_reassign")
+    assert ACTIONS[7:] == tuple(m.done for m in list(MODES.values())[3:])
+    assert [(m.done, m.planned) for m in MODES.values()][:3] == [
         ("reprocessed", "would_reprocess"), ("requeued", "would_requeue"),
         ("reassigned", "would_reassign")]
 
 
+def test_each_mode_owns_its_report_columns():
+    """The built-in modes repeat their outcome in the columns they always had; every other
+    report column is the same for all modes."""
+    assert {name: mode_of(name).report_columns for name in BUILT_IN} == {
+        "handler": (), "requeue": ("requeued_id",), "reassign": ("reassigned_to",)}
+    assert all(set(m.report_columns) <= set(OUTCOME_COLUMNS) for m in MODES.values())
+
+
 def test_each_modes_scripts_are_lua_files_of_the_job():
-    assert SCRIPT_NAMES == ("claim_due", "dead_letter", "delete_empty_consumer", "lease_owned",
-                            "letter_page", "reassign", "redrive", "requeue", "trim_letters",
-                            "unclaim_held")
-    assert {name: m.scripts for name, m in MODES.items()} == {
+    assert set(SCRIPT_NAMES) >= {"claim_due", "dead_letter", "delete_empty_consumer",
+                                 "lease_owned", "letter_page", "reassign", "redrive",
+                                 "requeue", "trim_letters", "unclaim_held"}
+    assert {name: mode_of(name).scripts for name in BUILT_IN} == {
         "handler": ("lease_owned",), "requeue": ("requeue",), "reassign": ("reassign",)}
-
-
-def test_the_settings_accept_exactly_the_registered_modes():
-    assert [ReprocessSettings(mode=name).mode for name in MODES] == list(MODES)
-    with pytest.raises(ValueError, match="Input should be 'handler', 'requeue' or 'reassign'"):
-        ReprocessSettings(mode="requeue_all")
+    assert all(set(m.scripts) <= set(SCRIPT_NAMES) for m in MODES.values())
 
 
 @pytest.mark.parametrize(("groups", "template", "refused"), [
@@ -73,11 +84,11 @@ def test_the_settings_accept_exactly_the_registered_modes():
 ])
 def test_only_requeue_refuses_a_stream_every_group_would_read_again(groups, template,
                                                                     refused):
-    choice = SimpleNamespace(mode="requeue", requeue_stream=template, live_within_ms=1)
     for name in ("handler", "reassign"):
-        mode_of(name).check_stream("s", groups, choice)
+        mode_of(name).check_stream("s", groups, {})
+    options = reprocess_settings(mode="requeue", requeue_stream=template).options()
     if not refused:
-        mode_of("requeue").check_stream("s", groups, choice)
+        mode_of("requeue").check_stream("s", groups, options)
         return
     with pytest.raises(ConfigError, match=r"reprocess.mode = requeue would append copies to"):
-        mode_of("requeue").check_stream("s", groups, choice)
+        mode_of("requeue").check_stream("s", groups, options)
