@@ -1,5 +1,5 @@
-"""The checkout's spark-submit entry point: the job is ``recovery/jobs/dead_letters.py`` (its doc
-says what it does), which an installed package also carries.
+"""The checkout's spark-submit entry point: the job is ``recovery.jobs.dead_letters.DeadLettersJob``
+(its module's doc says what it does), whose module an installed package submits itself.
 
     spark-submit jobs/dead_letters.py --config conf/recovery.toml ...
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from recovery.jobs.dead_letters import main
+from recovery.jobs.dead_letters import DeadLettersJob
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(DeadLettersJob().main())

@@ -33,7 +33,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 import redis  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
-from recovery.cli.recover import run_recovery  # noqa: E402
+from recovery.jobs.recover import RecoverJob  # noqa: E402
 from recovery.schemas import CARRIED_DELIVERIES  # noqa: E402
 from recovery.settings.model import Settings  # noqa: E402
 from recovery.spark.local import local_session  # noqa: E402
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         args = ["--config", str(ROOT / "conf" / "demo.toml"),
                 "--set", f"redis.url={server.url}", "--set", f"report.path={reports}",
                 *(argv if argv is not None else sys.argv[1:])]
-        code = run_recovery(args, demo_session)
+        code = RecoverJob(demo_session).main(args)
         print("demo: Redis afterwards", file=sys.stderr)
         show_redis_state(server)
         if code == 0:
@@ -104,10 +104,9 @@ def requeue_round(server: LocalServer, args: list[str]) -> int:
     """The billing groups' entries are requeued into retry streams; the application's
     consumer reads the copies there."""
     client = server.client()
-    code = run_recovery([*args, "--set", "streams.groups=billing",
-                         "--set", "reprocess.mode=requeue",
-                         "--set", "reprocess.requeue_stream={stream}:retry:{group}"],
-                        demo_session)
+    code = RecoverJob(demo_session).main([*args, "--set", "streams.groups=billing",
+                                          "--set", "reprocess.mode=requeue", "--set",
+                                          "reprocess.requeue_stream={stream}:retry:{group}"])
     print("demo: the application reads the copies (XREADGROUP ... >) and acks them",
           file=sys.stderr)
     for key in sorted(k.decode() for k in client.scan_iter(match="*:retry:*")):
@@ -131,10 +130,10 @@ def reassign_round(server: LocalServer, args: list[str]) -> int:
         before[stream] = owned_by(client, stream, "analytics", "worker-2-live")
     # The demo's own streams only: the retry streams the requeue round made have no
     # analytics group (matched, they would be skipped and the run reported partial).
-    code = run_recovery([*args, "--set", "streams.match=", "--set",
-                         f"streams.keys={','.join(STREAMS)}", "--set", "streams.groups=analytics",
-                         "--set", "reprocess.mode=reassign",
-                         "--set", f"reprocess.live_within_ms={LIVE_WITHIN_MS}"], demo_session)
+    code = RecoverJob(demo_session).main([
+        *args, "--set", "streams.match=", "--set", f"streams.keys={','.join(STREAMS)}",
+        "--set", "streams.groups=analytics", "--set", "reprocess.mode=reassign",
+        "--set", f"reprocess.live_within_ms={LIVE_WITHIN_MS}"])
     print("demo: worker-2-live reads its own pending entries (XREADGROUP ... 0)",
           file=sys.stderr)
     for stream in STREAMS:

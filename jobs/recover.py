@@ -1,5 +1,5 @@
-"""The checkout's spark-submit entry point: the job is ``recovery/jobs/recover.py`` (its doc
-says what it does), which an installed package also carries.
+"""The checkout's spark-submit entry point: the job is ``recovery.jobs.recover.RecoverJob``
+(its module's doc says what it does), whose module an installed package submits itself.
 
     spark-submit jobs/recover.py --config conf/recovery.toml ...
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from recovery.jobs.recover import main
+from recovery.jobs.recover import RecoverJob
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(RecoverJob().main())

@@ -1,5 +1,5 @@
-"""The checkout's spark-submit entry point: the job is ``recovery/jobs/redrive.py`` (its doc
-says what it does), which an installed package also carries.
+"""The checkout's spark-submit entry point: the job is ``recovery.jobs.redrive.RedriveJob``
+(its module's doc says what it does), whose module an installed package submits itself.
 
     spark-submit jobs/redrive.py --config conf/recovery.toml ...
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from recovery.jobs.redrive import main
+from recovery.jobs.redrive import RedriveJob
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(RedriveJob().main())

@@ -1,7 +1,7 @@
-"""``python -m recovery``: the ``redis-stream-recovery`` command (:mod:`recovery.jobs.submit`)."""
+"""``python -m recovery``: the ``redis-stream-recovery`` command (:mod:`recovery.cli.main`)."""
 
 import sys
 
-from recovery.jobs.submit import main
+from recovery.cli.main import main
 
 sys.exit(main())

@@ -14,19 +14,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from recovery.cli.common import (
+from recovery.console.audit import DEFAULT_AUDIT_STREAM
+from recovery.console.serve import ServeOptions, console_state, serve
+from recovery.console.users import load_users
+from recovery.jobs.job_command import exit_code_of
+from recovery.jobs.job_options import (
     ArgumentParser,
     BadArguments,
     OnlyOnce,
-    Outcome,
-    exit_code_of,
     loaded_settings,
     log_level,
     setup_logging,
 )
-from recovery.console.audit import DEFAULT_AUDIT_STREAM
-from recovery.console.serve import ServeOptions, console_state, serve
-from recovery.console.users import load_users
 
 
 def console_parser() -> argparse.ArgumentParser:
@@ -73,7 +72,7 @@ def options_of(args: argparse.Namespace) -> ServeOptions:
 def console_main(argv: list[str] | None = None) -> int:
     """Parse, check, serve until stopped; return the exit code."""
 
-    def body(_: list[Outcome]) -> None:
+    def body() -> None:
         args = console_parser().parse_args(argv)
         setup_logging(args.log_level)
         options = options_of(args)

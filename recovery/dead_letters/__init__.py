@@ -10,7 +10,7 @@ runs, and warnings on their length and age. Read-only unless the opt-in retentio
 - ``retention``: the opt-in trim of letters past ``dead_letters.max_age_s`` / ``max_length``.
 
 Elsewhere: the ``[dead_letters]`` section in ``recovery.settings.dead_letters``, the command
-line in ``recovery.cli.dead_letters``, each dead-letter stream's type, length and oldest
+line in ``recovery.jobs.dead_letters``, each dead-letter stream's type, length and oldest
 entry (and the warnings they raise, shared with the recovery run) in
 ``recovery.targets.dead_letter_streams``.
 """

@@ -119,7 +119,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
     """One recovery run (or, with `dry_run`, its plan: nothing is written to Redis; or, with
     `plan`, a dry run's report directory, exactly the entries it planned: ``driver.plan``).
     `checked`: the caller made the pre-flight checks just before, on these settings (the
-    command line's ``recovery.cli.recover.preflight``, before the session started): the
+    job's command, ``recovery.jobs.recover.RecoverJob``, before the session started): the
     handler, the order settings, the report location and the server are not checked again.
     `scheduler_run_id`: the scheduler's own id of the run (``--scheduler-run-id``), kept in
     the summary and on every row of the report and health files.

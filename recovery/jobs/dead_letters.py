@@ -19,12 +19,51 @@ from recovery.spark.pyspark_path import prefer_installed_pyspark
 
 prefer_installed_pyspark()  # before the first pyspark import
 
-from recovery.cli.dead_letters import dead_letters_main  # noqa: E402
-from recovery.spark.session import submitted_session  # noqa: E402
+from recovery.dead_letters.report import DeadLetterSummary  # noqa: E402
+from recovery.dead_letters.run import run_dead_letters  # noqa: E402
+from recovery.jobs.job_command import JobCommand  # noqa: E402
+from recovery.metrics.dead_letter_jobs import push_dead_letters_metrics  # noqa: E402
+from recovery.params import new_run_id  # noqa: E402
+from recovery.report.run_report import check_report_location  # noqa: E402
+from recovery.settings.model import Settings  # noqa: E402
+from recovery.targets.keys import matched_nothing, warn  # noqa: E402
+
+
+class DeadLettersJob(JobCommand[DeadLetterSummary]):
+    """Command line of ``jobs/dead_letters.py``: ``--config``, ``--set``, ``--run-id``,
+    ``--log-level`` and ``--dry-run`` (the read changes nothing in Redis either way; with the
+    opt-in retention on, a dry run counts what it would trim and trims nothing), with the exit
+    codes of ``jobs/recover.py`` (0 success, 2 invalid config or arguments, 1 anything else); no
+    ``--plan``: any option it does not act on is refused, exit 2.
+
+    Errors are one line on stderr (spark-submit merges it into stdout; the installed command
+    refuses a bad config before spark-submit, on stderr); the last line of stdout is always a
+    JSON summary.
+    """
+
+    prog = "dead_letters"
+    what = "dead-letter read"
+    app_name = "redis-stream-dead-letters"
+    dry_run_help = "read as usual; count what retention would trim, trim nothing"
+    dry_run_setting = "dead_letters.dry_run"
+
+    def check_locally(self, settings: Settings) -> None:
+        check_report_location(settings.report.path)
+
+    def execute(self, settings: Settings) -> None:
+        summary = self.keep(DeadLetterSummary(self.args.run_id or new_run_id(),
+                                              dry_run=settings.dead_letters.dry_run))
+        run_dead_letters(self.spark(settings), settings, summary)
+        if not summary.totals["dead_letter_streams"] and not summary.skipped:
+            warn(summary.warnings, matched_nothing(settings, "stream with a dead-letter stream"))
+
+    def push_metrics(self, settings: Settings, code: int) -> None:
+        push_dead_letters_metrics(settings, self.summary, code, self.started_s, self.redis_up)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return dead_letters_main(argv, lambda: submitted_session("redis-stream-dead-letters"))
+    """The read under spark-submit (the submitter decides the master); its exit code."""
+    return DeadLettersJob().main(argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Wall time of the operator commands on a 40-entry backlog, in this process's command
 (``python -m recovery``, i.e. ``redis-stream-recovery``): in-process (the default without a
-master, ``recovery.jobs.in_process``) against spark-submit (``RECOVERY_SPARK_SUBMIT=1``),
+master, ``recovery.cli.in_process``) against spark-submit (``RECOVERY_SPARK_SUBMIT=1``),
 run in turn, pair by pair, on one Redis.
 
     .venv/bin/python -m tests.benchmark.operator_commands --url redis://127.0.0.1:6391/0 \

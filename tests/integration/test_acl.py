@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from recovery.cli.dead_letters import dead_letters_main
-from recovery.cli.recover import run_recovery
-from recovery.cli.redrive import redrive_main
 from recovery.dead_letters.retention import apply_retention
 from recovery.dead_letters.run import find_dead_letter_streams
 from recovery.errors import RedisPermissionError
+from recovery.jobs.dead_letters import DeadLettersJob
+from recovery.jobs.recover import RecoverJob
+from recovery.jobs.redrive import RedriveJob
 from recovery.settings.model import load_settings, redis_params
 from recovery.testing.local_redis import LocalServer
 from tests.support.acl_rules import PASSWORD, documented_rules, refused_object, setinfo_refusal
@@ -86,17 +86,17 @@ def run_as_documented_users(spark, url: str, client: Redis, nodes: list[Redis],
     exit 0; Redis as expected after each."""
     seeded = seed_with_outsider(client)
     recover = job_args(url, "recovery", tmp_path, "streams.match=*")
-    assert run_recovery([*recover, "--dry-run"], lambda s: spark) == 0, capsys.readouterr()
+    assert RecoverJob(lambda s: spark).main([*recover, "--dry-run"]) == 0, capsys.readouterr()
     plan = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["report_path"]
-    assert run_recovery([*recover, "--plan", plan], lambda s: spark) == 0, capsys.readouterr()
+    assert RecoverJob(lambda s: spark).main([*recover, "--plan", plan]) == 0, capsys.readouterr()
     applied = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert applied["totals"]["reprocessed"] > 0 and applied["totals"]["skipped"] == 0, applied
-    assert run_recovery(recover, lambda s: spark) == 0, capsys.readouterr()
+    assert RecoverJob(lambda s: spark).main(recover) == 0, capsys.readouterr()
     assert '"reason":"the Redis user may not access this key' in capsys.readouterr().out
     assert_recovered(client, seeded)
     assert len(pel(client, OUTSIDE, "billing")) == 166  # left alone
 
-    assert run_recovery(recover, lambda s: spark) == 0, capsys.readouterr()
+    assert RecoverJob(lambda s: spark).main(recover) == 0, capsys.readouterr()
     for stream in STREAMS:  # the 2nd run's consumer owned nothing: removed (a script)
         names = {c["name"].decode() for c in client.xinfo_consumers(stream, "billing")}
         assert len([n for n in names if n.startswith("recovery-")]) == 1, names
@@ -104,14 +104,14 @@ def run_as_documented_users(spark, url: str, client: Redis, nodes: list[Redis],
     # The dead-letter read as the recovery user, and its warning (the other DLQ: denied).
     letters = job_args(url, "recovery", tmp_path, "streams.match=*",
                        "dead_letters.warn_length=1")
-    assert dead_letters_main(letters, lambda: spark) == 0, capsys.readouterr()
+    assert DeadLettersJob(lambda _: spark).main(letters) == 0, capsys.readouterr()
     read = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert read["totals"]["dead_letters"] == sum(len(dead_letters(client, s)) for s in STREAMS)
     assert {w["stream"] for w in read["dead_letter_warnings"]} == set(STREAMS)
     assert [s["stream"] for s in read["skipped"]] == [OUTSIDE]
 
     redrive = job_args(url, "redrive", tmp_path, "streams.match=events:*")
-    assert redrive_main(redrive) == 0, capsys.readouterr()
+    assert RedriveJob().main(redrive) == 0, capsys.readouterr()
     assert all(dead_letters(client, s) == [] for s in STREAMS)
     # redis-py's CLIENT SETINFO on connecting (it goes on without): refused before 7.2,
     # which has no such subcommand.
@@ -129,7 +129,7 @@ def test_without_the_journal_line_the_job_materialises_the_claim(spark, redis_se
     seeded = seed(client, STREAMS, ["billing"])
     recover = job_args(redis_server.url, "recovery", tmp_path, "streams.match=events:*")
     caplog.set_level(logging.INFO, logger="recovery")
-    assert run_recovery(recover, lambda s: spark) == 0, capsys.readouterr()
+    assert RecoverJob(lambda s: spark).main(recover) == 0, capsys.readouterr()
     assert "the claim is materialised" in caplog.text and "journaled" not in caplog.text
     assert_recovered(client, seeded)
     assert refusals([client]) - {setinfo_refusal(client)} == {
@@ -146,7 +146,7 @@ def test_rules_without_xinfo_stream_still_run_with_the_reads_it_replaces(
     create_users([client], dropping="+xinfo|stream")
     seeded = seed(client, STREAMS, ["billing"])
     recover = job_args(redis_version_server.url, "recovery", tmp_path, "streams.match=events:*")
-    assert run_recovery(recover, lambda s: spark) == 0, capsys.readouterr()
+    assert RecoverJob(lambda s: spark).main(recover) == 0, capsys.readouterr()
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     health = spark.read.parquet(report["health_path"]).collect()
     assert sorted((h["stream"], h["length"], sorted(c["name"] for c in h["consumers"]))
@@ -181,7 +181,7 @@ def test_the_reprocess_modes_need_nothing_more_than_the_documented_rule(
     client.xgroup_createconsumer("events:orders", "billing", "app-1")  # live: just created
     args = job_args(redis_version_server.url, "recovery", tmp_path, "streams.match=events:*",
                     f"reprocess.mode={mode}", *schedule)
-    assert run_recovery(args, lambda s: spark) == 0, capsys.readouterr()
+    assert RecoverJob(lambda s: spark).main(args) == 0, capsys.readouterr()
     done = {"requeue": '"requeued":', "reassign": '"reassigned":'}.get(mode, '"reprocessed":')
     totals = capsys.readouterr().out.rsplit("\n", 2)[-2]
     assert ('"backoff":null' in totals) is not schedule, totals
@@ -214,8 +214,8 @@ def test_one_missing_permission_is_named_in_one_line(taken_away, message, spark,
     client = redis_server.client()
     create_users([client], *taken_away)
     seed(client, STREAMS, ["billing"])
-    code = run_recovery(job_args(redis_server.url, "recovery", tmp_path,
-                                 "streams.match=events:*"), lambda s: spark)
+    code = RecoverJob(lambda s: spark).main(job_args(redis_server.url, "recovery", tmp_path,
+                                                     "streams.match=events:*"))
     out, err = capsys.readouterr()
     assert code == 1
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
@@ -231,8 +231,8 @@ def test_a_refused_slot_map_is_named_not_mistaken_for_a_plain_server(spark, redi
     nodes = [n.client() for n in redis_cluster.nodes]
     create_users(nodes, "-cluster|slots")
     try:
-        code = run_recovery(job_args(redis_cluster.url, "recovery", tmp_path,
-                                     "streams.match=events:*"), lambda s: spark)
+        code = RecoverJob(lambda s: spark).main(job_args(redis_cluster.url, "recovery",
+                                                         tmp_path, "streams.match=events:*"))
     finally:
         for node in nodes:
             node.acl_deluser("recovery", "redrive")
@@ -282,7 +282,7 @@ def test_dead_letter_retention_needs_line_10(spark, redis_server, tmp_path, caps
     before = client.xrange("{events:orders}:dlq")
     args = job_args(redis_server.url, "recovery", tmp_path, "streams.keys=events:orders",
                     "dead_letters.max_length=1")
-    code = dead_letters_main(args, lambda: spark)
+    code = DeadLettersJob(lambda _: spark).main(args)
     out, err = capsys.readouterr()
     if without is None:
         assert code == 0, err[-3000:]
@@ -305,18 +305,18 @@ def test_without_the_run_registration_line_a_given_run_id_is_warned_about(
     create_users([client], without="~recovery:run:*")
     seeded = seed(client, STREAMS, ["billing"])
     recover = job_args(redis_server.url, "recovery", tmp_path, "streams.match=events:*")
-    assert run_recovery([*recover, "--run-id", "given"], lambda s: spark) == 0, \
+    assert RecoverJob(lambda s: spark).main([*recover, "--run-id", "given"]) == 0, \
         capsys.readouterr()
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     (warning,) = summary["warnings"]
     assert "run given: its ID cannot be registered" in warning and "~recovery:run:*" in warning
     assert_recovered(client, seeded)
     assert ("recovery", "key", "recovery:run:given") in refusals([client])
-    assert run_recovery(recover, lambda s: spark) == 0, capsys.readouterr()
+    assert RecoverJob(lambda s: spark).main(recover) == 0, capsys.readouterr()
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["warnings"] == []
 
     create_users([client])
-    assert run_recovery([*recover, "--run-id", "granted"], lambda s: spark) == 0, \
+    assert RecoverJob(lambda s: spark).main([*recover, "--run-id", "granted"]) == 0, \
         capsys.readouterr()
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["warnings"] == []
     assert refusals([client]) <= {setinfo_refusal(client)}

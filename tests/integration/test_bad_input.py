@@ -2,7 +2,7 @@
 problem and the fix, with the documented exit code (2 bad config or arguments, 1 anything
 else); nothing pending is lost, and the other streams are still processed.
 
-The job runs in-process (``recovery.cli.recover.run_recovery`` on the suite's session); a config
+The job runs in-process (``recovery.jobs.recover.RecoverJob`` on the suite's session); a config
 error must fail before a SparkSession is even asked for. Where the cases meet the package: a
 run without the handler it needs (recovery.driver.handler_choice), the server check and the
 keys skipped or matching nothing (recovery.targets.keys), and an error an executor raised,
@@ -24,8 +24,8 @@ from collections.abc import Iterator
 import pytest
 from redis import Redis
 
-from recovery.cli.dead_letters import dead_letters_main
 from recovery.executor.handover.lease import LEASE_FRESH_S
+from recovery.jobs.dead_letters import DeadLettersJob
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.testing.local_redis import LocalServer, free_port
 from tests.support.backlogs import DEAD, HOUR_MS, binary_fields
@@ -666,7 +666,7 @@ def test_dead_letter_read_that_matches_nothing_warns(spark, redis_server, tmp_pa
     _letters(redis_server.client(), "orders", 2)
     argv = [a for o in [f"redis.url={redis_server.url}", f"report.path={tmp_path}",
                         "streams.match=nomatch:*"] for a in ("--set", o)]
-    assert dead_letters_main(argv, lambda: spark) == 0
+    assert DeadLettersJob(lambda _: spark).main(argv) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["totals"]["dead_letter_streams"] == 0
     warning = "streams.match 'nomatch:*' matched no stream with a dead-letter stream"

@@ -1,8 +1,10 @@
-"""The three jobs' command lines (recovery.cli.common, recovery.cli.recover,
-recovery.cli.redrive, recovery.cli.dead_letters) as a scheduler and a new user meet them:
-``--version``, ``--print-config`` (secrets masked, nothing contacted), errors that name where
-a bad value came from, ``exit_code`` in every JSON summary, and conf/recovery.toml naming
-every setting."""
+"""The three jobs' command lines (the steps they share in recovery.jobs.job_command and
+recovery.jobs.job_options; the job classes recovery.jobs.recover, recovery.jobs.redrive,
+recovery.jobs.dead_letters) as a scheduler and a new user meet them: ``--version``,
+``--print-config`` (secrets masked, nothing contacted), errors that name where a bad value
+came from, ``exit_code`` in every JSON summary, the checks made once, the command's names
+kept for compatibility (recovery.jobs.submit), and conf/recovery.toml naming every
+setting."""
 
 from __future__ import annotations
 
@@ -75,6 +77,15 @@ def test_version(name: str) -> None:
     done = job(JOBS[name], "--version")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{name} {__version__}"
+
+
+@pytest.mark.parametrize("module", ["recovery", "recovery.jobs.submit"])
+def test_the_command_answers_under_each_of_its_names(module: str) -> None:
+    """``python -m recovery`` and the older ``python -m recovery.jobs.submit`` are the same
+    command (recovery.cli.main)."""
+    done = subprocess.run([sys.executable, "-m", module, "--version"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, f"redis-stream-recovery {__version__}")
 
 
 @pytest.mark.parametrize("name", JOBS)

@@ -3,7 +3,7 @@
 Redis URL and the streams edited in the config it wrote; a handler module written in that
 folder; then ``dry-run`` and ``run`` against a real server, checked in Redis. The handler
 module of the working directory reaches the driver and the executors by itself
-(recovery.jobs.local_modules); a handler package cannot, is refused before Spark with the
+(recovery.cli.local_modules); a handler package cannot, is refused before Spark with the
 ways to ship it, and runs once zipped and given to ``--py-files`` on a ``local-cluster``
 master, whose executors are processes of their own."""
 

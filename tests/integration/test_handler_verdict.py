@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from recovery.cli.redrive import redrive_main
 from recovery.errors import HandlerError
 from recovery.handlers import (
     BatchRejected,
@@ -29,6 +28,7 @@ from recovery.handlers import (
     normalise_reply,
     run_handler,
 )
+from recovery.jobs.redrive import RedriveJob
 from recovery.report.run_report import read_run
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from recovery.testing.local_redis import LocalServer
@@ -79,8 +79,9 @@ def test_a_rejected_entry_is_dead_lettered_at_once(spark: SparkSession, server: 
 
     out = io.StringIO()
     with redirect_stdout(out):
-        code = redrive_main(["--set", f"redis.url={server.url}", "--set", "streams.keys=orders",
-                             "--set", "redrive.reasons=handler-rejected"])
+        code = RedriveJob().main(["--set", f"redis.url={server.url}",
+                                  "--set", "streams.keys=orders",
+                                  "--set", "redrive.reasons=handler-rejected"])
     assert code == 0
     assert client.xlen("{orders}:dlq") == 0
     back = [f for _, f in client.xrange("orders")[len(ids):]]  # redriven: new entries

@@ -18,10 +18,10 @@ import pytest
 from pyspark.sql import SparkSession
 from redis import Redis
 
-from recovery.cli.dead_letters import dead_letters_main
-from recovery.cli.redrive import redrive_main
 from recovery.errors import ConfigError
 from recovery.executor.histogram import DELIVERY_LABELS
+from recovery.jobs.dead_letters import DeadLettersJob
+from recovery.jobs.redrive import RedriveJob
 from recovery.metrics.families import (
     LAST_SUCCESS,
     OTHER,
@@ -274,7 +274,7 @@ def test_the_dead_letter_jobs_push_to_groups_of_their_own(
         recovered = run_in_process(spark, job_args(redis_server.url, tmp_path, ["met-dl"],
                                                    HANDLER, sets[-1]))
         assert recovered.code == 0 and client.xlen(dlq) == 18
-        code, read = json_summary(lambda: dead_letters_main(args, lambda: spark))
+        code, read = json_summary(lambda: DeadLettersJob(lambda _: spark).main(args))
         assert code == 0 and read["metrics"]["pushed"] is True, read["metrics"]
         assert pushed(gateway, PREFIX + "dead_letter_entries", "dead_letters") == {
             "stream=met-dl": 18}
@@ -283,12 +283,12 @@ def test_the_dead_letter_jobs_push_to_groups_of_their_own(
         ages = pushed(gateway, PREFIX + "dead_letter_oldest_age_seconds", "dead_letters")
         assert list(ages) == ["stream=met-dl"] and ages["stream=met-dl"] >= 0
         # With retention: the length pushed is the one its trim left (XLEN), not the read's.
-        code, trimmed = json_summary(lambda: dead_letters_main(
-            [*args, "--set", "dead_letters.max_length=15"], lambda: spark))
+        code, trimmed = json_summary(lambda: DeadLettersJob(lambda _: spark).main(
+            [*args, "--set", "dead_letters.max_length=15"]))
         assert code == 0 and trimmed["retention"]["trimmed"] == 3 and client.xlen(dlq) == 15
         assert pushed(gateway, PREFIX + "dead_letter_entries", "dead_letters") == {
             "stream=met-dl": 15}
-        code, redriven = json_summary(lambda: redrive_main(args))
+        code, redriven = json_summary(lambda: RedriveJob().main(args))
         assert code == 0 and redriven["metrics"]["pushed"] is True, redriven["metrics"]
         assert redriven["totals"]["redriven"] == 15 and client.xlen(dlq) == 0
         assert pushed(gateway, PREFIX + "run_entries", "redrive") == {

@@ -15,8 +15,8 @@ import pytest
 from pyspark.sql import SparkSession
 from redis import Redis
 
-from recovery.cli.redrive import redrive_main
 from recovery.dead_letters.trend import health_trend
+from recovery.jobs.redrive import RedriveJob
 from recovery.metrics.families import PREFIX
 from recovery.settings.model import load_settings
 from recovery.testing.backlog import add_entries, create_group
@@ -106,8 +106,8 @@ def test_the_redrive_pushes_the_oldest_dead_letters_age(spark: SparkSession,
         assert recovered.code == 0 and client.xlen(dlq) == 18
         sets = [f"redis.url={redis_server.url}", "streams.keys=mh-re", "redrive.limit=5",
                 f"report.path={tmp_path}", metrics]
-        code, redriven = json_summary(lambda: redrive_main([a for s in sets
-                                                            for a in ("--set", s)]))
+        code, redriven = json_summary(lambda: RedriveJob().main([a for s in sets
+                                                                 for a in ("--set", s)]))
         assert code == 0 and redriven["metrics"]["pushed"], redriven
         ages = pushed(gateway, PREFIX + "dead_letter_oldest_age_seconds", "redrive")
     assert client.xlen(dlq) > 0

@@ -5,7 +5,7 @@ a ``.zip`` name (PySpark puts only .zip/.egg/.jar py-files on the executors' pat
 both jobs from a clean directory with a Python that has the dependencies but not the package,
 so every ``import recovery`` on the driver and the executors (and the Lua scripts, read with
 importlib.resources) comes from the wheel. Then the wheel pip-installed into a fresh venv:
-its ``redis-stream-recovery`` command (recovery.jobs.submit, ``python -m recovery``:
+its ``redis-stream-recovery`` command (recovery.cli.main, ``python -m recovery``:
 recovery.__main__) submits the job files the package carries (recovery.jobs.recover,
 recovery.jobs.redrive, recovery.jobs.dead_letters) from an empty directory.
 """
@@ -86,7 +86,9 @@ def test_the_wheel_carries_the_jobs_and_the_command_not_the_test_tooling(wheel_z
     assert [n for n in names if n.startswith("recovery/testing")] == []
     [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     text = zipfile.ZipFile(wheel_zip).read(entry_points).decode()
-    assert "redis-stream-recovery = recovery.jobs.submit:main" in text
+    assert "redis-stream-recovery = recovery.cli.main:main" in text
+    for job in ("recover", "redrive", "dead_letters"):  # the job classes' modules' main
+        assert f"= recovery.jobs.{job}:main" in text
 
 
 def test_the_installed_command_runs_the_job_through_spark_submit(wheel_python, redis_server,

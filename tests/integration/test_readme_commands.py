@@ -6,7 +6,7 @@ checks the exit code, the JSON last line and Redis itself.
 A command README shows that no test here runs fails
 ``test_every_readme_command_runs_in_a_test``, as does a test whose command README no longer
 shows. Where one run covers two commands, COVERED_BY says which and why. The commands behind
-``redis-stream-recovery`` are recovery.jobs.submit's (the installed entry point, from the
+``redis-stream-recovery`` are recovery.cli.main's (the installed entry point, from the
 project's venv); the spark-submit is the venv's, with its Python."""
 
 from __future__ import annotations

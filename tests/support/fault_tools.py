@@ -4,7 +4,7 @@
   executors; its path goes into the environment here, at import, before the suite's
   SparkSession starts);
 - a small stuck backlog with one kind of entry per expected fate;
-- the job run in-process (``run_recovery`` with the suite's session) or as a real spark-submit
+- the job run in-process (``RecoverJob`` with the suite's session) or as a real spark-submit
   process, and SIGKILL of that process with everything it started;
 - what Redis says afterwards: hand-overs recorded by the handler, job consumers, DLQ entries.
 """
@@ -28,8 +28,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 from redis import Redis
 
-from recovery.cli.recover import run_recovery
 from recovery.executor.faults import FIRED_SUFFIX
+from recovery.jobs.recover import RecoverJob
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.report.run_report import read_run, run_path
 from recovery.spark.local import LOCAL_JVM_OPTIONS
@@ -143,7 +143,7 @@ def run_in_process(spark: SparkSession | None, argv: list[str]) -> JobResult:
     out, err = io.StringIO(), io.StringIO()
     started = time.monotonic()
     with redirect_stdout(out), redirect_stderr(err):
-        code = run_recovery(argv, lambda _settings: spark or _no_session())
+        code = RecoverJob(lambda _settings: spark or _no_session()).main(argv)
     return JobResult(code, _last_json(out.getvalue()), err.getvalue(),
                      time.monotonic() - started)
 

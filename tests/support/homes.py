@@ -20,14 +20,12 @@ from __future__ import annotations
 # module -> (test module, how it reaches the module)
 TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/__init__.py": ("tests/unit/test_public_api.py", "imports it"),
-    "recovery/__main__.py": ("tests/unit/jobs/test_precheck.py", "runs it: python -m recovery"),
-    "recovery/cli/common.py":
-        ("tests/unit/dead_letters/test_retention_letters.py", "through recovery.cli.dead_letters"),
+    "recovery/__main__.py": ("tests/unit/cli/test_precheck.py", "runs it: python -m recovery"),
     "recovery/cli/console.py": ("tests/unit/console/test_app.py", "imports it"),
-    "recovery/cli/dead_letters.py":
-        ("tests/unit/dead_letters/test_retention_letters.py", "imports it"),
-    "recovery/cli/recover.py": ("tests/unit/redis_io/test_tls.py", "imports it"),
-    "recovery/cli/redrive.py": ("tests/integration/test_metrics_health.py", "imports it"),
+    "recovery/cli/init_command.py":
+        ("tests/integration/attacks/test_attack_init.py", "imports it"),
+    "recovery/cli/main.py": ("tests/unit/cli/test_init.py", "imports it"),
+    "recovery/cli/routes.py": ("tests/unit/cli/test_in_process.py", "imports it"),
     "recovery/console/act.py": ("tests/unit/console/test_app.py", "through recovery.console.app"),
     "recovery/console/audit.py":
         ("tests/unit/console/test_users.py", "through recovery.console.serve"),
@@ -100,11 +98,12 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/executor/ordered.py": ("tests/integration/test_order.py", "imports it"),
     "recovery/executor/survey.py": ("tests/unit/executor/test_tally.py", "imports it"),
     "recovery/jobs/dead_letters.py": ("tests/unit/jobs/test_entry_points.py", "imports it"),
-    "recovery/jobs/init_command.py":
-        ("tests/integration/attacks/test_attack_init.py", "imports it"),
+    "recovery/jobs/job_command.py": ("tests/unit/cli/test_in_process.py", "imports it"),
+    "recovery/jobs/job_options.py":
+        ("tests/unit/jobs/test_entry_points.py", "through recovery.jobs.job_command"),
     "recovery/jobs/recover.py": ("tests/unit/jobs/test_entry_points.py", "imports it"),
     "recovery/jobs/redrive.py": ("tests/unit/jobs/test_entry_points.py", "imports it"),
-    "recovery/jobs/submit.py": ("tests/unit/jobs/test_init.py", "imports it"),
+    "recovery/jobs/submit.py": ("tests/unit/jobs/test_entry_points.py", "imports it"),
     "recovery/metrics/dead_letter_jobs.py":
         ("tests/integration/attacks/test_attack_monitoring.py", "imports it"),
     "recovery/metrics/families.py": ("tests/unit/metrics/test_alerts.py", "imports it"),
@@ -152,8 +151,8 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/settings/sections.py":
         ("tests/unit/settings/test_model.py", "through recovery.settings.model"),
     "recovery/spark/session.py": ("tests/unit/spark/test_local.py", "imports it"),
-    "recovery/starter/__init__.py": ("tests/unit/jobs/test_init.py", "imports it"),
+    "recovery/starter/__init__.py": ("tests/unit/cli/test_init.py", "imports it"),
     "recovery/targets/dead_letter_streams.py":
         ("tests/unit/dead_letters/test_run.py", "imports it"),
-    "recovery/testing/backlog.py": ("tests/unit/jobs/test_in_process.py", "imports it"),
+    "recovery/testing/backlog.py": ("tests/unit/cli/test_in_process.py", "imports it"),
 }

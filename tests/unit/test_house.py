@@ -57,13 +57,14 @@ FLOORS = (
     "recovery.redrive",       # dead letters back to their streams (jobs/redrive.py)
     "recovery.metrics",       # a job's metrics, pushed to a Prometheus Pushgateway
     "recovery.console",       # the dead-letter console: a web app over Redis, no Spark
-    "recovery.cli",           # the three jobs' command lines, and the console's
     "recovery.starter",       # the starter files `init` writes (config, alerts, DAG)
-    "recovery.jobs",          # the spark-submit entry points and the command that submits them
+    "recovery.jobs",          # one command class per job, each module its spark-submit file
+    "recovery.cli",           # the `redis-stream-recovery` command line, which runs the jobs
     "recovery.testing",       # throwaway servers and backlogs for the demo and the tests
 )
-# The package's face and ``python -m recovery``: they may import from any floor.
-FACES = (PACKAGE / "__init__.py", PACKAGE / "__main__.py")
+# The package's face, ``python -m recovery`` and the command's name kept for compatibility
+# (``recovery.jobs.submit``): they may import from any floor.
+FACES = (PACKAGE / "__init__.py", PACKAGE / "__main__.py", PACKAGE / "jobs" / "submit.py")
 SIBLINGS_APART = ("recovery.executor.claim", "recovery.executor.handover")
 # Every test module, wherever it sits: tests/unit/..., tests/integration/...
 TEST_MODULES = sorted((ROOT / "tests").rglob("test_*.py"))

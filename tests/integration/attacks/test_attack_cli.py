@@ -138,7 +138,7 @@ def test_a_handler_in_the_working_directory_is_judged_as_the_job_judges_it(
     the driver's (its script's directory is ``recovery/jobs``): the job alone would refuse
     the handler after a JVM start. So the command either refuses it first or ships it to
     the driver and executors: it ships a working-directory module with ``--py-files``
-    (``recovery.jobs.local_modules``), so spark-submit gets exactly that file."""
+    (``recovery.cli.local_modules``), so spark-submit gets exactly that file."""
     (tmp_path / "atk_cwd_handler.py").write_text("def handle(batch):\n    return {}\n")
     done = command("run", *base(tmp_path, "atk_cwd_handler"), env=stub_spark, cwd=tmp_path)
     shipped = f"{STARTED} --py-files {tmp_path / 'atk_cwd_handler.py'} "

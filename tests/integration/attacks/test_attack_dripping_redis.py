@@ -1,6 +1,6 @@
 """Whole runs against a Redis behind a proxy that answers one byte at a time
 (tests/support/redis_drip.py), each reply now bounded whole (recovery.redis_io.deadline):
-the driver (recovery.cli.recover) before Spark, the executors' claim in a Spark run, and the
+the driver (recovery.jobs.recover) before Spark, the executors' claim in a Spark run, and the
 redrive command (recovery.redrive.run) whose move script's reply drips. Each shows the drip
 happened and was cut by the client, the one-line error and the JSON summary, and what Redis
 holds afterwards: nothing acked, moved twice or lost."""

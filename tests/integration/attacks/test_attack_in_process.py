@@ -1,4 +1,4 @@
-"""Attacks on the installed command's in-process path (recovery.jobs.in_process): settings
+"""Attacks on the installed command's in-process path (recovery.cli.in_process): settings
 spark-submit honours that the in-process choice must not ignore, and environment values
 read defensively. Through the command a user runs (``python -m recovery``), against a real
 server, Redis checked afterwards.
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from recovery.jobs.in_process import runs_here
+from recovery.cli.in_process import runs_here
 from recovery.testing.backlog import create_group
 from recovery.testing.local_redis import LocalServer
 from tests.support.redis_drip import DrippingRedis

@@ -1,5 +1,5 @@
-"""Attacks on ``redis-stream-recovery init`` (recovery.starter, recovery.jobs.init_command)
-and on the handler shipping (recovery.jobs.local_modules), through the installed command."""
+"""Attacks on ``redis-stream-recovery init`` (recovery.starter, recovery.cli.init_command)
+and on the handler shipping (recovery.cli.local_modules), through the installed command."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from recovery.jobs.init_command import init_main
-from recovery.jobs.local_modules import with_shipped_modules
+from recovery.cli.init_command import init_main
+from recovery.cli.local_modules import with_shipped_modules
 from tests.support.airflow_runs import AIRFLOW_PYTHON
 
 COMMAND = str(Path(sys.executable).parent / "redis-stream-recovery")

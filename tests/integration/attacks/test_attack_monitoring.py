@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 from redis import Redis
 
-from recovery.cli.dead_letters import dead_letters_main
+from recovery.jobs.dead_letters import DeadLettersJob
 from recovery.metrics.dead_letter_jobs import push_redrive_metrics
 from recovery.metrics.families import PREFIX
 from recovery.metrics.recovery_run import push_recovery_metrics
@@ -210,13 +210,13 @@ def test_a_dead_letter_read_that_cannot_reach_redis_keeps_its_series(
     with LocalPushgateway() as gateway:
         common = ["streams.keys=atk-dl", f"report.path={tmp_path}",
                   f"metrics.pushgateway_url={gateway.url}"]
-        code, _ = json_summary(lambda: dead_letters_main(
-            sets(f"redis.url={redis_server.url}", *common), lambda: spark))
+        code, _ = json_summary(lambda: DeadLettersJob(lambda _: spark).main(
+            sets(f"redis.url={redis_server.url}", *common)))
         assert code == 0
         kept = pushed(gateway, PREFIX + "dead_letter_entries", "dead_letters")
         assert kept == {"stream=atk-dl": 1}, kept
-        code, down = json_summary(lambda: dead_letters_main(
-            sets(f"redis.url=redis://127.0.0.1:{free_port()}", *common), lambda: spark))
+        code, down = json_summary(lambda: DeadLettersJob(lambda _: spark).main(
+            sets(f"redis.url=redis://127.0.0.1:{free_port()}", *common)))
         assert code == 1, down
         assert pushed(gateway, PREFIX + "redis_up", "dead_letters") == {"outcome=attempt": 0}
         assert pushed(gateway, PREFIX + "dead_letter_entries", "dead_letters") == kept

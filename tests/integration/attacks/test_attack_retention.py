@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from recovery.cli.dead_letters import dead_letters_main
 from recovery.dead_letters.retention import apply_retention
 from recovery.dead_letters.run import find_dead_letter_streams
 from recovery.errors import RecoveryError
+from recovery.jobs.dead_letters import DeadLettersJob
 from recovery.redis_io.trim import server_time_ms
 from recovery.settings.model import load_settings, redis_params
 from tests.support.retention_tools import retain
@@ -42,7 +42,7 @@ def job(spark, server_url: str, tmp_path: Path, capsys, *overrides: str) -> tupl
     argv = ["--set", f"redis.url={server_url}", "--set", f"report.path={tmp_path / 'r'}"]
     for o in overrides:
         argv += ["--set", o]
-    code = dead_letters_main(argv, lambda: spark)
+    code = DeadLettersJob(lambda _: spark).main(argv)
     return code, json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 

@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 import pytest
 import redis
 
-from recovery.cli.dead_letters import dead_letters_main
 from recovery.dead_letters.read import dead_letter_row
 from recovery.dead_letters.report import DeadLetterSummary, views_path
 from recovery.dead_letters.run import (
@@ -26,6 +25,7 @@ from recovery.dead_letters.run import (
 )
 from recovery.dead_letters.trend import health_trend
 from recovery.driver.job import run
+from recovery.jobs.dead_letters import DeadLettersJob
 from recovery.schemas import HEALTH, arrow
 from recovery.settings.model import Settings, load_settings, redis_params
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
@@ -129,7 +129,7 @@ def test_the_job_writes_both_views_and_sums_them_up(spark, redis_server, tmp_pat
             "--run-id", "20261126T000000Z-abcdef",
             "--scheduler-run-id", "scheduled__2026-11-26T00:00:00+00:00"]
 
-    assert dead_letters_main(argv, lambda: spark) == 0
+    assert DeadLettersJob(lambda _: spark).main(argv) == 0
 
     assert snapshot(client) == before
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -207,8 +207,8 @@ def test_pages_of_xrange_read_each_entry_once(spark, redis_server, tmp_path):
 
 
 def test_config_error_is_one_line_and_exit_2(capsys, tmp_path):
-    code = dead_letters_main(["--set", "streams.keys=a", "--set", "dead_letters.warn_length=0"],
-                             lambda: pytest.fail("no Spark for a bad config"))
+    code = DeadLettersJob(lambda _: pytest.fail("no Spark for a bad config")).main(
+        ["--set", "streams.keys=a", "--set", "dead_letters.warn_length=0"])
     out, err = capsys.readouterr()
     assert code == 2
     assert err.count("\n") == 1 and "dead_letters.warn_length" in err

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from recovery.cli.dead_letters import dead_letters_main
 from recovery.dead_letters.retention import apply_retention, cut_of
 from recovery.dead_letters.run import find_dead_letter_streams
 from recovery.errors import ConfigError
+from recovery.jobs.dead_letters import DeadLettersJob
 from recovery.redis_io.trim import LetterScope, nth_id, server_time_ms, trim_letters
 from recovery.settings.model import Settings, load_settings, redis_params
 from recovery.testing.backlog import create_group
@@ -195,10 +195,10 @@ def test_an_age_below_the_floor_is_refused_before_redis(redis_server, tmp_path, 
     argv = ["--set", f"redis.url={redis_server.url}", "--set", "streams.keys=orders",
             "--set", "dead_letters.max_age_s=60", "--set", "dead_letters.retention_floor_s=3600"]
 
-    def no_spark():
+    def no_spark(_settings):
         raise AssertionError("Spark must not start")
 
-    assert dead_letters_main(argv, no_spark) == 2
+    assert DeadLettersJob(no_spark).main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "max_age_s" in err[0] and "retention_floor_s" in err[0], err
     assert client.xrange(DLQ) == before
@@ -215,12 +215,12 @@ def test_the_job_trims_after_its_read_and_reports_each_trim(spark, server, tmp_p
             "--set", "streams.keys=orders", "--set", "dead_letters.max_length=2",
             "--run-id", "20261126T000000Z-abcdef"]
 
-    assert dead_letters_main([*argv, "--dry-run"], lambda: spark) == 0
+    assert DeadLettersJob(lambda _: spark).main([*argv, "--dry-run"]) == 0
     dry = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert client.xrange(DLQ) == before and dry["dry_run"] is True
     assert (dry["retention"]["trimmed"], dry["retention"]["would_trim"]) == (0, 3)
 
-    assert dead_letters_main(argv, lambda: spark) == 0
+    assert DeadLettersJob(lambda _: spark).main(argv) == 0
 
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["dry_run"] is False

@@ -16,8 +16,8 @@ import logging
 import pytest
 import redis
 
-from recovery.cli.dead_letters import dead_letters_main
 from recovery.dead_letters.retention import cut_of, retention_warnings
+from recovery.jobs.dead_letters import DeadLettersJob
 from recovery.redis_io.trim import LetterScope, server_time_ms, trim_letters
 from recovery.settings.model import load_settings
 from tests.support.retention_tools import retain
@@ -177,7 +177,7 @@ def test_the_job_leaves_an_application_stream_and_says_why(spark, redis_server, 
             "--set", "streams.keys=shop", "--set", "dead_letter.stream={stream}:{group}",
             "--set", "dead_letters.max_age_s=120"]
 
-    assert dead_letters_main(argv, lambda: spark) == 0
+    assert DeadLettersJob(lambda _: spark).main(argv) == 0
 
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert client.xrange("shop:eu") == before

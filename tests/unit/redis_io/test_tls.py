@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from recovery.cli.recover import preflight, run_recovery
 from recovery.driver.job import run
 from recovery.errors import RedisUnavailableError
+from recovery.jobs.recover import RecoverJob, preflight
 from recovery.redis_io.cluster import StreamCluster
 from recovery.redis_io.deadline import BoundedSSLConnection
 from recovery.redis_io.redis_conn import connect
@@ -101,7 +101,7 @@ def test_a_tls_misconfiguration_fails_in_one_line(case, hint, spark, tls_files, 
         url = tls_redis.url.replace("rediss://", "redis://")
     sets = tls_settings(tls_files, url, ca, client_cert, *extra)
     args = [a for s in sets for a in ("--set", s)]
-    code = run_recovery(args, lambda s: pytest.fail("Spark must not start"))  # type: ignore[arg-type]
+    code = RecoverJob(lambda s: pytest.fail("Spark must not start")).main(args)  # type: ignore[arg-type]
     errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 1
     assert len(errors) == 1 and errors[0].startswith("error: cannot reach Redis at 127.0.0.1:")

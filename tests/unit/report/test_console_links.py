@@ -14,9 +14,9 @@ from urllib.parse import urlsplit
 import pytest
 from pyspark.sql import SparkSession
 
-from recovery.cli.dead_letters import dead_letters_main
 from recovery.console.serve import ServeOptions, console_state
 from recovery.console.users import load_users
+from recovery.jobs.dead_letters import DeadLettersJob
 from recovery.report.console_links import console_links, link_lines
 from recovery.settings.model import load_settings
 from recovery.testing.local_redis import LocalServer
@@ -60,7 +60,7 @@ def test_a_run_links_each_dead_letter_stream_it_wrote_to(
     capsys.readouterr()
     argv = ["--set", f"redis.url={redis_server.url}", "--set", f"report.path={tmp_path / 'd'}",
             "--set", "streams.keys=orders,quiet", "--set", f"dead_letter.console_url={BASE}"]
-    assert dead_letters_main(argv, lambda: spark) == 0
+    assert DeadLettersJob(lambda _: spark).main(argv) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["console_links"] == {"{orders}:dlq": url}
     assert f"dead letters of {{orders}}:dlq in the console: {url}" in caplog.text
@@ -90,7 +90,7 @@ def test_a_console_url_that_cannot_be_a_base_address_is_refused(redis_server: Lo
     argv = ["--set", f"redis.url={redis_server.url}", "--set", f"report.path={tmp_path}",
             "--set", "streams.keys=orders", "--set", f"dead_letter.console_url={url}"]
 
-    assert dead_letters_main(argv, lambda: pytest.fail("no session for a bad config")) == 2
+    assert DeadLettersJob(lambda _: pytest.fail("no session for a bad config")).main(argv) == 2
 
     err = capsys.readouterr().err
     assert "dead_letter.console_url" in err and "s3cret" not in err

@@ -1,13 +1,13 @@
 """The operator commands in the command's own Python: ``dry-run``, ``apply``, ``redrive``
-and ``dead-letters`` without a cluster master (``recovery.jobs.submit`` asks
+and ``dead-letters`` without a cluster master (``recovery.cli.main`` asks
 :func:`runs_here`, then calls :func:`run_here` instead of starting spark-submit).
 
 Without a master, spark-submit runs the job on this machine in ``local[*]``: its own JVM
 start, then a Python driver that imports the package again. Here the same job runs on the
-Python that already checked its options (``recovery.jobs.precheck``): ``redrive`` starts no
+Python that already checked its options (``recovery.cli.precheck``): ``redrive`` starts no
 Spark at all (its work is inside Redis), ``dry-run``, ``apply`` and ``dead-letters`` start a
 local session from this process (PySpark launches the JVM with the options of
-:data:`LOCAL_SUBMIT`, the master spark-submit would have used; ``spark-defaults.conf`` is
+:func:`_launch_options`, the master spark-submit would have used; ``spark-defaults.conf`` is
 read by that launch as by spark-submit). Outputs and exit codes are the job's: the JSON line
 last on stdout; the job's stderr (log lines, a dry run's tables, an ``error:`` line) stays
 on stderr (spark-submit's PythonRunner would have merged it into stdout).
@@ -30,14 +30,15 @@ import signal
 import sys
 from collections.abc import Mapping
 
-from recovery.cli.common import BadArguments
-from recovery.jobs.precheck import (
+from recovery.cli.precheck import (
     another_python,
     driver_elsewhere,
     spark_conf,
     spark_env_sets,
     spark_option,
 )
+from recovery.cli.routes import ROUTES
+from recovery.jobs.job_options import BadArguments
 
 RUNS_HERE = ("dry-run", "apply", "redrive", "dead-letters")
 # The local session's launch (PySpark runs spark-submit for the JVM with these): the master
@@ -112,20 +113,11 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _run_job(command: str, job_args: list[str], spark_args: list[str]) -> int:
-    if command == "redrive":
-        from recovery.cli.redrive import redrive_main
-
-        return redrive_main(job_args)
-    _launch_options(spark_option(spark_args, "--master"))
-    from recovery.spark.session import submitted_session
-
-    if command == "dead-letters":
-        from recovery.cli.dead_letters import dead_letters_main
-
-        return dead_letters_main(job_args, lambda: submitted_session("redis-stream-dead-letters"))
-    from recovery.cli.recover import run_recovery
-
-    return run_recovery(job_args, lambda _: submitted_session("redis-stream-recovery"))
+    """`command`'s job class, its Spark (if it runs any) launched as spark-submit would."""
+    route = ROUTES[command]
+    if route.runs_spark:
+        _launch_options(spark_option(spark_args, "--master"))
+    return route.job()().main(job_args)
 
 
 def _launch_options(master: str | None) -> None:

@@ -1,5 +1,5 @@
 """Which handler modules the installed command ships with ``--py-files``
-(recovery.jobs.local_modules): a ``<name>.py`` of the working directory that nothing else
+(recovery.cli.local_modules): a ``<name>.py`` of the working directory that nothing else
 provides, added after the user's own py-files; never a package, an installed module or a
 standard-library name. The runs themselves are in tests/integration/test_first_hour.py."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from recovery.jobs.local_modules import with_shipped_modules
+from recovery.cli.local_modules import with_shipped_modules
 
 STREAMS = ["--set", "streams.keys=orders"]  # a config needs a selection to load
 

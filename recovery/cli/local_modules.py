@@ -22,8 +22,8 @@ import sys
 from importlib.machinery import PathFinder
 from pathlib import Path
 
+from recovery.cli.precheck import answered_by_the_job, spark_conf, spark_option
 from recovery.errors import ConfigError
-from recovery.jobs.precheck import answered_by_the_job, spark_conf, spark_option
 
 HANDLER_COMMANDS = ("run", "dry-run", "apply")
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from recovery.cli.common import ArgumentParser, OnlyOnce, exit_code_of
+from recovery.jobs.job_command import exit_code_of
+from recovery.jobs.job_options import ArgumentParser, OnlyOnce
 from recovery.starter import OPTIONAL, chosen_files, write_starter_files
 
 
 def init_main(args: list[str]) -> int:
     """Parse `args` (what follows ``init``), write the chosen files; the exit code."""
-    return exit_code_of(lambda _: _init(args), "init")
+    return exit_code_of(lambda: _init(args), "init")
 
 
 def _init(args: list[str]) -> None:

@@ -1,5 +1,5 @@
 """The operator commands without a cluster master run in the command's own Python
-(recovery.jobs.in_process): which commands and Spark options stay in, which go to
+(recovery.cli.in_process): which commands and Spark options stay in, which go to
 spark-submit, and that what runs here does the job's work with its output and exit codes.
 
 The command is ``python -m recovery`` (``redis-stream-recovery``) with ``SPARK_HOME`` naming
@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from recovery.jobs.in_process import is_local, runs_here
+from recovery.cli.in_process import is_local, runs_here
+from recovery.cli.routes import ROUTES
+from recovery.jobs.job_command import JobCommand
 from recovery.testing.backlog import create_group
 from recovery.testing.local_redis import LocalServer
 from tests.support.redrive_tools import dead_letter
@@ -82,6 +84,17 @@ def test_a_master_in_spark_defaults_sends_the_job_to_spark_submit(tmp_path, monk
     assert not runs_here("redrive", [], {})
     (tmp_path / "spark-defaults.conf").write_text("spark.master=local[4]\n")
     assert runs_here("redrive", [], {})
+
+
+def test_each_command_runs_its_job_class_from_the_file_spark_submit_runs():
+    """recovery.cli.routes: a command's job class (run here, and checked before
+    spark-submit) lives in the very file spark-submit is given; only the redrive runs no
+    Spark of its own."""
+    for name, route in ROUTES.items():
+        job = route.job()
+        assert issubclass(job, JobCommand), name
+        assert Path(sys.modules[job.__module__].__file__ or "").resolve() == route.file, name
+    assert [name for name, route in ROUTES.items() if not route.runs_spark] == ["redrive"]
 
 
 def test_local_masters():

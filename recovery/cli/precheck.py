@@ -1,13 +1,14 @@
-"""The installed command's checks before it starts spark-submit (``recovery.jobs.submit``).
+"""The installed command's checks before it starts spark-submit (``recovery.cli.main``).
 
 Under spark-submit a config typo costs a JVM start (14-17 s here) and its ``error:`` line
 lands on stdout: Spark's PythonRunner merges the job's stderr into its stdout. So the
 command first does, in this Python, what the job would do before Spark starts: parse the
 job's options, load the settings (file, ``RECOVERY_*``, ``--set``) and, for ``run``,
 ``dry-run`` and ``apply``, the job's checks that need neither Redis nor Spark
-(``recovery.cli.recover.local_preflight``: the handler and its exception classes import,
+(``recovery.jobs.recover.local_preflight``: the handler and its exception classes import,
 the report path is writable, a local plan's terms allow the run), for ``redrive`` its
-filters' range and for ``dead-letters`` its report path, as those jobs do before Spark. A
+filters' range and for ``dead-letters`` its report path, as those jobs do before Spark (the
+job class's ``check``, ``recovery.jobs.job_command.JobCommand.check``). A
 refusal is the job's own: one ``error:`` line on stderr, the JSON error line on stdout, its
 exit code (2), and its metrics push (``[metrics]``: the attempt, as the job pushes a refused
 run). What passes is checked again by the job. Redis is not contacted here: a run that
@@ -33,13 +34,9 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
-    from recovery.settings.model import Settings
+from recovery.cli.routes import JOBS_DIR, ROUTES
 
 ANSWERED_BY_THE_JOB = ("-h", "--help", "--version", "--print-config")
 
@@ -53,18 +50,7 @@ def precheck(command: str, job_args: list[str], spark_args: list[str]) -> int | 
         return None
     with tempfile.TemporaryDirectory(prefix="recovery-precheck-") as scratch:
         _as_the_driver_path(spark_args, Path(scratch))
-        if command in ("run", "dry-run", "apply"):
-            from recovery.cli.recover import run_recovery
-
-            code = run_recovery(job_args, _no_session, checks_only=True)
-        elif command == "redrive":
-            from recovery.cli.redrive import redrive_main
-
-            code = redrive_main(job_args, checks_only=True)
-        else:
-            from recovery.cli.dead_letters import dead_letters_main
-
-            code = dead_letters_main(job_args, _no_session, checks_only=True)
+        code = ROUTES[command].job()().check(job_args)  # starts no Spark
     return code or None
 
 
@@ -74,10 +60,6 @@ def answered_by_the_job(arg: str) -> bool:
     return arg in ANSWERED_BY_THE_JOB or (
         arg.startswith("--") and len(arg) > 3
         and any(option.startswith(arg) for option in ANSWERED_BY_THE_JOB))
-
-
-def _no_session(settings: Settings | None = None) -> SparkSession:
-    raise RuntimeError("the checks before spark-submit start no Spark")
 
 
 def driver_elsewhere(spark_args: list[str]) -> bool:
@@ -191,7 +173,7 @@ def _as_the_driver_path(spark_args: list[str], scratch: Path) -> None:
     as spark-submit adds them: a handler shipped that way imports here too (a ``.py`` file
     copied alone to a directory of `scratch`, as spark-submit copies it)."""
     if sys.path and sys.path[0] in ("", os.getcwd(), os.path.dirname(sys.argv[0])):
-        sys.path[0] = str(Path(__file__).resolve().parent)
+        sys.path[0] = str(JOBS_DIR)
     files = spark_option(spark_args, "--py-files")
     if files is None:
         files = spark_conf(spark_args, "spark.submit.pyFiles") or ""

@@ -1,4 +1,4 @@
-"""``redis-stream-recovery init [DIR]`` (recovery.jobs.init_command, recovery.starter): the
+"""``redis-stream-recovery init [DIR]`` (recovery.cli.init_command, recovery.starter): the
 checkout's own starter files, never an overwrite without --force, all or nothing. The wheel's
 copies are compared with the checkout's in tests/integration/test_first_hour.py."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.jobs.submit import main
+from recovery.cli.main import main
 from recovery.starter import STARTER_FILES, starter_text
 
 ROOT = Path(__file__).resolve().parents[3]

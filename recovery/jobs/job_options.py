@@ -1,12 +1,8 @@
-"""Command-line plumbing shared by the three entry points (``jobs/recover.py``,
-``jobs/redrive.py``, ``jobs/dead_letters.py``).
-
-Exit codes (the contract with schedulers): 0 success; 2 invalid config or arguments;
-1 anything else (Redis unreachable, login refused, Spark failure, failure threshold).
-Errors are one line on stderr (spark-submit merges it into stdout; the installed command
-refuses a bad config before spark-submit, on stderr); the last line of stdout is always a
-JSON summary.
-"""
+"""The options every job takes, and how they are read: ``--config``, ``--set``, ``--run-id``,
+``--scheduler-run-id``, ``--log-level``, ``--print-config``, ``--version``. A bad option is a
+:class:`BadArguments` (exit 2, one line on stderr), never argparse's own exit; the command
+line's other commands (``config``, ``console``, ``init``: :mod:`recovery.cli`) parse with
+the same pieces."""
 
 from __future__ import annotations
 
@@ -14,13 +10,11 @@ import argparse
 import json
 import logging
 import sys
-import traceback
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from recovery import __version__
-from recovery.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, RecoveryError
+from recovery.errors import EXIT_BAD_INPUT, RecoveryError
 from recovery.settings.model import Settings, effective_config, load_settings
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -35,6 +29,8 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 class BadArguments(RecoveryError):
+    """A command line that cannot be read: exit 2, before anything is touched."""
+
     exit_code = EXIT_BAD_INPUT
 
 
@@ -104,67 +100,7 @@ def log_level(text: str) -> str:
 
 
 def setup_logging(level: str) -> None:
+    """The job's own logs (``recovery.*``) at `level` on stderr; other libraries' at WARNING."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("recovery").setLevel(level.upper())
-
-
-def exit_code_of(body: Callable[[list[Outcome]], None], what: str,
-                 finish: Callable[[Outcome | None, int], None] | None = None) -> int:
-    """Run an entry point's `body`, which adds its summary to the list it is given as soon as
-    it has one. A RecoveryError becomes its one-line error and exit code, Ctrl-C exit 1; the
-    summary's JSON line (or the error's) is always stdout's last line. `finish` (the metrics
-    push), if given, is called with the summary (None: none yet) and the exit code just
-    before that line; it must not raise. Returns the code."""
-    summaries: list[Outcome] = []
-    error: str | None = None  # the error of a run without a summary, for its JSON line
-    try:
-        body(summaries)
-        code = EXIT_OK
-    except RecoveryError as exc:
-        code, error = report_error(exc, summaries[0] if summaries else None, exc.exit_code)
-    except KeyboardInterrupt:
-        code, error = report_error(RecoveryError(f"interrupted; re-run the {what} to finish"),
-                                   summaries[0] if summaries else None, EXIT_FAILURE)
-    except Exception as exc:  # not one of ours (Spark cannot start, a bug): still exit 1,
-        # one error line, the metrics' attempt and the JSON line; the traceback before them
-        traceback.print_exc(file=sys.stderr)
-        code, error = report_error(
-            RecoveryError(f"the {what} failed unexpectedly: {type(exc).__name__}: "
-                          f"{first_line(exc)}"),
-            summaries[0] if summaries else None, EXIT_FAILURE)
-    if finish is not None:  # before the JSON line: its log lines must not come after it
-        finish(summaries[0] if summaries else None, code)
-    if summaries:
-        summaries[0].exit_code = code
-        print(summaries[0].json_line(), flush=True)
-    elif error is not None:
-        print(json.dumps({"status": "error", "exit_code": code, "error": error}), flush=True)
-    return code
-
-
-class Outcome(Protocol):
-    """What an entry point's summary must have for ``report_error`` and the JSON line."""
-
-    status: str
-    error: str | None
-    exit_code: int
-
-    def json_line(self) -> str: ...
-
-
-def report_error(exc: Exception, summary: Outcome | None, code: int
-                 ) -> tuple[int, str | None]:
-    """Print the one-line error; mark the summary failed. Returns `code` and, for a run
-    without a summary, the error for the JSON error line, which the caller prints last
-    (after the metrics push, whose log lines spark-submit merges into stdout)."""
-    print(f"error: {exc}", file=sys.stderr, flush=True)
-    if summary is None:
-        return code, str(exc)
-    summary.status, summary.error = "failed", str(exc)
-    return code, None
-
-
-def first_line(exc: BaseException) -> str:
-    """The first non-empty line of `exc`'s message (500 characters at most)."""
-    return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")[:500]

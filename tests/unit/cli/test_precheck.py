@@ -1,4 +1,4 @@
-"""The installed command checks before spark-submit (recovery.jobs.precheck, through
+"""The installed command checks before spark-submit (recovery.cli.precheck, through
 ``python -m recovery``, i.e. ``redis-stream-recovery``): a config typo, a handler that does not
 import, a bad report path and a plan that cannot be applied are refused in this Python (Redis
 is left to the job, which pushes its metrics), with the job's exit code and its ``error:``
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.jobs.precheck import answered_by_the_job, driver_elsewhere
+from recovery.cli.precheck import answered_by_the_job, driver_elsewhere
 from recovery.metrics.families import PREFIX
 from tests.support.pushgateway import LocalPushgateway, pushed
 
