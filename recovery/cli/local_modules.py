@@ -23,6 +23,7 @@ from importlib.machinery import PathFinder
 from pathlib import Path
 
 from recovery.cli.precheck import answered_by_the_job, spark_conf, spark_option
+from recovery.cli.routes import JOBS_DIR
 from recovery.errors import ConfigError
 
 HANDLER_COMMANDS = ("run", "dry-run", "apply")
@@ -59,13 +60,19 @@ def working_directory_modules(names: list[str], cwd: Path) -> list[Path]:
     the working directory does not find (a module installed, or of the standard library,
     is never shadowed by shipping a file of the same name, nor a package ``<name>/`` of
     `cwd`, which Python here imports instead of the file; a stderr line names a file not
-    shipped for that reason)."""
+    shipped for that reason). Raises ConfigError for a file named like a job module
+    (``recovery/jobs/<name>.py``), which the job's driver imports instead."""
     elsewhere = [p for p in sys.path if p not in ("", ".", str(cwd))]
     found = []
     for name in names:
         candidate = cwd / f"{name}.py"
         if not candidate.is_file() or (cwd / name / "__init__.py").is_file():
             continue  # none, or the package of that name wins here
+        if (JOBS_DIR / f"{name}.py").is_file():
+            raise ConfigError(
+                f"{candidate}: '{name}' is also recovery/jobs/{name}.py, a job module that "
+                "spark-submit's driver imports instead (the job file's directory is first "
+                "on its path): rename your module and handler.path")
         if name in sys.builtin_module_names or PathFinder.find_spec(name, elsewhere):
             print(f"{candidate} is not shipped: '{name}' is also a module of the standard "
                   "library or installed, which the job imports instead; rename your module "

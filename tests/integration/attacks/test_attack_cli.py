@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from recovery.testing.backlog import create_group
 from recovery.testing.local_redis import LocalServer
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -307,3 +308,28 @@ def test_an_abbreviated_print_config_is_answered_once(stub_spark: dict[str, str]
     printed = [line for line in done.stdout.splitlines() if line.startswith('{"claim"')]
     started = STARTED in done.stdout
     assert len(printed) + started == 1, done.stdout
+
+
+@pytest.mark.parametrize("module", ["recover", "job_options"])
+def test_a_handler_module_named_like_a_job_module_is_refused_before_spark_submit(
+        module, redis_server, stub_spark, tmp_path):
+    """Found: ``./recover.py`` (``handler.path = "recover:handle"``, a file that defines
+    ``handle``) was announced as shipped, then refused with "'handle' is not a callable in
+    'recover'; name a function": the check imported the job module of that name, and the
+    operator was told to fix a function that is there. Now: refused (exit 2, the JSON error
+    line last, no spark-submit) naming the job module it collides with and the rename; the
+    entries stay pending."""
+    client = redis_server.client()
+    create_group(client, "orders", "billing")
+    client.xadd("orders", {"n": "1"})
+    client.xreadgroup("billing", "c1", {"orders": ">"})
+    (tmp_path / f"{module}.py").write_text("def handle(batch):\n    return {}\n")
+
+    done = command("run", *base(tmp_path, module, redis_server.url), env=stub_spark,
+                   cwd=tmp_path)
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert STARTED not in done.stdout
+    assert f"recovery/jobs/{module}.py" in done.stderr and "rename" in done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["exit_code"] == 2
+    assert client.xpending("orders", "billing")["pending"] == 1
