@@ -39,6 +39,9 @@ class CountingRetry(Retry):
 
 def failed_attempts(client: redis.Redis) -> int:
     """How many attempts of `client`'s commands failed so far (0 for a client without a
-    :class:`CountingRetry`): compare before and after a call to learn it was retried."""
-    retry = client.get_retry()
+    :class:`CountingRetry`): compare before and after a call to learn it was retried. A
+    cluster client keeps its policy in ``retry``, a single-server one in its connections'
+    keywords (``get_retry``)."""
+    get_retry = getattr(client, "get_retry", None)
+    retry = get_retry() if get_retry is not None else getattr(client, "retry", None)
     return retry.failures[0] if isinstance(retry, CountingRetry) else 0
