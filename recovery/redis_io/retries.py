@@ -45,3 +45,10 @@ def failed_attempts(client: redis.Redis) -> int:
     get_retry = getattr(client, "get_retry", None)
     retry = get_retry() if get_retry is not None else getattr(client, "retry", None)
     return retry.failures[0] if isinstance(retry, CountingRetry) else 0
+
+
+def count_failure(retry: Retry | None) -> None:
+    """One more failed attempt on `retry`'s count (a cluster client retries in a loop of
+    its own, outside :meth:`CountingRetry.call_with_retry`)."""
+    if isinstance(retry, CountingRetry):
+        retry.failures[0] += 1
