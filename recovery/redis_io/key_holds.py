@@ -24,10 +24,11 @@ from collections.abc import Sequence
 import redis
 from redis.crc import key_slot
 
-from recovery.errors import DeadLetterNameError
+from recovery.errors import DeadLetterNameError, HeldElsewhereError
 from recovery.redis_io.dlq_names import hash_tag
-from recovery.redis_io.error_codes import TargetRefused, unit_vanished
+from recovery.redis_io.error_codes import TargetRefused, error_code, unit_vanished
 from recovery.redis_io.round_trips import each
+from recovery.redis_io.streams import shown
 
 HoldT = tuple[str, str]  # (the held key's head ID, the head's dead-letter ID)
 HOLD_REFUSED = "hold:"  # the move script's refusal kind of a hash of held keys: hold:<type>
@@ -156,12 +157,29 @@ def hold_counts(client: redis.Redis, names: Sequence[str]) -> list[int | None]:
 
 def recorded_prefixes(client: redis.Redis) -> set[str]:
     """The prefixes runs held keys under (SMEMBERS of :data:`HOLD_PREFIXES`; reply: a set of
-    bytes, empty when missing)."""
+    bytes, empty when missing). Raises HeldElsewhereError (exit 2) when that key is of
+    another type (a TYPE then names it) or has a member that is not UTF-8 (never one a run
+    writes: holds may sit under a prefix no run can name)."""
     [reply] = each(client, [("SMEMBERS", HOLD_PREFIXES)])
     if isinstance(reply, Exception):
-        raise reply
-    return {p.decode() if isinstance(p, bytes) else str(p)
-            for p in reply}  # type: ignore[attr-defined]
+        if error_code(reply) != "WRONGTYPE":
+            raise reply
+        [kind] = each(client, [("TYPE", HOLD_PREFIXES)])  # reply: the type name (bytes)
+        kind = shown(kind) if isinstance(kind, bytes | str) else str(kind)
+        raise HeldElsewhereError(
+            f"{HOLD_PREFIXES!r} is a {kind}, not the set of prefixes runs held keys "
+            "under that every run with order.dead_letter_releases false reads: rename that "
+            "key (the job's name for it is fixed)")
+    prefixes = set()
+    for member in reply:  # type: ignore[attr-defined]
+        try:
+            prefixes.add(member.decode() if isinstance(member, bytes) else str(member))
+        except UnicodeDecodeError:
+            raise HeldElsewhereError(
+                f"{HOLD_PREFIXES!r} has the member {member!r}, not UTF-8, so not a "
+                "prefix any run wrote: drop it (SREM) once no hold is left under it"
+            ) from None
+    return prefixes
 
 
 def record_prefix(client: redis.Redis, prefix: str) -> None:
