@@ -7,11 +7,15 @@ the set, the hashes of held keys.
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 
-from redis import Redis
+import pytest
+from redis import Redis, ResponseError
 
-from recovery.redis_io.key_holds import HOLD_PREFIXES, hold_key
+from recovery.driver.ordered import move_holds_command
+
+from recovery.redis_io.key_holds import HOLD_PREFIXES, earlier_hold_key, hold_key
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from tests.support.backlogs import DEAD, HOUR_MS
 from tests.support.fault_tools import GROUP, run_in_process, write_control
@@ -106,3 +110,29 @@ def test_the_printed_move_command_run_as_printed_moves_odd_names(spark, redis_se
         b"k0": f"0-1 {ids[0]}".encode()}
     assert set(client.keys("*held*")) == {
         hold_key("recovery:held:", ODD, GROUP).encode(), HOLD_PREFIXES.encode()}
+
+
+def test_a_teams_hash_at_an_earlier_holds_name_is_no_hold_and_never_moved(
+        spark, server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Finding: the refusal counted any hash with fields (HLEN) at a name where holds may
+    be (an earlier version's name, another recorded prefix's), so a team's own hash there
+    (``recovery:held:{orders}:g``, values not ``<head ID> <dead-letter ID>``) refused every
+    run (exit 2), and the move command it printed, run as printed, copied the team's fields
+    into the job's hash of held keys and deleted the team's hash. Now such a hash is not
+    the job's (the rule ``dead_letter.lua`` applies: a value read at random is no hold):
+    the run goes on, and the move script refuses it, writing nothing."""
+    client = server.client()
+    write_control(server.url)
+    _seed(client, "orders")
+    team = earlier_hold_key("recovery:held:", "orders", GROUP)
+    client.hset(team, mapping={"owner": "alice", "since": "2024"})
+    target = hold_key("recovery:held:", "orders", GROUP)
+    command = shlex.split(move_holds_command(team, [target]))
+    with pytest.raises(ResponseError):
+        client.execute_command(*command[1:])
+    assert client.hgetall(team) == {b"owner": b"alice", b"since": b"2024"}
+    assert not client.exists(target)
+    result = run_in_process(spark, _argv(server.url, tmp_path / "r", "orders"))
+    assert result.code == 0, (result.code, result.summary)
+    assert client.hgetall(team) == {b"owner": b"alice", b"since": b"2024"}
+    assert _pel(client, "orders") == []
