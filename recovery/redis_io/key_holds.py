@@ -19,6 +19,7 @@ holds under every recorded prefix and under the names earlier versions gave the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import redis
@@ -37,6 +38,7 @@ DEFAULT_HOLD_PREFIX = "recovery:held:"
 # name has no brace, so no hash of held keys (always a {tag}) is ever named so.
 HOLD_PREFIXES = "recovery:held:prefixes"
 HMGET_CHUNK = 1000  # fields per HMGET
+HOLD_VALUE = re.compile(rb"\d+-\d+ \d+-\d+\Z")  # a value the job writes, as dead_letter.lua checks
 
 
 def _escaped(text: str) -> str:
@@ -144,15 +146,29 @@ def read_heads(client: redis.Redis, wanted: Sequence[tuple[str, Sequence[bytes]]
 
 
 def hold_counts(client: redis.Redis, names: Sequence[str]) -> list[int | None]:
-    """The HLEN of each hash of held keys in `names`, pipelined: how many keys it holds (0
-    when missing), None for a key of another type (not the job's hash)."""
-    replies = each(client, [count_command(name) for name in names])
+    """The HLEN of each hash of held keys in `names`, pipelined with one HRANDFIELD ... 1
+    WITHVALUES each (reply: [field, value], empty when missing): how many keys it holds (0
+    when missing), None for a key of another type or a hash whose value read at random is
+    no ``<head ID> <dead-letter ID>`` (not the job's hash: ``dead_letter.lua``'s rule)."""
+    commands = [c for name in names
+                for c in (count_command(name), ("HRANDFIELD", name, 1, "WITHVALUES"))]
+    replies = each(client, commands)
     counts: list[int | None] = []
-    for reply in replies:
-        if isinstance(reply, Exception) and not unit_vanished(reply):
-            raise reply
-        counts.append(reply if isinstance(reply, int) else None)
+    for count, sample in zip(replies[0::2], replies[1::2], strict=True):
+        for reply in (count, sample):
+            if isinstance(reply, Exception) and not unit_vanished(reply):
+                raise reply
+        counts.append(count if isinstance(count, int) and _ours(sample) else None)
     return counts
+
+
+def _ours(sample: object) -> bool:
+    """Whether an HRANDFIELD ... 1 WITHVALUES reply (``[field, value]``, RESP3
+    ``[[field, value]]``; empty for a missing key) has a value the job writes."""
+    if not isinstance(sample, list):
+        return False
+    pair = sample[0] if sample and isinstance(sample[0], list) else sample
+    return not pair or (isinstance(pair[-1], bytes) and HOLD_VALUE.match(pair[-1]) is not None)
 
 
 def recorded_prefixes(client: redis.Redis) -> set[str]:
