@@ -14,7 +14,6 @@ import pytest
 from redis import Redis, ResponseError
 
 from recovery.driver.ordered import move_holds_command
-
 from recovery.redis_io.key_holds import HOLD_PREFIXES, earlier_hold_key, hold_key
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from tests.support.backlogs import DEAD, HOUR_MS
@@ -45,18 +44,18 @@ def _pel(client: Redis, stream: str) -> list[tuple[bytes, bytes, int]]:
             for r in client.xpending_range(stream, GROUP, "-", "+", 99)]
 
 
-def test_a_teams_hash_at_the_prefixes_name_is_refused_by_name(spark, redis_server, tmp_path
+def test_a_teams_hash_at_the_prefixes_name_is_refused_by_name(spark, server, tmp_path
                                                               ) -> None:  # type: ignore[no-untyped-def]
     """Finding: a key of another type at ``recovery:held:prefixes`` (a team's own hash)
     failed the run with exit 1 and a bare ``WRONGTYPE ...``, naming neither the key nor the
     fix. Now it is refused (exit 2) with a one-line error naming the key; the key, the PEL
     and the stream are left as they were."""
-    client = redis_server.client()
-    write_control(redis_server.url)
+    client = server.client()
+    write_control(server.url)
     _seed(client, "orders")
     client.hset(HOLD_PREFIXES, "team", "x")
     before = _pel(client, "orders")
-    result = run_in_process(spark, _argv(redis_server.url, tmp_path / "r", "orders"))
+    result = run_in_process(spark, _argv(server.url, tmp_path / "r", "orders"))
     assert result.code == 2, (result.code, result.summary)
     error = result.summary["error"]
     assert repr(HOLD_PREFIXES) in error and "hash" in error and "\n" not in error, error
