@@ -6,7 +6,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 AIRFLOW_VENV := .venv-airflow
 
-.PHONY: setup redis-server servers monitoring-tools chromium demo test test-fast lint bench cds
+.PHONY: setup redis-server servers monitoring-tools chromium demo test test-fast test-cds lint bench cds
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -59,15 +59,20 @@ demo: setup
 # spark-submit processes and servers more than it computes (README "Tests").
 # The tests start only once ruff and mypy pass (tests/unit/test_house.py checks module sizes).
 TEST_WORKERS ?= 2
-test: lint servers monitoring-tools chromium $(AIRFLOW_VENV)/.installed
+test: lint servers monitoring-tools chromium $(AIRFLOW_VENV)/.installed test-cds
 	AIRFLOW_PYTHON=$(abspath $(AIRFLOW_VENV)/bin/python) \
 	  $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # The quick tier while working: the same lint and workers, without the tests marked slow
 # (whole Spark runs, spark-submit processes, fault trials, Airflow, the notebook; pyproject's
 # markers), so no Airflow venv either. `make test` still runs everything.
-test-fast: lint servers monitoring-tools chromium
+test-fast: lint servers monitoring-tools chromium test-cds
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
+
+# The class-data-sharing archive every JVM of the tests starts from (tests/support/cds.py):
+# dumped once per JDK and PySpark install, about a minute; reused while it matches them.
+test-cds: setup
+	@$(BIN)/python -m tests.support.cds
 
 lint: setup
 	$(BIN)/ruff check recovery jobs tests

@@ -23,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ from redis import Redis
 
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.testing.backlog import add_entries, deliver, make_stuck, seed_demo_backlog
+from recovery.testing.local_redis import LocalServer
 from tests.support.airflow_runs import (
     AIRFLOW_PYTHON,
     ROOT,
@@ -40,6 +42,7 @@ from tests.support.airflow_runs import (
     answer_approval,
     fire_deadline,
 )
+from tests.support.servers import start_server
 
 pytestmark = [
     pytest.mark.airflow,
@@ -102,10 +105,36 @@ NO_PLAN = ({}, {"plan": ""}, {"plan": "  "})  # apply_plan's triggers without a 
 
 
 @pytest.fixture(scope="module")
-def parsed_and_refused(airflow_env) -> dict:
-    """One Airflow process for the tests that run no job: it parses the DAG folder, then
-    triggers the apply DAG with each of NO_PLAN."""
-    return airflow_runs(airflow_env, [("redis_stream_apply_plan", conf, {}) for conf in NO_PLAN])
+def dead_letters_server() -> Iterator[LocalServer]:
+    """A Redis with a source stream and three dead letters in ``{orders}:dlq``, for the dead
+    letters DAG's run in :func:`parsed_and_refused` (nothing else touches it)."""
+    srv = start_server("redis")
+    client = srv.client()
+    client.xadd("orders", {"p": "0"})
+    for n in range(3):
+        client.xadd("{orders}:dlq", {"p": str(n), "x-original-stream": "orders",
+                                     "x-original-id": f"1-{n}",
+                                     "x-death-reason": "max-deliveries-exceeded"})
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def dead_letters_before(dead_letters_server) -> list:
+    """The dead letters as seeded, read before any DAG runs."""
+    return dead_letters_server.client().xrange("{orders}:dlq")
+
+
+@pytest.fixture(scope="module")
+def parsed_and_refused(airflow_env, dead_letters_server, dead_letters_before,
+                       tmp_path_factory) -> dict:
+    """One Airflow process for the runs that need nothing done between them: it parses the
+    DAG folder, triggers the apply DAG with each of NO_PLAN (``runs[:3]``), then runs the
+    dead letters DAG against :func:`dead_letters_server` (``runs[3]``)."""
+    config = write_config(tmp_path_factory.mktemp("dead-letters"), dead_letters_server.url)
+    return airflow_runs(airflow_env, [
+        *[("redis_stream_apply_plan", conf, {}) for conf in NO_PLAN],
+        ("redis_stream_dead_letters", None, {"recovery_config": str(config)})])
 
 
 def test_dags_parse_with_a_timeout_on_every_task(parsed_and_refused):
@@ -322,23 +351,16 @@ def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow_env, redis_ser
 
 
 def test_apply_plan_dag_refuses_a_trigger_without_a_plan(parsed_and_refused):
-    for conf, result in zip(NO_PLAN, parsed_and_refused["runs"], strict=True):
+    for conf, result in zip(NO_PLAN, parsed_and_refused["runs"][:3], strict=True):
         assert result["state"] == "not started", (conf, result)
         assert "plan" in result["error"], result["error"]
 
 
-def test_dead_letters_dag_reads_the_dead_letters_and_leaves_them(airflow_env, redis_server,
-                                                                  tmp_path):
-    client = redis_server.client()
-    client.xadd("orders", {"p": "0"})
-    for n in range(3):
-        client.xadd("{orders}:dlq", {"p": str(n), "x-original-stream": "orders",
-                                     "x-original-id": f"1-{n}",
-                                     "x-death-reason": "max-deliveries-exceeded"})
-    before = client.xrange("{orders}:dlq")
-    config = write_config(tmp_path, redis_server.url)
-
-    result = airflow_run(airflow_env, "redis_stream_dead_letters", recovery_config=str(config))
+def test_dead_letters_dag_reads_the_dead_letters_and_leaves_them(parsed_and_refused,
+                                                                  dead_letters_server,
+                                                                  dead_letters_before):
+    client = dead_letters_server.client()
+    result = parsed_and_refused["runs"][3]
 
     assert result["state"] == "success", result["output"][-3000:]
     summary = result["xcom"]["dead_letters"]
@@ -346,4 +368,4 @@ def test_dead_letters_dag_reads_the_dead_letters_and_leaves_them(airflow_env, re
     assert_traceable(summary, result, "dead_letters")
     assert (summary["totals"]["dead_letter_streams"], summary["totals"]["dead_letters"]) == (1, 3)
     assert Path(summary["report_path"]).is_dir()
-    assert client.xrange("{orders}:dlq") == before  # a read: Redis unchanged
+    assert client.xrange("{orders}:dlq") == dead_letters_before  # a read: Redis unchanged
