@@ -123,8 +123,12 @@ def _other_places(prefix: str, prefixes: Sequence[str], pairs: Sequence[tuple[st
 
 # The operator's move of a hash of held keys into the hashes a run reads (KEYS[1] into
 # KEYS[2], ...), then its DEL, in one atomic call: a key held already in a target keeps its
-# head there (HSETNX), so nothing held is dropped.
-MOVE_HOLDS = ('local f = redis.call("HGETALL", KEYS[1]) for i = 1, #f, 2 do for k = 2, #KEYS '
+# head there (HSETNX), so nothing held is dropped. A hash with a value that is no
+# '<head ID> <dead-letter ID>' is not the job's: refused (NOTHOLDS), nothing written.
+MOVE_HOLDS = ('local f = redis.call("HGETALL", KEYS[1]) for i = 2, #f, 2 do '
+              'if not string.find(f[i], "^%d+%-%d+ %d+%-%d+$") then return redis.error_reply('
+              '"NOTHOLDS not a hash of held keys, nothing moved: " .. KEYS[1]) end end '
+              'for i = 1, #f, 2 do for k = 2, #KEYS '
               'do redis.call("HSETNX", KEYS[k], f[i], f[i + 1]) end end '
               'return redis.call("DEL", KEYS[1])')
 

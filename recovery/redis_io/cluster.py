@@ -36,6 +36,7 @@ from redis.typing import ScriptTextT
 
 from recovery.errors import ConfigError, RecoveryError, RedisUnavailableError
 from recovery.redis_io.deadline import cluster_options, standalone_options
+from recovery.redis_io.retries import count_failure
 
 T = TypeVar("T")
 ReplyCallback = Callable[..., Any]
@@ -62,6 +63,15 @@ class StreamCluster(RedisCluster):
         client = super().get_redis_connection(node)
         client.response_callbacks.update(self._node_callbacks)
         return client
+
+    def _execute_command(self, target_node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
+        """redis-py's, counting a failure its loop may retry on the client's retry policy
+        (``recovery.redis_io.retries``: the command of a lost reply may have run)."""
+        try:
+            return super()._execute_command(target_node, *args, **kwargs)
+        except self.ERRORS_ALLOW_RETRY:
+            count_failure(self.retry)
+            raise
 
     def register_script(self, script: ScriptTextT) -> Any:
         """A Script, whose source pipelines can send as EVAL."""

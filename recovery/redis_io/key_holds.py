@@ -19,15 +19,17 @@ holds under every recorded prefix and under the names earlier versions gave the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import redis
 from redis.crc import key_slot
 
-from recovery.errors import DeadLetterNameError
+from recovery.errors import DeadLetterNameError, HeldElsewhereError
 from recovery.redis_io.dlq_names import hash_tag
-from recovery.redis_io.error_codes import TargetRefused, unit_vanished
+from recovery.redis_io.error_codes import TargetRefused, error_code, unit_vanished
 from recovery.redis_io.round_trips import each
+from recovery.redis_io.streams import shown
 
 HoldT = tuple[str, str]  # (the held key's head ID, the head's dead-letter ID)
 HOLD_REFUSED = "hold:"  # the move script's refusal kind of a hash of held keys: hold:<type>
@@ -36,6 +38,7 @@ DEFAULT_HOLD_PREFIX = "recovery:held:"
 # name has no brace, so no hash of held keys (always a {tag}) is ever named so.
 HOLD_PREFIXES = "recovery:held:prefixes"
 HMGET_CHUNK = 1000  # fields per HMGET
+HOLD_VALUE = re.compile(rb"\d+-\d+ \d+-\d+\Z")  # a value the job writes, as dead_letter.lua checks
 
 
 def _escaped(text: str) -> str:
@@ -143,25 +146,56 @@ def read_heads(client: redis.Redis, wanted: Sequence[tuple[str, Sequence[bytes]]
 
 
 def hold_counts(client: redis.Redis, names: Sequence[str]) -> list[int | None]:
-    """The HLEN of each hash of held keys in `names`, pipelined: how many keys it holds (0
-    when missing), None for a key of another type (not the job's hash)."""
-    replies = each(client, [count_command(name) for name in names])
+    """The HLEN of each hash of held keys in `names`, pipelined with one HRANDFIELD ... 1
+    WITHVALUES each (reply: [field, value], empty when missing): how many keys it holds (0
+    when missing), None for a key of another type or a hash whose value read at random is
+    no ``<head ID> <dead-letter ID>`` (not the job's hash: ``dead_letter.lua``'s rule)."""
+    commands = [c for name in names
+                for c in (count_command(name), ("HRANDFIELD", name, 1, "WITHVALUES"))]
+    replies = each(client, commands)
     counts: list[int | None] = []
-    for reply in replies:
-        if isinstance(reply, Exception) and not unit_vanished(reply):
-            raise reply
-        counts.append(reply if isinstance(reply, int) else None)
+    for count, sample in zip(replies[0::2], replies[1::2], strict=True):
+        for reply in (count, sample):
+            if isinstance(reply, Exception) and not unit_vanished(reply):
+                raise reply
+        counts.append(count if isinstance(count, int) and _ours(sample) else None)
     return counts
+
+
+def _ours(sample: object) -> bool:
+    """Whether an HRANDFIELD ... 1 WITHVALUES reply (``[field, value]``, RESP3
+    ``[[field, value]]``; empty for a missing key) has a value the job writes."""
+    if not isinstance(sample, list):
+        return False
+    pair = sample[0] if sample and isinstance(sample[0], list) else sample
+    return not pair or (isinstance(pair[-1], bytes) and HOLD_VALUE.match(pair[-1]) is not None)
 
 
 def recorded_prefixes(client: redis.Redis) -> set[str]:
     """The prefixes runs held keys under (SMEMBERS of :data:`HOLD_PREFIXES`; reply: a set of
-    bytes, empty when missing)."""
+    bytes, empty when missing). Raises HeldElsewhereError (exit 2) when that key is of
+    another type (a TYPE then names it) or has a member that is not UTF-8 (never one a run
+    writes: holds may sit under a prefix no run can name)."""
     [reply] = each(client, [("SMEMBERS", HOLD_PREFIXES)])
     if isinstance(reply, Exception):
-        raise reply
-    return {p.decode() if isinstance(p, bytes) else str(p)
-            for p in reply}  # type: ignore[attr-defined]
+        if error_code(reply) != "WRONGTYPE":
+            raise reply
+        [kind] = each(client, [("TYPE", HOLD_PREFIXES)])  # reply: the type name (bytes)
+        kind = shown(kind) if isinstance(kind, bytes | str) else str(kind)
+        raise HeldElsewhereError(
+            f"{HOLD_PREFIXES!r} is a {kind}, not the set of prefixes runs held keys "
+            "under that every run with order.dead_letter_releases false reads: rename that "
+            "key (the job's name for it is fixed)")
+    prefixes = set()
+    for member in reply:  # type: ignore[attr-defined]
+        try:
+            prefixes.add(member.decode() if isinstance(member, bytes) else str(member))
+        except UnicodeDecodeError:
+            raise HeldElsewhereError(
+                f"{HOLD_PREFIXES!r} has the member {member!r}, not UTF-8, so not a "
+                "prefix any run wrote: drop it (SREM) once no hold is left under it"
+            ) from None
+    return prefixes
 
 
 def record_prefix(client: redis.Redis, prefix: str) -> None:

@@ -24,7 +24,6 @@ from redis.exceptions import (
     NoPermissionError,
     ResponseError,
 )
-from redis.retry import Retry
 
 from recovery.errors import (
     RecoveryError,
@@ -37,6 +36,7 @@ from recovery.params import RedisParams
 from recovery.redis_io.acl_errors import denied_command, is_script_denial
 from recovery.redis_io.cluster import host_port, open_client, redirected_error
 from recovery.redis_io.error_codes import error_code, server_text
+from recovery.redis_io.retries import CountingRetry
 from recovery.redis_io.tls_errors import tls_hint
 
 RETRIES = 3
@@ -55,7 +55,7 @@ def connect(params: RedisParams) -> redis.Redis:
         "socket_connect_timeout": params.connect_timeout_s,
         "socket_timeout": params.socket_timeout_s,  # per read, and the base of the bound
         "min_transfer_bytes_per_s": params.min_transfer_bytes_per_s,  # 1 s more per this many bytes
-        "retry": Retry(ExponentialBackoff(cap=1.0, base=0.1), RETRIES),
+        "retry": CountingRetry(ExponentialBackoff(cap=1.0, base=0.1), RETRIES),
         "client_name": "stream-recovery",
         "protocol": 2,
     }

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import redis
 
+from recovery.redis_io.retries import failed_attempts
 from recovery.redis_io.scripts import scripts_for
 from recovery.redis_io.streams import as_str
 
@@ -29,11 +30,14 @@ class RedriveFilter:
 @dataclass(frozen=True)
 class RedriveStep:
     """One script call. `cursor`: the last examined dead-letter ID, None once the range is
-    exhausted; `moved`: (dead-letter ID, new source ID or None in a dry run), in ID order."""
+    exhausted; `moved`: (dead-letter ID, new source ID or None in a dry run), in ID order;
+    `retried`: the call was sent again after an attempt's reply was lost, so an earlier
+    attempt may have moved letters that `moved` does not hold."""
 
     cursor: str | None
     examined: int
     moved: list[tuple[str, str | None]]
+    retried: bool = False
 
 
 def redrive_step(client: redis.Redis, flt: RedriveFilter, start: str, end: str,
@@ -46,6 +50,8 @@ def redrive_step(client: redis.Redis, flt: RedriveFilter, start: str, end: str,
     args: list[str | int] = [flt.source, start, end, examine, max_moves, "1" if dry_run else "0",
                              len(flt.groups), *flt.groups, len(flt.reasons), *flt.reasons]
     script = scripts_for(client)["redrive"]
+    failed = failed_attempts(client)
     cursor, examined, flat = script(keys=[flt.dead_letter_stream, flt.source], args=args)
     pairs = [(as_str(flat[i]), as_str(flat[i + 1]) or None) for i in range(0, len(flat), 2)]
-    return RedriveStep(as_str(cursor) or None, int(examined), pairs)
+    return RedriveStep(as_str(cursor) or None, int(examined), pairs,
+                       retried=failed_attempts(client) > failed)

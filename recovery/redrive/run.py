@@ -194,6 +194,8 @@ def _redrive_one(conn: RedisConn, flt: RedriveFilter,
                            matched=unit.matched + len(step.moved),
                            redriven=unit.redriven + (0 if summary.dry_run else len(step.moved)))
             log.debug("redrive %s: %s", flt.source, step.moved)
+            if step.retried and not summary.dry_run:
+                _uncounted(summary, flt, moves)
             budget.spend(len(step.moved))
             if step.cursor is None:
                 break
@@ -210,3 +212,13 @@ def _redrive_one(conn: RedisConn, flt: RedriveFilter,
              flt.dead_letter_stream, unit.matched, unit.redriven, unit.examined,
              " (dry run)" if summary.dry_run else "")
     summary.add_unit(unit)
+
+
+def _uncounted(summary: RedriveSummary, flt: RedriveFilter, moves: int) -> None:
+    """Say in the summary's warnings that a move call of `flt` was retried after a lost
+    reply: its earlier attempt may have moved up to `moves` letters, not in `redriven`."""
+    message = (f"{flt.source}: a redrive call was retried after its reply was lost (timeout "
+               f"or reset): up to {moves} letters it may have moved are not counted in "
+               f"redriven; XLEN {flt.dead_letter_stream} tells what is left")
+    log.warning("%s", message)
+    summary.warnings.append(message)

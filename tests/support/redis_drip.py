@@ -1,6 +1,8 @@
 """A TCP proxy in front of a real Redis that passes requests on at once and answers one byte
 (or `chunk` bytes) at a time (Redis behind a sick proxy, ATTACKS.md "Dependencies that
-misbehave"): in this process, on threads of its own, on a free port. With `after`, a
+misbehave"): in this process, on threads of its own, on a free port. With
+`drip_connections`, only that many connections drip (a retry on a new one is served at
+once). With `after`, a
 connection's replies drip only once a request holding those bytes passed (``b"XAUTOCLAIM"``:
 the executors' claims, not the driver's reads); before that they pass at once. It counts the
 bytes it dripped and the replies a client gave up on halfway (`cut`), so a test can prove
@@ -21,8 +23,10 @@ class DrippingRedis(Listener):
     interval_s: float = 0.5
     chunk: int = 1  # bytes per interval_s
     after: bytes = b""  # replies drip once a request holding this passed; b"": from the start
+    drip_connections: int | None = None  # only the first this many connections to send it drip
     dripped: int = 0
     cut: int = 0  # replies whose client closed the connection before their last byte
+    dripping_connections: int = 0
     _sock: socket.socket = field(default_factory=socket.socket)
     _stop: threading.Event = field(default_factory=threading.Event)
     thread_name = "dripping-redis"
@@ -44,13 +48,21 @@ class DrippingRedis(Listener):
         """Requests, at once."""
         try:
             while data := source.recv(1 << 16):
-                if self.after in data:
+                if self.after in data and not dripping.is_set() and self._may_drip():
                     dripping.set()  # before the request goes on: its reply drips
                 sink.sendall(data)
         except OSError:
             pass
         finally:
             sink.close()
+
+    def _may_drip(self) -> bool:
+        """Whether one more connection may drip (`drip_connections`), counting it."""
+        if self.drip_connections is not None and (
+                self.dripping_connections >= self.drip_connections):
+            return False
+        self.dripping_connections += 1
+        return True
 
     def _reply(self, source: socket.socket, sink: socket.socket,
                dripping: threading.Event) -> None:
