@@ -192,11 +192,6 @@ def test_entries_a_group_has_not_read_stay_whatever_its_entries_read(spark, tmp_
         assert len(client.xreadgroup("mid", "c", {STREAM: ">"})[0][1]) == 3
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a dead-letter call sent again after a lost reply answers 0 (not ours) for what its first "
-    "sending moved: reported skipped, entry_deleted null (with plain XACK too). The script "
-    "would have to find its own letter (this run's, of that ID) in the dead-letter stream: "
-    "XREVRANGE, which the documented ACL rule grants only with retention (line 10)"))
 def test_a_lost_dead_letter_reply_sent_again_still_reports_the_move(spark, tmp_path):
     """The dead-letter script moves both poison entries (letters written, originals acked
     and deleted with XACKDEL), its reply is lost, redis-py sends the call again: the second
