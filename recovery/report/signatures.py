@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from recovery.report.signature_rules import SIGNATURE_RULES
 from recovery.rows import FailedErrors
-from recovery.schemas import Action
+from recovery.schemas import UNCERTAIN_REASON_PREFIX, Action
 
 TOP_FAILED_ERRORS = 10  # signatures of failed entries a run's summary lists at most
 
@@ -47,3 +47,18 @@ def failed_warning(run_id: str, failed: int, errors: list[FailedErrors]) -> str:
     shown = "; ".join(f"{e.entries:,} x {e.signature or e.reason}" for e in errors[:3])
     return (f"run {run_id}: {failed:,} entries failed (they stay pending and are retried by "
             f"the next run, dead-lettered past claim.max_deliveries): {shown}")
+
+
+def uncertain_moves(report: DataFrame) -> int:
+    """How many of the run's rows are ``skipped`` with an uncertain dead-letter move (reason
+    starting ``UNCERTAIN_REASON_PREFIX``). One Spark job over the run's report."""
+    return report.where((F.col("action") == Action.SKIPPED.value)
+                        & F.col("reason").startswith(UNCERTAIN_REASON_PREFIX)).count()
+
+
+def uncertain_warning(run_id: str, entries: int) -> str:
+    """The WARNING line (and summary warning) of a run with uncertain dead-letter moves."""
+    return (f"run {run_id}: {entries:,} entries reported skipped as uncertain: a dead-letter "
+            "call was sent again after its reply was lost, and they were neither pending nor "
+            "found as this run's letters; look for their x-original-id in the dead-letter "
+            "streams (docs/GUARANTEES.md, Retries)")

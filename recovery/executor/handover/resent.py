@@ -21,10 +21,11 @@ import redis
 
 from recovery.redis_io.own_letters import pending_ids, present_ids, run_letters, server_time_ms
 from recovery.redis_io.scripts import ACKDEL_DELETED, ACKDEL_KEPT, MOVED_NOT_OURS
+from recovery.schemas import UNCERTAIN_REASON_PREFIX
 
 UNCERTAIN = "uncertain"  # a status in place of the script's 0: moved or acked, unknown
-REASON_UNCERTAIN = (
-    "uncertain: no longer pending after the dead-letter call was sent again (its reply was "
+REASON_UNCERTAIN = UNCERTAIN_REASON_PREFIX + (
+    "no longer pending after the dead-letter call was sent again (its reply was "
     "lost), and no letter of this run for it was found in its dead-letter stream: moved by "
     "the lost call or acked by another consumer; look for its x-original-id there")
 CLOCK_MARGIN_MS = 1000  # the server's clock read after the call, less this and the wait
