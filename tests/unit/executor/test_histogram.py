@@ -17,20 +17,6 @@ def test_pel_histograms_bucket_counts_at_and_wrapped_past_the_maximum():
     assert dict(histogram.row("s", "g")["deliveries"]) == {">100": 3, "1": 1}
 
 
-def test_claimed_ids_hold_each_steps_ids_and_the_loose_ones_only():
-    """The IDs of claim steps (ranges apart, an ID between two of a step's not its own) and
-    loose ones (taken back: anywhere); an ID beside them all is not held."""
-    claimed = ClaimedIds()
-    claimed.add([b"5-0", b"5-2", b"9-1"])
-    claimed.add([b"12-0", b"100-0"])
-    claimed.add([])
-    claimed.add_loose([b"5-1"])
-    held = [b"5-0", b"5-2", b"9-1", b"12-0", b"100-0", b"5-1"]
-    apart = [b"1-0", b"5-3", b"9-0", b"10-0", b"13-0", b"99-9", b"100-1", b"2000-0"]
-    assert [i for i in held + apart if claimed.holds(i)] == held
-    assert not ClaimedIds().holds(b"5-0")
-
-
 def test_the_read_of_what_the_claim_left_skips_the_rows_the_steps_counted():
     """A row of an entry a step counted, owned by another consumer by the read of what the
     claim left (a live consumer took it), is not counted again; the others are."""
