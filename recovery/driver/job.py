@@ -75,7 +75,7 @@ from recovery.driver.warm_up import WarmUp, warming_up
 from recovery.executor.handover.modes import ACTIONS, PLAN_ACTIONS
 from recovery.executor.histogram import kept_ids, merged_rows
 from recovery.executor.survey import histogram_partition, plan_partition
-from recovery.executor.tally import Tallies, acked_deletions, histogram_rows
+from recovery.executor.tally import Tallies, acked_deletions, histogram_rows, uncertain_moves
 from recovery.params import JobParams, Unit, is_job_consumer, new_run_id
 from recovery.redis_io.dlq_names import refuse_cross_slot
 from recovery.redis_io.redis_conn import RedisConn
@@ -92,12 +92,7 @@ from recovery.report.run_report import (
     write_health,
     write_pass,
 )
-from recovery.report.signatures import (
-    failed_errors,
-    failed_warning,
-    uncertain_moves,
-    uncertain_warning,
-)
+from recovery.report.signatures import failed_errors, failed_warning, uncertain_warning
 from recovery.report.summary import RunSummary, due_time, format_table, health_totals
 from recovery.rows import HealthRow, HistogramRow
 from recovery.schemas import (
@@ -224,8 +219,9 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
                     read_run(spark, settings.report.path, params.run_id))
                 log.warning("%s", failed_warning(params.run_id, summary.totals[Action.FAILED],
                                                  summary.failed_errors))
-            if not dry_run and summary.totals[Action.SKIPPED]:
-                _warn_uncertain(spark, settings, summary)
+            if uncertain := uncertain_moves(tallies):
+                summary.warnings.append(uncertain_warning(params.run_id, uncertain))
+                log.warning("%s", summary.warnings[-1])
     summary.duration_s = round(time.monotonic() - started, 3)
     if summary.not_due:
         log.info("run %s: %d entries left pending, not due yet under the backoff schedule; "
@@ -234,15 +230,6 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
     log.info("run %s summary\n%s", params.run_id,
              format_table(summary, settings.report.log_units_max))
     return summary
-
-
-def _warn_uncertain(spark: SparkSession, settings: Settings, summary: RunSummary) -> None:
-    """Add the summary warning (and log it) of rows whose dead-letter move is uncertain
-    (``recovery.executor.handover.resent``): one Spark job, only for runs with skipped rows."""
-    entries = uncertain_moves(read_run(spark, settings.report.path, summary.run_id))
-    if entries:
-        summary.warnings.append(uncertain_warning(summary.run_id, entries))
-        log.warning("%s", summary.warnings[-1])
 
 
 def pending_entries(spark: SparkSession, settings: Settings) -> DataFrame:

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from recovery.report.signature_rules import SIGNATURE_RULES
 from recovery.rows import FailedErrors
-from recovery.schemas import UNCERTAIN_REASON_PREFIX, Action
+from recovery.schemas import Action
 
 TOP_FAILED_ERRORS = 10  # signatures of failed entries a run's summary lists at most
 
@@ -47,13 +47,6 @@ def failed_warning(run_id: str, failed: int, errors: list[FailedErrors]) -> str:
     shown = "; ".join(f"{e.entries:,} x {e.signature or e.reason}" for e in errors[:3])
     return (f"run {run_id}: {failed:,} entries failed (they stay pending and are retried by "
             f"the next run, dead-lettered past claim.max_deliveries): {shown}")
-
-
-def uncertain_moves(report: DataFrame) -> int:
-    """How many of the run's rows are ``skipped`` with an uncertain dead-letter move (reason
-    starting ``UNCERTAIN_REASON_PREFIX``). One Spark job over the run's report."""
-    return report.where((F.col("action") == Action.SKIPPED.value)
-                        & F.col("reason").startswith(UNCERTAIN_REASON_PREFIX)).count()
 
 
 def uncertain_warning(run_id: str, entries: int) -> str:

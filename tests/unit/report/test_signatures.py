@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from recovery.executor.handover.resent import REASON_UNCERTAIN
 from recovery.report.signature_rules import signature_text
-from recovery.report.signatures import failed_errors, signature, uncertain_moves, uncertain_warning
+from recovery.report.signatures import failed_errors, signature, uncertain_warning
 from recovery.rows import FailedErrors
 from recovery.schemas import REPORT
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
@@ -49,13 +48,9 @@ def test_failed_entries_count_by_reason_and_signature(spark: SparkSession) -> No
     assert failed_errors(spark.createDataFrame(rows, REPORT), top=1) == errors[:1]
 
 
-def test_uncertain_moves_count_only_skipped_rows_with_the_uncertain_reason(
-        spark: SparkSession) -> None:
-    rows = [report_row("skipped", REASON_UNCERTAIN, None)] * 2
-    rows += [report_row("skipped", "no longer pending for the job's consumer", None),
-             report_row("failed", REASON_UNCERTAIN, None)]
-    assert uncertain_moves(spark.createDataFrame(rows, REPORT)) == 2
-    assert "2 entries reported skipped as uncertain" in uncertain_warning("r1", 2)
+def test_the_uncertain_warning_names_the_count_and_where_to_look() -> None:
+    text = uncertain_warning("r1", 2)
+    assert "2 entries reported skipped as uncertain" in text and "x-original-id" in text
 
 
 def test_a_failing_handler_is_a_warning_and_a_summary_key(
