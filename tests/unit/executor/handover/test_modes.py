@@ -12,7 +12,7 @@ from importlib import import_module
 
 import pytest
 
-from recovery.errors import ConfigError
+from recovery.errors import ConfigError, DeadLetterNameError
 from recovery.executor.handover.modes import (
     ACTIONS,
     MODES,
@@ -23,6 +23,7 @@ from recovery.executor.handover.modes import (
     reassign,
     requeue,
 )
+from recovery.redis_io.dlq_names import DeadLetterNames
 from recovery.redis_io.scripts import SCRIPT_NAMES
 from recovery.schemas import OUTCOME_COLUMNS, Mode
 from recovery.settings.reprocess import reprocess_settings
@@ -92,3 +93,22 @@ def test_only_requeue_refuses_a_stream_every_group_would_read_again(groups, temp
         return
     with pytest.raises(ConfigError, match=r"reprocess.mode = requeue would append copies to"):
         mode_of("requeue").check_stream("s", groups, options)
+
+
+def test_only_requeue_refuses_a_dead_letter_stream_that_is_a_units_retry_stream():
+    """``{orders}:retry`` / g dead-letters into ``{orders}:retry:x``, where the copies of
+    orders / x go: refused by name, before Redis is read; the other modes, and requeue
+    into the sources themselves, have nothing to refuse. (Against a server, with exit 2:
+    tests/integration/test_dead_letter_targets.py.)"""
+    units = [("orders", "x"), ("{orders}:retry", "g")]
+    names = DeadLetterNames(template="{stream}:x")
+    for name in ("handler", "reassign"):
+        mode_of(name).check_units(units, names, {})
+    requeue_mode = mode_of("requeue")
+    requeue_mode.check_units(units, names, reprocess_settings(mode="requeue").options())
+    options = reprocess_settings(mode="requeue",
+                                 requeue_stream="{stream}:retry:{group}").options()
+    with pytest.raises(DeadLetterNameError, match=(
+            r"^the dead-letter stream of \{orders\}:retry / g is '\{orders\}:retry:x', the "
+            r"reprocess.requeue_stream of orders / x: ")):
+        requeue_mode.check_units(units, names, options)
