@@ -72,7 +72,7 @@ from recovery.driver.run_ids import (
 )
 from recovery.driver.split import Split, split_units
 from recovery.driver.warm_up import WarmUp, warming_up
-from recovery.executor.handover.modes import ACTIONS, PLAN_ACTIONS
+from recovery.executor.handover.modes import ACTIONS, PLAN_ACTIONS, mode_of
 from recovery.executor.histogram import kept_ids, merged_rows
 from recovery.executor.survey import histogram_partition, plan_partition
 from recovery.executor.tally import Tallies, acked_deletions, histogram_rows, uncertain_moves
@@ -82,7 +82,7 @@ from recovery.redis_io.redis_conn import RedisConn
 from recovery.report.after_run import add_after_run
 from recovery.report.console_links import console_links
 from recovery.report.run_report import (
-    add_refused_requeue_targets,
+    add_refused_mode_targets,
     add_refused_targets,
     check_report_location,
     fill_summary,
@@ -197,9 +197,8 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
                          "group still references them)", params.run_id, done.deleted, done.kept)
             if dry_run:  # what the move script would refuse (a real run's tallies tell it)
                 add_refused_targets(summary, client, names, params.dlq_check_newest)
-                if settings.reprocess.mode == "requeue":
-                    add_refused_requeue_targets(summary, client,
-                                                settings.reprocess.option("requeue_stream"))
+                add_refused_mode_targets(summary, client, mode_of(settings.reprocess.mode),
+                                         settings.reprocess.options())
             summary.mark_selected(len(units) + len(quiet))
             if summary.status == "empty" and not warnings:  # (discovery warned of a match)
                 log.warning("run %s: nothing selected: no stream with a selected group "

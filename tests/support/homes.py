@@ -91,8 +91,6 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
         ("tests/unit/executor/handover/test_modes.py", "imports it"),
     "recovery/executor/handover/modes/reassign.py":
         ("tests/unit/executor/handover/test_modes.py", "imports it"),
-    "recovery/executor/handover/modes/requeue.py":
-        ("tests/unit/executor/handover/test_modes.py", "imports it"),
     "recovery/executor/handover/ordered.py":
         ("tests/integration/test_order.py", "through recovery.executor.ordered"),
     "recovery/executor/handover/ready.py":
