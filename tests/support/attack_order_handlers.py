@@ -9,7 +9,7 @@ import os
 
 from recovery.handlers import Message, Result
 from tests.support.handlers import _client, _control
-from tests.support.order_handler import in_order
+from tests.support.order_handler import FAIL, VIOLATIONS, in_order
 
 CRASH = "test:order:crash"
 CRASHED = "test:order:crashed"
@@ -35,3 +35,21 @@ def deleting(messages: list[Message]) -> list[Result]:
     if doomed and client.set(XDEL + ":done", 1, nx=True):
         client.xdel("orders", *doomed)
     return in_order(messages)
+
+
+BYTES_DONE = "test:order:bytes:done"  # IDs handled with success, in call order
+
+
+def any_key(messages: list[Message]) -> list[Result]:
+    """Keys of any bytes (not UTF-8 too): fails the IDs in ``FAIL``, records the others on
+    ``BYTES_DONE``; a call holding two entries of one key is a violation (``VIOLATIONS``)."""
+    client = _client(_control()["url"])
+    fail = {v.decode() for v in client.smembers(FAIL)}
+    keys = [m.field(b"k") for m in messages if m.field(b"k") is not None]
+    if len(keys) != len(set(keys)):
+        client.rpush(VIOLATIONS, "two entries of one key in one call")
+    done = [m.id for m in messages if m.id not in fail]
+    if done:
+        client.rpush(BYTES_DONE, *done)
+    return [Result.failure(f"refused {m.id}") if m.id in fail else Result.success()
+            for m in messages]
