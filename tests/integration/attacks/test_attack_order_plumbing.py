@@ -5,20 +5,31 @@ report files on disk, through the job's command line on the suite's session."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
+from pyspark.sql import functions as F
 
 from recovery.report.run_report import run_path
 from recovery.report.worker_files import STAGING, SUCCESS
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
-from tests.support.attack_order_handlers import BYTES_DONE
+from tests.support.attack_order_handlers import BYTES_DONE, CRASH, CRASHED
 from tests.support.backlogs import DEAD, HOUR_MS
-from tests.support.fault_tools import GROUP, report_rows, run_in_process, write_control
-from tests.support.order_handler import DONE, FAIL, VIOLATIONS
+from tests.support.fault_tools import (
+    GROUP,
+    kill_landed,
+    report_rows,
+    run_in_process,
+    spark_submit,
+    wait_until,
+    write_control,
+)
+from tests.support.order_handler import COUNT, DONE, FAIL, VIOLATIONS
 from tests.support.order_tools import STREAM, args, pending_owners, recorded, seed
 
 ANY_KEY = "tests.support.attack_order_handlers:any_key"
+CRASH_ONCE = "tests.support.attack_order_handlers:crash_once"
 
 
 def _run_dir(reports: Path, run_id: str) -> Path:
@@ -96,3 +107,82 @@ def test_keys_of_odd_bytes_are_ordered_and_reported(spark, redis_server, tmp_pat
     actions = _reported_once(spark, reports, result.summary["run_id"])
     assert sorted(actions) == sorted(every)
     assert {actions[i] for i in keyed[len(ODD_KEYS):]} == {"held"}
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_hand_over_leaves_one_report_row_per_entry(
+        spark, redis_server, tmp_path: Path) -> None:
+    """The Python worker of a hand-over task dies (os._exit) right after a call's side
+    effects, before its results come back; Spark retries the task. The committed report
+    holds every entry once, the PEL is empty, no staging is left."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    ids = seed(client, keys=3, per_key=4)
+    every = sorted(i for key_ids in ids.values() for i in key_ids)
+    client.sadd(CRASH, ids["k1"][1])
+    reports = tmp_path / "r"
+    result = run_in_process(spark, [*args(redis_server.url, reports, "spark.partitions=2"),
+                                    "--set", "handler.path=" + CRASH_ONCE])
+    assert result.code == 0, result.stderr[-3000:]
+    assert client.get(CRASHED) == b"1"
+    actions = _reported_once(spark, reports, result.summary["run_id"])
+    assert sorted(actions) == every
+    assert pending_owners(client) == {}
+    run_dir = _run_dir(reports, result.summary["run_id"])
+    assert (run_dir / SUCCESS).exists() and not (run_dir / STAGING).exists()
+
+
+def _key_in_partition(spark, partition: int, partitions: int) -> str:
+    """A key ``k<i>`` whose (stream, group, key) the ordered shuffle sends to `partition`
+    (Spark's hash partitioning: pmod(hash(columns), partitions))."""
+    keys = [(STREAM, GROUP, f"k{i}".encode()) for i in range(64)]
+    frame = spark.createDataFrame(keys, "stream string, group string, order_key binary")
+    rows = frame.select("order_key", F.expr(
+        f"pmod(hash(stream, group, order_key), {partitions})").alias("p")).collect()
+    return next(r["order_key"].decode() for r in rows if r["p"] == partition)
+
+
+@pytest.mark.slow
+def test_a_run_killed_mid_hand_over_leaves_no_report_and_a_new_run_reports_all(
+        spark, redis_server, tmp_path: Path) -> None:
+    """spark-submit SIGKILLed once one hand-over task has written its file into staging
+    while the other is still handing over: the killed run's partition must not look
+    finished (no _SUCCESS, no Parquet file a reader takes, its ID still refused); a new run
+    (the killed run's claims idle by then) reports every entry left, once, and the PEL ends
+    empty."""
+    client = redis_server.client()
+    write_control(redis_server.url, delay_s=0.05)
+    fast, slow = _key_in_partition(spark, 0, 2), _key_in_partition(spark, 1, 2)
+    create_group(client, STREAM, GROUP)
+    ids = add_entries(client, STREAM, 1, lambda i: {"k": fast, "n": str(i)})
+    ids += add_entries(client, STREAM, 200, lambda i: {"k": slow, "n": str(i)})
+    assert deliver(client, STREAM, GROUP, DEAD, len(ids)) == ids
+    make_stuck(client, STREAM, GROUP, DEAD, ids, HOUR_MS)
+    reports = tmp_path / "r"
+    quick = ("claim.min_idle_ms=1000", "spark.partitions=2", "handler.batch_size=5")
+    proc = spark_submit([*args(redis_server.url, reports, *quick), "--run-id", "killed"],
+                        tmp_path / "killed")
+    staging = _run_dir(reports, "killed") / STAGING
+    try:
+        assert wait_until(lambda: any(staging.glob("*.parquet")), proc, 300,
+                          "a task's file in staging"), \
+            (tmp_path / "killed" / "stdout").read_text()[-3000:]
+    finally:
+        landed = kill_landed(proc)
+    assert landed
+    assert int(client.get(COUNT) or 0) < len(ids)  # killed with work left
+    killed_dir = _run_dir(reports, "killed")
+    assert not (killed_dir / SUCCESS).exists()
+    assert report_rows(spark, reports, "killed") is None
+    again = run_in_process(spark, [*args(redis_server.url, reports, *quick),
+                                   "--run-id", "killed"])
+    assert again.code == 2 and "--run-id killed is taken" in again.stderr, again.stderr
+    write_control(redis_server.url)
+    left = set(pending_owners(client))
+    time.sleep(1.1)  # the killed run's claims idle (claim.min_idle_ms=1000)
+    rerun = run_in_process(spark, args(redis_server.url, reports, *quick))
+    assert rerun.code == 0, rerun.stderr[-3000:]
+    actions = _reported_once(spark, reports, rerun.summary["run_id"])
+    assert left <= set(actions)
+    assert pending_owners(client) == {}
+    assert report_rows(spark, reports, "killed") is None
