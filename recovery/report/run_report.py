@@ -49,19 +49,28 @@ def health_path(base: str, run_id: str) -> str:
     return f"{base.rstrip('/')}/health/run_id={run_id}"
 
 
+# The directories under report.path the jobs write runs into (run_path, health_path, the
+# dead-letters job's views).
+REPORT_DIRS = ("entries", "health", "dead_letters")
+
+
 def check_report_location(path: str) -> None:
-    """Fail early (exit 2) when a local report directory cannot be written."""
+    """Fail early (exit 2) when a local report directory cannot be written: report.path
+    (or its nearest existing parent) and each of its REPORT_DIRS that exists must be a
+    writable directory (a file named ``entries`` would fail the run's first write only
+    once its entries are claimed)."""
     local = local_directory(path)
     if local is None:
         return  # remote file systems are checked by the write itself
     probe = local
     while not probe.exists():
         probe = probe.parent
-    if not probe.is_dir() or not _writable(probe):
-        raise ConfigError(
-            f"report.path {path}: {probe} is not a writable directory; "
-            "point report.path at a directory the job may write"
-        )
+    for directory in [probe, *(local / name for name in REPORT_DIRS)]:
+        if directory.exists() and (not directory.is_dir() or not _writable(directory)):
+            raise ConfigError(
+                f"report.path {path}: {directory} is not a writable directory; "
+                "point report.path at a directory the job may write"
+            )
 
 
 def _writable(directory: Path) -> bool:

@@ -25,7 +25,7 @@ from tests.support.fault_tools import (
     wait_until,
     write_control,
 )
-from tests.support.order_handler import COUNT, DONE, FAIL, VIOLATIONS
+from tests.support.order_handler import COUNT, DONE, FAIL, SEEN, VIOLATIONS
 from tests.support.order_tools import STREAM, args, pending_owners, recorded, seed
 
 ANY_KEY = "tests.support.attack_order_handlers:any_key"
@@ -186,3 +186,26 @@ def test_a_run_killed_mid_hand_over_leaves_no_report_and_a_new_run_reports_all(
     assert left <= set(actions)
     assert pending_owners(client) == {}
     assert report_rows(spark, reports, "killed") is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["entries", "health"])
+def test_a_file_in_place_of_a_report_directory_is_refused_before_anything_is_claimed(
+        spark, redis_server, tmp_path: Path, name: str) -> None:
+    """``<report.path>/entries`` (or ``health``) is a file while report.path itself is a
+    writable directory: the ordered run must refuse with one ``error:`` line and exit 2
+    before it claims anything (the PEL as it was), not fail with exit 1 once its entries
+    are claimed (they then wait on the job's consumer until idle again)."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    seed(client, keys=2, per_key=3)
+    reports = tmp_path / "r"
+    reports.mkdir()
+    (reports / name).write_text("not a directory")
+    before = pending_owners(client)
+    result = run_in_process(spark, args(redis_server.url, reports))
+    assert result.code == 2, result.stderr[-3000:]
+    assert len(result.error_lines()) == 1, result.stderr[-3000:]
+    assert f"{reports / name} is not a writable directory" in result.stderr
+    assert pending_owners(client) == before
+    assert client.lrange(SEEN + "k0", 0, -1) == []
