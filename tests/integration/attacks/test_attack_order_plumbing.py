@@ -209,3 +209,36 @@ def test_a_file_in_place_of_a_report_directory_is_refused_before_anything_is_cla
     assert f"{reports / name} is not a writable directory" in result.stderr
     assert pending_owners(client) == before
     assert client.lrange(SEEN + "k0", 0, -1) == []
+
+
+@pytest.mark.slow
+def test_a_lease_read_pages_past_ten_thousand_held_entries_to_a_wave_head(
+        spark, redis_server, tmp_path: Path) -> None:
+    """Key ``h``'s 25,000 entries are held (its head pending on a live consumer, not idle)
+    and stay on the job's consumer while the run lasts; they lie between the two heads of
+    the first wave (``a``'s and ``z``'s entries). That wave's lease read finds ``z`` only
+    after paging past 25,000 rows of its own (pages growing to 10,000): both heads must be
+    handed over once, ``h``'s entries never, each reported once, Redis agreeing."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    create_group(client, STREAM, GROUP)
+    held_n = 25_000
+    ids = add_entries(client, STREAM, 1, lambda i: {"k": "a"})
+    ids += add_entries(client, STREAM, held_n + 1, lambda i: {"k": "h", "n": str(i)})
+    ids += add_entries(client, STREAM, 1, lambda i: {"k": "z"})
+    assert deliver(client, STREAM, GROUP, DEAD, len(ids)) == ids
+    make_stuck(client, STREAM, GROUP, DEAD, ids, HOUR_MS)
+    head = ids[1]
+    client.xclaim(STREAM, GROUP, "alive", 0, [head], idle=0, justid=True)
+    reports = tmp_path / "r"
+    result = run_in_process(spark, args(redis_server.url, reports, "spark.partitions=1"))
+    assert result.code == 0, result.stderr[-3000:]
+    done = recorded(client, DONE, ["a", "h", "z"])
+    assert done == {"a": [ids[0]], "h": [], "z": [ids[-1]]}
+    owners = pending_owners(client)
+    assert ids[0] not in owners and ids[-1] not in owners
+    assert set(ids[1:-1]) <= set(owners)
+    actions = _reported_once(spark, reports, result.summary["run_id"])
+    assert sorted(actions) == sorted(ids[:1] + ids[2:])
+    assert actions[ids[0]] == actions[ids[-1]] == "reprocessed"
+    assert {actions[i] for i in ids[2:-1]} == {"held"}
