@@ -93,15 +93,7 @@ def load_handler(path: str) -> Handler:
     if path in _CACHE:
         return _CACHE[path]
     module_name, _, attr = path.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # any import-time failure is the user's handler's problem
-        raise HandlerError(
-            f"handler.path {path!r}: module {module_name!r} does not import "
-            f"({type(exc).__name__}: {exc}); install it on driver and executors or fix the path: "
-            f"{SHIP_HINT}"
-        ) from None
-    handler = getattr(module, attr, None)
+    handler = _attribute("handler.path", path, module_name, attr)
     if not callable(handler):
         raise HandlerError(
             f"handler.path {path!r}: {attr!r} is not a callable in {module_name!r}; "
@@ -126,14 +118,7 @@ def _exception_class(path: str) -> type[Exception]:
     if path in _EXCEPTIONS:
         return _EXCEPTIONS[path]
     module_name, _, attr = path.rpartition(":") if ":" in path else path.rpartition(".")
-    try:
-        found = getattr(importlib.import_module(module_name), attr, None)
-    except Exception as exc:  # any import-time failure is the user's module's problem
-        raise HandlerError(
-            f"handler.dead_letter_exceptions {path!r}: module {module_name!r} does not import "
-            f"({type(exc).__name__}: {exc}); install it on driver and executors or fix the path: "
-            f"{SHIP_HINT}"
-        ) from None
+    found = _attribute("handler.dead_letter_exceptions", path, module_name, attr)
     if not (isinstance(found, type) and issubclass(found, Exception)):
         raise HandlerError(
             f"handler.dead_letter_exceptions {path!r}: {attr!r} in {module_name!r} is not an "
@@ -141,6 +126,20 @@ def _exception_class(path: str) -> type[Exception]:
     _EXCEPTIONS[path] = found
     return found
 
+
+
+def _attribute(key: str, path: str, module_name: str, attr: str) -> object:
+    """`attr` of module `module_name` (None where it has none), which setting `key` names
+    as `path`. Raises HandlerError (exit 2) naming the fix when the module does not import:
+    any import-time failure is the user's module's problem."""
+    try:
+        return getattr(importlib.import_module(module_name), attr, None)
+    except Exception as exc:
+        raise HandlerError(
+            f"{key} {path!r}: module {module_name!r} does not import "
+            f"({type(exc).__name__}: {exc}); install it on driver and executors or fix the path: "
+            f"{SHIP_HINT}"
+        ) from None
 
 class HandlerTimedOut(Exception):
     """A handler call did not return within ``handler.timeout_s``."""

@@ -287,6 +287,12 @@ class Action(StrEnum):
 
 
 
+# The reason of a `skipped` row whose dead-letter move the job cannot tell from another
+# consumer's ack (its call was sent again after a lost reply: recovery.executor.handover.resent)
+# starts so; the run's summary warns of them (recovery.report.signatures.uncertain_warning).
+UNCERTAIN_REASON_PREFIX = "uncertain: "
+
+
 class DeathReason(StrEnum):
     """Why an entry was dead-lettered (its ``x-death-reason``)."""
 

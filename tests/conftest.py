@@ -35,6 +35,7 @@ from recovery.spark.local import local_session  # noqa: E402
 from recovery.testing.local_redis import LocalServer  # noqa: E402
 from tests.support.cluster_fixtures import LocalCluster  # noqa: E402
 from tests.support.servers import FLAVORS, REDIS_VERSIONS, start_server  # noqa: E402
+from tests.support.tls_fixtures import TlsFiles, make_tls_files, tls_server  # noqa: E402
 from tests.support.wheels import build_wheel_zip, made_once, wheel_installed_python  # noqa: E402
 
 
@@ -100,6 +101,20 @@ def redis_version_server(request: pytest.FixtureRequest) -> Iterator[LocalServer
 def redis_server() -> Iterator[LocalServer]:
     """A fresh Redis (only), for tests that need one server kind."""
     srv = start_server("redis")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    """Throwaway CAs, certificates and keys (``tls_fixtures``), made once per test module."""
+    return make_tls_files(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="module")
+def tls_redis(tls_files: TlsFiles) -> Iterator[LocalServer]:
+    """A TLS-only Redis with `tls_files`' server certificate, one per test module."""
+    srv = tls_server(tls_files)
     yield srv
     srv.stop()
 

@@ -5,7 +5,6 @@ Only counts and names cross here, never messages.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,21 +14,18 @@ import redis
 from redis.cluster import RedisCluster
 
 from recovery.errors import (
-    ConfigError,
     DeadLetterNameError,
 )
 from recovery.executor.handover.modes import mode_of
 from recovery.params import Unit
 from recovery.redis_io.cluster import groups_by_node, node_of, spread
 from recovery.redis_io.commands import key_types, stream_groups
-from recovery.redis_io.dlq_names import requeue_key
 from recovery.redis_io.key_holds import hold_key
 from recovery.redis_io.redis_conn import RedisConn, key_refused, no_such_key, wrong_type
 from recovery.redis_io.round_trips import calls_of, script_replies
 from recovery.redis_io.scripts import delete_empty_consumers
 from recovery.redis_io.stream_full import GroupSeen, StreamSeen, read_streams
 from recovery.redis_io.streams import info_rows, shown
-from recovery.schemas import Mode
 from recovery.settings.model import Settings, order_params
 from recovery.targets.keys import (
     NO_ACCESS,
@@ -101,8 +97,9 @@ def discover(conn: RedisConn, settings: Settings, warnings: list[str] | None = N
             mode.check_stream(stream, [shown(g["name"]) for g in groups],  # type: ignore[arg-type]
                               settings.reprocess.options())
         units += found
-    refuse_requeue_clash(settings, units)
-    refuse_shared_requeue_targets(conn, settings, units)
+    pairs = [(u.stream, u.group) for u in units]  # the mode's refusal of them together
+    mode.check_units(pairs, settings.dead_letter.names, settings.reprocess.options())
+    mode.check_targets(conn, pairs, settings.reprocess.options())
     return units, skipped
 
 
@@ -114,57 +111,6 @@ def check_hold_name(settings: Settings, stream: str) -> None:
     if order.ordered and not order.dead_letter_releases and \
             order_params(settings).field_of(stream) is not None:  # type: ignore[union-attr]
         hold_key(order.hold_prefix, stream, "")
-
-
-def refuse_requeue_clash(settings: Settings, units: list[WorkUnit]) -> None:
-    """Raise DeadLetterNameError (exit 2, nothing touched) when a unit's dead-letter stream
-    is a retry stream this run requeues into (``reprocess.requeue_stream``)."""
-    template = settings.reprocess.option("requeue_stream")
-    if template is None or settings.reprocess.mode != Mode.REQUEUE.value:
-        return
-    names = settings.dead_letter.names
-    targets = {}
-    for u in units:
-        with contextlib.suppress(DeadLetterNameError):
-            targets[requeue_key(u.stream, u.group, template)] = u
-    for u in units:
-        key = None
-        with contextlib.suppress(DeadLetterNameError):  # such a source is skipped later
-            key = names.key(u.stream, u.group)
-        if key in targets:
-            other = targets[key]
-            raise DeadLetterNameError(
-                f"the dead-letter stream of {u.stream} / {u.group} is {key!r}, the "
-                f"reprocess.requeue_stream of {other.stream} / {other.group}: requeued "
-                "copies and dead letters would share it; change dead_letter.stream or "
-                "reprocess.requeue_stream")
-
-
-def refuse_shared_requeue_targets(conn: RedisConn, settings: Settings,
-                                  units: list[WorkUnit]) -> None:
-    """Raise ConfigError (exit 2, nothing claimed) when a unit's retry stream
-    (``reprocess.requeue_stream``) already has several consumer groups: each would read the
-    requeued copies again, as the mode refuses for a source (``RequeueMode.check_stream``).
-    One XINFO GROUPS per target, pipelined; a target that is missing or of another type is
-    left to the requeue script."""
-    template = settings.reprocess.option("requeue_stream")
-    if template is None or settings.reprocess.mode != Mode.REQUEUE.value:
-        return
-    targets: dict[str, WorkUnit] = {}
-    for u in units:
-        with contextlib.suppress(DeadLetterNameError):  # such a source is skipped later
-            targets.setdefault(requeue_key(u.stream, u.group, template), u)
-    with conn.errors():
-        replies = stream_groups(conn.client, list(targets))
-    for (target, u), reply in zip(targets.items(), replies, strict=True):
-        names = [shown(g["name"]) for g in info_rows(reply)  # type: ignore[arg-type]
-                 ] if isinstance(reply, list) else []
-        if len(names) >= 2:
-            raise ConfigError(
-                f"reprocess.requeue_stream {template!r} names {target!r} for {u.stream} / "
-                f"{u.group}, a stream with {len(names)} consumer groups ({', '.join(names)}): "
-                "every group would read the requeued copies; choose a retry stream of the "
-                "job's own, e.g. {stream}:retry:{group}")
 
 
 def _stream_groups(conn: RedisConn, settings: Settings, skipped: list[Skipped],

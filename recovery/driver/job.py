@@ -72,17 +72,17 @@ from recovery.driver.run_ids import (
 )
 from recovery.driver.split import Split, split_units
 from recovery.driver.warm_up import WarmUp, warming_up
-from recovery.executor.handover.modes import ACTIONS, PLAN_ACTIONS
+from recovery.executor.handover.modes import ACTIONS, PLAN_ACTIONS, mode_of
 from recovery.executor.histogram import kept_ids, merged_rows
 from recovery.executor.survey import histogram_partition, plan_partition
-from recovery.executor.tally import Tallies, acked_deletions, histogram_rows
+from recovery.executor.tally import Tallies, acked_deletions, histogram_rows, uncertain_moves
 from recovery.params import JobParams, Unit, is_job_consumer, new_run_id
 from recovery.redis_io.dlq_names import refuse_cross_slot
 from recovery.redis_io.redis_conn import RedisConn
 from recovery.report.after_run import add_after_run
 from recovery.report.console_links import console_links
 from recovery.report.run_report import (
-    add_refused_requeue_targets,
+    add_refused_mode_targets,
     add_refused_targets,
     check_report_location,
     fill_summary,
@@ -92,7 +92,7 @@ from recovery.report.run_report import (
     write_health,
     write_pass,
 )
-from recovery.report.signatures import failed_errors, failed_warning
+from recovery.report.signatures import failed_errors, failed_warning, uncertain_warning
 from recovery.report.summary import RunSummary, due_time, format_table, health_totals
 from recovery.rows import HealthRow, HistogramRow
 from recovery.schemas import (
@@ -197,9 +197,8 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
                          "group still references them)", params.run_id, done.deleted, done.kept)
             if dry_run:  # what the move script would refuse (a real run's tallies tell it)
                 add_refused_targets(summary, client, names, params.dlq_check_newest)
-                if settings.reprocess.mode == "requeue":
-                    add_refused_requeue_targets(summary, client,
-                                                settings.reprocess.option("requeue_stream"))
+                add_refused_mode_targets(summary, client, mode_of(settings.reprocess.mode),
+                                         settings.reprocess.options())
             summary.mark_selected(len(units) + len(quiet))
             if summary.status == "empty" and not warnings:  # (discovery warned of a match)
                 log.warning("run %s: nothing selected: no stream with a selected group "
@@ -219,6 +218,9 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
                     read_run(spark, settings.report.path, params.run_id))
                 log.warning("%s", failed_warning(params.run_id, summary.totals[Action.FAILED],
                                                  summary.failed_errors))
+            if uncertain := uncertain_moves(tallies):
+                summary.warnings.append(uncertain_warning(params.run_id, uncertain))
+                log.warning("%s", summary.warnings[-1])
     summary.duration_s = round(time.monotonic() - started, 3)
     if summary.not_due:
         log.info("run %s: %d entries left pending, not due yet under the backoff schedule; "

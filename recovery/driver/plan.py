@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from redis.cluster import RedisCluster
 
-from recovery.driver.discovery import WorkUnit, refuse_shared_requeue_targets
+from recovery.driver.discovery import WorkUnit
 from recovery.errors import ConfigError, DeadLetterNameError, StreamUnitError
 from recovery.executor.handover.modes import mode_of
 from recovery.params import JobParams, Unit
@@ -235,7 +235,8 @@ def plan_units(spark: SparkSession, conn: RedisConn, settings: Settings, plan_di
             else:
                 skipped.append(Skipped(stream, group, "no such consumer group (deleted since "
                                        "the plan): its planned entries are left alone"))
-    refuse_shared_requeue_targets(conn, settings, units)  # groups added since the plan
+    mode_of(settings.reprocess.mode).check_targets(  # groups added since the plan
+        conn, [(u.stream, u.group) for u in units], settings.reprocess.options())
     return units, skipped
 
 

@@ -28,7 +28,7 @@ from recovery.executor.claim.backoff import NotDue
 from recovery.executor.histogram import PelHistogram
 from recovery.executor.packing import ArrowFn
 from recovery.rows import AckedDeletions, AckedUnit, HistogramRow, UnitCounts
-from recovery.schemas import REPORT, Action, arrow
+from recovery.schemas import REPORT, UNCERTAIN_REASON_PREFIX, Action, arrow
 
 TALLY = "tally"
 # What Spark's writer gets: REPORT rows (tally null) and one tally row per task (all else null).
@@ -54,6 +54,9 @@ class Tally:
         # reprocess.delete_acked: (stream, group, deleted) -> rows whose ack deleted the entry
         # (True) or kept it for another group (False): REPORT's entry_deleted.
         self.acked: Counter[tuple[str, str, bool]] = Counter()
+        # (stream, group) -> skipped rows whose dead-letter move is uncertain (a resent call:
+        # recovery.executor.handover.resent), reason starting UNCERTAIN_REASON_PREFIX.
+        self.uncertain: Counter[tuple[str, str]] = Counter()
 
     def count(self, batch: pa.RecordBatch) -> None:
         """Count a REPORT batch's rows by (stream, group, action). A batch of one unit, as
@@ -61,7 +64,7 @@ class Tally:
         group-by, which other batches take."""
         if not batch.num_rows:
             return
-        self._gather_refusals(batch)
+        self._gather_skipped(batch)
         self._count_acked(batch)
         stream, group = batch.column("stream"), batch.column("group")
         if pc.count_distinct(stream).as_py() == 1 and pc.count_distinct(group).as_py() == 1:
@@ -87,23 +90,24 @@ class Tally:
         for row in rows.to_pylist():
             self.acked[(row["stream"], row["group"], row["entry_deleted"])] += 1
 
-    def _gather_refusals(self, batch: pa.RecordBatch) -> None:
-        """Note the units of `batch`'s rows skipped because their dead-letter stream was
-        refused (their reason starts with ``TARGET_REFUSED``, or ``REQUEUE_REFUSED`` for a
-        requeue target): the run's unit errors."""
+    def _gather_skipped(self, batch: pa.RecordBatch) -> None:
+        """Of `batch`'s skipped rows, note the units whose dead-letter stream was refused
+        (reason starting ``TARGET_REFUSED``, or ``REQUEUE_REFUSED`` for a requeue target: the
+        run's unit errors), and count those whose dead-letter move is uncertain (reason
+        starting ``UNCERTAIN_REASON_PREFIX``)."""
         if "reason" not in batch.schema.names:  # a batch of counts only (tests)
             return
         skipped = pc.equal(batch.column("action"), Action.SKIPPED.value)
         if not pc.any(skipped).as_py():
             return
         reasons = pc.fill_null(batch.column("reason"), "")
-        mask = pc.and_(skipped, pc.or_(pc.starts_with(reasons, TARGET_REFUSED),
-                                       pc.starts_with(reasons, REQUEUE_REFUSED)))
-        if not pc.any(mask).as_py():
-            return
-        rows = batch.filter(mask).select(["stream", "group", "reason"]).to_pylist()
-        for row in rows:
+        refused = pc.and_(skipped, pc.or_(pc.starts_with(reasons, TARGET_REFUSED),
+                                          pc.starts_with(reasons, REQUEUE_REFUSED)))
+        for row in _rows_of(batch, refused, ["stream", "group", "reason"]):
             self.refused.setdefault((row["stream"], row["group"]), row["reason"])
+        uncertain = pc.and_(skipped, pc.starts_with(reasons, UNCERTAIN_REASON_PREFIX))
+        for row in _rows_of(batch, uncertain, list(UNIT_KEY)):
+            self.uncertain[(row["stream"], row["group"])] += 1
 
     def histogram(self, stream: str, group: str) -> PelHistogram:
         """The (new or growing) PEL histogram of one unit."""
@@ -134,7 +138,15 @@ class Tally:
             "not_due": [[*key, w.entries, w.next_due_ms] for key, w in self.not_due.items()],
             "refused": [[*key, reason] for key, reason in self.refused.items()],
             "acked": [[*key, n] for key, n in self.acked.items()],
+            "uncertain": [[*key, n] for key, n in self.uncertain.items()],
         })
+
+
+def _rows_of(batch: pa.RecordBatch, mask: pa.Array, columns: list[str]) -> list[dict[str, Any]]:
+    """The `columns` of `batch`'s rows where `mask` holds, as dicts (none: no kernel more)."""
+    if not pc.any(mask).as_py():
+        return []
+    return batch.filter(mask).select(columns).to_pylist()
 
 
 def note(histogram: HistogramRow | None = None,
@@ -239,6 +251,12 @@ def acked_deletions(tallies: Tallies) -> AckedDeletions:
     units = sorted({(stream, group) for stream, group, _ in counts})
     rows = tuple(AckedUnit(*key, counts[(*key, True)], counts[(*key, False)]) for key in units)
     return AckedDeletions(sum(r.deleted for r in rows), sum(r.kept for r in rows), rows)
+
+
+def uncertain_moves(tallies: Tallies) -> int:
+    """How many report rows, over the tasks, are skipped with an uncertain dead-letter move
+    (``Tally.uncertain``)."""
+    return sum(n for tally in tallies for _, _, n in tally.get("uncertain", []))
 
 
 def histogram_rows(tallies: Tallies) -> list[HistogramRow]:

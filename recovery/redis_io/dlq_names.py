@@ -170,7 +170,7 @@ def name_clash(names: DeadLetterNames, keys: Iterable[str], groups: Iterable[str
     or the requeue template names the same stream for it. Selected streams and groups are
     the probes (examples stand in for those not named); what only discovery can tell is
     checked then (``recovery.targets.keys.drop_dead_letter_streams``,
-    ``recovery.driver.discovery.refuse_requeue_clash``)."""
+    ``recovery.executor.handover.modes.requeue.RequeueMode.check_units``)."""
     keys = list(keys)
     rule = (f"dead_letter.stream {names.template!r}" if names.template is not None
             else f"dead_letter.suffix {names.suffix!r}")

@@ -5,7 +5,6 @@ what the pass counted (``fill_summary``). What a run did, as a plain description
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import secrets
 from pathlib import Path
@@ -16,9 +15,9 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
-from recovery.errors import ConfigError, DeadLetterNameError
+from recovery.errors import ConfigError
 from recovery.executor.claim.backoff import NotDue
-from recovery.executor.handover.modes import ACTIONS
+from recovery.executor.handover.modes import ACTIONS, ModeOptions, ReprocessMode
 from recovery.executor.tally import (
     TALLIED,
     TALLY,
@@ -30,9 +29,7 @@ from recovery.executor.tally import (
     tallied,
     unit_counts,
 )
-from recovery.redis_io.commands import key_types
-from recovery.redis_io.dlq_names import DeadLetterNames, refused_requeue_reason, requeue_key
-from recovery.redis_io.error_codes import TargetRefused
+from recovery.redis_io.dlq_names import DeadLetterNames
 from recovery.report.summary import RunSummary
 from recovery.report.worker_files import local_directory, write_by_driver, write_by_workers
 from recovery.rows import HealthRow, Skipped, UnitCounts, unit_key
@@ -181,27 +178,13 @@ def add_refused_targets(summary: RunSummary, client: redis.Redis,
     _add_skipped(summary, refused_targets(client, names, pairs, newest) if pairs else [])
 
 
-def add_refused_requeue_targets(summary: RunSummary, client: redis.Redis,
-                                template: str | None) -> None:
-    """A dry run's skipped rows for the units that would requeue into a key of another type
-    (the requeue script refuses it): status ``partial``, as the real run's."""
-    if template is None:
-        return
-    targets = {}
-    for u in summary.units:
-        if u.entries(Action.WOULD_REQUEUE):
-            with contextlib.suppress(DeadLetterNameError):
-                targets[unit_key(u)] = requeue_key(u.stream, u.group, template)
-    distinct = list(dict.fromkeys(targets.values()))
-    kinds = dict(zip(distinct, key_types(client, distinct), strict=True))
-    refused = []
-    for (stream, group), key in targets.items():
-        kind = kinds[key]
-        kind = kind.decode() if isinstance(kind, bytes) else kind
-        if isinstance(kind, str) and kind not in ("stream", "none") and key != stream:
-            refused.append(Skipped(stream, group, refused_requeue_reason(
-                key, TargetRefused(kind, "it is no stream"))))
-    _add_skipped(summary, refused)
+def add_refused_mode_targets(summary: RunSummary, client: redis.Redis, mode: ReprocessMode,
+                             options: ModeOptions) -> None:
+    """A dry run's skipped rows for the units whose re-processing a real run in `mode`
+    (with its settings `options`) would skip (``ReprocessMode.refused_targets``: e.g. a
+    requeue into a key of another type): status ``partial``, as the real run's."""
+    pairs = [unit_key(u) for u in summary.units if u.entries(mode.planned)]
+    _add_skipped(summary, mode.refused_targets(client, pairs, options) if pairs else [])
 
 
 def write_health(spark: SparkSession, health: list[HealthRow], base: str,

@@ -47,3 +47,11 @@ def failed_warning(run_id: str, failed: int, errors: list[FailedErrors]) -> str:
     shown = "; ".join(f"{e.entries:,} x {e.signature or e.reason}" for e in errors[:3])
     return (f"run {run_id}: {failed:,} entries failed (they stay pending and are retried by "
             f"the next run, dead-lettered past claim.max_deliveries): {shown}")
+
+
+def uncertain_warning(run_id: str, entries: int) -> str:
+    """The WARNING line (and summary warning) of a run with uncertain dead-letter moves."""
+    return (f"run {run_id}: {entries:,} entries reported skipped as uncertain: a dead-letter "
+            "call was sent again after its reply was lost, and they were neither pending nor "
+            "found as this run's letters; look for their x-original-id in the dead-letter "
+            "streams (docs/GUARANTEES.md, Retries)")

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 
@@ -47,6 +48,13 @@ def browser() -> Iterator[object]:
         launched.close()
 
 
+def log_in(page: Any) -> None:
+    """Fill in and send the console's login form on `page` as the operator."""
+    page.fill("input[name=user]", OPERATOR)
+    page.fill("input[name=secret]", OPERATOR_SECRET)
+    page.click("button[type=submit]")
+
+
 def test_log_in_filter_open_and_redrive_three(browser: object,
                                                redis_server: LocalServer) -> None:
     r = redis_server.client()
@@ -62,9 +70,7 @@ def test_log_in_filter_open_and_redrive_three(browser: object,
             page = browser.new_page()  # type: ignore[attr-defined]
             page.goto(f"{live.url}/")
             assert page.url.endswith("/login")
-            page.fill("input[name=user]", OPERATOR)
-            page.fill("input[name=secret]", OPERATOR_SECRET)
-            page.click("button[type=submit]")
+            log_in(page)
             page.wait_for_selector("#streams")
             page.click(f"#streams a:text-is('{DLQ['orders']}')")
             page.wait_for_selector("#letters")
@@ -121,9 +127,7 @@ def test_redrive_what_a_filter_matches_after_its_preview_then_delete_one(
         with live_console(state) as live:
             page = browser.new_page()  # type: ignore[attr-defined]
             page.goto(f"{live.url}/login")
-            page.fill("input[name=user]", OPERATOR)
-            page.fill("input[name=secret]", OPERATOR_SECRET)
-            page.click("button[type=submit]")
+            log_in(page)
             page.goto(f"{live.url}/browse?key=%7Borders%7D%3Adlq&reason={R_FAILED}")
             page.click("#preview")
             page.wait_for_selector("#redrive-matching", timeout=20_000)
@@ -188,9 +192,7 @@ def test_a_link_from_another_site_opens_the_streams_letters(browser: object,
         with live_console(state) as live:
             page = browser.new_page()  # type: ignore[attr-defined]
             page.goto(f"{live.url}/login")
-            page.fill("input[name=user]", OPERATOR)
-            page.fill("input[name=secret]", OPERATOR_SECRET)
-            page.click("button[type=submit]")
+            log_in(page)
             page.wait_for_selector("#streams")
             with page_elsewhere(f'<a id="go" href="{live.url}/streams/orders">orders</a>') as at:
                 page.goto(at)

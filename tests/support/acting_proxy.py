@@ -6,71 +6,28 @@ that request. So a test can make a stream's group vanish between two commands of
 
 from __future__ import annotations
 
-import select
 import socket
-import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from redis import Redis
 
+from tests.support.proxy import ForwardingProxy
+
 
 @dataclass
-class ActingProxy:
+class ActingProxy(ForwardingProxy):
     """Forwards 127.0.0.1:`port` to the server at `target_port`; runs `commands` (each a
     Redis command as a sequence) once, before the first request with all `markers`.
     `acted` counts how often it acted (0 or 1)."""
 
-    target_port: int
     markers: Sequence[bytes]
     commands: Sequence[Sequence[object]]
     acted: int = 0
-    _listener: socket.socket = field(default_factory=socket.socket)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def __post_init__(self) -> None:
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def port(self) -> int:
-        return int(self._listener.getsockname()[1])
-
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def close(self) -> None:
-        self._listener.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                downstream, _ = self._listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            threading.Thread(target=self._pump, args=(downstream, upstream), daemon=True).start()
-
-    def _pump(self, downstream: socket.socket, upstream: socket.socket) -> None:
-        try:
-            while True:
-                ready, _, _ = select.select([downstream, upstream], [], [])
-                if downstream in ready:
-                    data = downstream.recv(65536)
-                    if not data:
-                        return
-                    self._maybe_act(data)  # one read: the tests' requests are small
-                    upstream.sendall(data)
-                if upstream in ready:
-                    data = upstream.recv(65536)
-                    if not data:
-                        return
-                    downstream.sendall(data)
-        finally:
-            downstream.close()
-            upstream.close()
+    def forward(self, request: bytes, upstream: socket.socket) -> bool:
+        self._maybe_act(request)
+        return super().forward(request, upstream)
 
     def _maybe_act(self, request: bytes) -> None:
         with self._lock:

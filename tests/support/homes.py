@@ -83,13 +83,13 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
         ("tests/integration/test_odd_fields.py", "imports it"),
     "recovery/executor/handover/lease.py":
         ("tests/unit/executor/handover/test_apply.py", "imports it"),
+    "recovery/executor/handover/resent.py":
+        ("tests/integration/test_resent_dead_letters.py", "imports it"),
     "recovery/executor/handover/modes/base.py":
         ("tests/unit/executor/handover/test_modes.py", "imports it"),
     "recovery/executor/handover/modes/handler.py":
         ("tests/unit/executor/handover/test_modes.py", "imports it"),
     "recovery/executor/handover/modes/reassign.py":
-        ("tests/unit/executor/handover/test_modes.py", "imports it"),
-    "recovery/executor/handover/modes/requeue.py":
         ("tests/unit/executor/handover/test_modes.py", "imports it"),
     "recovery/executor/handover/ordered.py":
         ("tests/integration/test_order.py", "through recovery.executor.ordered"),
@@ -118,6 +118,8 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
         ("tests/integration/attacks/test_attack_delete_acked.py", "imports it"),
     "recovery/redis_io/held_keys.py": ("tests/unit/redis_io/test_key_holds.py", "imports it"),
     "recovery/redis_io/letters.py": ("tests/unit/console/test_moves.py", "imports it"),
+    "recovery/redis_io/own_letters.py": ("tests/integration/test_resent_dead_letters.py",
+                                         "through recovery.executor.handover.resent"),
     "recovery/redis_io/redis_conn.py": ("tests/unit/redis_io/test_round_trips.py", "imports it"),
     "recovery/redis_io/redrive.py":
         ("tests/unit/redrive/test_run.py", "through recovery.redrive.run"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 
 from tests.support.dripping import Listener
@@ -91,3 +92,12 @@ class DrippingRedis(Listener):
             if self._stop.wait(self.interval_s):
                 return False
         return True
+
+
+def cut_seen(drip: DrippingRedis, at_least: int) -> int:
+    """The proxy's count of replies given up halfway, once it reaches `at_least` (the proxy
+    sees a closed client at its next write: within two intervals)."""
+    deadline = time.monotonic() + 2 + 2 * drip.interval_s
+    while drip.cut < at_least and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return drip.cut

@@ -19,11 +19,13 @@ from redis.cluster import RedisCluster
 
 from recovery.counts import INT64_MAX
 from recovery.executor.handover.lease import REASON_DELETED, REASON_GONE, REASON_VANISHED
+from recovery.executor.handover.resent import REASON_UNCERTAIN, UNCERTAIN, recheck_resent
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams
 from recovery.redis_io.dlq_names import DeadLetterNames, refused_reason
 from recovery.redis_io.error_codes import VANISHED, TargetRefused
 from recovery.redis_io.key_holds import HOLD_REFUSED, hold_key, hold_refused
+from recovery.redis_io.retries import failed_attempts
 from recovery.redis_io.round_trips import UnitScriptCall, calls_of, run_unit_script_calls
 from recovery.redis_io.scripts import (
     ACKDEL_DELETED,
@@ -107,7 +109,7 @@ def dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
     for call in calls_of(chunks, per_call, lambda chunk: len(chunk[1])):
         units = [(ctx, [_dead_letter_entry(rb, j) for j in chunk]) for ctx, chunk in call]
         calls.append(([chunk for _, chunk in call], partial(dead_letter_units, client, units)))
-    for job, status in run_unit_script_calls(client, calls):
+    for job, status in _sent(client, params, rb, names, calls):
         if isinstance(status, TargetRefused):
             i = job.row
             held = _holds_of(params, rb, rb.stream[i], rb.group[i])
@@ -117,6 +119,21 @@ def dead_letter(client: redis.Redis, params: JobParams, rb: RoutedBatch,
             rb.set(i, Action.SKIPPED, reason, job.error)
         else:
             _report_dead_letter(rb, job, status)
+
+
+def _sent(client: redis.Redis, params: JobParams, rb: RoutedBatch, names: DeadLetterNames,
+          calls: list[UnitScriptCall]) -> list[tuple[Any, Any]]:
+    """(job, reply element) of `calls`; after a call sent again (a lost reply: the client's
+    retry count grew), each 0 read again (``recovery.executor.handover.resent``)."""
+    sent_at, failures = time.monotonic(), failed_attempts(client)
+    pairs = run_unit_script_calls(client, calls)
+    if failed_attempts(client) == failures:
+        return pairs
+
+    def where(job: DeadLetterJob) -> tuple[str, str, str, str]:
+        stream, group = rb.stream[job.row], rb.group[job.row]
+        return stream, group, names.key(stream, group), rb.id[job.row]
+    return recheck_resent(client, pairs, sent_at, where, params.run_id, params.delete_acked)
 
 
 def _holds_of(params: JobParams, rb: RoutedBatch, stream: str, group: str) -> str | None:
@@ -140,6 +157,8 @@ def _report_dead_letter(rb: RoutedBatch, job: DeadLetterJob, status: Any) -> Non
     i = job.row
     if status == MOVED_TOO_BIG:
         rb.set(i, Action.FAILED, REASON_TOO_BIG, job.error)
+    elif status == UNCERTAIN:
+        rb.set(i, Action.SKIPPED, REASON_UNCERTAIN, job.error)
     elif not left_alone(rb, i, status, job.error):
         new_id, deleted = moved_and_deleted(status)
         rb.set(i, Action.DEAD_LETTERED, job.reason, job.error, new_id, entry_deleted=deleted)

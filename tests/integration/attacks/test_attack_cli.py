@@ -18,23 +18,18 @@ import pytest
 
 from recovery.testing.backlog import create_group
 from recovery.testing.local_redis import LocalServer
+from tests.support.stub_spark import STARTED, stub_spark_home
 
 ROOT = Path(__file__).resolve().parents[3]
 JOB = ROOT / "recovery" / "jobs" / "recover.py"
 CLOSED_URL = "redis://127.0.0.1:1/0"  # nothing listens
-STARTED = "STUB spark-submit started"
 SECRET = "hunter2-61"
 
 
 @pytest.fixture
 def stub_spark(tmp_path: Path) -> dict[str, str]:
     """The environment of a command whose spark-submit only prints STARTED and exits 0."""
-    home = tmp_path / "stub-spark"
-    (home / "bin").mkdir(parents=True)
-    stub = home / "bin" / "spark-submit"
-    stub.write_text(f"#!/bin/sh\necho '{STARTED}' \"$@\"\necho '{{\"status\": \"stub\"}}'\n")
-    stub.chmod(0o755)
-    return {"SPARK_HOME": str(home)}
+    return {"SPARK_HOME": str(stub_spark_home(tmp_path))}
 
 
 def command(*args: str, env: dict[str, str] | None = None, cwd: Path = ROOT

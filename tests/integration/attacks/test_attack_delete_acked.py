@@ -10,10 +10,12 @@ from redis import Redis
 from recovery.redis_io import scripts
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.features import XACKDEL_PROBE_KEY
+from recovery.testing.local_redis import LocalServer
 from tests.support.acl_rules import PASSWORD, create_users
 from tests.support.cluster_fixtures import LocalCluster, keys_on_every_primary
 from tests.support.fault_tools import (
     GROUP,
+    JobResult,
     job_args,
     planned,
     report_rows,
@@ -98,6 +100,24 @@ def test_a_server_with_command_renamed_runs_and_refuses_only_the_setting(spark, 
         assert client.xlen(dead_letter_key(STREAM, ":dlq")) == 2
 
 
+def run_losing_a_reply(spark, server: LocalServer, tmp_path, marker: bytes, run_id: str
+                       ) -> JobResult:
+    """A run with the ack's deletion on, through a proxy that loses the reply to the first
+    request holding `marker` (``ReplyDropper``): the fault happened, the run exited 0, the
+    stream and its PEL are empty."""
+    client = server.client()
+    proxy = ReplyDropper(server.port, marker)
+    try:
+        result = run_in_process(spark, job_args(proxy.url(), tmp_path, [STREAM], DELETE,
+                                                run_id=run_id))
+    finally:
+        proxy.close()
+    assert proxy.dropped == 1, "the fault did not happen"
+    assert result.code == 0, result.stderr[-3000:]
+    assert client.xlen(STREAM) == 0 and pel(client, STREAM, GROUP) == {}
+    return result
+
+
 def test_a_lost_xackdel_reply_sent_again_still_reports_the_deletions(spark, tmp_path):
     """The hand-over's XACKDEL runs, its reply is lost, redis-py sends it again (the job's
     retry policy) and the second call answers -1 for every ID: not pending any more. The
@@ -107,15 +127,8 @@ def test_a_lost_xackdel_reply_sent_again_still_reports_the_deletions(spark, tmp_
         client = server.client()
         seeded = stuck(client, STREAM, {"ok": (6, 1)})
         write_control(server.url)
-        proxy = ReplyDropper(server.port, b"XACKDEL\r\n$11\r\nevents:work")
-        try:
-            result = run_in_process(spark, job_args(proxy.url(), tmp_path, [STREAM], DELETE,
-                                                    run_id="lost1"))
-        finally:
-            proxy.close()
-        assert proxy.dropped == 1, "the fault did not happen"
-        assert result.code == 0, result.stderr[-3000:]
-        assert client.xlen(STREAM) == 0 and pel(client, STREAM, GROUP) == {}
+        result = run_losing_a_reply(spark, server, tmp_path,
+                                    b"XACKDEL\r\n$11\r\nevents:work", "lost1")
         rows = report_rows(spark, tmp_path, "lost1") or []
         assert len(rows) == len(seeded)
         assert {r["entry_deleted"] for r in rows} == {True}, rows
@@ -192,11 +205,6 @@ def test_entries_a_group_has_not_read_stay_whatever_its_entries_read(spark, tmp_
         assert len(client.xreadgroup("mid", "c", {STREAM: ">"})[0][1]) == 3
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a dead-letter call sent again after a lost reply answers 0 (not ours) for what its first "
-    "sending moved: reported skipped, entry_deleted null (with plain XACK too). The script "
-    "would have to find its own letter (this run's, of that ID) in the dead-letter stream: "
-    "XREVRANGE, which the documented ACL rule grants only with retention (line 10)"))
 def test_a_lost_dead_letter_reply_sent_again_still_reports_the_move(spark, tmp_path):
     """The dead-letter script moves both poison entries (letters written, originals acked
     and deleted with XACKDEL), its reply is lost, redis-py sends the call again: the second
@@ -206,15 +214,7 @@ def test_a_lost_dead_letter_reply_sent_again_still_reports_the_move(spark, tmp_p
         client = server.client()
         stuck(client, STREAM, {"poison": (2, 9)})
         sha = client.script_load(scripts._source("dead_letter")).encode()
-        proxy = ReplyDropper(server.port, sha)
-        try:
-            result = run_in_process(spark, job_args(proxy.url(), tmp_path, [STREAM], DELETE,
-                                                    run_id="lostdl"))
-        finally:
-            proxy.close()
-        assert proxy.dropped == 1, "the fault did not happen"
-        assert result.code == 0, result.stderr[-3000:]
-        assert client.xlen(STREAM) == 0 and pel(client, STREAM, GROUP) == {}
+        result = run_losing_a_reply(spark, server, tmp_path, sha, "lostdl")
         assert client.xlen(dead_letter_key(STREAM, ":dlq")) == 2
         rows = report_rows(spark, tmp_path, "lostdl") or []
         assert {(r["action"], r["entry_deleted"]) for r in rows} == {("dead_lettered", True)}

@@ -29,22 +29,13 @@ from tests.support.fault_tools import (
     seed_kinds,
     write_control,
 )
-from tests.support.redis_drip import DrippingRedis
+from tests.support.redis_drip import DrippingRedis, cut_seen
 from tests.support.redrive_tools import dead_letter
 
 ROOT = Path(__file__).resolve().parents[3]
 GIVE_UP = "the reply was not done within"
 # The job's client: 3 retries after the first attempt, backoff 0.1, 0.2, 0.4 s (redis_conn).
 ATTEMPTS, BACKOFF_S = 4, 0.7
-
-
-def cut_seen(drip: DrippingRedis, at_least: int) -> int:
-    """The proxy's count of replies given up halfway, once it reaches `at_least` (the proxy
-    sees a closed client at its next write: within two intervals)."""
-    deadline = time.monotonic() + 2 + 2 * drip.interval_s
-    while drip.cut < at_least and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return drip.cut
 
 
 def test_the_driver_gives_up_on_a_dripping_redis_in_one_line_and_touches_nothing(

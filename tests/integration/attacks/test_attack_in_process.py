@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,22 +26,16 @@ from recovery.testing.backlog import create_group
 from recovery.testing.local_redis import LocalServer
 from tests.support.redis_drip import DrippingRedis
 from tests.support.redrive_tools import dead_letter
+from tests.support.stub_spark import STARTED, stub_spark_home
 
 ROOT = Path(__file__).resolve().parents[3]
-STARTED = "STUB spark-submit started"
 
 
 @pytest.fixture
 def stub_home(tmp_path: Path) -> Path:
     """A SPARK_HOME whose spark-submit prints STARTED and a JSON line, exit 0; its conf
     directory empty."""
-    home = tmp_path / "stub-spark"
-    (home / "bin").mkdir(parents=True)
-    (home / "conf").mkdir()
-    stub = home / "bin" / "spark-submit"
-    stub.write_text(f"#!/bin/sh\necho '{STARTED}' \"$@\"\necho '{{\"status\": \"stub\"}}'\n")
-    stub.chmod(0o755)
-    return home
+    return stub_spark_home(tmp_path)
 
 
 def command(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -66,6 +61,29 @@ def redrive(server: LocalServer, home: Path, **env: str) -> subprocess.Completed
     return command("redrive", "--set", f"redis.url={server.url}", "--set",
                    "streams.keys=orders",
                    env={"SPARK_HOME": str(home), "SPARK_CONF_DIR": str(home / "conf"), **env})
+
+
+def stopped_redrive(server: LocalServer, home: Path, n: int,
+                    stop: Callable[[subprocess.Popen[str]], None]
+                    ) -> tuple[subprocess.Popen[str], str, str]:
+    """A redrive of ``orders``' `n` letters run here (rate-capped at 4000 letters/s, its
+    spark-submit `home`'s), stopped by `stop` once at least 1000 letters moved (or after
+    60 s): the process, once ended, and its stdout and stderr."""
+    client = server.client()
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("MASTER", "RECOVERY_SPARK_SUBMIT", "PYSPARK_PYTHON")}
+    environ.update(SPARK_HOME=str(home), SPARK_CONF_DIR=str(home / "conf"))
+    job = subprocess.Popen([sys.executable, "-m", "recovery", "redrive", "--set",
+                            f"redis.url={server.url}", "--set", "streams.keys=orders",
+                            "--set", "redrive.max_entries_per_s=4000"],
+                           cwd=ROOT, env=environ, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while client.xlen("{orders}:dlq") > n - 1000 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop(job)
+    out, err = job.communicate(timeout=60)
+    return job, out, err
 
 
 @pytest.mark.parametrize("line", [
@@ -152,19 +170,8 @@ def test_an_interrupted_redrive_reports_the_letters_it_moved(redis_server, stub_
     n = 20_000
     length = letters(redis_server, n)
     client = redis_server.client()
-    environ = {k: v for k, v in os.environ.items()
-               if k not in ("MASTER", "RECOVERY_SPARK_SUBMIT", "PYSPARK_PYTHON")}
-    environ.update(SPARK_HOME=str(stub_home), SPARK_CONF_DIR=str(stub_home / "conf"))
-    args = ["redrive", "--set", f"redis.url={redis_server.url}", "--set", "streams.keys=orders"]
-    job = subprocess.Popen([sys.executable, "-m", "recovery", *args,
-                            "--set", "redrive.max_entries_per_s=4000"],
-                           cwd=ROOT, env=environ, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while client.xlen("{orders}:dlq") > n - 1000 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    job.send_signal(signal.SIGINT)
-    out, err = job.communicate(timeout=60)
+    job, out, err = stopped_redrive(redis_server, stub_home, n,
+                                    lambda job: job.send_signal(signal.SIGINT))
 
     moved = n - client.xlen("{orders}:dlq")
     assert 1000 <= moved < n, "the interrupt came mid-redrive"
@@ -193,19 +200,7 @@ def test_a_terminated_redrive_says_so_in_its_json_line(redis_server, stub_home):
     n = 20_000
     length = letters(redis_server, n)
     client = redis_server.client()
-    environ = {k: v for k, v in os.environ.items()
-               if k not in ("MASTER", "RECOVERY_SPARK_SUBMIT", "PYSPARK_PYTHON")}
-    environ.update(SPARK_HOME=str(stub_home), SPARK_CONF_DIR=str(stub_home / "conf"))
-    job = subprocess.Popen([sys.executable, "-m", "recovery", "redrive", "--set",
-                            f"redis.url={redis_server.url}", "--set", "streams.keys=orders",
-                            "--set", "redrive.max_entries_per_s=4000"],
-                           cwd=ROOT, env=environ, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while client.xlen("{orders}:dlq") > n - 1000 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    job.terminate()
-    out, err = job.communicate(timeout=60)
+    job, out, err = stopped_redrive(redis_server, stub_home, n, lambda job: job.terminate())
 
     moved = n - client.xlen("{orders}:dlq")
     assert 1000 <= moved < n, "the signal came mid-redrive"

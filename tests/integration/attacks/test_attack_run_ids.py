@@ -4,6 +4,7 @@ IDs"): each test here failed on the code it was written against."""
 from __future__ import annotations
 
 import pytest
+from redis import Redis
 
 from recovery.driver.discovery import discover
 from recovery.redis_io.redis_conn import RedisConn
@@ -11,6 +12,7 @@ from recovery.redis_io.run_ids import registration_key
 from recovery.settings.model import load_settings, redis_params
 from tests.support.fault_tools import (
     GROUP,
+    JobResult,
     finished,
     handed_over,
     job_args,
@@ -95,6 +97,38 @@ def test_a_run_id_with_glob_characters_reads_its_own_report_only(spark, redis_se
     assert len(other) == 2
 
 
+def twin_started_in_discovery(spark, monkeypatch, tmp_path, argv: list[str],
+                              twin: tuple[str, Redis, list[str], str]
+                              ) -> tuple[JobResult, JobResult]:
+    """Run `argv` in process, the interleaving forced: its discovery starts the twin run
+    (spark-submit, ``local[2,2]``) and waits for the twin's registration of run ID ``twin``.
+    `twin`: how the messages name the first run, the twin's server (where it registers),
+    its arguments and its name. Both results, whatever their exit codes; a twin still
+    running at the end is killed."""
+    import recovery.driver.job as job
+
+    first, twin_client, twin_argv, name = twin
+    procs: list = []
+    original = job.discover
+
+    def discover_then_start_the_twin(*a, **k):  # the first run's discovery
+        found = original(*a, **k)
+        procs.append(spark_submit(twin_argv, tmp_path / "logs", master="local[2,2]"))
+        wait_until(lambda: twin_client.exists(registration_key("recovery", "twin")) == 1,
+                   procs[0], 240, f"{name}'s registration")
+        return found
+
+    monkeypatch.setattr(job, "discover", discover_then_start_the_twin)
+    try:
+        result = run_in_process(spark, argv)
+        assert procs, f"the fault did not land: {first} never reached its discovery"
+        return result, finished(procs[0], tmp_path / "logs", 300)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                kill_tree(proc)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_a_dry_run_and_a_real_run_started_together_with_one_run_id_run_once(
@@ -110,33 +144,14 @@ def test_a_dry_run_and_a_real_run_started_together_with_one_run_id_run_once(
     any of them. The interleaving is forced here: the dry run's discovery starts the real
     run and waits for its registration. Of two runs with one ID, one runs: the other is
     refused (exit 2), each entry is handed over once and is in the partition once."""
-    import recovery.driver.job as job
-
     client = redis_server.client()
     write_control(redis_server.url, delay_s=1)
     client.delete("test:handled")
     ids = seed_stream(client, "s", GROUP, 12)
     args = job_args(redis_server.url, tmp_path, ["s"], *SETTINGS, "claim.count=2",
                     run_id="twin")
-    procs: list = []
-    original = job.discover
-
-    def discover_then_start_the_real_run(*a, **k):  # the dry run's discovery
-        found = original(*a, **k)
-        procs.append(spark_submit(args, tmp_path / "logs", master="local[2,2]"))
-        wait_until(lambda: client.exists(registration_key("recovery", "twin")) == 1,
-                   procs[0], 240, "the real run's registration")
-        return found
-
-    monkeypatch.setattr(job, "discover", discover_then_start_the_real_run)
-    try:
-        dry = run_in_process(spark, [*args, "--dry-run"])
-        assert procs, "the fault did not land: the dry run never reached its discovery"
-        real = finished(procs[0], tmp_path / "logs", 300)
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                kill_tree(proc)
+    dry, real = twin_started_in_discovery(spark, monkeypatch, tmp_path, [*args, "--dry-run"],
+                                          ("the dry run", client, args, "the real run"))
     rows = rows_by_key(report_rows(spark, tmp_path, "twin") or [])
     found = (dry.code, real.code, sorted({tuple(r["action"] for r in v) for v in rows.values()}),
              len(rows))
@@ -212,7 +227,6 @@ def test_two_runs_with_one_run_id_on_two_servers_share_no_report_partition(
     ``entries/run_id=twin``: one partition holding two runs' rows (or one run's report lost
     when the other's commit removed the shared ``_staging``). Of two runs with one ID and
     one report partition, one runs; the other is refused (exit 2)."""
-    import recovery.driver.job as job
     from tests.support.servers import start_server
 
     other = start_server("redis")
@@ -226,25 +240,8 @@ def test_two_runs_with_one_run_id_on_two_servers_share_no_report_partition(
                           run_id="twin")
         args_b = job_args(other.url, tmp_path, ["b"], *SETTINGS, "claim.count=2",
                           run_id="twin")
-        procs: list = []
-        original = job.discover
-
-        def discover_then_start_run_b(*a, **k):  # run A's discovery
-            found = original(*a, **k)
-            procs.append(spark_submit(args_b, tmp_path / "logs", master="local[2,2]"))
-            wait_until(lambda: client_b.exists(registration_key("recovery", "twin")) == 1,
-                       procs[0], 240, "run B's registration")
-            return found
-
-        monkeypatch.setattr(job, "discover", discover_then_start_run_b)
-        try:
-            run_a = run_in_process(spark, args_a)
-            assert procs, "the fault did not land: run A never reached its discovery"
-            run_b = finished(procs[0], tmp_path / "logs", 300)
-        finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    kill_tree(proc)
+        run_a, run_b = twin_started_in_discovery(spark, monkeypatch, tmp_path, args_a,
+                                                 ("run A", client_b, args_b, "run B"))
         rows = rows_by_key(report_rows(spark, tmp_path, "twin") or [])
         found = (run_a.code, run_b.code, sorted({k[0] for k in rows}), len(rows))
         assert sorted([run_a.code, run_b.code]) == [0, 2], found

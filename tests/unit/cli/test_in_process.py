@@ -22,21 +22,16 @@ from recovery.jobs.job_command import JobCommand
 from recovery.testing.backlog import create_group
 from recovery.testing.local_redis import LocalServer
 from tests.support.redrive_tools import dead_letter
+from tests.support.stub_spark import STARTED, stub_spark_home
 
 ROOT = Path(__file__).resolve().parents[3]
-STARTED = "STUB spark-submit started"
 
 
 @pytest.fixture
 def stub_spark(tmp_path: Path) -> dict[str, str]:
     """The environment of a command whose spark-submit only prints STARTED, exit 0, and
     whose Spark conf directory is empty (no spark-defaults.conf naming a master)."""
-    home = tmp_path / "stub-spark"
-    (home / "bin").mkdir(parents=True)
-    (home / "conf").mkdir()
-    stub = home / "bin" / "spark-submit"
-    stub.write_text(f"#!/bin/sh\necho '{STARTED}' \"$@\"\necho '{{\"status\": \"stub\"}}'\n")
-    stub.chmod(0o755)
+    home = stub_spark_home(tmp_path)
     return {"SPARK_HOME": str(home), "SPARK_CONF_DIR": str(home / "conf")}
 
 

@@ -15,6 +15,7 @@ from recovery.errors import TARGET_REFUSED
 from recovery.executor.claim.backoff import NotDue
 from recovery.executor.claim.loop import examined
 from recovery.executor.handover.modes import ACTIONS
+from recovery.executor.handover.resent import REASON_UNCERTAIN
 from recovery.executor.partitions import recover_partition
 from recovery.executor.survey import histogram_partition
 from recovery.executor.tally import (
@@ -25,6 +26,7 @@ from recovery.executor.tally import (
     read_tallies,
     refused_units,
     tallied,
+    uncertain_moves,
     unit_counts,
 )
 from recovery.redis_io.autoclaim import ClaimBatch
@@ -74,6 +76,23 @@ def test_tallies_carry_the_units_whose_dead_letter_stream_was_refused():
     tallies = read_tallies([first.to_json(), second.to_json()])
     assert refused_units(tallies) == {("wt", "g"): refused}
     assert refused_units(read_tallies([Tally().to_json()])) == {}
+
+
+def test_tallies_count_the_skipped_rows_whose_dead_letter_move_is_uncertain():
+    """Rows skipped with an uncertain move (a resent dead-letter call) are counted over the
+    tasks, from the rows the report holds: no second read of the report; the same reason on
+    another action, or another skipped reason, is not."""
+    first, second = Tally(), Tally()
+    first.count(pa.RecordBatch.from_pylist([
+        {"stream": "a", "group": "g", "action": "skipped", "reason": REASON_UNCERTAIN},
+        {"stream": "a", "group": "g", "action": "skipped", "reason": "no longer pending"},
+        {"stream": "a", "group": "g", "action": "failed", "reason": REASON_UNCERTAIN}]))
+    second.count(pa.RecordBatch.from_pylist([
+        {"stream": "a", "group": "g", "action": "skipped", "reason": REASON_UNCERTAIN},
+        {"stream": "b", "group": "h", "action": "skipped", "reason": REASON_UNCERTAIN},
+        {"stream": "b", "group": "h", "action": "reprocessed", "reason": None}]))
+    assert uncertain_moves(read_tallies([first.to_json(), second.to_json()])) == 3
+    assert uncertain_moves(read_tallies([Tally().to_json()])) == 0
 
 
 def test_a_step_counts_only_the_rows_its_claim_examined():

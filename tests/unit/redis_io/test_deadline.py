@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -29,12 +29,10 @@ from recovery.redis_io.deadline import (
 from recovery.redis_io.redis_conn import connect
 from recovery.settings.model import load_settings, redis_params
 from recovery.testing.backlog import add_entries, create_group, deliver
-from recovery.testing.local_redis import LocalServer
 from tests.support.backlogs import DEAD
 from tests.support.cluster_fixtures import LocalCluster
 from tests.support.fault_tools import GROUP, pending_per_consumer
-from tests.support.redis_drip import DrippingRedis
-from tests.support.tls_fixtures import TlsFiles, make_tls_files, tls_server
+from tests.support.redis_drip import DrippingRedis, cut_seen
 
 PARSERS = {"hiredis": _HiredisParser, "python": _RESP2Parser}
 GIVE_UP = "the reply was not done within"
@@ -62,15 +60,6 @@ def timed_failure(call: Callable[[], Any]) -> tuple[str, float]:
     with pytest.raises(redis.TimeoutError) as raised:
         call()
     return str(raised.value), time.monotonic() - started
-
-
-def cut_seen(drip: DrippingRedis, at_least: int) -> int:
-    """The proxy's count of replies given up halfway, once it reaches `at_least` (the proxy
-    sees a closed client at its next write: within two intervals)."""
-    deadline = time.monotonic() + 2 + 2 * drip.interval_s
-    while drip.cut < at_least and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return drip.cut
 
 
 @pytest.mark.parametrize("parser", PARSERS.values(), ids=PARSERS.keys())
@@ -118,18 +107,6 @@ def test_a_big_reply_on_a_slow_honest_link_arrives_and_a_slower_link_is_a_timeou
         message, took = timed_failure(lambda: slower.xrange("big"))
         assert GIVE_UP in message and 1.0 < took < 2.2, (message, took)
         assert cut_seen(drip, 1) == 1
-
-
-@pytest.fixture(scope="module")
-def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
-    return make_tls_files(tmp_path_factory.mktemp("tls"))
-
-
-@pytest.fixture(scope="module")
-def tls_redis(tls_files: TlsFiles) -> Iterator[LocalServer]:
-    srv = tls_server(tls_files)
-    yield srv
-    srv.stop()
 
 
 def test_a_tls_reply_whose_records_each_come_in_time_is_still_bounded_whole(

@@ -26,19 +26,7 @@ from recovery.testing.local_redis import LocalServer
 from tests.support.backlogs import seed
 from tests.support.cluster_fixtures import LocalCluster, keys_on_every_primary
 from tests.support.invariants import final_states
-from tests.support.tls_fixtures import TlsFiles, make_tls_files, tls_server
-
-
-@pytest.fixture(scope="module")
-def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
-    return make_tls_files(tmp_path_factory.mktemp("tls"))
-
-
-@pytest.fixture(scope="module")
-def tls_redis(tls_files: TlsFiles) -> Iterator[LocalServer]:
-    srv = tls_server(tls_files)
-    yield srv
-    srv.stop()
+from tests.support.tls_fixtures import TlsFiles, tls_server
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from recovery.report.signature_rules import signature_text
-from recovery.report.signatures import failed_errors, signature
+from recovery.report.signatures import failed_errors, signature, uncertain_warning
 from recovery.rows import FailedErrors
 from recovery.schemas import REPORT
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
@@ -46,6 +46,11 @@ def test_failed_entries_count_by_reason_and_signature(spark: SparkSession) -> No
         FailedErrors("too big", None, 1, None),
     ]
     assert failed_errors(spark.createDataFrame(rows, REPORT), top=1) == errors[:1]
+
+
+def test_the_uncertain_warning_names_the_count_and_where_to_look() -> None:
+    text = uncertain_warning("r1", 2)
+    assert "2 entries reported skipped as uncertain" in text and "x-original-id" in text
 
 
 def test_a_failing_handler_is_a_warning_and_a_summary_key(

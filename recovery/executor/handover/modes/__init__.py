@@ -3,7 +3,7 @@ and the summary's action columns they make.
 
 Each ``schemas.Mode`` member is a mode: its module here bears its value as name and holds
 ``MODE``, its object. Adding a mode is its module (a subclass overriding the hooks of
-``base``: its actions, report columns, stream check and executor step; plus its Lua script
+``base``: its actions, report columns, driver checks and executor step; plus its Lua script
 in ``recovery/redis_io/lua/`` where it needs one), one line, its member in ``schemas.Mode``
 (the settings accept the value from there, and this registry loads the module: eagerly, so a
 member without its module fails every import of the hand-over, not the first run in that

@@ -16,6 +16,11 @@ job calls for it, in the manner of rq's worker classes (each variant overrides a
   ``recovery.executor.claim.left_counts``);
 - ``check_stream``: on the driver, before anything is claimed, refuse a stream it cannot
   re-process (ConfigError, exit 2);
+- ``check_units`` / ``check_targets``: on the driver, once every unit to claim from is
+  known (``check_targets`` also when a plan is applied), refuse units it cannot re-process
+  together: by their names, then by what Redis holds (exit 2, nothing claimed);
+- ``refused_targets``: on the driver, after a dry run, the units a real run would skip
+  (the summary's skipped rows, as the real run's);
 - ``hand_over``: on an executor, what happens to a batch's entries routed to re-processing.
 
 Its settings are its own keys of ``[reprocess]`` (``recovery.settings.reprocess``, its
@@ -34,11 +39,16 @@ import redis
 
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams
+from recovery.redis_io.dlq_names import DeadLetterNames
+from recovery.redis_io.redis_conn import RedisConn
+from recovery.rows import Skipped
 from recovery.schemas import Mode
 
 # A mode's own settings, key -> value (``ReprocessSettings.options()`` on the driver, the
 # same as ``JobParams.mode_options`` on executors).
 ModeOptions = Mapping[str, Any]
+# Units as the driver's hooks take them: (stream, group) pairs, in discovery's order.
+Pairs = Sequence[tuple[str, str]]
 
 
 class ReprocessMode(ABC):
@@ -58,6 +68,28 @@ class ReprocessMode(ABC):
         mode cannot re-process `stream`, whose consumer groups are `groups` (all of them,
         selected or not), with its settings `options`. By default every stream will do."""
         return None
+
+    def check_units(self, units: Pairs, names: DeadLetterNames, options: ModeOptions
+                    ) -> None:
+        """On the driver, once discovery found every unit with entries pending: raise
+        ConfigError or DeadLetterNameError (exit 2, nothing touched) when this mode cannot
+        re-process `units` together, decided by their names (`names`: the run's dead-letter
+        names) and its settings `options`, before Redis is read again. By default any units
+        will do."""
+        return None
+
+    def check_targets(self, conn: RedisConn, units: Pairs, options: ModeOptions) -> None:
+        """On the driver, after :meth:`check_units` and when a plan is applied: raise
+        ConfigError (exit 2, nothing claimed) when what Redis holds now (read through
+        `conn`) keeps this mode from re-processing `units`. By default nothing is read."""
+        return None
+
+    def refused_targets(self, client: redis.Redis, units: Pairs, options: ModeOptions
+                        ) -> list[Skipped]:
+        """On the driver, after a dry run: of `units` (those it would re-process entries
+        of), the ones a real run would skip, each with the reason the real run gives (its
+        executor step's refusal). By default none."""
+        return []
 
     @abstractmethod
     def hand_over(self, client: redis.Redis, params: JobParams, rb: RoutedBatch,

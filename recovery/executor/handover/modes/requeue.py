@@ -5,25 +5,31 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from functools import partial
 
 import redis
 
-from recovery.errors import ConfigError
+from recovery.errors import ConfigError, DeadLetterNameError
 from recovery.executor.claimed import copy_fields
 from recovery.executor.handover.dead_letter import batches, left_alone, moved_and_deleted
 from recovery.executor.handover.modes.base import (
     ModeOptions,
+    Pairs,
     ReprocessMode,
     deliveries_so_far,
 )
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams
-from recovery.redis_io.dlq_names import refused_requeue_reason, requeue_key
+from recovery.redis_io.commands import key_types, stream_groups
+from recovery.redis_io.dlq_names import DeadLetterNames, refused_requeue_reason, requeue_key
 from recovery.redis_io.error_codes import TargetRefused
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.round_trips import ScriptCall, run_script_calls
 from recovery.redis_io.scripts import MOVED_TOO_BIG, requeue_batch
+from recovery.redis_io.streams import info_rows, shown
+from recovery.rows import Skipped
 from recovery.schemas import Action, Mode
 
 REASON_TOO_BIG_TO_REQUEUE = ("too many fields (~3950 at most) to requeue from a script; "
@@ -56,6 +62,70 @@ class RequeueMode(ReprocessMode):
             "them again: set reprocess.requeue_stream to a per-group retry stream, e.g. "
             "{stream}:retry:{group}, or use reprocess.mode = handler")
 
+    def check_units(self, units: Pairs, names: DeadLetterNames, options: ModeOptions
+                    ) -> None:
+        """Raise DeadLetterNameError when a unit's dead-letter stream is the retry stream
+        (``reprocess.requeue_stream``) of a unit: requeued copies and dead letters would
+        share it."""
+        template = options["requeue_stream"]
+        if template is None:
+            return
+        targets = {key: unit for unit, key in _targets(units, template)}
+        for stream, group in units:
+            key = None
+            with contextlib.suppress(DeadLetterNameError):  # such a source is skipped later
+                key = names.key(stream, group)
+            if key in targets:
+                other = targets[key]
+                raise DeadLetterNameError(
+                    f"the dead-letter stream of {stream} / {group} is {key!r}, the "
+                    f"reprocess.requeue_stream of {other[0]} / {other[1]}: requeued "
+                    "copies and dead letters would share it; change dead_letter.stream or "
+                    "reprocess.requeue_stream")
+
+    def check_targets(self, conn: RedisConn, units: Pairs, options: ModeOptions) -> None:
+        """Raise ConfigError when a unit's retry stream (``reprocess.requeue_stream``)
+        already has several consumer groups: each would read the requeued copies again, as
+        :meth:`check_stream` refuses for a source. One XINFO GROUPS per target, pipelined; a
+        target that is missing or of another type is left to the requeue script."""
+        template = options["requeue_stream"]
+        if template is None:
+            return
+        targets: dict[str, tuple[str, str]] = {}
+        for unit, key in _targets(units, template):
+            targets.setdefault(key, unit)
+        with conn.errors():
+            replies = stream_groups(conn.client, list(targets))
+        for (target, (stream, group)), reply in zip(targets.items(), replies, strict=True):
+            groups = [shown(g["name"]) for g in info_rows(reply)  # type: ignore[arg-type]
+                      ] if isinstance(reply, list) else []
+            if len(groups) >= 2:
+                raise ConfigError(
+                    f"reprocess.requeue_stream {template!r} names {target!r} for {stream} / "
+                    f"{group}, a stream with {len(groups)} consumer groups "
+                    f"({', '.join(groups)}): every group would read the requeued copies; "
+                    "choose a retry stream of the job's own, e.g. {stream}:retry:{group}")
+
+    def refused_targets(self, client: redis.Redis, units: Pairs, options: ModeOptions
+                        ) -> list[Skipped]:
+        """The units whose retry stream is a key of another type (the requeue script
+        refuses it; one TYPE per distinct target, pipelined). A source as its own target
+        is never refused here: discovery read it as a stream."""
+        template = options["requeue_stream"]
+        if template is None:
+            return []
+        targets = dict(_targets(units, template))
+        distinct = list(dict.fromkeys(targets.values()))
+        kinds = dict(zip(distinct, key_types(client, distinct), strict=True))
+        refused = []
+        for (stream, group), key in targets.items():
+            kind = kinds[key]
+            kind = kind.decode() if isinstance(kind, bytes) else kind
+            if isinstance(kind, str) and kind not in ("stream", "none") and key != stream:
+                refused.append(Skipped(stream, group, refused_requeue_reason(
+                    key, TargetRefused(kind, "it is no stream"))))
+        return refused
+
     def hand_over(self, client: redis.Redis, params: JobParams, rb: RoutedBatch,
                   rows: list[int], read_at: float | None) -> None:
         """Append `rows` again to their requeue targets with their deliveries so far (the
@@ -81,6 +151,16 @@ class RequeueMode(ReprocessMode):
             elif not left_alone(rb, i, status):
                 copy_id, deleted = moved_and_deleted(status)
                 rb.set(i, Action.REQUEUED, outcome=copy_id, entry_deleted=deleted)
+
+
+def _targets(units: Pairs, template: str) -> list[tuple[tuple[str, str], str]]:
+    """Each unit with its retry stream named by `template`, in order; a unit whose stream
+    can have none (DeadLetterNameError) is left out: such a source is skipped later."""
+    named = []
+    for stream, group in units:
+        with contextlib.suppress(DeadLetterNameError):
+            named.append(((stream, group), requeue_key(stream, group, template)))
+    return named
 
 
 MODE = RequeueMode()

@@ -2,17 +2,14 @@
 ``schemas.Mode`` member, each with the hooks of ``recovery.executor.handover.modes.base``
 (``recovery.executor.handover.modes.handler``, ``recovery.executor.handover.modes.requeue``,
 ``recovery.executor.handover.modes.reassign``); the summary's columns they make, unchanged;
-the driver's check and the report columns each mode owns (its settings:
-tests/unit/settings/test_reprocess.py). Pure: no Redis, no Spark session (the modes'
-executor steps run against real servers in test_apply, test_requeue, test_reassign)."""
+the report columns each mode owns (its settings: tests/unit/settings/test_reprocess.py; the
+requeue mode's driver checks: modes/test_requeue.py). Pure: no Redis, no Spark session (the
+modes' executor steps run against real servers in test_apply, test_requeue, test_reassign)."""
 
 from __future__ import annotations
 
 from importlib import import_module
 
-import pytest
-
-from recovery.errors import ConfigError
 from recovery.executor.handover.modes import (
     ACTIONS,
     MODES,
@@ -25,7 +22,6 @@ from recovery.executor.handover.modes import (
 )
 from recovery.redis_io.scripts import SCRIPT_NAMES
 from recovery.schemas import OUTCOME_COLUMNS, Mode
-from recovery.settings.reprocess import reprocess_settings
 
 BUILT_IN = ["handler", "requeue", "reassign"]  # the modes users' configs name, in order
 
@@ -74,21 +70,3 @@ def test_each_modes_scripts_are_lua_files_of_the_job():
     assert {name: mode_of(name).scripts for name in BUILT_IN} == {
         "handler": ("lease_owned",), "requeue": ("requeue",), "reassign": ("reassign",)}
     assert all(set(m.scripts) <= set(SCRIPT_NAMES) for m in MODES.values())
-
-
-@pytest.mark.parametrize(("groups", "template", "refused"), [
-    (["g"], None, False),
-    (["a", "b"], "{stream}:retry:{group}", False),
-    (["a", "b"], None, True),
-    (["a", "b"], "{stream}:retry", True),
-])
-def test_only_requeue_refuses_a_stream_every_group_would_read_again(groups, template,
-                                                                    refused):
-    for name in ("handler", "reassign"):
-        mode_of(name).check_stream("s", groups, {})
-    options = reprocess_settings(mode="requeue", requeue_stream=template).options()
-    if not refused:
-        mode_of("requeue").check_stream("s", groups, options)
-        return
-    with pytest.raises(ConfigError, match=r"reprocess.mode = requeue would append copies to"):
-        mode_of("requeue").check_stream("s", groups, options)
