@@ -1,16 +1,18 @@
 """Per-key ordered recovery on the driver (``order.key_field``; README, "Per-key order").
 
-1. claim on executors, as always, materialised once (``recovery.spark.tasks``);
-2. each entry given its ordering key (``recovery.executor.ordered.keyed_partition``);
-3. per (stream, group), the keys held back by older entries pending on consumers that are
+1. claim on executors, as always, each entry given its ordering key in the same task
+   (``recovery.executor.ordered.keyed_claim_partition``: no Python pass of its own for the
+   keys), materialised once (``recovery.spark.tasks``);
+2. per (stream, group), the keys held back by older entries pending on consumers that are
    not this run's (not idle yet, a live consumer's, a killed run's): one pipelined XINFO
    CONSUMERS per group on the driver tells which groups have any; for those only, a small
    read-only pass (``blocker_partition``), cached and broadcast to the join;
-4. the entries shuffled by (stream, group, key) over ``spark.partitions`` tasks and sorted by
+3. the entries shuffled by (stream, group, key) over ``spark.partitions`` tasks and sorted by
    ID within each, so every key's entries meet in one task in ID order whichever task or
    split part claimed them; then handed over key by key
-   (``recovery.executor.handover.ordered``) and reported by Spark's writer (a retried
-   hand-over's report is dropped with it).
+   (``recovery.executor.handover.ordered``) and reported as the one pass reports (the
+   workers' own files where ``report.path`` is local: ``recovery.report.worker_files``;
+   a retried hand-over's report is dropped with it either way).
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ from pyspark.sql import functions as F
 
 from recovery.driver.discovery import WorkUnit, job_consumer_stem
 from recovery.errors import ConfigError, DeadLetterNameError, HeldElsewhereError
-from recovery.executor.ordered import blocker_partition, keyed_partition, ordered_partition
-from recovery.executor.partitions import claim_partition
+from recovery.executor.ordered import (
+    blocker_partition,
+    keyed_claim_partition,
+    ordered_partition,
+)
 from recovery.executor.tally import Tallies
 from recovery.params import JobParams
 from recovery.redis_io.held_keys import groups_consumers_with_pending, not_this_runs
@@ -43,7 +48,7 @@ from recovery.redis_io.key_holds import (
 from recovery.redis_io.redis_conn import RedisConn
 from recovery.report.run_report import read_run, write_pass
 from recovery.report.summary import RunSummary
-from recovery.schemas import BLOCKER, KEYED, PACKED, Action
+from recovery.schemas import BLOCKER, KEYED, Action
 from recovery.settings.model import Settings
 from recovery.spark.tasks import materialise_once
 
@@ -192,7 +197,8 @@ def _claim_then_order(spark: SparkSession, conn: RedisConn, settings: Settings,
                       histograms: bool, rows: int,
                       after_claim: Callable[[], None] | None) -> Tallies:
     started = time.monotonic()
-    claimed = materialise_once(unit_df.mapInArrow(claim_partition(params, histograms), PACKED))
+    claimed = materialise_once(unit_df.mapInArrow(keyed_claim_partition(params, histograms),
+                                                  KEYED))
     if after_claim is not None:
         after_claim()
     log.info("run %s: claim done in %.1f s; handing over in per-key order", params.run_id,
@@ -202,7 +208,7 @@ def _claim_then_order(spark: SparkSession, conn: RedisConn, settings: Settings,
     frame = ordered_frame(spark, params, claimed, held_back(conn, units, stem),
                           settings.spark.partitions, stem)
     tallies = write_pass(frame, ordered_partition(params, rows), settings.report.path,
-                         params.run_id, False, params.scheduler_run_id)
+                         params.run_id, True, params.scheduler_run_id)
     log.info("run %s: dead-letter, handler in per-key order, acks and report done in %.1f s",
              params.run_id, time.monotonic() - started)
     return tallies
@@ -219,12 +225,11 @@ def held_back(conn: RedisConn, units: list[WorkUnit], own_stem: str) -> list[tup
             if any(not_this_runs(name, own_stem) for name in names)]
 
 
-def ordered_frame(spark: SparkSession, params: JobParams, claimed: DataFrame,
+def ordered_frame(spark: SparkSession, params: JobParams, keyed: DataFrame,
                   pairs: list[tuple[str, str]], partitions: int, own_stem: str) -> DataFrame:
-    """The claimed entries with their keys and blockers (read for the (stream, group)
-    `pairs` only), in `partitions` partitions by (stream, group, key), sorted by ID within
-    each key."""
-    keyed = claimed.mapInArrow(keyed_partition(params), KEYED)
+    """The claimed entries (`keyed`: KEYED rows) with their blockers (read for the (stream,
+    group) `pairs` only), in `partitions` partitions by (stream, group, key), sorted by ID
+    within each key."""
     return _with_blockers(spark, params, keyed, pairs, partitions, own_stem) \
         .repartition(partitions, *ORDER_COLUMNS).sortWithinPartitions(*ORDER_COLUMNS, "id_order")
 

@@ -4,6 +4,8 @@ mapInArrow functions between the materialised claim and the ordered hand-over.
 - ``keyed_partition``: PACKED rows of CLAIMED batches -> KEYED rows, one per entry, with its
   ordering key (the key field's value; an entry taken back from an earlier task attempt has
   its fields read for it) and its ID as sortable bytes; claim-stage notes pass as note rows;
+- ``keyed_claim_partition``: UNIT rows -> KEYED rows: the claim and ``keyed_partition`` in
+  one task (what the driver materialises: no Python pass of its own for the keys);
 - ``blocker_partition``: UNIT rows (one per stream and group) -> BLOCKER rows: per key, the
   oldest entry pending on a consumer that is not this run's (``recovery.redis_io.held_keys``);
 - ``ordered_partition``: KEYED rows joined with BLOCKER, shuffled by (stream, group, key) and
@@ -21,9 +23,15 @@ import pyarrow as pa
 import redis
 
 from recovery.executor.claimed import Claimed
+from recovery.executor.handover.lease import LEASE_ROWS
 from recovery.executor.handover.ordered import KeyT, apply_in_order
 from recovery.executor.packing import NOTE_ROWS, ArrowFn, unpack
-from recovery.executor.partitions import PartitionConn, young_collections_rarer
+from recovery.executor.partitions import (
+    PartitionConn,
+    claim_partition,
+    coalesced,
+    young_collections_rarer,
+)
 from recovery.executor.tally import PassMaker, Tally
 from recovery.params import JobParams, OrderParams
 from recovery.redis_io.error_codes import unit_vanished
@@ -78,6 +86,14 @@ def keyed_partition(params: JobParams) -> ArrowFn:
             conn.close()
 
     return run
+
+
+def keyed_claim_partition(params: JobParams, histograms: bool = False) -> ArrowFn:
+    """UNIT rows -> KEYED rows: ``claim_partition``'s claim, each PACKED row keyed as it
+    comes (``keyed_partition``) in the same task, in batches of at least LEASE_ROWS rows
+    (Spark pays per batch it takes from Python)."""
+    claim, keyed = claim_partition(params, histograms), keyed_partition(params)
+    return coalesced(lambda batches: keyed(claim(batches)), LEASE_ROWS)
 
 
 def _keyed(conn: PartitionConn, order: OrderParams, batch: pa.RecordBatch

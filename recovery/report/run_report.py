@@ -96,7 +96,7 @@ def write_pass(frame: DataFrame, make: PassMaker, base: str, run_id: str,
     ``run_path(base, run_id)``, each with `scheduler_run_id`; returns the tallies (one per
     task, read).
 
-    With `by_workers` (runs that claim and hand over in one pass) and a local report
+    With `by_workers` (one pass, the per-key ordered hand-over) and a local report
     directory, the Python workers write the files (``recovery.report.worker_files``); otherwise
     Spark's writer does (``write_report``).
     """

@@ -1,5 +1,5 @@
-"""The report written by the Python workers themselves, with pyarrow, for one-pass runs whose
-report directory is on the local file system.
+"""The report written by the Python workers themselves, with pyarrow, for one-pass runs and
+the per-key ordered hand-over whose report directory is on the local file system.
 
 Spark's own writer (``recovery.report.run_report.write_report``) turns every report row from Arrow
 into a JVM row and then into Parquet, a large share of the job's CPU (docs/PERFORMANCE.md,

@@ -18,7 +18,8 @@ from redis import Redis
 
 from recovery.executor.claimed import Claimed
 from recovery.executor.handover.apply import apply_batch
-from recovery.executor.handover.lease import REASON_VANISHED
+from recovery.executor.handover.lease import REASON_GONE, REASON_VANISHED, _ack_and_lease
+from recovery.executor.handover.routed import RoutedBatch
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import connect
 from recovery.schemas import CLAIMED, Action, arrow
@@ -195,3 +196,24 @@ def test_script_calls_skip_script_exists_and_survive_a_lost_script_cache(
         assert [r["action"] for r in rows] == [Action.DEAD_LETTERED] * len(rows)
         assert client.xlen(dead_letter_key(stream, ":dlq")) == len(rows)
         assert client.xpending(stream, GROUP)["pending"] == 0
+
+
+def test_a_lease_read_of_rows_spread_thin_reads_them_all_in_few_pages(
+        server, client, make_settings):
+    """Every 50th of 1,000 entries of the job's consumer (a per-key ordered wave's heads are
+    spread so): each row's lease is read, the one acked by someone else is not handed over,
+    and the further pages grow (LEASE_PAGE_GROWTH) instead of paging 84 rows at a time."""
+    entries = claimed_entries(client, "s", 1000)
+    rows = list(range(0, 1000, 50))
+    client.xack("s", GROUP, entries[rows[-2]][0])  # acked by someone else before the lease
+    rb = RoutedBatch(Claimed.from_arrow(routed("s", entries)), 5)
+    job_client = connect(executor_params(make_settings('streams.keys=["s"]'), "r1").redis)
+    client.config_resetstat()
+
+    _ack_and_lease(job_client, rb, [], rows, fresh_ms=3_600_000)
+    job_client.close()
+
+    calls = client.info("commandstats")["cmdstat_xpending"]["calls"]
+    assert calls == 3  # pages of 84, 672 and 5,376 rows over 951 entries (12 of 84 before)
+    assert [rb.action[i] for i in rows] == [None] * 18 + ["skipped", None]
+    assert rb.reason[rows[-2]] == REASON_GONE
