@@ -40,14 +40,15 @@ from tests.support.invariants import final_states
 pytestmark = pytest.mark.slow  # kills, restarts and spark-submit runs
 
 
+# Every path on Redis 7.0; Redis 6.2 and Valkey once each. No entry is deleted here, so
+# the servers' claims differ in reply shapes only (the per-server tests cover those); the
+# race itself is decided by the same scripts and XCLAIM guards on every server.
 @pytest.mark.parametrize(("path", "redis_version_server", "schedule"),
                          [("materialised", "redis", ()), ("one-pass", "redis", ()),
-                          ("journaled", "redis", ()), ("materialised", "redis62", ()),
-                          ("journaled", "redis62", ()), ("journaled", "redis", BACKOFF),
+                          ("journaled", "redis", ()), ("journaled", "redis", BACKOFF),
                           ("one-pass", "redis62", BACKOFF), ("plan", "redis", ()),
                           ("plan", "valkey", ()), ("journaled-split", "redis", ())],
                          ids=["materialised-redis", "one-pass-redis", "journaled-redis",
-                              "materialised-redis62", "journaled-redis62",
                               "journaled-redis-backoff", "one-pass-redis62-backoff",
                               "plan-redis", "plan-valkey", "journaled-split-redis"],
                          indirect=["redis_version_server"])
