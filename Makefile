@@ -55,10 +55,11 @@ $(AIRFLOW_VENV)/.installed: tests/airflow-requirements.txt
 demo: setup
 	$(BIN)/python jobs/demo.py
 
-# Two pytest workers, each with its own local Spark session: the suite waits on
-# spark-submit processes and servers more than it computes (README "Tests").
+# Four pytest workers, each with its own local Spark session: the suite waits on
+# spark-submit processes, servers and deliberate delays more than it computes, so even on
+# two cores more workers than cores shorten it (README "Tests", docs/DESIGN.md "Tests").
 # The tests start only once ruff and mypy pass (tests/unit/test_house.py checks module sizes).
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 4
 test: lint servers monitoring-tools chromium $(AIRFLOW_VENV)/.installed test-cds
 	AIRFLOW_PYTHON=$(abspath $(AIRFLOW_VENV)/bin/python) \
 	  $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25

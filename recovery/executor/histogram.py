@@ -13,6 +13,7 @@ from dataclasses import replace
 from functools import partial
 from operator import itemgetter
 
+from recovery.executor.claimed_ids import ClaimedIds
 from recovery.redis_io.streams import COUNT, ID, IDLE, PendingRow, as_str
 from recovery.rows import Counts, HistogramRow, unit_key
 
@@ -50,18 +51,38 @@ class PelHistogram:
         # what the claim left, another consumer may own them (a reassignment, or a live
         # consumer's claim meanwhile), so that read skips them.
         self.kept: set[str] = set()
+        # With a read of what the claim left right after the loop (a claim materialised
+        # before its hand-over): the IDs of every entry the claim steps counted as found, so
+        # that read skips those a live consumer took from the job meanwhile. None: not kept.
+        self.claimed: ClaimedIds | None = None
+
+    def add_claimed(self, rows: Sequence[PendingRow], loose: bool = False) -> None:
+        """Count the rows of entries a claim step claimed, as found, noting their IDs in
+        ``claimed`` when it is kept (`loose`: rows of entries taken back, in no step's
+        order: ``ClaimedIds.add_loose``)."""
+        self.add(rows)
+        if self.claimed is not None:
+            ids = list(map(itemgetter(ID), rows))
+            if loose:
+                self.claimed.add_loose(ids)
+            else:
+                self.claimed.add(ids)
 
     def add_left(self, rows: Sequence[PendingRow]) -> None:
         """Count the rows the unit's claim left to other consumers (no read of them
         follows: ``recovery.executor.claim.loop.left_reads`` is skipped)."""
         self.add(rows)
         self.left_counted = True
+        self.claimed = None
 
     def add_unclaimed(self, rows: Sequence[PendingRow]) -> None:
         """Count rows of the read of what the claim left (other consumers' rows), but those
-        of entries the run claimed and kept pending (``kept``, counted as found by the
-        claim): each PEL row is counted once, whoever owns it by now."""
-        self.add([row for row in rows if as_str(row[ID]) not in self.kept])
+        of entries the run claimed (counted as found by the claim) and kept pending
+        (``kept``) or, read right after the claim, claimed at all (``claimed``): each PEL
+        row is counted once, whoever owns it by now."""
+        claimed = self.claimed
+        self.add([row for row in rows if as_str(row[ID]) not in self.kept
+                  and not (claimed is not None and claimed.holds(row[ID]))])
 
     def add(self, rows: Sequence[PendingRow]) -> None:
         """Count raw XPENDING rows (each ``[id, owner, idle ms, delivery count]``)."""

@@ -43,6 +43,7 @@ from recovery.executor.claim.first_steps import FirstStep
 from recovery.executor.claim.shared import shared_steps
 from recovery.executor.claim.throttle import Throttle
 from recovery.executor.claim.walk import OWN_PAGE, ClaimStep, Walk, examined
+from recovery.executor.claimed_ids import ClaimedIds
 from recovery.executor.histogram import PelHistogram
 from recovery.params import JobParams, Unit
 from recovery.redis_io.autoclaim import ClaimBatch, claim_batch
@@ -84,20 +85,26 @@ def claim_steps(conn: RedisConn, params: JobParams, unit: Unit,
     With `histogram`, also counts the unit's PEL as found: each step's rows as read just
     before its claim, then (unless `count_left` is False: the caller does it, see
     ``left_reads``), once every step was handed over, one read of what the loop left (the
-    rows other consumers own: entries not idle enough, or delivered meanwhile), unless
+    rows other consumers own: entries not idle enough, or delivered meanwhile; not those the
+    steps counted, which a live consumer may have taken from the job meanwhile:
+    ``PelHistogram.claimed``), unless
     the first step's read saw the whole PEL (``ClaimBatch.left``: counted from it). A split
     unit's is read on the driver once every part is done.
     With `waiting`, counts the entries a backoff schedule left alone, not due yet.
     """
+    # Read right after the loop: what the steps count as found is noted, for that read to
+    # skip (an entry a live consumer took from the job meanwhile).
+    left_read = histogram if count_left and unit.cursor is None else None
+    if left_read is not None:
+        left_read.claimed = ClaimedIds()
     walk = Walk(conn, params, unit, throttle, histogram, waiting)
     if unit.cursor is None:
         yield from walk.steps(partial(claim_step, conn.client, params, unit), END_CURSOR, first)
     else:
         yield from shared_steps(walk)
     yield from walk.taken_back()
-    if histogram is not None and count_left and not histogram.left_counted \
-            and unit.cursor is None:
-        left_reads(conn, [(unit, histogram)])
+    if left_read is not None and not left_read.left_counted:
+        left_reads(conn, [(unit, left_read)])
 
 
 def claim_step(client: redis.Redis, params: JobParams, unit: Unit, cursor: str,
@@ -129,6 +136,7 @@ def left_reads(conn: RedisConn, units: list[tuple[Unit, PelHistogram]]) -> None:
                                           start="(" + as_str(page[-1][ID])):  # type: ignore[index]
                     _add_left(unit, histogram, more)
         histogram.kept.clear()  # read: no row of it is carried to the driver
+        histogram.claimed = None
 
 
 def _add_left(unit: Unit, histogram: PelHistogram, page: list[PendingRow]) -> None:

@@ -102,7 +102,7 @@ class Walk:
     def _count(self, batch: ClaimBatch) -> None:
         """Count a step's PEL rows as found and its entries not due."""
         if self.histogram is not None:
-            self.histogram.add(examined(batch))
+            self.histogram.add_claimed(examined(batch))
             if batch.left is not None:
                 self.histogram.add_left(batch.left)
         if self.waiting is not None and batch.not_due:
@@ -117,7 +117,7 @@ class Walk:
                  "through a lost reply)", unit.stream, unit.group, len(self.owned))
         rows = sorted(self.owned.values(), key=lambda r: stream_id_key(r[ID].decode()))
         if self.histogram is not None:
-            self.histogram.add(rows)
+            self.histogram.add_claimed(rows, loose=True)
         yield ClaimStep(_owned(unit, rows), None)
 
 
