@@ -66,7 +66,7 @@ def run_wide_temp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def wheel_zip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project's wheel under a .zip name (tests/support/wheels.py), built once per run
-    for all workers (packaging and notebook tests): read it, never change it."""
+    for all workers (packaging, notebook and first-hour tests): read it, never change it."""
     return Path(made_once(run_wide_temp(tmp_path_factory), "wheel", lambda where: str(
         build_wheel_zip(where / "wheelhouse", where / "source"))))
 

@@ -305,13 +305,15 @@ def _run_units(ctx: RunContext, units: list[WorkUnit], summary: RunSummary,
             work = unit_df if plan is None else planned_frame(
                 spark, plan, parts, max(p for _, p in parts) + 1)
             # What a split unit's parts left: read once the claim is done, before the hand-over
-            # where the claim is materialised; else after the pass, but the entries the
-            # parts claimed and kept pending (their steps counted them as found).
+            # where the claim is materialised, outside the ranges the parts' steps took (each
+            # part counted what was left in its own: recovery.executor.claim.loop.ranges_left);
+            # else after the pass, but the entries the parts claimed and kept pending (their
+            # steps counted them as found).
             stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
             read_left = partial(split.left_rows, client, partial(is_job_consumer, stem=stem)) \
                 if split is not None and in_pass else None
             early: list[list[HistogramRow]] = []
-            after_claim = (lambda: early.append(read_left({}))) if read_left else None
+            after_claim = (lambda: early.append(read_left({}, True))) if read_left else None
             if params.order is not None:  # per-key order: recovery.driver.ordered
                 tallies = claim_then_order(spark, conn, settings, params, work, units,
                                            sorted({c for _, _, c in consumers}), in_pass,

@@ -1,7 +1,8 @@
-"""The IDs of the entries a whole unit's claim steps counted as found, kept compactly until
-the read of what the claim left (``recovery.executor.claim.loop.left_reads``) has skipped
-them: a live consumer may take an entry from the job's consumer between its claim step and
-that read, and the read must not count its row a second time. Pure: no I/O.
+"""The IDs of the entries a unit's claim steps (or a split unit's part's) counted as found,
+kept compactly until the read of what the claim left (``recovery.executor.claim.loop``:
+``left_reads``, a part's ``ranges_left``) has skipped them: a live consumer may take an
+entry from the job's consumer between its claim step and that read, and the read must not
+count its row a second time. Pure: no I/O.
 
 Each step's IDs are one ``bytes`` (the IDs joined by spaces, about 16 bytes an entry:
 about 16 MB for a unit of 1,000,000 entries) with the step's first and last ID. A lookup
@@ -26,9 +27,9 @@ def id_key(entry_id: bytes) -> IdKey:
 
 class ClaimedIds:
     """IDs added step by step (:meth:`add`: each step's ascending, the steps' ID ranges
-    apart, as a whole unit's claim steps tile its PEL) or loose (:meth:`add_loose`: the
-    entries taken back, anywhere in those ranges, already held as rows by the claim loop);
-    which of them an ID is (:meth:`holds`)."""
+    apart, as a unit's claim steps tile its PEL, or a part's the ranges it took) or loose
+    (:meth:`add_loose`: the entries taken back, anywhere in those ranges, already held as
+    rows by the claim loop); which of them an ID is (:meth:`holds`)."""
 
     def __init__(self) -> None:
         self._steps: list[tuple[IdKey, IdKey, bytes]] = []  # first, last, IDs joined

@@ -37,9 +37,17 @@ def server_time_ms(client: redis.Redis, key: str) -> int:
 def pending_ids(client: redis.Redis, stream: str, group: str, ids: Collection[str]) -> set[str]:
     """Those of `ids` pending in `group` of `stream`, whoever owns them (one ``XPENDING
     stream group id id 1`` each, pipelined); a missing stream or group: none."""
+    return set(pending_owners(client, stream, group, ids))
+
+
+def pending_owners(client: redis.Redis, stream: str, group: str, ids: Collection[str]
+                   ) -> dict[str, str]:
+    """{ID: the consumer it is pending for} of those of `ids` pending in `group` of `stream`
+    (one ``XPENDING stream group id id 1`` each, pipelined: ``[[id, consumer, idle ms,
+    deliveries]]``); a missing stream or group: none."""
     ids = list(ids)
     replies = each(client, [("XPENDING", stream, group, i, i, 1) for i in ids])
-    return {entry_id for entry_id, reply in zip(ids, replies, strict=True)
+    return {entry_id: as_str(reply[0][1]) for entry_id, reply in zip(ids, replies, strict=True)
             if isinstance(reply, list) and reply}
 
 

@@ -50,8 +50,9 @@ def failed_warning(run_id: str, failed: int, errors: list[FailedErrors]) -> str:
 
 
 def uncertain_warning(run_id: str, entries: int) -> str:
-    """The WARNING line (and summary warning) of a run with uncertain dead-letter moves."""
-    return (f"run {run_id}: {entries:,} entries reported skipped as uncertain: a dead-letter "
-            "call was sent again after its reply was lost, and they were neither pending nor "
-            "found as this run's letters; look for their x-original-id in the dead-letter "
-            "streams (docs/GUARANTEES.md, Retries)")
+    """The WARNING line (and summary warning) of a run with uncertain moves: a dead-letter,
+    requeue or reassign call sent again after its reply was lost."""
+    return (f"run {run_id}: {entries:,} entries reported skipped as uncertain: a dead-letter, "
+            "requeue or reassign call was sent again after its reply was lost, and the job "
+            "cannot tell whether that call or another consumer took them; each row's reason "
+            "says where to look (docs/GUARANTEES.md, Retries)")

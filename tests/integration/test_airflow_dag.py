@@ -305,14 +305,17 @@ def test_reviewed_recovery_dag_applies_exactly_the_approved_plan(airflow_env, re
     assert sorted(f[b"x-original-id"].decode() for _, f in dead) == sorted(poison)
 
 
-@pytest.mark.timeout(1200)  # three DAG runs, each an Airflow and a spark-submit start
+@pytest.mark.timeout(1200)  # two DAG runs, each an Airflow and a spark-submit start
 def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow_env, redis_server, tmp_path):
     """The same by hand, in two DAGs, as shipped on a fresh Airflow home without any
     connection (spark-submit's default local master runs the job): the dry run DAG changes
     nothing and names its plan in XCom; the apply DAG, given it, acks and dead-letters exactly
-    the planned entries; given a real run's report it fails, Redis unchanged (a plain
-    recovery would take the later ones). The job's consumer names in Redis carry the short
-    run id, the summary Airflow's in full."""
+    the planned entries, not those stuck after the plan (a plain recovery would take them).
+    The job's consumer names in Redis carry the short run id, the summary Airflow's in full.
+    (A real run's report given as the plan is refused with exit 2, Redis unchanged:
+    tests/unit/driver/test_plan.py::test_a_plan_that_cannot_be_applied_is_refused_in_one_line
+    [real run]; a job's exit 2 fails its task: the failing run of
+    test_redrive_dag_dry_run_and_a_failing_job_calls_the_failure_notifiers.)"""
     client = redis_server.client()
     ok, poison, config = plan_backlog(client, tmp_path, redis_server.url)
 
@@ -344,10 +347,6 @@ def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow_env, redis_ser
     assert [c["name"].decode() for c in client.xinfo_consumers("orders", "billing")] == [
         "worker-1-crashed"]  # the job's consumers (recovery-<short id>-<part>) are gone
 
-    refused = airflow_run(airflow_env, "redis_stream_apply_plan",
-                          {"plan": summary["report_path"]}, recovery_config=config)
-    assert (refused["state"], refused["xcom"]) == ("failed", {})  # exit 2: a real run's report
-    assert (pel(client), client.xlen("{orders}:dlq")) == (later, 2)
 
 
 def test_apply_plan_dag_refuses_a_trigger_without_a_plan(parsed_and_refused):

@@ -24,9 +24,8 @@ from redis import Redis
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.starter import STARTER_FILES
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
-from tests.support.wheels import build_wheel_zip, deps_only_python, install_wheel
 
-pytestmark = [pytest.mark.slow,  # builds the wheel, then spark-submit runs
+pytestmark = [pytest.mark.slow,  # spark-submit runs (and the run's wheel, if first)
               pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,16 +43,14 @@ def handle(messages):
 
 
 @pytest.fixture(scope="module")
-def command(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The installed ``redis-stream-recovery`` of a fresh venv with the wheel."""
-    wheel = build_wheel_zip(tmp_path_factory.mktemp("wheelhouse"),
-                            tmp_path_factory.mktemp("source"))
+def command(wheel_zip: Path, wheel_python: str) -> str:
+    """The installed ``redis-stream-recovery`` of the venv with the wheel (conftest's session
+    fixtures: built and installed once per run, shared with the packaging, notebook and README
+    tests; this module only runs it)."""
     for file in STARTER_FILES:  # the wheel's copies are the checkout's files
-        shipped = zipfile.ZipFile(wheel).read(f"recovery/starter/{file.resource}")
+        shipped = zipfile.ZipFile(wheel_zip).read(f"recovery/starter/{file.resource}")
         assert shipped == (ROOT / file.path).read_bytes(), file.path
-    python = deps_only_python(tmp_path_factory.mktemp("venv"))
-    install_wheel(wheel, python)
-    return str(Path(python).parent / "redis-stream-recovery")
+    return str(Path(wheel_python).parent / "redis-stream-recovery")
 
 
 def user_env(command: str) -> dict[str, str]:
@@ -152,8 +149,9 @@ def test_a_handler_package_is_refused_with_the_ways_then_runs_from_a_zip_on_loca
 
     archive = shutil.make_archive(str(tmp_path / "teamhandlers"), "zip", folder,
                                   "teamhandlers")
+    # One worker: its executor is a process of its own (the subject); a second adds a JVM.
     code, summary, output = tool(command, folder, "run", *job, *SPARK, "--master",
-                                 "local-cluster[2,1,1024]", "--py-files", archive)
+                                 "local-cluster[1,1,1024]", "--py-files", archive)
     assert code == 0, output[-3000:]
     assert "shipping" not in output  # a package is never shipped by the command itself
     assert summary["totals"]["reprocessed"] == 10

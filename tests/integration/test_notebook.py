@@ -5,7 +5,8 @@ the demo backlog, draws its pictures, runs the job in its own Spark, and stops t
 Pointed at a real server it touches only the streams its user selected, and without a
 selection it refuses to run at all. With a config file the file's limits and report path
 are the run's (the notebook adds none of its own), and the real run waits for its switch
-(RECOVERY_NOTEBOOK_REAL_RUN); the same from a kernel that has only the installed wheel.
+(RECOVERY_NOTEBOOK_REAL_RUN): one sitting from the checkout without it, the next, switched,
+from a kernel that has only the installed wheel (one Spark start fewer than two tests).
 Needs the ``notebook`` extras (nbclient, nbformat, ipykernel, matplotlib).
 """
 
@@ -161,27 +162,6 @@ def assert_the_users_limits_held(client: Redis, recent: list[bytes],
         (b"worker-2-live", 7)] * 3, "idle 5 min < the user's min_idle_ms: not claimed"
 
 
-def test_with_a_config_file_the_users_limits_win_and_the_real_run_waits_for_its_switch(
-        monkeypatch, redis_server, tmp_path):
-    client = redis_server.client()
-    recent = seed_with_recent_repeats(client)
-    conf = user_config(tmp_path, redis_server.url)
-    before, keys = pel_state(client), sorted(client.keys("*"))
-
-    nb = execute(monkeypatch, RECOVERY_NOTEBOOK_CONFIG=str(conf))  # "Run All", no switch
-    first_plan = last_json_line(tagged(nb, "dry-run"))
-    assert first_plan["totals"]["would_dead_letter"] == 0  # 5 and 60000 would: 11
-    assert first_plan["report_path"].startswith(str(tmp_path / "reports"))
-    assert "REAL_RUN is False" in cell_text(tagged(nb, "real-run"))
-    assert pel_state(client) == before, "without the switch nothing is claimed"
-    assert sorted(client.keys("*")) == keys
-
-    nb = execute(monkeypatch, RECOVERY_NOTEBOOK_CONFIG=str(conf), RECOVERY_NOTEBOOK_REAL_RUN="1")
-    assert_the_users_limits_held(client, recent, last_json_line(tagged(nb, "real-run")))
-    # The trend reads the config's report.path: the first sitting's dry run is in it.
-    assert first_plan["run_id"] in cell_text(tagged(nb, "trend"))
-
-
 def wheel_kernel(python: str, where: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A Jupyter kernel of `python`, which has the installed wheel and the dependencies (seen
     through a .pth), not the checkout: its name."""
@@ -196,18 +176,35 @@ def wheel_kernel(python: str, where: Path, monkeypatch: pytest.MonkeyPatch) -> s
     return "recovery-wheel"
 
 
-def test_from_the_installed_wheel_with_a_config_file(monkeypatch, redis_server, tmp_path,
-                                                     wheel_python):
-    kernel = wheel_kernel(wheel_python, tmp_path, monkeypatch)
+def test_with_a_config_file_the_users_limits_win_and_the_real_run_waits_for_its_switch(
+        monkeypatch, redis_server, tmp_path, wheel_python):
+    """Two sittings with the user's config file. The first ("Run All" from the checkout, no
+    switch) only plans, under the file's limits, into the file's report.path, and changes
+    nothing. The second, with the switch, from a kernel that has only the installed wheel
+    (conftest's ``wheel_python``), imports ``recovery`` from the wheel, recovers under the
+    file's limits, and its trend reads the first sitting's plan from report.path. Then that
+    kernel without config or URL refuses the throwaway demo server, a checkout's."""
     client = redis_server.client()
     recent = seed_with_recent_repeats(client)
     conf = user_config(tmp_path, redis_server.url)
+    before, keys = pel_state(client), sorted(client.keys("*"))
 
+    nb = execute(monkeypatch, RECOVERY_NOTEBOOK_CONFIG=str(conf))  # "Run All", no switch
+    first_plan = last_json_line(tagged(nb, "dry-run"))
+    assert first_plan["totals"]["would_dead_letter"] == 0  # 5 and 60000 would: 11
+    assert first_plan["report_path"].startswith(str(tmp_path / "reports"))
+    assert "REAL_RUN is False" in cell_text(tagged(nb, "real-run"))
+    assert pel_state(client) == before, "without the switch nothing is claimed"
+    assert sorted(client.keys("*")) == keys
+
+    kernel = wheel_kernel(wheel_python, tmp_path, monkeypatch)
     nb = execute(monkeypatch, kernel, RECOVERY_NOTEBOOK_CONFIG=str(conf),
                  RECOVERY_NOTEBOOK_REAL_RUN="1")
     imported_from = Path(cell_text(tagged(nb, "imported-from")).strip())
     assert imported_from.is_relative_to(Path(wheel_python).parent.parent), imported_from
     assert_the_users_limits_held(client, recent, last_json_line(tagged(nb, "real-run")))
+    # The trend reads the config's report.path: the first sitting's dry run is in it.
+    assert first_plan["run_id"] in cell_text(tagged(nb, "trend"))
 
     # No config, no URL: the throwaway demo server is a checkout's, and says so.
     with pytest.raises(nbclient.exceptions.CellExecutionError,

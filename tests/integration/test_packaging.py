@@ -4,10 +4,11 @@ Builds the wheel (``pip wheel . --no-deps``), ships it with ``spark-submit --py-
 a ``.zip`` name (PySpark puts only .zip/.egg/.jar py-files on the executors' path), and runs
 both jobs from a clean directory with a Python that has the dependencies but not the package,
 so every ``import recovery`` on the driver and the executors (and the Lua scripts, read with
-importlib.resources) comes from the wheel. Then the wheel pip-installed into a fresh venv:
-its ``redis-stream-recovery`` command (recovery.cli.main, ``python -m recovery``:
-recovery.__main__) submits the job files the package carries (recovery.jobs.recover,
-recovery.jobs.redrive, recovery.jobs.dead_letters) from an empty directory.
+importlib.resources) comes from the wheel. Then the wheel pip-installed into a fresh venv
+(conftest's ``wheel_python``, made once per run): its ``redis-stream-recovery-job`` runs the
+job in its own process from an empty directory. That venv's ``redis-stream-recovery`` command
+(recovery.cli.main) submitting the job files the package carries is
+tests/integration/test_first_hour.py's.
 """
 
 from __future__ import annotations
@@ -93,50 +94,35 @@ def test_the_wheel_carries_the_jobs_and_the_command_not_the_test_tooling(wheel_z
 
 def test_the_installed_command_runs_the_job_through_spark_submit(wheel_python, redis_server,
                                                                  tmp_path):
-    """The wheel pip-installed into a fresh venv (its dependencies seen through a .pth): its
-    ``redis-stream-recovery`` command, run from an empty directory, submits the job file the
-    package carries; Redis shows the work done (dry run: nothing; apply: the plan)."""
+    """The wheel pip-installed into a fresh venv (its dependencies seen through a .pth), run
+    from an empty directory: its ``redis-stream-recovery-job`` runs the job in the command's
+    own process, as a platform's wheel task runs it (PySpark starts its own local Spark, no
+    spark-submit of the tool's); Redis shows the work done. The same wheel's
+    ``redis-stream-recovery`` submitting the job file the package carries through
+    spark-submit (``dry-run``, then ``run``, from a folder without the checkout) is
+    tests/integration/test_first_hour.py's, on this same installed venv; ``apply PLAN``
+    through that command is tests/integration/test_readme_commands.py::test_installed_apply
+    (the same recovery.cli.main, the same recovery.jobs.recover)."""
     python = wheel_python
-    command = str(Path(python).parent / "redis-stream-recovery")
     client = redis_server.client()
     create_group(client, "orders", "billing")
-    ids = add_entries(client, "orders", 30, lambda i: {"n": str(i)})
-    deliver(client, "orders", "billing", "crashed", 30)
+    ids = add_entries(client, "orders", 7, lambda i: {"n": str(i)})
+    deliver(client, "orders", "billing", "crashed", 7)
     make_stuck(client, "orders", "billing", "crashed", ids, idle_ms=3_600_000)
-    make_stuck(client, "orders", "billing", "crashed", ids[:5], 3_600_000, delivery_count=9)
-    env = {**clean_env(python), "PATH": f"{SPARK_SUBMIT.parent}:{os.environ['PATH']}"}
+    env = {**clean_env(python), "PATH": f"{SPARK_SUBMIT.parent}:{os.environ['PATH']}",
+           "PYSPARK_SUBMIT_ARGS": "--master local[2] --conf spark.ui.enabled=false "
+                                  "pyspark-shell"}
     env.pop("PYSPARK_PYTHON")  # the command's own Python by default
     base = ["--set", f"redis.url={redis_server.url}", "--set", "streams.keys=orders",
             "--set", f"report.path={tmp_path / 'reports'}",
             "--set", "handler.path=recovery.handlers:example_handler"]
-    spark = ["--", "--master", "local[2]", "--conf", "spark.ui.enabled=false"]
     (tmp_path / "empty").mkdir()
-
-    def run(*args: str) -> dict:
-        done = subprocess.run([command, *args], cwd=tmp_path / "empty", env=env,
-                              capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-        return json.loads(done.stdout.strip().splitlines()[-1])
-
-    dry = run("dry-run", *base, *spark)
-    assert dry["dry_run"]
-    assert (dry["totals"]["would_dead_letter"], dry["totals"]["would_reprocess"]) == (5, 25)
-    assert client.xlen("{orders}:dlq") == 0  # a dry run changes nothing
-    assert client.xpending("orders", "billing")["pending"] == 30
-    applied = run("apply", dry["report_path"], *base, *spark)
-    assert applied["plan"] == dry["report_path"]
-    assert (applied["totals"]["dead_lettered"], applied["totals"]["reprocessed"]) == (5, 25)
-    assert sorted(f[b"x-original-id"].decode() for _, f in client.xrange("{orders}:dlq")) == \
-        sorted(ids[:5])
-    assert client.xpending("orders", "billing")["pending"] == 0
-
-    # The job in the command's own process, as a platform's wheel task runs it: PySpark
-    # starts its own local Spark (no spark-submit of the tool's).
-    ids = add_entries(client, "orders", 7, lambda i: {"n": str(i)})
-    deliver(client, "orders", "billing", "crashed", 7)
-    make_stuck(client, "orders", "billing", "crashed", ids, idle_ms=3_600_000)
-    env["PYSPARK_SUBMIT_ARGS"] = "--master local[2] --conf spark.ui.enabled=false pyspark-shell"
     command = str(Path(python).parent / "redis-stream-recovery-job")
-    in_process = run(*base)
+
+    done = subprocess.run([command, *base], cwd=tmp_path / "empty", env=env,
+                          capture_output=True, text=True, timeout=600)
+
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    in_process = json.loads(done.stdout.strip().splitlines()[-1])
     assert in_process["totals"]["reprocessed"] == 7
     assert client.xpending("orders", "billing")["pending"] == 0

@@ -1,6 +1,6 @@
 """The package as users get it: a wheel built from the tree as committed, and a Python that
 has the dependencies but not the checkout (tests/integration/test_packaging.py,
-tests/integration/test_notebook.py).
+tests/integration/test_notebook.py, tests/integration/test_first_hour.py).
 
 The wheel and the Python it is installed into are made once per ``pytest`` run, however many
 xdist workers ask (:func:`made_once`: conftest's session fixtures ``wheel_zip`` and

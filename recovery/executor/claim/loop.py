@@ -40,14 +40,14 @@ import redis
 
 from recovery.executor.claim.backoff import NotDue, due_step
 from recovery.executor.claim.first_steps import FirstStep
-from recovery.executor.claim.shared import shared_steps
+from recovery.executor.claim.shared import shared_steps, taken_ranges
 from recovery.executor.claim.throttle import Throttle
 from recovery.executor.claim.walk import OWN_PAGE, ClaimStep, Walk, examined
 from recovery.executor.claimed_ids import ClaimedIds
 from recovery.executor.histogram import PelHistogram
 from recovery.params import JobParams, Unit
 from recovery.redis_io.autoclaim import ClaimBatch, claim_batch
-from recovery.redis_io.claim_due import claim_due_batch
+from recovery.redis_io.claim_due import claim_due_batch, taken_range
 from recovery.redis_io.error_codes import unit_vanished
 from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.round_trips import each
@@ -62,7 +62,8 @@ from recovery.redis_io.streams import (
 )
 
 log = logging.getLogger(__name__)
-__all__ = ["OWN_PAGE", "ClaimStep", "claim_steps", "claim_unit", "examined", "left_reads"]
+__all__ = ["OWN_PAGE", "ClaimStep", "claim_steps", "claim_unit", "examined", "left_reads",
+           "ranges_left"]
 
 
 def claim_unit(conn: RedisConn, params: JobParams, unit: Unit,
@@ -88,13 +89,14 @@ def claim_steps(conn: RedisConn, params: JobParams, unit: Unit,
     rows other consumers own: entries not idle enough, or delivered meanwhile; not those the
     steps counted, which a live consumer may have taken from the job meanwhile:
     ``PelHistogram.claimed``), unless
-    the first step's read saw the whole PEL (``ClaimBatch.left``: counted from it). A split
-    unit's is read on the driver once every part is done.
+    the first step's read saw the whole PEL (``ClaimBatch.left``: counted from it). A part
+    of a split unit reads only the ranges its steps took (``ranges_left``); the driver reads
+    the rest of the unit's PEL once every part is done (``recovery.driver.split``).
     With `waiting`, counts the entries a backoff schedule left alone, not due yet.
     """
     # Read right after the loop: what the steps count as found is noted, for that read to
     # skip (an entry a live consumer took from the job meanwhile).
-    left_read = histogram if count_left and unit.cursor is None else None
+    left_read = histogram if count_left else None
     if left_read is not None:
         left_read.claimed = ClaimedIds()
     walk = Walk(conn, params, unit, throttle, histogram, waiting)
@@ -104,7 +106,10 @@ def claim_steps(conn: RedisConn, params: JobParams, unit: Unit,
         yield from shared_steps(walk)
     yield from walk.taken_back()
     if left_read is not None and not left_read.left_counted:
-        left_reads(conn, [(unit, left_read)])
+        if unit.cursor is None:
+            left_reads(conn, [(unit, left_read)])
+        else:
+            ranges_left(conn, unit, left_read)
 
 
 def claim_step(client: redis.Redis, params: JobParams, unit: Unit, cursor: str,
@@ -123,9 +128,30 @@ def left_reads(conn: RedisConn, units: list[tuple[Unit, PelHistogram]]) -> None:
     """Count the PEL rows other consumers own once each unit's loop is done: what it did not
     claim (usually none, a read of an empty PEL). The units' first pages go in one pipeline;
     a unit that vanished meanwhile is left out."""
-    replies = each(conn.client, [pending_command(u.stream, u.group, "-", "+", OWN_PAGE)
-                                 for u, _ in units])
-    for (unit, histogram), page in zip(units, replies, strict=True):
+    _left_in(conn, [(unit, histogram, "-", "+") for unit, histogram in units])
+    for _, histogram in units:
+        histogram.kept.clear()  # read: no row of it is carried to the driver
+        histogram.claimed = None
+
+
+def ranges_left(conn: RedisConn, unit: Unit, histogram: PelHistogram) -> None:
+    """Count the PEL rows other consumers own, once a split unit's part is done, in the
+    ranges its steps took (its list of ranges, earlier attempts' included: together the
+    parts' ranges cover the PEL, ``recovery.executor.claim.shared``), but the entries its
+    steps counted as found (``PelHistogram.claimed``), whoever owns them by then. The
+    ranges' first pages go in one pipeline."""
+    _left_in(conn, [(unit, histogram, *taken_range(taken)) for taken in taken_ranges(conn, unit)])
+    histogram.claimed = None
+
+
+def _left_in(conn: RedisConn, reads: list[tuple[Unit, PelHistogram, str, str]]) -> None:
+    """Count the PEL rows other consumers own from each read's first to its last ID
+    (inclusive, or ``-`` / ``+``) into its histogram, but the rows it skips
+    (``PelHistogram.add_unclaimed``). The reads' first pages go in one pipeline; a unit that
+    vanished meanwhile is left out."""
+    replies = each(conn.client, [pending_command(u.stream, u.group, first, last, OWN_PAGE)
+                                 for u, _, first, last in reads])
+    for (unit, histogram, _, last), page in zip(reads, replies, strict=True):
         if isinstance(page, Exception) and unit_vanished(page):
             continue
         conn.checked(page, unit.stream, unit.group)
@@ -133,10 +159,9 @@ def left_reads(conn: RedisConn, units: list[tuple[Unit, PelHistogram]]) -> None:
         if len(page) == OWN_PAGE:  # type: ignore[arg-type]
             with conn.errors(unit.stream, unit.group):
                 for more in pending_pages(conn.client, unit.stream, unit.group, OWN_PAGE,
-                                          start="(" + as_str(page[-1][ID])):  # type: ignore[index]
+                                          start="(" + as_str(page[-1][ID]),  # type: ignore[index]
+                                          end=last):
                     _add_left(unit, histogram, more)
-        histogram.kept.clear()  # read: no row of it is carried to the driver
-        histogram.claimed = None
 
 
 def _add_left(unit: Unit, histogram: PelHistogram, page: list[PendingRow]) -> None:

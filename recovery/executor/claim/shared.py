@@ -44,13 +44,13 @@ def shared_steps(walk: Walk) -> Iterator[ClaimStep]:
     """The part's claim steps over its earlier ranges, the shared cursor, then the ranges it
     took without seeing their replies (module doc)."""
     unit = walk.unit
-    earlier = _taken(walk.conn, unit)
+    earlier = taken_ranges(walk.conn, unit)
     for taken in earlier:
         yield from _again(walk, taken)
     mine: set[str] = set()
     yield from walk.steps(partial(_shared_step, walk, mine), END_CURSOR)
     seen = set(earlier) | mine
-    for taken in _taken(walk.conn, unit):
+    for taken in taken_ranges(walk.conn, unit):
         if taken not in seen:
             yield from _again(walk, taken)
 
@@ -63,8 +63,9 @@ def _again(walk: Walk, taken: str) -> Iterator[ClaimStep]:
     return walk.steps(step, first, end=last)
 
 
-def _taken(conn: RedisConn, unit: Unit) -> list[str]:
-    """The ranges the part's list holds, in the order they were taken."""
+def taken_ranges(conn: RedisConn, unit: Unit) -> list[str]:
+    """The ranges the part's list holds, in the order they were taken (``claim_due.lua``:
+    ``<start> <last>`` each; ``taken_range`` reads one)."""
     with conn.errors(unit.stream, unit.group):
         return list_items(conn.client, _ranges(unit))
 

@@ -1,7 +1,7 @@
 """SIGKILL of spark-submit at seeded random moments (claim, dead-letter, report, handler), then
 reruns: nothing is lost, nothing handled or dead-lettered twice.
 
-``RECOVERY_KILL_TRIALS`` (default 3) sets the number of kill trials, ``RECOVERY_KILL_SEED``
+``RECOVERY_KILL_TRIALS`` (default 2) sets the number of kill trials per case, ``RECOVERY_KILL_SEED``
 their random seed; each trial whose kill landed prints one line (``pytest -s`` shows them).
 Every fault here is proven to have happened, or the test fails; after each, Redis itself is
 checked: every seeded entry is exactly one of acked, in its dead-letter stream exactly once,
@@ -58,7 +58,7 @@ from tests.support.servers import FLAVORS, start_server
 
 pytestmark = pytest.mark.slow  # kills, restarts and spark-submit runs
 
-KILL_TRIALS = int(os.environ.get("RECOVERY_KILL_TRIALS", "3"))
+KILL_TRIALS = int(os.environ.get("RECOVERY_KILL_TRIALS", "2"))
 KILL_SEED = int(os.environ.get("RECOVERY_KILL_SEED", "4"))
 KILL_ATTEMPTS = 3  # per trial: a kill that misses its moment is tried again, earlier
 STAGES = ("claim", "dead_letter", "report", "handler")
@@ -233,12 +233,15 @@ def _age_what_the_killed_run_left(client: Redis, seeded: dict[Key, str], killed:
 
 
 @pytest.mark.timeout(120 + 240 * KILL_TRIALS)
-@pytest.mark.parametrize(("schedule", "plan"), [((), False), (BACKOFF, False), ((), True)],
+@pytest.mark.parametrize(("schedule", "plan", "first"),
+                         [((), False, 0), (BACKOFF, False, 1), ((), True, 2)],
                          ids=["xautoclaim", "backoff", "plan"])
 def test_sigkill_at_random_moments_then_rerun_loses_nothing(spark, tmp_path, submit, schedule,
-                                                           plan):
-    """The trials take the servers in turn (Redis 7.0, Valkey 8.1, Redis 6.2, ...), each on a
-    fresh one: with the default three trials, one per server at the cost of one server.
+                                                           plan, first):
+    """Trials are numbered from `first`, which sets each trial's stage (STAGES in turn),
+    server (Redis 7.0, Valkey 8.1, Redis 6.2 in turn, each a fresh one), master and whether
+    the streams are split: with the default two trials per case, the three cases kill at
+    all four stages, on each server twice and on each master three times.
     Under a backoff schedule (killed run and re-runs alike), entries not due stay with
     their owner throughout, and what the killed run claimed waits as delivered once more.
     `plan`: the killed run and its re-runs apply a dry run's plan (claims by ID).
@@ -246,7 +249,7 @@ def test_sigkill_at_random_moments_then_rerun_loses_nothing(spark, tmp_path, sub
     fails the test."""
     rng = random.Random(KILL_SEED)
     landed, missed = [], []
-    for trial in range(KILL_TRIALS):
+    for trial in range(first, first + KILL_TRIALS):
         stage = STAGES[trial] if trial < len(STAGES) else rng.choice(STAGES)
         flavor = FLAVORS[trial % len(FLAVORS)]
         with start_server(flavor) as server:

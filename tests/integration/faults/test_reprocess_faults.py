@@ -75,11 +75,14 @@ def check_each_once(client: Redis, seeded: dict, streams: list[str], before: dic
             assert len(made) == len(originals - set(acked_elsewhere)), stream
 
 
-# Requeue on Redis 7.0 and 6.2, reassign on 7.0 (its reply shapes are the claim's: the
-# per-server tests cover them): each fault test costs a spark-submit.
-CASES = pytest.mark.parametrize(
-    ("redis_version_server", "mode"),
-    [("redis", "requeue"), ("redis62", "requeue"), ("redis", "reassign")],
+# Each fault test costs a spark-submit per case. Requeue once per fault, on Redis 7.0 for
+# one and 6.2 for the other; reassign on 7.0 (its reply shapes are the claim's: the
+# per-server tests of tests/integration/test_requeue.py and test_reassign.py cover them).
+KILL_CASES = pytest.mark.parametrize(
+    ("redis_version_server", "mode"), [("redis", "requeue"), ("redis", "reassign")],
+    indirect=["redis_version_server"])
+RACE_CASES = pytest.mark.parametrize(
+    ("redis_version_server", "mode"), [("redis62", "requeue"), ("redis", "reassign")],
     indirect=["redis_version_server"])
 
 
@@ -107,7 +110,7 @@ def _mode_args(mode: str) -> list[str]:
 
 
 @pytest.mark.timeout(480)
-@CASES
+@KILL_CASES
 def test_sigkill_mid_move_then_rerun_moves_each_entry_once(spark, redis_version_server,
                                                           tmp_path, mode):
     """The kill must land mid-move (see _kill_mid_move); one that misses is tried again, on
@@ -147,7 +150,7 @@ def test_sigkill_mid_move_then_rerun_moves_each_entry_once(spark, redis_version_
 
 
 @pytest.mark.timeout(240)
-@CASES
+@RACE_CASES
 def test_two_runs_at_once_and_a_live_consumer_acking_move_each_entry_once(
         spark, redis_version_server, tmp_path, mode):
     """Run A (spark-submit) moves slowly; run B (in-process) claims what A claimed once it

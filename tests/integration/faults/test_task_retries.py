@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -42,21 +43,40 @@ from tests.support.fault_tools import (
     write_control,
 )
 from tests.support.handlers import HANDLED
+from tests.support.servers import REDIS_VERSIONS
 
 pytestmark = pytest.mark.slow  # kills, restarts and spark-submit runs
 
 
-@pytest.mark.parametrize("journal", ["recovery:journal:", ""], ids=["journaled", "materialised"])
-@pytest.mark.parametrize(("faults_asked", "schedule", "plan", "split"), [
-    (("claim 2 0",), (), False, ()),
-    (("apply 1 0", "apply 2 1"), (), False, ()),
-    (("claim 2 0", "apply 2 1"), BACKOFF, False, ()),
-    (("claim 2 0",), (), True, ()),
-    (("apply 1 0", "apply 2 1"), (), True, ()),
-    (("claim 2 0", "apply 2 1"), (), False, SPLIT),
-    (("claim 2 0", "apply 2 1"), BACKOFF, False, SPLIT),
-], ids=["claim", "apply", "claim-apply-backoff", "claim-plan", "apply-plan",
-        "claim-apply-split", "claim-apply-backoff-split"])
+# The fault combinations: (faults asked, schedule, plan, split) by id.
+COMBOS: dict[str, tuple[tuple[str, ...], tuple[str, ...], bool, tuple[str, ...]]] = {
+    "claim": (("claim 2 0",), (), False, ()),
+    "apply": (("apply 1 0", "apply 2 1"), (), False, ()),
+    "claim-apply-backoff": (("claim 2 0", "apply 2 1"), BACKOFF, False, ()),
+    "claim-plan": (("claim 2 0",), (), True, ()),
+    "apply-plan": (("apply 1 0", "apply 2 1"), (), True, ()),
+    "claim-apply-split": (("claim 2 0", "apply 2 1"), (), False, SPLIT),
+    "claim-apply-backoff-split": (("claim 2 0", "apply 2 1"), BACKOFF, False, SPLIT),
+}
+JOURNALS = {"journaled": "recovery:journal:", "materialised": ""}
+
+
+def _retry_cases() -> list[Any]:
+    """Every combination in both paths, each on one of the two Redis versions whose replies
+    differ most (REDIS_VERSIONS), in turn: each combination meets Redis 7.0 in one path and
+    6.2 in the other, and each path meets both versions. Valkey answers as Redis 7.2 does
+    (tests/support/servers.py); the per-server tests cover its reply shapes."""
+    cases = []
+    for i, (combo, (asked, schedule, plan, split)) in enumerate(COMBOS.items()):
+        for j, (path, journal) in enumerate(JOURNALS.items()):
+            flavor = REDIS_VERSIONS[(i + j) % len(REDIS_VERSIONS)]
+            cases.append(pytest.param(flavor, asked, journal, schedule, plan, split,
+                                      id=f"{flavor}-{combo}-{path}"))
+    return cases
+
+
+@pytest.mark.parametrize(("server", "faults_asked", "journal", "schedule", "plan", "split"),
+                         _retry_cases(), indirect=["server"])
 def test_task_failures_lose_nothing_and_leave_nothing_unreported(
         spark, server, tmp_path, faults, small_batches, caplog, faults_asked, journal,
         schedule, plan, split):
@@ -182,7 +202,10 @@ def check_retried_run(spark: SparkSession, client: Redis, seeded: dict[Key, str]
                      set())
 
 
-@pytest.mark.parametrize("fault", ["apply 2 0"])  # one pass: "claim 2 0" fires then too
+# One pass: "claim 2 0" fires then too. On the two Redis versions (REDIS_VERSIONS): Valkey
+# answers as Redis 7.2 does, and the in-process cases above meet both versions too.
+@pytest.mark.parametrize("fault", ["apply 2 0"])
+@pytest.mark.parametrize("server", REDIS_VERSIONS, indirect=True)
 def test_one_pass_task_failure_fails_the_run_and_a_rerun_loses_nothing(
         spark, server, tmp_path, faults, submit, fault):
     """local[2] (spark-submit): no task is retried, so the job claims and hands over in one

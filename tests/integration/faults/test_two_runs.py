@@ -40,14 +40,15 @@ from tests.support.invariants import final_states
 pytestmark = pytest.mark.slow  # kills, restarts and spark-submit runs
 
 
+# Every path on Redis 7.0; Redis 6.2 and Valkey once each. No entry is deleted here, so
+# the servers' claims differ in reply shapes only (the per-server tests cover those); the
+# race itself is decided by the same scripts and XCLAIM guards on every server.
 @pytest.mark.parametrize(("path", "redis_version_server", "schedule"),
                          [("materialised", "redis", ()), ("one-pass", "redis", ()),
-                          ("journaled", "redis", ()), ("materialised", "redis62", ()),
-                          ("journaled", "redis62", ()), ("journaled", "redis", BACKOFF),
+                          ("journaled", "redis", ()), ("journaled", "redis", BACKOFF),
                           ("one-pass", "redis62", BACKOFF), ("plan", "redis", ()),
                           ("plan", "valkey", ()), ("journaled-split", "redis", ())],
                          ids=["materialised-redis", "one-pass-redis", "journaled-redis",
-                              "materialised-redis62", "journaled-redis62",
                               "journaled-redis-backoff", "one-pass-redis62-backoff",
                               "plan-redis", "plan-valkey", "journaled-split-redis"],
                          indirect=["redis_version_server"])
@@ -109,7 +110,9 @@ def test_two_runs_at_once_never_handle_or_dead_letter_an_entry_twice(
     fates = {"ok": "acked", "waiting": f"pending:{DEAD}"}
     expected = {k: fates.get(kind, "dead_lettered") for k, kind in seeded.items()}
     assert states == expected
-    reports = {r: report_rows(spark, tmp_path, r) for r in ("A", "B")}
+    # A run that reported nothing has no report (B, when it took over nothing): the checks
+    # below then say which entry or which run, rather than a TypeError.
+    reports = {r: report_rows(spark, tmp_path, r) or [] for r in ("A", "B")}
     final = {"reprocessed", "dead_lettered"}
     for key, kind in seeded.items():
         done = [r for r in ("A", "B") for row in rows_by_key(reports[r]).get(key, [])

@@ -22,26 +22,15 @@ from recovery.executor.tally import Tally
 from recovery.schemas import UNIT, arrow
 from recovery.settings.model import executor_params
 from recovery.testing.backlog import make_stuck
-from tests.support.claim_checks import GROUP, JOB, stuck
+from tests.support.claim_checks import GROUP, JOB, LIVE, OTHER, stuck, take_from
 from tests.support.invariants import pel_by_delivery_count
 
-STREAM, LIVE, OTHER = "s", "app-live", "app-other"
+STREAM = "s"
 
 
 def unit_batch() -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(
         [{"stream": STREAM, "group": GROUP, "consumer": JOB, "part": 0}], schema=arrow(UNIT))
-
-
-def take_from_the_job(client: Redis) -> list[str]:
-    """What live consumers do mid-claim: XCLAIM two of the job consumer's entries, and
-    XAUTOCLAIM a third (no minimum idle time: the job claimed them moments ago)."""
-    rows = client.xpending_range(STREAM, GROUP, "-", "+", 3, consumername=JOB)
-    ids = [r["message_id"].decode() for r in rows]
-    assert len(ids) == 3, "the first claim step claimed too little to take from"
-    client.xclaim(STREAM, GROUP, LIVE, 0, ids[:2])
-    client.xautoclaim(STREAM, GROUP, OTHER, 0, ids[2], count=1)
-    return ids
 
 
 def claimed_with_takes(client: Redis, out: Iterator[pa.RecordBatch]
@@ -53,7 +42,7 @@ def claimed_with_takes(client: Redis, out: Iterator[pa.RecordBatch]
     for batch in out:
         batches.append(batch)
         if not taken:
-            taken = take_from_the_job(client)
+            taken = take_from(client, STREAM)
     return batches, taken
 
 

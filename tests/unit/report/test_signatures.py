@@ -50,7 +50,7 @@ def test_failed_entries_count_by_reason_and_signature(spark: SparkSession) -> No
 
 def test_the_uncertain_warning_names_the_count_and_where_to_look() -> None:
     text = uncertain_warning("r1", 2)
-    assert "2 entries reported skipped as uncertain" in text and "x-original-id" in text
+    assert "2 entries reported skipped as uncertain" in text and "reason says where" in text
 
 
 def test_a_failing_handler_is_a_warning_and_a_summary_key(

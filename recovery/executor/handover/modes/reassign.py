@@ -1,7 +1,10 @@
 """``reprocess.mode = reassign``: each entry XCLAIMed to a live consumer of its group (seen
 within ``reprocess.live_within_ms``, never one of the job's), in turn, fewest pending first,
 its delivery count set back to its deliveries to the application so far, in one atomic
-script call per batch (``recovery/redis_io/lua/reassign.lua``)."""
+script call per batch (``recovery/redis_io/lua/reassign.lua``). A call sent again after its
+reply was lost answers 0 for what its first sending reassigned: each 0 is read again
+(``recovery.executor.handover.resent.reread_zeros``): pending for the owner the job chose ->
+reassigned, for none -> uncertain."""
 
 from __future__ import annotations
 
@@ -13,11 +16,18 @@ from recovery.executor.claimed import carried_deliveries
 from recovery.executor.handover.dead_letter import batches, left_alone
 from recovery.executor.handover.lease import REASON_VANISHED
 from recovery.executor.handover.modes.base import ReprocessMode, deliveries_so_far
+from recovery.executor.handover.resent import (
+    REASON_UNCERTAIN_REASSIGN,
+    UNCERTAIN,
+    PendingFor,
+    reread_zeros,
+    sent_noting_retries,
+)
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams, Unit
 from recovery.redis_io.error_codes import unit_vanished
-from recovery.redis_io.round_trips import ScriptCall, run_script_calls
-from recovery.redis_io.scripts import REASSIGNED, reassign_batch
+from recovery.redis_io.round_trips import ScriptCall
+from recovery.redis_io.scripts import MOVED_NOT_OURS, REASSIGNED, reassign_batch
 from recovery.redis_io.streams import live_consumers
 from recovery.schemas import Action, Mode
 
@@ -50,11 +60,17 @@ class ReassignMode(ReprocessMode):
                                                  - carried_deliveries(rb.fields_of(i))))
                            for i, owner in chunk]
                 calls.append((chunk, partial(reassign_batch, client, unit, entries)))
-        for (i, owner), status in run_script_calls(client, calls):
-            if status == REASSIGNED:
+        replies, resent = sent_noting_retries(client, calls)
+        if resent:  # a lost reply: what its first sending reassigned, answered 0 again
+            replies = reread_zeros(client, replies,
+                                   lambda job: (rb.stream[job[0]], rb.group[job[0]], rb.id[job[0]]))
+        for (i, owner), status in replies:
+            if status == UNCERTAIN:
+                rb.set(i, Action.SKIPPED, REASON_UNCERTAIN_REASSIGN)
+            elif status == REASSIGNED or status == PendingFor(owner):
                 rb.set(i, Action.REASSIGNED, outcome=owner)
-            else:
-                left_alone(rb, i, status)
+            else:  # pending for another consumer: no longer the job's
+                left_alone(rb, i, MOVED_NOT_OURS if isinstance(status, PendingFor) else status)
 
 
 def _live(client: redis.Redis, params: JobParams, rb: RoutedBatch, unit: Unit,

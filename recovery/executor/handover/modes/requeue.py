@@ -1,7 +1,10 @@
 """``reprocess.mode = requeue``: each entry appended again as a new message to its stream
 (or to ``reprocess.requeue_stream``, a per-group retry stream), its deliveries so far in
 ``x-recovery-deliveries``, and the original acked, in one atomic script call per batch
-(``recovery/redis_io/lua/requeue.lua``)."""
+(``recovery/redis_io/lua/requeue.lua``). A call sent again after its reply was lost answers
+0 for what its first sending requeued: each 0 is read again
+(``recovery.executor.handover.resent.reread_zeros``), one no longer pending is reported
+uncertain."""
 
 from __future__ import annotations
 
@@ -20,14 +23,21 @@ from recovery.executor.handover.modes.base import (
     ReprocessMode,
     deliveries_so_far,
 )
+from recovery.executor.handover.resent import (
+    REASON_UNCERTAIN_REQUEUE,
+    UNCERTAIN,
+    PendingFor,
+    reread_zeros,
+    sent_noting_retries,
+)
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams
 from recovery.redis_io.commands import key_types, stream_groups
 from recovery.redis_io.dlq_names import DeadLetterNames, refused_requeue_reason, requeue_key
 from recovery.redis_io.error_codes import TargetRefused
 from recovery.redis_io.redis_conn import RedisConn
-from recovery.redis_io.round_trips import ScriptCall, run_script_calls
-from recovery.redis_io.scripts import MOVED_TOO_BIG, requeue_batch
+from recovery.redis_io.round_trips import ScriptCall
+from recovery.redis_io.scripts import MOVED_NOT_OURS, MOVED_TOO_BIG, requeue_batch
 from recovery.redis_io.streams import info_rows, shown
 from recovery.rows import Skipped
 from recovery.schemas import Action, Mode
@@ -142,8 +152,15 @@ class RequeueMode(ReprocessMode):
                            for i in chunk]
                 calls.append((chunk, partial(requeue_batch, client, unit, target, entries,
                                              delete_acked=params.delete_acked)))
-        for i, status in run_script_calls(client, calls):
-            if isinstance(status, TargetRefused):
+        pairs, resent = sent_noting_retries(client, calls)
+        if resent:  # a lost reply: what its first sending requeued, answered 0 again
+            pairs = reread_zeros(client, pairs, lambda i: (rb.stream[i], rb.group[i], rb.id[i]))
+        for i, status in pairs:
+            if isinstance(status, PendingFor):
+                left_alone(rb, i, MOVED_NOT_OURS)
+            elif status == UNCERTAIN:
+                rb.set(i, Action.SKIPPED, REASON_UNCERTAIN_REQUEUE)
+            elif isinstance(status, TargetRefused):
                 target = requeue_key(rb.stream[i], rb.group[i], template)
                 rb.set(i, Action.SKIPPED, refused_requeue_reason(target, status))
             elif status == MOVED_TOO_BIG:

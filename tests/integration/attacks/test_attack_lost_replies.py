@@ -1,0 +1,123 @@
+"""Attacks on a hand-over script call whose reply is lost (ReplyDropper: the script ran, its
+reply thrown away, the connection closed) and that redis-py sends again: the second sending
+finds what the first one did no longer pending and answers 0. Through the job's command
+line (in-process), checked in Redis (XRANGE, XPENDING). Found: in the requeue and reassign
+modes those entries were reported ``skipped`` as acked by someone else, status ok and no
+warning, while Redis showed them requeued / reassigned by the run. Held: a dead-letter stream
+shared by two sources with the same entry IDs and another run's letters of them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from redis import Redis
+
+from recovery.redis_io import scripts
+from recovery.schemas import UNCERTAIN_REASON_PREFIX
+from recovery.testing.backlog import make_stuck
+from tests.support.backlogs import DEAD, HOUR_MS
+from tests.support.fault_tools import GROUP, JobResult, job_args, report_rows, run_in_process
+from tests.support.invariants import pel
+from tests.support.lost_reply import ReplyDropper
+from tests.support.reprocess_tools import LIVE, WINDOW_MS, kept_alive, seen_now, stuck
+from tests.support.servers import start_server
+
+pytestmark = pytest.mark.slow
+
+
+def lost_reply_run(spark, client: Redis, port: int, script: str, tmp_path, stream: str,
+                   *settings: str, run_id: str) -> JobResult:
+    """The job in-process (`settings`, on `stream`) through a proxy that loses the first
+    reply to `script`'s calls."""
+    sha = client.script_load(scripts._source(script)).encode()
+    proxy = ReplyDropper(port, sha)
+    try:
+        result = run_in_process(spark, job_args(proxy.url(), tmp_path, [stream], *settings,
+                                                run_id=run_id))
+    finally:
+        proxy.close()
+    assert proxy.dropped == 1, "the fault did not happen"
+    assert result.code == 0, result.stderr[-3000:]
+    return result
+
+
+def uncertain_and_warned(row: dict, result: JobResult) -> bool:
+    """A row the run says it cannot tell, with the summary warning an alert can see."""
+    return row["action"] == "skipped" and row["reason"].startswith(UNCERTAIN_REASON_PREFIX) \
+        and any("uncertain" in w for w in result.summary["warnings"])
+
+
+def test_a_lost_requeue_reply_never_reports_a_requeued_entry_as_acked_elsewhere(spark,
+                                                                               tmp_path):
+    with start_server("redis") as server:
+        client = server.client()
+        seeded = {k[2] for k in stuck(client, "rq", {"ok": (3, 1)})}
+        result = lost_reply_run(spark, client, server.port, "requeue", tmp_path, "rq",
+                                "reprocess.mode=requeue", run_id="rqlost")
+        assert pel(client, "rq", GROUP) == {}
+        copies = [i.decode() for i, _ in client.xrange("rq") if i.decode() not in seeded]
+        assert len(copies) == len(seeded), "each entry requeued once"
+        rows = report_rows(spark, tmp_path, "rqlost") or []
+        assert {r["id"] for r in rows} == seeded
+        for row in rows:
+            assert (row["action"] == "requeued" and row["requeued_id"] in copies) \
+                or uncertain_and_warned(row, result), row
+
+
+def test_a_lost_reassign_reply_never_reports_a_reassigned_entry_as_acked_elsewhere(spark,
+                                                                                 tmp_path):
+    with start_server("redis") as server:
+        client = server.client()
+        seeded = {k[2] for k in stuck(client, "ra", {"ok": (4, 1)})}
+        time.sleep(WINDOW_MS / 1000 + 0.5)  # the dead consumer no longer live
+        for consumer in LIVE:
+            seen_now(client, "ra", consumer)
+        with kept_alive(server.client(), ["ra"], LIVE):
+            result = lost_reply_run(spark, client, server.port, "reassign", tmp_path, "ra",
+                                    "reprocess.mode=reassign",
+                                    f"reprocess.live_within_ms={WINDOW_MS}", run_id="ralost")
+        owners = {i: p.consumer for i, p in pel(client, "ra", GROUP).items() if i in seeded}
+        assert set(owners) == seeded and set(owners.values()) == set(LIVE)
+        rows = report_rows(spark, tmp_path, "ralost") or []
+        assert {r["id"] for r in rows} == seeded
+        for row in rows:
+            assert (row["action"] == "reassigned" and row["reassigned_to"] == owners[row["id"]]) \
+                or uncertain_and_warned(row, result), row
+
+
+def test_a_lost_reply_into_a_shared_dead_letter_stream_finds_each_sources_own_letter(
+        spark, tmp_path):
+    """Two sources with the same entry IDs, one dead-letter stream for both
+    (``dead_letter.stream``) already holding another run's letters of those IDs: each entry
+    is reported with the letter this run wrote of it, from its own source."""
+    with start_server("redis") as server:
+        client = server.client()
+        ids = ["1-1", "1-2", "1-3"]
+        for stream in ("sa", "sb"):
+            for entry_id in ids:
+                client.xadd(stream, {"n": entry_id, "kind": "poison"}, id=entry_id)
+            client.xgroup_create(stream, GROUP, id="0")
+            client.xreadgroup(GROUP, DEAD, {stream: ">"})
+            make_stuck(client, stream, GROUP, DEAD, ids, HOUR_MS, 9)
+            for entry_id in ids:  # another run's letters of the same IDs
+                client.xadd("CDL", {"x-original-stream": stream, "x-original-group": GROUP,
+                                    "x-original-id": entry_id, "x-death-reason": "r",
+                                    "x-run-id": "older"})
+        sha = client.script_load(scripts._source("dead_letter")).encode()
+        proxy = ReplyDropper(server.port, sha)
+        try:
+            result = run_in_process(spark, job_args(
+                proxy.url(), tmp_path, ["sa", "sb"], "dead_letter.stream=CDL",
+                "claim.journal_prefix=", run_id="shared"))
+        finally:
+            proxy.close()
+        assert proxy.dropped == 1, "the fault did not happen"
+        assert result.code == 0, result.stderr[-3000:]
+        mine = {(f[b"x-original-stream"].decode(), f[b"x-original-id"].decode()): i.decode()
+                for i, f in client.xrange("CDL") if f[b"x-run-id"] == b"shared"}
+        assert sorted(mine) == [(s, i) for s in ("sa", "sb") for i in ids]
+        assert client.xlen("CDL") == 12  # each entry moved once
+        rows = report_rows(spark, tmp_path, "shared") or []
+        assert {(r["stream"], r["id"]): (r["action"], r["dead_letter_id"]) for r in rows} == \
+            {key: ("dead_lettered", letter) for key, letter in mine.items()}
