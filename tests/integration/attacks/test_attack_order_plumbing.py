@@ -242,3 +242,24 @@ def test_a_lease_read_pages_past_ten_thousand_held_entries_to_a_wave_head(
     assert sorted(actions) == sorted(ids[:1] + ids[2:])
     assert actions[ids[0]] == actions[ids[-1]] == "reprocessed"
     assert {actions[i] for i in ids[2:-1]} == {"held"}
+
+
+@pytest.mark.slow
+def test_a_file_uri_report_path_gets_the_workers_files_where_a_reader_finds_them(
+        spark, redis_server, tmp_path: Path) -> None:
+    """report.path given as a ``file://`` URI with a trailing slash: the ordered run's
+    workers write the report into the same directory Spark reads it from (one row per
+    entry, _SUCCESS, no staging), and nothing lands under a path named after the URI."""
+    client = redis_server.client()
+    write_control(redis_server.url)
+    ids = seed(client, keys=2, per_key=3)
+    reports = tmp_path / "r"
+    result = run_in_process(spark, args(redis_server.url, f"file://{reports}/"))
+    assert result.code == 0, result.stderr[-3000:]
+    run_id = result.summary["run_id"]
+    actions = _reported_once(spark, reports, run_id)
+    assert sorted(actions) == sorted(i for v in ids.values() for i in v)
+    assert (_run_dir(reports, run_id) / SUCCESS).exists()
+    assert not (_run_dir(reports, run_id) / STAGING).exists()
+    assert not list(Path.cwd().glob("file:*"))
+    assert pending_owners(client) == {}
