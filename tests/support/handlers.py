@@ -182,6 +182,22 @@ def ack_first_meanwhile(messages: list[Message]) -> list[Result]:
 MEANWHILE_ENV = "RECOVERY_TEST_MEANWHILE"  # "del": delete the stream; "destroy": its group
 
 
+IDLE_AT_CALL = "test:idle-at-call"  # list: JSON {id, idle_ms, before} per message handed over
+
+
+def records_idle_at_call(messages: list[Message]) -> list[Result]:
+    """Succeeds on every message; records, for each, its idle time (ms) in the PEL at the
+    start of the call and this process's ``time.monotonic()`` just before that reading."""
+    client = redis.Redis.from_url(os.environ[LIVE_ACK_URL_ENV])
+    for m in messages:
+        before = time.monotonic()
+        [row] = client.xpending_range(m.stream, m.group, m.id, m.id, 1)
+        client.rpush(IDLE_AT_CALL, json.dumps(
+            {"id": m.id, "idle_ms": row["time_since_delivered"], "before": before}))
+    client.close()
+    return [Result.success()] * len(messages)
+
+
 def make_unit_vanish_meanwhile(messages: list[Message]) -> list[Result]:
     """Succeeds on every message; while it runs, the stream (or its group) vanishes."""
     client = redis.Redis.from_url(os.environ[LIVE_ACK_URL_ENV])

@@ -9,7 +9,8 @@ the entries are still pending and owned by its consumer:
    is older than ``LEASE_FRESH_S`` (sent together with the XACKs so far: a fast handler
    costs one round trip per ``LEASE_ROWS`` rows). Only entries still pending and owned by
    the job's consumer are handed over. Entries claimed or renewed less than
-   ``fresh_lease_ms`` ago already hold a fresh lease; older ones are renewed atomically by
+   ``fresh_lease_ms`` less ``LEASE_FRESH_S`` ago (:func:`reading_fresh_ms`: a reading
+   serves calls that long) already hold a fresh lease; older ones are renewed atomically by
    ``lease_owned.lua`` (ownership checked again, idle time reset). So an entry a live
    consumer acked, or another run claimed, since the claim is not handed over unless that
    happened in the last ``LEASE_FRESH_S``, and no other run claims a chunk while the handler
@@ -76,6 +77,16 @@ REASON_GONE = ("no longer pending for the job's consumer (acked by a consumer or
                "attempt of this task, or claimed by another consumer)")
 REASON_DELETED = "entry deleted from the stream upstream; only its PEL slot was left"
 REASON_VANISHED = "the stream or its consumer group vanished during the run (deleted or replaced)"
+
+
+def reading_fresh_ms(fresh_ms: int) -> int:
+    """The idle time (ms) below which a lease reading lets an entry be handed over without
+    renewal: `fresh_ms` (``fresh_lease_ms``: the call must end before the entry has been idle
+    ``min_idle_ms``) less ``LEASE_FRESH_S``, since a reading serves calls up to that long
+    after it. An entry read idle just under `fresh_ms` and handed over ``LEASE_FRESH_S``
+    later would otherwise reach ``min_idle_ms`` before a call of ``handler.timeout_s``
+    ends, and another run could claim it during the call. Never below 0 (always renew)."""
+    return max(0, fresh_ms - int(LEASE_FRESH_S * 1000))
 
 
 @dataclass

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import redis
 
 from recovery.executor.handover.dead_letter import DeadLetterJob, dead_letter
-from recovery.executor.handover.lease import LEASE_ROWS, HandOver
+from recovery.executor.handover.lease import LEASE_ROWS, HandOver, reading_fresh_ms
 from recovery.executor.handover.modes.base import ReprocessMode
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.handlers import (
@@ -98,9 +98,9 @@ class HandlerMode(ReprocessMode):
         """
         calls = HandlerCalls(load_handler(params.handler_path), params.handler_timeout_s,
                              load_exceptions(params.handler_dead_letter_exceptions))
-        hand_over = HandOver(client, rb,
-                             fresh_lease_ms(params.min_idle_ms, params.handler_timeout_s),
-                             read_at or 0.0, delete_acked=params.delete_acked)
+        fresh_ms = fresh_lease_ms(params.min_idle_ms, params.handler_timeout_s)
+        hand_over = HandOver(client, rb, reading_fresh_ms(fresh_ms), read_at or 0.0,
+                             delete_acked=params.delete_acked)
         size = params.handler_batch_size
         window = max(size, LEASE_ROWS // size * size)
         for start in range(0, len(rows), window):

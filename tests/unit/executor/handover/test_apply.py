@@ -8,6 +8,7 @@ and the PEL are then checked against Redis itself. Fast: each test is a few roun
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections import Counter
@@ -24,7 +25,7 @@ from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.redis_io.redis_conn import connect
 from recovery.schemas import CLAIMED, Action, arrow
 from recovery.settings.model import executor_params
-from tests.support.handlers import LIVE_ACK_URL_ENV, MEANWHILE_ENV, SEEN
+from tests.support.handlers import IDLE_AT_CALL, LIVE_ACK_URL_ENV, MEANWHILE_ENV, SEEN
 
 GROUP, DEAD, JOB = "workers", "crashed", "recovery-r1-0"
 
@@ -140,6 +141,29 @@ def test_an_old_lease_is_renewed_before_the_call(server, client, make_settings, 
     # apply_batch; without it, its last activity is the claim, 500 ms before.
     consumers = {c["name"].decode(): c for c in client.xinfo_consumers("s", GROUP)}
     assert consumers[JOB]["idle"] <= elapsed_ms + 50, (consumers[JOB], elapsed_ms)
+
+
+def test_an_entry_read_near_its_fresh_limit_is_renewed_before_the_call(
+        server, client, make_settings, live_acks):
+    """min_idle 3000 ms, timeout 2 s: a call must end before an entry has been idle 3 s, so
+    one claimed less than 1 s ago needs no renewal. But a reading serves the calls of the
+    next LEASE_FRESH_S (0.1 s): an entry read idle 900-999 ms and handed over up to 0.1 s
+    later could reach 3 s before a 2 s call ends, and another run could claim it while the
+    handler works on it. An entry idle 900 ms at its reading is therefore renewed (idle
+    reset) before the call: at the call it has been idle less than 900 ms plus the time
+    since it was set so."""
+    entries = claimed_entries(client, "s", 3)
+    client.xclaim("s", GROUP, JOB, 0, [i for i, _ in entries], idle=900, justid=True)
+    set_at = time.monotonic()
+    report = run_apply(server, make_settings, routed("s", entries), "claim.min_idle_ms=3000",
+                       "handler.timeout_s=2", "handler.batch_size=1",
+                       handler="records_idle_at_call")
+    assert [r["action"] for r in report] == ["reprocessed"] * 3
+    calls = [json.loads(c) for c in client.lrange(IDLE_AT_CALL, 0, -1)]
+    assert sorted(c["id"] for c in calls) == sorted(i for i, _ in entries)
+    not_renewed = [c for c in calls
+                   if c["idle_ms"] >= 900 + (c["before"] - set_at) * 1000 - 5]
+    assert not_renewed == [], not_renewed
 
 
 @pytest.mark.parametrize("meanwhile", ["del", "destroy"])
