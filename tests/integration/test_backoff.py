@@ -17,6 +17,7 @@ from redis import Redis
 from tests.support.backlogs import DEAD
 from tests.support.fault_tools import (
     GROUP,
+    QUIET_SPARK_INFO,
     Key,
     finished,
     handed_over,
@@ -24,6 +25,7 @@ from tests.support.fault_tools import (
     report_rows,
     run_in_process,
     seed_kinds,
+    spark_info_lines,
     spark_submit,
     write_control,
 )
@@ -115,7 +117,9 @@ def test_a_scheduled_run_through_spark_submit(redis_server, tmp_path: Path, spar
     """A real spark-submit (local[2]: the one pass without retries): the summary line and
     the log's table show the entries not due; Redis holds them as they were. One server kind
     is enough here: how each kind answers the backoff claim is the in-process test's, on
-    every server (ON_NEWEST_TOO)."""
+    every server (ON_NEWEST_TOO). Without ``spark.log.level`` Spark logs at WARN under
+    spark-submit (the job's own INFO lines stay): the quiet default of
+    tests/integration/test_cli.py's ``test_spark_submit_logs_spark_s_info_when_asked``."""
     server = redis_server
     client = server.client()
     seeded = seed_kinds(client, STREAMS, KINDS)
@@ -131,6 +135,8 @@ def test_a_scheduled_run_through_spark_submit(redis_server, tmp_path: Path, spar
     assert result.summary["totals"]["dead_lettered"] == 3 * len(STREAMS)
     assert "not_due" in result.stderr and "next_due" in result.stderr
     assert "14 entries left pending, not due yet under the backoff schedule" in result.stderr
+    assert "INFO recovery.driver.job: run " in result.stderr
+    assert spark_info_lines(result.stderr) <= QUIET_SPARK_INFO, spark_info_lines(result.stderr)
     check_not_due_untouched(client, seeded, before)
     done = {(r["stream"], r["group"], r["id"]) for r in report_rows(spark, tmp_path,
                                                                      "submitted") or []}

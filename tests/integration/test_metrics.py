@@ -8,6 +8,7 @@ the summary's ``metrics`` entry."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from dataclasses import replace
@@ -39,11 +40,9 @@ from recovery.settings.model import load_settings
 from recovery.testing.local_redis import LocalServer, free_port
 from tests.support.backlogs import seed
 from tests.support.fault_tools import (
-    finished,
     job_args,
     json_summary,
     run_in_process,
-    spark_submit,
 )
 from tests.support.invariants import pel
 from tests.support.pushgateway import LocalPushgateway, pushed
@@ -300,22 +299,29 @@ def test_the_dead_letter_jobs_push_to_groups_of_their_own(
 
 
 @pytest.mark.slow
-def test_spark_submit_pushes_with_the_password_from_the_environment(
-        redis_server: LocalServer, guarded_pushgateway: LocalPushgateway, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under spark-submit, basic auth with ``RECOVERY_METRICS__PASSWORD``: the push is
-    accepted, and the password appears in neither the command line nor any output."""
+def test_a_run_pushes_with_the_password_from_the_environment(
+        spark: SparkSession, redis_server: LocalServer, guarded_pushgateway: LocalPushgateway,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+        ) -> None:
+    """Basic auth with ``RECOVERY_METRICS__PASSWORD`` (the job's CLI in this process, on the
+    suite's session): the push is accepted, and the password appears in neither the
+    arguments nor the job's output (stdout, stderr, log). The environment reaches a
+    spark-submit driver as it reaches this process; that a secret from the environment
+    leaves no trace in any output of a real spark-submit (Spark's logs, the event log,
+    every process's command line) is tests/integration/test_secrets.py's
+    ``test_a_full_run_leaks_the_password_nowhere``."""
+    caplog.set_level(logging.INFO, logger="recovery")
     client: Redis = redis_server.client()
     seed(client, ["met-submit"], ["g1"])
     monkeypatch.setenv("RECOVERY_METRICS__PASSWORD", PASSWORD)
     args = job_args(redis_server.url, tmp_path / "reports", ["met-submit"], HANDLER,
                     f"metrics.pushgateway_url={guarded_pushgateway.url}",
                     "metrics.username=pusher", "metrics.instance=submitted")
-    proc = spark_submit(args, tmp_path / "logs")
-    result = finished(proc, tmp_path / "logs", timeout_s=240)
+    result = run_in_process(spark, args)
     assert result.code == 0, result.stderr[-3000:]
     assert result.summary["metrics"]["pushed"] is True, result.summary["metrics"]
-    assert PASSWORD not in result.stderr and PASSWORD not in " ".join(map(str, proc.args))
+    outputs = (result.stderr, json.dumps(result.summary), caplog.text, " ".join(args))
+    assert not [text for text in outputs if PASSWORD in text]
     pending = guarded_pushgateway.series(PREFIX + "pending_entries")
     key = labels(job="redis_stream_recovery", instance="submitted", kind="recover",
                  stream="met-submit", group="g1")

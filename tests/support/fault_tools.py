@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -184,6 +185,15 @@ def finished(proc: subprocess.Popen[bytes], logs: Path, timeout_s: float) -> Job
     stdout = (logs / "stdout").read_text(errors="replace")
     output = (logs / "stderr").read_text(errors="replace") + stdout
     return JobResult(code, _last_json(stdout), output, time.monotonic() - started)
+
+
+SPARK_INFO = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ", re.MULTILINE)
+QUIET_SPARK_INFO = 5  # the few lines spark-submit prints at INFO before the context starts
+
+
+def spark_info_lines(output: str) -> int:
+    """How many of Spark's own INFO log lines `output` (a spark-submit's) holds."""
+    return len(SPARK_INFO.findall(output))
 
 
 def descendants(pid: int) -> list[int]:
