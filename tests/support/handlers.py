@@ -121,7 +121,9 @@ def _client(url: str) -> redis.Redis:
 def recording(messages: list[Message]) -> object:
     """Record each hand-over in Redis (HINCRBY, so a second one shows), then act as told.
 
-    Control keys: ``url`` (where to record), ``delay_s`` (sleep per call), ``on_first_call``
+    Control keys: ``url`` (where to record), ``delay_s`` (sleep per call), ``hold_s`` (sleep
+    per call up to that long, ending early once a new control file no longer has it: a test
+    releases the calls in progress), ``on_first_call``
     (Redis commands run once per test, on the first call anywhere, followed by a sleep of
     ``after_first_call_s``), ``take_on_first_call`` (``[consumer, n]``: in that first call,
     XCLAIM for `consumer`, min-idle 0, the call's first `n` entries carrying a ``fail``
@@ -142,6 +144,7 @@ def recording(messages: list[Message]) -> object:
         _take(client, messages, control.get("take_on_first_call"))
         time.sleep(control.get("after_first_call_s", 0))
     time.sleep(control.get("delay_s", 0))
+    _hold(control.get("hold_s", 0))
     if any(m.field(b"hang") is not None for m in messages):
         time.sleep(control.get("hang_s", 30))
     if any(m.field(b"raise") is not None for m in messages):
@@ -149,6 +152,13 @@ def recording(messages: list[Message]) -> object:
     if any(m.field(b"garbage") is not None for m in messages):
         return {"not": "a list"}
     return verify_or_fail(messages)
+
+
+def _hold(seconds: float) -> None:
+    """Sleep up to `seconds`, in steps of 20 ms, until the control file drops ``hold_s``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and _control().get("hold_s"):
+        time.sleep(0.02)
 
 
 def _take(client: redis.Redis, messages: list[Message], take: list | None) -> None:
