@@ -152,6 +152,8 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/settings/reference.py": ("tests/unit/test_docs_truth.py", "imports it"),
     "recovery/settings/sections.py":
         ("tests/unit/settings/test_model.py", "through recovery.settings.model"),
+    "recovery/spark/properties.py":
+        ("tests/unit/spark/test_local.py", "through recovery.spark.local"),
     "recovery/spark/session.py": ("tests/unit/spark/test_local.py", "imports it"),
     "recovery/starter/__init__.py": ("tests/unit/cli/test_init.py", "imports it"),
     "recovery/targets/dead_letter_streams.py":
