@@ -14,6 +14,7 @@ The last line of stdout is a JSON summary.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from recovery.spark.pyspark_path import prefer_installed_pyspark
 
@@ -22,10 +23,13 @@ prefer_installed_pyspark()  # before the first pyspark import
 from recovery.dead_letters.report import DeadLetterSummary  # noqa: E402
 from recovery.jobs.job_command import JobCommand  # noqa: E402
 from recovery.params import new_run_id  # noqa: E402
-from recovery.settings.model import Settings  # noqa: E402
+
+if TYPE_CHECKING:
+    from recovery.settings.model import Settings
 
 # The read (pyspark, pyarrow, redis-py) is imported by the step that uses it: a command line
 # refused before Spark loads none of them (as in recovery.jobs.recover).
+
 
 class DeadLettersJob(JobCommand[DeadLetterSummary]):
     """Command line of ``jobs/dead_letters.py``: ``--config``, ``--set``, ``--run-id``,

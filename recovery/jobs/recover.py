@@ -18,15 +18,19 @@ from recovery.spark.pyspark_path import prefer_installed_pyspark
 prefer_installed_pyspark()  # before the first pyspark import
 
 import argparse  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
 from recovery.jobs.job_command import JobCommand  # noqa: E402
 from recovery.jobs.job_options import BadArguments, OnlyOnce  # noqa: E402
 from recovery.report.summary import RunSummary  # noqa: E402
-from recovery.settings.model import Settings, redis_params  # noqa: E402
+
+if TYPE_CHECKING:
+    from recovery.settings.model import Settings
 
 # The driver (pyspark, pyarrow, redis-py) is imported by the step that uses it: the installed
 # command checks a command line with this class before spark-submit, and one refused there
 # (a bad option, a bad config) or --help loads no Spark (tests/unit/cli/test_light_start.py).
+
 
 class RecoverJob(JobCommand[RunSummary]):
     """Recover stuck messages of Redis Streams consumer groups: claim the idle pending
@@ -98,6 +102,7 @@ def server_preflight(settings: Settings, plan: str | None = None) -> None:
     settings need) and a `plan` in a local directory must have been made on this server."""
     from recovery.driver.plan import local_plan_refusal
     from recovery.redis_io.redis_conn import RedisConn
+    from recovery.settings.model import redis_params
     from recovery.targets.keys import check_features, check_server
 
     with RedisConn.open(redis_params(settings)) as conn:
