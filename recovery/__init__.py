@@ -49,7 +49,7 @@ _HOMES = {
     "health_trend": "recovery.dead_letters.trend",
     "DeadLetterSummary": "recovery.dead_letters.report",
     "run_redrive": "recovery.redrive.run",
-    "RedriveSummary": "recovery.redrive.run",
+    "RedriveSummary": "recovery.redrive.report",
     "DEAD_LETTER": "recovery.schemas",
     # the handler contract
     "Message": "recovery.handlers",
@@ -118,7 +118,8 @@ if TYPE_CHECKING:
     )
     from recovery.executor.handover.modes import ACTIONS, PLAN_ACTIONS
     from recovery.handlers import Message, Result
-    from recovery.redrive.run import RedriveSummary, run_redrive
+    from recovery.redrive.report import RedriveSummary
+    from recovery.redrive.run import run_redrive
     from recovery.report.run_report import read_run
     from recovery.report.summary import RunSummary, format_table
     from recovery.schemas import DEAD_LETTER, REPORT

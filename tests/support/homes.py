@@ -129,6 +129,8 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
         ("tests/unit/redis_io/test_run_ids.py", "through recovery.driver.discovery"),
     "recovery/redis_io/trim.py":
         ("tests/unit/dead_letters/test_retention_letters.py", "imports it"),
+    "recovery/redrive/report.py":
+        ("tests/unit/redrive/test_run.py", "through recovery.redrive.run"),
     "recovery/report/after_run.py":
         ("tests/integration/test_metrics.py", "through recovery.metrics.recovery_run"),
     "recovery/report/json_line.py":
