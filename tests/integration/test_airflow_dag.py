@@ -343,6 +343,7 @@ def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow, redis_server,
     assert {f[b"x-run-id"].decode() for _, f in dead} == {summary["run_id"]}
     assert [c["name"].decode() for c in client.xinfo_consumers("orders", "billing")] == [
         "worker-1-crashed"]  # the job's consumers (recovery-<short id>-<part>) are gone
+    assert applied["parses"] == 1  # the shared process's one parse served every dag.test()
 
 
 

@@ -63,6 +63,17 @@ def airflow_process(module: str, args: list[str], env: dict[str, str],
                                 text=True)
 
 
+def end(process: subprocess.Popen[str]) -> None:
+    """Close the stdin of `process` (it exits at the end of its input), killed after 30 s."""
+    if process.stdin and not process.stdin.closed:
+        process.stdin.close()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def tail(path: Path) -> str:
     """The last 3000 characters of `path` (empty when it does not exist)."""
     return path.read_text(errors="replace")[-3000:] if path.exists() else ""
@@ -146,7 +157,7 @@ class SharedAirflow:
             **variables: str) -> dict[str, Any]:
         """One run of `dag_id` (`conf`: its params) with these Airflow Variables: ``state``,
         ``run_id``, ``dag_id``, ``run_after``, ``xcom`` and ``task_states`` by task id (or
-        ``error`` when Airflow refused to start the run) and ``output``."""
+        ``error`` when Airflow refused to start the run), ``output`` and ``parses``."""
         return self.runs([(dag_id, conf, variables)], env)[0]
 
     def deadline(self, folder: Path, notify_file: Path) -> dict[str, Any]:
@@ -159,18 +170,14 @@ class SharedAirflow:
 
     def stop(self) -> None:
         """Close its stdin (it exits), killed after 30 s."""
-        if self.process.stdin and not self.process.stdin.closed:
-            self.process.stdin.close()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        end(self.process)
 
 
 def results(answer: dict[str, Any]) -> list[dict[str, Any]]:
-    """The runs of a ``runs`` answer, each with the answer's (the request's) output."""
-    return [{**run, "output": answer["output"]} for run in answer["runs"]]
+    """The runs of a ``runs`` answer, each with the answer's (the request's) output and
+    ``parses`` (how often the shared process has parsed the DAG folder so far)."""
+    return [{**run, "output": answer["output"], "parses": answer["parses"]}
+            for run in answer["runs"]]
 
 
 class Approver:
@@ -213,10 +220,4 @@ class Approver:
                 and not self.answered:
             with contextlib.suppress(AssertionError):  # the test's own failure comes first
                 self.answer("Reject")
-        if self.process.stdin and not self.process.stdin.closed:
-            self.process.stdin.close()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        end(self.process)
