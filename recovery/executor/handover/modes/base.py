@@ -17,7 +17,7 @@ job calls for it, in the manner of rq's worker classes (each variant overrides a
 - ``check_stream``: on the driver, before anything is claimed, refuse a stream it cannot
   re-process (ConfigError, exit 2);
 - ``check_units`` / ``check_targets``: on the driver, once every unit to claim from is
-  known (``check_targets`` also when a plan is applied), refuse units it cannot re-process
+  known (by discovery, or from the plan a run applies), refuse units it cannot re-process
   together: by their names, then by what Redis holds (exit 2, nothing claimed);
 - ``refused_targets``: on the driver, after a dry run, the units a real run would skip
   (the summary's skipped rows, as the real run's);
@@ -71,7 +71,8 @@ class ReprocessMode(ABC):
 
     def check_units(self, units: Pairs, names: DeadLetterNames, options: ModeOptions
                     ) -> None:
-        """On the driver, once discovery found every unit with entries pending: raise
+        """On the driver, once discovery found every unit with entries pending (or the
+        units of a plan the run applies): raise
         ConfigError or DeadLetterNameError (exit 2, nothing touched) when this mode cannot
         re-process `units` together, decided by their names (`names`: the run's dead-letter
         names) and its settings `options`, before Redis is read again. By default any units

@@ -1,0 +1,47 @@
+"""Attacks on applying a dry run's plan (``--plan``, ``redis-stream-recovery apply``) in the
+requeue and reassign modes: the driver's checks of a mode (``check_stream``,
+``check_units``, ``check_targets``) must refuse on the plan path what they refuse in a plain
+run. Through the job's command line (in-process, the suite's session), checked in Redis
+(XPENDING, XLEN, EXISTS) afterwards."""
+
+from __future__ import annotations
+
+import pytest
+from redis import Redis
+
+from tests.support.fault_tools import job_args, planned, run_in_process
+from tests.support.reprocess_tools import stuck
+
+pytestmark = pytest.mark.slow
+
+# Names only discovery can tell clash (the settings' check probes no stream named "{b}"):
+# b / dlq:h is requeued into "{b}:dlq:h", which is where {b} / h dead-letters.
+CLASHING = ("reprocess.requeue_stream={stream}:{group}",
+            "dead_letter.stream={stream}:dlq:{group}")
+
+
+def test_an_applied_plan_never_requeues_into_another_units_dead_letter_stream(
+        spark, redis_server, tmp_path):
+    """Found: ``check_units`` did not run on the plan path. A dry run made without a retry
+    stream, then applied with ``reprocess.requeue_stream`` and ``dead_letter.stream``
+    naming the same key for two units (a plain run with them: exit 2), acked b's entries
+    and appended their copies to ``{b}:dlq:h``, {b} / h's dead-letter stream, next to its
+    letters. Now refused the same way (exit 2), nothing claimed or written."""
+    client: Redis = redis_server.client()
+    stuck(client, "b", {"ok": (2, 1)}, groups=("dlq:h",))
+    stuck(client, "{b}", {"ok": (2, 1), "poison": (1, 9)}, groups=("h",))
+    streams = ["b", "{b}"]
+    plain = run_in_process(spark, job_args(redis_server.url, tmp_path, streams,
+                                           "reprocess.mode=requeue", *CLASHING))
+    assert plain.code == 2 and "{b}:dlq:h" in plain.stderr, plain.stderr[-2000:]
+    plan = planned(spark, redis_server.url, tmp_path, streams, "reprocess.mode=requeue")
+
+    applied = run_in_process(spark, [*job_args(redis_server.url, tmp_path, streams,
+                                               "reprocess.mode=requeue", *CLASHING), *plan])
+
+    assert applied.code == 2, applied.stderr[-2000:]
+    assert "{b}:dlq:h" in applied.stderr and applied.summary["exit_code"] == 2
+    assert client.xpending("b", "dlq:h")["pending"] == 2
+    assert client.xpending("{b}", "h")["pending"] == 3
+    assert client.exists("{b}:dlq:h") == 0
+    assert (client.xlen("b"), client.xlen("{b}")) == (2, 3)
