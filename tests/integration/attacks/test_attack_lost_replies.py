@@ -4,7 +4,11 @@ finds what the first one did no longer pending and answers 0. Through the job's 
 line (in-process), checked in Redis (XRANGE, XPENDING). Found: in the requeue and reassign
 modes those entries were reported ``skipped`` as acked by someone else, status ok and no
 warning, while Redis showed them requeued / reassigned by the run. Held: a dead-letter stream
-shared by two sources with the same entry IDs and another run's letters of them."""
+shared by two sources with the same entry IDs and another run's letters of them; the
+requeue and reassign re-reads on every server (Redis 6.2, 7.0, 8.0, 8.6, Valkey 8.1, 9.1);
+a dead-letter stream trimmed or deleted by another client between the lost reply and the
+re-read (the moved entries reported uncertain, never acked elsewhere or dead-lettered
+without their letter)."""
 
 from __future__ import annotations
 
@@ -21,9 +25,10 @@ from tests.support.fault_tools import GROUP, JobResult, job_args, report_rows, r
 from tests.support.invariants import pel
 from tests.support.lost_reply import ReplyDropper
 from tests.support.reprocess_tools import LIVE, WINDOW_MS, kept_alive, seen_now, stuck
-from tests.support.servers import start_server
+from tests.support.servers import FLAVORS, NEWEST, start_server
 
 pytestmark = pytest.mark.slow
+EVERY_SERVER = pytest.mark.parametrize("flavor", (*FLAVORS, *NEWEST))
 
 
 def lost_reply_run(spark, client: Redis, port: int, script: str, tmp_path, stream: str,
@@ -48,9 +53,11 @@ def uncertain_and_warned(row: dict, result: JobResult) -> bool:
         and any("uncertain" in w for w in result.summary["warnings"])
 
 
+@EVERY_SERVER
 def test_a_lost_requeue_reply_never_reports_a_requeued_entry_as_acked_elsewhere(spark,
-                                                                               tmp_path):
-    with start_server("redis") as server:
+                                                                               tmp_path,
+                                                                               flavor):
+    with start_server(flavor) as server:
         client = server.client()
         seeded = {k[2] for k in stuck(client, "rq", {"ok": (3, 1)})}
         result = lost_reply_run(spark, client, server.port, "requeue", tmp_path, "rq",
@@ -65,9 +72,11 @@ def test_a_lost_requeue_reply_never_reports_a_requeued_entry_as_acked_elsewhere(
                 or uncertain_and_warned(row, result), row
 
 
+@EVERY_SERVER
 def test_a_lost_reassign_reply_never_reports_a_reassigned_entry_as_acked_elsewhere(spark,
-                                                                                 tmp_path):
-    with start_server("redis") as server:
+                                                                                 tmp_path,
+                                                                                 flavor):
+    with start_server(flavor) as server:
         client = server.client()
         seeded = {k[2] for k in stuck(client, "ra", {"ok": (4, 1)})}
         time.sleep(WINDOW_MS / 1000 + 0.5)  # the dead consumer no longer live
@@ -121,3 +130,36 @@ def test_a_lost_reply_into_a_shared_dead_letter_stream_finds_each_sources_own_le
         rows = report_rows(spark, tmp_path, "shared") or []
         assert {(r["stream"], r["id"]): (r["action"], r["dead_letter_id"]) for r in rows} == \
             {key: ("dead_lettered", letter) for key, letter in mine.items()}
+
+
+@pytest.mark.parametrize("flavor", ["redis", "redis62"])
+@pytest.mark.parametrize("gone", [("XTRIM", "{ev}:dlq", "MAXLEN", "0"), ("DEL", "{ev}:dlq")],
+                         ids=["trimmed", "deleted"])
+def test_letters_trimmed_before_the_reread_leave_their_entries_uncertain(spark, tmp_path,
+                                                                         flavor, gone):
+    """Another client trims (or deletes) the dead-letter stream after the lost call moved
+    three entries and before the job sent it again: their letters are gone, the re-read
+    finds none of this run's, and each is reported uncertain with the warning (neither
+    ``dead_lettered`` with an ID Redis no longer has nor acked by someone else); the entries
+    requeued in the same run are unaffected."""
+    with start_server(flavor) as server:
+        client = server.client()
+        kinds = stuck(client, "ev", {"poison": (3, 9), "ok": (2, 1)})
+        sha = client.script_load(scripts._source("dead_letter")).encode()
+        proxy = ReplyDropper(server.port, sha, after=[gone])
+        try:
+            result = run_in_process(spark, job_args(proxy.url(), tmp_path, ["ev"],
+                                                    "reprocess.mode=requeue", run_id="gone"))
+        finally:
+            proxy.close()
+        assert proxy.dropped == 1, "the fault did not happen"
+        assert result.code == 0, result.stderr[-3000:]
+        assert pel(client, "ev", GROUP) == {}
+        assert client.exists("{ev}:dlq") == 0 or client.xlen("{ev}:dlq") == 0, "not trimmed"
+        assert client.xlen("ev") == 5 + 2  # the two requeued copies
+        rows = {r["id"]: r for r in report_rows(spark, tmp_path, "gone") or []}
+        assert set(rows) == {k[2] for k in kinds}
+        for (_, _, entry_id), kind in kinds.items():
+            row = rows[entry_id]
+            assert uncertain_and_warned(row, result) if kind == "poison" else \
+                row["action"] == "requeued", row
