@@ -45,3 +45,57 @@ def test_an_applied_plan_never_requeues_into_another_units_dead_letter_stream(
     assert client.xpending("{b}", "h")["pending"] == 3
     assert client.exists("{b}:dlq:h") == 0
     assert (client.xlen("b"), client.xlen("{b}")) == (2, 3)
+
+
+def _group_on_source(client: Redis) -> None:
+    client.xgroup_create("s", "audit", id="0")
+
+
+def _groups_on_target(client: Redis) -> None:
+    for group in ("shipping", "audit"):
+        client.xgroup_create("{s}:r", group, id="0", mkstream=True)
+
+
+@pytest.mark.parametrize(("template", "since_the_plan", "told"), [
+    ((), _group_on_source, "2 consumer groups (audit, g)"),
+    (("reprocess.requeue_stream={stream}:r",), _groups_on_target, "'{s}:r'"),
+], ids=["source-gained-a-group", "retry-stream-gained-groups"])
+def test_an_applied_plan_refuses_a_target_every_group_would_read_again(
+        spark, redis_server, tmp_path, template, since_the_plan, told):
+    """Held: a requeue target that gained consumer groups between the dry run and its
+    apply (the source itself, or the retry stream) is refused on the plan path as in a plain
+    run: exit 2, nothing claimed, nothing appended."""
+    client: Redis = redis_server.client()
+    stuck(client, "s", {"ok": (2, 1)})
+    args = job_args(redis_server.url, tmp_path, ["s"], "reprocess.mode=requeue", *template)
+    plan = planned(spark, redis_server.url, tmp_path, ["s"], "reprocess.mode=requeue",
+                   *template)
+    since_the_plan(client)
+    lengths = {key: client.xlen(key) for key in ("s", "{s}:r")}
+
+    applied = run_in_process(spark, [*args, *plan])
+
+    assert applied.code == 2 and told in applied.stderr, applied.stderr[-2000:]
+    assert client.xpending("s", "g")["pending"] == 2
+    assert {key: client.xlen(key) for key in lengths} == lengths
+
+
+def test_an_applied_plan_leaves_entries_pending_behind_a_target_of_another_type(
+        spark, redis_server, tmp_path):
+    """Held: a retry stream name taken by a hash between the dry run and its apply: the
+    requeue script refuses it, as in a plain run; the entries stay pending (on the job's
+    consumer), the hash is untouched, status partial with the reason."""
+    client: Redis = redis_server.client()
+    stuck(client, "s", {"ok": (2, 1)})
+    template = ("reprocess.mode=requeue", "reprocess.requeue_stream={stream}:r")
+    plan = planned(spark, redis_server.url, tmp_path, ["s"], *template)
+    client.hset("{s}:r", "owner", "another app")
+
+    applied = run_in_process(spark, [*job_args(redis_server.url, tmp_path, ["s"], *template),
+                                     *plan])
+
+    assert applied.code == 0, applied.stderr[-2000:]
+    assert applied.summary["status"] == "partial"
+    assert any("{s}:r" in s["reason"] for s in applied.summary["skipped"])
+    assert client.xpending("s", "g")["pending"] == 2 and client.xlen("s") == 2
+    assert client.hgetall("{s}:r") == {b"owner": b"another app"}
