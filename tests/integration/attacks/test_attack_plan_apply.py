@@ -9,8 +9,10 @@ from __future__ import annotations
 import pytest
 from redis import Redis
 
-from tests.support.fault_tools import job_args, planned, run_in_process
-from tests.support.reprocess_tools import stuck
+from tests.support.fault_tools import GROUP, job_args, planned, report_rows, run_in_process
+from tests.support.invariants import pel
+from tests.support.reprocess_tools import copies, stuck
+from tests.support.servers import start_server
 
 pytestmark = pytest.mark.slow
 
@@ -99,3 +101,37 @@ def test_an_applied_plan_leaves_entries_pending_behind_a_target_of_another_type(
     assert any("{s}:r" in s["reason"] for s in applied.summary["skipped"])
     assert client.xpending("s", "g")["pending"] == 2 and client.xlen("s") == 2
     assert client.hgetall("{s}:r") == {b"owner": b"another app"}
+
+
+@pytest.mark.parametrize(("flavor", "journal"), [("redis", "recovery:journal:"),
+                                                 ("redis62", "")],
+                         ids=["journaled-7.0", "materialised-6.2"])
+def test_an_applied_requeue_plan_whose_tasks_fail_after_their_writes_requeues_each_once(
+        spark, tmp_path, faults, small_batches, flavor, journal):
+    """Held: a requeue plan applied with every task's first attempt failing after its first
+    hand-over step's writes and its second after its second step's (``apply 1 0``,
+    ``apply 2 1``; batches of 20): the retried attempts take the plan's entries back and
+    requeue each of the 60 exactly once (no two copies of one entry in the retry stream),
+    dead-letter each of the 10 poison entries once, leave nothing pending, and report each
+    entry once (the steps whose writes went unrecorded: ``skipped``, no longer pending, as
+    docs/GUARANTEES.md says of retried tasks)."""
+    with start_server(flavor) as server:
+        client = server.client()
+        stuck(client, "rq", {"ok": (60, 1), "poison": (10, 9)})
+        settings = ("reprocess.mode=requeue", "reprocess.requeue_stream={stream}:r",
+                    "claim.count=5", f"claim.journal_prefix={journal}")
+        plan = planned(spark, server.url, tmp_path, ["rq"], *settings)
+        faults("apply 1 0")
+        faults("apply 2 1")
+
+        result = run_in_process(spark, [*job_args(server.url, tmp_path, ["rq"], *settings,
+                                                  run_id="retried"), *plan])
+
+        assert result.code == 0, result.stderr[-2000:]
+        assert len(copies(client, "{rq}:r")) == 60  # copies() fails on two of one entry
+        letters = [f[b"x-original-id"] for _, f in client.xrange("{rq}:dlq")]
+        assert len(letters) == len(set(letters)) == 10
+        assert pel(client, "rq", GROUP) == {} and client.xlen("rq") == 70
+        rows = report_rows(spark, tmp_path, "retried") or []
+        assert len(rows) == len({r["id"] for r in rows}) == 70
+        assert {r["action"] for r in rows} <= {"requeued", "dead_lettered", "skipped"}
