@@ -1,17 +1,23 @@
 """Attacks on a hand-over script call whose reply is lost (ReplyDropper: the script ran, its
 reply thrown away, the connection closed) and that redis-py sends again: the second sending
 finds what the first one did no longer pending and answers 0. Through the job's command
-line (in-process), checked in Redis (XRANGE, XPENDING). Found: in the requeue and reassign
-modes those entries were reported ``skipped`` as acked by someone else, status ok and no
-warning, while Redis showed them requeued / reassigned by the run. Held: a dead-letter stream
-shared by two sources with the same entry IDs and another run's letters of them; the
-requeue and reassign re-reads on every server (Redis 6.2, 7.0, 8.0, 8.6, Valkey 8.1, 9.1);
-a dead-letter stream trimmed or deleted by another client between the lost reply and the
-re-read (the moved entries reported uncertain, never acked elsewhere or dead-lettered
-without their letter). Found: uncertain entries were told only in a summary warning and a
-log line (status ok, exit 0; in the metrics lumped into ``run_entries{action="skipped"}``
-with the entries live consumers acked): no alert could tell them apart. Now counted in the
-summary's ``uncertain`` and the ``run_uncertain_entries`` gauge."""
+line (in-process), checked in Redis (XRANGE, XPENDING).
+
+Found: in the requeue and reassign modes those entries were reported ``skipped`` as acked
+by someone else, status ok and no warning, while Redis showed them requeued / reassigned by
+the run. Found: an entry of the call taken meanwhile by a consumer whose name is not UTF-8
+made the re-read fail (UnicodeDecodeError); the task was retried and every entry of the
+call was reported ``skipped`` as acked elsewhere, exit 0, the moved ones too. Found:
+uncertain entries were told only in a summary warning and a log line (status ok, exit 0; in
+the metrics lumped into ``run_entries{action="skipped"}`` with the entries live consumers
+acked): no alert could tell them apart. Now counted in the summary's ``uncertain`` and the
+``run_uncertain_entries`` gauge.
+
+Held: a dead-letter stream shared by two sources with the same entry IDs and another run's
+letters of them; the requeue and reassign re-reads on every server (Redis 6.2, 7.0, 8.0,
+8.6, Valkey 8.1, 9.1); a dead-letter stream trimmed or deleted by another client between
+the lost reply and the re-read (the moved entries reported uncertain, never acked elsewhere
+or dead-lettered without their letter)."""
 
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from recovery.report.summary import RunSummary
 from recovery.schemas import UNCERTAIN_REASON_PREFIX
 from recovery.settings.model import load_settings
 from recovery.testing.backlog import make_stuck
+from tests.support.acting_proxy import ActingProxy
 from tests.support.backlogs import DEAD, HOUR_MS
 from tests.support.fault_tools import GROUP, JobResult, job_args, report_rows, run_in_process
 from tests.support.invariants import pel
@@ -186,3 +193,40 @@ def test_letters_trimmed_before_the_reread_leave_their_entries_uncertain(spark, 
             assert uncertain_and_warned(row, result) if kind == "poison" else \
                 row["action"] == "requeued", row
         assert counted_uncertain(list(rows.values()), result) == 3
+
+
+@pytest.mark.parametrize(("script", "kind"), [("requeue", {"ok": (3, 1)}),
+                                              ("dead_letter", {"poison": (3, 9)})])
+def test_a_lost_reply_reread_reads_an_owner_whose_name_is_not_utf8(spark, tmp_path, script,
+                                                                   kind):
+    """Just before the call (``ActingProxy``, in front of the ``ReplyDropper``) a consumer
+    named ``\\xff\\xfe`` takes one of its entries; the call's reply is lost. The re-read
+    finds that entry pending for it (left alone, still its) and the others moved by the
+    lost call: requeued or uncertain, dead-lettered with the letter's ID."""
+    with start_server("redis") as server:
+        client = server.client()
+        taken, *moved = sorted(k[2] for k in stuck(client, "bn", kind))
+        sha = client.script_load(scripts._source(script)).encode()
+        dropper = ReplyDropper(server.port, sha)
+        acting = ActingProxy(dropper.port, [sha],
+                             [("XCLAIM", "bn", GROUP, b"\xff\xfe", 0, taken)])
+        try:
+            result = run_in_process(spark, job_args(acting.url(), tmp_path, ["bn"],
+                                                    "reprocess.mode=requeue", run_id="bin"))
+        finally:
+            acting.close()
+            dropper.close()
+        assert (acting.acted, dropper.dropped) == (1, 1), "the faults did not happen"
+        assert result.code == 0, result.stderr[-3000:]
+        [row] = client.xpending_range("bn", GROUP, "-", "+", 10)
+        assert (row["message_id"].decode(), row["consumer"]) == (taken, b"\xff\xfe")
+        rows = {r["id"]: r for r in report_rows(spark, tmp_path, "bin") or []}
+        assert set(rows) == {taken, *moved}
+        assert rows[taken]["action"] == "skipped"
+        assert rows[taken]["reason"].startswith("no longer pending for the job's consumer")
+        letters = {f[b"x-original-id"].decode(): i.decode()
+                   for i, f in client.xrange("{bn}:dlq")} if script == "dead_letter" else {}
+        for entry_id in moved:
+            row = rows[entry_id]
+            assert (row["action"], row["dead_letter_id"]) == ("dead_lettered", letters[entry_id]) \
+                if letters else uncertain_and_warned(row, result), row
