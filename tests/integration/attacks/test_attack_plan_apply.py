@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 from redis import Redis
 
+from recovery.redis_io.dlq_names import refused_requeue_reason
+from recovery.redis_io.error_codes import TargetRefused
 from tests.support.fault_tools import GROUP, job_args, planned, report_rows, run_in_process
 from tests.support.invariants import pel
 from tests.support.reprocess_tools import copies, stuck
@@ -135,3 +137,35 @@ def test_an_applied_requeue_plan_whose_tasks_fail_after_their_writes_requeues_ea
         rows = report_rows(spark, tmp_path, "retried") or []
         assert len(rows) == len({r["id"] for r in rows}) == 70
         assert {r["action"] for r in rows} <= {"requeued", "dead_lettered", "skipped"}
+
+
+def test_a_retry_stream_that_holds_dead_letters_is_refused_planned_applied_and_plain(
+        spark, redis_server, tmp_path):
+    """Found: ``{s}:r``, a stream of dead letters (a suffix the job used before), named by
+    ``reprocess.requeue_stream``: the requeue script checked only the target's type, so a
+    run (plain or applying a plan) appended s's copies after the letters, exit 0, status ok,
+    and the dry run planned it without a word. Now: the dry run lists the unit as a real
+    run would skip it, and the script refuses the target (nothing written or acked, status
+    partial) in a plan's apply (stream s) and a plain run (stream t) alike."""
+    client: Redis = redis_server.client()
+    for stream in ("s", "t"):
+        stuck(client, stream, {"ok": (2, 1)})
+        for n in range(2):
+            client.xadd(f"{{{stream}}}:r", {
+                "payload": str(n), "x-original-stream": stream, "x-original-group": "g",
+                "x-original-id": f"1-{n}", "x-death-reason": "max-deliveries-exceeded",
+                "x-run-id": "old"})
+    settings = ("reprocess.mode=requeue", "reprocess.requeue_stream={stream}:r")
+    dry = run_in_process(spark, [*job_args(redis_server.url, tmp_path, ["s"], *settings),
+                                 "--dry-run"])
+    assert dry.code == 0, dry.stderr[-2000:]
+    assert [s["reason"] for s in dry.summary["skipped"] if s["group"] == "g"] == \
+        [refused_requeue_reason("{s}:r", TargetRefused("stream", "it holds dead letters"))]
+
+    for stream, plan in (("s", ["--plan", dry.summary["report_path"]]), ("t", [])):
+        result = run_in_process(spark, [*job_args(redis_server.url, tmp_path, [stream],
+                                                  *settings), *plan])
+        assert result.code == 0 and result.summary["status"] == "partial", result.summary
+        assert any("holds dead letters" in s["reason"] for s in result.summary["skipped"])
+        assert client.xpending(stream, "g")["pending"] == 2 and client.xlen(stream) == 2
+        assert client.xlen(f"{{{stream}}}:r") == 2

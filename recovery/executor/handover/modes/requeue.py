@@ -32,8 +32,13 @@ from recovery.executor.handover.resent import (
 )
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams
-from recovery.redis_io.commands import key_types, stream_groups
-from recovery.redis_io.dlq_names import DeadLetterNames, refused_requeue_reason, requeue_key
+from recovery.redis_io.commands import key_types, oldest_entries, stream_groups
+from recovery.redis_io.dlq_names import (
+    DeadLetterNames,
+    is_letter,
+    refused_requeue_reason,
+    requeue_key,
+)
 from recovery.redis_io.error_codes import TargetRefused
 from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.round_trips import ScriptCall
@@ -118,22 +123,28 @@ class RequeueMode(ReprocessMode):
 
     def refused_targets(self, client: redis.Redis, units: Pairs, options: ModeOptions
                         ) -> list[Skipped]:
-        """The units whose retry stream is a key of another type (the requeue script
-        refuses it; one TYPE per distinct target, pipelined). A source as its own target
-        is never refused here: discovery read it as a stream."""
+        """The units whose retry stream is a key of another type or a stream of dead
+        letters (the requeue script refuses both; one TYPE per distinct target, then one
+        XRANGE ... COUNT 1 per stream among them, pipelined). A source as its own target is
+        never refused here: discovery read it as a stream."""
         template = options["requeue_stream"]
         if template is None:
             return []
-        targets = dict(_targets(units, template))
+        targets = {unit: key for unit, key in _targets(units, template) if key != unit[0]}
         distinct = list(dict.fromkeys(targets.values()))
-        kinds = dict(zip(distinct, key_types(client, distinct), strict=True))
+        kinds = {key: shown(kind) if isinstance(kind, bytes | str) else None for key, kind
+                 in zip(distinct, key_types(client, distinct), strict=True)}
+        streams = [key for key in distinct if kinds[key] == "stream"]
+        lettered = {key for key, reply in zip(streams, oldest_entries(client, streams),
+                                              strict=True)
+                    if isinstance(reply, list) and reply and is_letter(reply[0][1][::2])}
         refused = []
         for (stream, group), key in targets.items():
             kind = kinds[key]
-            kind = kind.decode() if isinstance(kind, bytes) else kind
-            if isinstance(kind, str) and kind not in ("stream", "none") and key != stream:
+            why = "it holds dead letters" if key in lettered else "it is no stream"
+            if kind is not None and (key in lettered or kind not in ("stream", "none")):
                 refused.append(Skipped(stream, group, refused_requeue_reason(
-                    key, TargetRefused(kind, "it is no stream"))))
+                    key, TargetRefused(kind, why))))
         return refused
 
     def hand_over(self, client: redis.Redis, params: JobParams, rb: RoutedBatch,
