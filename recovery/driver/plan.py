@@ -219,6 +219,7 @@ def plan_units(spark: SparkSession, conn: RedisConn, settings: Settings, plan_di
     for stream, reply in zip(streams, replies, strict=True):
         try:
             settings.dead_letter.names.check_source(stream)
+            mode_of(settings.reprocess.mode).check_source(stream, settings.reprocess.options())
             rows = info_rows(conn.checked(reply, stream))  # type: ignore[arg-type]
             names = [g["name"] for g in rows]
             lags = {g["name"]: None if g.get("lag") is None else int(g["lag"])  # type: ignore[call-overload]

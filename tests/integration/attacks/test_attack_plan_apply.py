@@ -169,3 +169,36 @@ def test_a_retry_stream_that_holds_dead_letters_is_refused_planned_applied_and_p
         assert any("holds dead letters" in s["reason"] for s in result.summary["skipped"])
         assert client.xpending(stream, "g")["pending"] == 2 and client.xlen(stream) == 2
         assert client.xlen(f"{{{stream}}}:r") == 2
+
+
+def test_a_stream_no_retry_stream_can_be_named_for_is_skipped_planned_applied_and_plain(
+        spark, redis_server, tmp_path):
+    """Found: ``a}b`` (a ``}`` but no hash tag) with ``dead_letter.stream`` set, so its
+    dead-letter name exists, and ``reprocess.requeue_stream``, which has no name for it: the
+    run claimed its entries, dead-lettered its poison entry, then every attempt of the task
+    failed naming the retry stream (DeadLetterNameError), and the run ended with exit 2, its
+    entries left on the job's consumer, the other stream unprocessed. Now: ``a}b`` is
+    skipped before anything is claimed (its entries stay with their owner), in a plain run
+    and in a plan made without a retry stream and applied with one; the other stream is
+    requeued."""
+    client: Redis = redis_server.client()
+    streams = ["a}b", "n"]
+    for stream in streams:
+        stuck(client, stream, {"ok": (2, 1), "poison": (1, 9)})
+    named = ("reprocess.mode=requeue", "dead_letter.stream={stream}:dlq")
+    plan = planned(spark, redis_server.url, tmp_path, streams, *named)
+    retry = (*named, "reprocess.requeue_stream={stream}:r")
+
+    for run in (plan, []):
+        result = run_in_process(spark, [*job_args(redis_server.url, tmp_path, streams, *retry),
+                                        *run])
+        assert result.code == 0, result.stderr[-2000:]
+        [skip] = [s for s in result.summary["skipped"] if s["stream"] == "a}b"]
+        assert "reprocess.requeue_stream" in skip["reason"], skip
+        assert result.summary["status"] == "partial"
+        pending = client.xpending("a}b", "g")
+        assert pending["pending"] == 3 and pending["consumers"] == [
+            {"name": b"worker-dead", "pending": 3}]
+        assert client.exists("a}b:dlq") == 0
+    assert client.xpending("n", "g")["pending"] == 0
+    assert client.xlen("{n}:r") == 2 and client.xlen("n:dlq") == 1

@@ -14,6 +14,8 @@ job calls for it, in the manner of rq's worker classes (each variant overrides a
 - ``stays_pending``: whether an entry it re-processed stays pending, on another consumer of
   its group (the last PEL read of a unit's health histogram skips it:
   ``recovery.executor.claim.left_counts``);
+- ``check_source``: on the driver, before anything is claimed, skip a stream it has no
+  name for (DeadLetterNameError, a ``skipped`` row; the rest of the run goes on);
 - ``check_stream``: on the driver, before anything is claimed, refuse a stream it cannot
   re-process (ConfigError, exit 2);
 - ``check_units`` / ``check_targets``: on the driver, once every unit to claim from is
@@ -61,6 +63,12 @@ class ReprocessMode(ABC):
     scripts: ClassVar[tuple[str, ...]] = ()
     calls_handler: ClassVar[bool] = False
     stays_pending: ClassVar[bool] = False
+
+    def check_source(self, stream: str, options: ModeOptions) -> None:
+        """On the driver (discovery, a plan's streams): raise DeadLetterNameError when this
+        mode, with its settings `options`, can name no key it writes for `stream`: the
+        stream is then skipped with that reason, nothing of it claimed. By default none."""
+        return None
 
     def check_stream(self, stream: str, groups: Sequence[str], options: ModeOptions
                      ) -> None:

@@ -61,6 +61,21 @@ class RequeueMode(ReprocessMode):
     report_columns = ("requeued_id",)
     scripts = ("requeue",)
 
+    def check_source(self, stream: str, options: ModeOptions) -> None:
+        """Raise DeadLetterNameError when no retry stream (``reprocess.requeue_stream``) of
+        `stream` can share its hash slot (a ``}`` but no hash tag, e.g. ``a}b``): the
+        executor could not name where its copies go."""
+        template = options["requeue_stream"]
+        if template is None:
+            return
+        try:
+            requeue_key(stream, "", template)
+        except DeadLetterNameError as exc:
+            raise DeadLetterNameError(
+                f"reprocess.requeue_stream {template!r} names no retry stream for {stream!r} "
+                f"({exc}): its entries are left alone; rename the stream or give it a "
+                "{tag}, or use reprocess.mode = handler") from None
+
     def check_stream(self, stream: str, groups: Sequence[str], options: ModeOptions
                      ) -> None:
         """Refuse a requeue whose copies every other group of the stream would read again:
