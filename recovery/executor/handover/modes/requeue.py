@@ -96,11 +96,20 @@ class RequeueMode(ReprocessMode):
                     ) -> None:
         """Raise DeadLetterNameError when a unit's dead-letter stream is the retry stream
         (``reprocess.requeue_stream``) of a unit: requeued copies and dead letters would
-        share it."""
+        share it; or when two units' retry streams are one key (``a`` and ``{a}`` both name
+        ``{a}:retry:g``): the copies of both would mix, and a copy does not say its source."""
         template = options["requeue_stream"]
         if template is None:
             return
-        targets = {key: unit for unit, key in _targets(units, template)}
+        targets: dict[str, tuple[str, str]] = {}
+        for unit, key in _targets(units, template):
+            other = targets.setdefault(key, unit)
+            if other != unit:
+                raise DeadLetterNameError(
+                    f"reprocess.requeue_stream {template!r} names {key!r} for both "
+                    f"{other[0]} / {other[1]} and {unit[0]} / {unit[1]}: their requeued "
+                    "copies would mix, and a copy does not say its source; rename one "
+                    "stream or select only one of them")
         for stream, group in units:
             key = None
             with contextlib.suppress(DeadLetterNameError):  # such a source is skipped later
