@@ -101,15 +101,7 @@ class RequeueMode(ReprocessMode):
         template = options["requeue_stream"]
         if template is None:
             return
-        targets: dict[str, tuple[str, str]] = {}
-        for unit, key in _targets(units, template):
-            other = targets.setdefault(key, unit)
-            if other != unit:
-                raise DeadLetterNameError(
-                    f"reprocess.requeue_stream {template!r} names {key!r} for both "
-                    f"{other[0]} / {other[1]} and {unit[0]} / {unit[1]}: their requeued "
-                    "copies would mix, and a copy does not say its source; rename one "
-                    "stream or select only one of them")
+        targets = _one_unit_per_target(units, template)
         for stream, group in units:
             key = None
             with contextlib.suppress(DeadLetterNameError):  # such a source is skipped later
@@ -203,6 +195,21 @@ class RequeueMode(ReprocessMode):
             elif not left_alone(rb, i, status):
                 copy_id, deleted = moved_and_deleted(status)
                 rb.set(i, Action.REQUEUED, outcome=copy_id, entry_deleted=deleted)
+
+
+def _one_unit_per_target(units: Pairs, template: str) -> dict[str, tuple[str, str]]:
+    """{retry stream: its unit}; raises DeadLetterNameError when `template` names one key
+    for two units."""
+    targets: dict[str, tuple[str, str]] = {}
+    for unit, target in _targets(units, template):
+        other = targets.setdefault(target, unit)
+        if other != unit:
+            raise DeadLetterNameError(
+                f"reprocess.requeue_stream {template!r} names {target!r} for both "
+                f"{other[0]} / {other[1]} and {unit[0]} / {unit[1]}: their requeued copies "
+                "would mix, and a copy does not say its source; rename one stream or "
+                "select only one of them")
+    return targets
 
 
 def _targets(units: Pairs, template: str) -> list[tuple[tuple[str, str], str]]:
