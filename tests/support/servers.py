@@ -15,9 +15,10 @@ from redis import Redis
 from recovery.redis_io.features import ServerFeatures, probe_features
 from recovery.testing.local_redis import LocalServer, server_binary
 
-# The servers every per-server test runs on (the `server` fixture), by the flavors of
+# The servers a test asking for `server` runs on (the fixture's), by the flavors of
 # recovery.testing.local_redis.server_binary: Redis 7.0 (Debian), Valkey 8.1 and Redis 6.2,
-# the oldest (README "Servers supported").
+# the oldest (README "Servers supported"); a test marked below runs on the servers its mark
+# names: more (ON_NEWEST_TOO) or fewer (ON_REDIS_VERSIONS, ON_ONE_SERVER).
 FLAVORS = ("redis", "valkey", "redis62")
 # The newest servers, Redis 8.0, Valkey 9.1 and Redis 8.6 from Debian's packages (`make
 # servers`), for a focused set only (the reply-shape tests of tests/unit/testing/test_servers.py, a
