@@ -250,7 +250,13 @@ def refused_reason(dlq: str, refused: TargetRefused) -> str:
 
 def refused_requeue_reason(target: str, refused: TargetRefused) -> str:
     """The report reason (and the summary's skipped row) of an entry whose requeue target
-    the requeue script refused: a key of another type; nothing written, it stays pending."""
+    the requeue script refused: a key of another type, or a stream of dead letters (its
+    oldest entry carries the metadata block); nothing written, it stays pending."""
+    if refused.kind == "stream":
+        return (f"{REQUEUE_REFUSED}{target!r} holds dead letters (its oldest entry carries "
+                "the dead-letter metadata); nothing was written and the entries stay "
+                "pending: set reprocess.requeue_stream to a name of the job's own, or move "
+                "those letters away (jobs/redrive.py)")
     return (f"{REQUEUE_REFUSED}{target!r} is a {refused.kind}, not a stream; nothing was "
             "written and the entries stay pending: delete or rename that key, or set "
             "reprocess.requeue_stream to a name of the job's own")
