@@ -38,9 +38,9 @@ _HOMES = {
     "read_run": "recovery.report.run_report",
     "ACTIONS": "recovery.executor.handover.modes",
     "PLAN_ACTIONS": "recovery.executor.handover.modes",
-    "Action": "recovery.schemas",
-    "DeathReason": "recovery.schemas",
-    "Mode": "recovery.schemas",
+    "Action": "recovery.vocabulary",
+    "DeathReason": "recovery.vocabulary",
+    "Mode": "recovery.vocabulary",
     "REPORT": "recovery.schemas",
     # dead letters as data
     "read_dead_letters": "recovery.dead_letters.run",
@@ -49,7 +49,7 @@ _HOMES = {
     "health_trend": "recovery.dead_letters.trend",
     "DeadLetterSummary": "recovery.dead_letters.report",
     "run_redrive": "recovery.redrive.run",
-    "RedriveSummary": "recovery.redrive.run",
+    "RedriveSummary": "recovery.redrive.report",
     "DEAD_LETTER": "recovery.schemas",
     # the handler contract
     "Message": "recovery.handlers",
@@ -118,18 +118,14 @@ if TYPE_CHECKING:
     )
     from recovery.executor.handover.modes import ACTIONS, PLAN_ACTIONS
     from recovery.handlers import Message, Result
-    from recovery.redrive.run import RedriveSummary, run_redrive
+    from recovery.redrive.report import RedriveSummary
+    from recovery.redrive.run import run_redrive
     from recovery.report.run_report import read_run
     from recovery.report.summary import RunSummary, format_table
-    from recovery.schemas import (
-        DEAD_LETTER,
-        REPORT,
-        Action,
-        DeathReason,
-        Mode,
-    )
+    from recovery.schemas import DEAD_LETTER, REPORT
     from recovery.settings.model import Settings, load_settings
     from recovery.spark.local import local_session
+    from recovery.vocabulary import Action, DeathReason, Mode
 
 
 def __getattr__(name: str) -> Any:

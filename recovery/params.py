@@ -79,7 +79,7 @@ class JobParams:
     # handler.dead_letter_exceptions: exception classes, package.module.ClassName, that mean
     # Result.dead_letter for the message that raised them (recovery.handlers.load_exceptions).
     handler_dead_letter_exceptions: tuple[str, ...] = ()
-    reprocess_mode: str = "handler"  # a schemas.Mode value (recovery.settings.reprocess)
+    reprocess_mode: str = "handler"  # a vocabulary.Mode value (recovery.settings.reprocess)
     # That mode's own settings (key, value), e.g. ("requeue_stream", None): ``mode_option``.
     mode_options: tuple[tuple[str, Any], ...] = ()
     dlq_stream: str | None = None  # the dead-letter stream's template; None: the slot rule

@@ -1,4 +1,6 @@
-"""Spark schemas of every DataFrame the job builds, with nullability stated.
+"""Spark schemas of every DataFrame the job builds, with nullability stated (and, re-exported
+from ``recovery.vocabulary``, the Enums and constants of its columns: ``Action``, ``Route``,
+``DeathReason``, ``Mode``, ...).
 
 IDs are strings ``"<ms>-<seq>"``; field names and values are binary and survive byte for
 byte; times are milliseconds (``idle_ms``) or epoch milliseconds.
@@ -7,7 +9,6 @@ byte; times are milliseconds (``idle_ms``) or epoch milliseconds.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from enum import StrEnum
 from typing import Any, NamedTuple, TypeVar
 
 import pyarrow as pa
@@ -23,6 +24,13 @@ from pyspark.sql.types import (
     StructField,
     StructType,
 )
+
+from recovery.vocabulary import CARRIED_DELIVERIES as CARRIED_DELIVERIES
+from recovery.vocabulary import UNCERTAIN_REASON_PREFIX as UNCERTAIN_REASON_PREFIX
+from recovery.vocabulary import Action as Action
+from recovery.vocabulary import DeathReason as DeathReason
+from recovery.vocabulary import Mode as Mode
+from recovery.vocabulary import Route as Route
 
 STREAM = StructField("stream", StringType(), False)
 GROUP = StructField("group", StringType(), False)
@@ -252,76 +260,6 @@ def report_rows(rows: Sequence[ReportRow]) -> pa.RecordBatch:
     """A REPORT batch of `rows`, in order."""
     values = list(zip(*rows, strict=True)) if rows else [()] * len(ReportRow._fields)
     return report_batch(dict(zip(ReportRow._fields, values, strict=True)))
-
-
-class Route(StrEnum):
-    """Where a claimed entry goes (``recovery.executor.handover.routed.route``)."""
-
-    HANDLE = "handle"  # re-processed: by the handler, requeued or reassigned
-    DEAD_LETTER = "dead_letter"
-    DELETED = "deleted"  # deleted upstream: reported, its PEL slot cleared
-    GONE = "gone"  # no longer the job's
-
-
-class Action(StrEnum):
-    """What happened to an entry (REPORT.action): a run's actions, then a dry run's."""
-
-    REPROCESSED = "reprocessed"
-    DEAD_LETTERED = "dead_lettered"
-    FAILED = "failed"
-    DELETED = "deleted"
-    SKIPPED = "skipped"
-    REQUEUED = "requeued"
-    REASSIGNED = "reassigned"
-    # Per-key order (order.key_field): left pending behind an older entry of its key that
-    # failed, or is pending elsewhere (its reason names that entry's ID).
-    HELD = "held"
-    WOULD_REPROCESS = "would_reprocess"
-    WOULD_DEAD_LETTER = "would_dead_letter"
-    WOULD_REQUEUE = "would_requeue"
-    WOULD_REASSIGN = "would_reassign"
-    # A dry run's per-key order (order.dead_letter_releases = false): after an entry of its
-    # key that is held already, or that the run would dead-letter (its reason names it).
-    WOULD_HOLD = "would_hold"
-
-
-
-
-# The reason of a `skipped` row whose dead-letter move the job cannot tell from another
-# consumer's ack (its call was sent again after a lost reply: recovery.executor.handover.resent)
-# starts so; the run's summary warns of them (recovery.report.signatures.uncertain_warning).
-UNCERTAIN_REASON_PREFIX = "uncertain: "
-
-
-class DeathReason(StrEnum):
-    """Why an entry was dead-lettered (its ``x-death-reason``)."""
-
-    OVER_LIMIT = "max-deliveries-exceeded"
-    FAILED_AT_LIMIT = "handler-failed-at-limit"
-    REJECTED = "handler-rejected"  # the handler's Result.dead_letter: never retried
-    # A delivery count at the largest 64-bit integer: Redis 8.8's XNACK ... FATAL (or a
-    # counter that wrapped), never retried.
-    MAX_COUNT = "delivery-count-at-maximum"
-    # Per-key order with order.missing_key = dead_letter: an entry without the key field.
-    NO_ORDER_KEY = "order-key-missing"
-
-
-class Mode(StrEnum):
-    """How entries that are not dead-lettered are re-processed (``reprocess.mode``): the
-    values the settings accept, the first the default. A mode is registered here, once;
-    its object, with every hook the job calls for it (its actions, report columns, checks,
-    executor step), is ``MODE`` in the module of that name in
-    ``recovery/executor/handover/modes/``, which also makes the summary's action columns
-    (``ACTIONS``, ``PLAN_ACTIONS``); its settings, where it has keys of its own, are its
-    class in ``recovery.settings.reprocess``."""
-
-    HANDLER = "handler"
-    REQUEUE = "requeue"
-    REASSIGN = "reassign"
-
-# The field a requeued copy carries: how often the original was delivered to the
-# application before (its PEL count without the job's claim, plus what it carried itself).
-CARRIED_DELIVERIES = b"x-recovery-deliveries"
 
 
 # Dead-letter streams, read (recovery/dead_letters/): one row per DLQ key to read, in its part.

@@ -148,6 +148,17 @@ def make_settings(server: LocalServer, tmp_path: Path) -> Callable[..., Settings
 
 
 @pytest.fixture
+def small_batches(spark: SparkSession) -> Iterator[None]:
+    """Apply works in Arrow batches of 20 rows, so a run has many steps to fail between."""
+    from tests.support.fault_checks import SMALL_BATCHES
+
+    key, value = SMALL_BATCHES.split("=")
+    spark.conf.set(key, value)
+    yield
+    spark.conf.unset(key)
+
+
+@pytest.fixture
 def faults() -> Iterator[Callable[[str], None]]:
     """Ask executors to fail: ``faults("claim 2 0")`` fails claim step 2 of attempt 0. A test
     in which an asked fault never fired fails at teardown: it did not test its fault."""

@@ -39,13 +39,14 @@ from recovery.cli.precheck import (
 )
 from recovery.cli.routes import ROUTES
 from recovery.jobs.job_options import BadArguments
+from recovery.spark.properties import C1_ONLY, CONSOLE_PROGRESS, DRIVER_JAVA_OPTIONS
 
 RUNS_HERE = ("dry-run", "apply", "redrive", "dead-letters")
 # The local session's launch (PySpark runs spark-submit for the JVM with these): the master
 # spark-submit defaults to, and the driver JVM compiling with C1 only, as the demo and the
 # tests run (docs/PERFORMANCE.md, "JVM and start-up": short local runs end sooner).
 LOCAL_MASTER = "local[*]"
-DRIVER_JVM = "spark.driver.extraJavaOptions"
+DRIVER_JVM = DRIVER_JAVA_OPTIONS
 # What spark-submit's PythonRunner gives the driver it starts: here, inherited from another
 # process's driver (a PySpark task that started this command), never this run's.
 GATEWAY_VARIABLES = ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET")
@@ -132,9 +133,6 @@ def _launch_options(master: str | None) -> None:
     if master is None:
         master = spark_conf([], "spark.master") or os.environ.get("MASTER") or LOCAL_MASTER
     launch = ["--master", master]
-    from recovery.spark.local import C1_ONLY
-    from recovery.spark.session import CONSOLE_PROGRESS
-
     # PySpark's launch is a shell's (``pyspark-shell``), whose progress bar is on by default:
     # off, as the job's defaults have it under spark-submit, where the files leave it unset.
     for key, value in ((DRIVER_JVM, C1_ONLY), (CONSOLE_PROGRESS, "false")):

@@ -85,6 +85,7 @@ def discover(conn: RedisConn, settings: Settings, warnings: list[str] | None = N
     for stream, groups, full in streams:
         try:
             settings.dead_letter.names.check_source(stream)
+            mode.check_source(stream, settings.reprocess.options())
             check_hold_name(settings, stream)
         except DeadLetterNameError as exc:
             skipped.append(Skipped(stream, None, str(exc)))

@@ -219,6 +219,7 @@ def run(spark: SparkSession, settings: Settings, run_id: str | None = None,
                 log.warning("%s", failed_warning(params.run_id, summary.totals[Action.FAILED],
                                                  summary.failed_errors))
             if uncertain := uncertain_moves(tallies):
+                summary.uncertain = uncertain
                 summary.warnings.append(uncertain_warning(params.run_id, uncertain))
                 log.warning("%s", summary.warnings[-1])
     summary.duration_s = round(time.monotonic() - started, 3)

@@ -219,6 +219,7 @@ def plan_units(spark: SparkSession, conn: RedisConn, settings: Settings, plan_di
     for stream, reply in zip(streams, replies, strict=True):
         try:
             settings.dead_letter.names.check_source(stream)
+            mode_of(settings.reprocess.mode).check_source(stream, settings.reprocess.options())
             rows = info_rows(conn.checked(reply, stream))  # type: ignore[arg-type]
             names = [g["name"] for g in rows]
             lags = {g["name"]: None if g.get("lag") is None else int(g["lag"])  # type: ignore[call-overload]
@@ -235,9 +236,18 @@ def plan_units(spark: SparkSession, conn: RedisConn, settings: Settings, plan_di
             else:
                 skipped.append(Skipped(stream, group, "no such consumer group (deleted since "
                                        "the plan): its planned entries are left alone"))
-    mode_of(settings.reprocess.mode).check_targets(  # groups added since the plan
-        conn, [(u.stream, u.group) for u in units], settings.reprocess.options())
+    check_plan_units(conn, settings, [(u.stream, u.group) for u in units])
     return units, skipped
+
+
+def check_plan_units(conn: RedisConn, settings: Settings, pairs: list[tuple[str, str]]) -> None:
+    """The mode's refusal of the plan's (stream, group) `pairs` together, as discovery's in
+    a plain run: by their names under this run's settings (``check_units``: a plan applied
+    with another ``reprocess.requeue_stream`` or ``dead_letter.stream`` than its dry run's),
+    then by what Redis holds now (``check_targets``: groups added since the plan)."""
+    mode = mode_of(settings.reprocess.mode)
+    mode.check_units(pairs, settings.dead_letter.names, settings.reprocess.options())
+    mode.check_targets(conn, pairs, settings.reprocess.options())
 
 
 def planned_frame(spark: SparkSession, plan_dir: str, parts: list[tuple[Unit, int]],

@@ -14,19 +14,21 @@ The last line of stdout is a JSON summary.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from recovery.spark.pyspark_path import prefer_installed_pyspark
 
 prefer_installed_pyspark()  # before the first pyspark import
 
 from recovery.dead_letters.report import DeadLetterSummary  # noqa: E402
-from recovery.dead_letters.run import run_dead_letters  # noqa: E402
 from recovery.jobs.job_command import JobCommand  # noqa: E402
-from recovery.metrics.dead_letter_jobs import push_dead_letters_metrics  # noqa: E402
 from recovery.params import new_run_id  # noqa: E402
-from recovery.report.run_report import check_report_location  # noqa: E402
-from recovery.settings.model import Settings  # noqa: E402
-from recovery.targets.keys import matched_nothing, warn  # noqa: E402
+
+if TYPE_CHECKING:
+    from recovery.settings.model import Settings
+
+# The read (pyspark, pyarrow, redis-py) is imported by the step that uses it: a command line
+# refused before Spark loads none of them (as in recovery.jobs.recover).
 
 
 class DeadLettersJob(JobCommand[DeadLetterSummary]):
@@ -48,9 +50,14 @@ class DeadLettersJob(JobCommand[DeadLetterSummary]):
     dry_run_setting = "dead_letters.dry_run"
 
     def check_locally(self, settings: Settings) -> None:
+        from recovery.report.run_report import check_report_location
+
         check_report_location(settings.report.path)
 
     def execute(self, settings: Settings) -> None:
+        from recovery.dead_letters.run import run_dead_letters
+        from recovery.targets.keys import matched_nothing, warn
+
         summary = self.keep(DeadLetterSummary(self.args.run_id or new_run_id(),
                                               dry_run=settings.dead_letters.dry_run))
         run_dead_letters(self.spark(settings), settings, summary)
@@ -58,6 +65,8 @@ class DeadLettersJob(JobCommand[DeadLetterSummary]):
             warn(summary.warnings, matched_nothing(settings, "stream with a dead-letter stream"))
 
     def push_metrics(self, settings: Settings, code: int) -> None:
+        from recovery.metrics.dead_letter_jobs import push_dead_letters_metrics
+
         push_dead_letters_metrics(settings, self.summary, code, self.started_s, self.redis_up)
 
 

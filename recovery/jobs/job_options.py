@@ -11,11 +11,13 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recovery import __version__
 from recovery.errors import EXIT_BAD_INPUT, RecoveryError
-from recovery.settings.model import Settings, effective_config, load_settings
+
+if TYPE_CHECKING:  # the settings model (pydantic) is loaded with the settings, not before
+    from recovery.settings.model import Settings
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 SCHEDULER_RUN_ID_MAX = 250
@@ -74,6 +76,8 @@ def loaded_settings(args: argparse.Namespace, extra: list[str] | None = None
     """The settings `args` name (``--config``, ``--set`` and then `extra` overrides); with
     ``--print-config``, print them (:func:`recovery.settings.model.effective_config`, one
     JSON line) and return None: the entry point then stops, exit 0, before Redis or Spark."""
+    from recovery.settings.model import effective_config, load_settings
+
     settings = load_settings(args.config, [*args.overrides, *(extra or [])])
     if not args.print_config:
         return settings

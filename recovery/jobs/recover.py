@@ -18,19 +18,18 @@ from recovery.spark.pyspark_path import prefer_installed_pyspark
 prefer_installed_pyspark()  # before the first pyspark import
 
 import argparse  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
-from recovery.driver.handler_choice import check_handler  # noqa: E402
-from recovery.driver.job import run  # noqa: E402
-from recovery.driver.ordered import check_order  # noqa: E402
-from recovery.driver.plan import local_plan_refusal  # noqa: E402
 from recovery.jobs.job_command import JobCommand  # noqa: E402
 from recovery.jobs.job_options import BadArguments, OnlyOnce  # noqa: E402
-from recovery.metrics.recovery_run import push_recovery_metrics  # noqa: E402
-from recovery.redis_io.redis_conn import RedisConn  # noqa: E402
-from recovery.report.run_report import check_report_location  # noqa: E402
 from recovery.report.summary import RunSummary  # noqa: E402
-from recovery.settings.model import Settings, redis_params  # noqa: E402
-from recovery.targets.keys import check_features, check_server  # noqa: E402
+
+if TYPE_CHECKING:
+    from recovery.settings.model import Settings
+
+# The driver (pyspark, pyarrow, redis-py) is imported by the step that uses it: the installed
+# command checks a command line with this class before spark-submit, and one refused there
+# (a bad option, a bad config) or --help loads no Spark (tests/unit/cli/test_light_start.py).
 
 
 class RecoverJob(JobCommand[RunSummary]):
@@ -57,6 +56,8 @@ class RecoverJob(JobCommand[RunSummary]):
     def check_locally(self, settings: Settings) -> None:
         """--plan with --dry-run, the order settings, then :func:`local_preflight` (a dry
         run's missing handler warns in the run, not in :meth:`check`)."""
+        from recovery.driver.ordered import check_order
+
         if self.args.plan is not None and self.args.dry_run:
             raise BadArguments("--plan and --dry-run exclude each other: a plan is applied "
                                "by a real run; drop one of them")
@@ -69,6 +70,8 @@ class RecoverJob(JobCommand[RunSummary]):
         self.redis_up = 1  # the checks read the server
 
     def execute(self, settings: Settings) -> None:
+        from recovery.driver.job import run
+
         args = self.args
         summary = self.keep(run(self.spark(settings), settings, args.run_id,
                                 dry_run=args.dry_run, plan=args.plan,
@@ -78,6 +81,8 @@ class RecoverJob(JobCommand[RunSummary]):
         summary.check_failure_threshold(settings.handler.max_failed_ratio)
 
     def push_metrics(self, settings: Settings, code: int) -> None:
+        from recovery.metrics.recovery_run import push_recovery_metrics
+
         push_recovery_metrics(settings, self.summary, code, self.started_s, self.args.dry_run,
                               self.args.plan is not None, self.redis_up)
 
@@ -95,6 +100,11 @@ def preflight(settings: Settings, plan: str | None = None, dry_run: bool = False
 def server_preflight(settings: Settings, plan: str | None = None) -> None:
     """Redis must answer (reachable, login accepted, version 6.2 or newer, the features the
     settings need) and a `plan` in a local directory must have been made on this server."""
+    from recovery.driver.plan import local_plan_refusal
+    from recovery.redis_io.redis_conn import RedisConn
+    from recovery.settings.model import redis_params
+    from recovery.targets.keys import check_features, check_server
+
     with RedisConn.open(redis_params(settings)) as conn:
         check_server(conn)
         check_features(conn, settings)
@@ -109,6 +119,10 @@ def local_preflight(settings: Settings, plan: str | None = None, dry_run: bool =
     handler, the handler named must import, the local report directory must be writable, and
     a `plan` in a local directory must be a manifest whose terms allow this run. `warn`: see
     :func:`preflight` (the check before spark-submit leaves the WARNING to the job)."""
+    from recovery.driver.handler_choice import check_handler
+    from recovery.driver.plan import local_plan_refusal
+    from recovery.report.run_report import check_report_location
+
     if settings.handler.path is not None or not dry_run or warn:
         check_handler(settings, dry_run)  # a dry run without one: a WARNING, if `warn`
     check_report_location(settings.report.path)

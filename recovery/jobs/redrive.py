@@ -16,13 +16,17 @@ import os
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from recovery.jobs.job_command import JobCommand
-from recovery.metrics.dead_letter_jobs import push_redrive_metrics
 from recovery.params import new_run_id
-from recovery.redrive.run import RedriveSummary, id_range, run_redrive
-from recovery.settings.model import Settings
-from recovery.targets.keys import matched_nothing, warn
+from recovery.redrive.report import RedriveSummary
+
+if TYPE_CHECKING:
+    from recovery.settings.model import Settings
+
+# The redrive (redis-py, the settings model) is imported by the step that uses it: a command
+# line refused before it loads neither (as in recovery.jobs.recover).
 
 FILTERS = ("groups", "reasons", "from_id", "to_id", "since", "until")
 PARENT_POLL_S = 0.5  # how often the driver looks whether spark-submit's JVM still runs
@@ -46,10 +50,15 @@ class RedriveJob(JobCommand[RedriveSummary]):
     dry_run_setting = "redrive.dry_run"
 
     def check_locally(self, settings: Settings) -> None:
+        from recovery.redrive.run import id_range
+
         id_range(settings.redrive)  # an empty range is a config error: exit 2 before anything
 
     def execute(self, settings: Settings) -> None:
         """The redrive, inside Redis: no Spark of its own (:func:`register_with_cluster`)."""
+        from recovery.redrive.run import run_redrive
+        from recovery.targets.keys import warn
+
         register_with_cluster(self.app_name)
         summary = self.keep(RedriveSummary(self.args.run_id or new_run_id()))
         run_redrive(settings, summary)
@@ -57,6 +66,8 @@ class RedriveJob(JobCommand[RedriveSummary]):
             warn(summary.warnings, message)
 
     def push_metrics(self, settings: Settings, code: int) -> None:
+        from recovery.metrics.dead_letter_jobs import push_redrive_metrics
+
         push_redrive_metrics(settings, self.summary, code, self.started_s, self.redis_up)
 
 
@@ -64,6 +75,8 @@ def redrive_warnings(settings: Settings, summary: RedriveSummary) -> list[str]:
     """Why a finished redrive matched nothing, where a typo is the likely cause: no selected
     stream has a dead-letter stream; a named stream's dead-letter stream is missing or
     empty; the ``[redrive]`` filters matched none of the dead letters examined."""
+    from recovery.targets.keys import matched_nothing
+
     if summary.totals["matched"] or summary.status != "ok":
         return []
     if not summary.units:

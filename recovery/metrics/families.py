@@ -48,6 +48,7 @@ class RunFacts:
     selected: int | None = None  # (stream, group) units selected, if not those worked on
     held_keys: int = 0  # per-key order (order.key_field): keys this run held
     oldest_held_age_s: float = 0.0  # ...and the age of the oldest entry one waits behind
+    uncertain: int = 0  # entries reported skipped as uncertain (a lost reply's call re-sent)
 
 
 @dataclass
@@ -91,6 +92,9 @@ def run_registry(facts: RunFacts, max_units: int) -> CollectorRegistry:
     gauge(registry, "run_oldest_held_age_seconds", "Age (by its ID's time) of the oldest entry "
           "a key held this run waits behind (per-key order; 0 without)", (),
           [((), facts.oldest_held_age_s)])
+    gauge(registry, "run_uncertain_entries", "Entries this run reported skipped as uncertain: "
+          "a call sent again after its reply was lost, moved or acked elsewhere, unknown "
+          "(also in run_entries{action=\"skipped\"})", (), [((), facts.uncertain)])
     gauge(registry, "run_skipped_units", "Streams and groups the run skipped (missing, "
           "wrong type, refused)", (), [((), facts.skipped)])
     units = unit_series(facts)

@@ -79,7 +79,8 @@ def recovery_facts(settings: Settings, summary: RunSummary | None, exit_code: in
                     health=summary.unit_health, after=after,
                     selected=summary.selected_units,
                     held_keys=summary.held_keys or 0,
-                    oldest_held_age_s=summary.oldest_held_age_s or 0.0), pending_read
+                    oldest_held_age_s=summary.oldest_held_age_s or 0.0,
+                    uncertain=summary.uncertain), pending_read
 
 
 def read_state_after(settings: Settings, units: list[tuple[str, str]]) -> AfterRun:

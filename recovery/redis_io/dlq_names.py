@@ -20,13 +20,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from string import Formatter
-
-import redis
-from redis.cluster import RedisCluster
-from redis.crc import key_slot
+from typing import TYPE_CHECKING
 
 from recovery.errors import REQUEUE_REFUSED, TARGET_REFUSED, DeadLetterNameError
-from recovery.redis_io.error_codes import TargetRefused
+
+if TYPE_CHECKING:  # redis-py is imported where a name is checked against a slot (slot_of)
+    import redis
+
+    from recovery.redis_io.error_codes import TargetRefused
+
+
+def slot_of(key: str) -> int:
+    """The Redis Cluster hash slot of `key` (0..16383), by redis-py's own slot function,
+    imported on first use: the settings and the command line load this module, and a
+    command refused before any name is checked need not load redis-py."""
+    from redis.crc import key_slot
+
+    return key_slot(key.encode())
 
 
 def hash_tag(key: str) -> str | None:
@@ -51,7 +61,7 @@ def dead_letter_key(source: str, suffix: str) -> str:
             f"stream {source!r} has a '}}' but no hash tag, so no dead-letter name can share "
             "its hash slot: rename the stream or give it a {tag}"
         )
-    if key_slot(candidate.encode()) != key_slot(source.encode()):
+    if slot_of(candidate) != slot_of(source):
         raise DeadLetterNameError(
             f"dead-letter name {candidate!r} would not share the hash slot of {source!r}: "
             "choose another dead_letter.suffix"
@@ -143,7 +153,7 @@ class DeadLetterNames:
     def cross_slot(self, stream: str, key: str) -> str | None:
         """The refusal when `stream`'s dead-letter stream `key` is not in its Redis Cluster
         hash slot (a script over both could not run there), else None."""
-        if key_slot(key.encode()) == key_slot(stream.encode()):
+        if slot_of(key) == slot_of(stream):
             return None
         return (f"dead_letter.stream {self.template!r} names {key!r} for stream {stream!r}, "
                 "another Redis Cluster hash slot: give the name the stream's hash tag, e.g. "
@@ -214,6 +224,8 @@ def refuse_cross_slot(client: redis.Redis, names: DeadLetterNames,
     stream, dead-letter stream) of `pairs` in different hash slots, and how many more: the
     run is refused before it touches anything. A standalone server takes any names; the
     slot rule always shares the slot."""
+    from redis.cluster import RedisCluster
+
     if names.template is None or not isinstance(client, RedisCluster):
         return
     refusals = [r for s, k in dict.fromkeys(pairs) if (r := names.cross_slot(s, k)) is not None]
@@ -250,7 +262,13 @@ def refused_reason(dlq: str, refused: TargetRefused) -> str:
 
 def refused_requeue_reason(target: str, refused: TargetRefused) -> str:
     """The report reason (and the summary's skipped row) of an entry whose requeue target
-    the requeue script refused: a key of another type; nothing written, it stays pending."""
+    the requeue script refused: a key of another type, or a stream of dead letters (its
+    oldest entry carries the metadata block); nothing written, it stays pending."""
+    if refused.kind == "stream":
+        return (f"{REQUEUE_REFUSED}{target!r} holds dead letters (its oldest entry carries "
+                "the dead-letter metadata); nothing was written and the entries stay "
+                "pending: set reprocess.requeue_stream to a name of the job's own, or move "
+                "those letters away (jobs/redrive.py)")
     return (f"{REQUEUE_REFUSED}{target!r} is a {refused.kind}, not a stream; nothing was "
             "written and the entries stay pending: delete or rename that key, or set "
             "reprocess.requeue_stream to a name of the job's own")

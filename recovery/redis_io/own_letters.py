@@ -18,7 +18,7 @@ from redis.cluster import RedisCluster
 
 from recovery.redis_io.commands import entry_command
 from recovery.redis_io.round_trips import each
-from recovery.redis_io.streams import as_str
+from recovery.redis_io.streams import as_str, shown
 
 LETTER_PAGE = 200  # letters per XRANGE while looking for the run's own
 MAX_PAGES = 50  # pages read at most per dead-letter stream (then: not found, uncertain)
@@ -44,10 +44,11 @@ def pending_owners(client: redis.Redis, stream: str, group: str, ids: Collection
                    ) -> dict[str, str]:
     """{ID: the consumer it is pending for} of those of `ids` pending in `group` of `stream`
     (one ``XPENDING stream group id id 1`` each, pipelined: ``[[id, consumer, idle ms,
-    deliveries]]``); a missing stream or group: none."""
+    deliveries]]``); a missing stream or group: none. A consumer name that is not UTF-8
+    comes as ``shown`` makes it (backslash escapes): never one of the job's."""
     ids = list(ids)
     replies = each(client, [("XPENDING", stream, group, i, i, 1) for i in ids])
-    return {entry_id: as_str(reply[0][1]) for entry_id, reply in zip(ids, replies, strict=True)
+    return {entry_id: shown(reply[0][1]) for entry_id, reply in zip(ids, replies, strict=True)
             if isinstance(reply, list) and reply}
 
 

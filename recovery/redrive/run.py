@@ -17,9 +17,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from recovery.errors import ConfigError, StreamUnitError
 from recovery.executor.claim.throttle import Throttle
@@ -28,7 +27,7 @@ from recovery.redis_io.dlq_names import refuse_cross_slot
 from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.redrive import RedriveFilter, redrive_step
 from recovery.redis_io.streams import key_type
-from recovery.report.json_line import JsonLine
+from recovery.redrive.report import RedriveSummary
 from recovery.rows import RedriveUnit, Skipped
 from recovery.settings.model import Settings, executor_params
 from recovery.settings.redrive import RedriveSettings
@@ -40,33 +39,6 @@ EXAMINE_PER_MOVE = 10  # entries one script call may examine per entry it may mo
 MAX_EXAMINE = 10_000  # bound on one call's work, so the script never blocks Redis for long
 MAX_SEQ = 2**64 - 1
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-@dataclass
-class RedriveSummary(JsonLine):
-    """What one redrive did; ``matched`` counts what a dry run would move."""
-
-    run_id: str
-    # The run id of the scheduler that started this run (--scheduler-run-id, e.g. Airflow's
-    # DAG run id), in full: the run's own run_id is the short form Redis names carry.
-    scheduler_run_id: str | None = None
-    dry_run: bool = False
-    status: str = "ok"
-    totals: dict[str, int] = field(
-        default_factory=lambda: {"examined": 0, "matched": 0, "redriven": 0})
-    units: list[RedriveUnit] = field(default_factory=list)
-    skipped: list[Skipped] = field(default_factory=list)
-    duration_s: float = 0.0
-    error: str | None = None
-    exit_code: int = 0  # the entry point's exit code (recovery.errors), set as it exits
-    warnings: list[str] = field(default_factory=list)  # a selection that matched nothing
-    metrics: dict[str, Any] | None = None  # the metrics push (None: metrics off)
-
-    def add_unit(self, unit: RedriveUnit) -> None:
-        """Add one dead-letter stream's row, and its counts to the totals."""
-        self.units.append(unit)
-        for key in self.totals:
-            self.totals[key] += getattr(unit, key)
 
 
 @dataclass

@@ -71,6 +71,9 @@ class RunSummary(JsonLine):
     oldest_held_age_s: float | None = None  # by its ID's time: recovery.driver.ordered
     # Selections that matched nothing (a typo in streams.keys / streams.match), as logged.
     warnings: list[str] = field(default_factory=list)
+    # Entries reported skipped as uncertain (recovery.executor.handover.resent): a call sent
+    # again after its reply was lost, and the job cannot tell what became of them.
+    uncertain: int = 0
     # The failed entries by reason and error signature, most first (recovery.report
     # .signatures.failed_errors): {"reason", "signature", "entries", "example"} each.
     failed_errors: list[FailedErrors] = field(default_factory=list)

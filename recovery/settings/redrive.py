@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from recovery.schemas import DeathReason
 from recovery.settings.base import Section
+from recovery.vocabulary import DeathReason
 
 STREAM_ID_BOUND = r"^(-|\+|\d+(-\d+)?)$"
 

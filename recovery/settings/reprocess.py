@@ -3,8 +3,8 @@ class per ``reprocess.mode`` (a pydantic discriminated union on ``mode``).
 
 - ``ReprocessSettings``: what every mode reads (``mode``, ``delete_acked``), and the base of
   each mode's class. A mode with keys of its own subclasses it and is named in ``OWN``; a
-  mode without keys needs nothing here (``schemas.Mode`` registers every mode).
-- ``Reprocess``: the type of ``Settings.reprocess``, one member per ``schemas.Mode``,
+  mode without keys needs nothing here (``vocabulary.Mode`` registers every mode).
+- ``Reprocess``: the type of ``Settings.reprocess``, one member per ``vocabulary.Mode``,
   chosen by ``mode`` (absent: ``handler``, the default; a value no mode has: refused).
 - A key of another mode is accepted in every mode, checked by its own mode's rules and
   ignored there (a config switched between modes with ``--set reprocess.mode=...`` keeps
@@ -31,8 +31,8 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from recovery.schemas import Mode
 from recovery.settings.base import Section
+from recovery.vocabulary import Mode
 
 MODE_NAMES = tuple(mode.value for mode in Mode)
 DEFAULT = Mode.HANDLER.value

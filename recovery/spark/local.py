@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from recovery.spark.properties import C1_ONLY, CONSOLE_PROGRESS, DRIVER_JAVA_OPTIONS
 from recovery.spark.pyspark_path import with_installed_pyspark
 
-C1_ONLY = "-XX:TieredStopAtLevel=1"  # the JVM compiles with C1 only, never with C2
 LOCAL_JVM_OPTIONS = C1_ONLY
 LOCAL_CONF = {
-    "spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS,  # only read when the JVM starts
+    DRIVER_JAVA_OPTIONS: LOCAL_JVM_OPTIONS,  # only read when the JVM starts
     "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",  # no progress bar amid the job's log lines
+    CONSOLE_PROGRESS: "false",  # no progress bar amid the job's log lines
     "spark.sql.session.timeZone": "UTC",
 }
 

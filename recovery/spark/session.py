@@ -10,13 +10,15 @@ from pathlib import Path
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
-from recovery.spark.local import C1_ONLY
+from recovery.spark.properties import (
+    C1_ONLY,
+    CONSOLE_PROGRESS,
+    DRIVER_JAVA_OPTIONS,
+    EXECUTOR_JAVA_OPTIONS,
+    LOG_LEVEL,
+)
 from recovery.spark.pyspark_path import with_installed_pyspark
 
-CONSOLE_PROGRESS = "spark.ui.showConsoleProgress"
-EXECUTOR_JAVA_OPTIONS = "spark.executor.extraJavaOptions"
-DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
-LOG_LEVEL = "spark.log.level"  # Spark's own log level, set as the SparkContext starts
 LOG4J2_FILES = ("log4j2.properties", "log4j2.xml", "log4j2.yaml", "log4j2.yml", "log4j2.json")
 
 

@@ -12,8 +12,9 @@ project's: these tests run when AIRFLOW_PYTHON names that venv's interpreter. ``
 
 Each DAG run is real: the project venv's ``redis-stream-recovery`` (spark-submit, local[2])
 runs the job against a throwaway Redis; the test checks the task state, the XCom value and
-Redis itself. The Airflow side (scripts run with AIRFLOW_PYTHON, the approval through the REST
-API, the deadline callback) is in tests/support/airflow_runs.py.
+Redis itself. One Airflow process serves the whole module (:func:`airflow`: the database
+migrated and the DAG folder parsed once, each test's runs one request), one approver process
+answers the reviewed DAG's approval through the REST API: tests/support/airflow_runs.py.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,22 +32,13 @@ from redis import Redis
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.testing.backlog import add_entries, deliver, make_stuck, seed_demo_backlog
 from recovery.testing.local_redis import LocalServer
-from tests.support.airflow_runs import (
-    AIRFLOW_PYTHON,
-    ROOT,
-    airflow_finish,
-    airflow_run,
-    airflow_runs,
-    airflow_start,
-    answer_approval,
-    fire_deadline,
-)
+from tests.support.airflow_runs import AIRFLOW_PYTHON, ROOT, Approver, SharedAirflow
 from tests.support.servers import start_server
 
 pytestmark = [
     pytest.mark.airflow,
-    pytest.mark.slow,  # an Airflow process per DAG run
-    pytest.mark.xdist_group("airflow"),  # one worker: one Airflow home for the module
+    pytest.mark.slow,  # an Airflow process, and a job per DAG run
+    pytest.mark.xdist_group("airflow"),  # one worker: one Airflow process for the module
     pytest.mark.skipif(not AIRFLOW_PYTHON, reason="Airflow lives in its own venv: run `make "
                        "test`, or set AIRFLOW_PYTHON=.venv-airflow/bin/python (see the module "
                        "docstring)"),
@@ -55,9 +46,10 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """A fresh AIRFLOW_HOME with a migrated SQLite database and no connection at all (a test
-    adds one as AIRFLOW_CONN_<ID>, SPARK_CONNECTION). (No ``dags reserialize``: each
-    ``dag.test()`` writes the DAG bundle's serialised DAGs to the database itself first.)"""
+    """The environment of a fresh AIRFLOW_HOME (its SQLite database migrated by
+    :func:`airflow`) with no connection at all (a test adds one as AIRFLOW_CONN_<ID> for its
+    runs only, SPARK_CONNECTION). (No ``dags reserialize``: ``dag.test()`` writes the DAG
+    bundle's serialised DAGs to the database itself first.)"""
     home = tmp_path_factory.mktemp("airflow-home")
     venv_bin = Path(sys.executable).parent
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_CONN_")}
@@ -68,10 +60,15 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
            "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}",
            "PYSPARK_PYTHON": sys.executable}
     env.pop("RECOVERY_REDIS__PASSWORD", None)  # the connection's or none
-    airflow = str(Path(AIRFLOW_PYTHON or "").parent / "airflow")
-    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True,
-                   timeout=300)
     return env
+
+
+@pytest.fixture(scope="module")
+def airflow(airflow_env, tmp_path_factory) -> Iterator[SharedAirflow]:
+    """The one Airflow process of the module: database migrated, DAG folder parsed once."""
+    server = SharedAirflow(airflow_env, tmp_path_factory.mktemp("airflow-requests"))
+    yield server
+    server.stop()
 
 
 def write_config(tmp_path: Path, url: str) -> Path:
@@ -126,15 +123,15 @@ def dead_letters_before(dead_letters_server) -> list:
 
 
 @pytest.fixture(scope="module")
-def parsed_and_refused(airflow_env, dead_letters_server, dead_letters_before,
+def parsed_and_refused(airflow, dead_letters_server, dead_letters_before,
                        tmp_path_factory) -> dict:
-    """One Airflow process for the runs that need nothing done between them: it parses the
-    DAG folder, triggers the apply DAG with each of NO_PLAN (``runs[:3]``), then runs the
-    dead letters DAG against :func:`dead_letters_server` (``runs[3]``)."""
+    """The shared process's parse of the DAG folder, and one request for the runs that need
+    nothing done between them: the apply DAG triggered with each of NO_PLAN (``runs[:3]``),
+    then the dead letters DAG against :func:`dead_letters_server` (``runs[3]``)."""
     config = write_config(tmp_path_factory.mktemp("dead-letters"), dead_letters_server.url)
-    return airflow_runs(airflow_env, [
+    return {**airflow.parsed, "runs": airflow.runs([
         *[("redis_stream_apply_plan", conf, {}) for conf in NO_PLAN],
-        ("redis_stream_dead_letters", None, {"recovery_config": str(config)})])
+        ("redis_stream_dead_letters", None, {"recovery_config": str(config)})])}
 
 
 def test_dags_parse_with_a_timeout_on_every_task(parsed_and_refused):
@@ -155,7 +152,7 @@ def test_dags_parse_with_a_timeout_on_every_task(parsed_and_refused):
 PASSWORD = "airflow-conn-s3cret"
 
 
-def test_recovery_dag_runs_the_job_with_the_connection_password(airflow_env, redis_server,
+def test_recovery_dag_runs_the_job_with_the_connection_password(airflow, redis_server,
                                                                 tmp_path):
     """The scheduled DAG against a Redis that wants a password only the Airflow connection
     ``redis_recovery`` holds (the config file has none): the job logs in, its summary is the
@@ -168,8 +165,7 @@ def test_recovery_dag_runs_the_job_with_the_connection_password(airflow_env, red
                                                        "password": PASSWORD}),
             **SPARK_CONNECTION}
 
-    result = airflow_run({**airflow_env, **conn}, "redis_stream_recovery",
-                         recovery_config=str(config))
+    result = airflow.run("redis_stream_recovery", env=conn, recovery_config=str(config))
 
     assert result["state"] == "success", result["output"][-3000:]
     summary = result["xcom"]["recover"]
@@ -189,7 +185,7 @@ def test_recovery_dag_runs_the_job_with_the_connection_password(airflow_env, red
 
 
 def test_redrive_dag_dry_run_and_a_failing_job_calls_the_failure_notifiers(
-        airflow_env, redis_server, tmp_path):
+        airflow, redis_server, tmp_path):
     client = redis_server.client()
     client.xadd("orders", {"p": "0"})  # streams.match finds existing sources only
     for n, group in enumerate(("g", "other-team")):  # the other team's: filtered out
@@ -201,12 +197,11 @@ def test_redrive_dag_dry_run_and_a_failing_job_calls_the_failure_notifiers(
     # unset them and redrive the other team's letter too).
     config.write_text(config.read_text() + '[redrive]\ngroups = ["g"]\n')
     notified = tmp_path / "notified.jsonl"  # FAILURE_NOTIFIERS: a FileNotifier writing here
-    hooked = {**airflow_env, "NOTIFY_FILE": str(notified)}
 
-    dry, failed = airflow_runs(hooked, [  # one Airflow process, two runs of the DAG
+    dry, failed = airflow.runs([  # one request, two runs of the DAG
         ("redis_stream_redrive", None, {"recovery_config": str(config)}),
         ("redis_stream_redrive", None, {"recovery_config": str(tmp_path / "missing.toml")}),
-    ])["runs"]
+    ], notify_file=notified)
 
     assert dry["state"] == "success", dry["output"][-3000:]
     assert dry["xcom"]["redrive"]["dry_run"] is True
@@ -219,7 +214,7 @@ def test_redrive_dag_dry_run_and_a_failing_job_calls_the_failure_notifiers(
     assert "exception" in calls[0]["context_keys"]
 
 
-def test_deadline_callback_is_serialised_and_fires_the_notifier(airflow_env, tmp_path):
+def test_deadline_callback_is_serialised_and_fires_the_notifier(airflow, tmp_path):
     """DEADLINE_CALLBACK filled with a notifier (as the DAG file's comment says): both
     scheduled DAGs carry a deadline alert, serialised as Airflow stores it; the triggerer's
     CallbackTrigger run on it calls the notifier. (A missed deadline itself is the
@@ -228,7 +223,7 @@ def test_deadline_callback_is_serialised_and_fires_the_notifier(airflow_env, tmp
     folder.mkdir()
     notified = tmp_path / "deadline.jsonl"
 
-    result = fire_deadline(airflow_env, folder, notified)
+    result = airflow.deadline(folder, notified)
 
     assert result["errors"] == {}
     callback = {"path": "tests.support.airflow_notifier.FileNotifier",
@@ -269,25 +264,27 @@ def plan_backlog(client: Redis, tmp_path: Path, url: str) -> tuple[list[str], li
 
 
 @pytest.mark.timeout(600)
-def test_reviewed_recovery_dag_applies_exactly_the_approved_plan(airflow_env, redis_server,
-                                                                 tmp_path):
+def test_reviewed_recovery_dag_applies_exactly_the_approved_plan(airflow, airflow_env,
+                                                                 redis_server, tmp_path):
     """One DAG: the dry run changes nothing, the approval waits for a person (answered here
-    through Airflow's REST API) and shows the plan; after the approval the apply acks and
+    through Airflow's REST API, by one approver process that waits for the question, then
+    answers when told) and shows the plan; after the approval the apply acks and
     dead-letters exactly the planned entries, not those stuck while it waited."""
     client = redis_server.client()
     ok, poison, config = plan_backlog(client, tmp_path, redis_server.url)
 
-    run = airflow_start(airflow_env, "redis_stream_reviewed_recovery", recovery_config=config)
+    approver = Approver(airflow_env, tmp_path, "redis_stream_reviewed_recovery", "approve")
     try:
-        waiting = answer_approval(airflow_env, "redis_stream_reviewed_recovery", "approve", "-")
-        assert len(waiting["asked"]) == 1, waiting["output"][-3000:]
+        run = airflow.start([("redis_stream_reviewed_recovery", None,
+                              {"recovery_config": config})])
+        waiting = approver.asked()
+        assert len(waiting["asked"]) == 1, waiting["output"]
         assert (pel(client), client.exists("{orders}:dlq")) == (ok + poison, 0)  # dry run
         later = stuck_entries(client, 3)  # not in the plan
-        approved = answer_approval(airflow_env, "redis_stream_reviewed_recovery", "approve",
-                                   "Approve")
-        result = airflow_finish(run)
+        approved = approver.answer("Approve")
+        result = run.runs()[0]
     finally:
-        run.kill()
+        approver.close()  # an unanswered question: Reject, so the shared run ends
 
     assert approved["answer"]["status"] == 200, approved["answer"]
     assert result["state"] == "success", result["output"][-3000:]
@@ -306,7 +303,7 @@ def test_reviewed_recovery_dag_applies_exactly_the_approved_plan(airflow_env, re
 
 
 @pytest.mark.timeout(1200)  # two DAG runs, each an Airflow and a spark-submit start
-def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow_env, redis_server, tmp_path):
+def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow, redis_server, tmp_path):
     """The same by hand, in two DAGs, as shipped on a fresh Airflow home without any
     connection (spark-submit's default local master runs the job): the dry run DAG changes
     nothing and names its plan in XCom; the apply DAG, given it, acks and dead-letters exactly
@@ -319,7 +316,7 @@ def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow_env, redis_ser
     client = redis_server.client()
     ok, poison, config = plan_backlog(client, tmp_path, redis_server.url)
 
-    dry = airflow_run(airflow_env, "redis_stream_dry_run", recovery_config=config)
+    dry = airflow.run("redis_stream_dry_run", recovery_config=config)
     assert dry["state"] == "success", dry["output"][-3000:]
     plan = dry["xcom"]["dry_run"]
     assert (plan["dry_run"], nonzero(plan["totals"])) == (True, {"would_reprocess": 6,
@@ -333,8 +330,8 @@ def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow_env, redis_ser
         b"worker-1-crashed"]  # nothing claimed
     later = stuck_entries(client, 3)  # not in the plan
 
-    applied = airflow_run(airflow_env, "redis_stream_apply_plan",
-                          {"plan": plan["report_path"]}, recovery_config=config)
+    applied = airflow.run("redis_stream_apply_plan", {"plan": plan["report_path"]},
+                          recovery_config=config)
     assert applied["state"] == "success", applied["output"][-3000:]
     summary = applied["xcom"]["apply_plan"]
     assert (summary["dry_run"], summary["plan"], nonzero(summary["totals"])) == (
@@ -346,6 +343,7 @@ def test_dry_run_then_apply_plan_dags_do_exactly_the_plan(airflow_env, redis_ser
     assert {f[b"x-run-id"].decode() for _, f in dead} == {summary["run_id"]}
     assert [c["name"].decode() for c in client.xinfo_consumers("orders", "billing")] == [
         "worker-1-crashed"]  # the job's consumers (recovery-<short id>-<part>) are gone
+    assert applied["parses"] == 1  # the shared process's one parse served every dag.test()
 
 
 

@@ -47,7 +47,13 @@ from tests.support.handlers import CHECKSUM, FIRST_CALL_ENTRIES, checksum
 from tests.support.invariants import final_states, pel
 from tests.support.lost_reply import ReplyDropper
 from tests.support.redrive_tools import dead_letter
-from tests.support.servers import OLDEST, OLDEST_VERSION, start_server
+from tests.support.servers import (
+    OLDEST,
+    OLDEST_VERSION,
+    ON_ONE_SERVER,
+    ON_REDIS_VERSIONS,
+    start_server,
+)
 
 
 def assert_one_error_line(result: JobResult, code: int, *fragments: str) -> str:
@@ -330,6 +336,7 @@ def test_a_server_older_than_6_2_is_refused_in_one_line_and_6_2_itself_is_not(sp
 # --- streams, groups and entries that vanish while the job runs ---------------------------
 
 @pytest.mark.slow
+@ON_REDIS_VERSIONS  # errors met in scripts: 6.2 wraps their code (Valkey keeps it, as 7.0)
 def test_streams_groups_and_entries_vanishing_mid_run_cost_only_themselves(
         spark, server, tmp_path):
     """The handler's first call (after every claim, before most hand-overs) deletes one
@@ -419,6 +426,7 @@ def _seed_data(client: Redis) -> dict[Key, str]:
 
 
 @pytest.mark.slow
+@ON_ONE_SERVER  # binary fields on every server: test_end_to_end's exactly-once recovery
 def test_big_wide_empty_and_binary_entries_survive_byte_for_byte(spark, server, tmp_path):
     client = server.client()
     seeded = _seed_data(client)

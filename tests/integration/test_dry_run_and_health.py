@@ -25,7 +25,7 @@ from tests.support.fault_tools import GROUP, job_args, run_in_process, seed_kind
 from tests.support.handlers import TAKEN
 from tests.support.invariants import Pending, pel, pel_by_delivery_count
 from tests.support.reprocess_tools import seen_now
-from tests.support.servers import command_calls
+from tests.support.servers import CONSUMER_INACTIVE, FLAVORS, ON_ONE_SERVER, command_calls, has
 
 STREAMS = ["orders", "bin{tag}"]
 WORKERS_FILE = re.compile(r"part-\d{5}-[0-9a-f]{32}\.parquet")  # Spark's: ...-c000.snappy.parquet
@@ -60,7 +60,12 @@ PLAN = {"ok": "would_reprocess", "fail": "would_reprocess",
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers_write", [False, True], ids=["spark-writer", "workers-write"])
+# The dry run on every server, by Spark's writer; the workers' writer does not talk to Redis:
+# on Redis 7.0 only.
+@pytest.mark.parametrize(("server", "workers_write"),
+                         [*((flavor, False) for flavor in FLAVORS), ("redis", True)],
+                         ids=[*(f"{f}-spark-writer" for f in FLAVORS), "redis-workers-write"],
+                         indirect=["server"])
 def test_dry_run_plans_without_changing_redis(spark, client, make_settings, monkeypatch,
                                               workers_write):
     """The plan, written by Spark's writer (this session retries tasks) and, as a run
@@ -109,12 +114,13 @@ def test_health_is_reported_as_found_before_the_run(spark, client, make_settings
     (line,) = [t for t in caplog.text.splitlines() if t.startswith("orders / billing: ")]
     assert line.startswith(f"orders / billing: 158, {lag}, 166,")
     assert {"1:148", "4-5:6", "6-10:12"} <= set(line.replace(",", " ").split())  # no dict repr
-    has_inactive = "inactive" in client.xinfo_consumers("orders", "billing")[0]
-    assert all((c["inactive_ms"] is not None) == has_inactive for c in h["consumers"])
+    inactive_known = has(client, CONSUMER_INACTIVE)
+    assert all((c["inactive_ms"] is not None) == inactive_known for c in h["consumers"])
     assert summary.health["pending"] == 166 and summary.health["oldest_unit"] == "orders/billing"
 
 
 @pytest.mark.slow
+@ON_ONE_SERVER  # every server: test_health_is_reported_as_found_before_the_run, test_end_to_end
 def test_an_entry_a_live_consumer_takes_from_the_job_is_counted_once(spark, server, tmp_path):
     """Issue 64: in one pass, the health histogram counts each claim step's PEL rows as found,
     then, once the unit is handed over, reads what the claim left (other consumers' rows).
@@ -147,6 +153,9 @@ def test_an_entry_a_live_consumer_takes_from_the_job_is_counted_once(spark, serv
 
 
 @pytest.mark.slow
+# Every server: the idle times read (test_discovery_reads_each_stream_once_...), the script
+# (test_consumer_clean_up_deletes_only_empty_consumers_whatever_the_call_batch).
+@ON_ONE_SERVER
 def test_idle_empty_consumers_removed_only_on_request(spark, client, make_settings, caplog):
     seed(client, ["orders"], ["billing"])
     client.xgroup_createconsumer("orders", "billing", "idle-empty")
@@ -192,6 +201,7 @@ def test_consumer_clean_up_deletes_only_empty_consumers_whatever_the_call_batch(
     assert client.xpending("a", "g")["pending"] == 1
 
 
+@ON_ONE_SERVER  # XINFO CONSUMERS on every server: test_discovery_reads_each_stream_once_...
 def test_health_reads_a_streams_lengths_once_for_all_its_groups(server, client):
     """Two groups of one stream, one of another: a health row per group, each with its own
     consumers and its stream's length and dead-letter length, while the server ran XINFO
@@ -293,6 +303,7 @@ def test_a_first_key_that_is_no_stream_does_not_turn_the_one_read_off(
 
 
 @pytest.mark.slow
+@ON_ONE_SERVER  # the log's tables; a whole run on every server: test_end_to_end
 def test_log_tables_list_the_largest_units_and_count_the_others(spark, client, make_settings,
                                                                caplog):
     """report.log_units_max=1 over three streams: the health table lists the unit with the

@@ -1,5 +1,7 @@
 """The whole job against real Redis 7.0, Valkey 8.1 and Redis 6.2, checked in Redis afterwards
-(the exactly-once recovery also on Redis 8.0, Valkey 9.1 and Redis 8.6)."""
+(the exactly-once recovery also on Redis 8.0, Valkey 9.1 and Redis 8.6): the recovery and the
+rerun on every server, the task retry on the two Redis versions, the letters' fields and the
+runs until dead-lettered on Redis 7.0 (the same scripts and replies everywhere)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from recovery.settings.model import Settings
 from tests.support.backlogs import HOUR_MS, LIVE, Seeded, age_pending, seed
 from tests.support.handlers import CHECKSUM, checksum
 from tests.support.invariants import dead_letters, final_states, pel
-from tests.support.servers import ON_NEWEST_TOO
+from tests.support.servers import ON_NEWEST_TOO, ON_ONE_SERVER, ON_REDIS_VERSIONS
 
 pytestmark = pytest.mark.slow  # whole Spark runs and a Spark Connect subprocess
 
@@ -73,6 +75,7 @@ def test_recovers_every_entry_exactly_once(spark, client, make_settings):
     assert summary.totals["reprocessed"] == 120 * 4
 
 
+@ON_ONE_SERVER  # dead-lettering on every server: test_recovers_every_entry_exactly_once
 def test_dead_letters_keep_fields_verbatim_with_metadata(spark, client, make_settings):
     seed(client, ["orders"], ["billing"])
     summary, _ = recover(spark, settings_for(make_settings))
@@ -98,6 +101,7 @@ def test_dead_letters_keep_fields_verbatim_with_metadata(spark, client, make_set
             assert f[b"x-exception-message"].startswith(b"refused ")
 
 
+@ON_ONE_SERVER  # a second run on every server: test_rerun_after_complete_run_changes_nothing
 def test_second_run_claims_failures_again_until_dead_lettered(spark, client, make_settings):
     seeded = seed(client, ["orders"], ["billing"])
     failing = [k for k, a in seeded.action.items() if a == "failed"]
@@ -135,6 +139,7 @@ def test_rerun_after_complete_run_changes_nothing(spark, client, make_settings):
 
 
 @pytest.mark.parametrize("journal", ["recovery:journal:", ""])
+@ON_REDIS_VERSIONS  # a fault trial: 6.2's claim replies and 7.0's (Valkey answers as 7.2)
 def test_task_retry_during_claim_loses_nothing(spark, client, make_settings, faults, journal):
     """local[2,3]: the task fails after its 2nd XAUTOCLAIM step (14 entries claimed), before
     any hand-over: with the claim journal (one pass) the two small steps were still being

@@ -2,7 +2,8 @@
 recovery.executor.handover.modes.handler): the entry is dead-lettered in this run, on its
 first delivery, with ``x-death-reason`` ``handler-rejected`` and the handler's error, through
 the same atomic move as the delivery limit's; the report, the summary, the dead-letter job's
-reasons and the redrive's reason filter know it. Checked in Redis on every server flavor.
+reasons and the redrive's reason filter know it. Checked in Redis on every server flavor (the
+exception's verdict, the same move, on Redis 7.0).
 
 The same verdict for an exception class named in ``handler.dead_letter_exceptions``
 (recovery.handlers.load_exceptions, checked on the driver by
@@ -35,6 +36,7 @@ from recovery.testing.local_redis import LocalServer
 from tests.support.fault_tools import GROUP, job_args, run_in_process
 from tests.support.handlers import Garbled, Unparseable, raises_per_message
 from tests.support.invariants import pel
+from tests.support.servers import ON_ONE_SERVER
 
 HOUR_MS = 3_600_000
 VERDICTS = ["ok", "reject", "fail", "ok", "reject", "ok"]
@@ -163,6 +165,7 @@ def stuck_once(client, stream: str, verdicts: list[str]) -> list[str]:
 
 
 @pytest.mark.slow
+@ON_ONE_SERVER  # the verdict's move on every server: test_a_rejected_entry_is_dead_lettered_at_once
 def test_a_named_exception_dead_letters_only_the_message_that_raised_it(
         spark: SparkSession, server: LocalServer, tmp_path: Path) -> None:
     client = server.client()

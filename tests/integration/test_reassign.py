@@ -20,6 +20,7 @@ from tests.support.reprocess_tools import (
     seen_now,
     stuck,
 )
+from tests.support.servers import ON_ONE_SERVER, ON_REDIS_VERSIONS
 
 
 def reassign_args(url: str, tmp_path, streams: list[str], *extra: str, run_id: str
@@ -28,7 +29,7 @@ def reassign_args(url: str, tmp_path, streams: list[str], *extra: str, run_id: s
                     f"reprocess.live_within_ms={WINDOW_MS}", *extra, run_id=run_id)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # every server: who is live is read as CONSUMER_INACTIVE says (inactive, or idle)
 def test_reassign_spreads_entries_over_live_consumers_only(spark, server, tmp_path):
     client = server.client()
     seeded = stuck(client, "ra", {"ok": (20, 1), "poison": (2, 9)})
@@ -83,6 +84,7 @@ def test_without_a_live_consumer_entries_stay_pending_and_say_why(spark, redis_s
 
 @pytest.mark.slow
 @pytest.mark.parametrize("faults_asked", [("apply 1 0", "apply 2 1")])
+@ON_REDIS_VERSIONS  # a fault trial; Valkey's inactive: test_reassign_spreads_entries_over_live_...
 def test_task_retries_reassign_each_entry_once(spark, server, tmp_path, faults,
                                                faults_asked):
     client = server.client()
@@ -117,6 +119,7 @@ def test_a_reassign_window_of_zero_exits_2(tmp_path):
 
 
 @pytest.mark.slow
+@ON_ONE_SERVER  # the reassignment on every server: test_reassign_spreads_entries_over_live_...
 def test_the_health_histogram_counts_the_pel_the_pending_count_describes(spark, server,
                                                                           tmp_path):
     """Issue 64: a run that reassigns counts its PEL histogram in its claim steps, then reads

@@ -16,7 +16,7 @@ from tests.support.fault_tools import GROUP, job_args, report_rows, rows_by_key,
 from tests.support.invariants import dead_letters, final_states, pel
 from tests.support.redrive_tools import redrive
 from tests.support.reprocess_tools import copies, run_with_small_batches, stuck
-from tests.support.servers import ON_NEWEST_TOO
+from tests.support.servers import ON_NEWEST_TOO, ON_ONE_SERVER, ON_REDIS_VERSIONS
 
 CARRIED = b"x-recovery-deliveries"
 APP = "app-1"  # the application's consumer, reading the copies
@@ -97,6 +97,7 @@ def test_the_delivery_limit_holds_across_requeues(spark, redis_server, tmp_path)
 
 
 @pytest.mark.slow
+@ON_ONE_SERVER  # the requeue on every server: test_requeue_appends_one_copy_per_entry_and_acks_...
 def test_a_retry_stream_per_group_keeps_each_groups_copies_apart(spark, server, tmp_path):
     client = server.client()
     seeded = stuck(client, "multi", {"ok": (5, 1)}, groups=("billing", "audit"))
@@ -147,6 +148,7 @@ def test_bad_requeue_settings_exit_2_before_redis(override, fragment, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize(("mode", "planned"), [("requeue", "would_requeue"),
                                                ("reassign", "would_reassign")])
+@ON_ONE_SERVER  # the dry run on every server: test_dry_run_and_health's dry run
 def test_dry_run_says_what_the_mode_would_do(spark, client, make_settings, mode, planned):
     stuck(client, "plan", {"ok": (3, 1), "poison": (2, 9)})
     settings = make_settings("streams.keys=plan", f"reprocess.mode={mode}",
@@ -160,6 +162,7 @@ def test_dry_run_says_what_the_mode_would_do(spark, client, make_settings, mode,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("faults_asked", [("claim 2 0",), ("apply 1 0", "apply 2 1")])
+@ON_REDIS_VERSIONS  # a fault trial: 6.2's claim replies and 7.0's (Valkey answers as 7.2)
 def test_task_retries_requeue_each_entry_once_and_report_it_once(
         spark, server, tmp_path, faults, faults_asked):
     """local[2,3]: tasks fail after a claim step, or after a requeue step's script ran (the

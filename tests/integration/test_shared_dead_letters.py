@@ -1,8 +1,10 @@
 """Dead-letter stream names the team chooses (``dead_letter.stream``, the naming rule in
 recovery.redis_io.dlq_names): the template, its refusals, one stream shared by many sources
-on Redis 7.0, 6.2 and Valkey (a real run, the letters read back with XRANGE, the redrive and
-the dead-letter read), and on a Redis Cluster the refusal of a name outside its source's slot
-and a hash-tagged template that works there."""
+on Redis 7.0 (a real run, the letters read back with XRANGE, the redrive and the dead-letter
+read: the same scripts and commands as for a stream per source, which run on every server in
+tests/integration/test_end_to_end.py, tests/unit/redrive/test_run.py and
+tests/unit/dead_letters/test_read.py), and on a Redis Cluster the refusal of a name outside its
+source's slot and a hash-tagged template that works there."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from tests.support.cluster_fixtures import LocalCluster
 from tests.support.fault_tools import job_args, run_in_process
 from tests.support.invariants import pel
 from tests.support.redrive_tools import redrive
+from tests.support.servers import ON_ONE_SERVER
 
 CDL = "CDL"
 SOURCES = ["orders", "payments"]
@@ -136,6 +139,7 @@ def check_letters(server_url: str, originals: dict[str, dict[str, Fields]], seed
 
 
 @pytest.mark.slow
+@ON_ONE_SERVER  # every server: see the module's docstring
 def test_every_source_dead_letters_into_one_shared_stream(spark, server, client,
                                                           make_settings):
     seeded = seed(client, SOURCES, [GROUP])
@@ -164,6 +168,7 @@ def test_every_source_dead_letters_into_one_shared_stream(spark, server, client,
 
 
 @pytest.mark.slow
+@ON_ONE_SERVER  # every server: see the module's docstring
 def test_redrive_sends_each_letter_of_a_shared_stream_to_its_own_source(spark, server, client,
                                                                          make_settings):
     seeded = seed(client, SOURCES, [GROUP])
@@ -186,6 +191,7 @@ def test_redrive_sends_each_letter_of_a_shared_stream_to_its_own_source(spark, s
 
 
 @pytest.mark.slow
+@ON_ONE_SERVER  # every server: see the module's docstring
 def test_a_name_per_group_keeps_each_groups_letters_apart(spark, server, client,
                                                           make_settings):
     seeded = seed(client, ["orders"], [GROUP, "audit"])

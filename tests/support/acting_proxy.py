@@ -10,9 +10,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from redis import Redis
-
-from tests.support.proxy import ForwardingProxy
+from tests.support.proxy import ForwardingProxy, run_on
 
 
 @dataclass
@@ -33,10 +31,5 @@ class ActingProxy(ForwardingProxy):
         with self._lock:
             if self.acted or not all(m in request for m in self.markers):
                 return
-            side = Redis(port=self.target_port, socket_timeout=5)
-            try:
-                for command in self.commands:
-                    side.execute_command(*command)
-            finally:
-                side.close()
+            run_on(self.target_port, self.commands)
             self.acted += 1

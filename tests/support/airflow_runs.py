@@ -1,196 +1,223 @@
-"""Airflow, driven from the project's tests: Airflow lives in its own venv (AIRFLOW_PYTHON), so
-each step is a script run with that interpreter, printing one ``RESULT <json>`` line.
+"""Airflow, driven from the project's tests. Airflow lives in its own venv (AIRFLOW_PYTHON), so
+the tests talk to processes of that venv, each answering with one ``<KIND> <json>`` line:
 
-- RUNNER parses the DAG folder and runs the DAGs asked, one after the other in the same
-  process (an Airflow start and parse costs seconds), each with ``dag.test()``; with
-  NOTIFY_FILE set it first adds a FileNotifier (tests/support/airflow_notifier.py) to the DAG
-  file's FAILURE_NOTIFIERS, as a user fills that hook.
-- APPROVER answers (or only waits for) a human-in-the-loop task through Airflow's REST API
-  (the api-server's own app, in process: ``PATCH .../taskInstances/<task>/-1/hitlDetails``).
-- DEADLINE parses a copy of the DAG file whose DEADLINE_CALLBACK is filled, and runs the
-  serialised deadline callback with Airflow's CallbackTrigger, as the triggerer does.
+- :class:`SharedAirflow`: one Airflow process (tests/support/airflow_server.py) for all the DAG
+  tests of a module: it migrates the database and parses the DAG folder once, then runs what
+  each test asks (DAG runs with ``dag.test()``, the deadline callback), one request at a time,
+  each request's output (Airflow's and the tasks' logs, the job's output) in a file of its own.
+- :class:`Approver`: one process (tests/support/airflow_approver.py) that waits for a
+  human-in-the-loop question and answers it through Airflow's REST API when told.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
+import queue
 import subprocess
+import threading
 from pathlib import Path
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[2]
 AIRFLOW_PYTHON = os.environ.get("AIRFLOW_PYTHON")
 
-RUNNER = """
-import json, os, sys
-sys.path.insert(0, sys.argv[2])  # the checkout: tests.support.airflow_notifier
-from airflow.dag_processing.dagbag import DagBag
-bag = DagBag(dag_folder=sys.argv[1])
-result = {"errors": {k: str(v) for k, v in bag.import_errors.items()},
-          "tasks": {d: {t.task_id: type(t).__name__ for t in dag.tasks}
-                    for d, dag in bag.dags.items()},
-          "timeouts": {d: {t.task_id: t.execution_timeout and t.execution_timeout.total_seconds()
-                           for t in dag.tasks} for d, dag in bag.dags.items()},
-          "runs": []}
-hooked = set()
-for asked in json.loads(sys.argv[3]) if len(sys.argv) > 3 else []:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    dag = bag.dags[asked["dag_id"]]
-    if os.environ.get("NOTIFY_FILE") and dag.dag_id not in hooked:
-        from tests.support.airflow_notifier import FileNotifier
-        hook = dag.tasks[0].on_failure_callback
-        hook = hook[0] if isinstance(hook, list) else hook
-        hook.__globals__["FAILURE_NOTIFIERS"].append(FileNotifier(os.environ["NOTIFY_FILE"]))
-        hooked.add(dag.dag_id)
-    variables = {"AIRFLOW_VAR_" + k.upper(): v for k, v in asked["variables"].items()}
-    os.environ.update(variables)  # this run's Airflow Variables, read as the tasks run
-    done = {}
-    try:
-        run = dag.test(run_conf=asked["conf"])
-    except Exception as exc:
-        done.update(state="not started", error=f"{type(exc).__name__}: {exc}")
-    else:
-        with create_session() as session:
-            rows = session.query(XComModel).filter_by(dag_id=run.dag_id, run_id=run.run_id,
-                                                      key="return_value").all()
-            tis = run.get_task_instances(session=session)
-            done.update(state=str(run.state), run_id=run.run_id, dag_id=run.dag_id,
-                        run_after=run.run_after.strftime("%Y%m%dT%H%M%SZ"),
-                        xcom={r.task_id: r.value for r in rows},
-                        task_states={ti.task_id: str(ti.state) for ti in tis})
-    for name in variables:
-        del os.environ[name]
-    result["runs"].append(done)
-print("RESULT " + json.dumps(result))
-"""
-
-APPROVER = """
-import json, sys, time
-from fastapi.testclient import TestClient
-from airflow.api_fastapi.app import create_app
-dag_id, task_id, answer = sys.argv[1:4]
-api = TestClient(create_app("core"))
-deadline = time.monotonic() + 240
-while True:
-    got = api.get(f"/api/v2/dags/{dag_id}/dagRuns/~/hitlDetails")
-    details = [d for d in got.json().get("hitl_details", [])
-               if d["task_instance"]["task_id"] == task_id and not d["response_received"]]
-    if details or time.monotonic() > deadline:
-        break
-    time.sleep(1)
-result = {"asked": details}
-if details and answer != "-":
-    ti = details[0]["task_instance"]
-    done = api.patch(f"/api/v2/dags/{dag_id}/dagRuns/{ti['dag_run_id']}/taskInstances/"
-                     f"{task_id}/-1/hitlDetails", json={"chosen_options": [answer]})
-    result["answer"] = {"status": done.status_code, "body": done.json()}
-print("RESULT " + json.dumps(result))
-"""
-
-DEADLINE = """
-import asyncio, json, sys
-from pathlib import Path
-sys.path.insert(0, sys.argv[1])  # the checkout: tests.support.airflow_notifier
-dag_file, folder, notify_file = Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
-hook = "DEADLINE_CALLBACK: AsyncCallback | None = None"
-text = dag_file.read_text()
-assert hook in text, "the documented hook line is gone"
-(folder / dag_file.name).write_text(text.replace(hook, (
-    "from tests.support.airflow_notifier import FileNotifier\\n"
-    f"DEADLINE_CALLBACK = AsyncCallback(FileNotifier, kwargs={{'path': {notify_file!r}}})")))
-from airflow.dag_processing.dagbag import DagBag
-from airflow.serialization.serialized_objects import DagSerialization
-from airflow.triggers.callback import CallbackTrigger
-bag = DagBag(dag_folder=str(folder))
-deadlines = {}
-for dag_id, dag in bag.dags.items():
-    for alert in DagSerialization.serialize_dag(dag).get("deadline") or []:  # as stored
-        callback = alert["callback"]["__data__"]
-        deadlines[dag_id] = {"interval_s": alert["interval"]["__data__"],
-                             "reference": alert["reference"]["reference_type"],
-                             "path": callback["path"], "kwargs": callback["kwargs"]}
-async def fire(alert):  # what the triggerer runs for a missed deadline
-    trigger = CallbackTrigger(alert["path"], {**alert["kwargs"], "context": {}})
-    return [event.payload async for event in trigger.run()]
-events = asyncio.run(fire(deadlines["redis_stream_recovery"])) if deadlines else []
-print("RESULT " + json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()},
-                              "deadlines": deadlines, "events": events}, default=str))
-"""
-
-
-def result_of(done: subprocess.CompletedProcess[str]) -> dict:
-    """The RESULT line of a finished script, with its whole output as ``output``."""
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert lines, done.stdout[-3000:] + done.stderr[-3000:]
-    return {**json.loads(lines[-1].removeprefix("RESULT ")),
-            "output": done.stdout + done.stderr}
-
-
 Run = tuple[str, dict | None, dict[str, str]]  # a DAG id, its params (conf), its Variables
 
 
-def airflow_argv(runs: list[Run]) -> list[str]:
-    """RUNNER's command line: parse the DAG folder, then run each of `runs` in turn."""
-    asked = [{"dag_id": dag_id, "conf": conf or {}, "variables": variables}
-             for dag_id, conf, variables in runs]
-    return [AIRFLOW_PYTHON or "", "-c", RUNNER, str(ROOT / "dags"), str(ROOT),
-            json.dumps(asked)]
+class Channel:
+    """The ``<KIND> <json>`` lines of a process's stdout, read by a thread as they come."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.put(line)
+        self.lines.put(None)  # the process closed its stdout
+
+    def expect(self, kind: str, timeout_s: float) -> dict[str, Any] | None:
+        """The body of the next `kind` line; None when none came within `timeout_s` or the
+        stream ended first (other lines are skipped)."""
+        while True:
+            try:
+                line = self.lines.get(timeout=timeout_s)
+            except queue.Empty:
+                return None
+            if line is None:
+                return None
+            if line.startswith(kind + " "):
+                return json.loads(line.removeprefix(kind + " "))
 
 
-def airflow_run(env: dict[str, str], dag_id: str | None = None, conf: dict | None = None,
-                **variables: str) -> dict:
-    """Parse the DAGs; with `dag_id`, run that DAG once (`conf`: its params) with these
-    Airflow Variables. Returns ``errors``, ``tasks``, ``timeouts``, ``output`` and, for a run,
-    ``state``, ``run_id``, ``run_after``, ``xcom`` and ``task_states`` by task id (or
-    ``error`` when Airflow refused to start the run)."""
-    if dag_id is None:
-        return airflow_runs(env, [])
-    return airflow_runs(env, [(dag_id, conf, variables)])["runs"][0]
+def airflow_process(module: str, args: list[str], env: dict[str, str],
+                    log: Path) -> subprocess.Popen[str]:
+    """`module` of tests/support run with AIRFLOW_PYTHON from the checkout, stdin and stdout
+    piped, stderr to `log`."""
+    with log.open("a") as err:
+        return subprocess.Popen([AIRFLOW_PYTHON or "", "-m", module, *args], cwd=ROOT, env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                text=True)
 
 
-def airflow_runs(env: dict[str, str], runs: list[Run]) -> dict:
-    """Parse the DAGs, then run each of `runs` in turn in the same Airflow process (one
-    interpreter start and one DAG folder parse for all; each run's Variables set only while
-    it runs): ``errors``, ``tasks``, ``timeouts``, ``output``, and ``runs``, each run's result
-    as :func:`airflow_run` gives it, with the same ``output``."""
-    done = subprocess.run(airflow_argv(runs), env=env, capture_output=True, text=True,
-                          timeout=600 + 300 * len(runs))
-    result = result_of(done)
-    result["runs"] = [{**run, "output": result["output"], "errors": result["errors"]}
-                      for run in result["runs"]]
-    return result
+def end(process: subprocess.Popen[str]) -> None:
+    """Close the stdin of `process` (it exits at the end of its input), killed after 30 s."""
+    if process.stdin and not process.stdin.closed:
+        process.stdin.close()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
-def airflow_start(env: dict[str, str], dag_id: str, **variables: str
-                  ) -> subprocess.Popen[str]:
-    """Start a run of `dag_id` (RUNNER) without waiting: finish it with airflow_finish."""
-    return subprocess.Popen(airflow_argv([(dag_id, {}, variables)]), env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def tail(path: Path) -> str:
+    """The last 3000 characters of `path` (empty when it does not exist)."""
+    return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
 
-def airflow_finish(run: subprocess.Popen[str], timeout_s: float = 600) -> dict:
-    """The result of a run started with airflow_start."""
-    stdout, stderr = run.communicate(timeout=timeout_s)
-    result = result_of(subprocess.CompletedProcess(run.args, run.returncode, stdout, stderr))
-    return {**result["runs"][0], "output": result["output"]}
+class Pending:
+    """A request sent to the shared Airflow process; :meth:`result` waits for its answer."""
+
+    def __init__(self, server: SharedAirflow, out: Path, timeout_s: float) -> None:
+        self.server, self.out, self.timeout_s = server, out, timeout_s
+        self.body: dict[str, Any] | None = None
+
+    def result(self) -> dict[str, Any]:
+        """The answer, with the request's whole output as ``output``; the shared process is
+        stopped (and the test fails) when no answer came within the request's timeout."""
+        if self.body is None:
+            body = self.server.channel.expect("RESULT", self.timeout_s)
+            if self.server.pending is self:
+                self.server.pending = None
+            if body is None:
+                self.server.stop()
+                raise AssertionError(f"no answer from the shared Airflow process within "
+                                     f"{self.timeout_s} s (stopped it):\n{tail(self.out)}"
+                                     f"\n{tail(self.server.log)}")
+            self.body = {**body, "output": self.out.read_text(errors="replace")}
+        assert "failure" not in self.body, self.body["failure"] + "\n" + self.body["output"][-3000:]
+        return self.body
+
+    def runs(self) -> list[dict[str, Any]]:
+        """The runs of a ``runs`` request, each as :meth:`SharedAirflow.run` gives it."""
+        return results(self.result())
 
 
-def answer_approval(env: dict[str, str], dag_id: str, task_id: str, answer: str) -> dict:
-    """Wait (up to 4 min) for the unanswered human-in-the-loop task `task_id` of `dag_id`, then
-    answer it with `answer` (``-``: only wait) through Airflow's REST API. Returns ``asked``
-    (the open HITL details, as the API lists them) and ``answer`` (status and body)."""
-    argv = [AIRFLOW_PYTHON or "", "-c", APPROVER, dag_id, task_id, answer]
-    all_admins = {**env, "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True"}
-    return result_of(subprocess.run(argv, env=all_admins, capture_output=True, text=True,
-                                    timeout=300))
+class SharedAirflow:
+    """One Airflow process (tests/support/airflow_server.py) with the environment `env` (its
+    AIRFLOW_HOME among it), started by the constructor: the database migrated and the DAG
+    folder parsed once (:attr:`parsed`: ``errors``, ``tasks``, ``timeouts``, ``parses``)."""
+
+    def __init__(self, env: dict[str, str], workdir: Path, start_timeout_s: float = 600) -> None:
+        self.workdir, self.log = workdir, workdir / "airflow.log"
+        self.numbers = itertools.count(1)
+        self.pending: Pending | None = None
+        self.process = airflow_process("tests.support.airflow_server", [str(self.log)], env,
+                                       self.log)
+        assert self.process.stdout is not None
+        self.channel = Channel(self.process.stdout)
+        parsed = self.channel.expect("READY", start_timeout_s)
+        if parsed is None:
+            self.stop()
+            raise AssertionError(f"the shared Airflow process did not start:\n{tail(self.log)}")
+        self.parsed: dict[str, Any] = parsed
+
+    def send(self, timeout_s: float, **request: Any) -> Pending:
+        """Send one request (airflow_server.py's docstring) once the one before is answered."""
+        if self.pending is not None:
+            self.pending.result()
+        assert self.process.poll() is None and self.process.stdin, "the shared Airflow is gone"
+        out = self.workdir / f"request-{next(self.numbers)}.log"
+        self.process.stdin.write(json.dumps({**request, "out": str(out)}) + "\n")
+        self.process.stdin.flush()
+        self.pending = Pending(self, out, timeout_s)
+        return self.pending
+
+    def start(self, runs: list[Run], env: dict[str, str] | None = None,
+              notify_file: Path | None = None) -> Pending:
+        """Run each of `runs` in turn (``dag.test()``; each run's Variables set only while it
+        runs, `env` while they all run; with `notify_file`, a FileNotifier writing there in
+        the DAG file's FAILURE_NOTIFIERS) without waiting: ``.result()`` gives what
+        :meth:`runs` gives."""
+        asked = [{"dag_id": dag_id, "conf": conf or {}, "variables": variables}
+                 for dag_id, conf, variables in runs]
+        return self.send(600 + 300 * len(runs), op="runs", runs=asked, env=env or {},
+                         notify_file=str(notify_file) if notify_file else None)
+
+    def runs(self, runs: list[Run], env: dict[str, str] | None = None,
+             notify_file: Path | None = None) -> list[dict[str, Any]]:
+        """Each run's result, as :meth:`run` gives it (all with the request's one output)."""
+        return self.start(runs, env, notify_file).runs()
+
+    def run(self, dag_id: str, conf: dict | None = None, env: dict[str, str] | None = None,
+            **variables: str) -> dict[str, Any]:
+        """One run of `dag_id` (`conf`: its params) with these Airflow Variables: ``state``,
+        ``run_id``, ``dag_id``, ``run_after``, ``xcom`` and ``task_states`` by task id (or
+        ``error`` when Airflow refused to start the run), ``output`` and ``parses``."""
+        return self.runs([(dag_id, conf, variables)], env)[0]
+
+    def deadline(self, folder: Path, notify_file: Path) -> dict[str, Any]:
+        """A copy of the DAG file in `folder` with DEADLINE_CALLBACK filled (a FileNotifier to
+        `notify_file`): ``errors``, ``deadlines`` (by DAG: interval, reference, callback path
+        and kwargs, as serialised) and ``events`` (the CallbackTrigger's, for
+        redis_stream_recovery's)."""
+        return self.send(300, op="deadline", folder=str(folder), notify_file=str(notify_file),
+                         dag_file=str(ROOT / "dags" / "redis_stream_recovery.py")).result()
+
+    def stop(self) -> None:
+        """Close its stdin (it exits), killed after 30 s."""
+        end(self.process)
 
 
-def fire_deadline(env: dict[str, str], folder: Path, notify_file: Path) -> dict:
-    """DEADLINE with a copy of the DAG file in `folder`: ``errors``, ``deadlines`` (by DAG:
-    interval, reference, callback path and kwargs, as serialised) and ``events`` (the
-    CallbackTrigger's, for redis_stream_recovery's)."""
-    argv = [AIRFLOW_PYTHON or "", "-c", DEADLINE, str(ROOT),
-            str(ROOT / "dags" / "redis_stream_recovery.py"), str(folder), str(notify_file)]
-    return result_of(subprocess.run(argv, env=env, capture_output=True, text=True,
-                                    timeout=300))
+def results(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs of a ``runs`` answer, each with the answer's (the request's) output and
+    ``parses`` (how often the shared process has parsed the DAG folder so far)."""
+    return [{**run, "output": answer["output"], "parses": answer["parses"]}
+            for run in answer["runs"]]
+
+
+class Approver:
+    """One approver process (tests/support/airflow_approver.py) for `task_id` of `dag_id`,
+    started by the constructor: it waits for the question (:meth:`asked`), then answers it
+    (:meth:`answer`)."""
+
+    def __init__(self, env: dict[str, str], workdir: Path, dag_id: str, task_id: str) -> None:
+        self.log = workdir / f"approver-{dag_id}-{task_id}.log"
+        all_admins = {**env, "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True"}
+        self.process = airflow_process("tests.support.airflow_approver", [dag_id, task_id],
+                                       all_admins, self.log)
+        assert self.process.stdout is not None
+        self.channel = Channel(self.process.stdout)
+        self.question: dict[str, Any] | None = None
+        self.answered = False
+
+    def asked(self, timeout_s: float = 300) -> dict[str, Any]:
+        """``asked`` (the open HITL details, as the API lists them; empty when no question came
+        within 4 min) and ``output`` (the approver's log)."""
+        body = self.channel.expect("ASKED", timeout_s)
+        assert body is not None, tail(self.log)
+        self.question = body
+        return {**body, "output": tail(self.log)}
+
+    def answer(self, choice: str, timeout_s: float = 120) -> dict[str, Any]:
+        """Choose `choice`: ``answer`` (the API's status and body) and ``output``."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(choice + "\n")
+        self.process.stdin.flush()
+        self.answered = True
+        body = self.channel.expect("RESULT", timeout_s)
+        assert body is not None, tail(self.log)
+        return {**body, "output": tail(self.log)}
+
+    def close(self) -> None:
+        """End the process; a question it saw and nobody answered gets "Reject", so the DAG
+        run waiting for it ends (its apply skipped)."""
+        if self.process.poll() is None and self.question and self.question["asked"] \
+                and not self.answered:
+            with contextlib.suppress(AssertionError):  # the test's own failure comes first
+                self.answer("Reject")
+        end(self.process)

@@ -129,6 +129,8 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
         ("tests/unit/redis_io/test_run_ids.py", "through recovery.driver.discovery"),
     "recovery/redis_io/trim.py":
         ("tests/unit/dead_letters/test_retention_letters.py", "imports it"),
+    "recovery/redrive/report.py":
+        ("tests/unit/redrive/test_run.py", "through recovery.redrive.run"),
     "recovery/report/after_run.py":
         ("tests/integration/test_metrics.py", "through recovery.metrics.recovery_run"),
     "recovery/report/json_line.py":
@@ -152,6 +154,8 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "recovery/settings/reference.py": ("tests/unit/test_docs_truth.py", "imports it"),
     "recovery/settings/sections.py":
         ("tests/unit/settings/test_model.py", "through recovery.settings.model"),
+    "recovery/spark/properties.py":
+        ("tests/unit/spark/test_local.py", "through recovery.spark.local"),
     "recovery/spark/session.py": ("tests/unit/spark/test_local.py", "imports it"),
     "recovery/starter/__init__.py": ("tests/unit/cli/test_init.py", "imports it"),
     "recovery/targets/dead_letter_streams.py":

@@ -2,6 +2,10 @@
 server and runs, its reply is thrown away and the client's connection is closed. This is the
 network fault a client retry cannot see through (redis-py then sends the command again).
 
+It can run commands of its own on the server once that reply is thrown away, before the
+client sees its connection closed (``after``): what another client does in the gap between
+a lost reply and the job's retry (a trim of the stream the reply was about).
+
 It can also rewrite bytes in every reply (same length, so RESP lengths stay right): how a
 test shows the job a version string of a server that cannot be started here."""
 
@@ -9,9 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tests.support.proxy import ForwardingProxy
+from tests.support.proxy import ForwardingProxy, run_on
 
 
 @dataclass
@@ -20,11 +25,13 @@ class ReplyDropper(ForwardingProxy):
     `nth` request (1-based) whose bytes contain `marker`, once. `dropped` counts replies
     really thrown away (the server answered, the client's connection was closed unanswered):
     a test asserting it proves its fault happened. `rewrite` (old, new): replaces `old` by
-    `new` (of the same length) in every reply."""
+    `new` (of the same length) in every reply. `after`: Redis commands (each a sequence)
+    run on the server over a connection of its own once the reply is thrown away."""
 
     marker: bytes
     nth: int = 1
     rewrite: tuple[bytes, bytes] | None = None
+    after: Sequence[Sequence[object]] = ()
     dropped: int = 0
     _seen: int = 0
 
@@ -42,6 +49,7 @@ class ReplyDropper(ForwardingProxy):
         if _swallow(upstream):
             with self._lock:
                 self.dropped += 1
+            run_on(self.target_port, self.after)
         return False
 
     def reply(self, data: bytes) -> bytes:
@@ -62,3 +70,4 @@ def _swallow(upstream: socket.socket) -> bool:
     with contextlib.suppress(OSError):
         return bool(upstream.recv(65536))
     return False
+

@@ -9,7 +9,10 @@ from __future__ import annotations
 import select
 import socket
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from redis import Redis
 
 
 @dataclass
@@ -72,3 +75,16 @@ class ForwardingProxy:
         finally:
             downstream.close()
             upstream.close()
+
+
+def run_on(port: int, commands: Sequence[Sequence[object]]) -> None:
+    """Run `commands` (each a Redis command as a sequence) on the server at `port`, over a
+    connection of its own: what a proxy does at its moment besides forwarding."""
+    if not commands:
+        return
+    side = Redis(port=port, socket_timeout=5)
+    try:
+        for command in commands:
+            side.execute_command(*command)
+    finally:
+        side.close()

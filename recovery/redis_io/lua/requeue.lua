@@ -14,12 +14,24 @@
 -- pending or owned by ARGV[2] (left alone); -2 if it has too many fields to be re-added from
 -- a script (Lua's unpack() takes at most ~8000 values): left pending, nothing written.
 -- Or the error 'NOTLETTERS <type> it is no stream' when the target (not the source) is a
--- key of another type: nothing is written or acked.
+-- key of another type, 'NOTLETTERS stream it holds dead letters' when it is a stream whose
+-- oldest entry carries the dead-letter metadata block (copies would mix with the letters):
+-- nothing is written or acked.
 local MAX_VALUES = 7900
 if KEYS[2] ~= KEYS[1] then
   local kind = redis.call('TYPE', KEYS[2])['ok']
   if kind ~= 'stream' and kind ~= 'none' then
     return redis.error_reply('NOTLETTERS ' .. kind .. ' it is no stream')
+  end
+  if kind == 'stream' then
+    local oldest = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)
+    local names = {}
+    if #oldest > 0 then
+      for j = 1, #oldest[1][2], 2 do names[oldest[1][2][j]] = true end
+    end
+    if names['x-original-stream'] and names['x-original-id'] and names['x-death-reason'] then
+      return redis.error_reply('NOTLETTERS stream it holds dead letters')
+    end
   end
 end
 local page, chunk = 1000, 1000  -- unpack() handles at most ~8000 values

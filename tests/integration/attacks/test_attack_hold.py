@@ -31,7 +31,7 @@ from tests.support.fault_tools import GROUP, run_in_process, write_control
 from tests.support.order_handler import DONE, REJECT, SEEN
 from tests.support.order_tools import STREAM as ORDERS
 from tests.support.order_tools import age, args, pending_owners, recorded, rows_of
-from tests.support.servers import ON_NEWEST_TOO, WITH_XACKDEL
+from tests.support.servers import ON_NEWEST_TOO, ON_ONE_SERVER, WITH_XACKDEL
 
 STREAM = "events:orders"
 DLQ = dead_letter_key(STREAM, ":dlq")
@@ -80,6 +80,7 @@ def test_a_user_who_may_not_write_the_holds_loses_no_hold(server) -> None:  # ty
 
 
 @pytest.mark.slow
+@ON_ONE_SERVER  # holds across runs on every server: test_binary_and_long_keys_are_held_as_they_are
 def test_an_empty_key_dead_lettered_holds_its_key_across_runs(spark, server, tmp_path
                                                               ) -> None:  # type: ignore[no-untyped-def]
     """Finding: an entry whose key field is present but empty (``k = ""``) is a key of its
@@ -208,6 +209,7 @@ def _pel_and_seen(client: Redis) -> tuple[list[tuple[str, str, int]], dict[str, 
 
 
 @pytest.mark.slow
+@ON_ONE_SERVER  # holds across runs on every server: test_binary_and_long_keys_are_held_as_they_are
 def test_holds_left_where_a_run_would_not_read_them_hand_nothing_over(spark, server, tmp_path
                                                                       ) -> None:  # type: ignore[no-untyped-def]
     """Finding: a hold recorded under the name an earlier version gave the hash, or under
@@ -303,7 +305,7 @@ def test_a_hold_named_as_its_dead_letter_stream_is_refused_untouched(client: Red
     assert client.xpending(STREAM, GROUP)["pending"] == 1
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # on every server of FLAVORS: the ordered run that holds keys across runs
 def test_binary_and_long_keys_are_held_as_they_are(spark, server, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Keys that are not UTF-8 and a 64 KiB key, each head over the delivery limit: the dry
     run predicts the holds, the run records each key byte for byte, and the next run hands
@@ -357,6 +359,7 @@ def test_a_user_refused_hmget_stops_before_any_hand_over(spark, redis_server, tm
 
 
 @pytest.mark.slow
+@ON_ONE_SERVER  # the script's refusal on every server: test_a_users_hash_where_the_holds_belong_...
 def test_a_run_leaves_a_users_hash_at_the_holds_name_alone(spark, server, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Through the command: a team's hash where the hold belongs; k0's head over the limit
     stays pending, reported with the fix, k0's later entries held; the hash is unchanged;

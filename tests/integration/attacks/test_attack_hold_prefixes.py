@@ -19,6 +19,7 @@ from recovery.testing.backlog import add_entries, create_group, deliver, make_st
 from tests.support.backlogs import DEAD, HOUR_MS
 from tests.support.fault_tools import GROUP, run_in_process, write_control
 from tests.support.order_tools import HANDLER
+from tests.support.servers import ON_ONE_SERVER
 
 ODD = "it's a\nstream \"x\" $HOME `id`"
 
@@ -44,6 +45,7 @@ def _pel(client: Redis, stream: str) -> list[tuple[bytes, bytes, int]]:
             for r in client.xpending_range(stream, GROUP, "-", "+", 99)]
 
 
+@ON_ONE_SERVER  # plain SMEMBERS and TYPE; holds on every server: test_attack_hold.py
 def test_a_teams_hash_at_the_prefixes_name_is_refused_by_name(spark, server, tmp_path
                                                               ) -> None:  # type: ignore[no-untyped-def]
     """Finding: a key of another type at ``recovery:held:prefixes`` (a team's own hash)
@@ -111,6 +113,7 @@ def test_the_printed_move_command_run_as_printed_moves_odd_names(spark, redis_se
         hold_key("recovery:held:", ODD, GROUP).encode(), HOLD_PREFIXES.encode()}
 
 
+@ON_ONE_SERVER  # the move's refusal on every server: test_attack_hold.py's users' hash test
 def test_a_teams_hash_at_an_earlier_holds_name_is_no_hold_and_never_moved(
         spark, server, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Finding: the refusal counted any hash with fields (HLEN) at a name where holds may

@@ -26,6 +26,7 @@ from recovery.testing.backlog import create_group
 from recovery.testing.local_redis import LocalServer
 from tests.support.redis_drip import DrippingRedis
 from tests.support.redrive_tools import dead_letter
+from tests.support.servers import ON_ONE_SERVER
 from tests.support.stub_spark import STARTED, stub_spark_home
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -214,6 +215,7 @@ def test_a_terminated_redrive_says_so_in_its_json_line(redis_server, stub_home):
 
 @pytest.mark.slow
 @pytest.mark.timeout(700)  # a JVM start: minutes on a loaded 2-core machine
+@ON_ONE_SERVER  # refused before any claim; the public run on every server: test_end_to_end
 def test_the_public_run_still_makes_the_checks_the_command_line_makes_once(
         spark, client, make_settings, tmp_path):
     """The command line checks once (``preflight``) and passes ``checked=True``; the public

@@ -21,7 +21,7 @@ from recovery.jobs.dead_letters import DeadLettersJob
 from recovery.redis_io.trim import server_time_ms
 from recovery.settings.model import load_settings, redis_params
 from tests.support.retention_tools import retain
-from tests.support.servers import CLAIM_DROPS_DELETED, ON_NEWEST_TOO, has
+from tests.support.servers import CLAIM_DROPS_DELETED, ON_NEWEST_TOO, ON_ONE_SERVER, has
 
 
 def letters(client: redis.Redis, key: str, source: str, groups: list[str], age_s: int
@@ -74,7 +74,8 @@ def test_retention_never_trims_letters_of_a_group_not_selected(spark, redis_serv
         assert summary["retention"]["trimmed"] <= 1  # at most eu's own letter
 
 
-@ON_NEWEST_TOO
+# The retention script on every server: test_letters_a_group_still_holds_are_trimmed_and_its_...
+@ON_ONE_SERVER
 @pytest.mark.parametrize("overrides", [
     ["dead_letters.max_age_s=100000000000"],
     ["dead_letters.max_length=1", "dead_letters.retention_floor_s=100000000000"],

@@ -1,5 +1,5 @@
-"""Fixtures of the fault trials: spark-submit runs killed when a test ends, and
-small Arrow batches so a run has many steps to fail between."""
+"""Fixtures of the fault trials: spark-submit runs killed when a test ends (small Arrow
+batches, ``small_batches``, are in tests/conftest.py, beside ``faults``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
 
-from tests.support.fault_checks import SMALL_BATCHES
 from tests.support.fault_tools import (
     kill_tree,
     spark_submit,
@@ -31,12 +29,3 @@ def submit() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     for proc in started:
         if proc.poll() is None:
             kill_tree(proc)
-
-
-@pytest.fixture
-def small_batches(spark: SparkSession) -> Iterator[None]:
-    """Apply works in Arrow batches of 20 rows, so a run has many steps to fail between."""
-    key, value = SMALL_BATCHES.split("=")
-    spark.conf.set(key, value)
-    yield
-    spark.conf.unset(key)

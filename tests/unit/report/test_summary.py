@@ -5,8 +5,6 @@ summary read and built without Spark or Redis loaded."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 from recovery.report.summary import FAILED, REPROCESSED, RunSummary, format_table
 from recovery.rows import (
@@ -18,6 +16,7 @@ from recovery.rows import (
     UnitCounts,
 )
 from recovery.schemas import Action
+from tests.support.fresh_modules import among, run_fresh
 
 
 def test_a_summary_writes_the_json_line_its_readers_know() -> None:
@@ -68,13 +67,10 @@ def test_the_failure_ratio_reads_the_report_actions() -> None:
 
 def test_a_summary_is_read_and_built_without_spark_or_redis() -> None:
     """The description of a run loads neither Spark, py4j, Redis nor the settings model."""
-    code = ("import json, sys\nfrom recovery.report.summary import RunSummary\n"
+    code = ("from recovery.report.summary import RunSummary\n"
             "from recovery.rows import UnitCounts\n"
             "s = RunSummary('r', units=[UnitCounts('s', 'g', {'failed': 1}, 1)])\n"
-            "print(s.json_line())\nprint(json.dumps(sorted(sys.modules)))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)
-    line, modules = done.stdout.splitlines()
+            "print(s.json_line())")
+    (line,), _, modules = run_fresh(code)
     assert json.loads(line)["units"] == [{"stream": "s", "group": "g", "failed": 1, "total": 1}]
-    heavy = ("pyspark", "py4j", "redis", "pydantic", "pyarrow")
-    assert [m for m in json.loads(modules) if m.split(".")[0] in heavy] == []
+    assert among(modules, ("pyspark", "py4j", "redis", "pydantic", "pyarrow")) == []

@@ -14,10 +14,12 @@ job calls for it, in the manner of rq's worker classes (each variant overrides a
 - ``stays_pending``: whether an entry it re-processed stays pending, on another consumer of
   its group (the last PEL read of a unit's health histogram skips it:
   ``recovery.executor.claim.left_counts``);
+- ``check_source``: on the driver, before anything is claimed, skip a stream it has no
+  name for (DeadLetterNameError, a ``skipped`` row; the rest of the run goes on);
 - ``check_stream``: on the driver, before anything is claimed, refuse a stream it cannot
   re-process (ConfigError, exit 2);
 - ``check_units`` / ``check_targets``: on the driver, once every unit to claim from is
-  known (``check_targets`` also when a plan is applied), refuse units it cannot re-process
+  known (by discovery, or from the plan a run applies), refuse units it cannot re-process
   together: by their names, then by what Redis holds (exit 2, nothing claimed);
 - ``refused_targets``: on the driver, after a dry run, the units a real run would skip
   (the summary's skipped rows, as the real run's);
@@ -62,6 +64,12 @@ class ReprocessMode(ABC):
     calls_handler: ClassVar[bool] = False
     stays_pending: ClassVar[bool] = False
 
+    def check_source(self, stream: str, options: ModeOptions) -> None:
+        """On the driver (discovery, a plan's streams): raise DeadLetterNameError when this
+        mode, with its settings `options`, can name no key it writes for `stream`: the
+        stream is then skipped with that reason, nothing of it claimed. By default none."""
+        return None
+
     def check_stream(self, stream: str, groups: Sequence[str], options: ModeOptions
                      ) -> None:
         """On the driver: raise ConfigError (exit 2, before anything is claimed) when this
@@ -71,7 +79,8 @@ class ReprocessMode(ABC):
 
     def check_units(self, units: Pairs, names: DeadLetterNames, options: ModeOptions
                     ) -> None:
-        """On the driver, once discovery found every unit with entries pending: raise
+        """On the driver, once discovery found every unit with entries pending (or the
+        units of a plan the run applies): raise
         ConfigError or DeadLetterNameError (exit 2, nothing touched) when this mode cannot
         re-process `units` together, decided by their names (`names`: the run's dead-letter
         names) and its settings `options`, before Redis is read again. By default any units

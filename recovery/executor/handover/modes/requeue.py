@@ -32,8 +32,13 @@ from recovery.executor.handover.resent import (
 )
 from recovery.executor.handover.routed import RoutedBatch
 from recovery.params import JobParams
-from recovery.redis_io.commands import key_types, stream_groups
-from recovery.redis_io.dlq_names import DeadLetterNames, refused_requeue_reason, requeue_key
+from recovery.redis_io.commands import key_types, oldest_entries, stream_groups
+from recovery.redis_io.dlq_names import (
+    DeadLetterNames,
+    is_letter,
+    refused_requeue_reason,
+    requeue_key,
+)
 from recovery.redis_io.error_codes import TargetRefused
 from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.round_trips import ScriptCall
@@ -56,6 +61,21 @@ class RequeueMode(ReprocessMode):
     report_columns = ("requeued_id",)
     scripts = ("requeue",)
 
+    def check_source(self, stream: str, options: ModeOptions) -> None:
+        """Raise DeadLetterNameError when no retry stream (``reprocess.requeue_stream``) of
+        `stream` can share its hash slot (a ``}`` but no hash tag, e.g. ``a}b``): the
+        executor could not name where its copies go."""
+        template = options["requeue_stream"]
+        if template is None:
+            return
+        try:
+            requeue_key(stream, "", template)
+        except DeadLetterNameError as exc:
+            raise DeadLetterNameError(
+                f"reprocess.requeue_stream {template!r} names no retry stream for {stream!r} "
+                f"({exc}): its entries are left alone; rename the stream or give it a "
+                "{tag}, or use reprocess.mode = handler") from None
+
     def check_stream(self, stream: str, groups: Sequence[str], options: ModeOptions
                      ) -> None:
         """Refuse a requeue whose copies every other group of the stream would read again:
@@ -76,11 +96,12 @@ class RequeueMode(ReprocessMode):
                     ) -> None:
         """Raise DeadLetterNameError when a unit's dead-letter stream is the retry stream
         (``reprocess.requeue_stream``) of a unit: requeued copies and dead letters would
-        share it."""
+        share it; or when two units' retry streams are one key (``a`` and ``{a}`` both name
+        ``{a}:retry:g``): the copies of both would mix, and a copy does not say its source."""
         template = options["requeue_stream"]
         if template is None:
             return
-        targets = {key: unit for unit, key in _targets(units, template)}
+        targets = _one_unit_per_target(units, template)
         for stream, group in units:
             key = None
             with contextlib.suppress(DeadLetterNameError):  # such a source is skipped later
@@ -118,22 +139,28 @@ class RequeueMode(ReprocessMode):
 
     def refused_targets(self, client: redis.Redis, units: Pairs, options: ModeOptions
                         ) -> list[Skipped]:
-        """The units whose retry stream is a key of another type (the requeue script
-        refuses it; one TYPE per distinct target, pipelined). A source as its own target
-        is never refused here: discovery read it as a stream."""
+        """The units whose retry stream is a key of another type or a stream of dead
+        letters (the requeue script refuses both; one TYPE per distinct target, then one
+        XRANGE ... COUNT 1 per stream among them, pipelined). A source as its own target is
+        never refused here: discovery read it as a stream."""
         template = options["requeue_stream"]
         if template is None:
             return []
-        targets = dict(_targets(units, template))
+        targets = {unit: key for unit, key in _targets(units, template) if key != unit[0]}
         distinct = list(dict.fromkeys(targets.values()))
-        kinds = dict(zip(distinct, key_types(client, distinct), strict=True))
+        kinds = {key: shown(kind) if isinstance(kind, bytes | str) else None for key, kind
+                 in zip(distinct, key_types(client, distinct), strict=True)}
+        streams = [key for key in distinct if kinds[key] == "stream"]
+        lettered = {key for key, reply in zip(streams, oldest_entries(client, streams),
+                                              strict=True)
+                    if isinstance(reply, list) and reply and is_letter(reply[0][1][::2])}
         refused = []
         for (stream, group), key in targets.items():
             kind = kinds[key]
-            kind = kind.decode() if isinstance(kind, bytes) else kind
-            if isinstance(kind, str) and kind not in ("stream", "none") and key != stream:
+            why = "it holds dead letters" if key in lettered else "it is no stream"
+            if kind is not None and (key in lettered or kind not in ("stream", "none")):
                 refused.append(Skipped(stream, group, refused_requeue_reason(
-                    key, TargetRefused(kind, "it is no stream"))))
+                    key, TargetRefused(kind, why))))
         return refused
 
     def hand_over(self, client: redis.Redis, params: JobParams, rb: RoutedBatch,
@@ -168,6 +195,21 @@ class RequeueMode(ReprocessMode):
             elif not left_alone(rb, i, status):
                 copy_id, deleted = moved_and_deleted(status)
                 rb.set(i, Action.REQUEUED, outcome=copy_id, entry_deleted=deleted)
+
+
+def _one_unit_per_target(units: Pairs, template: str) -> dict[str, tuple[str, str]]:
+    """{retry stream: its unit}; raises DeadLetterNameError when `template` names one key
+    for two units."""
+    targets: dict[str, tuple[str, str]] = {}
+    for unit, target in _targets(units, template):
+        other = targets.setdefault(target, unit)
+        if other != unit:
+            raise DeadLetterNameError(
+                f"reprocess.requeue_stream {template!r} names {target!r} for both "
+                f"{other[0]} / {other[1]} and {unit[0]} / {unit[1]}: their requeued copies "
+                "would mix, and a copy does not say its source; rename one stream or "
+                "select only one of them")
+    return targets
 
 
 def _targets(units: Pairs, template: str) -> list[tuple[tuple[str, str], str]]:

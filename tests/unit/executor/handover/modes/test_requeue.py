@@ -48,3 +48,20 @@ def test_only_requeue_refuses_a_dead_letter_stream_that_is_a_units_retry_stream(
             r"^the dead-letter stream of \{orders\}:retry / g is '\{orders\}:retry:x', the "
             r"reprocess.requeue_stream of orders / x: ")):
         requeue_mode.check_units(units, names, options)
+
+
+def test_requeue_refuses_two_units_whose_retry_streams_are_one_key():
+    """``a`` and ``{a}`` keep the hash tag ``a``: ``{stream}:retry:{group}`` names
+    ``{a}:retry:g`` for both, and copies of two sources would mix in one retry stream (a
+    copy carries no source). Found by an attack on the requeue targets; the same units in
+    other groups, or other modes, are not refused."""
+    options = reprocess_settings(mode="requeue",
+                                 requeue_stream="{stream}:retry:{group}").options()
+    names = DeadLetterNames(template="{stream}:dlq")
+    requeue.MODE.check_units([("a", "g"), ("{a}", "h")], names, options)
+    for name in ("handler", "reassign"):
+        mode_of(name).check_units([("a", "g"), ("{a}", "g")], names, {})
+    with pytest.raises(DeadLetterNameError, match=(
+            r"^reprocess.requeue_stream '\{stream\}:retry:\{group\}' names '\{a\}:retry:g' "
+            r"for both a / g and \{a\} / g: ")):
+        requeue.MODE.check_units([("a", "g"), ("{a}", "g")], names, options)
