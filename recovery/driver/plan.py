@@ -10,8 +10,8 @@ A plan is refused (``PlanError``, exit 2, before anything is written to Redis) w
 directory or manifest is missing or cannot be read, it holds no entries, it comes from a
 real run, it is older than ``plan.max_age_s``, it was made on another server, with
 another ``reprocess.mode`` or ``reprocess.delete_acked`` than the run's, or with a
-``min_idle_ms`` not longer than ``handler.timeout_s`` (the lease would not outlast a handler
-call); or when the run has a backoff schedule (``claim.backoff_factor``), which a claim by
+``min_idle_ms`` not longer than ``handler.timeout_s`` by more than ``LEASE_FRESH_S`` (the
+lease would not outlast a handler call); or when the run has a backoff schedule (``claim.backoff_factor``), which a claim by
 ID does not follow.
 """
 
@@ -36,6 +36,7 @@ from recovery.params import JobParams, Unit
 from recovery.redis_io.cluster import node_of
 from recovery.redis_io.commands import server_run_ids, stream_groups
 from recovery.redis_io.redis_conn import RedisConn
+from recovery.redis_io.scripts import LEASE_FRESH_S, handler_outlasts_lease
 from recovery.redis_io.streams import info_rows
 from recovery.report.run_report import read_run_dir
 from recovery.report.worker_files import local_directory
@@ -165,11 +166,11 @@ def check_plan(plan_dir: str, manifest: Manifest, settings: Settings,
                                  f"restarted) than redis.url ({server['address']}, database "
                                  f"{server['db']})"))
     timeout_s = settings.handler.timeout_s
-    if timeout_s is not None and timeout_s * 1000 >= manifest.min_idle_ms:
+    if handler_outlasts_lease(manifest.min_idle_ms, timeout_s):
         raise PlanError(_refusal(plan_dir, f"its min_idle_ms ({manifest.min_idle_ms} ms), which "
                                  f"this run claims and leases with, is not longer than "
-                                 f"handler.timeout_s ({timeout_s:g} s)", "or lower "
-                                 "handler.timeout_s"))
+                                 f"handler.timeout_s ({timeout_s:g} s) by more than "
+                                 f"{LEASE_FRESH_S * 1000:g} ms", "or lower handler.timeout_s"))
     factor = settings.claim.backoff_factor
     if factor is not None and factor > 1:
         raise PlanError(_refusal(plan_dir, f"this run has a backoff schedule (claim.backoff_factor "

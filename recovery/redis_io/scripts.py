@@ -189,6 +189,7 @@ def reassign_batch(client: redis.Redis, unit: Unit, entries: Sequence[tuple[str,
     return _call(client, "reassign", [unit.stream], args, pipe)  # type: ignore[no-any-return]
 
 
+LEASE_FRESH_S = 0.1  # a lease reading serves the handler calls of this long after it (s)
 LEASE_RENEWED = 1
 LEASE_LOST = 0
 LEASE_DELETED = -1
@@ -208,6 +209,18 @@ def renew_lease(client: redis.Redis, unit: Unit, ids: Sequence[str], pipe: Any =
     """
     return _call(client, "lease_owned", [unit.stream], [unit.group, unit.consumer, fresh_ms,
                                                         *ids], pipe)  # type: ignore[no-any-return]
+
+
+def handler_outlasts_lease(min_idle_ms: int, handler_timeout_s: float | None) -> bool:
+    """Whether a handler call may still run once an entry handed to it has been idle
+    `min_idle_ms` (when another run, or a consumer claiming with that min-idle time, may take
+    it): a lease reading serves the calls of the next ``LEASE_FRESH_S``, so an entry renewed
+    by it can reach a call that late. The timeout must therefore be shorter than
+    `min_idle_ms` by more than ``LEASE_FRESH_S``. No timeout: False (half of `min_idle_ms`
+    is the budget then, :func:`fresh_lease_ms`)."""
+    if handler_timeout_s is None:
+        return False
+    return handler_timeout_s * 1000 + LEASE_FRESH_S * 1000 >= min_idle_ms
 
 
 def fresh_lease_ms(min_idle_ms: int, handler_timeout_s: float | None) -> int:

@@ -38,6 +38,7 @@ from pydantic_settings import (
 from recovery.errors import ConfigError
 from recovery.params import JobParams, OrderParams, RedisParams
 from recovery.redis_io.dlq_names import name_clash
+from recovery.redis_io.scripts import LEASE_FRESH_S, handler_outlasts_lease
 from recovery.settings.claim import ClaimSettings
 from recovery.settings.dead_letters import DeadLettersSettings
 from recovery.settings.metrics import MetricsSettings
@@ -88,14 +89,17 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _lease_outlasts_handler(self) -> Settings:
-        # The lease renewed before each handler call lasts claim.min_idle_ms: a slower call
-        # lets another run claim (and handle) the same entries.
+        # The lease renewed before each handler call lasts claim.min_idle_ms, and a reading
+        # serves the calls of the next LEASE_FRESH_S: a slower call lets another run claim
+        # (and handle) the same entries.
         timeout_s = self.handler.timeout_s
-        if timeout_s is not None and timeout_s * 1000 >= self.claim.min_idle_ms:
+        if handler_outlasts_lease(self.claim.min_idle_ms, timeout_s):
             raise ValueError(
                 f"handler.timeout_s ({timeout_s:g} s) must be shorter than claim.min_idle_ms "
-                f"({self.claim.min_idle_ms} ms), or another run may claim entries while the "
-                "handler still works on them: lower the timeout or raise min_idle_ms"
+                f"({self.claim.min_idle_ms} ms) by more than {LEASE_FRESH_S * 1000:g} ms (a "
+                "lease reading serves the calls of that long after it), or another run may "
+                "claim entries while the handler still works on them: lower the timeout or "
+                "raise min_idle_ms"
             )
         return self
 

@@ -116,7 +116,7 @@ class HandlerSettings(Section):
         "exit 1 when a larger share of handled messages failed; none: never"))
     timeout_s: float | None = Field(None, gt=0, le=86_400, description=(
         "a handler call slower than this (s) fails its batch (its entries stay pending); must "
-        "be below `claim.min_idle_ms`"))
+        "be below `claim.min_idle_ms` by more than 100 ms"))
     dead_letter_exceptions: list[str] = Field(default_factory=list, description=(
         "exception classes (`package.module.ClassName`, imported on the driver: one that does "
         "not import or is no exception class is refused, exit 2) that mean "

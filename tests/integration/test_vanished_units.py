@@ -204,14 +204,15 @@ def test_a_group_destroyed_between_claim_and_requeue_skips_that_unit(
 def test_a_group_destroyed_before_the_lease_renewal_skips_that_unit(
         spark, redis_version_server: LocalServer, tmp_path):
     """lease_owned.lua meets NOGROUP: the claim is materialised (every lease is read before
-    its call) and a lease older than 1 ms is renewed (handler.timeout_s just under
-    min_idle), so the renewal runs; the second unit's entries are never handed over."""
+    its call) and a lease older than 1 ms is renewed (handler.timeout_s as close under
+    min_idle as the start check allows: 101 ms), so the renewal runs; the second unit's
+    entries are never handed over."""
     server = redis_version_server
     client = server.client()
     seeded = seed_kinds(client, STREAMS, KINDS)
     write_control(server.url)
     proxied_run(spark, server, tmp_path, "lease_owned", "ls", "claim.journal_prefix=",
-                "claim.min_idle_ms=600000", "handler.timeout_s=599.999")
+                "claim.min_idle_ms=600000", "handler.timeout_s=599.899")
     second = check_vanished_and_survivor(client, spark, tmp_path, "ls", seeded, "reprocessed")
     assert len(second) == KINDS["ok"][0]
     assert pel(client, FIRST, GROUP) == {}, "handled and acked"

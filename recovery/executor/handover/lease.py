@@ -57,6 +57,7 @@ from recovery.redis_io.scripts import (
     ACKDEL_GONE,
     ACKDEL_KEPT,
     LEASE_DELETED,
+    LEASE_FRESH_S,  # a lease read older than this is read again before the next call
     LEASE_RENEWED,
     renew_lease,
 )
@@ -71,7 +72,6 @@ LEASE_PAGE_SLACK = 64  # extra XPENDING rows per lease read (other entries of ou
 LEASE_PAGE_GROWTH = 8
 LEASE_PAGE_MAX = 10_000
 LEASE_ROWS = 1000  # rows whose lease is read in one round trip (whole handler batches)
-LEASE_FRESH_S = 0.1  # a lease read older than this is read again before the next call
 
 REASON_GONE = ("no longer pending for the job's consumer (acked by a consumer or by an earlier "
                "attempt of this task, or claimed by another consumer)")
