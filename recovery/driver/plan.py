@@ -11,8 +11,8 @@ directory or manifest is missing or cannot be read, it holds no entries, it come
 real run, it is older than ``plan.max_age_s``, it was made on another server, with
 another ``reprocess.mode`` or ``reprocess.delete_acked`` than the run's, or with a
 ``min_idle_ms`` not longer than ``handler.timeout_s`` by more than ``LEASE_FRESH_S`` (the
-lease would not outlast a handler call); or when the run has a backoff schedule (``claim.backoff_factor``), which a claim by
-ID does not follow.
+lease would not outlast a handler call); or when the run has a backoff schedule
+(``claim.backoff_factor``), which a claim by ID does not follow.
 """
 
 from __future__ import annotations

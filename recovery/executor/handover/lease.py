@@ -16,7 +16,9 @@ the entries are still pending and owned by its consumer:
    happened in the last ``LEASE_FRESH_S``, and no other run claims a chunk while the handler
    works on it (``handler.timeout_s``). A batch handed over straight after its claim (one
    pass) skips the first read: the claim itself read the lease, as long as it is younger
-   than ``LEASE_FRESH_S``.
+   than ``LEASE_FRESH_S``. Each row's lease counts from when its reading was sent, less
+   the idle time read: a reply that came back late is read (renewed) again before a call
+   the lease would not outlast (``HandOver.leased_now``).
 2. the handler call;
 3. XACK of the entries it succeeded on. The ack is unconditional on purpose: the entry has
    been processed, and only a claim with a shorter ``min_idle_ms`` than the call could have
@@ -72,11 +74,15 @@ LEASE_PAGE_SLACK = 64  # extra XPENDING rows per lease read (other entries of ou
 LEASE_PAGE_GROWTH = 8
 LEASE_PAGE_MAX = 10_000
 LEASE_ROWS = 1000  # rows whose lease is read in one round trip (whole handler batches)
+LEASE_TRIES = 3  # lease reads of a chunk that came back too late, before it is given up
 
 REASON_GONE = ("no longer pending for the job's consumer (acked by a consumer or by an earlier "
                "attempt of this task, or claimed by another consumer)")
 REASON_DELETED = "entry deleted from the stream upstream; only its PEL slot was left"
 REASON_VANISHED = "the stream or its consumer group vanished during the run (deleted or replaced)"
+REASON_LATE = ("not handed to the handler: its lease could not be read back in time (Redis's "
+               "replies took longer than claim.min_idle_ms less handler.timeout_s); stays "
+               "pending for the next run")
 
 
 def reading_fresh_ms(fresh_ms: int) -> int:
@@ -99,6 +105,12 @@ class HandOver:
     read_at: float = 0.0
     to_ack: list[int] = field(default_factory=list)
     delete_acked: bool = False  # ack with XACKDEL ... ACKED (reprocess.delete_acked)
+    # A call may start only while every row's lease is younger than this (s): the call must
+    # end before the entry has been idle min_idle_ms (``fresh_lease_ms``); None: no check.
+    budget_s: float | None = None
+    # Row -> the latest time.monotonic() at which its idle time was surely 0 or less: a
+    # reading's send time less the idle time it read, a renewal's send time, a claim's.
+    leased_at: dict[int, float] = field(default_factory=dict)
 
     def stale(self) -> bool:
         """Whether the last reading of the lease is older than LEASE_FRESH_S."""
@@ -110,17 +122,37 @@ class HandOver:
         reading counts from when it was sent."""
         sent_at = time.monotonic()
         _ack_and_lease(self.client, self.rb, self.to_ack, rows, self.fresh_ms,
-                       self.delete_acked)
+                       self.delete_acked, (sent_at, self.leased_at))
         self.to_ack = []
         if rows:
             self.read_at = sent_at
 
     def leased_now(self, rest: list[int], size: int) -> list[int]:
         """The leased rows among the next `size` of `rest` (rows not handed over yet),
-        reading their lease again first when the last read is older than LEASE_FRESH_S."""
+        reading their lease again first when the last read is older than LEASE_FRESH_S.
+
+        A reading answered late (a stalled link, a server blocked between running a command
+        and writing its reply) may leave a row's lease too old for a call to end before the
+        entry has been idle ``min_idle_ms``: such rows are read (renewed) again, up to
+        ``LEASE_TRIES`` times; those still too old are not handed over (``failed``, they
+        stay pending)."""
         if self.stale():
             self.lease(self._open(rest))
+        for _ in range(LEASE_TRIES):
+            late = self._late(rest[:size])
+            if not late:
+                break
+            self.lease(late)
+        for i in self._late(rest[:size]):
+            self.rb.set(i, Action.FAILED, REASON_LATE)
         return self._open(rest[:size])
+
+    def _late(self, rows: list[int]) -> list[int]:
+        """The open rows of `rows` whose lease is too old for a call to start now."""
+        if self.budget_s is None:
+            return []
+        oldest = time.monotonic() - self.budget_s
+        return [i for i in self._open(rows) if self.leased_at.get(i, oldest) <= oldest]
 
     def _open(self, rows: list[int]) -> list[int]:
         return [i for i in rows if self.rb.action[i] is None]
@@ -131,11 +163,13 @@ class HandOver:
 
 
 def _ack_and_lease(client: redis.Redis, rb: RoutedBatch, to_ack: list[int], to_lease: list[int],
-                   fresh_ms: int, delete_acked: bool = False) -> None:
+                   fresh_ms: int, delete_acked: bool = False,
+                   leased: tuple[float, dict[int, float]] | None = None) -> None:
     """XACK `to_ack` (report them) and read the lease of `to_lease`, in one round trip.
 
     The rows of `to_lease` not to hand over get their outcome (skipped, deleted); the others
-    keep none until the handler has had them.
+    keep none until the handler has had them. `leased`: (when the read was sent, row ->
+    lease time, filled in for the rows leased: ``HandOver.leased_at``).
     """
     acks = rb.by_unit(to_ack)
     leases = rb.by_unit(to_lease)
@@ -153,7 +187,12 @@ def _ack_and_lease(client: redis.Redis, rb: RoutedBatch, to_ack: list[int], to_l
                 rb.set(i, Action.SKIPPED, REASON_GONE)
             elif idle >= fresh_ms:
                 stale.append(i)
-    _renew(client, rb, stale, fresh_ms)
+            elif leased is not None:
+                leased[1][i] = leased[0] - idle / 1000
+    renewed_at = time.monotonic()
+    for i in _renew(client, rb, stale, fresh_ms):
+        if leased is not None:
+            leased[1][i] = renewed_at
 
 
 def xack_commands(rb: RoutedBatch, by_unit: dict[Unit, list[int]], delete_acked: bool = False
@@ -204,21 +243,26 @@ def _owned_idle(client: redis.Redis, rb: RoutedBatch, unit: Unit, rows: list[int
         reply = each(client, [_lease_read(rb, unit, rows, start=after, count=count)])[0]
 
 
-def _renew(client: redis.Redis, rb: RoutedBatch, rows: list[int], fresh_ms: int) -> None:
-    """Renew the lease of `rows` (owned, not fresh) atomically; report those not renewed."""
+def _renew(client: redis.Redis, rb: RoutedBatch, rows: list[int], fresh_ms: int) -> list[int]:
+    """Renew the lease of `rows` (owned, not fresh) atomically; report those not renewed;
+    return those renewed."""
     if not rows:
-        return
+        return []
     calls: list[ScriptCall] = [
         (unit_rows, partial(renew_lease, client, unit, [rb.id[i] for i in unit_rows],
                             fresh_ms=fresh_ms))
         for unit, unit_rows in rb.by_unit(rows, ordered=True).items()]
+    renewed = []
     for i, reply in run_script_calls(client, calls):
-        if reply == LEASE_DELETED:
+        if reply == LEASE_RENEWED:
+            renewed.append(i)
+        elif reply == LEASE_DELETED:
             rb.set(i, Action.DELETED, REASON_DELETED)
         elif reply == VANISHED:
             rb.set(i, Action.SKIPPED, REASON_VANISHED)
-        elif reply != LEASE_RENEWED:
+        else:
             rb.set(i, Action.SKIPPED, REASON_GONE)
+    return renewed
 
 
 def _report_acks(client: redis.Redis, rb: RoutedBatch, acks: dict[Unit, list[int]],
