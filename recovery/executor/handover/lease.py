@@ -131,9 +131,11 @@ class HandOver:
         """The leased rows among the next `size` of `rest` (rows not handed over yet),
         reading their lease again first when the last read is older than LEASE_FRESH_S.
 
-        A reading answered late (a stalled link, a server blocked between running a command
-        and writing its reply) may leave a row's lease too old for a call to end before the
-        entry has been idle ``min_idle_ms``: such rows are read (renewed) again, up to
+        A row not read yet (a window after the first, reached within ``LEASE_FRESH_S`` of
+        the last reading), or one whose reading came back late (a stalled link, a server
+        blocked between running a command and writing its reply), may hold no lease a call
+        outlasts (one that ends before the entry has been idle ``min_idle_ms``): such rows
+        are read (renewed where needed) now, up to
         ``LEASE_TRIES`` times; those still too old are not handed over (``failed``, they
         stay pending)."""
         if self.stale():

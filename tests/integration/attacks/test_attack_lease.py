@@ -15,10 +15,11 @@ from redis import Redis
 
 from recovery.redis_io import scripts
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
+from tests.support.acting_proxy import ActingProxy
 from tests.support.backlogs import DEAD, HOUR_MS
 from tests.support.fault_tools import GROUP, JobResult, run_in_process, write_control
 from tests.support.late_reply import LateReply
-from tests.support.lease_handlers import CALLS
+from tests.support.lease_handlers import CALLS, HANDED
 
 STREAM = "payments"
 LIVE = "live-worker"
@@ -134,3 +135,38 @@ def test_a_lease_renewal_answered_late_is_not_taken_for_a_fresh_one(spark, redis
     assert proxy.delayed == 2, "the renewals were not sent twice (the fault did not happen)"
     assert result.code == 0, result.stderr[-3000:]
     assert owners == {}, f"left pending: {owners}"
+
+
+@pytest.mark.slow
+def test_entries_past_the_first_thousand_are_leased_before_their_call(spark, redis_server,
+                                                                    tmp_path: Path) -> None:
+    """Finding: the hand-over reads leases a window of ``LEASE_ROWS`` (1000) rows at a time
+    and reads again only once the last reading is ``LEASE_FRESH_S`` old; a fast handler
+    (1000 messages per call) done with the first window within that time went on to the
+    second window without reading its rows' lease at all. A live consumer that took 50 of
+    them (XCLAIM) after the run's claim, before the hand-over began (here: while the run
+    dead-lettered a poison entry), had them handed to the job's handler anyway, and acked
+    by the job on its PEL. Every entry must be leased before its call."""
+    client = redis_server.client()
+    ids = _stuck(client, 1101)
+    make_stuck(client, STREAM, GROUP, DEAD, ids[:1], HOUR_MS, 9)  # over the limit: moved
+    taken = ids[-50:]
+    write_control(redis_server.url)
+    sha = client.script_load(scripts._source("dead_letter")).encode()
+    proxy = ActingProxy(redis_server.port, [b"EVALSHA", sha],
+                        [("XCLAIM", STREAM, GROUP, LIVE, 0, *taken)])
+    try:
+        sets = [f"redis.url={proxy.url()}", f"report.path={tmp_path / 'r'}",
+                f"streams.keys={STREAM}", "claim.journal_prefix=", "handler.batch_size=1000",
+                "spark.partitions=1", "handler.path=tests.support.lease_handlers:records"]
+        result = run_in_process(spark, [a for s in sets for a in ("--set", s)])
+    finally:
+        proxy.close()
+    assert proxy.acted == 1, "no dead-letter move before the hand-over (the fault did not happen)"
+    assert result.code == 0, result.stderr[-3000:]
+    handed = {i.decode() for i in client.smembers(HANDED)}
+    assert sorted(handed & set(taken)) == [], "handed over after a live consumer took them"
+    owners = {r["message_id"].decode(): r["consumer"].decode()
+              for r in client.xpending_range(STREAM, GROUP, "-", "+", 2000)}
+    assert owners == dict.fromkeys(taken, LIVE), "the live consumer's entries acked by the job"
+    assert handed == set(ids[1:-50])
