@@ -106,7 +106,8 @@ class HandOver:
     to_ack: list[int] = field(default_factory=list)
     delete_acked: bool = False  # ack with XACKDEL ... ACKED (reprocess.delete_acked)
     # A call may start only while every row's lease is younger than this (s): the call must
-    # end before the entry has been idle min_idle_ms (``fresh_lease_ms``); None: no check.
+    # end before the entry has been idle min_idle_ms (``fresh_lease_ms``); None (no
+    # handler.timeout_s, so no bound on the call): only rows never read are read first.
     budget_s: float | None = None
     # Row -> the latest time.monotonic() at which its idle time was surely 0 or less: a
     # reading's send time less the idle time it read, a renewal's send time, a claim's.
@@ -150,11 +151,12 @@ class HandOver:
         return self._open(rest[:size])
 
     def _late(self, rows: list[int]) -> list[int]:
-        """The open rows of `rows` whose lease is too old for a call to start now."""
-        if self.budget_s is None:
-            return []
-        oldest = time.monotonic() - self.budget_s
-        return [i for i in self._open(rows) if self.leased_at.get(i, oldest) <= oldest]
+        """The open rows of `rows` not leased yet, or (with a budget) whose lease is too old
+        for a call to start now."""
+        budget, leased_at = self.budget_s, self.leased_at
+        oldest = time.monotonic() - (budget or 0.0)
+        return [i for i in self._open(rows) if i not in leased_at
+                or (budget is not None and leased_at[i] <= oldest)]
 
     def _open(self, rows: list[int]) -> list[int]:
         return [i for i in rows if self.rb.action[i] is None]

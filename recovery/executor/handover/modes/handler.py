@@ -100,7 +100,9 @@ class HandlerMode(ReprocessMode):
                              load_exceptions(params.handler_dead_letter_exceptions))
         fresh_ms = fresh_lease_ms(params.min_idle_ms, params.handler_timeout_s)
         hand_over = HandOver(client, rb, reading_fresh_ms(fresh_ms), read_at or 0.0,
-                             delete_acked=params.delete_acked, budget_s=fresh_ms / 1000)
+                             delete_acked=params.delete_acked)
+        if params.handler_timeout_s is not None:
+            hand_over.budget_s = fresh_ms / 1000
         if read_at is not None:  # the claim, sent then, left each entry idle 0
             hand_over.leased_at = dict.fromkeys(rows, read_at)
         size = params.handler_batch_size
