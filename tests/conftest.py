@@ -34,6 +34,7 @@ from recovery.settings.model import Settings, load_settings  # noqa: E402
 from recovery.spark.local import local_session  # noqa: E402
 from recovery.testing.local_redis import LocalServer  # noqa: E402
 from tests.support.cluster_fixtures import LocalCluster  # noqa: E402
+from tests.support.connect_run import ConnectServer  # noqa: E402
 from tests.support.servers import FLAVORS, REDIS_VERSIONS, start_server  # noqa: E402
 from tests.support.tls_fixtures import TlsFiles, make_tls_files, tls_server  # noqa: E402
 from tests.support.wheels import build_wheel_zip, made_once, wheel_installed_python  # noqa: E402
@@ -124,6 +125,16 @@ def redis_cluster() -> Iterator[LocalCluster]:
     """A real Redis Cluster (3 primaries, a replica of the first), shared by the session:
     about 10 s to start. Tests flush it (``LocalCluster.flush``) and restore what they change."""
     started = LocalCluster().start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """One local Spark Connect server in a process of its own, shared by the Spark Connect
+    tests (``xdist_group("connect")`` keeps them on one worker); each runs the job as its client,
+    in a process of its own (``tests/support/connect_run.py``)."""
+    started = ConnectServer(tmp_path_factory.mktemp("connect") / "server.log").start()
     yield started
     started.stop()
 

@@ -6,10 +6,7 @@ runs until dead-lettered on Redis 7.0 (the same scripts and replies everywhere).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
@@ -160,12 +157,12 @@ def test_task_retry_during_claim_loses_nothing(spark, client, make_settings, fau
     assert client.keys("recovery:journal:*") == []  # the run's journals are deleted
 
 
-def test_runs_under_spark_connect(redis_server, tmp_path):
+@pytest.mark.xdist_group("connect")
+def test_runs_under_spark_connect(redis_server, tmp_path, connect_server):
+    """The job as a client of the tests' local Spark Connect server (DataFrame APIs only)."""
     client = redis_server.client()
     seeded = seed(client, ["orders"], ["billing"])
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.support.connect_run", redis_server.url, str(tmp_path / "r")],
-        capture_output=True, text=True, timeout=240, cwd=Path(__file__).resolve().parents[2])
+    proc = connect_server.run(redis_server.url, tmp_path / "r")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["totals"]["reprocessed"] == 120

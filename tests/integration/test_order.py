@@ -11,8 +11,6 @@ the dead-letter stream) and the report rows, not only the summary.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 from itertools import pairwise
@@ -451,19 +449,17 @@ def test_task_retries_on_executors_of_their_own_keep_each_key_in_order(
 
 
 @pytest.mark.slow
-def test_per_key_order_under_spark_connect(redis_server, tmp_path):
-    """The ordered path with DataFrame APIs only (Spark Connect, ``remote("local[2]")``):
-    a key held behind a live consumer's entry (the blocker pass runs), one behind a failed
-    head, the others done in ID order."""
+@pytest.mark.xdist_group("connect")
+def test_per_key_order_under_spark_connect(redis_server, tmp_path, connect_server):
+    """The ordered path with DataFrame APIs only (Spark Connect: a client of the tests' local
+    Connect server, ``remote("local[2]")``): a key held behind a live consumer's entry (the
+    blocker pass runs), one behind a failed head, the others done in ID order."""
     client = redis_server.client()
     write_control(redis_server.url)
     ids = seed(client, keys=3, per_key=4)
     client.xclaim(STREAM, GROUP, "alive", 0, [ids["k0"][0]], idle=0, justid=True)
     client.sadd(FAIL, ids["k1"][1])
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.support.connect_run", redis_server.url,
-         str(tmp_path / "r"), HANDLER, "order.key_field=k"],
-        capture_output=True, text=True, timeout=240, cwd=Path(__file__).resolve().parents[2])
+    proc = connect_server.run(redis_server.url, tmp_path / "r", HANDLER, "order.key_field=k")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (summary["totals"]["held"], summary["held_keys"]) == (3 + 2, 2)
