@@ -186,11 +186,13 @@ def test_apply_with_a_second_plan_is_refused_not_one_of_them_ignored(
 
 @pytest.mark.parametrize("item", [f"redis_password={SECRET}", f"redis.password.x={SECRET}",
                                   f"redis.password:{SECRET}", f"redis..password={SECRET}"])
-def test_a_malformed_set_never_prints_its_value(item: str):
+def test_a_malformed_set_never_prints_its_value(item: str, stub_spark: dict[str, str]):
     """A typo'd ``--set`` of a password is refused, naming the key, never the value (stderr,
-    and the JSON line an Airflow task keeps as its XCom)."""
-    done = command("run", "--set", "streams.keys=orders", "--set", item)
+    and the JSON line an Airflow task keeps as its XCom), by the command itself: no
+    spark-submit starts (the stub's would exit 0)."""
+    done = command("run", "--set", "streams.keys=orders", "--set", item, env=stub_spark)
     assert done.returncode == 2, done.stdout + done.stderr
+    assert STARTED not in done.stdout
     assert "section.field=value" in done.stderr, done.stderr
     assert SECRET not in done.stdout + done.stderr
 
@@ -198,12 +200,14 @@ def test_a_malformed_set_never_prints_its_value(item: str):
 # --- what the operator is told --------------------------------------------------------------
 
 @pytest.mark.parametrize("args", [["frobnicate"], ["apply"], ["apply", "--set", "claim.count=5"]])
-def test_the_commands_own_refusals_end_with_the_json_error_line(args: list[str]):
+def test_the_commands_own_refusals_end_with_the_json_error_line(args: list[str],
+                                                               stub_spark: dict[str, str]):
     """README: stdout's last line is always JSON, the error's when the job could not run
     (the Airflow task's XCom); an unknown command or ``apply`` without its plan printed
-    nothing on stdout."""
-    done = command(*args)
+    nothing on stdout. The command's own: no spark-submit starts."""
+    done = command(*args, env=stub_spark)
     assert done.returncode == 2, done.stdout + done.stderr
+    assert STARTED not in done.stdout
     assert done.stderr.startswith("error: "), done.stderr
     last = json.loads((done.stdout.strip().splitlines() or ["null"])[-1])
     assert last and (last["status"], last["exit_code"]) == ("error", 2), done.stdout
