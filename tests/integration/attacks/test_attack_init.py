@@ -71,6 +71,7 @@ def test_a_working_directory_with_a_comma_is_refused_not_split_into_two_py_files
     assert json.loads(done.stdout.splitlines()[-1])["status"] == "error"
 
 
+@pytest.mark.slow
 @pytest.mark.airflow
 @pytest.mark.skipif(not AIRFLOW_PYTHON, reason="Airflow lives in its own venv: set "
                     "AIRFLOW_PYTHON=.venv-airflow/bin/python "

@@ -30,19 +30,26 @@ def test_the_test_session_jvm_runs_with_the_local_options(spark):
     assert all(option in args for option in LOCAL_JVM_OPTIONS.split())
 
 
-BAR_SCRIPT = """
+MARK = "--- a session stopped ---"
+# One process, two sessions one after the other (one JVM start): the first with the local
+# defaults only, the second with the settings given as arguments.
+BAR_SCRIPT = f"""
 import sys, time
 from pyspark.sql import functions as F
 from recovery.spark.local import local_session
-spark = local_session("local[1]", "bar-check", **dict(c.split("=", 1) for c in sys.argv[1:]))
-slow = F.udf(lambda x: time.sleep(2.5) or x, "long")
-spark.range(1).select(slow("id")).collect()
-spark.stop()
+for conf in ({{}}, dict(c.split("=", 1) for c in sys.argv[1:])):
+    spark = local_session("local[1]", "bar-check", **conf)
+    slow = F.udf(lambda x: time.sleep(2.5) or x, "long")
+    spark.range(1).select(slow("id")).collect()
+    spark.stop()
+    print({MARK!r}, file=sys.stderr, flush=True)
 """
 
 
 def spark_stderr(*conf: str) -> str:
-    """stderr of a fresh process that runs a 2.5 s stage in a local session."""
+    """stderr of a fresh process that runs a 2.5 s stage in a local session with the local
+    defaults, then the same in a new session with `conf` (``key=value``): each followed by
+    MARK."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     return subprocess.run([sys.executable, "-c", BAR_SCRIPT, *conf], capture_output=True,
                           text=True, timeout=120, env=env, check=True).stderr
@@ -52,8 +59,9 @@ def spark_stderr(*conf: str) -> str:
 def test_local_sessions_print_no_console_progress_bar_unless_asked():
     """The demo's, notebook's and tests' sessions keep Spark's progress bar out of the log;
     asked for, it shows (so the check would see it)."""
-    assert "[Stage " not in spark_stderr()
-    assert "[Stage " in spark_stderr("spark.ui.showConsoleProgress=true")
+    plain, asked, _ = spark_stderr("spark.ui.showConsoleProgress=true").split(MARK)
+    assert "[Stage " not in plain
+    assert "[Stage " in asked
 
 
 def test_submitted_runs_get_the_job_defaults_only_where_the_submitter_set_nothing():
