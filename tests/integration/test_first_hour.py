@@ -24,6 +24,7 @@ from redis import Redis
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.starter import STARTER_FILES
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
+from tests.support.stub_spark import STARTED, stub_spark_home
 
 pytestmark = [pytest.mark.slow,  # spark-submit runs (and the run's wheel, if first)
               pytest.mark.timeout(900)]
@@ -61,9 +62,11 @@ def user_env(command: str) -> dict[str, str]:
                            f"{os.environ['PATH']}"}
 
 
-def tool(command: str, folder: Path, *args: str) -> tuple[int, dict, str]:
-    """Run the installed command in `folder`: exit code, JSON line, stdout and stderr."""
-    done = subprocess.run([command, *args], cwd=folder, env=user_env(command),
+def tool(command: str, folder: Path, *args: str, env: dict[str, str] | None = None
+         ) -> tuple[int, dict, str]:
+    """Run the installed command in `folder` (`env` over the user's): exit code, JSON line,
+    stdout and stderr."""
+    done = subprocess.run([command, *args], cwd=folder, env={**user_env(command), **(env or {})},
                           capture_output=True, text=True, timeout=600)
     output = done.stdout + done.stderr
     return done.returncode, json.loads(done.stdout.strip().splitlines()[-1]), output
@@ -141,8 +144,12 @@ def test_a_handler_package_is_refused_with_the_ways_then_runs_from_a_zip_on_loca
     (folder / "teamhandlers" / "orders.py").write_text(HANDLER.format(log=str(handled)))
     job = ["--config", "conf/recovery.toml", "--set", "handler.path=teamhandlers.orders:handle"]
 
-    code, refused, output = tool(command, folder, "run", *job, *SPARK)
+    # Refused by the command itself: a spark-submit that only says it started (no JVM)
+    # stands in for Spark's, so a refusal left to the job would exit 0 here.
+    stub = {"SPARK_HOME": str(stub_spark_home(tmp_path))}
+    code, refused, output = tool(command, folder, "run", *job, *SPARK, env=stub)
     assert (code, refused["exit_code"]) == (2, 2)
+    assert STARTED not in output
     assert "module 'teamhandlers.orders' does not import" in refused["error"]
     assert "--py-files" in refused["error"] and ".zip of its package" in refused["error"]
     assert client.xpending("orders", "billing")["pending"] == 10  # refused before Redis

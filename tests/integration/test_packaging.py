@@ -92,8 +92,8 @@ def test_the_wheel_carries_the_jobs_and_the_command_not_the_test_tooling(wheel_z
         assert f"= recovery.jobs.{job}:main" in text
 
 
-def test_the_installed_command_runs_the_job_through_spark_submit(wheel_python, redis_server,
-                                                                 tmp_path):
+def test_the_installed_job_command_runs_the_job_in_its_own_process(wheel_python, redis_server,
+                                                                    tmp_path):
     """The wheel pip-installed into a fresh venv (its dependencies seen through a .pth), run
     from an empty directory: its ``redis-stream-recovery-job`` runs the job in the command's
     own process, as a platform's wheel task runs it (PySpark starts its own local Spark, no

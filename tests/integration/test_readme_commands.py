@@ -27,6 +27,7 @@ from recovery.testing.local_redis import LocalServer
 from tests.support.readme_commands import commands, invocation
 from tests.support.redrive_tools import dead_letter
 from tests.support.servers import start_server
+from tests.support.stub_spark import STARTED, stub_spark_home
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -127,9 +128,10 @@ def job_options(server: LocalServer, tmp: Path, stream: str) -> list[str]:
             "--set", f"report.path={tmp / 'reports'}", "--set", f"handler.path={HANDLER}"]
 
 
-def installed(server: LocalServer, tmp: Path, stream: str, *more: str) -> dict[str, list[str]]:
-    """Fills for an INSTALLED command on `stream`."""
-    return {"options": job_options(server, tmp, stream), "-- spark-submit options": SPARK_OPTIONS,
+def installed(server: LocalServer, tmp: Path, stream: str, *more: str,
+              spark: list[str] = SPARK_OPTIONS) -> dict[str, list[str]]:
+    """Fills for an INSTALLED command on `stream` (`spark`: its spark-submit options)."""
+    return {"options": job_options(server, tmp, stream), "-- spark-submit options": spark,
             **({"PLAN": list(more)} if more else {})}
 
 
@@ -232,12 +234,21 @@ def letters_of(client: Redis, stream: str, reasons: list[str]) -> list[str]:
         len(reasons))], reasons)
 
 
-@spark_run
+@pytest.mark.slow
 @runs(INSTALLED.format("redrive"))
 def test_installed_redrive(server, client, tmp_path):
+    """With only a local master after ``--`` the redrive runs in the command's own Python and
+    starts no Spark (README, "Where the installed command runs a job"): under a SPARK_HOME
+    whose spark-submit only says it started (no JVM), neither spark-submit nor a local
+    PySpark session (which launches its JVM through it) could run it. RedriveJob under
+    spark-submit is tests/integration/test_packaging.py's (``jobs/redrive.py`` from the
+    wheel); the command's hand-over to spark-submit is the other installed commands' here."""
     sources = letters_of(client, "inst:redrive", ["max-deliveries-exceeded"] * 4)
-    ran = run(INSTALLED.format("redrive"), installed(server, tmp_path, "inst:redrive"))
+    ran = run(INSTALLED.format("redrive"), installed(server, tmp_path, "inst:redrive",
+                                                     spark=["--", "--master", "local[2]"]),
+              {"SPARK_HOME": str(stub_spark_home(tmp_path))})
     assert ran.code == 0, ran.output
+    assert STARTED not in ran.output
     assert ran.last["totals"]["redriven"] == len(sources)
     assert client.xlen("{inst:redrive}:dlq") == 0
     back = client.xrange("inst:redrive", f"({sources[-1]}", "+")

@@ -21,7 +21,6 @@ from recovery.testing.local_redis import LocalServer
 from tests.support.stub_spark import STARTED, stub_spark_home
 
 ROOT = Path(__file__).resolve().parents[3]
-JOB = ROOT / "recovery" / "jobs" / "recover.py"
 CLOSED_URL = "redis://127.0.0.1:1/0"  # nothing listens
 SECRET = "hunter2-61"
 
@@ -104,8 +103,10 @@ def test_cluster_deploy_mode_set_by_conf_skips_the_check_as_the_option_does(
 @pytest.mark.slow
 def test_the_job_runs_with_a_handler_in_spark_submit_py_files_conf(
         tmp_path: Path, redis_server: LocalServer):
-    """What the check must not refuse: the real job, ``--conf spark.submit.pyFiles=Z`` with
-    the handler only in Z, plans a real server's stuck entry (exit 0) and changes nothing."""
+    """What the check must not refuse: the command passes the check, hands ``--conf
+    spark.submit.pyFiles=Z`` (the handler only in Z) to the real spark-submit, and the job
+    under it plans a real server's stuck entry (exit 0, status ok) and changes nothing. One
+    process: the job's own run under spark-submit is this one, after the check."""
     client = redis_server.client()
     client.xadd("orders", {"a": "1"})
     client.xgroup_create("orders", "g", id="0")
@@ -113,16 +114,12 @@ def test_the_job_runs_with_a_handler_in_spark_submit_py_files_conf(
     shipped = zipped_handler(tmp_path, "atk_conf_shipped")
     args = [*base(tmp_path, "atk_conf_shipped", redis_server.url), "--set",
             "claim.min_idle_ms=1"]
-    job = subprocess.run([str(Path(sys.executable).parent / "spark-submit"), "--master",
-                          "local[1]", "--conf", f"spark.submit.pyFiles={shipped}", str(JOB),
-                          "--dry-run", *args], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYSPARK_PYTHON": sys.executable}, cwd=tmp_path)
-    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
-    assert json.loads(job.stdout.strip().splitlines()[-1])["status"] == "ok"
-    assert client.xpending("orders", "g")["pending"] == 1
     done = command("dry-run", *args, "--", "--master", "local[1]", "--conf",
                    f"spark.submit.pyFiles={shipped}", cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    last = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (last["status"], last["dry_run"]) == ("ok", True)
+    assert last["totals"]["would_reprocess"] == 1
     assert client.xpending("orders", "g")["pending"] == 1
 
 
@@ -189,11 +186,13 @@ def test_apply_with_a_second_plan_is_refused_not_one_of_them_ignored(
 
 @pytest.mark.parametrize("item", [f"redis_password={SECRET}", f"redis.password.x={SECRET}",
                                   f"redis.password:{SECRET}", f"redis..password={SECRET}"])
-def test_a_malformed_set_never_prints_its_value(item: str):
+def test_a_malformed_set_never_prints_its_value(item: str, stub_spark: dict[str, str]):
     """A typo'd ``--set`` of a password is refused, naming the key, never the value (stderr,
-    and the JSON line an Airflow task keeps as its XCom)."""
-    done = command("run", "--set", "streams.keys=orders", "--set", item)
+    and the JSON line an Airflow task keeps as its XCom), by the command itself: no
+    spark-submit starts (the stub's would exit 0)."""
+    done = command("run", "--set", "streams.keys=orders", "--set", item, env=stub_spark)
     assert done.returncode == 2, done.stdout + done.stderr
+    assert STARTED not in done.stdout
     assert "section.field=value" in done.stderr, done.stderr
     assert SECRET not in done.stdout + done.stderr
 
@@ -201,12 +200,14 @@ def test_a_malformed_set_never_prints_its_value(item: str):
 # --- what the operator is told --------------------------------------------------------------
 
 @pytest.mark.parametrize("args", [["frobnicate"], ["apply"], ["apply", "--set", "claim.count=5"]])
-def test_the_commands_own_refusals_end_with_the_json_error_line(args: list[str]):
+def test_the_commands_own_refusals_end_with_the_json_error_line(args: list[str],
+                                                               stub_spark: dict[str, str]):
     """README: stdout's last line is always JSON, the error's when the job could not run
     (the Airflow task's XCom); an unknown command or ``apply`` without its plan printed
-    nothing on stdout."""
-    done = command(*args)
+    nothing on stdout. The command's own: no spark-submit starts."""
+    done = command(*args, env=stub_spark)
     assert done.returncode == 2, done.stdout + done.stderr
+    assert STARTED not in done.stdout
     assert done.stderr.startswith("error: "), done.stderr
     last = json.loads((done.stdout.strip().splitlines() or ["null"])[-1])
     assert last and (last["status"], last["exit_code"]) == ("error", 2), done.stdout
