@@ -3,6 +3,11 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
+# Python caches compiled modules (`__pycache__/`, ignored by git) even where the environment
+# says not to: without the cache every process the tests start (pytest's workers rewriting
+# the test modules' asserts, each command line, each Spark Python worker) compiles the
+# package and the tests again, seconds of CPU each time.
+unexport PYTHONDONTWRITEBYTECODE
 
 AIRFLOW_VENV := .venv-airflow
 

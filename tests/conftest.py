@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,14 +32,35 @@ if SUBMIT_OPTS:
 from pyspark.sql import SparkSession  # noqa: E402
 from redis import Redis  # noqa: E402
 
+from recovery.driver import job as driver_job  # noqa: E402
 from recovery.settings.model import Settings, load_settings  # noqa: E402
 from recovery.spark.local import local_session  # noqa: E402
 from recovery.testing.local_redis import LocalServer  # noqa: E402
 from tests.support.cluster_fixtures import LocalCluster  # noqa: E402
 from tests.support.connect_run import ConnectServer  # noqa: E402
 from tests.support.servers import FLAVORS, REDIS_VERSIONS, start_server  # noqa: E402
+from tests.support.tier import enter, require_slow  # noqa: E402
 from tests.support.tls_fixtures import TlsFiles, make_tls_files, tls_server  # noqa: E402
 from tests.support.wheels import build_wheel_zip, made_once, wheel_installed_python  # noqa: E402
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tell the quick tier's rule (tests/support/tier.py) whether this test is marked slow."""
+    enter(item.get_closest_marker("slow") is not None)
+
+
+def _whole_run_if_slow(run: Callable[..., Any]) -> Callable[..., Any]:
+    """`run` (``recovery.driver.job.run``), failing a test not marked slow that calls it."""
+    @functools.wraps(run)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        require_slow("a whole run of the job (recovery.driver.job.run)")
+        return run(*args, **kwargs)
+    return checked
+
+
+# The job classes import ``run`` when they call it, so every in-process whole run meets this.
+driver_job.run = _whole_run_if_slow(driver_job.run)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

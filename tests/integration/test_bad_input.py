@@ -149,6 +149,7 @@ def test_handler_that_does_not_import_or_call_exits_2(path, fragments, tmp_path)
     assert_one_error_line(run_in_process(None, argv), 2, *fragments)
 
 
+@pytest.mark.slow
 def test_report_location_not_writable_exits_2(spark, redis_server, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
@@ -196,6 +197,7 @@ def http_port() -> Iterator[int]:
     sock.close()
 
 
+@pytest.mark.slow
 def test_url_that_is_not_redis_exits_1(spark, tmp_path, http_port):
     result = run_in_process(spark, job_args(f"redis://127.0.0.1:{http_port}/0", tmp_path, ["o"]))
     line = assert_one_error_line(result, 1, f"127.0.0.1:{http_port}")
@@ -209,6 +211,7 @@ def password_server() -> Iterator[LocalServer]:
     srv.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("password", ["wrong", None])
 def test_wrong_or_missing_password_exits_1(spark, password_server, tmp_path, password):
     extra = [f"redis.password={password}"] if password else []

@@ -117,6 +117,7 @@ def test_print_config_masks_secrets_and_touches_nothing(name: str) -> None:
     assert printed["redis"]["username"] == "ops"
 
 
+@pytest.mark.slow
 def test_a_bad_value_names_the_variable_it_came_from() -> None:
     env = {"RECOVERY_CLAIM__MIN_IDLE_MS": "soon"}
     done = job(JOBS["recover"], "--set", "streams.keys=a", "--set", f"redis.url={CLOSED_URL}",
@@ -160,6 +161,7 @@ def test_a_run_that_succeeds_says_exit_code_0(spark: SparkSession, redis_server:
             {pair: 3 if files == "entries" else 1 for pair in runs.items()}, files
 
 
+@pytest.mark.slow
 def test_the_checks_before_a_run_are_made_once(spark: SparkSession, redis_server: LocalServer,
                                                tmp_path: Path, caplog) -> None:
     """The command line checked the server (PING, INFO) and the handler before the session,

@@ -148,6 +148,7 @@ def test_recovers_every_entry_exactly_once_on_a_cluster(spark, cluster, rc, tmp_
     assert summary.totals["reprocessed"] == 120 * len(streams) * len(GROUPS)
 
 
+@pytest.mark.slow
 def test_consumer_clean_up_reads_each_groups_summary_once_on_its_primary(cluster, rc, tmp_path):
     """On a Redis Cluster (a script call per group, on its stream's primary): each group's
     summary as XPENDING shows it, however many of its consumers are targets; the empty job

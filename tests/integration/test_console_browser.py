@@ -55,6 +55,7 @@ def log_in(page: Any) -> None:
     page.click("button[type=submit]")
 
 
+@pytest.mark.slow
 def test_log_in_filter_open_and_redrive_three(browser: object,
                                                redis_server: LocalServer) -> None:
     r = redis_server.client()
@@ -117,6 +118,7 @@ def test_log_in_filter_open_and_redrive_three(browser: object,
     assert [i for i, _ in entries(r, DLQ["payments"])] == other
 
 
+@pytest.mark.slow
 def test_redrive_what_a_filter_matches_after_its_preview_then_delete_one(
         browser: object, redis_server: LocalServer) -> None:
     r = redis_server.client()
@@ -181,6 +183,7 @@ def page_elsewhere(html: str) -> Iterator[str]:
         server.server_close()
 
 
+@pytest.mark.slow
 def test_a_link_from_another_site_opens_the_streams_letters(browser: object,
                                                               redis_server: LocalServer) -> None:
     """As a click on the Grafana dashboard's data link: the SameSite=Strict session cookie is

@@ -36,6 +36,7 @@ def application_stream(client: Redis, key: str = "shop:eu") -> None:
 
 # --- part 1: the name resolves to what is not the job's ------------------------------------
 
+@pytest.mark.slow
 def test_a_template_naming_an_application_stream_writes_nothing_into_it(spark, redis_server,
                                                                         tmp_path, caplog):
     client = redis_server.client()
@@ -99,6 +100,7 @@ def test_dead_letter_and_requeue_templates_naming_one_stream_are_refused_at_star
     assert snapshot(client, "shop") == before and client.keys("{shop}*") == []
 
 
+@pytest.mark.slow
 def test_an_application_stream_named_in_streams_keys_is_refused_at_start(spark, redis_server,
                                                                          tmp_path):
     client = redis_server.client()
@@ -113,6 +115,7 @@ def test_an_application_stream_named_in_streams_keys_is_refused_at_start(spark, 
     assert {k: snapshot(client, k) for k in before} == before
 
 
+@pytest.mark.slow
 def test_a_matched_stream_ending_with_the_suffix_is_recovered_unless_it_holds_letters(
         spark, redis_server, tmp_path):
     """Under the suffix rule, ``pay:dlq`` is an application stream that happens to end with
@@ -133,6 +136,7 @@ def test_a_matched_stream_ending_with_the_suffix_is_recovered_unless_it_holds_le
     assert again.code == 0 and again.summary["units"] == [], again.summary
 
 
+@pytest.mark.slow
 def test_a_stream_the_template_could_name_is_still_recovered(spark, redis_server, tmp_path):
     """With ``{stream}:{group}``, ``orders:v2`` (a stream of its own, no unit's dead-letter
     stream) is recovered like any source; ``orders:billing`` (where orders / billing's
@@ -158,6 +162,7 @@ def test_a_stream_the_template_could_name_is_still_recovered(spark, redis_server
 
 # --- part 3: a dead-letter key of another type ---------------------------------------------
 
+@pytest.mark.slow
 def test_a_dead_letter_key_of_another_type_is_the_units_error(spark, redis_version_server,
                                                               tmp_path):
     server = redis_version_server
@@ -195,6 +200,7 @@ def letter(source: str = "elsewhere") -> dict[bytes, bytes]:
 
 @pytest.mark.parametrize("content", ["letters then an order", "orders then letters",
                                      "letters read by a group"])
+@pytest.mark.slow
 def test_the_move_writes_only_into_a_stream_of_letters(spark, redis_server, tmp_path,
                                                        content):
     """Both ends of the target are checked: an application's entries after the letters (a
@@ -228,6 +234,7 @@ def test_the_move_writes_only_into_a_stream_of_letters(spark, redis_server, tmp_
     assert sorted(pel(client, "shop", "eu")) == sorted(ids[:OVER])
 
 
+@pytest.mark.slow
 def test_a_dead_letter_stream_that_is_another_units_retry_stream_is_refused_at_start(
         spark, redis_server, tmp_path):
     """Only the groups tell: ``{orders}:retry`` / g dead-letters into ``{orders}:retry:x``
@@ -246,6 +253,7 @@ def test_a_dead_letter_stream_that_is_another_units_retry_stream_is_refused_at_s
     assert not client.exists("{orders}:retry:x")
 
 
+@pytest.mark.slow
 def test_the_dry_run_tells_the_refusal_the_real_run_then_makes(spark, redis_server, tmp_path):
     client = redis_server.client()
     ids = stuck(client, "shop", "eu")

@@ -115,6 +115,7 @@ def test_the_password_file_is_read_and_masked(tmp_path: Path) -> None:
     assert PASSWORD not in repr(metrics)
 
 
+@pytest.mark.slow
 def test_series_stay_bounded_at_100000_streams() -> None:
     """max_units units of their own plus one (other) unit that sums the rest: the pending
     series' sum is unchanged and the count of units aggregated is said."""

@@ -222,6 +222,7 @@ def rc(redis_cluster: LocalCluster):
     client.close()
 
 
+@pytest.mark.slow
 def test_a_name_outside_its_sources_slot_refuses_the_run_on_a_cluster(spark, redis_cluster,
                                                                       rc, tmp_path):
     seed(rc, ["orders{eu}"], [GROUP])

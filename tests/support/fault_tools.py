@@ -37,6 +37,7 @@ from recovery.spark.local import LOCAL_JVM_OPTIONS
 from recovery.testing.backlog import add_entries, create_group, deliver, make_stuck
 from tests.support.backlogs import DEAD, HOUR_MS, binary_fields
 from tests.support.handlers import CHECKSUM, CONTROL_ENV, HANDLED, checksum
+from tests.support.tier import require_slow
 
 ROOT = Path(__file__).resolve().parents[2]
 SPARK_SUBMIT = ROOT / ".venv" / "bin" / "spark-submit"
@@ -163,6 +164,7 @@ def spark_submit(argv: list[str], logs: Path, *confs: str, master: str = "local[
                  ) -> subprocess.Popen[bytes]:
     """Start jobs/recover.py under spark-submit (local[2]: tasks are not retried, so the job
     claims and hands over in one pass); stdout/stderr go to files."""
+    require_slow("a spark-submit run of the job")
     logs.mkdir(parents=True, exist_ok=True)
     cmd = [str(SPARK_SUBMIT), "--master", master, "--conf", "spark.ui.enabled=false",
            "--driver-java-options", LOCAL_JVM_OPTIONS]

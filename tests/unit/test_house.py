@@ -12,6 +12,7 @@ path: ``tests/unit/<pkg>/test_<mod>.py``, which imports it, or the test module
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -76,7 +77,8 @@ def dotted(module: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported(module: Path) -> set[str]:
+@functools.cache  # read once per file: the house tests ask of each module many times
+def imported(module: Path) -> frozenset[str]:
     """Every module `module` imports, anywhere in it (at run time, in a function, for type
     checking), as absolute names; ``from a import b`` counts as ``a`` and ``a.b``."""
     here = dotted(module) if module.name == "__init__.py" else dotted(module).rpartition(".")[0]
@@ -91,7 +93,7 @@ def imported(module: Path) -> set[str]:
                 base = f"{anchor}.{base}" if base else anchor
             names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names)
-    return names
+    return frozenset(names)
 
 
 def within(name: str, roots: tuple[str, ...]) -> bool:
@@ -159,6 +161,7 @@ def test_executor_and_redis_io_never_import_the_driver_side(module: Path) -> Non
     assert sorted(n for n in imported(module) if within(n, DRIVER_SIDE)) == []
 
 
+@pytest.mark.slow
 def test_what_the_workers_import_loads_no_driver_side() -> None:
     """The rule above, through every import of every worker-side module (the top-level
     modules they use, the report's workers' writer, the handlers), in a fresh interpreter."""
@@ -176,6 +179,7 @@ def test_the_job_never_imports_its_test_tooling() -> None:
     assert {m: names for m, names in offenders.items() if names} == {}
 
 
+@pytest.mark.slow
 def test_tests_share_code_only_through_their_support_package() -> None:
     """A helper a second test module needs lives in tests/support/, not in a test module or
     conftest.py (pytest may import those under another name, and run a module's tests
@@ -370,3 +374,15 @@ def test_every_send_left_outside_is_still_there() -> None:
         for function, _, _ in redis_sends(module.read_text(encoding="utf-8")):
             still.add(f"{module_id(module)}:{function}")
     assert set(SENDS_OUTSIDE) <= still
+
+
+def test_a_whole_run_in_a_test_not_marked_slow_fails_that_test(tmp_path: Path) -> None:
+    """The quick tier's rule (tests/support/tier.py): this test is not marked slow, so a whole
+    run, in this process or as a spark-submit, fails it before anything starts."""
+    from recovery.driver import job
+    from tests.support.fault_tools import spark_submit
+
+    with pytest.raises(pytest.fail.Exception, match="not marked slow: mark it"):
+        job.run(None, None)  # type: ignore[arg-type]  # refused before it reads either
+    with pytest.raises(pytest.fail.Exception, match="spark-submit run of the job"):
+        spark_submit([], tmp_path)

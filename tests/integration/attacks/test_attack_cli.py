@@ -139,6 +139,7 @@ def test_a_handler_in_the_working_directory_is_judged_as_the_job_judges_it(
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow
 def test_dead_letters_report_path_not_writable_is_refused_before_spark(
         tmp_path: Path, stub_spark: dict[str, str]):
     """jobs/dead_letters.py refuses it (check_report_location, exit 2) after the JVM start;
@@ -267,6 +268,7 @@ def test_an_option_of_one_value_given_twice_is_refused_not_the_first_dropped(
     assert done.returncode == 2 and "twice" in done.stderr, done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_a_variable_with_one_underscore_for_two_is_refused_not_ignored():
     """``RECOVERY_CLAIM_MIN_IDLE_MS=600000`` (``_`` for ``__``) was ignored: the run claimed
     entries idle for 60 s, not the 10 min asked. It names a known setting: refused, with the
@@ -282,6 +284,7 @@ def test_a_variable_with_one_underscore_for_two_is_refused_not_ignored():
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow
 def test_a_sibling_of_a_py_file_in_py_files_is_not_shipped_with_it(
         tmp_path: Path, stub_spark: dict[str, str]):
     """``--py-files dir/a.py``: spark-submit copies a.py alone to a directory of its own for
@@ -306,6 +309,7 @@ def test_an_abbreviated_print_config_is_answered_once(stub_spark: dict[str, str]
     assert len(printed) + started == 1, done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ["recover", "job_options"])
 def test_a_handler_module_named_like_a_job_module_is_refused_before_spark_submit(
         module, redis_server, stub_spark, tmp_path):

@@ -25,6 +25,7 @@ def _args(server: LocalServer, *more: str) -> list[str]:
     return ["--set", f"redis.url={server.url}", "--set", "streams.keys=orders,payments", *more]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["app:events", "orders", DLQ["orders"], "a-hash"])
 def test_audit_stream_naming_a_key_not_its_own_is_refused(redis_server: LocalServer,
                                                           target: str) -> None:
@@ -56,6 +57,7 @@ def test_audit_stream_naming_a_key_not_its_own_is_refused(redis_server: LocalSer
     assert not console.listening, "it served with an audit stream that is not its own"
 
 
+@pytest.mark.slow
 def test_an_audit_stream_of_its_own_is_taken_again(redis_server: LocalServer) -> None:
     """The check lets the console's own audit stream through on a restart."""
     r = redis_server.client()
@@ -77,6 +79,7 @@ def _letter(r: redis.Redis, key: str, entry_id: str, source: str | None) -> None
     r.xadd(key, {"body": entry_id, **block}, id=entry_id)
 
 
+@pytest.mark.slow
 def test_delete_leaves_what_is_not_a_letter_of_a_selected_source(
         redis_server: LocalServer) -> None:
     """A shared dead-letter stream (``dead_letter.stream = all-dlq``) holding a letter of a
@@ -114,6 +117,7 @@ def _login_seconds(url: str, user: str) -> float:
     return taken
 
 
+@pytest.mark.slow
 def test_login_time_does_not_tell_which_names_exist(redis_server: LocalServer,
                                                     tmp_path: Path) -> None:
     """With a secret stored hashed (PBKDF2, as the docs advise), a failed login of an
@@ -124,10 +128,15 @@ def test_login_time_does_not_tell_which_names_exist(redis_server: LocalServer,
     with console_process(_args(redis_server), {"RECOVERY_CONSOLE_USERS_FILE": str(users)}
                          ) as console:
         assert console.listening, console.ended()
-        times = {name: min(_login_seconds(console.url, name) for _ in range(3))
-                 for name in ("alice", "nobody", "operator")}
-    assert times["nobody"] > times["alice"] / 2, times
-    assert times["operator"] > times["alice"] / 2, times  # the plain token's user too
+        # Rounds over the three names, so a busy moment of the machine slows each name
+        # alike; each name's fastest attempt. The flaw was a 20-60x gap: a quarter leaves
+        # room for a loaded machine (a half failed once beside other tests).
+        names = ("alice", "nobody", "operator")
+        rounds = [{name: _login_seconds(console.url, name) for name in names}
+                  for _ in range(5)]
+        times = {name: min(one[name] for one in rounds) for name in names}
+    assert times["nobody"] > times["alice"] / 4, times
+    assert times["operator"] > times["alice"] / 4, times  # the plain token's user too
 
 
 def _sent_bytes(r: redis.Redis) -> int:
@@ -135,6 +144,7 @@ def _sent_bytes(r: redis.Redis) -> int:
     return int(r.info("stats")["total_net_output_bytes"])
 
 
+@pytest.mark.slow
 def test_huge_letters_never_make_a_reply_of_gigabytes(redis_server: LocalServer) -> None:
     """Eight letters of 16 MB each: a page of letters, the overview's count scan and a
     preview each read them in pieces of about 8 MB plus one letter, not all at once (one
@@ -181,6 +191,7 @@ def _peak_mb(pid: int) -> int:
     return int(line.split()[1]) // 1024
 
 
+@pytest.mark.slow
 def test_a_huge_form_is_refused_before_it_is_read(redis_server: LocalServer) -> None:
     """Any logged-in user (a reader too: the form is read before the role and the CSRF
     token are checked) could send 10,000 fields of 1 MB each, all read into the console's
@@ -206,6 +217,7 @@ def test_a_huge_form_is_refused_before_it_is_read(redis_server: LocalServer) -> 
     assert grown < 50, f"the console's memory grew by {grown} MB"
 
 
+@pytest.mark.slow
 def test_a_letter_naming_its_dead_letter_stream_as_source_stays(
         redis_server: LocalServer) -> None:
     """``streams.match = *`` with one dead-letter stream for all (``dead_letter.stream =
@@ -233,6 +245,7 @@ def test_a_letter_naming_its_dead_letter_stream_as_source_stays(
     assert "1 refused" in page, page
 
 
+@pytest.mark.slow
 def test_a_console_killed_mid_redrive_leaves_each_letter_once_and_says_which(
         redis_server: LocalServer) -> None:
     """SIGKILL of the console while a redrive of six letters runs (at 2 letters/s): each
@@ -289,6 +302,7 @@ def _export_lines(client: httpx.Client, csrf: str, ids: list[str]) -> int:
         return sum(1 for _ in reply.iter_lines())
 
 
+@pytest.mark.slow
 def test_an_export_of_huge_letters_holds_one_at_a_time(redis_server: LocalServer) -> None:
     """An export of twelve letters of 16 MB read all of them (one pipelined XRANGE each)
     before the first line went out, and held them while it wrote: exporting all twelve
@@ -312,6 +326,7 @@ def test_an_export_of_huge_letters_holds_one_at_a_time(redis_server: LocalServer
     assert more < 120, f"twelve letters of 16 MB took {more} MB more than one"
 
 
+@pytest.mark.slow
 def test_a_lost_reply_to_a_redrive_is_not_reported_as_already_gone(
         redis_server: LocalServer) -> None:
     """The server runs the redrive script, its reply is lost and the connection closed

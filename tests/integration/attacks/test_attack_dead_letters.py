@@ -7,6 +7,7 @@ failed on the code it was written against; see the commit that adds it."""
 
 from __future__ import annotations
 
+import pytest
 from redis import Redis
 
 from recovery.testing.backlog import create_group, deliver
@@ -36,6 +37,7 @@ def _units(summary: dict) -> set[tuple[str, str]]:
 
 # --- a selected stream left out by its name alone ---------------------------------------------
 
+@pytest.mark.slow
 def test_an_application_stream_named_like_the_suffix_in_streams_keys_is_never_dropped_silently(
         spark, redis_server, tmp_path):
     """``orders:dlq`` is no dead-letter name the slot rule can make (``orders`` ->
@@ -54,6 +56,7 @@ def test_an_application_stream_named_like_the_suffix_in_streams_keys_is_never_dr
         assert len(app_ids) == 20
 
 
+@pytest.mark.slow
 def test_an_application_stream_whose_oldest_entry_is_a_letter_is_never_dropped_silently(
         spark, redis_server, tmp_path):
     """``shop:eu``: one letter first (written while it was empty), then the application's
@@ -99,6 +102,7 @@ def test_the_redrive_takes_back_letters_of_a_source_the_template_could_name(redi
 
 # --- a requeue target of another type ------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_requeue_target_of_another_type_is_the_units_error(spark, redis_server, tmp_path):
     """``{orders}:retry:g`` is a hash: the 15 entries to requeue stay pending (fine), but
     the run said ``status ok``, ``skipped []`` and "the stream or its consumer group
@@ -126,6 +130,7 @@ def _letters_then_an_order(client: Redis) -> None:
     client.xadd("shop:eu", {b"order": b"o-1", b"amount": b"100"})
 
 
+@pytest.mark.slow
 def test_the_dry_run_tells_the_newest_entry_refusal_the_real_run_makes(spark, redis_server,
                                                                        tmp_path):
     """``shop:eu``: a letter, then an order. The real run refuses it (its newest entry is no
@@ -140,6 +145,7 @@ def test_the_dry_run_tells_the_newest_entry_refusal_the_real_run_makes(spark, re
     assert skipped_rows(dry.summary) == skipped_rows(real.summary)
 
 
+@pytest.mark.slow
 def test_a_plan_applied_never_writes_letters_into_an_application_stream(spark, redis_server,
                                                                         tmp_path):
     """The same ``shop:eu`` (a letter, then an order): the plain run refuses it, but the
@@ -158,6 +164,7 @@ def test_a_plan_applied_never_writes_letters_into_an_application_stream(spark, r
     assert applied.summary["status"] == "partial", applied.summary
 
 
+@pytest.mark.slow
 def test_on_a_redis_cluster_letters_never_go_after_an_application_entry(spark, redis_cluster,
                                                                         tmp_path):
     """On a Redis Cluster discovery reads XINFO GROUPS (no FULL read), so the move script
@@ -178,6 +185,7 @@ def test_on_a_redis_cluster_letters_never_go_after_an_application_entry(spark, r
     assert sorted(pel(client, "{shop}", "eu")) == sorted(ids[:OVER])
 
 
+@pytest.mark.slow
 def test_the_dry_run_tells_the_requeue_target_refusal_the_real_run_makes(spark, redis_server,
                                                                          tmp_path):
     """``{orders}:retry:g`` is a hash: the real run refuses it (``partial``, a skipped row);
@@ -194,6 +202,7 @@ def test_the_dry_run_tells_the_requeue_target_refusal_the_real_run_makes(spark, 
     assert skipped_rows(dry.summary) == skipped_rows(real.summary)
 
 
+@pytest.mark.slow
 def test_a_literal_template_naming_an_empty_matched_source_writes_no_letters_quietly(
         spark, redis_server, tmp_path):
     """``dead_letter.stream = "pay"`` beside ``streams.match = "pay*"``: ``pay`` is an

@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import redis
 
 from recovery.redis_io.scripts import load_scripts
@@ -38,6 +39,7 @@ GIVE_UP = "the reply was not done within"
 ATTEMPTS, BACKOFF_S = 4, 0.7
 
 
+@pytest.mark.slow
 def test_the_driver_gives_up_on_a_dripping_redis_in_one_line_and_touches_nothing(
         redis_server, tmp_path):
     """The run's first calls (the driver's, before Spark) through the drip: exit 1 with one
@@ -59,6 +61,7 @@ def test_the_driver_gives_up_on_a_dripping_redis_in_one_line_and_touches_nothing
     assert pending_per_consumer(client, ["drip-d"]) == Counter({DEAD: len(seeded)})
 
 
+@pytest.mark.slow
 def test_an_executor_claim_whose_reply_drips_fails_the_run_and_loses_nothing(
         spark, redis_server, tmp_path):
     """The driver's calls pass at once; a connection's replies drip once it sent an
@@ -111,6 +114,7 @@ def redrive_command(url: str, conf_dir: Path, *sets: str) -> subprocess.Complete
                           env={**env, "SPARK_CONF_DIR": str(conf_dir)})
 
 
+@pytest.mark.slow
 def test_a_redrive_whose_moves_reply_drips_moves_each_letter_at_most_once(
         redis_server, tmp_path):
     """The redrive's move script runs on the server while its reply drips (the scripts
@@ -135,6 +139,7 @@ def test_a_redrive_whose_moves_reply_drips_moves_each_letter_at_most_once(
 
 
 
+@pytest.mark.slow
 def test_a_redrive_whose_cut_move_was_retried_says_its_count_may_be_short(
         redis_server, tmp_path):
     """The first move script's reply drips and is cut by its bound after the script moved

@@ -45,6 +45,7 @@ def _pel(client: Redis, stream: str) -> list[tuple[bytes, bytes, int]]:
             for r in client.xpending_range(stream, GROUP, "-", "+", 99)]
 
 
+@pytest.mark.slow
 @ON_ONE_SERVER  # plain SMEMBERS and TYPE; holds on every server: test_attack_hold.py
 def test_a_teams_hash_at_the_prefixes_name_is_refused_by_name(spark, server, tmp_path
                                                               ) -> None:  # type: ignore[no-untyped-def]
@@ -66,6 +67,7 @@ def test_a_teams_hash_at_the_prefixes_name_is_refused_by_name(spark, server, tmp
     assert client.keys("recovery:held:{*") == []
 
 
+@pytest.mark.slow
 def test_a_member_not_utf8_refuses_the_run_not_crashes(spark, redis_server, tmp_path
                                                         ) -> None:  # type: ignore[no-untyped-def]
     """Finding: a member of ``recovery:held:prefixes`` that is not UTF-8 (never one the job
@@ -86,6 +88,7 @@ def test_a_member_not_utf8_refuses_the_run_not_crashes(spark, redis_server, tmp_
     assert _pel(client, "orders") == before
 
 
+@pytest.mark.slow
 def test_the_printed_move_command_run_as_printed_moves_odd_names(spark, redis_server, tmp_path
                                                                  ) -> None:  # type: ignore[no-untyped-def]
     """Not a finding (kept as a guard): a hold under another recorded prefix, stream name
@@ -113,6 +116,7 @@ def test_the_printed_move_command_run_as_printed_moves_odd_names(spark, redis_se
         hold_key("recovery:held:", ODD, GROUP).encode(), HOLD_PREFIXES.encode()}
 
 
+@pytest.mark.slow
 @ON_ONE_SERVER  # the move's refusal on every server: test_attack_hold.py's users' hash test
 def test_a_teams_hash_at_an_earlier_holds_name_is_no_hold_and_never_moved(
         spark, server, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -161,6 +161,7 @@ def test_recovery_spark_submit_1_0_and_empty(value, started, redis_server, stub_
     assert redis_server.client().xlen("{orders}:dlq") == (2 if started else 0)
 
 
+@pytest.mark.slow
 def test_an_interrupted_redrive_reports_the_letters_it_moved(redis_server, stub_home):
     """Ctrl-C (SIGINT) in the middle of a rate-capped redrive run here: exit 1, the JSON line
     last with status ``failed`` and, found, ``totals.redriven`` 0 and no unit while Redis
@@ -191,6 +192,7 @@ def test_an_interrupted_redrive_reports_the_letters_it_moved(redis_server, stub_
     assert sorted(redriven) == sorted(str(i).encode() for i in range(n))
 
 
+@pytest.mark.slow
 def test_a_terminated_redrive_says_so_in_its_json_line(redis_server, stub_home):
     """SIGTERM (a scheduler's timeout, ``kill``) in the middle of a redrive run here. Found:
     the process died at once (exit -15/143): no ``error:`` line, no JSON line, no metrics
@@ -247,6 +249,7 @@ def pending_of(client: redis.Redis) -> list[tuple[bytes, bytes, int]]:
             for p in client.xpending_range("orders", "billing", "-", "+", 10)]
 
 
+@pytest.mark.slow
 def test_a_redis_answering_one_byte_at_a_time_does_not_hold_the_command(
         redis_server, stub_home):
     """A redrive run here against Redis behind a proxy dripping one byte per 0.2 s, with

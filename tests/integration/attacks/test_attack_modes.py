@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import redis
 
 from recovery.testing.backlog import create_group
@@ -59,6 +60,7 @@ def test_a_requeue_template_without_a_suffix_is_refused(redis_server: LocalServe
     assert client.exists("{orders}") == 0
 
 
+@pytest.mark.slow
 def test_a_requeue_target_read_by_several_groups_is_refused(redis_server: LocalServer,
                                                             tmp_path: Path) -> None:
     """Found: the several-groups rule looked at the source only. ``{orders}:r`` is an

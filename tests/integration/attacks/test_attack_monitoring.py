@@ -93,6 +93,7 @@ def test_spark_submit_with_redis_unreachable_prints_its_json_last(tmp_path: Path
 
 # --- the dead-letter jobs: Redis unreachable, a refused dry run --------------------------
 
+@pytest.mark.slow
 def test_a_redrive_that_cannot_reach_redis_keeps_its_series_and_says_redis_down(
         redis_server: LocalServer, tmp_path: Path) -> None:
     """A good redrive, then one with Redis unreachable (exit 1): it replaced the redrive's
@@ -224,6 +225,7 @@ def test_a_dead_letter_read_that_cannot_reach_redis_keeps_its_series(
 
 # --- a failure that is not one of the job's own errors -----------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job", ["recover.py", "dead_letters.py"])
 def test_a_spark_session_that_cannot_start_still_ends_with_json_and_its_attempt(
         job: str, redis_server: LocalServer, tmp_path: Path) -> None:

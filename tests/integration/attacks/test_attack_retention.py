@@ -153,6 +153,7 @@ def test_a_stream_shared_by_many_sources_is_found_in_linear_time(redis_server, t
     assert report is not None and report["trimmed"] == 1 and client.xlen("CDL") == 0
 
 
+@pytest.mark.slow
 def test_a_trim_step_whose_reply_is_lost_is_still_counted(redis_server, tmp_path):
     """A trim step that outlasts ``redis.socket_timeout_s`` (10 000 letters of ~3 KB in one
     step, ``page_size`` 10 000: about a second of Lua) still trims on the server; redis-py's
@@ -179,6 +180,7 @@ def test_a_trim_step_whose_reply_is_lost_is_still_counted(redis_server, tmp_path
     assert report["trimmed"] == gone, (report["trimmed"], gone)
 
 
+@pytest.mark.slow
 def test_retention_on_a_cluster_counts_ages_from_the_earliest_primary_clock(redis_cluster,
                                                                            tmp_path):
     """Each primary stamps its letters' IDs with its own clock, so a cut taken from one

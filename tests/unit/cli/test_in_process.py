@@ -101,6 +101,7 @@ def redrive_args(server: LocalServer) -> list[str]:
     return ["redrive", "--set", f"redis.url={server.url}", "--set", "streams.keys=orders"]
 
 
+@pytest.mark.slow
 def test_a_redrive_runs_here_and_moves_the_letters(redis_server, stub_spark):
     """No spark-submit, no JVM: the letters are back in their stream (Redis shows it), the
     JSON line last on stdout, exit 0; the same command with a cluster master goes to
@@ -123,6 +124,7 @@ def test_a_redrive_runs_here_and_moves_the_letters(redis_server, stub_spark):
     assert STARTED in sent.stdout, sent.stdout + sent.stderr
 
 
+@pytest.mark.slow
 def test_a_redrive_that_cannot_reach_redis_exits_1_with_the_json_error_line(stub_spark):
     """The job's exit code and lines, here as under spark-submit: exit 1, one ``error:``
     line (on stderr: spark-submit would merge it into stdout), the JSON line last."""

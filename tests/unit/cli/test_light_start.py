@@ -61,6 +61,7 @@ def test_the_check_sees_a_spark_import() -> None:
     (["config", "--set", "streams.match=o:*", "--set", "redis.no_such_key=1"], 2,
      "redis.no_such_key: unknown setting"),
 ], ids=lambda value: " ".join(value)[:40] if isinstance(value, list) else "")
+@pytest.mark.slow
 def test_a_command_ended_before_spark_loads_no_spark(tmp_path: Path, args: list[str],
                                                      expected: int, told: str) -> None:
     """Run in a directory of its own (no conf/ of the checkout's to read), the command ends

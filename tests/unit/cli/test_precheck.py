@@ -66,6 +66,7 @@ def test_a_typo_in_the_config_file_is_refused_on_stderr_before_spark(tmp_path: P
     assert not started.exists(), "spark-submit was started for a config refused in Python"
 
 
+@pytest.mark.slow
 def test_a_typo_in_a_variable_or_a_set_names_the_nearest_key():
     done, _ = command("dry-run", "--set", "streams.keys=orders",
                       env={"RECOVERY_CLAIM__MIN_IDLE": "600000"})
@@ -86,12 +87,14 @@ def test_a_variable_of_an_unknown_section_is_refused_not_ignored():
                           "(from RECOVERY_CLAIMS__MIN_IDLE_MS)")
 
 
+@pytest.mark.slow
 def test_a_handler_that_does_not_import_is_refused_before_spark():
     done, _ = command("run", "--set", "streams.keys=orders", "--set", f"redis.url={CLOSED_URL}",
                       "--set", "handler.path=no_such_module_61:handle")
     refused_here(done, 2, "no_such_module_61")
 
 
+@pytest.mark.slow
 def test_a_handler_shipped_with_py_files_imports_from_there(tmp_path: Path):
     """The handler exists only in a --py-files file: the check imports it from there, as the
     driver would, and goes on to the next check, which refuses (a report path that is a
@@ -105,6 +108,7 @@ def test_a_handler_shipped_with_py_files_imports_from_there(tmp_path: Path):
     refused_here(done, 2, "is not a writable directory")
 
 
+@pytest.mark.slow
 def test_a_plan_that_cannot_be_applied_is_refused_before_spark(tmp_path: Path):
     """Without contacting Redis (nothing listens at the URL): the plan's own terms."""
     done, _ = command("apply", str(tmp_path / "no-such-plan"),
@@ -114,6 +118,7 @@ def test_a_plan_that_cannot_be_applied_is_refused_before_spark(tmp_path: Path):
     refused_here(done, 2, f"--plan {tmp_path / 'no-such-plan'}: no such directory")
 
 
+@pytest.mark.slow
 def test_an_empty_set_unsets_an_optional_setting_from_the_file(tmp_path: Path):
     conf = tmp_path / "c.toml"
     conf.write_text('[streams]\nkeys = ["orders"]\n'
@@ -145,6 +150,7 @@ def test_an_empty_set_keeps_its_meaning_where_empty_is_a_value():
     assert json.loads(done.stdout)["claim"]["journal_prefix"] == ""
 
 
+@pytest.mark.slow
 def test_a_refusal_before_spark_pushes_the_attempt_as_the_job_would(tmp_path: Path):
     """Issue 61 part 2's contract survives the early door: a refused run (exit 2) pushes its
     attempt; the ``apply`` of a missing plan under its own kind."""

@@ -406,6 +406,7 @@ def test_a_letter_goes_back_only_to_a_selected_source(state: ConsoleState,
     assert [i for i, _ in entries(r, DLQ["orders"])] == [stray.decode(), bare.decode()]
 
 
+@pytest.mark.slow
 def test_the_console_on_a_redis_cluster(redis_cluster: object) -> None:
     """Sources on all three primaries: the overview lists every dead-letter stream, and a
     redrive runs each letter's script on the primary that owns its source's slot."""
@@ -470,6 +471,7 @@ def test_overview_page_and_redrive_on_every_server(server: LocalServer) -> None:
     assert entries(r, "orders")[-1][1] == [b"n", b"0", b"body", b"", b"x-redrive-count", b"1"]
 
 
+@pytest.mark.slow
 def test_the_command_serves_on_loopback_and_stops_cleanly(redis_server: LocalServer) -> None:
     """``python -m recovery console`` (the installed command's code) as a process: it listens on
     127.0.0.1 by default, asks for a login, and exits 0 on Ctrl-C."""

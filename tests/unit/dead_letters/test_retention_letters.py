@@ -190,6 +190,7 @@ def test_the_job_leaves_an_application_stream_and_says_why(spark, redis_server, 
     assert "shop:eu" in warning and app[0] in warning and "not a letter" in warning
 
 
+@pytest.mark.slow
 def test_a_cluster_stops_on_each_node_at_its_own_non_letter(redis_cluster, tmp_path):
     redis_cluster.wait_healthy()
     redis_cluster.flush()

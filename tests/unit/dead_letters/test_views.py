@@ -4,9 +4,12 @@ values, hex, UUIDs, runs of spaces); no error, no signature. Through a real Spar
 
 from __future__ import annotations
 
+import pytest
+
 from recovery.dead_letters.views import signature
 
 
+@pytest.mark.slow
 def test_signatures_collapse_what_varies(spark):
     messages = ["timeout after 3012 ms on order 88", "timeout after 17 ms on order 5",
                 "refused 1700000000000-12", "bad value \"x 1\" at 0x1F",

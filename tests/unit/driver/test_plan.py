@@ -282,6 +282,7 @@ def test_a_planned_page_whose_reply_was_lost_is_taken_back(server, client, make_
     assert all(r["fields"] is None for s in back for r in s.claimed.to_arrow().to_pylist())
 
 
+@pytest.mark.slow
 def test_an_applied_plan_shows_the_lag_redis_tells_as_its_dry_run_did(spark, client,
                                                                      make_settings):
     """The group health of ``apply`` showed lag "unknown" on Redis 7.0+ where its dry run

@@ -3,11 +3,13 @@ queries on the tests' session; no Redis involved (the warm-up touches none)."""
 
 from __future__ import annotations
 
+import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from recovery.driver.warm_up import JOB_GROUP, WarmUp, warming_up
 
 
+@pytest.mark.slow
 def test_the_warm_up_collects_two_dummy_units_in_the_units_shape(spark):
     """The query it runs is the units' own (UNIT rows spread by part), of two dummy units."""
     warm = WarmUp(spark)

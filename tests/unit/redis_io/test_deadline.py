@@ -62,6 +62,7 @@ def timed_failure(call: Callable[[], Any]) -> tuple[str, float]:
     return str(raised.value), time.monotonic() - started
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("parser", PARSERS.values(), ids=PARSERS.keys())
 def test_a_reply_dripped_a_byte_at_a_time_ends_by_its_bound(parser, redis_server):
     """A 67-byte reply at 50 bytes/s, socket timeout 0.5 s: redis-py alone reads it whole in
@@ -82,6 +83,7 @@ def test_a_reply_dripped_a_byte_at_a_time_ends_by_its_bound(parser, redis_server
         assert cut_seen(drip, 1) == 1
 
 
+@pytest.mark.slow
 def test_a_big_reply_on_a_slow_honest_link_arrives_and_a_slower_link_is_a_timeout(
         redis_server):
     """XAUTOCLAIM COUNT 1000 of 1000 entries of 500 bytes (a reply of about 600 KB) through
@@ -109,6 +111,7 @@ def test_a_big_reply_on_a_slow_honest_link_arrives_and_a_slower_link_is_a_timeou
         assert cut_seen(drip, 1) == 1
 
 
+@pytest.mark.slow
 def test_a_tls_reply_whose_records_each_come_in_time_is_still_bounded_whole(
         tls_files, tls_redis):
     """Over TLS a dripping proxy can only delay whole records (a TLS read waits for one

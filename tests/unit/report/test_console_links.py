@@ -27,6 +27,7 @@ from tests.support.target_tools import OVER, args, stuck
 BASE = "https://dlq.example.com/console"
 
 
+@pytest.mark.slow
 def test_a_run_links_each_dead_letter_stream_it_wrote_to(
         spark: SparkSession, redis_server: LocalServer, tmp_path, caplog, capsys) -> None:
     client = redis_server.client()
@@ -67,6 +68,7 @@ def test_a_run_links_each_dead_letter_stream_it_wrote_to(
     assert client.xlen("{orders}:dlq") == OVER  # read, never changed
 
 
+@pytest.mark.slow
 def test_without_the_setting_there_are_no_links(spark: SparkSession, redis_server: LocalServer,
                                                 tmp_path, caplog) -> None:
     client = redis_server.client()

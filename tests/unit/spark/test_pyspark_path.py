@@ -126,6 +126,7 @@ def _where_pyspark_comes_from(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.
         yield pa.RecordBatch.from_pylist([{"file": pyspark.__file__, "path": sys.path}])
 
 
+@pytest.mark.slow
 def test_python_workers_import_the_installed_pyspark(spark):
     """The session (like the job's) starts its workers through recovery.spark.pyspark_path:
     they import PySpark from site-packages, and spark-submit's zips of it (and of py4j,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
@@ -10,6 +11,7 @@ from recovery.schemas import UNIT
 from recovery.spark.transforms import units_of_parts
 
 
+@pytest.mark.slow
 def test_units_of_parts_puts_each_part_in_its_own_partition_verbatim(spark):
     names = ["orders{eu}", 'quo"te\\back\nline', "ünï 流", "x"]
     by_part = [[{"stream": names[0], "group": "g", "consumer": "c-0", "part": 0,
