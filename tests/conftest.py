@@ -63,9 +63,11 @@ def _whole_run_if_slow(run: Callable[..., Any]) -> Callable[..., Any]:
 driver_job.run = _whole_run_if_slow(driver_job.run)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under ``pytest -n N --dist loadgroup`` (``make test``) all tests that use the cluster
-    run in one worker, so only one worker starts one (about 10 s)."""
+    run in one worker, so only one worker starts one (about 10 s). Run after pytest-xdist's
+    own hook, the group was never seen: every worker started a cluster of its own."""
     for item in items:
         if "redis_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("cluster"))

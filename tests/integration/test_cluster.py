@@ -98,6 +98,14 @@ def test_client_is_a_cluster_client_and_units_know_their_primary(cluster, rc, tm
     conn.close()
 
 
+def test_the_tests_of_the_cluster_share_one_worker(redis_cluster, request):
+    """Under ``make test`` (``--dist loadgroup``) every test that uses the cluster is in the
+    group ``cluster`` (tests/conftest.py), so one worker starts it; before, the group was added
+    after pytest-xdist had read the groups, and each worker started a cluster of its own."""
+    if request.config.getoption("dist", "no") == "loadgroup":
+        assert request.node.nodeid.endswith("@cluster"), request.node.nodeid
+
+
 @pytest.mark.parametrize(("partitions", "parts"), [(1, [(["a1", "a2", "b1", "c1"], 1)]),
                                                    (2, [(["a1", "a2"], 1), (["b1", "c1"], 1)]),
                                                    (4, [(["a1", "a2"], 2), (["b1"], 1),
