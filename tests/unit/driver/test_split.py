@@ -712,8 +712,10 @@ def test_a_hot_stream_split_on_a_cluster(spark, redis_cluster, redis_server, tmp
                                          caplog):
     """4 partitions over 3 primaries: the hot stream's primary gets two, and the stream is
     split over both, through a cursor in the stream's hash slot (else the claim script would
-    fail with CROSSSLOT): its failing entries end on both parts' consumers. The log names
-    the tasks the stream really got."""
+    fail with CROSSSLOT, in whichever part runs it). The log names the tasks the stream really
+    got. The parts share the cursor, each taking the next step when it is ready, so which
+    parts end up holding the failing entries is timing: with 4 tasks on 2 cores a part that
+    started late found the PEL drained and held none (seen once in a full `make test`)."""
     caplog.set_level(logging.INFO, logger="recovery")
     rc, seeded, result = run_on_cluster(spark, redis_cluster, redis_server, tmp_path, 4)
     try:
@@ -721,7 +723,7 @@ def test_a_hot_stream_split_on_a_cluster(spark, redis_cluster, redis_server, tmp
         assert cursor is not None and rc.keyslot(cursor) == rc.keyslot(STREAM)
         failed_on = check_cluster_run(spark, rc, redis_server.client(), seeded, tmp_path,
                                       result)
-        assert len(failed_on) == 2, f"not split over the primary's two parts: {failed_on}"
+        assert 1 <= len(failed_on) <= 2, f"more consumers than the two parts: {failed_on}"
         check_health_counted_once(spark, seeded, result)
         assert f"{SPLIT_LOG} ({STREAM} / {GROUP}: 2 tasks)" in split_log_line(caplog), \
             "the log names more tasks than claim the stream"
