@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -39,7 +37,7 @@ from recovery.testing.local_redis import LocalServer  # noqa: E402
 from tests.support.cluster_fixtures import LocalCluster  # noqa: E402
 from tests.support.connect_run import ConnectServer  # noqa: E402
 from tests.support.servers import FLAVORS, REDIS_VERSIONS, start_server  # noqa: E402
-from tests.support.tier import enter, require_slow  # noqa: E402
+from tests.support.tier import enter, slow_only  # noqa: E402
 from tests.support.tls_fixtures import TlsFiles, make_tls_files, tls_server  # noqa: E402
 from tests.support.wheels import build_wheel_zip, made_once, wheel_installed_python  # noqa: E402
 
@@ -50,17 +48,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     enter(item.get_closest_marker("slow") is not None)
 
 
-def _whole_run_if_slow(run: Callable[..., Any]) -> Callable[..., Any]:
-    """`run` (``recovery.driver.job.run``), failing a test not marked slow that calls it."""
-    @functools.wraps(run)
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        require_slow("a whole run of the job (recovery.driver.job.run)")
-        return run(*args, **kwargs)
-    return checked
-
-
 # The job classes import ``run`` when they call it, so every in-process whole run meets this.
-driver_job.run = _whole_run_if_slow(driver_job.run)
+driver_job.run = slow_only(driver_job.run, "a whole run of the job (recovery.driver.job.run)")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups
