@@ -48,6 +48,7 @@ class TransferClock:
         self._started = 0.0
         self._grace_s: float | None = None  # None: no transfer timed
         self._moved = 0
+        self.raised: RedisTimeoutError | None = None  # the error of the last expired transfer
 
     def start(self, what: str, grace_s: float | None) -> ClockState:
         """Time `what` ("request", "reply") from now; `grace_s` None: no bound. Returns the
@@ -56,6 +57,7 @@ class TransferClock:
         before = (self._what, self._started, self._grace_s, self._moved)
         self._what, self._started, self._grace_s, self._moved = (
             what, time.monotonic(), grace_s, 0)
+        self.raised = None
         return before
 
     def restore(self, state: ClockState) -> None:
@@ -76,11 +78,12 @@ class TransferClock:
         """The error for a transfer past its bound: one line, what was moved and the rule."""
         grace_s = self._grace_s or 0.0
         bound = grace_s + self._moved / self.min_bytes_per_s
-        return RedisTimeoutError(
+        self.raised = RedisTimeoutError(
             f"the {self._what} was not done within {bound:.1f} s ({self._moved} bytes "
             f"moved; redis.socket_timeout_s {grace_s:g} s plus 1 s per "
             f"redis.min_transfer_bytes_per_s {self.min_bytes_per_s:g} bytes): the server, "
             "or a proxy in front of it, sends too slowly")
+        return self.raised
 
 
 class BoundedSocket:
@@ -162,6 +165,10 @@ class BoundedConnection(Connection):
         before = self._clock.start("reply", self.socket_timeout)
         try:
             return super().read_response(*args, **kwargs)
+        except RedisTimeoutError as exc:
+            # redis-py 8.2+ raises a parser's timeout again as "Timeout reading from ...":
+            # the bound's own one-line error is what the operator needs.
+            raise (self._clock.raised or exc) from None
         finally:
             self._clock.restore(before)
 
