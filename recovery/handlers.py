@@ -142,7 +142,13 @@ def _attribute(key: str, path: str, module_name: str, attr: str) -> object:
         ) from None
 
 class HandlerTimedOut(Exception):
-    """A handler call did not return within ``handler.timeout_s``."""
+    """A handler call did not return within ``handler.timeout_s``; `call` is the thread
+    still running it (``recovery.executor.handover.abandoned`` keeps its messages leased
+    while it runs)."""
+
+    def __init__(self, message: str, call: threading.Thread) -> None:
+        super().__init__(message)
+        self.call = call
 
 
 class BatchRejected(Exception):
@@ -179,7 +185,8 @@ def _call(handler: Handler, messages: list[Message], timeout_s: float | None) ->
 
     Python cannot stop a thread: a call that times out is abandoned, not killed. If it
     returns later its reply is ignored; its messages stay pending and are delivered again
-    (at-least-once), and the thread never keeps the worker process from exiting.
+    (at-least-once), and the thread never keeps the worker process from exiting. The
+    HandlerTimedOut raised carries the thread, so the caller can tell while it runs.
     """
     if timeout_s is None:
         return handler(messages)
@@ -197,8 +204,7 @@ def _call(handler: Handler, messages: list[Message], timeout_s: float | None) ->
     if thread.is_alive():
         raise HandlerTimedOut(
             f"handler timed out after {timeout_s:g} s (handler.timeout_s) on a batch of "
-            f"{len(messages)}; the call was abandoned"
-        )
+            f"{len(messages)}; the call was abandoned", thread)
     if "error" in outcome:
         raise outcome["error"]  # type: ignore[misc]
     return outcome.get("reply")

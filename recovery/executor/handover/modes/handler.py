@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import redis
 
+from recovery.executor.handover.abandoned import keep_leased
 from recovery.executor.handover.dead_letter import DeadLetterJob, dead_letter
 from recovery.executor.handover.lease import LEASE_ROWS, HandOver, reading_fresh_ms
 from recovery.executor.handover.modes.base import ReprocessMode
@@ -36,6 +37,8 @@ from recovery.redis_io.scripts import fresh_lease_ms
 from recovery.schemas import Action, DeathReason, Mode
 
 REASON_HANDLER_FAILED = "handler failed; stays pending for the next run"
+REASON_STILL_RUNNING = ("handler call timed out and may still be running: stays pending, "
+                        "leased to the job's consumer while it runs, for the next run")
 NOT_CALLED = "not handed to the handler: an earlier call for its stream and group timed out"
 
 
@@ -45,13 +48,16 @@ class HandlerCalls:
 
     After a call times out, the later rows of the same units (stream, group) in this batch are
     not handed over: they fail and stay pending. A hung dependency then costs one timeout and
-    one abandoned thread per unit and batch, not per chunk; other units go on.
+    one abandoned thread per unit and batch, not per chunk; other units go on. The rows of
+    the call that timed out (`running`) stay leased while it runs
+    (``recovery.executor.handover.abandoned``) and are never dead-lettered in this run.
     """
 
     handler: Handler
     timeout_s: float | None
     rejects: Rejects = ()
     blocked: set[Unit] = field(default_factory=set)
+    running: set[int] = field(default_factory=set)
 
     def admit(self, rb: RoutedBatch, rows: list[int]) -> list[int]:
         """The rows that may be handed over; report the others (blocked units) as failed."""
@@ -65,15 +71,22 @@ class HandlerCalls:
                 admitted.append(i)
         return admitted
 
-    def run(self, rb: RoutedBatch, rows: list[int]) -> list[Result] | None:
+    def run(self, client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[int]
+            ) -> list[Result] | None:
         """Call the handler on `rows`: one Result per row, in order; None when it raised one
-        of ``rejects`` for several rows (hand them over one by one)."""
+        of ``rejects`` for several rows (hand them over one by one). A call that timed out
+        fails its rows, which stay leased on `client` while it runs."""
         try:
             return run_handler(self.handler, rb.messages(rows), self.timeout_s, self.rejects)
         except BatchRejected:
             return None
         except HandlerTimedOut as exc:
             self.blocked.update(rb.unit(i) for i in rows)
+            self.running.update(rows)
+            keep_leased(client, params.redis, {
+                unit: [rb.id[i] for i in unit_rows]
+                for unit, unit_rows in rb.by_unit(rows, ordered=True).items()},
+                exc.call, params.min_idle_ms)
             return [Result.failure(str(exc))] * len(rows)
 
 
@@ -123,7 +136,7 @@ def _call_chunk(client: redis.Redis, params: JobParams, rb: RoutedBatch, hand_ov
     dead-letter what must go now. A chunk of several that raised one of
     ``handler.dead_letter_exceptions`` is handed over again row by row (lease checked before
     each call, blocked units skipped)."""
-    results = calls.run(rb, chunk)
+    results = calls.run(client, params, rb, chunk)
     if results is None:
         for k in range(len(chunk)):
             one = calls.admit(rb, hand_over.leased_now(chunk[k:], 1))
@@ -131,18 +144,22 @@ def _call_chunk(client: redis.Redis, params: JobParams, rb: RoutedBatch, hand_ov
                 _call_chunk(client, params, rb, hand_over, calls, one)
         return
     hand_over.succeeded(chunk, results)
-    dead_letter(client, params, rb, _failed(params, rb, chunk, results))
+    dead_letter(client, params, rb, _failed(params, rb, chunk, results, calls.running))
 
 
-def _failed(params: JobParams, rb: RoutedBatch, rows: list[int], results: list[Result]
-            ) -> list[DeadLetterJob]:
+def _failed(params: JobParams, rb: RoutedBatch, rows: list[int], results: list[Result],
+            running: set[int]) -> list[DeadLetterJob]:
     """Report failures below the limit (they stay pending); return those to dead-letter now:
-    the ones the handler rejected for good (``Result.dead_letter``) and those at the limit."""
+    the ones the handler rejected for good (``Result.dead_letter``) and those at the limit,
+    but never a row whose call timed out (`running`): it may still succeed, so it stays
+    pending (the next run's claim dead-letters it at the limit once its call has ended)."""
     now: list[DeadLetterJob] = []
     for i, res in zip(rows, results, strict=True):
         if res.ok:
             continue
-        if res.final:
+        if i in running:
+            rb.set(i, Action.FAILED, REASON_STILL_RUNNING, res.error)
+        elif res.final:
             now.append(DeadLetterJob(i, DeathReason.REJECTED, res.error))
         elif (rb.delivery_count[i] or 0) >= params.max_deliveries:
             now.append(DeadLetterJob(i, DeathReason.FAILED_AT_LIMIT, res.error))
