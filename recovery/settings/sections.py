@@ -115,8 +115,9 @@ class HandlerSettings(Section):
     max_failed_ratio: float | None = Field(None, ge=0, le=1, description=(
         "exit 1 when a larger share of handled messages failed; none: never"))
     timeout_s: float | None = Field(None, gt=0, le=86_400, description=(
-        "a handler call slower than this (s) fails its batch (its entries stay pending); must "
-        "be below `claim.min_idle_ms` by more than 100 ms"))
+        "a handler call slower than this (s) fails its batch (its entries stay pending, leased "
+        "while the abandoned call runs, never dead-lettered in that run); must be below "
+        "`claim.min_idle_ms` by more than 100 ms"))
     dead_letter_exceptions: list[str] = Field(default_factory=list, description=(
         "exception classes (`package.module.ClassName`, imported on the driver: one that does "
         "not import or is no exception class is refused, exit 2) that mean "
