@@ -69,6 +69,18 @@ def _wait_idle(client, ids: list[str], idle_ms: int) -> None:
     wait_until(idle, None, 30, f"{ids} idle {idle_ms} ms")
 
 
+def _still_running(client, entry_id: str) -> bool:
+    """Whether the abandoned call of `entry_id` is alive and has not finished."""
+    return _beating(client, entry_id) and not client.exists(FINISHED + entry_id)
+
+
+def _release(client, entry_id: str) -> None:
+    """Let the abandoned call of `entry_id` finish, and wait until it has."""
+    client.set(RELEASE, 1)
+    wait_until(lambda: bool(client.exists(FINISHED + entry_id)), None, 30,
+               "the abandoned call to finish once released")
+
+
 def _abandoned_past_min_idle(client, entry_id: str) -> None:
     """Wait until the call on `entry_id` has run 3 s (150 beats of at least 20 ms): past its
     1 s timeout and then claim.min_idle_ms (1.5 s), when an entry nobody renews is idle."""
@@ -125,12 +137,10 @@ def test_a_timed_out_call_still_running_lets_the_next_run_hand_its_key_on(
         _abandoned_past_min_idle(client, head)
         second = run_in_process(spark, args(redis_server.url, reports, *opts))
         assert second.code == 0, second.stderr[-3000:]
-        still_running = _beating(client, head) and not client.exists(FINISHED + head)
+        still_running = _still_running(client, head)
         seen = recorded(client, SEEN, ["k0"])["k0"]
     finally:
-        client.set(RELEASE, 1)
-        wait_until(lambda: bool(client.exists(FINISHED + head)), None, 30,
-                   "the abandoned call to finish once released")
+        _release(client, head)
     done = recorded(client, DONE, ["k0"])["k0"]
     assert still_running, "run 1's call on H ended before run 2 finished: no fault to test"
     assert client.lrange(VIOLATIONS, 0, -1) == []
@@ -172,12 +182,10 @@ def test_a_timed_out_head_at_the_delivery_limit_releases_its_key_while_its_call_
             redis_server.url, reports, "spark.partitions=1", "handler.batch_size=1",
             "handler.timeout_s=1", "claim.min_idle_ms=1500", HANGS_ONCE))
         assert result.code == 0, result.stderr[-3000:]
-        still_running = _beating(client, head) and not client.exists(FINISHED + head)
+        still_running = _still_running(client, head)
         seen = recorded(client, SEEN, ["k0"])["k0"]
     finally:
-        client.set(RELEASE, 1)
-        wait_until(lambda: bool(client.exists(FINISHED + head)), None, 30,
-                   "the abandoned call to finish once released")
+        _release(client, head)
     done = recorded(client, DONE, ["k0"])["k0"]
     letters = [f[b"x-original-id"].decode() for _, f in
                client.xrange(dead_letter_key(STREAM, ":dlq"))]
@@ -228,7 +236,7 @@ def test_a_timed_out_call_still_running_lets_a_concurrent_run_hand_its_key_on(
         assert proc.poll() is None, "run A ended before run B could start: no fault to test"
         second = run_in_process(spark, args(redis_server.url, tmp_path / "b", *opts))
         assert second.code == 0, second.stderr[-3000:]
-        still_running = _beating(client, head) and not client.exists(FINISHED + head)
+        still_running = _still_running(client, head)
         seen = recorded(client, SEEN, ["k0"])["k0"]
         client.set(RELEASE, 1)
         wait_until(lambda: bool(client.exists(FINISHED + head)), proc, 30,
