@@ -9,8 +9,9 @@ reset, delivery count kept), so no other run and no consumer claiming with that 
 takes one while its call may still succeed, and, under per-key order, the later entries
 of its key stay held behind it (``recovery.redis_io.held_keys``: an entry pending on
 another run's consumer and not idle). The keeping ends when the call ends, when no entry
-is left to keep, or after ``GIVE_UP_ERRORS`` Redis errors in a row; it ends with the worker
-process too, which ends the call.
+is left to keep (a unit whose stream or group is gone keeps nothing), or after
+``GIVE_UP_ERRORS`` Redis errors in a row; it ends with the worker process too, which ends
+the call. Nothing of it raises into the task.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import threading
 import redis
 
 from recovery.params import RedisParams, Unit
+from recovery.redis_io.error_codes import unit_vanished
 from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.scripts import LEASE_RENEWED, renew_lease
 
@@ -31,24 +33,28 @@ MIN_PERIOD_S = 0.05  # the shortest time between two renewals (s)
 Held = dict[Unit, list[str]]  # each unit's entry IDs, ascending
 
 
-def keep_leased(client: redis.Redis, redis_params: RedisParams, held: Held,
-                call: threading.Thread, min_idle_ms: int) -> None:
-    """Renew the lease of `held` now (on `client`, the task's), then every third of
-    `min_idle_ms` ms from a daemon thread with a connection of its own (from
-    `redis_params`) until `call` ends. The entries not renewed now (no longer pending, or
-    another consumer's) are not kept."""
-    kept = _renew(client, held)
-    if kept and call.is_alive():
+def keep_leased(redis_params: RedisParams, held: Held, call: threading.Thread,
+                min_idle_ms: int) -> None:
+    """Keep `held` leased while `call` runs: a daemon thread with a connection of its own
+    (from `redis_params`) renews them at once, then every third of `min_idle_ms` ms, until
+    `call` ends. Nothing is raised here: the task goes on whatever Redis answers."""
+    if call.is_alive():
         period_s = max(MIN_PERIOD_S, min_idle_ms / 3000)
-        threading.Thread(target=_keep, args=(redis_params, kept, call, period_s),
+        threading.Thread(target=_keep, args=(redis_params, held, call, period_s),
                          name="recovery-lease-keeper", daemon=True).start()
 
 
 def _renew(client: redis.Redis, held: Held) -> Held:
-    """One renewal of every unit's entries: those still the job's (renewed)."""
+    """One renewal of every unit's entries: those still the job's (renewed). A unit whose
+    stream or group is gone (or replaced) is dropped: nothing of it is left to keep."""
     kept: Held = {}
     for unit, ids in held.items():
-        replies = renew_lease(client, unit, ids)
+        try:
+            replies = renew_lease(client, unit, ids)
+        except redis.ResponseError as exc:
+            if unit_vanished(exc):
+                continue
+            raise
         still = [i for i, r in zip(ids, replies, strict=True) if r == LEASE_RENEWED]
         if still:
             kept[unit] = still
@@ -57,11 +63,12 @@ def _renew(client: redis.Redis, held: Held) -> Held:
 
 def _keep(redis_params: RedisParams, held: Held, call: threading.Thread,
           period_s: float) -> None:
-    """The keeper thread's loop: renew `held` every `period_s` s while `call` runs."""
+    """The keeper thread's loop: renew `held` at once, then every `period_s` s while `call`
+    runs."""
     errors = 0
     conn: RedisConn | None = None
     try:
-        while held and not _ended(call, period_s):
+        while held and call.is_alive():
             try:
                 conn = conn or RedisConn.open(redis_params)
                 held = _renew(conn.client, held)
@@ -72,6 +79,8 @@ def _keep(redis_params: RedisParams, held: Held, call: threading.Thread,
                     log.warning("stopped keeping the lease of %s entries of an abandoned "
                                 "handler call: %s", _count(held), type(exc).__name__)
                     return
+            if _ended(call, period_s):
+                return
     finally:
         if conn is not None:
             conn.close()

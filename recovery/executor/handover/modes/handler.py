@@ -71,11 +71,10 @@ class HandlerCalls:
                 admitted.append(i)
         return admitted
 
-    def run(self, client: redis.Redis, params: JobParams, rb: RoutedBatch, rows: list[int]
-            ) -> list[Result] | None:
+    def run(self, params: JobParams, rb: RoutedBatch, rows: list[int]) -> list[Result] | None:
         """Call the handler on `rows`: one Result per row, in order; None when it raised one
         of ``rejects`` for several rows (hand them over one by one). A call that timed out
-        fails its rows, which stay leased on `client` while it runs."""
+        fails its rows, which stay leased while it runs."""
         try:
             return run_handler(self.handler, rb.messages(rows), self.timeout_s, self.rejects)
         except BatchRejected:
@@ -83,7 +82,7 @@ class HandlerCalls:
         except HandlerTimedOut as exc:
             self.blocked.update(rb.unit(i) for i in rows)
             self.running.update(rows)
-            keep_leased(client, params.redis, {
+            keep_leased(params.redis, {
                 unit: [rb.id[i] for i in unit_rows]
                 for unit, unit_rows in rb.by_unit(rows, ordered=True).items()},
                 exc.call, params.min_idle_ms)
@@ -136,7 +135,7 @@ def _call_chunk(client: redis.Redis, params: JobParams, rb: RoutedBatch, hand_ov
     dead-letter what must go now. A chunk of several that raised one of
     ``handler.dead_letter_exceptions`` is handed over again row by row (lease checked before
     each call, blocked units skipped)."""
-    results = calls.run(client, params, rb, chunk)
+    results = calls.run(params, rb, chunk)
     if results is None:
         for k in range(len(chunk)):
             one = calls.admit(rb, hand_over.leased_now(chunk[k:], 1))

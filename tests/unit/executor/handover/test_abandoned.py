@@ -38,9 +38,9 @@ def test_a_running_calls_entries_stay_leased_until_it_ends_and_no_one_elses(redi
     call = threading.Thread(target=release.wait, daemon=True)
     call.start()
     params = RedisParams(url=redis_server.url)
-    keep_leased(client, params, {Unit(STREAM, GROUP, JOB): [*mine, theirs]}, call, 300)
+    keep_leased(params, {Unit(STREAM, GROUP, JOB): [*mine, theirs]}, call, 300)
 
-    assert all(_idle(client, i) < AGED_MS for i in mine), "not renewed at once"
+    wait_until(lambda: all(_idle(client, i) < AGED_MS for i in mine), None, 30, "a renewal")
     assert _idle(client, theirs) >= AGED_MS, "another consumer's entry was touched"
     _age(client, JOB, mine[0])  # aged again while the call runs: the keeper renews it
     wait_until(lambda: _idle(client, mine[0]) < AGED_MS, None, 30, "a renewal while it runs")
@@ -57,6 +57,28 @@ def test_a_running_calls_entries_stay_leased_until_it_ends_and_no_one_elses(redi
     assert _idle(client, mine[0]) >= AGED_MS  # no keeper renews it after the call
 
 
+def test_a_unit_whose_stream_is_gone_keeps_nothing_and_raises_nothing(redis_server):
+    """The stream deleted while its call runs: the keeper drops it (NOGROUP inside the
+    renewal script) and ends; the other unit's entry is still kept."""
+    client = redis_server.client()
+    for stream in ("gone", STREAM):
+        client.xadd(stream, {"n": "0"})
+        client.xgroup_create(stream, GROUP, id="0")
+        client.xreadgroup(GROUP, JOB, {stream: ">"})
+    (row,) = client.xpending_range(STREAM, GROUP, "-", "+", 1)
+    entry_id = row["message_id"].decode()
+    client.delete("gone")
+    _age(client, JOB, entry_id)
+    release = threading.Event()
+    call = threading.Thread(target=release.wait, daemon=True)
+    call.start()
+    keep_leased(RedisParams(url=redis_server.url), {
+        Unit("gone", GROUP, JOB): [entry_id], Unit(STREAM, GROUP, JOB): [entry_id]}, call, 300)
+    wait_until(lambda: _idle(client, entry_id) < AGED_MS, None, 30, "the other unit renewed")
+    release.set()
+    assert not client.exists("gone")
+
+
 def test_nothing_is_kept_for_a_call_that_already_ended(redis_server):
     client = redis_server.client()
     entry_id = client.xadd(STREAM, {"n": "0"}).decode()
@@ -67,6 +89,6 @@ def test_nothing_is_kept_for_a_call_that_already_ended(redis_server):
     call.start()
     call.join()
     before = {t.ident for t in threading.enumerate()}
-    keep_leased(client, RedisParams(url=redis_server.url),
-                {Unit(STREAM, GROUP, JOB): [entry_id]}, call, 300)
+    keep_leased(RedisParams(url=redis_server.url), {Unit(STREAM, GROUP, JOB): [entry_id]},
+                call, 300)
     assert [t.name for t in threading.enumerate() if t.ident not in before] == []
