@@ -79,19 +79,13 @@ def _keep(redis_params: RedisParams, held: Held, call: threading.Thread,
                     log.warning("stopped keeping the lease of %s entries of an abandoned "
                                 "handler call: %s", _count(held), type(exc).__name__)
                     return
-            if _ended(call, period_s):
-                return
+            call.join(period_s)  # the next renewal, unless the call ends first
     finally:
         if conn is not None:
             conn.close()
 
 
-def _ended(call: threading.Thread, period_s: float) -> bool:
-    """Wait up to `period_s` s for `call` to end; whether it has."""
-    call.join(period_s)
-    return not call.is_alive()
-
-
 def _count(held: Held) -> int:
+    """How many entries `held` names."""
     return sum(len(ids) for ids in held.values())
 
