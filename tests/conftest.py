@@ -19,8 +19,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 # other worker's in-process claim (seen: test_claim failing beside test_end_to_end).
 FAULT_FILE = Path(f"/tmp/recovery-faults-{os.getpid()}.txt")
 os.environ["RECOVERY_FAULT_FILE"] = str(FAULT_FILE)
-# Every JVM the tests start (spark-submit, local sessions, Airflow's tasks) loads Spark's
-# classes from the archive `make test` dumped, when there is one (tests/support/cds.py).
+# Every JVM the tests start (spark-submit, local sessions, Airflow's tasks) runs C1 only and
+# loads Spark's classes from the archive `make test` dumped, when there is one
+# (tests/support/cds.py).
 from tests.support.cds import with_archive  # noqa: E402
 
 SUBMIT_OPTS = with_archive(os.environ.get("SPARK_SUBMIT_OPTS"))

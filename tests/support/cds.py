@@ -5,9 +5,10 @@ Most of a JVM's start is loading Spark's classes. ``python -m tests.support.cds`
 (spark-submit of ``jobs/recover.py`` on a 40-entry backlog: Spark SQL, Arrow, the Python
 workers, the report writer) into ``.cds/tests-<key>.jsa``, once: the key names this Java and
 this PySpark install, so a changed JDK or Spark makes a new archive and the old one is never
-read. tests/conftest.py puts :func:`java_options` in ``SPARK_SUBMIT_OPTS``, which reaches
-the driver JVM of every spark-submit and every local PySpark session the tests start (their
-own, Airflow's tasks', the wheel's): no command line under test changes.
+read. tests/conftest.py puts :func:`tests_java_options` (C1 only, and the archive) in
+``SPARK_SUBMIT_OPTS``, which reaches the driver JVM of every spark-submit and every local
+PySpark session the tests start (their own, Airflow's tasks', the wheel's): no command line
+under test changes.
 
 Without the archive (not built, or the dump failed) the option is empty and the JVMs start
 as before. With an archive the JVM cannot use (a class path other than the dump's, e.g.
@@ -26,6 +27,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from recovery.spark.properties import C1_ONLY
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / ".cds"
@@ -70,11 +73,18 @@ def java_options() -> str:
     return f"-XX:SharedArchiveFile={archive} {QUIET}"
 
 
+def tests_java_options() -> str:
+    """The options of every driver JVM the tests start: C1 only (a short run spends more CPU
+    compiling with C2 than C2's code saves it, recovery/spark/local.py) and
+    :func:`java_options`."""
+    return " ".join(p for p in (C1_ONLY, java_options()) if p)
+
+
 def with_archive(submit_opts: str | None) -> str:
     """``SPARK_SUBMIT_OPTS`` `submit_opts` (the environment's, or None) with
-    :func:`java_options` added after it, once (an xdist worker inherits its controller's):
-    the caller's own options stay."""
-    options, given = java_options(), submit_opts or ""
+    :func:`tests_java_options` added after it, once (an xdist worker inherits its
+    controller's): the caller's own options stay."""
+    options, given = tests_java_options(), submit_opts or ""
     return given if options in given else " ".join(p for p in (given, options) if p)
 
 
