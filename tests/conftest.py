@@ -19,6 +19,14 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 # other worker's in-process claim (seen: test_claim failing beside test_end_to_end).
 FAULT_FILE = Path(f"/tmp/recovery-faults-{os.getpid()}.txt")
 os.environ["RECOVERY_FAULT_FILE"] = str(FAULT_FILE)
+# The recording handler's control file too (tests.support.fault_tools, which keeps a value it
+# inherits, for the executors' imports of it): pytest's controller loads the conftest.py of
+# the folders it is given, so `pytest -n 4 tests/integration/faults` imported fault_tools in
+# the controller and every worker steered its handlers through the controller's one file
+# (a test's calls recorded in another worker's Redis).
+from tests.support.handlers import CONTROL_ENV  # noqa: E402
+
+os.environ[CONTROL_ENV] = f"/tmp/recovery-test-handler-{os.getpid()}.json"
 # Every JVM the tests start (spark-submit, local sessions, Airflow's tasks) runs C1 only and
 # loads Spark's classes from the archive `make test` dumped, when there is one
 # (tests/support/cds.py).
