@@ -32,6 +32,7 @@ from recovery.testing.local_redis import LocalServer
 from tests.integration.attacks.test_attack_order_edges import (
     _abandoned_past_min_idle,
     _beating,
+    _key_hung_at_head,
     _release,
     _replays_only_after_themselves,
     _still_running,
@@ -75,6 +76,28 @@ def _file_beating(hang_dir: Path, entry_id: str) -> bool:
         if beats(hang_dir, entry_id) != before:
             return True
     return False
+
+
+def _second_run_past(spark, client, url: str, reports: Path, hang_dir: Path, head: str,
+                     later: list[str], beat: int, what: str) -> tuple[bool, list[str], dict]:  # type: ignore[no-untyped-def]
+    """Once `later` have been idle claim.min_idle_ms and the hung call on `head` has run 3 s
+    (150 beats) past `beat` (`what`: the fault), run 2 (exit 0): whether the call still
+    runs, what the handler was handed of k0 in all, and the PEL."""
+    _wait_idle(client, later, MIN_IDLE_MS)
+    wait_until(lambda: beats(hang_dir, head) >= beat + 150, None, 60,
+               f"the hung call to run 3 s past {what}")
+    second = run_in_process(spark, args(url, reports, *OPTS, FILE_HANG))
+    assert second.code == 0, second.stderr[-3000:]
+    still_running = _file_beating(hang_dir, head) and \
+        not (hang_dir / f"finished-{head}").exists()
+    return still_running, recorded(client, SEEN, ["k0"])["k0"], _pel(client)
+
+
+def _finished(client, hang_dir: Path, head: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """Wait until the released call hung on `head` has finished; k0's successes in order."""
+    wait_until(lambda: (hang_dir / f"finished-{head}").exists(), None, 30,
+               "the abandoned call to finish once released")
+    return recorded(client, DONE, ["k0"])["k0"]
 
 
 def _pel(client, stream: str = STREAM) -> dict[str, tuple[str, int, int]]:  # type: ignore[no-untyped-def]
@@ -148,21 +171,12 @@ def test_redis_restarted_while_a_timed_out_call_hangs_keeps_its_key_held(
         after = client.info("server")["run_id"]
         restarted = after != before and aof_server.process.pid != pid  # type: ignore[union-attr]
         kept_by_aof = pending_owners(client).get(head) == consumer
-        at_restart = beats(hang_dir, head)
-        _wait_idle(client, later, MIN_IDLE_MS)
-        wait_until(lambda: beats(hang_dir, head) >= at_restart + 150, None, 60,
-                   "the hung call to run 3 s past the restart")
-        second = run_in_process(spark, args(url, reports, *OPTS, FILE_HANG))
-        assert second.code == 0, second.stderr[-3000:]
-        still_running = _file_beating(hang_dir, head) and \
-            not (hang_dir / f"finished-{head}").exists()
-        seen = recorded(client, SEEN, ["k0"])["k0"]
-        pel = _pel(client)
+        still_running, seen, pel = _second_run_past(
+            spark, client, url, reports, hang_dir, head, later, beats(hang_dir, head),
+            "the restart")
     finally:
         (hang_dir / "release").write_text("1")
-    wait_until(lambda: (hang_dir / f"finished-{head}").exists(), None, 30,
-               "the abandoned call to finish once released")
-    done = recorded(client, DONE, ["k0"])["k0"]
+    done = _finished(client, hang_dir, head)
     assert restarted, f"Redis was not restarted: run_id {before} -> {after}"
     assert kept_by_aof, "the AOF lost H's PEL row: not the fault under test"
     assert still_running, "run 1's call on H ended before run 2 did: no fault to test"
@@ -192,11 +206,7 @@ def test_the_keeper_never_touches_an_entry_no_longer_its_runs(
     (1.5 s: more than four renewal periods of the keeper): Redis must show it still owned by
     the application consumer with its delivery count unchanged, and no consumer of the job
     created in the new group (an XCLAIM would create it)."""
-    client = redis_server.client()
-    write_control(redis_server.url)
-    ids = seed(client, keys=1, per_key=3)["k0"]
-    head, later = ids[0], ids[1:]
-    client.sadd(HANG, head)
+    client, head, later = _key_hung_at_head(redis_server)
     try:
         _first_run_hangs_on_head(spark, redis_server.url, tmp_path / "r", head, later,
                                  HANGS_ONCE)
@@ -209,11 +219,11 @@ def test_the_keeper_never_touches_an_entry_no_longer_its_runs(
             fields = {i.decode(): f for i, f in client.xrange(STREAM)}
             client.delete(STREAM)
             assert not client.exists(STREAM)
-            for i in ids:
+            for i in [head, *later]:
                 client.xadd(STREAM, fields[i], id=i)
             client.xgroup_create(STREAM, GROUP, id="0")
             client.xreadgroup(GROUP, APP, {STREAM: ">"}, count=10)
-            watched = ids
+            watched = [head, *later]
         taken = _pel(client)
         assert all(taken[i][0] == APP for i in watched), taken
         _wait_idle(client, watched, MIN_IDLE_MS)
@@ -339,11 +349,7 @@ def test_a_call_still_hung_holds_its_key_in_every_later_run_and_says_so(
     still runs (its beat moves, FINISHED unset), hand nothing of k0 over: E2 and E3 are
     reported ``held`` with H's ID in their reason (status ok); H stays pending on
     run 1's consumer, its delivery count unchanged by the keeping."""
-    client = redis_server.client()
-    write_control(redis_server.url)
-    ids = seed(client, keys=1, per_key=3)["k0"]
-    head, later = ids[0], ids[1:]
-    client.sadd(HANG, head)
+    client, head, later = _key_hung_at_head(redis_server)
     reports = tmp_path / "r"
     try:
         _first_run_hangs_on_head(spark, redis_server.url, reports, head, later, HANGS_ONCE)
@@ -434,21 +440,12 @@ def test_another_clients_slow_script_ends_a_hung_heads_lease_for_good(
                 busy_seen = str(exc).startswith("BUSY")
             time.sleep(0.01)
         runner.join(30)
-        after_busy = beats(hang_dir, head)
-        _wait_idle(client, later, MIN_IDLE_MS)
-        wait_until(lambda: beats(hang_dir, head) >= after_busy + 150, None, 60,
-                   "the hung call to run 3 s past the busy script")
-        second = run_in_process(spark, args(redis_server.url, reports, *OPTS, FILE_HANG))
-        assert second.code == 0, second.stderr[-3000:]
-        still_running = _file_beating(hang_dir, head) and \
-            not (hang_dir / f"finished-{head}").exists()
-        seen = recorded(client, SEEN, ["k0"])["k0"]
-        pel = _pel(client)
+        still_running, seen, pel = _second_run_past(
+            spark, client, redis_server.url, reports, hang_dir, head, later,
+            beats(hang_dir, head), "the busy script")
     finally:
         (hang_dir / "release").write_text("1")
-    wait_until(lambda: (hang_dir / f"finished-{head}").exists(), None, 30,
-               "the abandoned call to finish once released")
-    done = recorded(client, DONE, ["k0"])["k0"]
+    done = _finished(client, hang_dir, head)
     assert busy_seen and script.get("reply") == b"done", (busy_seen, script)
     assert still_running, "run 1's call on H ended before run 2 did: no fault to test"
     assert not set(later) & set(seen[1:]), (

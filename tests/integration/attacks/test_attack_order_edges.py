@@ -22,8 +22,10 @@ import time
 from pathlib import Path
 
 import pytest
+from redis import Redis
 
 from recovery.redis_io.dlq_names import dead_letter_key
+from recovery.testing.local_redis import LocalServer
 from tests.support import fault_tools
 from tests.support.fault_tools import (
     finished,
@@ -47,6 +49,16 @@ from tests.support.order_tools import STREAM, args, pending_owners, recorded, ro
 
 HANGS_ONCE = "handler.path=tests.support.order_edge_handlers:hangs_once"
 STOPS_REDIS = "handler.path=tests.support.order_edge_handlers:stops_redis"
+
+
+def _key_hung_at_head(server: LocalServer) -> tuple[Redis, str, list[str]]:
+    """k0 (H, E2, E3) seeded on `server`, the handlers steered to it, H to hang once:
+    (a client, H, [E2, E3])."""
+    client = server.client()
+    write_control(server.url)
+    ids = seed(client, keys=1, per_key=3)["k0"]
+    client.sadd(HANG, ids[0])
+    return client, ids[0], ids[1:]
 
 
 def _beating(client, entry_id: str) -> bool:
@@ -117,11 +129,7 @@ def test_a_timed_out_call_still_running_lets_the_next_run_hand_its_key_on(
     Fixed: a timed-out call's entries stay leased to its run's consumer while it runs
     (``recovery.executor.handover.abandoned``), so H is never idle and holds k0 for the
     next run (an entry pending on another run's consumer)."""
-    client = redis_server.client()
-    write_control(redis_server.url)
-    ids = seed(client, keys=1, per_key=3)["k0"]
-    head, later = ids[0], ids[1:]
-    client.sadd(HANG, head)
+    client, head, later = _key_hung_at_head(redis_server)
     reports = tmp_path / "r"
     opts = ("spark.partitions=1", "handler.batch_size=1", "handler.timeout_s=1",
             "claim.min_idle_ms=1500", HANGS_ONCE)
