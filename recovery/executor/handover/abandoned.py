@@ -10,12 +10,13 @@ takes one while its call may still succeed, and, under per-key order, the later 
 of its key stay held behind it (``recovery.redis_io.held_keys``: an entry pending on
 another run's consumer and not idle).
 
-The renewal at once runs in the task, on a connection of the keeper's own: the Redis user's
-ACL refusing it (the script's XCLAIM) is raised there, and stops the job with its one line as
-any command it needs and may not run does. Every later renewal runs in a daemon thread; a
-renewal that fails (Redis restarted, away or busy with a script) is tried again every
-``RETRY_S`` while the call runs, so a Redis back within ``min_idle_ms`` finds the entries
-leased again. The keeping ends when the call ends, or when no entry is left to keep (a unit
+The renewal at once runs in the task, on a connection of the keeper's own, and fails the
+task as any of its commands does (Redis away, the user's ACL refusing the script's XCLAIM:
+the job's usual one line once the retries are spent); the failed attempt ends its worker
+process and the call with it. Every later renewal runs in a daemon thread; a renewal that
+fails (Redis restarted, away or busy with a script) is tried again every ``RETRY_S`` while
+the call runs, so a Redis back within ``min_idle_ms`` finds the entries leased again. The
+keeping ends when the call ends, or when no entry is left to keep (a unit
 whose stream or group is gone keeps nothing); it ends with the worker process too, which
 ends the call. Nothing of the thread raises into the task.
 """
@@ -29,7 +30,7 @@ import redis
 
 from recovery.params import RedisParams, Unit
 from recovery.redis_io.error_codes import unit_vanished
-from recovery.redis_io.redis_conn import RedisConn, refused_by_acl
+from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.scripts import LEASE_RENEWED, renew_lease
 
 log = logging.getLogger(__name__)
@@ -43,32 +44,22 @@ def keep_leased(redis_params: RedisParams, held: Held, call: threading.Thread,
                 min_idle_ms: int) -> None:
     """Keep `held` leased while `call` runs: renewed at once here, then every third of
     `min_idle_ms` ms by a daemon thread, on a connection of their own (from `redis_params`),
-    until `call` ends. Raises only the renewal's ACL refusal (a redis-py ResponseError)."""
+    until `call` ends. The renewal at once is one of the task's commands: what it raises
+    (redis-py's errors; the job's typed error when no connection opens) fails the task."""
     if not call.is_alive():
         return
-    period_s = max(MIN_PERIOD_S, min_idle_ms / 3000)
-    conn, held, renewed = _renew_at_once(redis_params, held)
-    threading.Thread(target=_keep, name="recovery-lease-keeper", daemon=True,
-                     args=(redis_params, conn, held, call,
-                           period_s, period_s if renewed else min(period_s, RETRY_S))).start()
-
-
-def _renew_at_once(redis_params: RedisParams, held: Held
-                   ) -> tuple[RedisConn | None, Held, bool]:
-    """The first renewal: (the keeper's connection or None, what is left to keep, whether
-    it was renewed). An ACL refusal is raised; any other failure is the thread's to retry."""
-    conn = None
+    conn = RedisConn.open(redis_params)
     try:
-        conn = RedisConn.open(redis_params)
-        return conn, _renew(conn.client, held), True
-    except redis.ResponseError as exc:
-        if refused_by_acl(exc):
-            if conn is not None:
-                conn.close()
-            raise
-    except Exception:  # the keeper's thread tries again
-        pass
-    return conn, held, False
+        held = _renew(conn.client, held)
+    except BaseException:
+        conn.close()
+        raise
+    if not held:
+        conn.close()
+        return
+    period_s = max(MIN_PERIOD_S, min_idle_ms / 3000)
+    threading.Thread(target=_keep, args=(conn, held, call, period_s),
+                     name="recovery-lease-keeper", daemon=True).start()
 
 
 def _renew(client: redis.Redis, held: Held) -> Held:
@@ -88,19 +79,17 @@ def _renew(client: redis.Redis, held: Held) -> Held:
     return kept
 
 
-def _keep(redis_params: RedisParams, conn: RedisConn | None, held: Held,
-          call: threading.Thread, period_s: float, wait_s: float) -> None:
-    """The keeper thread's loop: wait `wait_s` s (or until `call` ends), renew `held`, and
-    again every `period_s` s while `call` runs, every ``RETRY_S`` (at most `period_s`) after
-    a failed renewal."""
-    failing = wait_s < period_s
+def _keep(conn: RedisConn, held: Held, call: threading.Thread, period_s: float) -> None:
+    """The keeper thread's loop: renew `held` every `period_s` s while `call` runs, every
+    ``RETRY_S`` (at most `period_s`) after a failed renewal, whatever failed (an ACL changed
+    meanwhile too: it may be put back); the first failure of a streak is logged."""
+    failing, wait_s = False, period_s
     try:
         while True:
             call.join(wait_s)  # the next renewal, unless the call ends first
             if not (held and call.is_alive()):
                 return
             try:
-                conn = conn or RedisConn.open(redis_params)
                 held = _renew(conn.client, held)
                 failing, wait_s = False, period_s
             except Exception as exc:  # a keeper never raises into the worker
@@ -110,8 +99,7 @@ def _keep(redis_params: RedisParams, conn: RedisConn | None, held: Held,
                                 _count(held), type(exc).__name__, min(period_s, RETRY_S))
                 failing, wait_s = True, min(period_s, RETRY_S)
     finally:
-        if conn is not None:
-            conn.close()
+        conn.close()
 
 
 def _count(held: Held) -> int:
