@@ -11,13 +11,11 @@ and changed nothing it must not.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from recovery.redis_io.dlq_names import dead_letter_key
-from tests.support import fault_tools
 from tests.support.fault_tools import (
     finished,
     kill_tree,
@@ -25,20 +23,17 @@ from tests.support.fault_tools import (
     wait_until,
     write_control,
 )
+from tests.support.hung_calls import (
+    HANGS_ONCE,
+    OPTS,
+    use_venv_spark_submit,
+)
 from tests.support.order_edge_handlers import BEAT, HANG, RELEASE
 from tests.support.order_handler import DONE, SEEN
 from tests.support.order_tools import STREAM, args, recorded, seed
 
-HANGS_ONCE = "handler.path=tests.support.order_edge_handlers:hangs_once"
 OTHER = "other"
-OPTS = ("spark.partitions=1", "handler.batch_size=1", "handler.timeout_s=1",
-        "claim.min_idle_ms=1500", HANGS_ONCE)
-
-
-def _use_venv_spark_submit(monkeypatch: pytest.MonkeyPatch) -> None:
-    if not fault_tools.SPARK_SUBMIT.exists():  # a worktree without a .venv of its own
-        monkeypatch.setattr(fault_tools, "SPARK_SUBMIT",
-                            Path(sys.executable).parent / "spark-submit")
+KEEPER_OPTS = (*OPTS, HANGS_ONCE)
 
 
 @pytest.mark.slow
@@ -70,7 +65,7 @@ def test_a_stream_deleted_while_its_call_hangs_fails_the_run_at_the_keepers_firs
     Fixed: every renewal runs in the keeper thread, and a unit whose stream or group is
     gone is dropped there (nothing left to keep); nothing of the keeping raises into the
     task."""
-    _use_venv_spark_submit(monkeypatch)
+    use_venv_spark_submit(monkeypatch)
     client = redis_server.client()
     write_control(redis_server.url)
     head = seed(client, keys=1, per_key=2)["k0"][0]
@@ -78,7 +73,7 @@ def test_a_stream_deleted_while_its_call_hangs_fails_the_run_at_the_keepers_firs
     other_ids = sorted(i for ids in others.values() for i in ids)
     client.sadd(HANG, head)
     logs = tmp_path / "logs"
-    proc = spark_submit([*args(redis_server.url, tmp_path / "r", *OPTS),
+    proc = spark_submit([*args(redis_server.url, tmp_path / "r", *KEEPER_OPTS),
                          "--set", f"streams.keys={STREAM},{OTHER}"], logs)
     try:
         assert wait_until(lambda: bool(client.exists(BEAT + head)), proc, 300,

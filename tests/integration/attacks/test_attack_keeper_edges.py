@@ -29,21 +29,32 @@ import pytest
 
 from recovery.redis_io.dlq_names import dead_letter_key
 from recovery.testing.local_redis import LocalServer
-from tests.integration.attacks.test_attack_order_edges import (
-    _abandoned_past_min_idle,
-    _beating,
-    _key_hung_at_head,
-    _release,
-    _replays_only_after_themselves,
-    _still_running,
-    _wait_idle,
-)
 from tests.support.fault_tools import (
     GROUP,
     job_args,
     run_in_process,
-    wait_until,
     write_control,
+)
+from tests.support.hung_calls import (
+    FILE_HANG,
+    HANGS_ONCE,
+    MIN_IDLE_MS,
+    NOX,
+    OPTS,
+    abandoned_past_min_idle,
+    beating,
+    call_finished,
+    call_still_running,
+    file_beating,
+    first_run_hangs_on_head,
+    key_hung_at_head,
+    key_hung_on_file,
+    pel_of,
+    release,
+    replays_only_after_themselves,
+    second_run_past,
+    user_without_xclaim,
+    wait_idle,
 )
 from tests.support.keeper_handlers import beats
 from tests.support.order_edge_handlers import BEAT, HANG, HANG_STARTED, RELEASE
@@ -51,11 +62,6 @@ from tests.support.order_handler import DONE, SEEN, VIOLATIONS
 from tests.support.order_tools import STREAM, args, pending_owners, recorded, rows_of, seed
 from tests.support.servers import start_server
 
-FILE_HANG = "handler.path=tests.support.keeper_handlers:hangs_on_file"
-HANGS_ONCE = "handler.path=tests.support.order_edge_handlers:hangs_once"
-OPTS = ("spark.partitions=1", "handler.batch_size=1", "handler.timeout_s=1",
-        "claim.min_idle_ms=1500")
-MIN_IDLE_MS = 1500
 APP = "app-consumer"  # an application consumer of the group
 
 
@@ -65,58 +71,6 @@ def aof_server() -> Iterator[LocalServer]:
     srv = start_server("redis", "--appendonly", "yes", "--appendfsync", "always")
     yield srv
     srv.stop()
-
-
-def _file_beating(hang_dir: Path, entry_id: str) -> bool:
-    """Whether the file-hung call on `entry_id` is alive now: its beat file moves."""
-    before = beats(hang_dir, entry_id)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        time.sleep(0.05)
-        if beats(hang_dir, entry_id) != before:
-            return True
-    return False
-
-
-def _second_run_past(spark, client, url: str, reports: Path, hang_dir: Path, head: str,
-                     later: list[str], beat: int, what: str) -> tuple[bool, list[str], dict]:  # type: ignore[no-untyped-def]
-    """Once `later` have been idle claim.min_idle_ms and the hung call on `head` has run 3 s
-    (150 beats) past `beat` (`what`: the fault), run 2 (exit 0): whether the call still
-    runs, what the handler was handed of k0 in all, and the PEL."""
-    _wait_idle(client, later, MIN_IDLE_MS)
-    wait_until(lambda: beats(hang_dir, head) >= beat + 150, None, 60,
-               f"the hung call to run 3 s past {what}")
-    second = run_in_process(spark, args(url, reports, *OPTS, FILE_HANG))
-    assert second.code == 0, second.stderr[-3000:]
-    still_running = _file_beating(hang_dir, head) and \
-        not (hang_dir / f"finished-{head}").exists()
-    return still_running, recorded(client, SEEN, ["k0"])["k0"], _pel(client)
-
-
-def _finished(client, hang_dir: Path, head: str) -> list[str]:  # type: ignore[no-untyped-def]
-    """Wait until the released call hung on `head` has finished; k0's successes in order."""
-    wait_until(lambda: (hang_dir / f"finished-{head}").exists(), None, 30,
-               "the abandoned call to finish once released")
-    return recorded(client, DONE, ["k0"])["k0"]
-
-
-def _pel(client, stream: str = STREAM) -> dict[str, tuple[str, int, int]]:  # type: ignore[no-untyped-def]
-    """`stream`'s PEL in group g: ID -> (owner, idle ms, delivery count)."""
-    rows = client.xpending_range(stream, GROUP, "-", "+", 100_000)
-    return {r["message_id"].decode(): (r["consumer"].decode(), r["time_since_delivered"],
-                                       r["times_delivered"]) for r in rows}
-
-
-def _first_run_hangs_on_head(spark, url: str, reports: Path, head: str, later: list[str],
-                             *opts: str) -> None:  # type: ignore[no-untyped-def]
-    """Run 1: the call on `head` times out (reported failed, may still be running), its
-    key's later entries held; exit 0."""
-    first = run_in_process(spark, args(url, reports, *OPTS, *opts))
-    assert first.code == 0, first.stderr[-3000:]
-    rows = rows_of(spark, reports, first.summary)
-    assert rows[head]["action"] == "failed" and "timed out" in (rows[head]["error"] or ""), \
-        rows[head]
-    assert [rows[i]["action"] for i in later] == ["held"] * len(later)
 
 
 @pytest.mark.slow
@@ -150,17 +104,12 @@ def test_redis_restarted_while_a_timed_out_call_hangs_keeps_its_key_held(
     ``GIVE_UP_ERRORS`` errors in a row, while ``call.is_alive()``: a Redis away for a few
     seconds ends the keeping for the rest of the call, not just for the outage."""
     url = aof_server.url
-    client = aof_server.client()
-    hang_dir = tmp_path / "hang"
-    hang_dir.mkdir()
-    ids = seed(client, keys=1, per_key=3)["k0"]
-    head, later = ids[0], ids[1:]
-    write_control(url, hang_ids=[head], hang_dir=str(hang_dir))
+    client, hang_dir, head, later = key_hung_on_file(aof_server, tmp_path)
     reports = tmp_path / "r"
     try:
-        _first_run_hangs_on_head(spark, url, reports, head, later, FILE_HANG)
+        first_run_hangs_on_head(spark, url, reports, head, later, FILE_HANG)
         consumer = pending_owners(client)[head]
-        assert _file_beating(hang_dir, head), "the timed-out call is not running: no fault"
+        assert file_beating(hang_dir, head), "the timed-out call is not running: no fault"
         before = client.info("server")["run_id"]
         pid = aof_server.process.pid  # type: ignore[union-attr]
         if down_s:
@@ -171,12 +120,12 @@ def test_redis_restarted_while_a_timed_out_call_hangs_keeps_its_key_held(
         after = client.info("server")["run_id"]
         restarted = after != before and aof_server.process.pid != pid  # type: ignore[union-attr]
         kept_by_aof = pending_owners(client).get(head) == consumer
-        still_running, seen, pel = _second_run_past(
+        still_running, seen, pel = second_run_past(
             spark, client, url, reports, hang_dir, head, later, beats(hang_dir, head),
             "the restart")
     finally:
         (hang_dir / "release").write_text("1")
-    done = _finished(client, hang_dir, head)
+    done = call_finished(client, hang_dir, head)
     assert restarted, f"Redis was not restarted: run_id {before} -> {after}"
     assert kept_by_aof, "the AOF lost H's PEL row: not the fault under test"
     assert still_running, "run 1's call on H ended before run 2 did: no fault to test"
@@ -186,7 +135,7 @@ def test_redis_restarted_while_a_timed_out_call_hangs_keeps_its_key_held(
         f"call on {head} hung: k0's later entries {later} were handed over by run 2 while "
         f"that call still ran; handed over: {seen}; successes in Redis, in order: {done}; "
         f"PEL after run 2 (owner, idle ms, count): {pel}; run 1's consumer {consumer}")
-    assert _replays_only_after_themselves(done), f"k0's successes out of ID order: {done}"
+    assert replays_only_after_themselves(done), f"k0's successes out of ID order: {done}"
 
 
 @pytest.mark.slow
@@ -206,11 +155,11 @@ def test_the_keeper_never_touches_an_entry_no_longer_its_runs(
     (1.5 s: more than four renewal periods of the keeper): Redis must show it still owned by
     the application consumer with its delivery count unchanged, and no consumer of the job
     created in the new group (an XCLAIM would create it)."""
-    client, head, later = _key_hung_at_head(redis_server)
+    client, head, later = key_hung_at_head(redis_server)
     try:
-        _first_run_hangs_on_head(spark, redis_server.url, tmp_path / "r", head, later,
+        first_run_hangs_on_head(spark, redis_server.url, tmp_path / "r", head, later,
                                  HANGS_ONCE)
-        assert _beating(client, head), "the timed-out call is not running: no fault to test"
+        assert beating(client, head), "the timed-out call is not running: no fault to test"
         job = pending_owners(client)[head]
         if how == "xclaimed-by-app":
             assert client.xclaim(STREAM, GROUP, APP, 0, [head], justid=True) == [head.encode()]
@@ -224,14 +173,14 @@ def test_the_keeper_never_touches_an_entry_no_longer_its_runs(
             client.xgroup_create(STREAM, GROUP, id="0")
             client.xreadgroup(GROUP, APP, {STREAM: ">"}, count=10)
             watched = [head, *later]
-        taken = _pel(client)
+        taken = pel_of(client)
         assert all(taken[i][0] == APP for i in watched), taken
-        _wait_idle(client, watched, MIN_IDLE_MS)
-        still_running = _still_running(client, head)
-        pel = _pel(client)
+        wait_idle(client, watched, MIN_IDLE_MS)
+        still_running = call_still_running(client, head)
+        pel = pel_of(client)
         consumers = [c["name"].decode() for c in client.xinfo_consumers(STREAM, GROUP)]
     finally:
-        _release(client, head)
+        release(client, head)
     assert still_running, "the call on H ended before the check: no fault to test"
     assert all(pel[i][0] == APP and pel[i][2] == taken[i][2] for i in watched), (
         f"the keeper of {job} touched entries no longer its run's ({how}): before {taken}, "
@@ -268,19 +217,16 @@ def test_a_user_who_may_not_xclaim_fails_the_timed_out_calls_task_not_its_lease(
     line naming XCLAIM)."""
     client = redis_server.client()
     write_control(redis_server.url)
-    client.execute_command("ACL", "SETUSER", "nox", "on", ">nox-pw", "~*", "&*", "+@all",
-                           "-xclaim")
-    client.execute_command("ACL", "LOG", "RESET")
+    user_without_xclaim(client)
     head = seed(client, keys=1, per_key=1)["k0"][0]
     client.sadd(HANG, head)
-    nox = ["--set", "redis.username=nox", "--set", "redis.password=nox-pw"]
     try:
         first = run_in_process(spark, [*job_args(redis_server.url, tmp_path, [STREAM], *OPTS,
-                                                 HANGS_ONCE), *nox])
+                                                 HANGS_ONCE), *NOX])
         refusals = [e["object"] for e in client.acl_log() if e["username"] == "nox"]
         assert "xclaim" in refusals, ("no refused XCLAIM: no fault", refusals)
         assert client.exists(HANG_STARTED + head), "the call on H never hung: no fault"
-        assert not _beating(client, head), "the abandoned call still runs after run 1"
+        assert not beating(client, head), "the abandoned call still runs after run 1"
     finally:
         client.set(RELEASE, 1)
     if first.code == 1:
@@ -288,7 +234,7 @@ def test_a_user_who_may_not_xclaim_fails_the_timed_out_calls_task_not_its_lease(
         assert recorded(client, DONE, ["k0"])["k0"] == []
         return
     assert first.code == 0, first.stderr[-3000:]
-    assert (recorded(client, DONE, ["k0"])["k0"], _pel(client)) == ([head], {})
+    assert (recorded(client, DONE, ["k0"])["k0"], pel_of(client)) == ([head], {})
 
 
 @pytest.mark.slow
@@ -314,20 +260,20 @@ def test_two_calls_timed_out_in_one_task_on_one_unit_both_stay_leased(
         first = run_in_process(spark, job_args(redis_server.url, tmp_path / "r1", [STREAM],
                                                *opts))
         assert first.code == 0, first.stderr[-3000:]
-        both_hung = all(_beating(client, h) for h in hung)
+        both_hung = all(beating(client, h) for h in hung)
         job = pending_owners(client).get(hung[0])
-        _abandoned_past_min_idle(client, hung[1])
-        kept = {h: _pel(client).get(h) for h in hung}
+        abandoned_past_min_idle(client, hung[1])
+        kept = {h: pel_of(client).get(h) for h in hung}
         second = run_in_process(spark, job_args(redis_server.url, tmp_path / "r2", [STREAM],
                                                 *opts))
         assert second.code == 0, second.stderr[-3000:]
-        still_running = all(_still_running(client, h) for h in hung)
+        still_running = all(call_still_running(client, h) for h in hung)
         seen = recorded(client, SEEN, ["k0"])["k0"]
     finally:
         client.set(RELEASE, 1)
         for h in hung:
             if client.exists(HANG_STARTED + h):
-                _release(client, h)
+                release(client, h)
     assert both_hung, "the two calls did not both hang: no fault to test"
     assert still_running, "a hung call ended before run 2 did: no fault to test"
     assert all(kept[h] is not None and kept[h][0] == job and kept[h][1] < MIN_IDLE_MS
@@ -349,23 +295,23 @@ def test_a_call_still_hung_holds_its_key_in_every_later_run_and_says_so(
     still runs (its beat moves, FINISHED unset), hand nothing of k0 over: E2 and E3 are
     reported ``held`` with H's ID in their reason (status ok); H stays pending on
     run 1's consumer, its delivery count unchanged by the keeping."""
-    client, head, later = _key_hung_at_head(redis_server)
+    client, head, later = key_hung_at_head(redis_server)
     reports = tmp_path / "r"
     try:
-        _first_run_hangs_on_head(spark, redis_server.url, reports, head, later, HANGS_ONCE)
-        job, _, count = _pel(client)[head]
+        first_run_hangs_on_head(spark, redis_server.url, reports, head, later, HANGS_ONCE)
+        job, _, count = pel_of(client)[head]
         runs = []
         for _ in range(2):
-            _abandoned_past_min_idle(client, head)
+            abandoned_past_min_idle(client, head)
             client.delete(BEAT + head)  # the next run's wait starts from 0 beats
             result = run_in_process(spark, args(redis_server.url, reports, *OPTS, HANGS_ONCE))
             assert result.code == 0, result.stderr[-3000:]
             runs.append((result.summary.get("status"), rows_of(spark, reports, result.summary)))
-        still_running = _still_running(client, head)
+        still_running = call_still_running(client, head)
         seen = recorded(client, SEEN, ["k0"])["k0"]
-        pel = _pel(client)
+        pel = pel_of(client)
     finally:
-        _release(client, head)
+        release(client, head)
     assert still_running, "the call on H ended before run 3 did: no fault to test"
     assert seen == [head], f"k0 handed over while H's call ran: {seen}"
     assert pel[head][0] == job and pel[head][2] == count, (job, count, pel)
@@ -412,12 +358,7 @@ def test_another_clients_slow_script_ends_a_hung_heads_lease_for_good(
 
     import redis as redis_lib
 
-    client = redis_server.client()
-    hang_dir = tmp_path / "hang"
-    hang_dir.mkdir()
-    ids = seed(client, keys=1, per_key=3)["k0"]
-    head, later = ids[0], ids[1:]
-    write_control(redis_server.url, hang_ids=[head], hang_dir=str(hang_dir))
+    client, hang_dir, head, later = key_hung_on_file(redis_server, tmp_path)
     reports = tmp_path / "r"
     script: dict[str, object] = {}
 
@@ -426,9 +367,9 @@ def test_another_clients_slow_script_ends_a_hung_heads_lease_for_good(
         script["reply"] = slow.eval(BUSY_SCRIPT, 0, 8)
 
     try:
-        _first_run_hangs_on_head(spark, redis_server.url, reports, head, later, FILE_HANG)
+        first_run_hangs_on_head(spark, redis_server.url, reports, head, later, FILE_HANG)
         consumer = pending_owners(client)[head]
-        assert _file_beating(hang_dir, head), "the timed-out call is not running: no fault"
+        assert file_beating(hang_dir, head), "the timed-out call is not running: no fault"
         runner = threading.Thread(target=busy, daemon=True)
         runner.start()
         probe = redis_server.client(socket_timeout=30, retry=None)
@@ -440,12 +381,12 @@ def test_another_clients_slow_script_ends_a_hung_heads_lease_for_good(
                 busy_seen = str(exc).startswith("BUSY")
             time.sleep(0.01)
         runner.join(30)
-        still_running, seen, pel = _second_run_past(
+        still_running, seen, pel = second_run_past(
             spark, client, redis_server.url, reports, hang_dir, head, later,
             beats(hang_dir, head), "the busy script")
     finally:
         (hang_dir / "release").write_text("1")
-    done = _finished(client, hang_dir, head)
+    done = call_finished(client, hang_dir, head)
     assert busy_seen and script.get("reply") == b"done", (busy_seen, script)
     assert still_running, "run 1's call on H ended before run 2 did: no fault to test"
     assert not set(later) & set(seen[1:]), (

@@ -22,10 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
-from redis import Redis
 
 from recovery.redis_io.dlq_names import dead_letter_key
-from recovery.testing.local_redis import LocalServer
 from tests.support import fault_tools
 from tests.support.fault_tools import (
     finished,
@@ -34,6 +32,17 @@ from tests.support.fault_tools import (
     spark_submit,
     wait_until,
     write_control,
+)
+from tests.support.hung_calls import (
+    HANGS_ONCE,
+    abandoned_past_min_idle,
+    beating,
+    call_still_running,
+    key_hung_at_head,
+    proc_state,
+    release,
+    replays_only_after_themselves,
+    wait_idle,
 )
 from tests.support.order_edge_handlers import (
     ATTEMPTS,
@@ -47,64 +56,7 @@ from tests.support.order_edge_handlers import (
 from tests.support.order_handler import DONE, SEEN, VIOLATIONS
 from tests.support.order_tools import STREAM, args, pending_owners, recorded, rows_of, seed
 
-HANGS_ONCE = "handler.path=tests.support.order_edge_handlers:hangs_once"
 STOPS_REDIS = "handler.path=tests.support.order_edge_handlers:stops_redis"
-
-
-def _key_hung_at_head(server: LocalServer) -> tuple[Redis, str, list[str]]:
-    """k0 (H, E2, E3) seeded on `server`, the handlers steered to it, H to hang once:
-    (a client, H, [E2, E3])."""
-    client = server.client()
-    write_control(server.url)
-    ids = seed(client, keys=1, per_key=3)["k0"]
-    client.sadd(HANG, ids[0])
-    return client, ids[0], ids[1:]
-
-
-def _beating(client, entry_id: str) -> bool:
-    """Whether the abandoned call of `entry_id` is alive now: its beat counter moves."""
-    before = int(client.get(BEAT + entry_id) or 0)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        time.sleep(0.05)
-        if int(client.get(BEAT + entry_id) or 0) != before:
-            return True
-    return False
-
-
-def _wait_idle(client, ids: list[str], idle_ms: int) -> None:
-    """Wait until every entry of `ids` has been idle `idle_ms` (what a later run waits for)."""
-    def idle() -> bool:
-        rows = client.xpending_range(STREAM, "g", "-", "+", 1000)
-        got = {r["message_id"].decode(): r["time_since_delivered"] for r in rows}
-        return all(got.get(i, 0) >= idle_ms for i in ids)
-    wait_until(idle, None, 30, f"{ids} idle {idle_ms} ms")
-
-
-def _still_running(client, entry_id: str) -> bool:
-    """Whether the abandoned call of `entry_id` is alive and has not finished."""
-    return _beating(client, entry_id) and not client.exists(FINISHED + entry_id)
-
-
-def _release(client, entry_id: str) -> None:
-    """Let the abandoned call of `entry_id` finish, and wait until it has."""
-    client.set(RELEASE, 1)
-    wait_until(lambda: bool(client.exists(FINISHED + entry_id)), None, 30,
-               "the abandoned call to finish once released")
-
-
-def _abandoned_past_min_idle(client, entry_id: str) -> None:
-    """Wait until the call on `entry_id` has run 3 s (150 beats of at least 20 ms): past its
-    1 s timeout and then claim.min_idle_ms (1.5 s), when an entry nobody renews is idle."""
-    wait_until(lambda: int(client.get(BEAT + entry_id) or 0) >= 150, None, 60,
-               f"the call on {entry_id} to run 3 s")
-
-
-def _replays_only_after_themselves(done: list[str]) -> bool:
-    """Successes in ID order, a repeat only right after the same ID (at-least-once)."""
-    firsts = [i for n, i in enumerate(done) if n == 0 or done[n - 1] != i]
-    key = [tuple(int(p) for p in i.split("-")) for i in firsts]
-    return key == sorted(set(key)) and len(key) == len(set(key))
 
 
 @pytest.mark.slow
@@ -129,7 +81,7 @@ def test_a_timed_out_call_still_running_lets_the_next_run_hand_its_key_on(
     Fixed: a timed-out call's entries stay leased to its run's consumer while it runs
     (``recovery.executor.handover.abandoned``), so H is never idle and holds k0 for the
     next run (an entry pending on another run's consumer)."""
-    client, head, later = _key_hung_at_head(redis_server)
+    client, head, later = key_hung_at_head(redis_server)
     reports = tmp_path / "r"
     opts = ("spark.partitions=1", "handler.batch_size=1", "handler.timeout_s=1",
             "claim.min_idle_ms=1500", HANGS_ONCE)
@@ -140,22 +92,22 @@ def test_a_timed_out_call_still_running_lets_the_next_run_hand_its_key_on(
         assert rows[head]["action"] == "failed" and "timed out" in rows[head]["error"], \
             rows[head]
         assert [rows[i]["action"] for i in later] == ["held", "held"]
-        assert _beating(client, head), "the timed-out call is not running: no fault to test"
-        _wait_idle(client, later, 1500)
-        _abandoned_past_min_idle(client, head)
+        assert beating(client, head), "the timed-out call is not running: no fault to test"
+        wait_idle(client, later, 1500)
+        abandoned_past_min_idle(client, head)
         second = run_in_process(spark, args(redis_server.url, reports, *opts))
         assert second.code == 0, second.stderr[-3000:]
-        still_running = _still_running(client, head)
+        still_running = call_still_running(client, head)
         seen = recorded(client, SEEN, ["k0"])["k0"]
     finally:
-        _release(client, head)
+        release(client, head)
     done = recorded(client, DONE, ["k0"])["k0"]
     assert still_running, "run 1's call on H ended before run 2 finished: no fault to test"
     assert client.lrange(VIOLATIONS, 0, -1) == []
     assert not set(later) & set(seen[1:]), (
         f"k0's later entries {later} were handed over while run 1's call on its head {head} "
         f"was still running; handed over: {seen}; successes in Redis, in order: {done}")
-    assert _replays_only_after_themselves(done), f"k0's successes out of ID order: {done}"
+    assert replays_only_after_themselves(done), f"k0's successes out of ID order: {done}"
 
 
 @pytest.mark.slow
@@ -190,10 +142,10 @@ def test_a_timed_out_head_at_the_delivery_limit_releases_its_key_while_its_call_
             redis_server.url, reports, "spark.partitions=1", "handler.batch_size=1",
             "handler.timeout_s=1", "claim.min_idle_ms=1500", HANGS_ONCE))
         assert result.code == 0, result.stderr[-3000:]
-        still_running = _still_running(client, head)
+        still_running = call_still_running(client, head)
         seen = recorded(client, SEEN, ["k0"])["k0"]
     finally:
-        _release(client, head)
+        release(client, head)
     done = recorded(client, DONE, ["k0"])["k0"]
     letters = [f[b"x-original-id"].decode() for _, f in
                client.xrange(dead_letter_key(STREAM, ":dlq"))]
@@ -239,12 +191,12 @@ def test_a_timed_out_call_still_running_lets_a_concurrent_run_hand_its_key_on(
     try:
         wait_until(lambda: bool(client.exists(BEAT + head)), proc, 300,
                    "run A's call on H to start")
-        _wait_idle(client, later, 1500)
-        _abandoned_past_min_idle(client, head)
+        wait_idle(client, later, 1500)
+        abandoned_past_min_idle(client, head)
         assert proc.poll() is None, "run A ended before run B could start: no fault to test"
         second = run_in_process(spark, args(redis_server.url, tmp_path / "b", *opts))
         assert second.code == 0, second.stderr[-3000:]
-        still_running = _still_running(client, head)
+        still_running = call_still_running(client, head)
         seen = recorded(client, SEEN, ["k0"])["k0"]
         client.set(RELEASE, 1)
         wait_until(lambda: bool(client.exists(FINISHED + head)), proc, 30,
@@ -260,13 +212,7 @@ def test_a_timed_out_call_still_running_lets_a_concurrent_run_hand_its_key_on(
     assert not set(later) & set(seen[1:]), (
         f"k0's later entries {later} were handed over by run B while run A's call on its head "
         f"{head} was still running; handed over: {seen}; successes in Redis, in order: {done}")
-    assert _replays_only_after_themselves(done), f"k0's successes out of ID order: {done}"
-
-
-def _proc_state(pid: int) -> str:
-    """The process state letter of `pid` (``T``: stopped)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2]
+    assert replays_only_after_themselves(done), f"k0's successes out of ID order: {done}"
 
 
 @pytest.mark.slow
@@ -309,7 +255,7 @@ def test_redis_stopped_between_a_heads_success_and_its_ack_keeps_key_order(
             time.sleep(0.01)
         if not marker.exists():
             return
-        landed["state"] = _proc_state(pid)
+        landed["state"] = proc_state(pid)
         time.sleep(8 if stop == "sigstop-brief" else 120)
         os.kill(pid, signal.SIGCONT)
 
@@ -334,7 +280,7 @@ def test_redis_stopped_between_a_heads_success_and_its_ack_keeps_key_order(
     assert client.lrange(VIOLATIONS, 0, -1) == []
     done = recorded(client, DONE, list(by_key))
     for key, key_done in done.items():
-        assert _replays_only_after_themselves(key_done), f"{key}: successes {key_done}"
+        assert replays_only_after_themselves(key_done), f"{key}: successes {key_done}"
     pel = pending_owners(client)
     succeeded = {i for key_done in done.values() for i in key_done}
     lost = [i for i in every if i not in pel and i not in succeeded]
