@@ -48,6 +48,15 @@ def bounded_client(url: str, timeout_s: float, parser: type, rate: float = 65536
     return redis.Redis.from_url(url, **standalone_options(url, options))
 
 
+def gave_up_its_socket(client: redis.Redis) -> bool:
+    """Whether `client` closed the socket of the call that failed: no connection in use, none
+    still holding one. (Checked on the client: a loaded machine let the dripping proxy see
+    the close only after its own 10 s wait, twice in clean-clone runs.)"""
+    pool = client.connection_pool
+    return not pool._in_use_connections and all(  # type: ignore[attr-defined]
+        c._sock is None for c in pool._available_connections)  # type: ignore[attr-defined]
+
+
 def timed(call: Callable[[], Any]) -> tuple[Any, float]:
     started = time.monotonic()
     result = call()
@@ -108,7 +117,7 @@ def test_a_big_reply_on_a_slow_honest_link_arrives_and_a_slower_link_is_a_timeou
         slower = bounded_client(drip.url, 1, _HiredisParser, rate=1_000_000)
         message, took = timed_failure(lambda: slower.xrange("big"))
         assert GIVE_UP in message and 1.0 < took < 2.2, (message, took)
-        assert cut_seen(drip, 1) == 1
+        assert gave_up_its_socket(slower)  # (the proxy's count of the cut: see cut_seen)
 
 
 @pytest.mark.slow

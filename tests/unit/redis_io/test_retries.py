@@ -49,14 +49,19 @@ def test_a_client_without_the_policy_counts_zero(redis_server):
 def test_a_cluster_client_counts_a_call_its_own_loop_retried(redis_cluster):
     """A cluster client retries in a loop of its own: a write to a node paused for writes
     (CLIENT PAUSE WRITE) past the socket timeout times out, the loop sends it again, and
-    once the pause ends it is done; the count says an attempt failed."""
+    once the pause ends it is done; the count says an attempt failed. (A write sent only
+    after the pause ended, on a loaded machine, met no fault: the trial is made again, up
+    to three times.)"""
     params = RedisParams(url=redis_cluster.url, socket_timeout_s=0.5)
     with RedisConn.open(params) as conn:
         client = conn.client
         assert client.set("{k}x", "1") and failed_attempts(client) == 0
         node = client.get_node_from_key("{k}x")  # type: ignore[attr-defined]
         admin = redis.Redis(host=node.host, port=node.port)
-        admin.client_pause(700, all=False)
+        for value in ("2", "3", "4"):
+            admin.client_pause(700, all=False)
+            assert client.set("{k}x", value)
+            if failed_attempts(client):
+                break
         admin.close()
-        assert client.set("{k}x", "2")
-        assert failed_attempts(client) >= 1 and client.get("{k}x") == b"2"
+        assert failed_attempts(client) >= 1 and client.get("{k}x") == value.encode()
