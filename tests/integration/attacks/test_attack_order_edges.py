@@ -255,7 +255,10 @@ def test_redis_stopped_between_a_heads_success_and_its_ack_keeps_key_order(
             time.sleep(0.01)
         if not marker.exists():
             return
-        landed["state"] = proc_state(pid)
+        stopping = time.monotonic() + 5  # a SIGSTOP lands when Redis is next scheduled
+        while (state := proc_state(pid)) != "T" and time.monotonic() < stopping:
+            time.sleep(0.01)
+        landed["state"] = state
         time.sleep(8 if stop == "sigstop-brief" else 120)
         os.kill(pid, signal.SIGCONT)
 
