@@ -133,16 +133,9 @@ def _response_error(exc: ResponseError, params: RedisParams, stream: str | None,
             f"Redis at {where(params)} refused the login ({code}): check redis.username "
             "and the password (RECOVERY_REDIS__PASSWORD or redis.password_file)"
         )
-    if refused_by_acl(exc):
+    if code == "NOPERM" or is_script_denial(text):  # script refusals: no code, see acl_errors
         return permission_error(exc, params)
     return RecoveryError(f"Redis at {where(params)} answered an error: {text}")
-
-
-def refused_by_acl(exc: ResponseError) -> bool:
-    """True when `exc` is the Redis user's ACL refusing a command or key: NOPERM, or a
-    refusal inside a script (no code there: ``recovery.redis_io.acl_errors``)."""
-    return (isinstance(exc, NoPermissionError) or error_code(exc) == "NOPERM"
-            or is_script_denial(str(exc)))
 
 
 def permission_error(exc: ResponseError, params: RedisParams) -> RedisPermissionError:

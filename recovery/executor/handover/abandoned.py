@@ -16,9 +16,9 @@ the job's usual one line once the retries are spent); the failed attempt ends it
 process and the call with it. Every later renewal runs in a daemon thread; a renewal that
 fails (Redis restarted, away or busy with a script) is tried again every ``RETRY_S`` while
 the call runs, so a Redis back within ``min_idle_ms`` finds the entries leased again. The
-keeping ends when the call ends, or when no entry is left to keep (a unit
-whose stream or group is gone keeps nothing); it ends with the worker process too, which
-ends the call. Nothing of the thread raises into the task.
+keeping ends when the call ends, or when no entry is left to keep (a unit whose stream or
+group is gone keeps nothing); it ends with the worker process too, which ends the call.
+Nothing of the thread raises into the task.
 """
 
 from __future__ import annotations
