@@ -27,8 +27,9 @@ def tls_hint(error_text: str, url: str) -> str | None:
         return ("the server does not speak TLS on this port: use a redis:// URL or the "
                 "server's tls-port")
     if tls and "Timeout connecting" in error_text:  # a plain Redis never answers a ClientHello
-        return ("no TLS handshake within redis.socket_timeout_s: the port may not speak TLS "
-                "(use a redis:// URL or the server's tls-port), or the network drops traffic")
+        return ("no TLS handshake within redis.connect_timeout_s (redis.socket_timeout_s "
+                "with redis-py before 8.2): the port may not speak TLS (use a redis:// URL or "
+                "the server's tls-port), or the network drops traffic")
     if tls and any(m in error_text for m in HANDSHAKE_REFUSED):
         return ("the server refused the TLS handshake: if it asks for a client certificate "
                 "(tls-auth-clients), set redis.tls_cert_file and redis.tls_key_file to a "

@@ -82,9 +82,10 @@ def test_a_tls_misconfiguration_fails_in_one_line(case, hint, spark, tls_files, 
         client_cert = False
     elif case == "certificate for another name":
         url = wrong_name_redis.url
-    elif case == "TLS to a plain port":  # the handshake waits for socket_timeout_s, 4 tries
+    elif case == "TLS to a plain port":  # the handshake waits for connect_timeout_s (redis-py
+        # 8.2; socket_timeout_s before), 4 tries
         url = redis_server.url.replace("redis://", "rediss://")
-        extra = ["redis.socket_timeout_s=0.5"]
+        extra = ["redis.socket_timeout_s=0.5", "redis.connect_timeout_s=0.5"]
     else:
         url = tls_redis.url.replace("rediss://", "redis://")
     sets = tls_settings(tls_files, url, ca, client_cert, *extra)
