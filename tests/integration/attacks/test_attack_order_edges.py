@@ -259,9 +259,10 @@ def test_redis_stopped_between_a_heads_success_and_its_ack_keeps_key_order(
         while (state := proc_state(pid)) != "T" and time.monotonic() < stopping:
             time.sleep(0.01)
         landed["state"] = state
-        time.sleep(8 if stop == "sigstop-brief" else 120)
-        os.kill(pid, signal.SIGCONT)
+        if not ended.wait(8 if stop == "sigstop-brief" else 120):
+            os.kill(pid, signal.SIGCONT)
 
+    ended = threading.Event()  # the run has ended: the test resumes Redis itself
     watcher = threading.Thread(target=watch, daemon=True)
     if stop.startswith("sigstop"):
         watcher.start()
@@ -270,6 +271,7 @@ def test_redis_stopped_between_a_heads_success_and_its_ack_keeps_key_order(
     try:
         result = run_in_process(spark, args(redis_server.url, tmp_path / "r", *opts))
     finally:
+        ended.set()
         if stop.startswith("sigstop"):
             os.kill(pid, signal.SIGCONT)
     if stop.startswith("sigstop"):
