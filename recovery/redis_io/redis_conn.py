@@ -55,7 +55,9 @@ def connect(params: RedisParams) -> redis.Redis:
         "socket_connect_timeout": params.connect_timeout_s,
         "socket_timeout": params.socket_timeout_s,  # per read, and the base of the bound
         "min_transfer_bytes_per_s": params.min_transfer_bytes_per_s,  # 1 s more per this many bytes
-        "retry": CountingRetry(ExponentialBackoff(cap=1.0, base=0.1), RETRIES),
+        # a pause between tries never longer than a reply's wait (the lease keeper's short one)
+        "retry": CountingRetry(ExponentialBackoff(cap=min(1.0, params.socket_timeout_s),
+                                                  base=0.1), RETRIES),
         "client_name": "stream-recovery",
         "protocol": 2,
     }

@@ -11,20 +11,25 @@ of its key stay held behind it (``recovery.redis_io.held_keys``: an entry pendin
 another run's consumer and not idle).
 
 The renewal at once runs in the task, on a connection of the keeper's own, and fails the
-task as any of its commands does (Redis away, the user's ACL refusing the script's XCLAIM:
-the job's usual one line once the retries are spent); the failed attempt ends its worker
-process and the call with it. Every later renewal runs in a daemon thread; a renewal that
-fails (Redis restarted, away or busy with a script) is tried again every ``RETRY_S`` while
-the call runs, so a Redis back within ``min_idle_ms`` finds the entries leased again. The
-keeping ends when the call ends, or when no entry is left to keep (a unit whose stream or
-group is gone keeps nothing); it ends with the worker process too, which ends the call.
-Nothing of the thread raises into the task.
+task as any of its commands does, and so does opening the thread's connection (Redis away,
+the user's ACL refusing the script's XCLAIM: the job's usual one line once the retries are
+spent); the failed attempt ends its worker process and the call with it. Every later
+renewal runs in a daemon thread, on that connection, whose every wait on Redis (a
+connection, a reply, the pause before redis-py's retry) is bounded by the period,
+however long ``redis.socket_timeout_s`` is: a renewal whose reply stalls is sent again on a
+new connection, and each sending renews in Redis. A renewal that fails (Redis restarted,
+away or busy with a script) is tried again every ``RETRY_S`` while the call runs, so a
+Redis back within ``min_idle_ms`` finds the entries leased again. The keeping ends when the
+call ends, or when no entry is left to keep (a unit whose stream or group is gone keeps
+nothing); it ends with the worker process too, which ends the call. Nothing of the thread
+raises into the task.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 
 import redis
 
@@ -42,24 +47,34 @@ Held = dict[Unit, list[str]]  # each unit's entry IDs, ascending
 
 def keep_leased(redis_params: RedisParams, held: Held, call: threading.Thread,
                 min_idle_ms: int) -> None:
-    """Keep `held` leased while `call` runs: renewed at once here, then every third of
-    `min_idle_ms` ms by a daemon thread, on a connection of their own (from `redis_params`),
-    until `call` ends. The renewal at once is one of the task's commands: what it raises
-    (redis-py's errors; the job's typed error when no connection opens) fails the task."""
+    """Keep `held` leased while `call` runs: renewed at once here, on a connection of its
+    own (from `redis_params`), then every third of `min_idle_ms` ms by a daemon thread, on
+    another, opened here, whose waits are bounded by that period (:func:`within`),
+    until `call` ends. The renewal at once and the opening of the thread's connection are
+    commands of the task: what they raise (redis-py's errors; the job's typed error when no
+    connection opens) fails the task."""
     if not call.is_alive():
         return
     conn = RedisConn.open(redis_params)
     try:
         held = _renew(conn.client, held)
-    except BaseException:
+    finally:
         conn.close()
-        raise
-    if not held:
-        conn.close()
-        return
-    period_s = max(MIN_PERIOD_S, min_idle_ms / 3000)
-    threading.Thread(target=_keep, args=(conn, held, call, period_s),
-                     name="recovery-lease-keeper", daemon=True).start()
+    if held:
+        period_s = max(MIN_PERIOD_S, min_idle_ms / 3000)
+        keeper = RedisConn.open(within(redis_params, period_s))
+        threading.Thread(target=_keep, args=(keeper, held, call, period_s),
+                         name="recovery-lease-keeper", daemon=True).start()
+
+
+def within(params: RedisParams, bound_s: float) -> RedisParams:
+    """`params` whose connect and reply waits are each at most `bound_s` seconds (and so the
+    pauses between redis-py's retries: ``recovery.redis_io.redis_conn.connect``): a renewal
+    whose reply stalls, or whose connection is not answered, is given up and sent again on a
+    new connection (each sending renews in Redis) before the lease lapses, however long
+    ``redis.socket_timeout_s`` is."""
+    return replace(params, connect_timeout_s=min(params.connect_timeout_s, bound_s),
+                   socket_timeout_s=min(params.socket_timeout_s, bound_s))
 
 
 def _renew(client: redis.Redis, held: Held) -> Held:

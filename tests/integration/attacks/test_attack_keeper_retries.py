@@ -215,6 +215,9 @@ def test_a_password_changed_mid_call_is_retried_quietly_and_never_printed(
                                                  *OPTS, FILE_HANG), *rot])
         assert first.code == 0, first.stderr[-3000:]
         assert file_beating(hang_dir, head), "the timed-out call is not running: no fault"
+        # the keeper's thread connects at its first renewal (a third of min_idle_ms)
+        wait_until(lambda: any(c["user"] == "rot" for c in client.client_list()), None, 10,
+                   "the keeper's connection as rot")
         capman.read_global_capture()  # the output so far: the rest is the outage's
         client.execute_command("ACL", "SETUSER", "rot", "resetpass", ">new-pw")
         killed = client.execute_command("CLIENT", "KILL", "USER", "rot")
