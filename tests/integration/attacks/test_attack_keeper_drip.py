@@ -227,7 +227,7 @@ def test_a_keeper_connection_never_answered_fails_the_task_in_bounds_and_ends_th
     (line,) = first.error_lines()
     assert "cannot reach Redis at" in line and "was not done within" in line, line
     assert (first.summary or {}).get("status") == "error", first.summary
-    assert took < 3 * (4 * FAST_S + 0.7) + 15, took  # Spark's 3 attempts of 4 bounded tries
+    assert took < 3 * (4 * FAST_S + 0.7) + 40, took  # 3 attempts of 4 tries; the defaults: 60+ s
     assert (list(pel), recorded(client, DONE, ["k0"])["k0"]) == ([head], [])
 
 
