@@ -32,10 +32,10 @@ from pathlib import Path
 
 from recovery.redis_io.scripts import LUA
 from recovery.testing.local_redis import LocalServer
-from tests.support.dripping import Listener
 from tests.support.fault_tools import wait_until, write_control
 from tests.support.hung_calls import MIN_IDLE_MS, pel_of
 from tests.support.order_tools import STREAM, seed
+from tests.support.redis_drip import DrippingRedis
 
 SCRIPT_LOAD = b"SCRIPT\r\n$4\r\nLOAD"  # a SCRIPT LOAD request (after NOSCRIPT)
 LEASE_SHA = hashlib.sha1(LUA.joinpath("lease_owned.lua").read_bytes()).hexdigest().encode()
@@ -51,30 +51,23 @@ def keeper_renewal(request: bytes) -> bool:
 
 
 @dataclass
-class KeeperDrip(Listener):
-    upstream_port: int
-    armed: Callable[[], bool]
+class KeeperDrip(DrippingRedis):
+    armed: Callable[[], bool] = lambda: True  # whether a new connection is watched
     mode: str = "lease"  # "lease" or "silent"
     interval_s: float = 1.0
-    chunk: int = 1
     skip_s: float | None = None
     first_renewal_at: float | None = None
-    drip_connections: int | None = None
     watched: int = 0  # connections accepted while armed
-    faulty: int = 0  # connections that misbehaved
     renewals: int = 0  # keeper renewals seen on watched connections
     loads: int = 0  # SCRIPT LOADs seen on watched connections
-    dripped: int = 0
     held: int = 0  # reply bytes never passed on (silent)
-    cut: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _sock: socket.socket = field(default_factory=socket.socket)
-    _stop: threading.Event = field(default_factory=threading.Event)
     thread_name = "keeper-drip"
 
     @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+    def faulty(self) -> int:
+        """Connections that misbehaved (DrippingRedis' count)."""
+        return self.dripping_connections
 
     def accepted(self, conn: socket.socket) -> None:
         upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
@@ -83,20 +76,15 @@ class KeeperDrip(Listener):
         if watched:
             with self._lock:
                 self.watched += 1
-                if self.mode == "silent" and self._may():
+                if self.mode == "silent" and self._may_drip():
                     bad.set()
-        threading.Thread(target=self._forward, args=(conn, upstream, watched, bad),
+        threading.Thread(target=self._forward_watched, args=(conn, upstream, watched, bad),
                          daemon=True).start()
         threading.Thread(target=self._reply, args=(upstream, conn, bad), daemon=True).start()
 
-    def _may(self) -> bool:
-        if self.drip_connections is not None and self.faulty >= self.drip_connections:
-            return False
-        self.faulty += 1
-        return True
-
-    def _forward(self, source: socket.socket, sink: socket.socket, watched: bool,
-                 bad: threading.Event) -> None:
+    def _forward_watched(self, source: socket.socket, sink: socket.socket, watched: bool,
+                         bad: threading.Event) -> None:
+        """Requests, at once; a watched connection's keeper renewal makes its replies bad."""
         try:
             while data := source.recv(1 << 16):
                 if watched and SCRIPT_LOAD in data.upper():
@@ -108,7 +96,7 @@ class KeeperDrip(Listener):
                         self.first_renewal_at = self.first_renewal_at or now
                         served = self.skip_s is not None and \
                             now - self.first_renewal_at < self.skip_s
-                        if not served and not bad.is_set() and self._may():
+                        if not served and not bad.is_set() and self._may_drip():
                             bad.set()  # before the request goes on: its reply drips
                 sink.sendall(data)
         except OSError:
@@ -116,32 +104,12 @@ class KeeperDrip(Listener):
         finally:
             sink.close()
 
-    def _reply(self, source: socket.socket, sink: socket.socket, bad: threading.Event
-               ) -> None:
-        try:
-            while not self._stop.is_set() and (data := source.recv(1 << 16)):
-                if not bad.is_set():
-                    sink.sendall(data)
-                elif self.mode == "silent":
-                    self.held += len(data)
-                elif not self._drip(data, sink):
-                    return
-        except OSError:
-            pass
-        finally:
-            sink.close()
-
-    def _drip(self, data: bytes, sink: socket.socket) -> bool:
-        for at in range(0, len(data), self.chunk):
-            try:
-                sink.sendall(data[at : at + self.chunk])
-            except OSError:
-                self.cut += 1
-                raise
-            self.dripped += len(data[at : at + self.chunk])
-            if self._stop.wait(self.interval_s):
-                return False
-        return True
+    def _late(self, data: bytes, sink: socket.socket) -> bool:
+        """A watched reply: held back for good (``silent``), else dripped."""
+        if self.mode == "silent":
+            self.held += len(data)
+            return True
+        return super()._late(data, sink)
 
 
 def flush_scripts_once(client, started: Callable[[], bool], flushed: list[int]  # type: ignore[no-untyped-def]

@@ -72,12 +72,16 @@ class DrippingRedis(Listener):
             while not self._stop.is_set() and (data := source.recv(1 << 16)):
                 if not dripping.is_set():
                     sink.sendall(data)
-                elif not self._drip(data, sink):
+                elif not self._late(data, sink):
                     return
         except OSError:
             pass
         finally:
             sink.close()
+
+    def _late(self, data: bytes, sink: socket.socket) -> bool:
+        """A reply once its connection misbehaves: dripped (:meth:`_drip`)."""
+        return self._drip(data, sink)
 
     def _drip(self, data: bytes, sink: socket.socket) -> bool:
         """`data` to `sink`, a chunk per interval; False once the proxy stops."""

@@ -79,7 +79,7 @@ def test_a_stalled_reply_at_the_keepers_thread_lets_the_lease_lapse_while_the_ca
     (settings/model.py ``_lease_outlasts_handler`` checks handler.timeout_s only)."""
     client, hang_dir, head, later = key_hung_on_file(redis_server, tmp_path)
     reports = tmp_path / "r"
-    with KeeperDrip(redis_server.port, _started(hang_dir, head), interval_s=3.0,
+    with KeeperDrip(redis_server.port, armed=_started(hang_dir, head), interval_s=3.0,
                     skip_s=0.25) as drip:
         try:
             first_run_hangs_on_head(spark, drip.url, reports, head, later, FILE_HANG,
@@ -121,7 +121,7 @@ def test_a_stalled_reply_below_min_idle_still_opens_the_lease_to_a_live_consumer
     still runs. Cause as above: the keeper's waits are bounded by socket_timeout_s plus the
     retries' backoff, not by its period (abandoned.py lines 51, 93)."""
     client, hang_dir, head, later = key_hung_on_file(redis_server, tmp_path)
-    with KeeperDrip(redis_server.port, _started(hang_dir, head), interval_s=3.0,
+    with KeeperDrip(redis_server.port, armed=_started(hang_dir, head), interval_s=3.0,
                     skip_s=0.25) as drip:
         try:
             first_run_hangs_on_head(spark, drip.url, tmp_path / "r", head, later, FILE_HANG,
@@ -155,7 +155,7 @@ def test_a_dripping_first_renewal_is_bounded_and_never_hands_the_entry_over_twic
     succeeds once and is acked). Never two calls on H at once, nothing dead-lettered."""
     client = redis_server.client()
     hang_dir, head = head_alone(redis_server, tmp_path)
-    with KeeperDrip(redis_server.port, _started(hang_dir, head), interval_s=0.4,
+    with KeeperDrip(redis_server.port, armed=_started(hang_dir, head), interval_s=0.4,
                     drip_connections=dripping) as drip:
         try:
             started = time.monotonic()
@@ -206,7 +206,7 @@ def test_a_keeper_connection_never_answered_fails_the_task_in_bounds_and_ends_th
     client = redis_server.client(password=PASSWORD)
     write_control(f"redis://:{PASSWORD}@127.0.0.1:{redis_server.port}/0", hang_ids=[head],
                   hang_dir=str(hang_dir))
-    with KeeperDrip(redis_server.port, _started(hang_dir, head), mode="silent") as drip:
+    with KeeperDrip(redis_server.port, armed=_started(hang_dir, head), mode="silent") as drip:
         try:
             started = time.monotonic()
             first = run_in_process(spark, job_args(
@@ -311,7 +311,7 @@ def test_scripts_flushed_while_a_call_hangs_are_loaded_again_by_its_keeper(
     client, hang_dir, head, later = key_hung_on_file(redis_server, tmp_path)
     reports = tmp_path / "r"
     flushed: list[int] = []
-    with KeeperDrip(redis_server.port, _started(hang_dir, head), mode="watch") as watch:
+    with KeeperDrip(redis_server.port, armed=_started(hang_dir, head), mode="watch") as watch:
         try:
             flusher = flush_scripts_once(client, _started(hang_dir, head), flushed)
             first_run_hangs_on_head(spark, watch.url, reports, head, later, FILE_HANG)
