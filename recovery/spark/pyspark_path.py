@@ -14,9 +14,10 @@ Must run before anything imports ``pyspark``: the driver's entry points call
 ``prefer_installed_pyspark()`` first, and the executors' Python daemon is this module
 (``spark.python.daemon.module``, see :func:`with_installed_pyspark`).
 
-As the daemon, it also imports the tasks' Redis layer and PySpark's worker module once
-(:func:`preload`) before PySpark forks the workers from it, so no worker imports them again
-(redis-py alone is ~0.2 s of CPU per worker, paid while the pass starts), and it drops the
+As the daemon, it also imports the tasks' Redis layer, PySpark's worker module and the Arrow
+stack once (:func:`preload`) before PySpark forks the workers from it, so no worker imports
+them again (redis-py alone is ~0.2 s of CPU per worker, numpy, pyarrow and pandas ~0.35 s,
+paid while the pass starts), and it drops the
 zips from the path (:func:`drop_shadowing_zips`): a worker adds its task's file directory
 to its path and then invalidates the import caches, which makes the importer of each zip
 still on the path read that zip's whole directory again (~0.28 s of CPU per worker for
@@ -35,6 +36,7 @@ import pkgutil
 import sys
 import zipfile
 from pathlib import Path
+from collections.abc import MutableMapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # not at run time: this module runs before pyspark may be imported
@@ -42,12 +44,20 @@ if TYPE_CHECKING:  # not at run time: this module runs before pyspark may be imp
 
 DAEMON_MODULE = "recovery.spark.pyspark_path"
 # What the daemon imports before it forks the workers: every module of PRELOADED_PACKAGE,
-# and PRELOADED. All are modules the tasks import anyway, and none starts a thread or imports
-# pyarrow or numpy (a fork keeps only the forking thread; PySpark's daemon imports even its
-# worker module after the fork for that reason, not knowing which module it is: ours is
-# PySpark's own, which imports neither). tests/unit/spark/test_pyspark_path.py checks both.
+# PRELOADED and ARROW_STACK. All are modules the tasks import anyway (a worker imports the
+# Arrow stack at its first batch: pandas too, which pyarrow imports to convert a list). A fork
+# keeps only the forking thread, so the daemon must fork with no other thread that holds a
+# lock a worker needs; none of these starts one that could: Arrow's allocator is set to start
+# no background thread (ARROW_ALLOCATOR_CONF, read once, when pyarrow loads; dirty pages are
+# then returned by the allocating thread), and numpy's OpenBLAS, whose pool starts at import
+# unless OMP_NUM_THREADS is 1, stops that pool before every fork (its own pthread_atfork
+# handler; the worker starts it again at its first product). PySpark's daemon imports even
+# its worker module after the fork, not knowing which module it is: ours is PySpark's own.
+# tests/unit/spark/test_pyspark_path.py checks what the daemon holds and that its workers run.
 PRELOADED_PACKAGE = "recovery.redis_io"
 PRELOADED = ("recovery.errors", "recovery.params", "recovery.handlers", "pyspark.worker")
+ARROW_STACK = ("numpy", "pyarrow", "pandas")
+ARROW_ALLOCATOR_CONF = "JE_ARROW_MALLOC_CONF"  # the options of pyarrow's own jemalloc
 
 
 def shadowing_zips(path: list[str]) -> list[str]:
@@ -138,16 +148,30 @@ def _holds_modules(archive: str) -> bool:
 
 
 def preloaded() -> list[str]:
-    """The modules :func:`preload` imports: those of ``PRELOADED`` and every module of the
-    ``PRELOADED_PACKAGE`` package."""
+    """The modules :func:`preload` imports: those of ``PRELOADED``, every module of the
+    ``PRELOADED_PACKAGE`` package, and ``ARROW_STACK``."""
     package = importlib.import_module(PRELOADED_PACKAGE)
     return [*PRELOADED, *(f"{PRELOADED_PACKAGE}.{m.name}"
-                          for m in pkgutil.iter_modules(package.__path__))]
+                          for m in pkgutil.iter_modules(package.__path__)), *ARROW_STACK]
+
+
+def no_allocator_thread(environ: MutableMapping[str, str] | None = None) -> None:
+    """Ask pyarrow's jemalloc for no background thread in `environ` (default
+    ``os.environ``), which it reads when pyarrow loads: ``background_thread:false`` added to
+    ``ARROW_ALLOCATOR_CONF``'s options, unless they name ``background_thread`` already (an
+    operator's choice is kept)."""
+    environ = os.environ if environ is None else environ
+    options = environ.get(ARROW_ALLOCATOR_CONF, "")
+    if "background_thread" not in options:
+        environ[ARROW_ALLOCATOR_CONF] = ",".join(
+            option for option in (options, "background_thread:false") if option)
 
 
 def preload() -> None:
-    """Import :func:`preloaded`'s modules. One that fails to import is skipped: the task
-    that needs it reports the error with its own traceback."""
+    """Import :func:`preloaded`'s modules, Arrow's allocator told first to start no thread
+    (:func:`no_allocator_thread`). One that fails to import is skipped: the task that
+    needs it reports the error with its own traceback."""
+    no_allocator_thread()
     for name in preloaded():
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
@@ -155,8 +179,8 @@ def preload() -> None:
 
 def main() -> None:
     """The executors' Python daemon: PySpark's own, started after the path is fixed (the
-    zips dropped, or put behind the package) and the tasks' Redis layer and PySpark's
-    worker module are imported."""
+    zips dropped, or put behind the package) and the tasks' Redis layer, PySpark's worker
+    module and the Arrow stack are imported."""
     prefer_installed_pyspark()
     drop_shadowing_zips()
     drop_archives_without_modules()

@@ -147,38 +147,66 @@ def test_the_daemon_is_ours_when_recovery_is_installed():
     assert builder._options["spark.python.daemon.module"] == pyspark_path.__name__
 
 
+def test_arrows_allocator_is_asked_for_no_thread_unless_an_operator_chose():
+    for before, after in [(None, "background_thread:false"),
+                          ("dirty_decay_ms:500", "dirty_decay_ms:500,background_thread:false"),
+                          ("background_thread:true", "background_thread:true")]:
+        environ = {} if before is None else {pyspark_path.ARROW_ALLOCATOR_CONF: before}
+        pyspark_path.no_allocator_thread(environ)
+        assert environ == {pyspark_path.ARROW_ALLOCATOR_CONF: after}
+
+
 # Run in a fresh interpreter: PySpark's daemon loop replaced (before anything imports pyspark)
-# by a report of what the daemon holds when it would start forking workers.
-_DAEMON_AT_FORK = """
+# by one fork, as the daemon forks a worker: the worker reports what it holds and whether the
+# Arrow stack works in it (a matrix product starts OpenBLAS's pool again).
+_DAEMON_FORKS = """
 import json, os, sys, types
-def report():
+def fork_a_worker():
+    daemon_threads = len(os.listdir(f"/proc/{os.getpid()}/task"))
+    pid = os.fork()
+    if pid:
+        os.waitpid(pid, 0)
+        return
+    threads = len(os.listdir(f"/proc/{os.getpid()}/task"))
+    import numpy, pyarrow
+    product = float((numpy.ones((300, 300)) @ numpy.ones((300, 300))).sum())
     print(json.dumps({"modules": sorted(sys.modules), "path": sys.path,
-                      "pyspark": sys.modules["pyspark"].__file__,
-                      "threads": len(os.listdir(f"/proc/{os.getpid()}/task"))}))
-sys.modules["pyspark.daemon"] = types.SimpleNamespace(manager=report)
+                      "pyspark": sys.modules["pyspark"].__file__, "threads": threads,
+                      "daemon_threads": daemon_threads,
+                      "product": product, "array": pyarrow.array([[1], [2]]).to_pylist(),
+                      "allocator": os.environ.get("JE_ARROW_MALLOC_CONF")}), flush=True)
+    os._exit(0)
+sys.modules["pyspark.daemon"] = types.SimpleNamespace(manager=fork_a_worker)
 from recovery.spark import pyspark_path
 pyspark_path.main()
 """
 
 
 @pytest.mark.slow
-def test_the_daemon_imports_the_redis_layer_before_it_forks_and_starts_no_thread():
-    """Workers forked from the daemon find the tasks' Redis layer and PySpark's worker module
-    imported, and spark-submit's zips (first on the path, as spark-submit puts them) and
-    Spark's core jar gone; the daemon has still one thread and no pyarrow, numpy or pandas
-    (a fork keeps only the forking thread)."""
+def test_a_worker_forked_from_the_daemon_holds_the_preloaded_modules_and_one_thread():
+    """Workers forked from the daemon find the tasks' Redis layer, PySpark's worker module
+    and the Arrow stack imported, and spark-submit's zips (first on the path, as spark-submit
+    puts them) and Spark's core jar gone; a worker starts with one thread (a fork keeps only
+    the forking thread), also where OpenBLAS ran a pool in the daemon (OMP_NUM_THREADS
+    unset), and numpy's products and pyarrow work in it."""
     gone = [*_spark_submits_zips(), _spark_core_jar()]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(gone)}
-    out = subprocess.run([sys.executable, "-c", _DAEMON_AT_FORK], capture_output=True,
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                          pyspark_path.ARROW_ALLOCATOR_CONF)}
+    env["PYTHONPATH"] = os.pathsep.join(gone)
+    out = subprocess.run([sys.executable, "-c", _DAEMON_FORKS], capture_output=True,
                          text=True, check=True, timeout=60, env=env).stdout
     held = json.loads(out.strip().splitlines()[-1])
     assert [p for p in held["path"] if p in gone] == []
     assert ".zip" not in held["pyspark"]
     expected = pyspark_path.preloaded()
     assert "recovery.redis_io.autoclaim" in expected and "redis" not in expected
-    assert "pyspark.worker" in expected
+    assert {"pyspark.worker", "pyarrow", "pandas", "numpy"} <= set(expected)
     assert [m for m in expected if m not in held["modules"]] == []
     assert "redis.cluster" in held["modules"]
-    assert [m for m in held["modules"] if m.split(".")[0] in ("pyarrow", "numpy", "pandas")] \
-        == []
+    if len(os.sched_getaffinity(0)) > 1:  # OpenBLAS ran its pool in the daemon
+        assert held["daemon_threads"] > 1
     assert held["threads"] == 1
+    assert held["product"] == 300.0 ** 3
+    assert held["array"] == [[1], [2]]
+    assert held["allocator"] == "background_thread:false"
