@@ -35,8 +35,8 @@ import os
 import pkgutil
 import sys
 import zipfile
-from pathlib import Path
 from collections.abc import MutableMapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # not at run time: this module runs before pyspark may be imported
