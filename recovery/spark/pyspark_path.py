@@ -47,11 +47,13 @@ DAEMON_MODULE = "recovery.spark.pyspark_path"
 # PRELOADED and ARROW_STACK. All are modules the tasks import anyway (a worker imports the
 # Arrow stack at its first batch: pandas too, which pyarrow imports to convert a list). A fork
 # keeps only the forking thread, so the daemon must fork with no other thread that holds a
-# lock a worker needs; none of these starts one that could: Arrow's allocator is set to start
+# lock a worker needs; none of these leaves one that could: Arrow's allocator is set to start
 # no background thread (ARROW_ALLOCATOR_CONF, read once, when pyarrow loads; dirty pages are
-# then returned by the allocating thread), and numpy's OpenBLAS, whose pool starts at import
-# unless OMP_NUM_THREADS is 1, stops that pool before every fork (its own pthread_atfork
-# handler; the worker starts it again at its first product). PySpark's daemon imports even
+# then returned by the allocating thread; where an operator's value keeps the thread,
+# jemalloc stops it in the child at every fork), and numpy's OpenBLAS, whose pool starts at
+# import unless OMP_NUM_THREADS is 1 (Spark sets 1 unless told otherwise), stops that pool
+# before every fork (its own pthread_atfork handler; the worker starts it again at its first
+# product). PySpark's daemon imports even
 # its worker module after the fork, not knowing which module it is: ours is PySpark's own.
 # tests/unit/spark/test_pyspark_path.py checks what the daemon holds and that its workers run.
 PRELOADED_PACKAGE = "recovery.redis_io"
@@ -158,22 +160,25 @@ def preloaded() -> list[str]:
 def no_allocator_thread(environ: MutableMapping[str, str] | None = None) -> None:
     """Ask pyarrow's jemalloc for no background thread in `environ` (default
     ``os.environ``), which it reads when pyarrow loads: ``background_thread:false`` added to
-    ``ARROW_ALLOCATOR_CONF``'s options, unless they name ``background_thread`` already (an
-    operator's choice is kept)."""
+    ``ARROW_ALLOCATOR_CONF``'s comma-separated ``name:value`` options, unless one of them is
+    named ``background_thread`` already (an operator's choice is kept). jemalloc stops
+    reading at a malformed option: after one, the thread may still start (jemalloc stops it
+    in every forked worker; tests/integration/attacks/test_attack_daemon_preload.py)."""
     environ = os.environ if environ is None else environ
     options = environ.get(ARROW_ALLOCATOR_CONF, "")
-    if "background_thread" not in options:
+    if "background_thread" not in (o.split(":", 1)[0].strip() for o in options.split(",")):
         environ[ARROW_ALLOCATOR_CONF] = ",".join(
             option for option in (options, "background_thread:false") if option)
 
 
 def preload() -> None:
     """Import :func:`preloaded`'s modules, Arrow's allocator told first to start no thread
-    (:func:`no_allocator_thread`). One that fails to import is skipped: the task that
-    needs it reports the error with its own traceback."""
+    (:func:`no_allocator_thread`). One that fails to import, whatever it raises (a pandas
+    built against another numpy raises ValueError), is skipped: the daemon still starts,
+    and the task that needs the module reports the error with its own traceback."""
     no_allocator_thread()
     for name in preloaded():
-        with contextlib.suppress(ImportError):
+        with contextlib.suppress(Exception):
             importlib.import_module(name)
 
 

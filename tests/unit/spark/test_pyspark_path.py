@@ -150,7 +150,11 @@ def test_the_daemon_is_ours_when_recovery_is_installed():
 def test_arrows_allocator_is_asked_for_no_thread_unless_an_operator_chose():
     for before, after in [(None, "background_thread:false"),
                           ("dirty_decay_ms:500", "dirty_decay_ms:500,background_thread:false"),
-                          ("background_thread:true", "background_thread:true")]:
+                          ("background_thread:true", "background_thread:true"),
+                          ("narenas:2, background_thread:true",
+                           "narenas:2, background_thread:true"),
+                          ("max_background_threads:1",
+                           "max_background_threads:1,background_thread:false")]:
         environ = {} if before is None else {pyspark_path.ARROW_ALLOCATOR_CONF: before}
         pyspark_path.no_allocator_thread(environ)
         assert environ == {pyspark_path.ARROW_ALLOCATOR_CONF: after}
