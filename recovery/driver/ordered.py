@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from recovery.driver.balance import bucket_count, counter, spread, spread_by_key
 from recovery.driver.discovery import WorkUnit, job_consumer_stem
 from recovery.errors import ConfigError, DeadLetterNameError, HeldElsewhereError
 from recovery.executor.ordered import (
@@ -197,16 +198,19 @@ def _claim_then_order(spark: SparkSession, conn: RedisConn, settings: Settings,
                       histograms: bool, rows: int,
                       after_claim: Callable[[], None] | None) -> Tallies:
     started = time.monotonic()
-    claimed = materialise_once(unit_df.mapInArrow(keyed_claim_partition(params, histograms),
-                                                  KEYED))
+    partitions = settings.spark.partitions
+    buckets, counts = bucket_count(partitions), counter(spark)
+    claimed = materialise_once(unit_df.mapInArrow(
+        keyed_claim_partition(params, histograms, counts, buckets), KEYED))
     if after_claim is not None:
         after_claim()
     log.info("run %s: claim done in %.1f s; handing over in per-key order", params.run_id,
              time.monotonic() - started)
     started = time.monotonic()
     stem = job_consumer_stem(settings.claim.consumer_prefix, params.run_id)
-    frame = ordered_frame(spark, params, claimed, held_back(conn, units, stem),
-                          settings.spark.partitions, stem)
+    assignment = None if counts is None else spread(counts.value, buckets, partitions)
+    frame = ordered_frame(spark, params, claimed, held_back(conn, units, stem), partitions,
+                          stem, assignment)
     tallies = write_pass(frame, ordered_partition(params, rows), settings.report.path,
                          params.run_id, True, params.scheduler_run_id)
     log.info("run %s: dead-letter, handler in per-key order, acks and report done in %.1f s",
@@ -226,12 +230,15 @@ def held_back(conn: RedisConn, units: list[WorkUnit], own_stem: str) -> list[tup
 
 
 def ordered_frame(spark: SparkSession, params: JobParams, keyed: DataFrame,
-                  pairs: list[tuple[str, str]], partitions: int, own_stem: str) -> DataFrame:
+                  pairs: list[tuple[str, str]], partitions: int, own_stem: str,
+                  assignment: list[int] | None = None) -> DataFrame:
     """The claimed entries (`keyed`: KEYED rows) with their blockers (read for the (stream,
-    group) `pairs` only), in `partitions` partitions by (stream, group, key), sorted by ID
-    within each key."""
-    return _with_blockers(spark, params, keyed, pairs, partitions, own_stem) \
-        .repartition(partitions, *ORDER_COLUMNS).sortWithinPartitions(*ORDER_COLUMNS, "id_order")
+    group) `pairs` only), in `partitions` partitions by key (spread by `assignment`, or
+    hashed: ``recovery.driver.balance.spread_by_key``), sorted by (stream, group, key) and
+    ID within each."""
+    frame = _with_blockers(spark, params, keyed, pairs, partitions, own_stem)
+    return spread_by_key(frame, partitions, ORDER_COLUMNS, assignment) \
+        .sortWithinPartitions(*ORDER_COLUMNS, "id_order")
 
 
 def _with_blockers(spark: SparkSession, params: JobParams, keyed: DataFrame,
@@ -240,8 +247,8 @@ def _with_blockers(spark: SparkSession, params: JobParams, keyed: DataFrame,
     """`keyed` with ``blocked_by`` and ``unit_blocked_after`` (null where nothing holds
     back: no Spark pass at all when `pairs` is empty)."""
     if not pairs:
-        return keyed.withColumn("blocked_by", F.lit(None).cast("string")) \
-            .withColumn("unit_blocked_after", F.lit(None).cast("string"))
+        nothing = F.lit(None).cast("string")
+        return keyed.withColumns({"blocked_by": nothing, "unit_blocked_after": nothing})
     unit_rows = spark.createDataFrame(pairs, "stream string, group string") \
         .repartition(min(len(pairs), partitions))
     # Read once for both joins (the read is a pass over Redis, not to be run twice).

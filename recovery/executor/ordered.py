@@ -16,8 +16,9 @@ mapInArrow functions between the materialised claim and the ordered hand-over.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import redis
@@ -25,6 +26,7 @@ import redis
 from recovery.executor.claimed import Claimed
 from recovery.executor.handover.lease import LEASE_ROWS
 from recovery.executor.handover.ordered import KeyT, apply_in_order
+from recovery.executor.key_buckets import BucketCounts, count_buckets
 from recovery.executor.packing import NOTE_ROWS, ArrowFn, unpack
 from recovery.executor.partitions import (
     PartitionConn,
@@ -45,6 +47,9 @@ from recovery.redis_io.key_holds import hold_key, read_heads
 from recovery.redis_io.redis_conn import RedisConn
 from recovery.redis_io.streams import Fields, fetch_entries, stream_id_key
 from recovery.schemas import BLOCKER, CLAIMED, KEYED, arrow
+
+if TYPE_CHECKING:
+    from pyspark.accumulators import Accumulator
 
 log = logging.getLogger(__name__)
 KEYED_ARROW = arrow(KEYED)
@@ -67,32 +72,45 @@ def key_of(fields: Fields | None, name: str | None) -> bytes | None:
     return next((value for field, value in fields if field == key), None)
 
 
-def keyed_partition(params: JobParams) -> ArrowFn:
-    """PACKED rows -> KEYED rows (module doc)."""
+def keyed_partition(params: JobParams, counts: Accumulator[BucketCounts] | None = None,
+                    buckets: int = 1) -> ArrowFn:
+    """PACKED rows -> KEYED rows (module doc); with `counts`, the task's entries per bucket
+    of `buckets` (``recovery.executor.key_buckets``) are added to it once it has keyed them
+    all."""
     order = params.order
     assert order is not None
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         conn = PartitionConn(params.redis)
+        task_counts: Counter[int] = Counter()
         try:
             for packed in batches:
                 for count, blob in zip(packed.column("rows").to_pylist(),
                                        packed.column("batch"), strict=True):
                     if count == NOTE_ROWS:
                         yield _note_row(blob.as_py())
-                    else:
-                        yield _keyed(conn, order, unpack(blob.as_buffer()))
+                        continue
+                    keyed = _keyed(conn, order, unpack(blob.as_buffer()))
+                    if counts is not None:
+                        task_counts.update(count_buckets(
+                            keyed.column("group_key").to_pylist(), buckets))
+                    yield keyed
         finally:
             conn.close()
+        if counts is not None:
+            counts.add(dict(task_counts))
 
     return run
 
 
-def keyed_claim_partition(params: JobParams, histograms: bool = False) -> ArrowFn:
+def keyed_claim_partition(params: JobParams, histograms: bool = False,
+                          counts: Accumulator[BucketCounts] | None = None,
+                          buckets: int = 1) -> ArrowFn:
     """UNIT rows -> KEYED rows: ``claim_partition``'s claim, each PACKED row keyed as it
-    comes (``keyed_partition``) in the same task, in batches of at least LEASE_ROWS rows
-    (Spark pays per batch it takes from Python)."""
-    claim, keyed = claim_partition(params, histograms), keyed_partition(params)
+    comes (``keyed_partition``, counting into `counts` by `buckets`) in the same task, in
+    batches of at least LEASE_ROWS rows (Spark pays per batch it takes from Python)."""
+    claim = claim_partition(params, histograms)
+    keyed = keyed_partition(params, counts, buckets)
     return coalesced(lambda batches: keyed(claim(batches)), LEASE_ROWS)
 
 

@@ -66,6 +66,7 @@ TESTED_ELSEWHERE: dict[str, tuple[str, str]] = {
         ("tests/unit/driver/progress/test_reporter.py", "imports it"),
     "recovery/driver/run_ids.py": ("tests/unit/driver/test_plan.py", "through recovery.driver.job"),
     "recovery/executor/claim/by_plan.py": ("tests/unit/driver/test_plan.py", "imports it"),
+    "recovery/executor/key_buckets.py": ("tests/unit/driver/test_balance.py", "imports it"),
     "recovery/executor/claim/gather.py":
         ("tests/unit/executor/claim/test_first_steps.py", "imports it"),
     "recovery/executor/claim/journaled.py":
