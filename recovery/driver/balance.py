@@ -27,11 +27,14 @@ if TYPE_CHECKING:
     from pyspark.accumulators import Accumulator
 
 BUCKETS_PER_PARTITION = 32  # fine enough for the largest-first spread to even them out
+MAX_BUCKETS = 4096  # the mapping is one SQL array of this many numbers at most
 
 
 def bucket_count(partitions: int) -> int:
-    """How many buckets of keys the claim counts for `partitions` hand-over partitions."""
-    return BUCKETS_PER_PARTITION * max(1, partitions)
+    """How many buckets of keys the claim counts for `partitions` hand-over partitions:
+    ``BUCKETS_PER_PARTITION`` each, at most ``MAX_BUCKETS`` (or one each beyond that)."""
+    partitions = max(1, partitions)
+    return max(partitions, min(BUCKETS_PER_PARTITION * partitions, MAX_BUCKETS))
 
 
 def counter(spark: SparkSession) -> Accumulator[BucketCounts] | None:
@@ -59,7 +62,7 @@ def spread(counts: Mapping[int, int], buckets: int, partitions: int) -> list[int
 
 
 def spread_by_key(frame: DataFrame, partitions: int, key_columns: Sequence[str],
-           assignment: Sequence[int] | None) -> DataFrame:
+                  assignment: Sequence[int] | None) -> DataFrame:
     """`frame` (KEYED rows) in `partitions` partitions, every key's entries in one: by
     `assignment` (:func:`spread`'s, over ``len(assignment)`` buckets of ``group_key``) where
     given and PySpark has ``repartitionById``, else hashed by `key_columns`."""

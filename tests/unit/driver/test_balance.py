@@ -21,6 +21,11 @@ def test_the_largest_buckets_go_first_each_to_the_least_loaded_partition():
     # partition 0: 5 + 3 = 8; partition 1: 4 + 3 + 1 = 8; bucket 5, empty: 5 mod 2
 
 
+def test_buckets_are_many_per_partition_up_to_a_bound():
+    assert [bucket_count(n) for n in (0, 1, 8, 128, 200, 5000)] == [32, 32, 256, 4096, 4096,
+                                                                   5000]
+
+
 def test_buckets_without_entries_or_out_of_range_change_nothing():
     assert spread({}, 4, 3) == [0, 1, 2, 0]
     assert spread({7: 100, -1: 5, 1: 2}, 4, 2) == [0, 0, 0, 1]
