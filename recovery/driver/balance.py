@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from recovery.executor.key_buckets import BucketCounts, BucketCountsParam
+from recovery.spark.session import spark_context
 
 if TYPE_CHECKING:
     from pyspark.accumulators import Accumulator
@@ -39,11 +40,8 @@ def bucket_count(partitions: int) -> int:
 
 def counter(spark: SparkSession) -> Accumulator[BucketCounts] | None:
     """A new accumulator of entries per bucket; None under Spark Connect (no SparkContext)."""
-    try:
-        context = spark.sparkContext
-    except AttributeError:  # PySparkAttributeError: JVM_ATTRIBUTE_NOT_SUPPORTED
-        return None
-    return context.accumulator({}, BucketCountsParam())
+    context = spark_context(spark)
+    return None if context is None else context.accumulator({}, BucketCountsParam())
 
 
 def spread(counts: Mapping[int, int], buckets: int, partitions: int) -> list[int]:

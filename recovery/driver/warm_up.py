@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 
 from pyspark.sql import DataFrame, SparkSession
 
+from recovery.spark.session import spark_context
 from recovery.spark.transforms import units_of_parts
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,5 @@ def warming_up(spark: SparkSession, warmed: set[str] = _WARMED) -> Iterator[Warm
 
 def _application(spark: SparkSession) -> str | None:
     """The Spark application's id; None under Spark Connect (no SparkContext on this side)."""
-    try:
-        return str(spark.sparkContext.applicationId)
-    except AttributeError:  # PySparkAttributeError: JVM_ATTRIBUTE_NOT_SUPPORTED
-        return None
+    context = spark_context(spark)
+    return None if context is None else str(context.applicationId)

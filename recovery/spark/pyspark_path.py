@@ -17,8 +17,8 @@ Must run before anything imports ``pyspark``: the driver's entry points call
 As the daemon, it also imports the tasks' Redis layer, PySpark's worker module and the Arrow
 stack once (:func:`preload`) before PySpark forks the workers from it, so no worker imports
 them again (redis-py alone is ~0.2 s of CPU per worker, numpy, pyarrow and pandas ~0.35 s,
-paid while the pass starts), and it drops the
-zips from the path (:func:`drop_shadowing_zips`): a worker adds its task's file directory
+paid while the pass starts), and it drops the zips from the path
+(:func:`drop_shadowing_zips`): a worker adds its task's file directory
 to its path and then invalidates the import caches, which makes the importer of each zip
 still on the path read that zip's whole directory again (~0.28 s of CPU per worker for
 ``pyspark.zip``, measured with py-spy). For the same reason it drops archives that hold no
@@ -53,8 +53,8 @@ DAEMON_MODULE = "recovery.spark.pyspark_path"
 # jemalloc stops it in the child at every fork), and numpy's OpenBLAS, whose pool starts at
 # import unless OMP_NUM_THREADS is 1 (Spark sets 1 unless told otherwise), stops that pool
 # before every fork (its own pthread_atfork handler; the worker starts it again at its first
-# product). PySpark's daemon imports even
-# its worker module after the fork, not knowing which module it is: ours is PySpark's own.
+# product). PySpark's daemon imports even its worker module after the fork, not knowing
+# which module it is: ours is PySpark's own.
 # tests/unit/spark/test_pyspark_path.py checks what the daemon holds and that its workers run.
 PRELOADED_PACKAGE = "recovery.redis_io"
 PRELOADED = ("recovery.errors", "recovery.params", "recovery.handlers", "pyspark.worker")

@@ -68,3 +68,11 @@ def own_log_config(submitted: SparkConf, environ: Mapping[str, str] = os.environ
     if conf_dir and any((Path(conf_dir) / name).is_file() for name in LOG4J2_FILES):
         return True
     return "log4j" in (submitted.get(DRIVER_JAVA_OPTIONS) or "")
+
+
+def spark_context(spark: SparkSession) -> SparkContext | None:
+    """`spark`'s SparkContext; None under Spark Connect (no SparkContext on this side)."""
+    try:
+        return spark.sparkContext
+    except AttributeError:  # PySparkAttributeError: JVM_ATTRIBUTE_NOT_SUPPORTED
+        return None
