@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from pathlib import Path
 
 import redis
 
@@ -47,13 +47,16 @@ def loading_watch(port: int, seen: list[float], stop: threading.Event) -> thread
     return thread
 
 
-def restart_when(srv: LocalServer, started: Callable[[], bool], at: list[float],
-                 after_s: float) -> threading.Thread:
-    """A started thread that restarts `srv` (SIGKILL, start on its AOF) once `started()`,
-    noting on `at` the moment `after_s` later (a handler timeout that falls in the load)."""
+def restart_when(srv: LocalServer, started: Path, at: list[float], after_s: float
+                 ) -> threading.Thread:
+    """A started thread that restarts `srv` (SIGKILL, start on its AOF) once the file
+    `started` exists, noting on `at` (``time.monotonic()``'s clock) the moment `after_s` after
+    the file was made (a handler timeout counted from the call's start, whenever this thread
+    saw the file: on a loaded host, late)."""
     def restart() -> None:
-        if wait_until(started, None, 120, "the hung call to start"):
-            at.append(time.monotonic() + after_s)
+        if wait_until(started.exists, None, 120, "the hung call to start"):
+            made_ago_s = time.time() - started.stat().st_mtime
+            at.append(time.monotonic() - made_ago_s + after_s)
             srv.restart()
     thread = threading.Thread(target=restart, daemon=True)
     thread.start()

@@ -43,6 +43,10 @@ from tests.support.redis_drip import cut_seen
 
 FAST_S = 0.5  # redis.socket_timeout_s and connect_timeout_s where the bound is checked
 STO_S = 10  # redis.socket_timeout_s of the stalled-thread trial: longer than min_idle_ms
+# The LOADING-at-the-first-renewal trial: a timeout the restart lands within on a loaded host.
+LOADING_TIMEOUT_S, LOADING_MIN_IDLE_MS = 3, 4500
+LOADING_OPTS = (*OPTS, FILE_HANG, f"handler.timeout_s={LOADING_TIMEOUT_S}",
+                f"claim.min_idle_ms={LOADING_MIN_IDLE_MS}")
 
 
 def _started(hang_dir: Path, head: str):  # type: ignore[no-untyped-def]
@@ -334,17 +338,20 @@ def test_scripts_flushed_while_a_call_hangs_are_loaded_again_by_its_keeper(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("slow_loading", [2 * LOAD_KEYS], indirect=True)  # a loaded host too
+@pytest.mark.parametrize("slow_loading", [3 * LOAD_KEYS], indirect=True)  # a loaded host too
 def test_loading_at_the_first_renewal_never_hands_the_entry_over_while_its_call_runs(
         spark, slow_loading: LocalServer, tmp_path: Path) -> None:
     """HOLDS. Claims (GUARANTEES "Delivery", abandoned.py): the first renewal's failure (here
     LOADING) fails the task attempt, whose worker ends the call; Spark's retry or the run's
     one line follows; the entry is never handed over while the call runs.
 
-    H alone (unordered; run 2 in per-key order). Once run 1's call on H started, Redis is
-    SIGKILLed and started again on an AOF that loads for ~5 s, so the keeper's first
-    renewal, at the 1 s timeout, finds Redis loading. Proved: the load spans the timeout,
-    and Redis counts EVALSHAs refused (INFO commandstats rejected_calls; the first EVALSHA
+    H alone (unordered; run 2 in per-key order; handler.timeout_s 3 s, claim.min_idle_ms
+    4500, so that the restart lands before the timeout on a loaded host too: with a 1 s
+    timeout, a restart 1 s late let the renewal through before it). Once run 1's call on H
+    started, Redis is SIGKILLed and started again on an AOF that loads for ~7 s, so the
+    keeper's first renewal, at the timeout, finds Redis loading. Proved: the load spans the
+    timeout (counted from the call's start: its file's time), and Redis counts EVALSHAs
+    refused (INFO commandstats rejected_calls; the first EVALSHA
     after the restart is the keeper's). Either the renewal gets through within redis-py's
     retries once the load ends (seen: 3 refused, the 4th served; accepts wait for the
     loader's event rounds): run 1 exits 0, H leased again by run 1's consumer, and run 2,
@@ -354,14 +361,14 @@ def test_loading_at_the_first_renewal_never_hands_the_entry_over_while_its_call_
     srv = slow_loading
     hang_dir, head = head_alone(srv, tmp_path)
     loading: list[float] = []
-    timeout_at: list[float] = []  # handler.timeout_s (1 s) after the call started
+    timeout_at: list[float] = []  # handler.timeout_s after the call started
     stop = threading.Event()
     watcher = loading_watch(srv.port, loading, stop)
-    restarter = restart_when(srv, _started(hang_dir, head), timeout_at, 1.0)
+    restarter = restart_when(srv, hang_dir / f"started-{head}", timeout_at, LOADING_TIMEOUT_S)
     second = None
     try:
         first = run_in_process(spark, job_args(
-            srv.url, tmp_path / "r", [STREAM], *OPTS, FILE_HANG,
+            srv.url, tmp_path / "r", [STREAM], *LOADING_OPTS,
             f"redis.socket_timeout_s={FAST_S}", f"redis.connect_timeout_s={FAST_S}"))
         restarter.join(30)
         stop.set()
@@ -371,7 +378,7 @@ def test_loading_at_the_first_renewal_never_hands_the_entry_over_while_its_call_
         beating = file_beating(hang_dir, head)
         if beating:  # the renewal got through once the load ended: run 2 past it
             second = second_run_past(spark, client, srv.url, tmp_path / "r", hang_dir, head,
-                                     [], beats(hang_dir, head), "the load")
+                                     [], beats(hang_dir, head), "the load", LOADING_OPTS)
     finally:
         stop.set()
         (hang_dir / "release").write_text("1")
@@ -385,7 +392,7 @@ def test_loading_at_the_first_renewal_never_hands_the_entry_over_while_its_call_
         assert first.code == 0, first.stderr[-3000:]
         still_running, seen, pel_after = second
         assert still_running, "run 1's call on H ended before run 2 did: no fault to test"
-        assert pel[head][1] < MIN_IDLE_MS and seen == [head] and \
+        assert pel[head][1] < LOADING_MIN_IDLE_MS and seen == [head] and \
             pel_after[head][0] == pel[head][0], (
                 f"LOADING at the first renewal ({evalsha}): H's PEL row after run 1 "
                 f"{pel[head]}; run 2 handed over {seen} while run 1's call ran; PEL after "
