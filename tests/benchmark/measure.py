@@ -187,6 +187,9 @@ class PeakRss(BackgroundPoller):
     is listed anew only every ``TREE_EVERY`` polls; the polls between read only the processes
     already known. A process is counted from the first listing that finds it (CPU times are
     cumulative: nothing of it is lost unless it ends before that listing).
+
+    ``series`` holds, per poll, its time (epoch s) and the CPU seconds per role so far: what
+    ``tests.benchmark.timeline`` lays over the job's log lines.
     """
 
     def __init__(self, pid: int, classify: Callable[[list[str]], str | None],
@@ -201,6 +204,7 @@ class PeakRss(BackgroundPoller):
         self._polls = 0
         self._processes: list[psutil.Process] = []
         self._roles: dict[int, str] = {}  # pid -> its last role (an exiting process has none)
+        self.series: list[tuple[float, dict[str, float]]] = []  # (epoch s, CPU s per role)
 
     @property
     def cpu_s(self) -> dict[str, float]:
@@ -216,6 +220,7 @@ class PeakRss(BackgroundPoller):
             self._processes = processes
         self._polls += 1
         now = self._sample(self._processes)
+        self.series.append((time.time(), self._cpu.by_kind()))
         for combo, roles in self.combos.items():
             now[combo] = sum(now.get(role, 0) for role in roles)
         for role, rss in now.items():

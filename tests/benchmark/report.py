@@ -380,7 +380,18 @@ def profile_table(records: list[RunRecord]) -> list[list[str]]:
 
 
 TIMELINE_HEADER = ("segment, ended by the job's log line", "starts at s", "seconds",
-                   "Redis CPU s", "Redis CPU us/msg", "most Redis time: command (calls)")
+                   "Redis CPU s", "Redis CPU us/msg", "job CPU s: JVMs / driver Python / workers",
+                   "most Redis time: command (calls)")
+# The job's process roles (spark_job.driver_role) in the timeline's CPU column, in its order.
+TIMELINE_ROLES = (("jvm", "executor_jvm"), ("driver_python",), ("python_workers",))
+
+
+def job_cpu_cell(by_role: dict[str, float] | None) -> str:
+    """A segment's CPU seconds of the job's processes as ``JVMs / driver Python / workers``
+    (``-`` for a run recorded without them)."""
+    if not by_role:
+        return "-"
+    return " / ".join(fmt(sum(by_role.get(r, 0.0) for r in roles), 2) for roles in TIMELINE_ROLES)
 
 
 def _median_run(records: list[RunRecord]) -> RunRecord:
@@ -400,5 +411,6 @@ def timeline_table(records: list[RunRecord], job: str = JOB) -> tuple[str, list[
         top = ", ".join(f"{name} ({calls})" for name, calls, _usec in seg["top_commands"])
         lines.append([seg["label"] or "-", fmt(seg["start_s"]), fmt(seg["seconds"]),
                       fmt(seg["redis_cpu_s"], 2),
-                      fmt(seg["redis_cpu_s"] * 1e6 / run.messages, 2), top or "-"])
+                      fmt(seg["redis_cpu_s"] * 1e6 / run.messages, 2),
+                      job_cpu_cell(seg.get("job_cpu_s")), top or "-"])
     return f"{job} {run.size}, run #{run.repeat + 1}", lines

@@ -159,9 +159,10 @@ def run_job(spec: BacklogSpec, url: str, workdir: Path, options: JobOptions) -> 
     lines = spark_log.job_lines(text, started_epoch)
     profiled = options.py_spy and stacks.exists()
     profile = pyspy.top(pyspy.summarise(stacks.read_text())) if profiled else {}
+    cut = timeline.segments(lines, started_epoch, wall, sampler.samples, rss.series)
     return JobRun(wall, code, summary, spark_log.phases(lines, summary.get("duration_s"), wall),
                   rss.peak, lines, spark_log.spark_actions(text), spark_log.python_task_ms(text),
-                  profile, timeline.segments(lines, started_epoch, wall, sampler.samples),
+                  profile, cut,
                   sampler.calls, jvm_threads.cpu_s,
                   spark_log.heap_after_gc_peak(gc_log.read_text()) if gc_log.exists() else None,
                   rss.cpu_s)

@@ -189,7 +189,12 @@ def test_job_log_parsing_and_timeline() -> None:
 
     samples = [Sample(started + t, cpu, {"xautoclaim": (calls, calls * 100)})
                for t, cpu, calls in ((0, 0.0, 0), (10, 0.1, 0), (20, 1.1, 50), (40, 1.2, 50))]
-    segments = timeline.segments(lines, started, 31.0, samples)
+    # The job's processes' CPU per role as PeakRss polls it: a worker appears at 15 s.
+    roles = [(started + t, by_role) for t, by_role in (
+        (0.0, {"jvm": 0.5}), (10.0, {"jvm": 2.0, "driver_python": 1.0}),
+        (20.4, {"jvm": 3.0, "driver_python": 1.5, "python_workers": 4.0}),
+        (20.6, {"jvm": 9.0, "driver_python": 9.0, "python_workers": 9.0}))]
+    segments = timeline.segments(lines, started, 31.0, samples, roles)
     assert [s.label for s in segments] == [
         "2 units with pending entries, 0 skipped", "claim done in 10.5 s", "summary",
         "process exit"]
@@ -197,6 +202,13 @@ def test_job_log_parsing_and_timeline() -> None:
     assert (claim.start_s, claim.seconds) == (10.0, 10.5)
     assert claim.redis_cpu_s == pytest.approx(1.1025 - 0.1)  # 1.1025: interpolated at 20.5 s
     assert claim.top_commands == [("xautoclaim", 50, 5000)]
+    # From the last poll at or before 10 s to the last at or before 20.5 s (20.4 s).
+    assert claim.job_cpu_s == {"driver_python": 0.5, "jvm": 1.0, "python_workers": 4.0}
+    assert segments[0].job_cpu_s == {"driver_python": 1.0, "jvm": 1.5}
+    assert report.job_cpu_cell(claim.job_cpu_s) == "1.00 / 0.50 / 4.00"
+    assert report.job_cpu_cell({"jvm": 1.0, "executor_jvm": 2.5}) == "3.50 / 0.00 / 0.00"
+    assert report.job_cpu_cell({}) == "-"  # a run recorded before the column
+    assert timeline.segments(lines, started, 31.0, samples)[1].job_cpu_s == {}
 
 
 def _row(contender: str, size: str, messages: int, wall_s: float, runs: int = 3) -> report.Row:
