@@ -49,8 +49,13 @@ LOADING_OPTS = (*OPTS, FILE_HANG, f"handler.timeout_s={LOADING_TIMEOUT_S}",
                 f"claim.min_idle_ms={LOADING_MIN_IDLE_MS}")
 
 
+def _started_file(hang_dir: Path, head: str) -> Path:
+    """The file the file-hung handler makes when its call on `head` starts."""
+    return hang_dir / f"started-{head}"
+
+
 def _started(hang_dir: Path, head: str):  # type: ignore[no-untyped-def]
-    return lambda: (hang_dir / f"started-{head}").exists()
+    return _started_file(hang_dir, head).exists
 
 
 @pytest.mark.slow
@@ -364,7 +369,8 @@ def test_loading_at_the_first_renewal_never_hands_the_entry_over_while_its_call_
     timeout_at: list[float] = []  # handler.timeout_s after the call started
     stop = threading.Event()
     watcher = loading_watch(srv.port, loading, stop)
-    restarter = restart_when(srv, hang_dir / f"started-{head}", timeout_at, LOADING_TIMEOUT_S)
+    restarter = restart_when(srv, _started_file(hang_dir, head), timeout_at,
+                             LOADING_TIMEOUT_S)
     second = None
     try:
         first = run_in_process(spark, job_args(
